@@ -1,0 +1,1 @@
+"""Meridian data plane: the broker, its storage engine and the Python SDK."""

@@ -1,0 +1,1 @@
+"""Meridian storage engine: RecordBatch v2 codec, segments, indexes and partition logs."""

@@ -1,0 +1,109 @@
+"""Per-log configuration and the durability modes.
+
+Durability modes (``LogConfig.durability``) — what an append promises once it returns:
+
+``always``
+    Group commit. ``append`` returns only after ``fdatasync`` has covered its bytes and
+    every byte appended before them. One fsync covers all batches appended while the
+    previous fsync ran, so concurrent appenders share its cost. An acknowledged batch
+    survives a process crash, a kernel crash and a power loss (on a device that honours
+    flushes).
+``interval``
+    ``append`` returns once its bytes are in the kernel's page cache; the log is fsynced
+    no later than ``flush_interval_ms`` after the first unflushed append (checked on every
+    append and by the log manager's flusher). A process crash loses nothing that was
+    acknowledged; a kernel crash or power loss loses at most the last
+    ``flush_interval_ms`` (plus scheduling delay) of acknowledged appends.
+``never``
+    ``append`` returns once its bytes are in the page cache; the log fsyncs only when a
+    segment is sealed and at clean close, leaving the rest to the kernel's writeback. A
+    process crash loses nothing acknowledged; a kernel crash or power loss may lose
+    anything since the last seal. Use it where replication provides durability.
+
+In every mode recovery after any crash truncates a torn tail, so a reader never sees a
+partial batch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+from dataplane.storage.errors import InvalidConfigError
+from dataplane.storage.records import TimestampType
+
+MiB = 1024 * 1024
+DAY_MS = 24 * 60 * 60 * 1000
+MAX_SEGMENT_BYTES_LIMIT = 2**31 - 1  # positions in the offset index are 32-bit
+
+
+class Durability(enum.StrEnum):
+    ALWAYS = "always"
+    INTERVAL = "interval"
+    NEVER = "never"
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    """Configuration of one partition log; every field names its unit.
+
+    ``retention_ms`` and ``retention_bytes`` of -1 mean unlimited.
+    ``max_batch_bytes`` bounds one batch as stored (Kafka's ``max.message.bytes``).
+    """
+
+    max_segment_bytes: int = 1024 * MiB
+    segment_ms: int = 7 * DAY_MS
+    max_index_bytes: int = 10 * MiB
+    index_interval_bytes: int = 4096
+    retention_ms: int = 7 * DAY_MS
+    retention_bytes: int = -1
+    max_batch_bytes: int = 1 * MiB + 12
+    durability: Durability = Durability.INTERVAL
+    flush_interval_ms: int = 1000
+    timestamp_type: TimestampType = TimestampType.CREATE_TIME
+
+    def __post_init__(self) -> None:
+        _check_range("max_segment_bytes", self.max_segment_bytes, 1024, MAX_SEGMENT_BYTES_LIMIT)
+        _check_range("segment_ms", self.segment_ms, 1, 2**63 - 1)
+        _check_range("max_index_bytes", self.max_index_bytes, 64, 2**31 - 1)
+        _check_range("index_interval_bytes", self.index_interval_bytes, 0, 2**31 - 1)
+        _check_range("retention_ms", self.retention_ms, -1, 2**63 - 1)
+        _check_range("retention_bytes", self.retention_bytes, -1, 2**63 - 1)
+        _check_range("max_batch_bytes", self.max_batch_bytes, 61, MAX_SEGMENT_BYTES_LIMIT)
+        _check_range("flush_interval_ms", self.flush_interval_ms, 1, 2**31 - 1)
+        if not isinstance(self.durability, Durability):
+            raise InvalidConfigError(f"durability must be one of {[d.value for d in Durability]}")
+
+    def with_changes(self, **changes: Any) -> LogConfig:
+        """A copy with ``changes`` applied and validated."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["durability"] = self.durability.value
+        data["timestamp_type"] = int(self.timestamp_type)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LogConfig:
+        """Build from ``to_dict`` output; unknown keys are refused, missing ones default."""
+        fields = {f.name for f in dataclasses.fields(cls)}
+        unknown = set(data) - fields
+        if unknown:
+            raise InvalidConfigError(f"unknown log config keys: {sorted(unknown)}")
+        values = dict(data)
+        try:
+            if "durability" in values:
+                values["durability"] = Durability(values["durability"])
+            if "timestamp_type" in values:
+                values["timestamp_type"] = TimestampType(values["timestamp_type"])
+        except ValueError as exc:
+            raise InvalidConfigError(str(exc)) from exc
+        return cls(**values)
+
+
+def _check_range(name: str, value: int, low: int, high: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise InvalidConfigError(f"{name}={value!r} is out of range [{low}, {high}]")

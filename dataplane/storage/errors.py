@@ -1,0 +1,120 @@
+"""Typed failures of the storage engine.
+
+One class per failure mode, each carrying the offending values so a caller (the
+broker's error table, an operator reading a log line) can say exactly what went wrong.
+``CorruptBatchError`` and its subclasses describe bytes that are not a valid
+RecordBatch v2; the rest describe requests the log cannot satisfy.
+"""
+
+from __future__ import annotations
+
+
+class StorageError(Exception):
+    """Base class of every error raised by ``dataplane.storage``."""
+
+
+class CorruptBatchError(StorageError):
+    """Bytes that should hold a RecordBatch v2 do not.
+
+    ``position`` is the byte position of the batch in the buffer or segment it was read
+    from, when known; ``offset`` its base offset, when it could be read.
+    """
+
+    def __init__(
+        self, reason: str, *, position: int | None = None, offset: int | None = None
+    ) -> None:
+        where = []
+        if offset is not None:
+            where.append(f"base offset {offset}")
+        if position is not None:
+            where.append(f"position {position}")
+        suffix = f" ({', '.join(where)})" if where else ""
+        super().__init__(f"{reason}{suffix}")
+        self.reason = reason
+        self.position = position
+        self.offset = offset
+
+
+class InvalidMagicError(CorruptBatchError):
+    """The magic byte is not 2."""
+
+    def __init__(self, magic: int, **where: int | None) -> None:
+        super().__init__(f"bad magic byte {magic}, expected 2", **where)
+        self.magic = magic
+
+
+class CrcMismatchError(CorruptBatchError):
+    """The CRC-32C stored in the header does not match the bytes it covers."""
+
+    def __init__(self, stored: int, computed: int, **where: int | None) -> None:
+        super().__init__(f"bad CRC: stored 0x{stored:08x}, computed 0x{computed:08x}", **where)
+        self.stored = stored
+        self.computed = computed
+
+
+class BatchLengthError(CorruptBatchError):
+    """The batch length field disagrees with the bytes available or with itself."""
+
+    def __init__(self, declared: int, available: int, **where: int | None) -> None:
+        super().__init__(
+            f"batch length mismatch: header declares {declared} bytes, {available} present",
+            **where,
+        )
+        self.declared = declared
+        self.available = available
+
+
+class TruncatedRecordError(CorruptBatchError):
+    """A record inside the batch ends before its declared fields do."""
+
+
+class InvalidRecordCountError(CorruptBatchError):
+    """The header's record count or offset delta disagrees with the records."""
+
+
+class OversizeBatchError(CorruptBatchError):
+    """A batch is larger than the configured maximum."""
+
+    def __init__(self, size: int, max_bytes: int, **where: int | None) -> None:
+        super().__init__(f"batch of {size} bytes exceeds the maximum of {max_bytes}", **where)
+        self.size = size
+        self.max_bytes = max_bytes
+
+
+class UnsupportedCodecError(CorruptBatchError):
+    """The compression bits name a codec that does not exist (5, 6 or 7)."""
+
+    def __init__(self, codec: int, **where: int | None) -> None:
+        super().__init__(f"unknown compression codec {codec}", **where)
+        self.codec = codec
+
+
+class OffsetOutOfRangeError(StorageError):
+    """A read or lookup asked for an offset outside [log start, log end]."""
+
+    def __init__(self, offset: int, log_start_offset: int, log_end_offset: int) -> None:
+        super().__init__(f"offset {offset} is out of range [{log_start_offset}, {log_end_offset}]")
+        self.offset = offset
+        self.log_start_offset = log_start_offset
+        self.log_end_offset = log_end_offset
+
+
+class InvalidOffsetError(StorageError):
+    """A batch handed to the log carries offsets the log cannot accept."""
+
+
+class LogClosedError(StorageError):
+    """The log (or its manager) has been closed."""
+
+
+class LogDirOfflineError(StorageError):
+    """An I/O error made the log directory unusable; the log refuses further writes."""
+
+    def __init__(self, path: str, cause: BaseException) -> None:
+        super().__init__(f"log directory {path} is offline: {cause}")
+        self.path = path
+        self.cause = cause
+
+
+class InvalidConfigError(StorageError):
+    """A log configuration value is out of bounds."""

@@ -1,0 +1,243 @@
+"""Sparse, memory-mapped segment indexes.
+
+Both indexes are files of fixed-width big-endian entries, sorted, with offsets stored
+relative to the segment's base offset (so they fit in 32 bits):
+
+``.index`` (``OffsetIndex``), 8 bytes per entry::
+
+    relative_offset: uint32   base offset of a batch, minus the segment's base offset
+    position:        uint32   byte position of that batch in the segment's ``.log``
+
+``.timeindex`` (``TimeIndex``), 12 bytes per entry::
+
+    timestamp:       int64    the largest batch max-timestamp seen so far in the segment
+    relative_offset: uint32   base offset of the batch that first reached that timestamp
+
+An entry is added at most every ``index_interval_bytes`` of log. Offset-index entries
+name batch *base* offsets, so an entry can be checked against the log: the batch at
+``position`` must have exactly that base offset (see ``LogSegment``).
+
+Lifecycle: the index of the active segment is preallocated to ``max_index_bytes`` and
+mapped read-write; when the segment is sealed (rolled) or closed the file is trimmed to
+its entries. After an unclean stop a preallocated file holds zeros past its last entry,
+which is why recovery rebuilds the indexes of every segment it re-validates.
+
+Thread safety: appends and truncations must be serialised by the owner (the log's append
+lock); lookups may run concurrently with appends because an entry becomes visible only
+after it is fully written (the entry count is bumped last).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from pathlib import Path
+from typing import ClassVar
+
+from dataplane.storage.errors import StorageError
+
+
+class IndexCorruptError(StorageError):
+    """An index file's contents contradict its invariants; the owner rebuilds it."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        super().__init__(f"corrupt index {path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+class _MappedIndex:
+    """Shared base: a file of fixed-width entries mapped into memory."""
+
+    entry: ClassVar[struct.Struct]
+
+    def __init__(self, path: Path, base_offset: int, *, max_index_bytes: int) -> None:
+        self.path = path
+        self.base_offset = base_offset
+        self._entry_size = self.entry.size
+        self._max_entries = max(2, max_index_bytes // self._entry_size)
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        length = os.fstat(self._fd).st_size
+        if length % self._entry_size:
+            os.close(self._fd)
+            raise IndexCorruptError(path, f"size {length} is not a multiple of {self._entry_size}")
+        self._entries = length // self._entry_size
+        self._mmap: mmap.mmap | None = None
+        self._remap(length)  # sealed indexes stay exact; the owner calls make_writable
+
+    # -- mapping -----------------------------------------------------------------------
+    def _remap(self, length: int) -> None:
+        if self._mmap is not None:
+            self._mmap.close()
+            self._mmap = None
+        os.ftruncate(self._fd, length)
+        self._mmap = mmap.mmap(self._fd, length) if length else None
+
+    @property
+    def entries(self) -> int:
+        return self._entries
+
+    @property
+    def is_full(self) -> bool:
+        """Full for the log's purposes: one slot stays free for the entry made on sealing."""
+        return self._entries >= self._max_entries - 1
+
+    @property
+    def size_bytes(self) -> int:
+        return self._entries * self._entry_size
+
+    def _read(self, n: int) -> tuple[int, ...]:
+        assert self._mmap is not None
+        return self.entry.unpack_from(self._mmap, n * self._entry_size)
+
+    def _write(self, values: tuple[int, ...]) -> None:
+        if self._entries >= self._max_entries:
+            raise IndexCorruptError(self.path, "append to a full index")
+        if self._mmap is None or len(self._mmap) < (self._entries + 1) * self._entry_size:
+            self._remap(self._max_entries * self._entry_size)
+        assert self._mmap is not None
+        self.entry.pack_into(self._mmap, self._entries * self._entry_size, *values)
+        self._entries += 1
+
+    def truncate_entries(self, count: int) -> None:
+        """Keep only the first ``count`` entries."""
+        self._entries = min(self._entries, max(0, count))
+
+    def reset(self) -> None:
+        self._entries = 0
+
+    def make_writable(self) -> None:
+        """Extend the file to ``max_index_bytes`` so appends can continue (reopened tail)."""
+        self._remap(self._max_entries * self._entry_size)
+
+    def trim(self) -> None:
+        """Shrink the file to exactly its entries (sealing or clean close)."""
+        self._remap(self._entries * self._entry_size)
+
+    def flush(self) -> None:
+        if self._mmap is not None:
+            self._mmap.flush()
+        os.fsync(self._fd)
+
+    def close(self) -> None:
+        if self._fd < 0:
+            return
+        self.trim()
+        if self._mmap is not None:
+            self._mmap.close()
+            self._mmap = None
+        os.close(self._fd)
+        self._fd = -1
+
+    def delete(self) -> None:
+        self.close()
+        self.path.unlink(missing_ok=True)
+
+    # -- search ------------------------------------------------------------------------
+    def _last_at_most(self, key: int, field: int) -> int:
+        """Index of the last entry whose ``field`` is <= ``key``, or -1."""
+        lo, hi = 0, self._entries
+        mm, size, unpack = self._mmap, self._entry_size, self.entry.unpack_from
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if unpack(mm, mid * size)[field] <= key:  # type: ignore[arg-type]
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo - 1
+
+
+class OffsetIndex(_MappedIndex):
+    """Relative batch base offset → file position. See the module docstring."""
+
+    entry: ClassVar[struct.Struct] = struct.Struct(">II")
+
+    def append(self, offset: int, position: int) -> None:
+        """Add an entry for the batch at ``position`` whose base offset is ``offset``."""
+        relative = offset - self.base_offset
+        if self._entries:
+            last_rel, last_pos = self._read(self._entries - 1)
+            if relative <= last_rel or position <= last_pos:
+                raise IndexCorruptError(
+                    self.path, f"entry ({offset}, {position}) is not after the last entry"
+                )
+        self._write((relative, position))
+
+    def lookup(self, offset: int) -> tuple[int, int]:
+        """The (absolute offset, position) of the last entry at or below ``offset``.
+
+        Returns ``(base_offset, 0)`` when no entry is that low: scanning then starts at
+        the beginning of the segment.
+        """
+        n = self._last_at_most(offset - self.base_offset, 0)
+        if n < 0:
+            return self.base_offset, 0
+        relative, position = self._read(n)
+        return self.base_offset + relative, position
+
+    def entry_at(self, n: int) -> tuple[int, int]:
+        relative, position = self._read(n)
+        return self.base_offset + relative, position
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop every entry whose offset is >= ``offset``."""
+        self.truncate_entries(self._last_at_most(offset - self.base_offset - 1, 0) + 1)
+
+    def check(self, log_size: int) -> None:
+        """Raise ``IndexCorruptError`` unless entries strictly increase and fit the log."""
+        last_rel, last_pos = -1, -1
+        for n in range(self._entries):
+            rel, pos = self._read(n)
+            if rel <= last_rel or pos <= last_pos or pos >= log_size:
+                raise IndexCorruptError(self.path, f"entry {n} ({rel}, {pos}) out of order")
+            last_rel, last_pos = rel, pos
+
+
+class TimeIndex(_MappedIndex):
+    """Running max timestamp → relative offset of the batch that reached it."""
+
+    entry: ClassVar[struct.Struct] = struct.Struct(">qI")
+
+    @property
+    def last_entry(self) -> tuple[int, int] | None:
+        """(timestamp, absolute offset) of the last entry, if any."""
+        if not self._entries:
+            return None
+        ts, relative = self._read(self._entries - 1)
+        return ts, self.base_offset + relative
+
+    def maybe_append(self, timestamp: int, offset: int) -> None:
+        """Add (timestamp, offset) if ``timestamp`` is larger than the last entry's."""
+        last = self.last_entry
+        if last is not None and timestamp <= last[0]:
+            return
+        if last is not None and offset < last[1]:
+            raise IndexCorruptError(self.path, f"offset {offset} goes backwards")
+        self._write((timestamp, offset - self.base_offset))
+
+    def lookup_before(self, timestamp: int) -> tuple[int, int] | None:
+        """(timestamp, absolute offset) of the last entry strictly before ``timestamp``.
+
+        Every batch up to and including that offset has a max timestamp below
+        ``timestamp``, so a search for the first batch at or after ``timestamp`` may
+        start there. ``None`` means: start at the beginning of the segment.
+        """
+        n = self._last_at_most(timestamp - 1, 0)
+        if n < 0:
+            return None
+        ts, relative = self._read(n)
+        return ts, self.base_offset + relative
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop every entry whose offset is >= ``offset``."""
+        self.truncate_entries(self._last_at_most(offset - self.base_offset - 1, 1) + 1)
+
+    def check(self) -> None:
+        """Raise ``IndexCorruptError`` unless timestamps and offsets strictly increase."""
+        last_ts, last_rel = None, -1
+        for n in range(self._entries):
+            ts, rel = self._read(n)
+            if (last_ts is not None and ts <= last_ts) or rel < last_rel:
+                raise IndexCorruptError(self.path, f"entry {n} ({ts}, {rel}) out of order")
+            last_ts, last_rel = ts, rel

@@ -1,0 +1,273 @@
+"""The log manager: every partition log of one data directory, and their housekeeping.
+
+Layout of a data directory::
+
+    <data dir>/
+        .lock                     held (flock) while a manager has the directory open
+        <topic>-<partition>/      one PartitionLog each (see ``log.py``)
+
+A partition directory being deleted is first renamed to
+``<topic>-<partition>.<token>.deleted`` and then removed, so a crash in between never
+leaves a half-deleted log that looks live.
+
+One background thread (``start``) runs the housekeeping on fixed periods:
+
+- flush: ``PartitionLog.maybe_flush`` on every log (``interval`` logs whose period has
+  passed; segments sealed since the last flush in every mode);
+- retention: ``delete_retained_segments`` on every log;
+- checkpoint: each log's checkpoint (log start offset, recovery point, high watermark),
+  bounding how much recovery re-validates after a crash.
+
+Thread safety: every public method may be called from any thread.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import functools
+import logging
+import os
+import re
+import shutil
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+from dataplane.storage.config import LogConfig
+from dataplane.storage.errors import LogClosedError, StorageError
+from dataplane.storage.log import PartitionLog, RecoveryReport, wall_clock_ms
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+_PARTITION_DIR = re.compile(r"^(?P<topic>[^/]+)-(?P<partition>\d+)$")
+_TOPIC_NAME = re.compile(r"^[A-Za-z0-9._~\-]{1,249}$")
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class TopicPartition:
+    topic: str
+    partition: int
+
+    def __post_init__(self) -> None:
+        if not _TOPIC_NAME.match(self.topic) or self.topic in (".", ".."):
+            raise StorageError(f"invalid topic name {self.topic!r}")
+        if self.partition < 0:
+            raise StorageError(f"invalid partition {self.partition}")
+
+    @property
+    def dir_name(self) -> str:
+        return f"{self.topic}-{self.partition}"
+
+    def __str__(self) -> str:
+        return self.dir_name
+
+
+@dataclass(frozen=True, slots=True)
+class ManagerSchedule:
+    """Periods of the housekeeping thread, in milliseconds."""
+
+    flush_check_ms: int = 100
+    retention_check_ms: int = 5 * 60 * 1000
+    checkpoint_ms: int = 60 * 1000
+
+
+class LogManager:
+    """Owns the partition logs of one data directory. See the module docstring."""
+
+    def __init__(
+        self,
+        data_dir: Path | str,
+        *,
+        default_config: LogConfig | None = None,
+        schedule: ManagerSchedule | None = None,
+        clock_ms: Callable[[], int] = wall_clock_ms,
+        recovery_threads: int = 2,
+    ) -> None:
+        self.data_dir = Path(data_dir)
+        self.default_config = default_config or LogConfig()
+        self.schedule = schedule or ManagerSchedule()
+        self._clock_ms = clock_ms
+        self._recovery_threads = recovery_threads
+        self._logs: dict[TopicPartition, PartitionLog] = {}
+        self._lock = threading.RLock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock_fd = -1
+        self._closed = False
+        self.recovery_reports: list[RecoveryReport] = []
+
+    # -- lifecycle ----------------------------------------------------------------------
+    def open(self) -> list[RecoveryReport]:
+        """Lock the data directory and open (recovering as needed) every log in it."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._lock_directory()
+        self._remove_deleted_dirs()
+        found = sorted(self._partition_dirs())
+        with ThreadPoolExecutor(max_workers=max(1, self._recovery_threads)) as pool:
+            opened = list(pool.map(self._open_existing, found))
+        for tp, partition_log in opened:
+            self._logs[tp] = partition_log
+        self.recovery_reports = [pl.recovery for _, pl in opened]
+        return self.recovery_reports
+
+    def _lock_directory(self) -> None:
+        self._lock_fd = os.open(self.data_dir / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+            raise StorageError(
+                f"data directory {self.data_dir} is in use by another process"
+            ) from exc
+
+    def _remove_deleted_dirs(self) -> None:
+        for path in self.data_dir.glob("*.deleted"):
+            shutil.rmtree(path, ignore_errors=True)
+
+    def _partition_dirs(self) -> Iterator[TopicPartition]:
+        for path in self.data_dir.iterdir():
+            match = _PARTITION_DIR.match(path.name)
+            if path.is_dir() and match:
+                yield TopicPartition(match["topic"], int(match["partition"]))
+
+    def _open_existing(self, tp: TopicPartition) -> tuple[TopicPartition, PartitionLog]:
+        return tp, PartitionLog.open(self.data_dir / tp.dir_name, clock_ms=self._clock_ms)
+
+    def start(self) -> None:
+        """Start the housekeeping thread."""
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._housekeeping, name="log-manager", daemon=True
+            )
+            self._thread.start()
+
+    def close(self) -> None:
+        """Stop housekeeping, then flush and cleanly close every log."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        for partition_log in list(self._logs.values()):
+            try:
+                partition_log.close()
+            except StorageError:
+                log.exception("closing %s failed", partition_log.directory)
+        self._logs.clear()
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
+    def __enter__(self) -> LogManager:
+        self.open()
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- logs ---------------------------------------------------------------------------
+    def get_log(self, topic: str, partition: int) -> PartitionLog | None:
+        return self._logs.get(TopicPartition(topic, partition))
+
+    def get_or_create_log(
+        self, topic: str, partition: int, config: LogConfig | None = None
+    ) -> PartitionLog:
+        """The log of ``topic``/``partition``, created with ``config`` if it is new.
+
+        An existing log keeps its configuration unless ``config`` is given and differs,
+        in which case the new one is applied.
+        """
+        tp = TopicPartition(topic, partition)
+        with self._lock:
+            self._check_open()
+            existing = self._logs.get(tp)
+            if existing is not None:
+                if config is not None and config != existing.config:
+                    existing.update_config(config)
+                return existing
+            created = PartitionLog.open(
+                self.data_dir / tp.dir_name,
+                config or self.default_config,
+                clock_ms=self._clock_ms,
+            )
+            self._logs[tp] = created
+            return created
+
+    def delete_log(self, topic: str, partition: int) -> bool:
+        """Close and remove a log; returns False if there was none."""
+        tp = TopicPartition(topic, partition)
+        with self._lock:
+            partition_log = self._logs.pop(tp, None)
+        if partition_log is None:
+            return False
+        partition_log.close()
+        doomed = self.data_dir / f"{tp.dir_name}.{uuid.uuid4().hex[:8]}.deleted"
+        os.replace(partition_log.directory, doomed)
+        shutil.rmtree(doomed, ignore_errors=True)
+        return True
+
+    def logs(self) -> dict[TopicPartition, PartitionLog]:
+        with self._lock:
+            return dict(self._logs)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise LogClosedError(f"log manager of {self.data_dir} is closed")
+
+    # -- housekeeping -------------------------------------------------------------------
+    def flush_due_logs(self) -> int:
+        """Flush every log whose durability mode says it is due; returns how many."""
+        return sum(1 for pl in self.logs().values() if self._safely(pl, pl.maybe_flush))
+
+    def enforce_retention(self, now_ms: int | None = None) -> int:
+        """Apply retention to every log; returns the number of segments deleted."""
+        deleted = 0
+        for partition_log in self.logs().values():
+            result = self._safely(
+                partition_log, functools.partial(partition_log.delete_retained_segments, now_ms)
+            )
+            deleted += len(result or [])
+        return deleted
+
+    def checkpoint_all(self) -> None:
+        for partition_log in self.logs().values():
+            self._safely(partition_log, partition_log.checkpoint)
+
+    @staticmethod
+    def _safely(partition_log: PartitionLog, action: Callable[[], T]) -> T | None:
+        """Run one log's housekeeping; a failing or closed log must not stop the others."""
+        try:
+            return action()
+        except LogClosedError:
+            return None
+        except StorageError:
+            log.exception("housekeeping of %s failed", partition_log.directory)
+            return None
+
+    def _housekeeping(self) -> None:
+        schedule = self.schedule
+        next_retention = time.monotonic() + schedule.retention_check_ms / 1000
+        next_checkpoint = time.monotonic() + schedule.checkpoint_ms / 1000
+        while not self._stop.wait(schedule.flush_check_ms / 1000):
+            self.flush_due_logs()
+            now = time.monotonic()
+            if now >= next_retention:
+                self.enforce_retention()
+                next_retention = now + schedule.retention_check_ms / 1000
+            if now >= next_checkpoint:
+                self.checkpoint_all()
+                next_checkpoint = now + schedule.checkpoint_ms / 1000
+
+
+__all__ = ["LogManager", "ManagerSchedule", "TopicPartition"]

@@ -1,0 +1,687 @@
+"""One segment of a partition log: ``.log`` + ``.index`` + ``.timeindex``.
+
+On disk, in the partition directory, a segment whose first offset is ``B`` is three
+files named by ``B`` zero-padded to 20 digits::
+
+    00000000000000000000.log        RecordBatch v2 batches back to back, as appended
+    00000000000000000000.index      OffsetIndex (see ``index.py``)
+    00000000000000000000.timeindex  TimeIndex
+
+The ``.log`` holds the offsets ``[base_offset, next_offset)`` densely. Every batch
+written to it has passed ``validate_batch`` and carries its final base offset.
+
+Lifecycle: a segment is *active* (the log's last one; appends go here, indexes are
+preallocated and writable) until the log rolls, when it is *sealed* (indexes trimmed,
+never written again except by truncation). Sealed segments are deleted whole by
+retention.
+
+Thread safety: ``append``, ``truncate_to``, ``seal`` and index rebuilds take the
+segment's lock; the log serialises its appends anyway. Reads (``read``, ``find_batch``,
+``find_offset_by_timestamp``) run without that lock against a snapshot of the segment's
+size: bytes past the size at the moment a read starts are never returned. A segment
+deleted while a read holds it (``pin``) keeps its file descriptor until the read ends
+(the files are already unlinked).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import crc32c
+
+from dataplane.storage import records
+from dataplane.storage.config import LogConfig
+from dataplane.storage.errors import CorruptBatchError, CrcMismatchError
+from dataplane.storage.index import IndexCorruptError, OffsetIndex, TimeIndex
+from dataplane.storage.records import HEADER_SIZE, BatchHeader
+
+log = logging.getLogger(__name__)
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIME_INDEX_SUFFIX = ".timeindex"
+_SCAN_CHUNK_BYTES = 8 * 1024 * 1024
+_CRC_START = 21  # the CRC covers attributes (byte 21) to the end of the batch
+
+
+def segment_file_name(base_offset: int, suffix: str) -> str:
+    return f"{base_offset:020d}{suffix}"
+
+
+@dataclass(slots=True)
+class CorruptRegion:
+    """Bytes of a segment that hold no valid batch, found by a scan."""
+
+    segment_base_offset: int
+    position: int
+    length: int
+    reason: str
+    first_offset: int  # the offset the corrupt bytes should have started with
+
+    def __str__(self) -> str:
+        return (
+            f"segment {self.segment_base_offset}: {self.length} corrupt bytes at position "
+            f"{self.position} (from offset {self.first_offset}): {self.reason}"
+        )
+
+
+@dataclass(slots=True)
+class ScanResult:
+    """What a full scan of a segment found (``LogSegment.recover``)."""
+
+    batches: int = 0
+    valid_bytes: int = 0
+    truncated_bytes: int = 0
+    truncated_reason: str | None = None
+    corrupt: list[CorruptRegion] = field(default_factory=list)
+
+
+class LogSegment:
+    """A ``.log`` file of whole batches and its two indexes. See the module docstring."""
+
+    def __init__(self, directory: Path, base_offset: int, config: LogConfig) -> None:
+        self.directory = directory
+        self.base_offset = base_offset
+        self.config = config
+        self.log_path = directory / segment_file_name(base_offset, LOG_SUFFIX)
+        self._lock = threading.RLock()
+        self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._size = os.fstat(self._fd).st_size
+        self._pins = 0
+        self._deleted = False
+        self.next_offset = base_offset
+        self.max_timestamp = -1
+        self.offset_of_max_timestamp = base_offset
+        self.first_batch_timestamp: int | None = None
+        self._bytes_since_index = 0
+        self._force_index_entry = False
+        self.sealed = False
+        self.index_rebuilds = 0
+        self.offset_index, self.time_index, missing = self._open_indexes()
+        self.indexes_missing = missing
+
+    # -- construction -------------------------------------------------------------------
+    def _open_indexes(self) -> tuple[OffsetIndex, TimeIndex, bool]:
+        index_path = self.directory / segment_file_name(self.base_offset, INDEX_SUFFIX)
+        time_path = self.directory / segment_file_name(self.base_offset, TIME_INDEX_SUFFIX)
+        missing = self._size > 0 and not (index_path.exists() and time_path.exists())
+        limit = self.config.max_index_bytes
+        try:
+            offset_index = OffsetIndex(index_path, self.base_offset, max_index_bytes=limit)
+        except IndexCorruptError:
+            index_path.unlink()
+            offset_index, missing = (
+                OffsetIndex(index_path, self.base_offset, max_index_bytes=limit),
+                True,
+            )
+        try:
+            time_index = TimeIndex(time_path, self.base_offset, max_index_bytes=limit)
+        except IndexCorruptError:
+            time_path.unlink()
+            time_index, missing = (
+                TimeIndex(time_path, self.base_offset, max_index_bytes=limit),
+                True,
+            )
+        return offset_index, time_index, missing
+
+    @classmethod
+    def create(cls, directory: Path, base_offset: int, config: LogConfig) -> LogSegment:
+        """A new, empty, active segment; the directory entry is made durable."""
+        path = directory / segment_file_name(base_offset, LOG_SUFFIX)
+        if path.exists() and path.stat().st_size:
+            raise FileExistsError(f"segment {path} already exists")
+        segment = cls(directory, base_offset, config)
+        fsync_directory(directory)
+        return segment
+
+    # -- properties ---------------------------------------------------------------------
+    @property
+    def size_bytes(self) -> int:
+        return self._size
+
+    @property
+    def is_empty(self) -> bool:
+        return self._size == 0
+
+    def is_full(self, incoming_bytes: int) -> bool:
+        """Whether ``incoming_bytes`` more must go to a new segment."""
+        return (
+            self._size + incoming_bytes > self.config.max_segment_bytes
+            or self.offset_index.is_full
+            or self.time_index.is_full
+        )
+
+    # -- loading ------------------------------------------------------------------------
+    def load_clean(self, next_offset: int | None) -> bool:
+        """Load a segment that was closed cleanly, trusting its indexes after a sanity check.
+
+        ``next_offset`` is the next segment's base offset for a sealed segment, or None for
+        the last one, whose end is found by walking from its last index entry. Returns
+        False when the indexes fail the check (the caller then calls ``recover``).
+        """
+        if self.indexes_missing or not self._indexes_look_sane():
+            return False
+        last = self.time_index.last_entry
+        if last is not None:
+            self.max_timestamp, self.offset_of_max_timestamp = last
+        if next_offset is not None:
+            self.next_offset = next_offset
+            self.sealed = True
+            return self._size == 0 or last is not None
+        return self._load_tail()
+
+    def _indexes_look_sane(self) -> bool:
+        """Check the last entry of each index against the log itself."""
+        try:
+            if self.offset_index.entries:
+                offset, position = self.offset_index.entry_at(self.offset_index.entries - 1)
+                if position >= self._size or self._read_header(position).base_offset != offset:
+                    return False
+            last = self.time_index.last_entry
+            return last is None or self._batch_max_timestamp(last[1]) == last[0]
+        except CorruptBatchError:
+            return False
+
+    def _batch_max_timestamp(self, base_offset: int) -> int | None:
+        """Max timestamp of the batch starting at ``base_offset``, None if there is none."""
+        _, position = self.offset_index.lookup(base_offset)
+        for _, header in self._walk(position, self._size, verify_crc=False):
+            if header.base_offset >= base_offset:
+                return header.max_timestamp if header.base_offset == base_offset else None
+        return None
+
+    def _load_tail(self) -> bool:
+        """Walk the batches after the last index entry to find the end of the segment."""
+        position = 0
+        if self.offset_index.entries:
+            _, position = self.offset_index.entry_at(self.offset_index.entries - 1)
+        expected = None
+        for pos, header in self._walk(position, self._size, verify_crc=False):
+            if expected is not None and header.base_offset != expected:
+                return False
+            expected = header.next_offset
+            self._bytes_since_index = 0 if pos == position else self._bytes_since_index
+            self._bytes_since_index += header.size
+            self._note_timestamp(header)
+            position = pos + header.size
+        if position != self._size:
+            return False
+        if expected is not None:
+            self.next_offset = expected
+        self._note_first_batch()
+        self.offset_index.make_writable()
+        self.time_index.make_writable()
+        return True
+
+    def _note_first_batch(self) -> None:
+        if self._size and self.first_batch_timestamp is None:
+            self.first_batch_timestamp = self._read_header(0).max_timestamp
+
+    def recover(self, *, expected_base: int | None = None, is_last: bool) -> ScanResult:
+        """Re-validate every batch (CRC included) and rebuild both indexes.
+
+        A run of invalid bytes followed by a valid batch is kept and reported as a
+        ``CorruptRegion`` (reads that reach it fail; later offsets stay readable). Invalid
+        bytes with nothing valid after them are a torn tail: truncated when this is the
+        last segment, reported when it is a sealed one (truncating would leave a gap).
+        """
+        with self._lock:
+            self._reset_indexes()
+            result = ScanResult()
+            expected = self.base_offset if expected_base is None else expected_base
+            for item in self._scan(expected):
+                if isinstance(item, CorruptRegion):
+                    if item.length < 0 and is_last:
+                        result.truncated_bytes = self._size - item.position
+                        result.truncated_reason = item.reason
+                        self._truncate_file(item.position)
+                        break
+                    if item.length < 0:
+                        item.length = self._size - item.position
+                    result.corrupt.append(item)
+                    self._force_index_entry = True
+                    continue
+                position, header = item
+                self._index_batch(position, header)
+                self._note_timestamp(header)
+                expected = header.next_offset
+                result.batches += 1
+            result.valid_bytes = self._size
+            self.next_offset = expected
+            self._note_first_batch()
+            return result
+
+    def verify(self) -> list[CorruptRegion]:
+        """Every corrupt region of the segment, found by a read-only CRC scan."""
+        found = []
+        for item in self._scan(self.base_offset):
+            if isinstance(item, CorruptRegion):
+                if item.length < 0:
+                    item.length = self._size - item.position
+                found.append(item)
+        return found
+
+    def _reset_indexes(self) -> None:
+        self.offset_index.reset()
+        self.time_index.reset()
+        self.offset_index.make_writable()
+        self.time_index.make_writable()
+        self.max_timestamp, self.offset_of_max_timestamp = -1, self.base_offset
+        self._bytes_since_index = 0
+        self._force_index_entry = False
+        self.first_batch_timestamp = None
+
+    def _scan(self, expected: int) -> Iterator[tuple[int, BatchHeader] | CorruptRegion]:
+        """Valid batches and corrupt regions in file order.
+
+        A region with no valid batch after it has ``length`` -1 and ends the scan.
+        """
+        reader = _ChunkReader(self._fd, self._size)
+        position = 0
+        while position < self._size:
+            header, error = self._try_batch(position, reader)
+            if header is not None and header.base_offset >= expected:
+                yield position, header
+                expected = header.next_offset
+                position += header.size
+                continue
+            reason = str(error) if error else f"offsets go backwards below {expected}"
+            resume = self._resync(position + 1, expected, reader)
+            length = -1 if resume is None else resume - position
+            yield CorruptRegion(self.base_offset, position, length, reason, expected)
+            if resume is None:
+                return
+            position = resume
+
+    def _try_batch(
+        self, position: int, reader: _ChunkReader
+    ) -> tuple[BatchHeader | None, CorruptBatchError | None]:
+        try:
+            header = records.read_header(reader.get(position, HEADER_SIZE), 0)
+            if header.size < HEADER_SIZE or header.size > self._size - position:
+                raise CorruptBatchError(
+                    f"batch length {header.size} is impossible with "
+                    f"{self._size - position} bytes left in the segment",
+                    position=position,
+                    offset=header.base_offset,
+                )
+            return records.validate_batch(reader.get(position, header.size), 0), None
+        except CorruptBatchError as exc:
+            return None, CorruptBatchError(exc.reason, position=position, offset=exc.offset)
+
+    def _resync(self, start: int, expected: int, reader: _ChunkReader) -> int | None:
+        """The position of the next valid batch at or after ``start`` with offset >= expected."""
+        position = start
+        while position + HEADER_SIZE <= self._size:
+            chunk = os.pread(self._fd, min(_SCAN_CHUNK_BYTES, self._size - position), position)
+            magic_at = 16
+            while True:
+                found = chunk.find(b"\x02", magic_at)
+                if found < 0:
+                    break
+                candidate = position + found - 16
+                magic_at = found + 1
+                if candidate < start:
+                    continue
+                header, _ = self._try_batch(candidate, reader)
+                if header is not None and header.base_offset >= expected:
+                    return candidate
+            position += max(1, len(chunk) - HEADER_SIZE)
+        return None
+
+    # -- appending ----------------------------------------------------------------------
+    def append(
+        self, buffers: list[bytes | memoryview], headers: list[tuple[int, BatchHeader]]
+    ) -> int:
+        """Write ``buffers`` (whole batches, offsets final) at the end; returns the position.
+
+        ``headers`` lists each batch's position relative to the start of the write.
+        """
+        with self._lock:
+            position = self._size
+            total = _pwritev_all(self._fd, buffers, position)
+            for relative, header in headers:
+                self._index_batch(position + relative, header)
+                self._note_timestamp(header)
+            self._size = position + total
+            self.next_offset = headers[-1][1].next_offset
+            if self.first_batch_timestamp is None:
+                self.first_batch_timestamp = headers[0][1].max_timestamp
+            return position
+
+    def _index_batch(self, position: int, header: BatchHeader) -> None:
+        if self._force_index_entry or (
+            self._bytes_since_index >= self.config.index_interval_bytes and position > 0
+        ):
+            self.offset_index.append(header.base_offset, position)
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+            self._bytes_since_index = 0
+            self._force_index_entry = False
+        self._bytes_since_index += header.size
+
+    def _note_timestamp(self, header: BatchHeader) -> None:
+        if header.max_timestamp > self.max_timestamp:
+            self.max_timestamp = header.max_timestamp
+            self.offset_of_max_timestamp = header.base_offset
+
+    # -- reading ------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def pin(self) -> Iterator[LogSegment]:
+        """Keep the file descriptor open for a read even if the segment is deleted."""
+        with self._lock:
+            if self._fd < 0:
+                raise FileNotFoundError(f"segment {self.log_path} is closed")
+            self._pins += 1
+        try:
+            yield self
+        finally:
+            with self._lock:
+                self._pins -= 1
+                if self._pins == 0 and self._deleted:
+                    self._close_files()
+
+    def _read_header(self, position: int) -> BatchHeader:
+        return records.read_header(os.pread(self._fd, HEADER_SIZE, position), 0)
+
+    def _walk(
+        self, position: int, end: int, *, verify_crc: bool
+    ) -> Iterator[tuple[int, BatchHeader]]:
+        """Batches from ``position`` up to ``end``, reading ahead in chunks."""
+        window = max(HEADER_SIZE * 16, self.config.index_interval_bytes * 2 + HEADER_SIZE)
+        while position + HEADER_SIZE <= end:
+            chunk = os.pread(self._fd, min(window, end - position), position)
+            at = 0
+            while at + HEADER_SIZE <= len(chunk):
+                header = records.read_header(chunk, at)
+                if header.size < HEADER_SIZE or header.size > end - position - at:
+                    raise CorruptBatchError(
+                        f"batch length {header.size} is impossible here",
+                        position=position + at,
+                        offset=header.base_offset,
+                    )
+                if at + header.size > len(chunk):
+                    if at == 0:  # one batch larger than the window
+                        if verify_crc:
+                            _check_crc(
+                                os.pread(self._fd, header.size, position), 0, header, position
+                            )
+                        yield position, header
+                        at = header.size
+                    break
+                if verify_crc:
+                    _check_crc(chunk, at, header, position + at)
+                yield position + at, header
+                at += header.size
+            position += at
+
+    def find_batch(
+        self, offset: int, end: int, *, rebuilt: bool = False
+    ) -> tuple[int, BatchHeader] | None:
+        """Position and header of the batch holding ``offset``, or None if beyond ``end``."""
+        start_offset, position = self.offset_index.lookup(offset)
+        if (position or start_offset != self.base_offset) and not self._entry_matches(
+            start_offset, position, end
+        ):
+            self._rebuild_indexes(
+                f"offset index entry ({start_offset}, {position}) is wrong", rebuilt
+            )
+            return self.find_batch(offset, end, rebuilt=True)
+        for pos, header in self._walk(position, end, verify_crc=False):
+            if header.last_offset >= offset:
+                return pos, header
+        return None
+
+    def _entry_matches(self, offset: int, position: int, end: int) -> bool:
+        if position + HEADER_SIZE > end:
+            return False
+        header = self._read_header(position)
+        return header.base_offset == offset and header.magic == 2
+
+    def read(
+        self, offset: int, max_bytes: int, max_offset: int, *, min_one_batch: bool = True
+    ) -> tuple[bytes, int]:
+        """Whole batches starting at the batch holding ``offset``, up to ``max_bytes``.
+
+        Returns the bytes and the offset after the last returned batch. Stops before the
+        first batch whose last offset is >= ``max_offset`` (exclusive upper bound). The
+        first batch is returned even when larger than ``max_bytes`` (unless
+        ``min_one_batch`` is False), so a consumer always progresses. Every returned batch
+        passed its CRC check: a corrupt first batch raises ``CorruptBatchError``, a later
+        one ends the read before it.
+        """
+        end = self._size
+        found = self.find_batch(offset, end)
+        if found is None:
+            return b"", offset
+        position, first = found
+        if first.last_offset >= max_offset or (first.size > max_bytes and not min_one_batch):
+            return b"", offset
+        want = min(end - position, max(max_bytes, first.size))
+        data = os.pread(self._fd, want, position)
+        return self._whole_batches(data, position, max_offset, offset)
+
+    def _whole_batches(
+        self, data: bytes, position: int, max_offset: int, offset: int
+    ) -> tuple[bytes, int]:
+        at, size, next_offset = 0, len(data), offset
+        view = memoryview(data)
+        while at + HEADER_SIZE <= size:
+            header = records.read_header(data, at)
+            if at + header.size > size or header.last_offset >= max_offset:
+                break
+            try:
+                if header.size < HEADER_SIZE or header.magic != 2:
+                    raise CorruptBatchError(
+                        f"invalid batch header (length {header.size}, magic {header.magic})",
+                        position=position + at,
+                        offset=header.base_offset,
+                    )
+                _check_crc(view, at, header, position + at)
+            except CorruptBatchError:
+                if at == 0:
+                    raise
+                break
+            at += header.size
+            next_offset = header.next_offset
+        return (data if at == size else data[:at]), next_offset
+
+    def find_offset_by_timestamp(
+        self, timestamp: int, end: int, *, min_offset: int = 0, rebuilt: bool = False
+    ) -> int | None:
+        """The first offset >= ``min_offset`` whose record timestamp is >= ``timestamp``."""
+        if self.max_timestamp < timestamp:
+            return None
+        entry = self.time_index.lookup_before(timestamp)
+        start_offset = self.base_offset if entry is None else entry[1]
+        found = self.find_batch(start_offset, end)
+        if entry is not None and (
+            found is None or found[1].base_offset != entry[1] or found[1].max_timestamp != entry[0]
+        ):
+            self._rebuild_indexes(f"time index entry {entry} disagrees with the log", rebuilt)
+            return self.find_offset_by_timestamp(
+                timestamp, end, min_offset=min_offset, rebuilt=True
+            )
+        if min_offset > start_offset:
+            found = self.find_batch(min_offset, end)
+        if found is None:
+            return None
+        for position, header in self._walk(found[0], end, verify_crc=False):
+            if header.max_timestamp >= timestamp:
+                hit = self._first_record_at_or_after(position, header, timestamp, min_offset)
+                if hit is not None:
+                    return hit
+        return None
+
+    def _first_record_at_or_after(
+        self, position: int, header: BatchHeader, timestamp: int, min_offset: int
+    ) -> int | None:
+        if header.timestamp_type == records.TimestampType.LOG_APPEND_TIME:
+            first = max(header.base_offset, min_offset)
+            return first if first <= header.last_offset else None
+        data = os.pread(self._fd, header.size, position)
+        for record in records.decode_batch(data, 0)[1]:
+            if record.timestamp >= timestamp and record.offset >= min_offset:
+                return record.offset
+        return None
+
+    # -- maintenance --------------------------------------------------------------------
+    def _rebuild_indexes(self, reason: str, already_rebuilt: bool = False) -> None:
+        if already_rebuilt:  # a fresh index cannot disagree with the log it was built from
+            raise CorruptBatchError(f"segment {self.log_path} is inconsistent: {reason}")
+        log.warning("rebuilding indexes of %s: %s", self.log_path, reason)
+        with self._lock:
+            self.index_rebuilds += 1
+            was_sealed = self.sealed
+            self.recover(expected_base=self.base_offset, is_last=False)
+            if was_sealed:
+                self.offset_index.trim()
+                self.time_index.trim()
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove every batch whose last offset is >= ``offset``; returns bytes removed.
+
+        A batch that holds ``offset`` is removed whole, so the new end may be below
+        ``offset``; ``next_offset`` tells where the segment now ends.
+        """
+        with self._lock:
+            found = self.find_batch(offset, self._size)
+            if found is None:
+                return 0
+            position, header = found
+            removed = self._size - position
+            self._truncate_file(position)
+            self.offset_index.truncate_to(header.base_offset)
+            self.time_index.truncate_to(header.base_offset)
+            self.next_offset = header.base_offset
+            self._recompute_after_truncation()
+            return removed
+
+    def _recompute_after_truncation(self) -> None:
+        self.sealed = False
+        self.offset_index.make_writable()
+        self.time_index.make_writable()
+        self.max_timestamp, self.offset_of_max_timestamp = -1, self.base_offset
+        self._bytes_since_index = 0
+        last = self.time_index.last_entry
+        start = 0
+        if last is not None:
+            self.max_timestamp, self.offset_of_max_timestamp = last
+        if self.offset_index.entries:
+            _, start = self.offset_index.entry_at(self.offset_index.entries - 1)
+        for _, header in self._walk(start, self._size, verify_crc=False):
+            self._note_timestamp(header)
+            self._bytes_since_index += header.size
+        if not self._size:
+            self.first_batch_timestamp = None
+
+    def reopen_for_append(self) -> None:
+        """Make a sealed segment the active one again (after the log truncated into it)."""
+        with self._lock:
+            if self.sealed:
+                self._recompute_after_truncation()
+
+    def _truncate_file(self, position: int) -> None:
+        os.ftruncate(self._fd, position)
+        self._size = position
+
+    def flush(self) -> None:
+        """fdatasync the log and flush both indexes."""
+        with self._lock:
+            if self._fd < 0:
+                return
+            os.fdatasync(self._fd)
+            self.offset_index.flush()
+            self.time_index.flush()
+
+    def flush_log_only(self) -> None:
+        """fdatasync only the ``.log`` (indexes are rebuilt by recovery anyway)."""
+        fd = self._fd
+        if fd >= 0:
+            os.fdatasync(fd)
+
+    def seal(self) -> None:
+        """Mark the segment sealed: record its max timestamp and trim the indexes."""
+        with self._lock:
+            if self._size:
+                self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+            self.offset_index.trim()
+            self.time_index.trim()
+            self.sealed = True
+
+    def close(self) -> None:
+        with self._lock:
+            if self._size and not self.sealed:
+                self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+            if self._pins:
+                self._deleted = True
+                return
+            self._close_files()
+
+    def _close_files(self) -> None:
+        if self._fd >= 0:
+            self.offset_index.close()
+            self.time_index.close()
+            os.close(self._fd)
+            self._fd = -1
+
+    def delete(self) -> None:
+        """Unlink the files now; the descriptor closes when the last read unpins."""
+        with self._lock:
+            for path in (self.log_path, self.offset_index.path, self.time_index.path):
+                path.unlink(missing_ok=True)
+            self._deleted = True
+            if not self._pins:
+                self._close_files()
+
+    def __repr__(self) -> str:
+        return (
+            f"LogSegment(base={self.base_offset}, next={self.next_offset}, "
+            f"bytes={self._size}, sealed={self.sealed})"
+        )
+
+
+class _ChunkReader:
+    """Reads a file through an 8 MiB window, so scans cost few system calls."""
+
+    def __init__(self, fd: int, size: int) -> None:
+        self._fd, self._size = fd, size
+        self._start, self._buf = 0, b""
+
+    def get(self, position: int, length: int) -> memoryview:
+        """Up to ``length`` bytes at ``position`` (fewer only at the end of the file)."""
+        offset = position - self._start
+        if offset < 0 or offset + length > len(self._buf):
+            want = max(length, min(_SCAN_CHUNK_BYTES, self._size - position))
+            self._start, self._buf = position, os.pread(self._fd, want, position)
+            offset = 0
+        return memoryview(self._buf)[offset : offset + length]
+
+
+def _check_crc(buf: bytes | memoryview, at: int, header: BatchHeader, position: int) -> None:
+    view = memoryview(buf)[at + _CRC_START : at + header.size]
+    computed = crc32c.crc32c(view)
+    if computed != header.crc:
+        raise CrcMismatchError(header.crc, computed, position=position, offset=header.base_offset)
+
+
+def _pwritev_all(fd: int, buffers: list[bytes | memoryview], position: int) -> int:
+    total = sum(len(b) for b in buffers)
+    written = os.pwritev(fd, buffers, position)
+    while written < total:  # short writes are legal; finish the rest byte-exactly
+        rest = b"".join(bytes(b) for b in buffers)[written:]
+        written += os.pwrite(fd, rest, position + written)
+    return total
+
+
+def fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

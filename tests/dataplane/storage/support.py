@@ -1,0 +1,56 @@
+"""Helpers for storage tests: deterministic batches, a manual clock, crash copies."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dataplane.storage.log import PartitionLog
+from dataplane.storage.records import BatchBuilder, Compression, Record, decode_batches
+
+
+class ManualClock:
+    """A wall clock in ms that moves only when a test says so."""
+
+    def __init__(self, now_ms: int = 1_700_000_000_000) -> None:
+        self.now_ms = now_ms
+
+    def __call__(self) -> int:
+        return self.now_ms
+
+    def advance(self, ms: int) -> None:
+        self.now_ms += ms
+
+
+def make_batch(
+    values: list[bytes],
+    *,
+    timestamps: list[int] | None = None,
+    compression: Compression = Compression.NONE,
+    key_prefix: str = "k",
+) -> bytes:
+    """One batch; record i has key ``<prefix><i>``, the given value and timestamp."""
+    builder = BatchBuilder(compression=compression)
+    for i, value in enumerate(values):
+        timestamp = timestamps[i] if timestamps else 1_000 + i
+        builder.append(value, key=f"{key_prefix}{i}".encode(), timestamp=timestamp)
+    return builder.build()
+
+
+def read_all(log: PartitionLog, start: int | None = None) -> list[Record]:
+    """Every record from ``start`` (default the log start) to the LEO, via ``read``."""
+    offset = log.log_start_offset if start is None else start
+    out: list[Record] = []
+    while offset < log.log_end_offset:
+        result = log.read(offset, 64 * 1024)
+        assert result.data, f"empty read at {offset} below LEO {log.log_end_offset}"
+        out.extend(r for r in decode_batches(result.data) if r.offset >= offset)
+        offset = result.next_offset
+    return out
+
+
+def crash_copy(log: PartitionLog, target: Path) -> Path:
+    """Copy a live log's directory as a SIGKILL would leave it (no clean close)."""
+    import shutil
+
+    shutil.copytree(log.directory, target)
+    return target
