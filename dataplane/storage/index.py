@@ -57,22 +57,30 @@ class _MappedIndex:
         self.base_offset = base_offset
         self._entry_size = self.entry.size
         self._max_entries = max(2, max_index_bytes // self._entry_size)
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        length = os.fstat(self._fd).st_size
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            length = os.fstat(fd).st_size
+        finally:
+            os.close(fd)
         if length % self._entry_size:
-            os.close(self._fd)
             raise IndexCorruptError(path, f"size {length} is not a multiple of {self._entry_size}")
         self._entries = length // self._entry_size
         self._mmap: mmap.mmap | None = None
+        self._closed = False
         self._remap(length)  # sealed indexes stay exact; the owner calls make_writable
 
     # -- mapping -----------------------------------------------------------------------
     def _remap(self, length: int) -> None:
+        """Resize the file and map it; no descriptor stays open (the map keeps the file)."""
         if self._mmap is not None:
             self._mmap.close()
             self._mmap = None
-        os.ftruncate(self._fd, length)
-        self._mmap = mmap.mmap(self._fd, length) if length else None
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            os.ftruncate(fd, length)
+            self._mmap = mmap.mmap(fd, length) if length else None
+        finally:
+            os.close(fd)
 
     @property
     def entries(self) -> int:
@@ -116,22 +124,33 @@ class _MappedIndex:
         self._remap(self._entries * self._entry_size)
 
     def flush(self) -> None:
+        """Write the mapped entries and the file size to stable storage."""
+        if self._closed:
+            return
         if self._mmap is not None:
             self._mmap.flush()
-        os.fsync(self._fd)
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def close(self) -> None:
-        if self._fd < 0:
+        """Trim the file to its entries and unmap it."""
+        if self._closed:
             return
         self.trim()
+        self.discard()
+
+    def discard(self) -> None:
+        """Unmap without touching the file (it may already be unlinked)."""
         if self._mmap is not None:
             self._mmap.close()
             self._mmap = None
-        os.close(self._fd)
-        self._fd = -1
+        self._closed = True
 
     def delete(self) -> None:
-        self.close()
+        self.discard()
         self.path.unlink(missing_ok=True)
 
     # -- search ------------------------------------------------------------------------

@@ -220,7 +220,7 @@ class PartitionLog:
         recovery_point: int | None = None  # None: trust every segment (clean shutdown)
         if not clean:
             recovery_point = checkpoint.recovery_point if checkpoint else -1
-        segments = self._load_segments(bases, recovery_point, report)
+        segments, recovered = self._load_segments(bases, recovery_point, report)
         if not segments:
             segments = [self._new_segment(start)]
         self._set_view(segments)
@@ -234,7 +234,7 @@ class PartitionLog:
             self._log_start_offset,
             self._log_end_offset,
         )
-        self._flush_segments(list(self._view.segments))
+        self._flush_segments([s for s in recovered if s in self._view.segments])
         self._recovery_point = self._log_end_offset
         self._write_checkpoint(clean_shutdown=False)
 
@@ -248,8 +248,10 @@ class PartitionLog:
 
     def _load_segments(
         self, bases: list[int], recovery_point: int | None, report: RecoveryReport
-    ) -> list[LogSegment]:
+    ) -> tuple[list[LogSegment], list[LogSegment]]:
+        """Every segment, loaded; and those that recovery rewrote (to be synced)."""
         segments: list[LogSegment] = []
+        recovered: list[LogSegment] = []
         expected: int | None = None
         for i, base in enumerate(bases):
             segment = LogSegment(self.directory, base, self.config)
@@ -262,13 +264,14 @@ class PartitionLog:
                 if trusted or segment.indexes_missing:
                     report.indexes_rebuilt.append(base)
                 self._recover_segment(segment, expected, is_last, report)
+                recovered.append(segment)
                 if next_base is not None:
                     segment.seal()
                     segment.next_offset = next_base
             expected = segment.next_offset
             self._segment_created_ms[base] = self._clock_ms()
             segments.append(segment)
-        return segments
+        return segments, recovered
 
     @staticmethod
     def _recover_segment(
@@ -583,31 +586,40 @@ class PartitionLog:
         if offset < start or offset > end:
             raise OffsetOutOfRangeError(offset, start, end)
         upper = end if max_offset is None else min(max_offset, end)
-        chunks: list[bytes] = []
-        next_offset, remaining = offset, max_bytes
-        view = self._view
-        i = view.floor_index(offset)
-        while next_offset < upper and i < len(view.segments) and (remaining > 0 or not chunks):
-            segment = view.segments[i]
-            try:
-                with segment.pin():
-                    data, read_to = segment.read(
-                        next_offset, max(remaining, 0), upper, min_one_batch=not chunks
-                    )
-            except FileNotFoundError:
-                return self.read(offset, max_bytes, max_offset=max_offset)  # retention raced us
-            if data:
-                chunks.append(data)
-                remaining -= len(data)
-                next_offset = read_to
-            if read_to < segment.next_offset and data:
-                break  # stopped inside the segment: max_bytes or max_offset reached
-            i += 1
-            next_offset = max(next_offset, view.bases[i] if i < len(view.bases) else next_offset)
+        try:
+            chunks, next_offset = self._read_segments(offset, max_bytes, upper)
+        except FileNotFoundError:  # retention deleted a segment under us: start again
+            return self.read(offset, max_bytes, max_offset=max_offset)
         if not chunks:
             return ReadResult(b"", offset, start, end, self._high_watermark)
         payload = chunks[0] if len(chunks) == 1 else b"".join(chunks)
         return ReadResult(payload, next_offset, start, end, self._high_watermark)
+
+    def _read_segments(self, offset: int, max_bytes: int, upper: int) -> tuple[list[bytes], int]:
+        """Read segment after segment while bytes remain and each one was read to its end."""
+        chunks: list[bytes] = []
+        next_offset, remaining = offset, max_bytes
+        view = self._view
+        i = view.floor_index(offset)
+        while next_offset < upper and i < len(view.segments):
+            segment = view.segments[i]
+            if not chunks and next_offset >= segment.next_offset:
+                i += 1  # past the valid end of a segment whose tail was found corrupt
+                next_offset = view.bases[i] if i < len(view.bases) else next_offset
+                continue
+            with segment.pin():
+                data, read_to = segment.read(
+                    next_offset, remaining, upper, min_one_batch=not chunks
+                )
+            if not data:
+                break  # the byte budget or the upper bound stops the read here
+            chunks.append(data)
+            remaining -= len(data)
+            next_offset = read_to
+            if remaining <= 0 or read_to < segment.next_offset:
+                break
+            i += 1
+        return chunks, next_offset
 
     def offset_for_timestamp(self, timestamp: int) -> int | None:
         """The first readable offset whose record timestamp is >= ``timestamp``, or None."""

@@ -23,11 +23,13 @@ Thread safety: every public method may be called from any thread.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import functools
 import logging
 import os
 import re
+import resource
 import shutil
 import threading
 import time
@@ -107,6 +109,7 @@ class LogManager:
     def open(self) -> list[RecoveryReport]:
         """Lock the data directory and open (recovering as needed) every log in it."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        _raise_open_file_limit()
         self._lock_directory()
         self._remove_deleted_dirs()
         found = sorted(self._partition_dirs())
@@ -268,6 +271,14 @@ class LogManager:
             if now >= next_checkpoint:
                 self.checkpoint_all()
                 next_checkpoint = now + schedule.checkpoint_ms / 1000
+
+
+def _raise_open_file_limit() -> None:
+    """Lift the soft limit on open files to the hard one: every segment holds a descriptor."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 __all__ = ["LogManager", "ManagerSchedule", "TopicPartition"]

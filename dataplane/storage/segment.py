@@ -95,6 +95,7 @@ class LogSegment:
         self._size = os.fstat(self._fd).st_size
         self._pins = 0
         self._deleted = False
+        self._close_pending = False
         self.next_offset = base_offset
         self.max_timestamp = -1
         self.offset_of_max_timestamp = base_offset
@@ -383,7 +384,7 @@ class LogSegment:
         finally:
             with self._lock:
                 self._pins -= 1
-                if self._pins == 0 and self._deleted:
+                if self._pins == 0 and (self._deleted or self._close_pending):
                     self._close_files()
 
     def _read_header(self, position: int) -> BatchHeader:
@@ -619,14 +620,17 @@ class LogSegment:
             if self._size and not self.sealed:
                 self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
             if self._pins:
-                self._deleted = True
+                self._close_pending = True
                 return
             self._close_files()
 
     def _close_files(self) -> None:
         if self._fd >= 0:
-            self.offset_index.close()
-            self.time_index.close()
+            for index in (self.offset_index, self.time_index):
+                if self._deleted:
+                    index.discard()  # unlinked already: trimming would recreate the file
+                else:
+                    index.close()
             os.close(self._fd)
             self._fd = -1
 

@@ -444,3 +444,26 @@ def test_log_directory_is_one_partition_with_kafka_file_names(open_log, small_co
     assert "00000000000000000000.index" in names
     assert "00000000000000000000.timeindex" in names
     assert "partition.json" in names
+
+
+def test_a_read_whose_budget_ends_just_past_a_segment_does_not_skip_offsets(open_log):
+    log = open_log(LogConfig(max_segment_bytes=1024, durability=Durability.NEVER))
+    for _ in range(12):
+        log.append(make_batch([b"x" * 300]))
+    first = log.segments[0]
+    result = log.read(0, first.size_bytes + 1)
+    assert result.next_offset == first.next_offset
+    assert [r.offset for r in decode_batches(result.data)] == list(range(first.next_offset))
+
+
+def test_a_read_bounded_inside_a_later_segment_stops_before_the_bound(tmp_path, clock):
+    config = LogConfig(max_segment_bytes=1024, durability=Durability.NEVER)
+    log = PartitionLog.open(tmp_path / "t-0", config, replicated=True, clock_ms=clock)
+    for _ in range(6):
+        log.append(make_batch([b"x" * 150, b"y" * 150]))
+    assert [s.base_offset for s in log.segments] == [0, 4, 8]
+    assert log.update_high_watermark(5) == 5
+    result = log.read(0, 1 << 20, max_offset=log.high_watermark)
+    assert result.next_offset == 4
+    assert [r.offset for r in decode_batches(result.data)] == [0, 1, 2, 3]
+    log.close()
