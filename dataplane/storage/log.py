@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-import dataclasses
 import logging
 import struct
 import threading
@@ -51,6 +50,7 @@ from dataplane.storage.segment import (
     TIME_INDEX_SUFFIX,
     CorruptRegion,
     LogSegment,
+    PlacedBatch,
     fsync_directory,
 )
 
@@ -392,20 +392,22 @@ class PartitionLog:
         headers: list[tuple[int, BatchHeader]],
         base: int,
         leader_epoch: int | None,
-    ) -> tuple[list[bytes | memoryview], list[tuple[int, BatchHeader]], int]:
-        """The buffers to write and each batch's final header, offsets assigned."""
+    ) -> tuple[list[bytes | memoryview], list[PlacedBatch], int]:
+        """The buffers to write and where each batch lands, offsets assigned.
+
+        The base offset is written as its own 8-byte buffer in front of the rest of the
+        batch (``pwritev``), so the caller's bytes are never copied.
+        """
         if self.config.timestamp_type == TimestampType.LOG_APPEND_TIME or leader_epoch is not None:
             return self._prepare_rewritten(view, headers, base, leader_epoch)
         buffers: list[bytes | memoryview] = []
-        placed: list[tuple[int, BatchHeader]] = []
+        placed: list[PlacedBatch] = []
         next_base = base
         for position, header in headers:
             buffers.append(_INT64.pack(next_base))
             buffers.append(view[position + 8 : position + header.size])
-            if header.base_offset != next_base:
-                header = dataclasses.replace(header, base_offset=next_base)
-            placed.append((position, header))
-            next_base = header.next_offset
+            placed.append((position, next_base, header))
+            next_base += header.last_offset_delta + 1
         return buffers, placed, -1
 
     def _prepare_rewritten(
@@ -414,12 +416,12 @@ class PartitionLog:
         headers: list[tuple[int, BatchHeader]],
         base: int,
         leader_epoch: int | None,
-    ) -> tuple[list[bytes | memoryview], list[tuple[int, BatchHeader]], int]:
+    ) -> tuple[list[bytes | memoryview], list[PlacedBatch], int]:
         buffer = bytearray(view)
         append_time = -1
         if self.config.timestamp_type == TimestampType.LOG_APPEND_TIME:
             append_time = self._clock_ms()
-        placed: list[tuple[int, BatchHeader]] = []
+        placed: list[PlacedBatch] = []
         next_base = base
         for position, header in headers:
             records.set_base_offset(buffer, position, next_base)
@@ -427,34 +429,33 @@ class PartitionLog:
                 records.set_partition_leader_epoch(buffer, position, leader_epoch)
             if append_time >= 0:
                 records.set_log_append_time(buffer, position, append_time)
-            placed.append((position, records.read_header(buffer, position)))
+            placed.append((position, next_base, records.read_header(buffer, position)))
             next_base += header.last_offset_delta + 1
         return [memoryview(buffer)], placed, append_time
 
     def _write(
-        self,
-        buffers: list[bytes | memoryview],
-        placed: list[tuple[int, BatchHeader]],
-        append_time: int,
+        self, buffers: list[bytes | memoryview], placed: list[PlacedBatch], append_time: int
     ) -> AppendInfo:
-        first, last = placed[0][1], placed[-1][1]
-        size = sum(len(b) for b in buffers)
-        segment = self._segment_for_append(first.base_offset, last.last_offset, size)
+        size = 0
+        for buffer in buffers:
+            size += len(buffer)
+        record_count, max_timestamp = 0, -1
+        for _, _, header in placed:
+            record_count += header.record_count
+            max_timestamp = max(max_timestamp, header.max_timestamp)
+        base_offset = placed[0][1]
+        _, last_base, last = placed[-1]
+        last_offset = last_base + last.last_offset_delta
+        segment = self._segment_for_append(base_offset, last_offset, size)
         try:
             segment.append(buffers, placed)
         except OSError as exc:
             raise self._go_offline(exc) from exc
-        self._log_end_offset = last.next_offset
+        self._log_end_offset = last_offset + 1
         if not self.replicated:
             self._high_watermark = self._log_end_offset
         return AppendInfo(
-            base_offset=first.base_offset,
-            last_offset=last.last_offset,
-            record_count=sum(h.record_count for _, h in placed),
-            batch_count=len(placed),
-            size_bytes=size,
-            max_timestamp=max(h.max_timestamp for _, h in placed),
-            log_append_time=append_time,
+            base_offset, last_offset, record_count, len(placed), size, max_timestamp, append_time
         )
 
     def _segment_for_append(self, base_offset: int, last_offset: int, size: int) -> LogSegment:

@@ -50,6 +50,10 @@ _SCAN_CHUNK_BYTES = 8 * 1024 * 1024
 _CRC_START = 21  # the CRC covers attributes (byte 21) to the end of the batch
 
 
+PlacedBatch = tuple[int, int, BatchHeader]
+"""(position relative to the start of a write, final base offset, parsed header)."""
+
+
 def segment_file_name(base_offset: int, suffix: str) -> str:
     return f"{base_offset:020d}{suffix}"
 
@@ -209,7 +213,7 @@ class LogSegment:
             expected = header.next_offset
             self._bytes_since_index = 0 if pos == position else self._bytes_since_index
             self._bytes_since_index += header.size
-            self._note_timestamp(header)
+            self._note_timestamp(header.base_offset, header.max_timestamp)
             position = pos + header.size
         if position != self._size:
             return False
@@ -249,8 +253,8 @@ class LogSegment:
                     self._force_index_entry = True
                     continue
                 position, header = item
-                self._index_batch(position, header)
-                self._note_timestamp(header)
+                self._index_batch(position, header.base_offset, header.size)
+                self._note_timestamp(header.base_offset, header.max_timestamp)
                 expected = header.next_offset
                 result.batches += 1
             result.valid_bytes = self._size
@@ -337,39 +341,40 @@ class LogSegment:
         return None
 
     # -- appending ----------------------------------------------------------------------
-    def append(
-        self, buffers: list[bytes | memoryview], headers: list[tuple[int, BatchHeader]]
-    ) -> int:
+    def append(self, buffers: list[bytes | memoryview], batches: list[PlacedBatch]) -> int:
         """Write ``buffers`` (whole batches, offsets final) at the end; returns the position.
 
-        ``headers`` lists each batch's position relative to the start of the write.
+        ``batches`` describes each batch written: its position relative to the start of
+        the write, its final base offset and its header (whose own base offset may be
+        stale: offsets are assigned in the bytes, not in the parsed header).
         """
         with self._lock:
             position = self._size
             total = _pwritev_all(self._fd, buffers, position)
-            for relative, header in headers:
-                self._index_batch(position + relative, header)
-                self._note_timestamp(header)
+            for relative, base_offset, header in batches:
+                self._index_batch(position + relative, base_offset, header.size)
+                self._note_timestamp(base_offset, header.max_timestamp)
             self._size = position + total
-            self.next_offset = headers[-1][1].next_offset
+            _, last_base, last = batches[-1]
+            self.next_offset = last_base + last.last_offset_delta + 1
             if self.first_batch_timestamp is None:
-                self.first_batch_timestamp = headers[0][1].max_timestamp
+                self.first_batch_timestamp = batches[0][2].max_timestamp
             return position
 
-    def _index_batch(self, position: int, header: BatchHeader) -> None:
+    def _index_batch(self, position: int, base_offset: int, size: int) -> None:
         if self._force_index_entry or (
             self._bytes_since_index >= self.config.index_interval_bytes and position > 0
         ):
-            self.offset_index.append(header.base_offset, position)
+            self.offset_index.append(base_offset, position)
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
             self._bytes_since_index = 0
             self._force_index_entry = False
-        self._bytes_since_index += header.size
+        self._bytes_since_index += size
 
-    def _note_timestamp(self, header: BatchHeader) -> None:
-        if header.max_timestamp > self.max_timestamp:
-            self.max_timestamp = header.max_timestamp
-            self.offset_of_max_timestamp = header.base_offset
+    def _note_timestamp(self, base_offset: int, max_timestamp: int) -> None:
+        if max_timestamp > self.max_timestamp:
+            self.max_timestamp = max_timestamp
+            self.offset_of_max_timestamp = base_offset
 
     # -- reading ------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -576,7 +581,7 @@ class LogSegment:
         if self.offset_index.entries:
             _, start = self.offset_index.entry_at(self.offset_index.entries - 1)
         for _, header in self._walk(start, self._size, verify_crc=False):
-            self._note_timestamp(header)
+            self._note_timestamp(header.base_offset, header.max_timestamp)
             self._bytes_since_index += header.size
         if not self._size:
             self.first_batch_timestamp = None
