@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from dataplane.storage.config import LogConfig
-from dataplane.storage.errors import StorageError
+from dataplane.storage.errors import CheckpointError, InvalidConfigError
 
 CHECKPOINT_FILE = "partition.json"
 _VERSION = 1
@@ -49,12 +49,21 @@ class PartitionCheckpoint:
 
 
 def read_checkpoint(directory: Path) -> PartitionCheckpoint | None:
-    """The checkpoint in ``directory``, or None when there is none or it is unreadable."""
+    """The checkpoint in ``directory``, or None when there is none.
+
+    Raises ``CheckpointError`` when the file exists but cannot be used (damaged, or
+    written by an unknown version).
+    """
     path = directory / CHECKPOINT_FILE
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return None
+    except ValueError as exc:
+        raise CheckpointError(path, f"not JSON: {exc}") from exc
+    try:
         if data.get("version") != _VERSION:
-            return None
+            raise CheckpointError(path, f"unknown version {data.get('version')!r}")
         return PartitionCheckpoint(
             clean_shutdown=bool(data["clean_shutdown"]),
             log_start_offset=int(data["log_start_offset"]),
@@ -62,10 +71,8 @@ def read_checkpoint(directory: Path) -> PartitionCheckpoint | None:
             high_watermark=int(data["high_watermark"]),
             config=LogConfig.from_dict(data["config"]),
         )
-    except FileNotFoundError:
-        return None
-    except (ValueError, KeyError, TypeError, StorageError):
-        return None
+    except (AttributeError, KeyError, TypeError, ValueError, InvalidConfigError) as exc:
+        raise CheckpointError(path, f"{type(exc).__name__}: {exc}") from exc
 
 
 def write_checkpoint(directory: Path, checkpoint: PartitionCheckpoint) -> None:

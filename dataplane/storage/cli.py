@@ -3,14 +3,17 @@
 ``dump PATH``     one line per segment and, with ``--batches``, per batch
 ``verify PATH``   CRC-check every batch; exit status 1 if anything is corrupt
 
-Both open the log read-mostly: a log that was not closed cleanly is recovered first
-(exactly as a broker would at start), and the recovery report is printed.
+Both open the log as a broker would at start: a log that was not closed cleanly is
+recovered first, and the recovery report is printed. They refuse to touch a data
+directory that a running broker has locked.
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -64,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.path}: not a partition directory", file=sys.stderr)
         return 2
     try:
+        lock = _lock_data_dir(args.path.resolve().parent)
         log = PartitionLog.open(args.path)
     except StorageError as exc:
         print(f"{args.path}: {exc}", file=sys.stderr)
@@ -81,6 +85,22 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if corrupt else 0
     finally:
         log.close()
+        if lock is not None:
+            os.close(lock)
+
+
+def _lock_data_dir(data_dir: Path) -> int | None:
+    """Take the data directory's lock, as a broker does; refuse while one runs there."""
+    lock_path = data_dir / ".lock"
+    if not lock_path.exists():
+        return None
+    fd = os.open(lock_path, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise StorageError(f"{data_dir} is in use by a running broker; stop it first") from None
+    return fd
 
 
 if __name__ == "__main__":

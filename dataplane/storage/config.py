@@ -15,10 +15,14 @@ Durability modes (``LogConfig.durability``) — what an append promises once it 
     acknowledged; a kernel crash or power loss loses at most the last
     ``flush_interval_ms`` (plus scheduling delay) of acknowledged appends.
 ``never``
-    ``append`` returns once its bytes are in the page cache; the log fsyncs only when a
-    segment is sealed and at clean close, leaving the rest to the kernel's writeback. A
-    process crash loses nothing acknowledged; a kernel crash or power loss may lose
-    anything since the last seal. Use it where replication provides durability.
+    ``append`` returns once its bytes are in the page cache; the log is fsynced only
+    after a segment is sealed (by the log manager's housekeeping, shortly after the roll)
+    and at clean close, leaving the rest to the kernel's writeback. A process crash loses
+    nothing acknowledged; a kernel crash or power loss may lose anything since the last
+    of those flushes. Use it where replication provides durability.
+
+Readers never see what a crash could take back in the mode they chose: an unreplicated
+``always`` log exposes a record (its high watermark moves) only once it is synced.
 
 In every mode recovery after any crash truncates a torn tail, so a reader never sees a
 partial batch.

@@ -103,6 +103,36 @@ class InvalidOffsetError(StorageError):
     """A batch handed to the log carries offsets the log cannot accept."""
 
 
+class AppendTruncatedError(StorageError):
+    """An append was truncated away (by replication) before it could be synced."""
+
+    def __init__(self, base_offset: int, log_end_offset: int) -> None:
+        super().__init__(
+            f"the append at offset {base_offset} was truncated (log end now "
+            f"{log_end_offset}) before it was synced"
+        )
+        self.base_offset = base_offset
+        self.log_end_offset = log_end_offset
+
+
+class IndexCorruptError(StorageError):
+    """An index file contradicts its invariants; its segment rebuilds it from the log."""
+
+    def __init__(self, path: object, reason: str) -> None:
+        super().__init__(f"corrupt index {path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+class CheckpointError(StorageError):
+    """A partition checkpoint exists but cannot be read."""
+
+    def __init__(self, path: object, reason: str) -> None:
+        super().__init__(f"unreadable checkpoint {path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
 class LogClosedError(StorageError):
     """The log (or its manager) has been closed."""
 

@@ -35,16 +35,7 @@ import struct
 from pathlib import Path
 from typing import ClassVar
 
-from dataplane.storage.errors import StorageError
-
-
-class IndexCorruptError(StorageError):
-    """An index file's contents contradict its invariants; the owner rebuilds it."""
-
-    def __init__(self, path: Path, reason: str) -> None:
-        super().__init__(f"corrupt index {path}: {reason}")
-        self.path = path
-        self.reason = reason
+from dataplane.storage.errors import IndexCorruptError
 
 
 class _MappedIndex:
@@ -87,9 +78,13 @@ class _MappedIndex:
         return self._entries
 
     @property
+    def free_entries(self) -> int:
+        """Entries that may still be appended; one slot stays free for sealing."""
+        return max(0, self._max_entries - 1 - self._entries)
+
+    @property
     def is_full(self) -> bool:
-        """Full for the log's purposes: one slot stays free for the entry made on sealing."""
-        return self._entries >= self._max_entries - 1
+        return self.free_entries == 0
 
     @property
     def size_bytes(self) -> int:
@@ -100,10 +95,11 @@ class _MappedIndex:
         return self.entry.unpack_from(self._mmap, n * self._entry_size)
 
     def _write(self, values: tuple[int, ...]) -> None:
-        if self._entries >= self._max_entries:
-            raise IndexCorruptError(self.path, "append to a full index")
-        if self._mmap is None or len(self._mmap) < (self._entries + 1) * self._entry_size:
-            self._remap(self._max_entries * self._entry_size)
+        needed = (self._entries + 1) * self._entry_size
+        if self._mmap is None or len(self._mmap) < needed:
+            # ``max_index_bytes`` makes the log roll; it is not a hard cap (the entry made
+            # when sealing may need the reserved slot, or more after the limit was lowered).
+            self._remap(max(self._max_entries * self._entry_size, needed))
         assert self._mmap is not None
         self.entry.pack_into(self._mmap, self._entries * self._entry_size, *values)
         self._entries += 1
@@ -116,8 +112,12 @@ class _MappedIndex:
         self._entries = 0
 
     def make_writable(self) -> None:
-        """Extend the file to ``max_index_bytes`` so appends can continue (reopened tail)."""
-        self._remap(self._max_entries * self._entry_size)
+        """Extend the file to ``max_index_bytes`` so appends can continue (reopened tail).
+
+        An index holding more entries than ``max_index_bytes`` allows (the limit was
+        lowered) keeps them all; it reports itself full, so the log rolls.
+        """
+        self._remap(max(self._max_entries, self._entries) * self._entry_size)
 
     def trim(self) -> None:
         """Shrink the file to exactly its entries (sealing or clean close)."""

@@ -1,63 +1,60 @@
 """The partition log: an append-only sequence of RecordBatch v2 batches with dense offsets.
 
 A ``PartitionLog`` owns one directory (``<topic>-<partition>/``) holding its segments
-(see ``segment.py``) and its checkpoint (see ``checkpoint.py``). It tracks three offsets:
+(see ``segment.py``) and its checkpoint (see ``checkpoint.py``). It tracks:
 
 - ``log_start_offset``: the first offset that may be read; advanced by retention and
   ``advance_log_start_offset``.
 - ``log_end_offset`` (LEO): the offset the next appended record gets.
+- ``recovery_point``: every offset below it is on stable storage.
 - ``high_watermark``: the end of what readers should see. A log opened with
-  ``replicated=False`` (the default) keeps it equal to the LEO; a replicated log lets
-  its owner move it with ``update_high_watermark``.
+  ``replicated=True`` lets its owner move it (``update_high_watermark``); otherwise it
+  follows the LEO — or, with ``durability=always``, the recovery point, so no reader
+  ever sees a record that a power loss could take back.
 
 Offsets are dense: every append gets ``[LEO, LEO + n)``. Offsets live outside the CRC
 (the base offset is bytes 0..7 of a batch), so assigning them leaves the CRC valid.
 
 Thread safety: any number of threads may append, read and look up concurrently.
 Appends are serialised by one lock while they write; with ``durability=always`` they
-then wait for a group commit outside that lock, so one ``fdatasync`` covers every batch
-written while the previous one ran. Reads take no lock: they work on a snapshot of the
-segment list and of the LEO and never return bytes appended after they started.
-Structural changes (roll, retention, truncation) take the append lock.
+then wait for a group commit (``flush.py``) outside that lock. Reads take no lock: they
+work on a snapshot of the segment list and never return bytes appended after they
+started. Structural changes (roll, retention, truncation) take the append lock.
 """
 
 from __future__ import annotations
 
 import bisect
-import contextlib
 import logging
+import shutil
 import struct
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from dataplane.storage import records
-from dataplane.storage.checkpoint import PartitionCheckpoint, read_checkpoint, write_checkpoint
+from dataplane.storage.checkpoint import PartitionCheckpoint, write_checkpoint
 from dataplane.storage.config import Durability, LogConfig
 from dataplane.storage.errors import (
     CorruptBatchError,
     InvalidOffsetError,
+    InvalidRecordCountError,
     LogClosedError,
     LogDirOfflineError,
     OffsetOutOfRangeError,
 )
+from dataplane.storage.flush import FlushWork, GroupCommitter
 from dataplane.storage.records import BatchHeader, TimestampType
-from dataplane.storage.segment import (
-    INDEX_SUFFIX,
-    LOG_SUFFIX,
-    TIME_INDEX_SUFFIX,
-    CorruptRegion,
-    LogSegment,
-    PlacedBatch,
-    fsync_directory,
-)
+from dataplane.storage.recovery import RecoveryReport, load_log
+from dataplane.storage.segment import CorruptRegion, LogSegment, PlacedBatch
 
 log = logging.getLogger(__name__)
 
 _INT64 = struct.Struct(">q")
 _MAX_RELATIVE_OFFSET = 2**32 - 1
+_READ_RETRIES = 8
 
 
 def wall_clock_ms() -> int:
@@ -86,50 +83,6 @@ class ReadResult:
     log_start_offset: int
     log_end_offset: int
     high_watermark: int
-
-
-@dataclass(slots=True)
-class RecoveryReport:
-    """What opening a log found and did."""
-
-    path: Path
-    clean_shutdown: bool
-    segments: int = 0
-    segments_recovered: int = 0
-    batches_scanned: int = 0
-    truncated_bytes: int = 0
-    truncated_reason: str | None = None
-    indexes_rebuilt: list[int] = field(default_factory=list)
-    corrupt: list[CorruptRegion] = field(default_factory=list)
-    segments_deleted: list[int] = field(default_factory=list)
-    log_start_offset: int = 0
-    log_end_offset: int = 0
-    duration_s: float = 0.0
-
-    @property
-    def repaired(self) -> bool:
-        return bool(self.truncated_bytes or self.indexes_rebuilt or self.segments_deleted)
-
-    def __str__(self) -> str:
-        lines = [
-            f"{self.path.name}: {'clean' if self.clean_shutdown else 'unclean'} shutdown, "
-            f"{self.segments} segments, offsets [{self.log_start_offset}, "
-            f"{self.log_end_offset}), opened in {self.duration_s * 1000:.1f} ms"
-        ]
-        if self.segments_recovered:
-            lines.append(
-                f"  re-validated {self.segments_recovered} segments, {self.batches_scanned} batches"
-            )
-        if self.truncated_bytes:
-            lines.append(
-                f"  truncated a torn tail of {self.truncated_bytes} bytes: {self.truncated_reason}"
-            )
-        if self.indexes_rebuilt:
-            lines.append(f"  rebuilt indexes of segments {self.indexes_rebuilt}")
-        if self.segments_deleted:
-            lines.append(f"  deleted segments below the log start: {self.segments_deleted}")
-        lines.extend(f"  CORRUPT: {region}" for region in self.corrupt)
-        return "\n".join(lines)
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,19 +117,17 @@ class PartitionLog:
         self.replicated = replicated
         self._clock_ms = clock_ms
         self._lock = threading.RLock()
-        self._flush_cond = threading.Condition()
-        self._flushing = False
+        self._committer = GroupCommitter(self._flush_work, self._go_offline, 0)
         self._unflushed: list[LogSegment] = []
         self._view = _SegmentView((), ())
         self._log_start_offset = 0
         self._log_end_offset = 0
         self._high_watermark = 0
-        self._recovery_point = 0
         self._last_flush_ms = clock_ms()
-        self._segment_created_ms: dict[int, int] = {}
         self._offline: LogDirOfflineError | None = None
+        self._closing = False
         self._closed = False
-        self.recovery: RecoveryReport = RecoveryReport(directory, clean_shutdown=True)
+        self.recovery = RecoveryReport(directory, clean_shutdown=True)
 
     # -- opening ------------------------------------------------------------------------
     @classmethod
@@ -197,99 +148,32 @@ class PartitionLog:
         started = time.perf_counter()
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
-        checkpoint = read_checkpoint(directory)
-        effective = config or (checkpoint.config if checkpoint else LogConfig())
-        self = cls(directory, effective, replicated=replicated, clock_ms=clock_ms)
-        self._load(checkpoint, initial_offset)
-        self.recovery.duration_s = time.perf_counter() - started
-        if not self.recovery.clean_shutdown or self.recovery.repaired or self.recovery.corrupt:
-            log.warning("recovered log %s", self.recovery)
-        return self
-
-    def _load(self, checkpoint: PartitionCheckpoint | None, initial_offset: int) -> None:
-        self._remove_leftovers()
-        bases = sorted(
-            int(p.name[: -len(LOG_SUFFIX)]) for p in self.directory.glob("*" + LOG_SUFFIX)
-        )
-        is_new = checkpoint is None and not bases
-        clean = is_new or (checkpoint is not None and checkpoint.clean_shutdown)
-        report = self.recovery = RecoveryReport(self.directory, clean_shutdown=clean)
-        start = (
-            checkpoint.log_start_offset if checkpoint else (bases[0] if bases else initial_offset)
-        )
-        recovery_point: int | None = None  # None: trust every segment (clean shutdown)
-        if not clean:
-            recovery_point = checkpoint.recovery_point if checkpoint else -1
-        segments, recovered = self._load_segments(bases, recovery_point, report)
-        if not segments:
-            segments = [self._new_segment(start)]
-        self._set_view(segments)
-        self._log_end_offset = segments[-1].next_offset
-        self._log_start_offset = min(max(start, segments[0].base_offset), self._log_end_offset)
-        self._drop_segments_below_start(report)
-        hw = checkpoint.high_watermark if checkpoint else self._log_end_offset
-        self._high_watermark = self._clamp(hw if self.replicated else self._log_end_offset)
-        report.segments = len(self._view.segments)
+        loaded = load_log(directory, config, initial_offset)
+        self = cls(directory, loaded.config, replicated=replicated, clock_ms=clock_ms)
+        now = clock_ms()
+        for segment in loaded.segments:
+            segment.created_ms = now
+        self._set_view(loaded.segments)
+        self._log_end_offset = loaded.segments[-1].next_offset
+        self._log_start_offset = loaded.log_start_offset
+        for segment in loaded.recovered:
+            if segment in loaded.segments:
+                segment.flush()
+        self._committer.reset(self._log_end_offset)
+        stored_hw = loaded.high_watermark
+        self._high_watermark = self._clamp(self._log_end_offset if stored_hw is None else stored_hw)
+        self._publish()
+        self._write_checkpoint(clean_shutdown=False)
+        report = self.recovery = loaded.report
+        report.segments = len(loaded.segments)
         report.log_start_offset, report.log_end_offset = (
             self._log_start_offset,
             self._log_end_offset,
         )
-        self._flush_segments([s for s in recovered if s in self._view.segments])
-        self._recovery_point = self._log_end_offset
-        self._write_checkpoint(clean_shutdown=False)
-
-    def _remove_leftovers(self) -> None:
-        for path in self.directory.iterdir():
-            orphan_index = path.suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX) and not (
-                path.with_suffix(LOG_SUFFIX).exists()
-            )
-            if orphan_index or path.name.endswith((".tmp", ".deleted")):
-                path.unlink()
-
-    def _load_segments(
-        self, bases: list[int], recovery_point: int | None, report: RecoveryReport
-    ) -> tuple[list[LogSegment], list[LogSegment]]:
-        """Every segment, loaded; and those that recovery rewrote (to be synced)."""
-        segments: list[LogSegment] = []
-        recovered: list[LogSegment] = []
-        expected: int | None = None
-        for i, base in enumerate(bases):
-            segment = LogSegment(self.directory, base, self.config)
-            next_base = bases[i + 1] if i + 1 < len(bases) else None
-            is_last = next_base is None
-            trusted = recovery_point is None or (
-                next_base is not None and next_base <= recovery_point
-            )
-            if not (trusted and segment.load_clean(next_base)):
-                if trusted or segment.indexes_missing:
-                    report.indexes_rebuilt.append(base)
-                self._recover_segment(segment, expected, is_last, report)
-                recovered.append(segment)
-                if next_base is not None:
-                    segment.seal()
-                    segment.next_offset = next_base
-            expected = segment.next_offset
-            self._segment_created_ms[base] = self._clock_ms()
-            segments.append(segment)
-        return segments, recovered
-
-    @staticmethod
-    def _recover_segment(
-        segment: LogSegment, expected: int | None, is_last: bool, report: RecoveryReport
-    ) -> None:
-        result = segment.recover(expected_base=expected, is_last=is_last)
-        report.segments_recovered += 1
-        report.batches_scanned += result.batches
-        report.truncated_bytes += result.truncated_bytes
-        report.truncated_reason = result.truncated_reason or report.truncated_reason
-        report.corrupt.extend(result.corrupt)
-
-    def _drop_segments_below_start(self, report: RecoveryReport) -> None:
-        segments = list(self._view.segments)
-        while len(segments) > 1 and segments[0].next_offset <= self._log_start_offset:
-            report.segments_deleted.append(segments[0].base_offset)
-            segments.pop(0).delete()
-        self._set_view(segments)
+        report.duration_s = time.perf_counter() - started
+        if not report.clean_shutdown or report.repaired or report.corrupt:
+            log.warning("recovered log %s", report)
+        return self
 
     # -- offsets ------------------------------------------------------------------------
     @property
@@ -307,7 +191,7 @@ class PartitionLog:
     @property
     def recovery_point(self) -> int:
         """Every offset below this one is on stable storage."""
-        return self._recovery_point
+        return self._committer.recovery_point
 
     @property
     def size_bytes(self) -> int:
@@ -322,13 +206,25 @@ class PartitionLog:
         return self._offline is not None
 
     def update_high_watermark(self, offset: int) -> int:
-        """Move the high watermark of a replicated log; clamped to [log start, LEO]."""
+        """Advance the high watermark of a replicated log, within [log start, LEO].
+
+        It never moves back here; only truncation lowers it.
+        """
         with self._lock:
-            self._high_watermark = self._clamp(offset)
+            self._high_watermark = max(self._high_watermark, self._clamp(offset))
             return self._high_watermark
 
     def _clamp(self, offset: int) -> int:
         return max(self._log_start_offset, min(offset, self._log_end_offset))
+
+    def _publish(self) -> None:
+        """Move an unreplicated log's high watermark to what readers may now see."""
+        if self.replicated:
+            return
+        visible = self._log_end_offset
+        if self.config.durability is Durability.ALWAYS:
+            visible = min(visible, self._committer.recovery_point)
+        self._high_watermark = max(self._high_watermark, self._clamp(visible))
 
     # -- appending ----------------------------------------------------------------------
     def append(
@@ -340,15 +236,16 @@ class PartitionLog:
     ) -> AppendInfo:
         """Validate and append one or more concatenated batches.
 
-        Every batch is validated (structure, magic, codec, CRC, ``max_batch_bytes``)
-        before any byte is written, so a bad request leaves the log untouched. With
-        ``assign_offsets`` (a leader) the batches get ``[LEO, LEO + n)``; without it (a
-        follower copying a leader) their offsets must start at the LEO and be dense.
-        ``leader_epoch`` stamps the partition leader epoch into each batch header.
-        Returns after the bytes are written and, with ``durability=always``, synced.
+        Every batch is validated (structure, magic, codec, CRC, ``max_batch_bytes``; and,
+        when offsets are assigned here, that its offset deltas are dense) before any byte
+        is written, so a bad request leaves the log untouched. With ``assign_offsets`` (a
+        leader) the batches get ``[LEO, LEO + n)``; without it (a follower copying a
+        leader) their offsets must start at the LEO. ``leader_epoch`` stamps the partition
+        leader epoch into each batch header. Returns after the bytes are written and, with
+        ``durability=always``, synced.
         """
         view = memoryview(data).cast("B") if not isinstance(data, bytes) else memoryview(data)
-        headers = self._validate(view)
+        headers = self._validate(view, dense=assign_offsets)
         with self._lock:
             self._check_writable()
             base = self._log_end_offset if assign_offsets else headers[0][1].base_offset
@@ -356,14 +253,22 @@ class PartitionLog:
                 self._check_follower_offsets(headers)
             buffers, placed, append_time = self._prepare(view, headers, base, leader_epoch)
             info = self._write(buffers, placed, append_time)
-        self._after_append(info.last_offset + 1)
+            epoch = self._committer.epoch
+        self._after_append(info, epoch)
         return info
 
-    def _validate(self, view: memoryview) -> list[tuple[int, BatchHeader]]:
+    def _validate(self, view: memoryview, *, dense: bool) -> list[tuple[int, BatchHeader]]:
         headers: list[tuple[int, BatchHeader]] = []
         position, limit = 0, self.config.max_batch_bytes
         while position < len(view):
             header = records.validate_batch(view, position, max_batch_bytes=limit)
+            if dense and header.last_offset_delta != header.record_count - 1:
+                raise InvalidRecordCountError(
+                    f"{header.record_count} records with last offset delta "
+                    f"{header.last_offset_delta}: offsets must be dense",
+                    position=position,
+                    offset=header.base_offset,
+                )
             headers.append((position, header))
             position += header.size
         if not headers:
@@ -373,7 +278,7 @@ class PartitionLog:
     def _check_writable(self) -> None:
         if self._offline is not None:
             raise self._offline
-        if self._closed:
+        if self._closing or self._closed:
             raise LogClosedError(f"log {self.directory} is closed")
 
     def _check_follower_offsets(self, headers: list[tuple[int, BatchHeader]]) -> None:
@@ -446,26 +351,26 @@ class PartitionLog:
         base_offset = placed[0][1]
         _, last_base, last = placed[-1]
         last_offset = last_base + last.last_offset_delta
-        segment = self._segment_for_append(base_offset, last_offset, size)
+        segment = self._segment_for_append(last_offset, size, len(placed), base_offset)
         try:
             segment.append(buffers, placed)
         except OSError as exc:
             raise self._go_offline(exc) from exc
         self._log_end_offset = last_offset + 1
-        if not self.replicated:
-            self._high_watermark = self._log_end_offset
+        self._publish()
         return AppendInfo(
             base_offset, last_offset, record_count, len(placed), size, max_timestamp, append_time
         )
 
-    def _segment_for_append(self, base_offset: int, last_offset: int, size: int) -> LogSegment:
+    def _segment_for_append(
+        self, last_offset: int, size: int, batches: int, base_offset: int
+    ) -> LogSegment:
         active = self._view.segments[-1]
         if active.is_empty:
             return active
-        aged = self._clock_ms() - self._segment_created_ms.get(active.base_offset, 0)
         if (
-            active.is_full(size)
-            or aged >= self.config.segment_ms
+            active.is_full(size, batches)
+            or self._clock_ms() - active.created_ms >= self.config.segment_ms
             or last_offset - active.base_offset > _MAX_RELATIVE_OFFSET
         ):
             return self._roll(base_offset)
@@ -485,7 +390,7 @@ class PartitionLog:
 
     def _new_segment(self, base_offset: int) -> LogSegment:
         segment = LogSegment.create(self.directory, base_offset, self.config)
-        self._segment_created_ms[base_offset] = self._clock_ms()
+        segment.created_ms = self._clock_ms()
         return segment
 
     def roll(self) -> None:
@@ -495,20 +400,24 @@ class PartitionLog:
             if not self._view.segments[-1].is_empty:
                 self._roll(self._log_end_offset)
 
-    def _after_append(self, end_offset: int) -> None:
+    def _after_append(self, info: AppendInfo, epoch: int) -> None:
         durability = self.config.durability
-        if durability is Durability.ALWAYS or (
-            durability is Durability.INTERVAL and self._flush_due()
-        ):
-            self._sync_through(end_offset)
+        if durability is Durability.ALWAYS:
+            self._committer.sync_through(info.last_offset + 1, epoch=epoch)
+            with self._lock:
+                self._publish()
+        elif durability is Durability.INTERVAL and self._flush_due():
+            self._committer.sync_through(info.last_offset + 1)
 
     def _flush_due(self) -> bool:
         return self._clock_ms() - self._last_flush_ms >= self.config.flush_interval_ms
 
-    # -- flushing (group commit) --------------------------------------------------------
+    # -- flushing -----------------------------------------------------------------------
     def flush(self) -> None:
-        """fsync everything appended so far (log and sealed segments' indexes)."""
-        self._sync_through(self._log_end_offset)
+        """fsync everything appended so far (and the indexes of sealed segments)."""
+        self._committer.flush_now()
+        with self._lock:
+            self._publish()
 
     def maybe_flush(self) -> bool:
         """Flush when the log's durability mode says it is due; True if it flushed.
@@ -516,98 +425,62 @@ class PartitionLog:
         ``interval`` logs flush when ``flush_interval_ms`` has passed with unflushed data;
         every mode flushes segments sealed since the last flush.
         """
-        due = self._recovery_point < self._log_end_offset and (
-            self.config.durability is not Durability.NEVER and self._flush_due()
-        )
+        behind = self._committer.recovery_point < self._log_end_offset
+        due = behind and self.config.durability is not Durability.NEVER and self._flush_due()
         if due or self._unflushed:
-            self._sync_through(self._log_end_offset)
+            self.flush()
             return True
         return False
 
-    def _sync_through(self, target: int) -> None:
-        """Return once every offset below ``target`` is synced; one caller syncs for all."""
-        with self._flush_cond:
-            while self._recovery_point < target or self._unflushed_sealed_below(target):
-                if self._offline is not None:
-                    raise self._offline
-                if self._flushing:
-                    self._flush_cond.wait()
-                    continue
-                self._flushing = True
-                self._flush_cond.release()
-                error: OSError | None = None
-                synced = 0
-                try:
-                    synced = self._flush_once()
-                except OSError as exc:
-                    error = exc
-                finally:
-                    self._flush_cond.acquire()
-                    self._flushing = False
-                    self._flush_cond.notify_all()
-                if error is not None:
-                    raise self._go_offline(error) from error
-                self._recovery_point = max(self._recovery_point, synced)
-
-    def _unflushed_sealed_below(self, target: int) -> bool:
-        unflushed = self._unflushed
-        return bool(unflushed) and unflushed[0].base_offset < target
-
-    def _flush_once(self) -> int:
+    def _flush_work(self) -> FlushWork:
+        """What a flush must cover; taken under the append lock (see ``GroupCommitter``)."""
         with self._lock:
-            end = self._log_end_offset
             sealed, self._unflushed = self._unflushed, []
-            active = self._view.segments[-1]
-        self._last_flush_ms = self._clock_ms()
-        self._flush_segments([*sealed, active], sealed_count=len(sealed))
-        return end
-
-    @staticmethod
-    def _flush_segments(segments: list[LogSegment], sealed_count: int | None = None) -> None:
-        """fsync each segment still open; the last one's indexes only when it is sealed."""
-        count = len(segments) if sealed_count is None else sealed_count
-        for i, segment in enumerate(segments):
-            with contextlib.suppress(FileNotFoundError), segment.pin():
-                if i < count:
-                    segment.flush()
-                else:
-                    segment.flush_log_only()
+            self._last_flush_ms = self._clock_ms()
+            return FlushWork(
+                self._log_end_offset, self._committer.epoch, sealed, self._view.segments[-1]
+            )
 
     # -- reading ------------------------------------------------------------------------
     def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None) -> ReadResult:
         """Whole batches from the batch holding ``offset``, at most ``max_bytes`` of them.
 
-        ``max_offset`` (exclusive; default the LEO) bounds the read, e.g. at the high
-        watermark. The first batch is returned whole even when larger than ``max_bytes``.
+        ``max_offset`` (exclusive) bounds the read; it defaults to the high watermark, the
+        end of what consumers may see, and replication passes the LEO. The first batch is
+        returned whole even when larger than ``max_bytes``.
         ``offset`` must be in [log start, LEO] or ``OffsetOutOfRangeError`` is raised;
         ``offset == LEO`` gives an empty result. The batch holding ``offset`` may start
         before it (batches are never split); consumers skip the records below it.
         """
-        start, end = self._log_start_offset, self._log_end_offset
-        if offset < start or offset > end:
-            raise OffsetOutOfRangeError(offset, start, end)
-        upper = end if max_offset is None else min(max_offset, end)
-        try:
-            chunks, next_offset = self._read_segments(offset, max_bytes, upper)
-        except FileNotFoundError:  # retention deleted a segment under us: start again
-            return self.read(offset, max_bytes, max_offset=max_offset)
-        if not chunks:
-            return ReadResult(b"", offset, start, end, self._high_watermark)
-        payload = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        return ReadResult(payload, next_offset, start, end, self._high_watermark)
+        for _ in range(_READ_RETRIES):
+            if self._closed:
+                raise LogClosedError(f"log {self.directory} is closed")
+            start, end, view = self._log_start_offset, self._log_end_offset, self._view
+            if offset < start or offset > end or offset < view.bases[0]:
+                raise OffsetOutOfRangeError(offset, self._log_start_offset, end)
+            upper = min(self._high_watermark if max_offset is None else max_offset, end)
+            try:
+                chunks, next_offset = self._read_segments(view, offset, max_bytes, upper)
+            except FileNotFoundError:
+                continue  # retention or truncation replaced the segments: look again
+            if offset < self._log_start_offset:  # the log start passed us while reading
+                raise OffsetOutOfRangeError(offset, self._log_start_offset, end)
+            if not chunks:
+                return ReadResult(b"", offset, start, end, self._high_watermark)
+            payload = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            return ReadResult(payload, next_offset, start, end, self._high_watermark)
+        raise LogClosedError(f"log {self.directory} keeps changing under reads")
 
-    def _read_segments(self, offset: int, max_bytes: int, upper: int) -> tuple[list[bytes], int]:
+    @staticmethod
+    def _read_segments(
+        view: _SegmentView, offset: int, max_bytes: int, upper: int
+    ) -> tuple[list[bytes], int]:
         """Read segment after segment while bytes remain and each one was read to its end."""
         chunks: list[bytes] = []
         next_offset, remaining = offset, max_bytes
-        view = self._view
         i = view.floor_index(offset)
         while next_offset < upper and i < len(view.segments):
             segment = view.segments[i]
-            if not chunks and next_offset >= segment.next_offset:
-                i += 1  # past the valid end of a segment whose tail was found corrupt
-                next_offset = view.bases[i] if i < len(view.bases) else next_offset
-                continue
             with segment.pin():
                 data, read_to = segment.read(
                     next_offset, remaining, upper, min_one_batch=not chunks
@@ -623,8 +496,11 @@ class PartitionLog:
         return chunks, next_offset
 
     def offset_for_timestamp(self, timestamp: int) -> int | None:
-        """The first readable offset whose record timestamp is >= ``timestamp``, or None."""
-        start, end = self._log_start_offset, self._log_end_offset
+        """The first offset below the high watermark whose timestamp is >= ``timestamp``.
+
+        None when no such record exists (yet).
+        """
+        start, end = self._log_start_offset, self._high_watermark
         for segment in self._view.segments:
             if segment.max_timestamp < timestamp or segment.next_offset <= start:
                 continue
@@ -635,8 +511,8 @@ class PartitionLog:
                     )
             except FileNotFoundError:
                 continue
-            if found is not None and found < end:
-                return found
+            if found is not None:
+                return found if found < end else None
         return None
 
     # -- retention and truncation -------------------------------------------------------
@@ -685,12 +561,17 @@ class PartitionLog:
         remaining = list(self._view.segments[len(doomed) :])
         self._log_start_offset = max(self._log_start_offset, remaining[0].base_offset)
         self._set_view(remaining)
-        for segment in doomed:
-            self._unflushed = [s for s in self._unflushed if s is not segment]
-            self._segment_created_ms.pop(segment.base_offset, None)
-            segment.delete()
+        self._unflushed = [s for s in self._unflushed if s not in doomed]
+        self._delete_segments(doomed)
         self._write_checkpoint(clean_shutdown=False)
         return [s.base_offset for s in doomed]
+
+    def _delete_segments(self, doomed: list[LogSegment] | tuple[LogSegment, ...]) -> None:
+        try:
+            for segment in doomed:
+                segment.delete()
+        except OSError as exc:
+            raise self._go_offline(exc) from exc
 
     def advance_log_start_offset(self, offset: int) -> int:
         """Make offsets below ``offset`` unreadable (bounded by the high watermark)."""
@@ -700,9 +581,7 @@ class PartitionLog:
             if target <= self._log_start_offset:
                 return self._log_start_offset
             self._log_start_offset = target
-            doomed = [
-                s for s in self._view.segments[:-1] if s.next_offset <= self._log_start_offset
-            ]
+            doomed = [s for s in self._view.segments[:-1] if s.next_offset <= target]
             if doomed:
                 self._delete_leading(doomed)
             else:
@@ -726,8 +605,7 @@ class PartitionLog:
                 return self.truncate_fully_and_start_at(offset)
             view = self._view
             keep = list(view.segments[: view.floor_index(offset) + 1])
-            for segment in view.segments[len(keep) :]:
-                segment.delete()
+            self._delete_segments(view.segments[len(keep) :])
             tail = keep[-1]
             try:
                 tail.truncate_to(offset)
@@ -748,12 +626,12 @@ class PartitionLog:
         """Delete every segment and restart the empty log at ``offset``."""
         with self._lock:
             self._check_writable()
-            for segment in self._view.segments:
-                segment.delete()
+            self._delete_segments(self._view.segments)
             self._unflushed = []
-            self._segment_created_ms = {}
-            segment = self._new_segment(offset)
-            self._set_view([segment])
+            try:
+                self._set_view([self._new_segment(offset)])
+            except OSError as exc:
+                raise self._go_offline(exc) from exc
             self._log_start_offset = offset
             self._after_truncation(offset)
             return offset
@@ -761,10 +639,9 @@ class PartitionLog:
     def _after_truncation(self, end: int) -> None:
         self._log_end_offset = end
         self._log_start_offset = min(self._log_start_offset, end)
+        self._committer.truncated(end)
         self._high_watermark = self._clamp(self._high_watermark)
-        if not self.replicated:
-            self._high_watermark = end
-        self._recovery_point = min(self._recovery_point, end)
+        self._publish()
         self._write_checkpoint(clean_shutdown=False)
 
     # -- verification -------------------------------------------------------------------
@@ -776,44 +653,55 @@ class PartitionLog:
         """
         found: list[CorruptRegion] = []
         for segment in self._view.segments:
-            with contextlib.suppress(FileNotFoundError), segment.pin():
-                found.extend(segment.verify())
+            try:
+                with segment.pin():
+                    found.extend(segment.verify())
+            except FileNotFoundError:
+                continue
         return found
 
     # -- lifecycle ----------------------------------------------------------------------
     def update_config(self, config: LogConfig) -> None:
         """Apply a new configuration; segment sizes apply from the next roll."""
         with self._lock:
+            self._check_writable()
             self.config = config
             for segment in self._view.segments:
                 segment.config = config
+            self._publish()
             self._write_checkpoint(clean_shutdown=False)
 
     def checkpoint(self) -> None:
         """Persist the log start offset, recovery point and high watermark."""
         with self._lock:
-            if not self._closed and self._offline is None:
+            if not (self._closing or self._closed) and self._offline is None:
                 self._write_checkpoint(clean_shutdown=False)
 
     def close(self) -> None:
-        """Flush, close every segment and record a clean shutdown."""
+        """Refuse new appends, flush, close every segment and record a clean shutdown."""
         with self._lock:
-            if self._closed:
+            if self._closing or self._closed:
                 return
+            self._closing = True
+        try:
             if self._offline is None:
-                self.flush()
-            self._closed = True
-            for segment in self._view.segments:
-                segment.close()
-            if self._offline is None:
-                self._write_checkpoint(clean_shutdown=True)
+                self.flush()  # outside the append lock: the flusher needs it
+        finally:
+            with self._lock:
+                self._closed = True
+                *sealed, active = self._view.segments
+                for segment in sealed:
+                    segment.close()
+                if self._offline is None:
+                    active.close(sync_indexes=True)
+                    self._write_checkpoint(clean_shutdown=True)
+                else:
+                    active.close()
 
     def delete(self) -> None:
         """Close the log and remove its directory."""
-        import shutil
-
         with self._lock:
-            self._closed = True
+            self._closing = self._closed = True
             for segment in self._view.segments:
                 segment.delete()
             shutil.rmtree(self.directory, ignore_errors=True)
@@ -825,7 +713,7 @@ class PartitionLog:
                 PartitionCheckpoint(
                     clean_shutdown=clean_shutdown,
                     log_start_offset=self._log_start_offset,
-                    recovery_point=self._recovery_point,
+                    recovery_point=min(self._committer.recovery_point, self._log_end_offset),
                     high_watermark=self._high_watermark,
                     config=self.config,
                 ),
@@ -855,10 +743,4 @@ class PartitionLog:
         )
 
 
-__all__ = [
-    "AppendInfo",
-    "PartitionLog",
-    "ReadResult",
-    "RecoveryReport",
-    "fsync_directory",
-]
+__all__ = ["AppendInfo", "PartitionLog", "ReadResult", "RecoveryReport"]

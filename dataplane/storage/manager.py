@@ -42,7 +42,9 @@ from typing import TypeVar
 
 from dataplane.storage.config import LogConfig
 from dataplane.storage.errors import LogClosedError, StorageError
-from dataplane.storage.log import PartitionLog, RecoveryReport, wall_clock_ms
+from dataplane.storage.log import PartitionLog, wall_clock_ms
+from dataplane.storage.recovery import RecoveryReport
+from dataplane.storage.segment import fsync_directory
 
 log = logging.getLogger(__name__)
 
@@ -208,15 +210,20 @@ class LogManager:
             return created
 
     def delete_log(self, topic: str, partition: int) -> bool:
-        """Close and remove a log; returns False if there was none."""
+        """Close and remove a log; returns False if there was none.
+
+        The directory is renamed to ``*.deleted`` (durably) before it is removed, so a
+        crash in between never brings the log back.
+        """
         tp = TopicPartition(topic, partition)
         with self._lock:
             partition_log = self._logs.pop(tp, None)
-        if partition_log is None:
-            return False
-        partition_log.close()
-        doomed = self.data_dir / f"{tp.dir_name}.{uuid.uuid4().hex[:8]}.deleted"
-        os.replace(partition_log.directory, doomed)
+            if partition_log is None:
+                return False
+            partition_log.close()
+            doomed = self.data_dir / f"{tp.dir_name}.{uuid.uuid4().hex[:8]}.deleted"
+            os.replace(partition_log.directory, doomed)
+            fsync_directory(self.data_dir)
         shutil.rmtree(doomed, ignore_errors=True)
         return True
 
@@ -254,7 +261,7 @@ class LogManager:
             return action()
         except LogClosedError:
             return None
-        except StorageError:
+        except Exception:
             log.exception("housekeeping of %s failed", partition_log.directory)
             return None
 

@@ -37,8 +37,8 @@ import crc32c
 
 from dataplane.storage import records
 from dataplane.storage.config import LogConfig
-from dataplane.storage.errors import CorruptBatchError, CrcMismatchError
-from dataplane.storage.index import IndexCorruptError, OffsetIndex, TimeIndex
+from dataplane.storage.errors import CorruptBatchError, CrcMismatchError, IndexCorruptError
+from dataplane.storage.index import OffsetIndex, TimeIndex
 from dataplane.storage.records import HEADER_SIZE, BatchHeader
 
 log = logging.getLogger(__name__)
@@ -48,6 +48,7 @@ INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 _SCAN_CHUNK_BYTES = 8 * 1024 * 1024
 _CRC_START = 21  # the CRC covers attributes (byte 21) to the end of the batch
+_IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
 
 
 PlacedBatch = tuple[int, int, BatchHeader]
@@ -104,6 +105,7 @@ class LogSegment:
         self.max_timestamp = -1
         self.offset_of_max_timestamp = base_offset
         self.first_batch_timestamp: int | None = None
+        self.created_ms = 0  # wall-clock time the log created or opened it (age-based roll)
         self._bytes_since_index = 0
         self._force_index_entry = False
         self.sealed = False
@@ -154,12 +156,15 @@ class LogSegment:
     def is_empty(self) -> bool:
         return self._size == 0
 
-    def is_full(self, incoming_bytes: int) -> bool:
-        """Whether ``incoming_bytes`` more must go to a new segment."""
+    def is_full(self, incoming_bytes: int, incoming_batches: int = 1) -> bool:
+        """Whether an append of ``incoming_bytes`` in ``incoming_batches`` needs a new segment.
+
+        Each batch may need an entry in each index, so both must have room for all of them.
+        """
         return (
             self._size + incoming_bytes > self.config.max_segment_bytes
-            or self.offset_index.is_full
-            or self.time_index.is_full
+            or self.offset_index.free_entries < incoming_batches
+            or self.time_index.free_entries < incoming_batches
         )
 
     # -- loading ------------------------------------------------------------------------
@@ -195,7 +200,8 @@ class LogSegment:
 
     def _batch_max_timestamp(self, base_offset: int) -> int | None:
         """Max timestamp of the batch starting at ``base_offset``, None if there is none."""
-        _, position = self.offset_index.lookup(base_offset)
+        with self._lock:
+            _, position = self.offset_index.lookup(base_offset)
         for _, header in self._walk(position, self._size, verify_crc=False):
             if header.base_offset >= base_offset:
                 return header.max_timestamp if header.base_offset == base_offset else None
@@ -346,14 +352,19 @@ class LogSegment:
 
         ``batches`` describes each batch written: its position relative to the start of
         the write, its final base offset and its header (whose own base offset may be
-        stale: offsets are assigned in the bytes, not in the parsed header).
+        stale: offsets are assigned in the bytes, not in the parsed header). If anything
+        fails, the file and the indexes are cut back to where they were.
         """
         with self._lock:
             position = self._size
-            total = _pwritev_all(self._fd, buffers, position)
-            for relative, base_offset, header in batches:
-                self._index_batch(position + relative, base_offset, header.size)
-                self._note_timestamp(base_offset, header.max_timestamp)
+            try:
+                total = _pwritev_all(self._fd, buffers, position)
+                for relative, base_offset, header in batches:
+                    self._index_batch(position + relative, base_offset, header.size)
+                    self._note_timestamp(base_offset, header.max_timestamp)
+            except BaseException:
+                self._cut_back(position, batches[0][1])
+                raise
             self._size = position + total
             _, last_base, last = batches[-1]
             self.next_offset = last_base + last.last_offset_delta + 1
@@ -361,10 +372,19 @@ class LogSegment:
                 self.first_batch_timestamp = batches[0][2].max_timestamp
             return position
 
+    def _cut_back(self, position: int, offset: int) -> None:
+        """Undo a failed append: nothing of it may survive in the file or the indexes."""
+        os.ftruncate(self._fd, position)
+        self.offset_index.truncate_to(offset)
+        self.time_index.truncate_to(offset)
+
     def _index_batch(self, position: int, base_offset: int, size: int) -> None:
-        if self._force_index_entry or (
+        due = self._force_index_entry or (
             self._bytes_since_index >= self.config.index_interval_bytes and position > 0
-        ):
+        )
+        # A full index (its limit was lowered, or a recovery rebuilds a long segment)
+        # only makes lookups scan further; it never refuses the batch.
+        if due and not self.offset_index.is_full and not self.time_index.is_full:
             self.offset_index.append(base_offset, position)
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
             self._bytes_since_index = 0
@@ -430,7 +450,8 @@ class LogSegment:
         self, offset: int, end: int, *, rebuilt: bool = False
     ) -> tuple[int, BatchHeader] | None:
         """Position and header of the batch holding ``offset``, or None if beyond ``end``."""
-        start_offset, position = self.offset_index.lookup(offset)
+        with self._lock:  # a roll or rebuild may remap the index under a lock-free reader
+            start_offset, position = self.offset_index.lookup(offset)
         if (position or start_offset != self.base_offset) and not self._entry_matches(
             start_offset, position, end
         ):
@@ -503,7 +524,8 @@ class LogSegment:
         """The first offset >= ``min_offset`` whose record timestamp is >= ``timestamp``."""
         if self.max_timestamp < timestamp:
             return None
-        entry = self.time_index.lookup_before(timestamp)
+        with self._lock:
+            entry = self.time_index.lookup_before(timestamp)
         start_offset = self.base_offset if entry is None else entry[1]
         found = self.find_batch(start_offset, end)
         if entry is not None and (
@@ -620,10 +642,19 @@ class LogSegment:
             self.time_index.trim()
             self.sealed = True
 
-    def close(self) -> None:
+    def close(self, *, sync_indexes: bool = False) -> None:
+        """Record the max timestamp, trim the indexes and close (once no read is pinned).
+
+        ``sync_indexes`` fsyncs the trimmed indexes first: the log does so for its active
+        segment before recording a clean shutdown, which makes recovery trust them.
+        """
         with self._lock:
             if self._size and not self.sealed:
                 self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+            if sync_indexes and self._fd >= 0:
+                for index in (self.offset_index, self.time_index):
+                    index.trim()
+                    index.flush()
             if self._pins:
                 self._close_pending = True
                 return
@@ -680,11 +711,19 @@ def _check_crc(buf: bytes | memoryview, at: int, header: BatchHeader, position: 
 
 
 def _pwritev_all(fd: int, buffers: list[bytes | memoryview], position: int) -> int:
-    total = sum(len(b) for b in buffers)
-    written = os.pwritev(fd, buffers, position)
-    while written < total:  # short writes are legal; finish the rest byte-exactly
-        rest = b"".join(bytes(b) for b in buffers)[written:]
-        written += os.pwrite(fd, rest, position + written)
+    """Write every buffer at ``position``, at most ``IOV_MAX`` per call; returns the total."""
+    total = 0
+    for start in range(0, len(buffers), _IOV_MAX):
+        chunk = buffers[start : start + _IOV_MAX]
+        size = sum(len(b) for b in chunk)
+        written = os.pwritev(fd, chunk, position + total)
+        if written < size:  # short writes are legal; finish the rest byte-exactly
+            rest = b"".join(bytes(b) for b in chunk)[written:]
+            while rest:
+                done = os.pwrite(fd, rest, position + total + written)
+                written += done
+                rest = rest[done:]
+        total += size
     return total
 
 

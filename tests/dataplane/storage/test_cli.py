@@ -50,3 +50,13 @@ def test_a_directory_without_a_log_is_refused(tmp_path, capsys):
     assert main(["verify", str(tmp_path)]) == 2
     assert "not a partition directory" in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
+
+
+def test_a_data_directory_held_by_a_running_broker_is_refused(tmp_path, capsys):
+    from dataplane.storage.manager import LogManager
+
+    with LogManager(tmp_path) as manager:
+        manager.get_or_create_log("t", 0).append(make_batch([b"live"]))
+        assert main(["verify", str(tmp_path / "t-0")]) == 2
+        assert "in use by a running broker" in capsys.readouterr().err
+    assert main(["verify", str(tmp_path / "t-0")]) == 0

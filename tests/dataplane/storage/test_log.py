@@ -6,6 +6,7 @@ import os
 import threading
 from pathlib import Path
 
+import crc32c
 import pytest
 
 from dataplane.storage import records
@@ -14,6 +15,7 @@ from dataplane.storage.errors import (
     CrcMismatchError,
     InvalidMagicError,
     InvalidOffsetError,
+    InvalidRecordCountError,
     OffsetOutOfRangeError,
     OversizeBatchError,
 )
@@ -466,4 +468,30 @@ def test_a_read_bounded_inside_a_later_segment_stops_before_the_bound(tmp_path, 
     result = log.read(0, 1 << 20, max_offset=log.high_watermark)
     assert result.next_offset == 4
     assert [r.offset for r in decode_batches(result.data)] == [0, 1, 2, 3]
+    log.close()
+
+
+def test_a_batch_claiming_more_offsets_than_records_is_refused(open_log, small_config):
+    log = open_log(small_config)
+    batch = bytearray(make_batch([b"one"]))
+    batch[23:27] = (1_000_000).to_bytes(4, "big")  # lastOffsetDelta
+    batch[17:21] = crc32c.crc32c(bytes(batch[21:])).to_bytes(4, "big")
+    with pytest.raises(InvalidRecordCountError, match="dense"):
+        log.append(bytes(batch))
+    assert log.log_end_offset == 0
+
+
+def test_timestamp_lookup_and_reads_stop_at_the_high_watermark(tmp_path, clock):
+    config = LogConfig(durability=Durability.NEVER)
+    log = PartitionLog.open(tmp_path / "t-0", config, replicated=True, clock_ms=clock)
+    for n in range(10):
+        log.append(make_batch([b"x"], timestamps=[1_000 + n]))
+    assert log.high_watermark == 0
+    assert log.update_high_watermark(5) == 5
+    assert log.offset_for_timestamp(1_003) == 3
+    assert log.offset_for_timestamp(1_008) is None
+    assert [r.offset for r in decode_batches(log.read(0, 1 << 20).data)] == list(range(5))
+    everything = log.read(0, 1 << 20, max_offset=log.log_end_offset)
+    assert len(decode_batches(everything.data)) == 10
+    assert log.update_high_watermark(2) == 5  # never moves back
     log.close()

@@ -157,3 +157,37 @@ def test_unclean_stop_is_recovered_on_next_open(tmp_path: Path):
         assert [r.value for r in read_all(recovered)] == [b"kept"] * 4
     finally:
         crashed.close()
+
+
+def test_a_failing_log_does_not_stop_housekeeping_of_the_others(tmp_path: Path, monkeypatch):
+    """An unlink refused by the file system takes that one log offline; the rest go on."""
+    clock = ManualClock()
+    schedule = ManagerSchedule(flush_check_ms=10, retention_check_ms=20)
+    manager = LogManager(tmp_path, schedule=schedule, clock_ms=clock)
+    manager.open()
+    doomed_config = LogConfig(retention_ms=1_000, max_segment_bytes=4096)
+    bad = manager.get_or_create_log("bad", 0, doomed_config)
+    for _ in range(20):
+        bad.append(make_batch([b"z" * 300], timestamps=[clock.now_ms]))
+    good = manager.get_or_create_log(
+        "good", 0, LogConfig(durability=Durability.NEVER, max_segment_bytes=4096)
+    )
+    real_unlink = Path.unlink
+
+    def refuse_in_bad(path: Path, missing_ok: bool = False) -> None:
+        if path.parent.name == "bad-0" and path.suffix == ".log":
+            raise OSError(30, "Read-only file system", str(path))
+        real_unlink(path, missing_ok=missing_ok)
+
+    monkeypatch.setattr(Path, "unlink", refuse_in_bad)
+    clock.advance(5_000)
+    manager.start()
+    try:
+        assert wait_for(lambda: bad.is_offline)
+        for _ in range(20):  # rolls; only housekeeping flushes a `never` log's sealed segments
+            good.append(make_batch([b"g" * 400], timestamps=[clock.now_ms]))
+        assert good.recovery_point == 0
+        assert wait_for(lambda: good.recovery_point >= good.segments[-1].base_offset > 0)
+    finally:
+        monkeypatch.undo()
+        manager.close()

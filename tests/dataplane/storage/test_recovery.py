@@ -301,3 +301,19 @@ def test_recovery_report_is_readable(crashed):
     assert "unclean shutdown" in text
     assert "truncated a torn tail of 10 bytes" in text
     log.close()
+
+
+@pytest.mark.parametrize("damage", ['{"version": 1, "clean_shut', '{"version": 99}', "[]"])
+def test_unusable_checkpoint_means_full_recovery_and_is_reported(tmp_path, damage):
+    log = build(tmp_path / "t-0")
+    records = read_all(log)
+    log.close()
+    (tmp_path / "t-0" / "partition.json").write_text(damage)
+    reopened = PartitionLog.open(tmp_path / "t-0", CONFIG)
+    report = reopened.recovery
+    assert not report.clean_shutdown
+    assert report.checkpoint_problem
+    assert report.segments_recovered == len(reopened.segments)
+    assert "checkpoint unusable" in str(report)
+    assert read_all(reopened) == records
+    reopened.close()
