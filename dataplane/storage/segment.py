@@ -32,6 +32,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import crc32c
 
@@ -51,6 +52,7 @@ _CRC_START = 21  # the CRC covers attributes (byte 21) to the end of the batch
 _IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
 
 
+_IndexT = TypeVar("_IndexT", OffsetIndex, TimeIndex)
 PlacedBatch = tuple[int, int, BatchHeader]
 """(position relative to the start of a write, final base offset, parsed header)."""
 
@@ -115,27 +117,20 @@ class LogSegment:
 
     # -- construction -------------------------------------------------------------------
     def _open_indexes(self) -> tuple[OffsetIndex, TimeIndex, bool]:
-        index_path = self.directory / segment_file_name(self.base_offset, INDEX_SUFFIX)
-        time_path = self.directory / segment_file_name(self.base_offset, TIME_INDEX_SUFFIX)
-        missing = self._size > 0 and not (index_path.exists() and time_path.exists())
+        """Both indexes, and whether either had to be started afresh (missing or broken)."""
+        offset_index, fresh_offsets = self._open_index(OffsetIndex, INDEX_SUFFIX)
+        time_index, fresh_times = self._open_index(TimeIndex, TIME_INDEX_SUFFIX)
+        return offset_index, time_index, self._size > 0 and (fresh_offsets or fresh_times)
+
+    def _open_index(self, kind: type[_IndexT], suffix: str) -> tuple[_IndexT, bool]:
+        path = self.directory / segment_file_name(self.base_offset, suffix)
+        existed = path.exists()
         limit = self.config.max_index_bytes
         try:
-            offset_index = OffsetIndex(index_path, self.base_offset, max_index_bytes=limit)
+            return kind(path, self.base_offset, max_index_bytes=limit), not existed
         except IndexCorruptError:
-            index_path.unlink()
-            offset_index, missing = (
-                OffsetIndex(index_path, self.base_offset, max_index_bytes=limit),
-                True,
-            )
-        try:
-            time_index = TimeIndex(time_path, self.base_offset, max_index_bytes=limit)
-        except IndexCorruptError:
-            time_path.unlink()
-            time_index, missing = (
-                TimeIndex(time_path, self.base_offset, max_index_bytes=limit),
-                True,
-            )
-        return offset_index, time_index, missing
+            path.unlink()
+            return kind(path, self.base_offset, max_index_bytes=limit), True
 
     @classmethod
     def create(cls, directory: Path, base_offset: int, config: LogConfig) -> LogSegment:
