@@ -106,7 +106,6 @@ class LogSegment:
         self.next_offset = base_offset
         self.max_timestamp = -1
         self.offset_of_max_timestamp = base_offset
-        self.first_batch_timestamp: int | None = None
         self.created_ms = 0  # wall-clock time the log created or opened it (age-based roll)
         self._bytes_since_index = 0
         self._force_index_entry = False
@@ -220,14 +219,9 @@ class LogSegment:
             return False
         if expected is not None:
             self.next_offset = expected
-        self._note_first_batch()
         self.offset_index.make_writable()
         self.time_index.make_writable()
         return True
-
-    def _note_first_batch(self) -> None:
-        if self._size and self.first_batch_timestamp is None:
-            self.first_batch_timestamp = self._read_header(0).max_timestamp
 
     def recover(self, *, expected_base: int | None = None, is_last: bool) -> ScanResult:
         """Re-validate every batch (CRC included) and rebuild both indexes.
@@ -260,7 +254,6 @@ class LogSegment:
                 result.batches += 1
             result.valid_bytes = self._size
             self.next_offset = expected
-            self._note_first_batch()
             return result
 
     def verify(self) -> list[CorruptRegion]:
@@ -281,7 +274,6 @@ class LogSegment:
         self.max_timestamp, self.offset_of_max_timestamp = -1, self.base_offset
         self._bytes_since_index = 0
         self._force_index_entry = False
-        self.first_batch_timestamp = None
 
     def _scan(self, expected: int) -> Iterator[tuple[int, BatchHeader] | CorruptRegion]:
         """Valid batches and corrupt regions in file order.
@@ -289,21 +281,30 @@ class LogSegment:
         A region with no valid batch after it has ``length`` -1 and ends the scan.
         """
         reader = _ChunkReader(self._fd, self._size)
-        position = 0
+        position, resumed = 0, False
         while position < self._size:
             header, error = self._try_batch(position, reader)
-            if header is not None and header.base_offset >= expected:
+            if header is not None and (
+                header.base_offset == expected or (resumed and header.base_offset > expected)
+            ):
                 yield position, header
                 expected = header.next_offset
                 position += header.size
+                resumed = False
                 continue
-            reason = str(error) if error else f"offsets go backwards below {expected}"
+            # The base offset lies outside the CRC: a batch that does not continue the
+            # offsets densely is as corrupt as one whose CRC fails.
+            reason = (
+                str(error)
+                if error
+                else f"base offset {header and header.base_offset}, expected {expected}"
+            )
             resume = self._resync(position + 1, expected, reader)
             length = -1 if resume is None else resume - position
             yield CorruptRegion(self.base_offset, position, length, reason, expected)
             if resume is None:
                 return
-            position = resume
+            position, resumed = resume, True
 
     def _try_batch(
         self, position: int, reader: _ChunkReader
@@ -363,8 +364,6 @@ class LogSegment:
             self._size = position + total
             _, last_base, last = batches[-1]
             self.next_offset = last_base + last.last_offset_delta + 1
-            if self.first_batch_timestamp is None:
-                self.first_batch_timestamp = batches[0][2].max_timestamp
             return position
 
     def _cut_back(self, position: int, offset: int) -> None:
@@ -482,6 +481,12 @@ class LogSegment:
         if found is None:
             return b"", offset
         position, first = found
+        if first.base_offset > offset:  # offsets are dense: a gap means damage
+            raise CorruptBatchError(
+                f"offset {offset} is missing: the next batch starts at {first.base_offset}",
+                position=position,
+                offset=offset,
+            )
         if first.last_offset >= max_offset or (first.size > max_bytes and not min_one_batch):
             return b"", offset
         want = min(end - position, max(max_bytes, first.size))
@@ -493,24 +498,20 @@ class LogSegment:
     ) -> tuple[bytes, int]:
         at, size, next_offset = 0, len(data), offset
         view = memoryview(data)
+        expected: int | None = None  # the first batch may start below ``offset``
         while at + HEADER_SIZE <= size:
             header = records.read_header(data, at)
             if at + header.size > size or header.last_offset >= max_offset:
                 break
             try:
-                if header.size < HEADER_SIZE or header.magic != 2:
-                    raise CorruptBatchError(
-                        f"invalid batch header (length {header.size}, magic {header.magic})",
-                        position=position + at,
-                        offset=header.base_offset,
-                    )
+                _check_header(header, position + at, expected)
                 _check_crc(view, at, header, position + at)
             except CorruptBatchError:
                 if at == 0:
                     raise
                 break
             at += header.size
-            next_offset = header.next_offset
+            next_offset = expected = header.next_offset
         return (data if at == size else data[:at]), next_offset
 
     def find_offset_by_timestamp(
@@ -600,8 +601,6 @@ class LogSegment:
         for _, header in self._walk(start, self._size, verify_crc=False):
             self._note_timestamp(header.base_offset, header.max_timestamp)
             self._bytes_since_index += header.size
-        if not self._size:
-            self.first_batch_timestamp = None
 
     def reopen_for_append(self) -> None:
         """Make a sealed segment the active one again (after the log truncated into it)."""
@@ -696,6 +695,21 @@ class _ChunkReader:
             self._start, self._buf = position, os.pread(self._fd, want, position)
             offset = 0
         return memoryview(self._buf)[offset : offset + length]
+
+
+def _check_header(header: BatchHeader, position: int, expected_offset: int | None) -> None:
+    if header.size < HEADER_SIZE or header.magic != 2:
+        raise CorruptBatchError(
+            f"invalid batch header (length {header.size}, magic {header.magic})",
+            position=position,
+            offset=header.base_offset,
+        )
+    if expected_offset is not None and header.base_offset != expected_offset:
+        raise CorruptBatchError(
+            f"base offset {header.base_offset} does not follow {expected_offset - 1}",
+            position=position,
+            offset=expected_offset,
+        )
 
 
 def _check_crc(buf: bytes | memoryview, at: int, header: BatchHeader, position: int) -> None:

@@ -317,3 +317,37 @@ def test_unusable_checkpoint_means_full_recovery_and_is_reported(tmp_path, damag
     assert "checkpoint unusable" in str(report)
     assert read_all(reopened) == records
     reopened.close()
+
+
+def test_flipped_base_offset_in_the_middle_is_reported_at_recovery(crashed):
+    """The base offset lies outside the CRC; density is what exposes its damage."""
+    path, expected = crashed
+    tail = last_log_file(path)
+    position, base, _ = batch_positions(tail)[1]
+    flip(tail, position + 6, 0x01)  # base offset += 256
+    log = PartitionLog.open(path)
+    assert [r.first_offset for r in log.recovery.corrupt] == [base]
+    assert "expected" in log.recovery.corrupt[0].reason
+    with pytest.raises(CorruptBatchError):
+        log.read(base, 1 << 20)
+    assert read_all(log, start=base + 5) == [r for r in expected if r.offset >= base + 5]
+    log.close()
+
+
+def test_flipped_base_offset_in_a_sealed_segment_fails_reads_instead_of_lying(tmp_path):
+    log = build(tmp_path / "t-0")
+    expected = read_all(log)
+    log.close()
+    sealed = sorted((tmp_path / "t-0").glob("*.log"))[0]
+    batches = batch_positions(sealed)
+    position, base, _ = batches[2]
+    flip(sealed, position + 7, 0x40)  # base offset += 64
+    reopened = PartitionLog.open(tmp_path / "t-0")
+    with pytest.raises(CorruptBatchError):
+        reopened.read(base, 1 << 20)
+    before = reopened.read(0, 1 << 20)
+    assert before.next_offset == base  # a read from earlier stops before the damage
+    assert [r.offset for r in read_all(reopened, start=base + 5)][:1] == [base + 5]
+    assert expected[base + 5].offset == base + 5
+    assert [(r.segment_base_offset, r.first_offset) for r in reopened.verify()] == [(0, base)]
+    reopened.close()
