@@ -2,10 +2,11 @@
 
 A ``GroupCommitter`` belongs to one partition log. Appenders that need durability call
 ``sync_through(end_offset)``; the first to arrive becomes the flusher, takes a snapshot
-of what is written (``FlushWork``, made by the log under its append lock), fsyncs it
-outside every lock, and advances the *recovery point* — the offset below which every
-byte is on stable storage. Appenders that arrive meanwhile wait, and the next flush
-covers all of them at once, so N concurrent appenders cost far fewer than N fsyncs.
+of what is written (``FlushWork``, made by the log without its append lock, so the
+flusher never queues behind appenders), fsyncs it outside every lock, and advances the
+*recovery point* — the offset below which every byte is on stable storage. Appenders
+that arrive meanwhile wait, and the next flush covers all of them at once, so N
+concurrent appenders cost far fewer than N fsyncs.
 
 Truncation (replication rewriting a divergent tail) bumps an *epoch*: a flush whose
 snapshot predates the truncation must not raise the recovery point, and an append that
@@ -15,13 +16,15 @@ An fsync failure is final: the log goes offline (``LogDirOfflineError``), every 
 gets the error, and nothing is acknowledged after it.
 
 Thread safety: every method may be called from any thread. The committer's condition
-is never held while calling the snapshot function (which takes the log's lock), and the
-log never waits for the committer while holding its lock, so the two cannot deadlock.
+is never held while calling the snapshot function, and the log never waits for the
+committer while holding its append lock, so the two cannot deadlock.
 """
 
 from __future__ import annotations
 
 import contextlib
+import heapq
+import itertools
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -41,20 +44,28 @@ class FlushWork:
 
 
 class GroupCommitter:
-    """Serialises one log's fsyncs and shares each among all waiting appenders."""
+    """Serialises one log's fsyncs and shares each among all waiting appenders.
+
+    One appender at a time runs a flush round; the others park, each on a lock of its
+    own, in a heap ordered by the offset they wait for. When a round ends, exactly the
+    waiters it covered are woken, and one uncovered waiter (if any) is handed the next
+    round, so no thread wakes only to find it must sleep again.
+    """
 
     def __init__(
         self,
         snapshot: Callable[[], FlushWork],
         go_offline: Callable[[OSError], LogDirOfflineError],
         recovery_point: int,
+        on_synced: Callable[[int], None] = lambda recovery_point: None,
     ) -> None:
         self._snapshot = snapshot
         self._go_offline = go_offline
-        self._cond = threading.Condition()
+        self._on_synced = on_synced
+        self._mutex = threading.Lock()  # guards everything below
+        self._waiters: list[tuple[int, int, threading.Lock]] = []  # (target, seq, gate)
+        self._seq = itertools.count()
         self._flushing = False
-        self._started = 0
-        self._completed = 0
         self._error: LogDirOfflineError | None = None
         self.recovery_point = recovery_point
         self.epoch = 0
@@ -66,66 +77,94 @@ class GroupCommitter:
         truncation happened since, the append may be gone and ``AppendTruncatedError`` is
         raised rather than acknowledging it.
         """
-        with self._cond:
-            while self.recovery_point < target:
-                if epoch is not None and epoch != self.epoch:
-                    raise AppendTruncatedError(target, self.recovery_point)
-                self._flush_or_wait()
-            return self.recovery_point
+        while True:
+            with self._mutex:
+                self._check(target, epoch)
+                if self.recovery_point >= target:
+                    return self.recovery_point
+                gate = self._claim_round_or_park(target)
+            if gate is None:
+                self._run_round()
+            else:
+                gate.acquire()
 
     def flush_now(self) -> int:
-        """Run (or wait for) a flush that starts after this call; returns the recovery point.
+        """Run a flush round that starts after this call; returns the recovery point.
 
         Used for work that is not tied to an offset, such as segments sealed since the
         last flush.
         """
-        with self._cond:
-            ticket = self._started + 1
-            while self._completed < ticket:
-                self._flush_or_wait()
-            return self.recovery_point
+        while True:
+            with self._mutex:
+                self._check(0, None)
+                gate = self._claim_round_or_park(-1)  # -1: woken when the current round ends
+            if gate is None:
+                self._run_round()
+                return self.recovery_point
+            gate.acquire()
 
     def truncated(self, end_offset: int) -> None:
         """The log was cut back to ``end_offset``; called under the log's append lock."""
-        with self._cond:
+        with self._mutex:
             self.epoch += 1
             self.recovery_point = min(self.recovery_point, end_offset)
-            self._cond.notify_all()
+            self._wake_all()  # waiters re-check their epoch
 
     def reset(self, recovery_point: int) -> None:
         """The log restarted (emptied) at ``recovery_point``, already synced."""
-        with self._cond:
+        with self._mutex:
             self.epoch += 1
             self.recovery_point = recovery_point
-            self._cond.notify_all()
+            self._wake_all()
 
-    def _flush_or_wait(self) -> None:
-        """With the condition held: flush if nobody is flushing, else wait for them."""
+    def _check(self, target: int, epoch: int | None) -> None:
         if self._error is not None:
             raise self._error
-        if self._flushing:
-            self._cond.wait()
-            return
-        self._flushing = True
-        self._started += 1
-        self._cond.release()
-        work: FlushWork | None = None
+        if epoch is not None and epoch != self.epoch:
+            raise AppendTruncatedError(target, self.recovery_point)
+
+    def _claim_round_or_park(self, target: int) -> threading.Lock | None:
+        """With the mutex held: None if the caller now runs the round, else its gate."""
+        if not self._flushing:
+            self._flushing = True
+            return None
+        gate = threading.Lock()
+        gate.acquire()
+        heapq.heappush(self._waiters, (target, next(self._seq), gate))
+        return gate
+
+    def _run_round(self) -> None:
+        """Snapshot, fsync, advance the recovery point, then wake whom it concerns."""
         failure: OSError | None = None
+        work: FlushWork | None = None
         try:
             work = self._snapshot()
             _sync(work)
         except OSError as exc:
             failure = exc
         finally:
-            self._cond.acquire()
-            self._flushing = False
-            self._completed += 1
-            self._cond.notify_all()
+            with self._mutex:
+                self._flushing = False
+                if failure is not None:
+                    self._error = self._go_offline(failure)
+                    self._wake_all()
+                elif work is not None and work.epoch == self.epoch:
+                    self.recovery_point = max(self.recovery_point, work.end_offset)
+                    self._on_synced(self.recovery_point)  # before any waiter returns
+                self._wake_covered_and_next()
         if failure is not None:
-            self._error = self._go_offline(failure)
-            raise self._error from failure
-        if work is not None and work.epoch == self.epoch:
-            self.recovery_point = max(self.recovery_point, work.end_offset)
+            raise self._go_offline(failure) from failure
+
+    def _wake_covered_and_next(self) -> None:
+        waiters = self._waiters
+        while waiters and waiters[0][0] <= self.recovery_point:
+            heapq.heappop(waiters)[2].release()
+        if waiters:  # hand the next round to the first waiter still uncovered
+            heapq.heappop(waiters)[2].release()
+
+    def _wake_all(self) -> None:
+        while self._waiters:
+            heapq.heappop(self._waiters)[2].release()
 
 
 def _sync(work: FlushWork) -> None:

@@ -117,8 +117,10 @@ class PartitionLog:
         self.replicated = replicated
         self._clock_ms = clock_ms
         self._lock = threading.RLock()
-        self._committer = GroupCommitter(self._flush_work, self._go_offline, 0)
-        self._unflushed: list[LogSegment] = []
+        self._committer = GroupCommitter(self._flush_work, self._go_offline, 0, self._synced)
+        self._unflushed: list[LogSegment] = []  # sealed, not yet synced; see _flush_work
+        self._unflushed_lock = threading.Lock()
+        self._hw_lock = threading.Lock()
         self._view = _SegmentView((), ())
         self._log_start_offset = 0
         self._log_end_offset = 0
@@ -224,7 +226,16 @@ class PartitionLog:
         visible = self._log_end_offset
         if self.config.durability is Durability.ALWAYS:
             visible = min(visible, self._committer.recovery_point)
-        self._high_watermark = max(self._high_watermark, self._clamp(visible))
+        self._raise_high_watermark(visible)
+
+    def _synced(self, recovery_point: int) -> None:
+        """Called by the committer as soon as a flush made ``recovery_point`` durable."""
+        if not self.replicated and self.config.durability is Durability.ALWAYS:
+            self._raise_high_watermark(min(recovery_point, self._log_end_offset))
+
+    def _raise_high_watermark(self, offset: int) -> None:
+        with self._hw_lock:
+            self._high_watermark = max(self._high_watermark, self._clamp(offset))
 
     # -- appending ----------------------------------------------------------------------
     def append(
@@ -384,7 +395,8 @@ class PartitionLog:
             segment = self._new_segment(base_offset)
         except OSError as exc:
             raise self._go_offline(exc) from exc
-        self._unflushed.append(active)
+        with self._unflushed_lock:  # before the view changes: see _flush_work
+            self._unflushed.append(active)
         self._set_view([*self._view.segments, segment])
         return segment
 
@@ -404,8 +416,6 @@ class PartitionLog:
         durability = self.config.durability
         if durability is Durability.ALWAYS:
             self._committer.sync_through(info.last_offset + 1, epoch=epoch)
-            with self._lock:
-                self._publish()
         elif durability is Durability.INTERVAL and self._flush_due():
             self._committer.sync_through(info.last_offset + 1)
 
@@ -416,8 +426,6 @@ class PartitionLog:
     def flush(self) -> None:
         """fsync everything appended so far (and the indexes of sealed segments)."""
         self._committer.flush_now()
-        with self._lock:
-            self._publish()
 
     def maybe_flush(self) -> bool:
         """Flush when the log's durability mode says it is due; True if it flushed.
@@ -433,13 +441,20 @@ class PartitionLog:
         return False
 
     def _flush_work(self) -> FlushWork:
-        """What a flush must cover; taken under the append lock (see ``GroupCommitter``)."""
+        """What a flush must cover (see ``GroupCommitter``), taken under the append lock.
+
+        Taking the lock also makes the flusher queue behind appenders already waiting to
+        write, so their batches join this flush instead of the next: the wait is what
+        makes groups large (as a database's commit delay does).
+        """
         with self._lock:
-            sealed, self._unflushed = self._unflushed, []
-            self._last_flush_ms = self._clock_ms()
-            return FlushWork(
-                self._log_end_offset, self._committer.epoch, sealed, self._view.segments[-1]
-            )
+            epoch = self._committer.epoch
+            end = self._log_end_offset
+            active = self._view.segments[-1]
+            with self._unflushed_lock:
+                sealed, self._unflushed = self._unflushed, []
+        self._last_flush_ms = self._clock_ms()
+        return FlushWork(end, epoch, sealed, active)
 
     # -- reading ------------------------------------------------------------------------
     def read(self, offset: int, max_bytes: int, *, max_offset: int | None = None) -> ReadResult:
@@ -561,7 +576,8 @@ class PartitionLog:
         remaining = list(self._view.segments[len(doomed) :])
         self._log_start_offset = max(self._log_start_offset, remaining[0].base_offset)
         self._set_view(remaining)
-        self._unflushed = [s for s in self._unflushed if s not in doomed]
+        with self._unflushed_lock:
+            self._unflushed = [s for s in self._unflushed if s not in doomed]
         self._delete_segments(doomed)
         self._write_checkpoint(clean_shutdown=False)
         return [s.base_offset for s in doomed]
@@ -613,7 +629,8 @@ class PartitionLog:
                 tail.flush()
             except OSError as exc:
                 raise self._go_offline(exc) from exc
-            self._unflushed = [s for s in self._unflushed if s in keep and s is not tail]
+            with self._unflushed_lock:
+                self._unflushed = [s for s in self._unflushed if s in keep and s is not tail]
             self._set_view(keep)
             if tail.next_offset < self._log_start_offset:
                 # The batch holding ``offset`` began below the log start: nothing readable
@@ -627,7 +644,8 @@ class PartitionLog:
         with self._lock:
             self._check_writable()
             self._delete_segments(self._view.segments)
-            self._unflushed = []
+            with self._unflushed_lock:
+                self._unflushed = []
             try:
                 self._set_view([self._new_segment(offset)])
             except OSError as exc:
@@ -640,7 +658,8 @@ class PartitionLog:
         self._log_end_offset = end
         self._log_start_offset = min(self._log_start_offset, end)
         self._committer.truncated(end)
-        self._high_watermark = self._clamp(self._high_watermark)
+        with self._hw_lock:
+            self._high_watermark = self._clamp(self._high_watermark)
         self._publish()
         self._write_checkpoint(clean_shutdown=False)
 
