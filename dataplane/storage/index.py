@@ -195,6 +195,11 @@ class OffsetIndex(_MappedIndex):
         relative, position = self._read(n)
         return self.base_offset + relative, position
 
+    def last_position_at_most(self, position: int) -> int:
+        """The largest indexed batch position <= ``position`` (0 when there is none)."""
+        n = self._last_at_most(position, 1)
+        return self._read(n)[1] if n >= 0 else 0
+
     def entry_at(self, n: int) -> tuple[int, int]:
         relative, position = self._read(n)
         return self.base_offset + relative, position

@@ -271,9 +271,44 @@ def validate_batch(
     damaged byte reads as a CRC mismatch, and an unknown codec means a sender's choice.
     Every error carries ``position`` and, once readable, ``offset`` (the base offset).
     """
-    header = _check_structure(buf, position, max_batch_bytes)
+    if position >= 0:
+        header = _valid_header_or_none(buf, position, max_batch_bytes)
+        if header is not None:
+            return header
+    header = _check_structure(buf, position, max_batch_bytes)  # find out what is wrong
     _check_crc(buf, position, header)
     _check_fields(header, position)
+    return header
+
+
+def _valid_header_or_none(
+    buf: ReadableBuffer, position: int, max_batch_bytes: int | None
+) -> BatchHeader | None:
+    """Every check of ``validate_batch`` in one expression: the produce hot path.
+
+    None means some check failed; the caller then runs them one by one for the error.
+    """
+    try:
+        fields = _HEADER.unpack_from(buf, position)
+    except struct.error:
+        return None
+    length, count = fields[1], fields[12]
+    end = position + length + LOG_OVERHEAD
+    if not (
+        fields[3] == MAGIC
+        and length >= MIN_BATCH_LENGTH
+        and end <= len(buf)
+        and (max_batch_bytes is None or end - position <= max_batch_bytes)
+        and fields[5] & COMPRESSION_MASK <= Compression.ZSTD
+        and count >= 1
+        and fields[6] >= count - 1
+    ):
+        return None
+    with memoryview(buf) as view:
+        if crc32c(view[position + ATTRIBUTES_OFFSET : end]) != fields[4]:
+            return None
+    header: BatchHeader = _BatchHeaderTwin(*fields)
+    header.__class__ = BatchHeader
     return header
 
 
@@ -412,6 +447,50 @@ def decode_batches(buf: ReadableBuffer) -> list[Record]:
     for position, _ in iter_batches(buf, validate=False):
         records += decode_batch(buf, position)[1]
     return records
+
+
+def first_offset_at_or_after(
+    buf: ReadableBuffer, position: int, timestamp: int, min_offset: int = 0
+) -> int | None:
+    """Offset of the batch's first record with timestamp >= ``timestamp`` and offset >=
+    ``min_offset``, or None; the batch must have been validated already.
+
+    Reads only each record's length, timestamp delta and offset delta (no key, value or
+    header is touched): timestamp lookups scan a whole batch for one answer.
+    """
+    header = read_header(buf, position)
+    base_offset = header.base_offset
+    if header.attributes & TIMESTAMP_TYPE_MASK:  # log-append time: one time for all
+        first = max(base_offset, min_offset)
+        found = header.max_timestamp >= timestamp and first <= header.last_offset
+        return first if found else None
+    data = _records_bytes(buf, position, header, MAX_UNCOMPRESSED_BYTES)
+    base_timestamp, slow = header.base_timestamp, _read_uvarint
+    pos, end = 0, len(data)
+    try:
+        while pos < end:
+            if (u := data[pos]) < 0x80:
+                pos += 1
+            elif (b := data[pos + 1]) < 0x80:
+                u, pos = u - 0x80 + (b << 7), pos + 2
+            else:
+                u, pos = slow(data, pos)
+            stop = pos + ((u >> 1) ^ -(u & 1))
+            if (u := data[pos + 1]) < 0x80:  # data[pos] is the record attributes byte
+                at = pos + 2
+            elif (b := data[pos + 2]) < 0x80:
+                u, at = u - 0x80 + (b << 7), pos + 3
+            else:
+                u, at = slow(data, pos + 1)
+            if base_timestamp + ((u >> 1) ^ -(u & 1)) >= timestamp:
+                delta, _ = slow(data, at)
+                offset = base_offset + ((delta >> 1) ^ -(delta & 1))
+                if offset >= min_offset:
+                    return offset
+            pos = stop
+    except (IndexError, ValueError) as err:
+        raise TruncatedRecordError(str(err), position=position, offset=base_offset) from None
+    return None
 
 
 def _records_bytes(buf: ReadableBuffer, position: int, header: BatchHeader, limit: int) -> bytes:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import struct
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -49,6 +50,7 @@ INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
 _SCAN_CHUNK_BYTES = 8 * 1024 * 1024
 _CRC_START = 21  # the CRC covers attributes (byte 21) to the end of the batch
+_READ_FIELDS = struct.Struct(">qi4xbI2xi")  # base offset, length, magic, crc, last delta
 _IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
 
 
@@ -443,26 +445,29 @@ class LogSegment:
     def find_batch(
         self, offset: int, end: int, *, rebuilt: bool = False
     ) -> tuple[int, BatchHeader] | None:
-        """Position and header of the batch holding ``offset``, or None if beyond ``end``."""
+        """Position and header of the batch holding ``offset``, or None if beyond ``end``.
+
+        The index entry it starts from is checked against the log (the batch there must
+        have exactly the entry's base offset); a wrong entry makes the segment rebuild its
+        indexes and look again.
+        """
         with self._lock:  # a roll or rebuild may remap the index under a lock-free reader
             start_offset, position = self.offset_index.lookup(offset)
-        if (position or start_offset != self.base_offset) and not self._entry_matches(
-            start_offset, position, end
-        ):
-            self._rebuild_indexes(
-                f"offset index entry ({start_offset}, {position}) is wrong", rebuilt
-            )
-            return self.find_batch(offset, end, rebuilt=True)
-        for pos, header in self._walk(position, end, verify_crc=False):
-            if header.last_offset >= offset:
-                return pos, header
-        return None
-
-    def _entry_matches(self, offset: int, position: int, end: int) -> bool:
-        if position + HEADER_SIZE > end:
-            return False
-        header = self._read_header(position)
-        return header.base_offset == offset and header.magic == 2
+        check_entry = bool(position) or start_offset != self.base_offset
+        try:
+            for pos, header in self._walk(position, end, verify_crc=False):
+                if check_entry and (header.base_offset != start_offset or header.magic != 2):
+                    break
+                check_entry = False
+                if header.last_offset >= offset:
+                    return pos, header
+        except CorruptBatchError:
+            if not check_entry:
+                raise
+        if not check_entry:
+            return None
+        self._rebuild_indexes(f"offset index entry ({start_offset}, {position}) is wrong", rebuilt)
+        return self.find_batch(offset, end, rebuilt=True)
 
     def read(
         self, offset: int, max_bytes: int, max_offset: int, *, min_one_batch: bool = True
@@ -489,29 +494,54 @@ class LogSegment:
             )
         if first.last_offset >= max_offset or (first.size > max_bytes and not min_one_batch):
             return b"", offset
-        want = min(end - position, max(max_bytes, first.size))
-        data = os.pread(self._fd, want, position)
+        limit = position + max(max_bytes, first.size)
+        stop = position + first.size
+        if limit > stop:
+            stop = self._batch_boundary(limit, end)
+            if stop <= position + first.size:  # no known boundary further: read all, trim
+                stop = min(limit, end)
+        data = os.pread(self._fd, max(stop, position + first.size) - position, position)
         return self._whole_batches(data, position, max_offset, offset)
+
+    def _batch_boundary(self, limit: int, end: int) -> int:
+        """The last batch boundary at or below ``limit`` that the offset index knows.
+
+        Reading up to a known boundary returns whole batches without trimming a copy;
+        the index is sparse, so a read may stop up to ``index_interval_bytes`` short of
+        its budget.
+        """
+        if limit >= end:
+            return end
+        with self._lock:
+            return self.offset_index.last_position_at_most(limit)
 
     def _whole_batches(
         self, data: bytes, position: int, max_offset: int, offset: int
     ) -> tuple[bytes, int]:
+        """The whole, CRC-valid, densely numbered batches at the start of ``data``.
+
+        This is the read hot path, so it unpacks only the five fields it checks instead
+        of a full ``BatchHeader``.
+        """
         at, size, next_offset = 0, len(data), offset
         view = memoryview(data)
-        expected: int | None = None  # the first batch may start below ``offset``
+        expected = -1  # the first batch may start below ``offset``
+        unpack, crc = _READ_FIELDS.unpack_from, crc32c.crc32c
         while at + HEADER_SIZE <= size:
-            header = records.read_header(data, at)
-            if at + header.size > size or header.last_offset >= max_offset:
+            base, length, magic, stored_crc, last_delta = unpack(data, at)
+            end = at + length + 12
+            if end > size or base + last_delta >= max_offset:
                 break
-            try:
-                _check_header(header, position + at, expected)
-                _check_crc(view, at, header, position + at)
-            except CorruptBatchError:
+            if magic != 2 or length < HEADER_SIZE - 12 or (expected >= 0 and base != expected):
                 if at == 0:
-                    raise
+                    _check_header(records.read_header(data, at), position, None)
+                break  # a later damaged batch ends the read; reading from it raises
+            if crc(view[at + _CRC_START : end]) != stored_crc:
+                if at == 0:
+                    _check_crc(view, 0, records.read_header(data, 0), position)
                 break
-            at += header.size
-            next_offset = expected = header.next_offset
+            at = end
+            next_offset = expected = base + last_delta + 1
         return (data if at == size else data[:at]), next_offset
 
     def find_offset_by_timestamp(
@@ -545,14 +575,9 @@ class LogSegment:
     def _first_record_at_or_after(
         self, position: int, header: BatchHeader, timestamp: int, min_offset: int
     ) -> int | None:
-        if header.timestamp_type == records.TimestampType.LOG_APPEND_TIME:
-            first = max(header.base_offset, min_offset)
-            return first if first <= header.last_offset else None
         data = os.pread(self._fd, header.size, position)
-        for record in records.decode_batch(data, 0)[1]:
-            if record.timestamp >= timestamp and record.offset >= min_offset:
-                return record.offset
-        return None
+        _check_crc(data, 0, header, position)
+        return records.first_offset_at_or_after(data, 0, timestamp, min_offset)
 
     # -- maintenance --------------------------------------------------------------------
     def _rebuild_indexes(self, reason: str, already_rebuilt: bool = False) -> None:

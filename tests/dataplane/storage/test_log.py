@@ -495,3 +495,14 @@ def test_timestamp_lookup_and_reads_stop_at_the_high_watermark(tmp_path, clock):
     assert len(decode_batches(everything.data)) == 10
     assert log.update_high_watermark(2) == 5  # never moves back
     log.close()
+
+
+def test_small_reads_of_small_batches_fill_their_budget(open_log):
+    """With batches far smaller than the index interval, a read still packs its budget."""
+    log = open_log(LogConfig(index_interval_bytes=4096, durability=Durability.NEVER))
+    for n in range(200):
+        log.append(make_batch([b"%03d" % n]))
+    size = len(log.read(0, 1).data)
+    result = log.read(0, 10 * size + size // 2)
+    assert len(result.data) == 10 * size
+    assert result.next_offset == 10

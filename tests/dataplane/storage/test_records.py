@@ -47,6 +47,7 @@ from dataplane.storage.records import (
     build_batch,
     decode_batch,
     decode_batches,
+    first_offset_at_or_after,
     iter_batches,
     read_header,
     set_base_offset,
@@ -832,3 +833,28 @@ def test_garbage_records_under_a_valid_crc_raise_only_corrupt_batch_errors(
     shape = {"attributes": int(codec), "record_count": count, "last_offset_delta": count - 1}
     data = reframe(plain, start + garbage, **shape)
     only_corrupt_batch_errors(data)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    timestamps=st.lists(st.integers(-(10**12), 10**12), min_size=1, max_size=40),
+    codec=st.sampled_from(list(Compression)),
+    target=st.integers(-(10**12) - 5, 10**12 + 5),
+    min_delta=st.integers(0, 45),
+)
+def test_first_offset_at_or_after_agrees_with_a_full_decode(timestamps, codec, target, min_delta):
+    """The timestamp-only scan finds what decoding every record finds."""
+    builder = BatchBuilder(compression=codec, base_offset=1_000)
+    for n, ts in enumerate(timestamps):
+        builder.append(b"v" * (n * 7), key=b"k" * n, timestamp=ts, headers=[("h", b"x")] * (n % 3))
+    batch = builder.build()
+    min_offset = 1_000 + min_delta
+    expected = next(
+        (
+            r.offset
+            for r in decode_batch(batch)[1]
+            if r.timestamp >= target and r.offset >= min_offset
+        ),
+        None,
+    )
+    assert first_offset_at_or_after(batch, 0, target, min_offset) == expected
