@@ -9,11 +9,12 @@ Durability modes (``LogConfig.durability``) — what an append promises once it 
     survives a process crash, a kernel crash and a power loss (on a device that honours
     flushes).
 ``interval``
-    ``append`` returns once its bytes are in the kernel's page cache; the log is fsynced
-    no later than ``flush_interval_ms`` after the first unflushed append (checked on every
-    append and by the log manager's flusher). A process crash loses nothing that was
-    acknowledged; a kernel crash or power loss loses at most the last
-    ``flush_interval_ms`` (plus scheduling delay) of acknowledged appends.
+    ``append`` returns once its bytes are in the kernel's page cache; a flush starts once
+    ``flush_interval_ms`` have passed since the last one (noticed by the next append, or
+    by the log manager's housekeeping when appends stop) and runs on a background thread,
+    never in the appender. A process crash loses nothing that was acknowledged; a kernel
+    crash or power loss loses at most the last ``flush_interval_ms`` of acknowledged
+    appends, plus the time that flush takes.
 ``never``
     ``append`` returns once its bytes are in the page cache; the log is fsynced only
     after a segment is sealed (by the log manager's housekeeping, shortly after the roll)

@@ -25,12 +25,16 @@ from __future__ import annotations
 import contextlib
 import heapq
 import itertools
+import logging
+import queue
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from dataplane.storage.errors import AppendTruncatedError, LogDirOfflineError
 from dataplane.storage.segment import LogSegment
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,3 +177,44 @@ def _sync(work: FlushWork) -> None:
             segment.flush()
     with contextlib.suppress(FileNotFoundError), work.active.pin():
         work.active.flush_log_only()
+
+
+class BackgroundFlusher:
+    """One daemon thread running flushes handed to it, for every log of the process.
+
+    ``interval`` logs hand their due flush here instead of running it in the appending
+    thread, so no append waits for an fsync it did not ask for. A log is queued at most
+    once at a time; a failing flush is logged (the log itself goes offline).
+    """
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[tuple[int, Callable[[], object]]] = queue.SimpleQueue()
+        self._pending: set[int] = set()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def submit(self, key: int, flush: Callable[[], object]) -> None:
+        with self._lock:
+            if key in self._pending:
+                return
+            self._pending.add(key)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="log-background-flush", daemon=True
+                )
+                self._thread.start()
+        self._queue.put((key, flush))
+
+    def _run(self) -> None:
+        while True:
+            key, flush = self._queue.get()
+            try:
+                flush()
+            except Exception:  # each log reports its own failure; keep serving the rest
+                log.exception("background flush failed")
+            finally:
+                with self._lock:
+                    self._pending.discard(key)
+
+
+BACKGROUND_FLUSHER = BackgroundFlusher()

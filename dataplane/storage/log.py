@@ -45,7 +45,7 @@ from dataplane.storage.errors import (
     LogDirOfflineError,
     OffsetOutOfRangeError,
 )
-from dataplane.storage.flush import FlushWork, GroupCommitter
+from dataplane.storage.flush import BACKGROUND_FLUSHER, FlushWork, GroupCommitter
 from dataplane.storage.records import BatchHeader, TimestampType
 from dataplane.storage.recovery import RecoveryReport, load_log
 from dataplane.storage.segment import CorruptRegion, LogSegment, PlacedBatch
@@ -417,7 +417,7 @@ class PartitionLog:
         if durability is Durability.ALWAYS:
             self._committer.sync_through(info.last_offset + 1, epoch=epoch)
         elif durability is Durability.INTERVAL and self._flush_due():
-            self._committer.sync_through(info.last_offset + 1)
+            BACKGROUND_FLUSHER.submit(id(self), self._background_flush)
 
     def _flush_due(self) -> bool:
         return self._clock_ms() - self._last_flush_ms >= self.config.flush_interval_ms
@@ -426,6 +426,10 @@ class PartitionLog:
     def flush(self) -> None:
         """fsync everything appended so far (and the indexes of sealed segments)."""
         self._committer.flush_now()
+
+    def _background_flush(self) -> None:
+        if not (self._closing or self._closed or self._offline):
+            self.flush()
 
     def maybe_flush(self) -> bool:
         """Flush when the log's durability mode says it is due; True if it flushed.

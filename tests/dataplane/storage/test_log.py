@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from pathlib import Path
 
 import crc32c
@@ -346,36 +347,43 @@ def test_always_durability_returns_only_after_the_bytes_are_synced(open_log, sma
 
 
 def test_group_commit_shares_one_fsync_among_waiting_appenders(open_log, small_config, monkeypatch):
-    """16 appenders behind a slow disk need far fewer fsyncs than appends.
+    """Appenders that write while an fsync runs all return on the next single fsync.
 
-    The disk is made slow by delaying each real fdatasync by 50 ms in this process; the
-    fsync itself still happens.
+    The first fdatasync is held (a slow disk) until all 16 appenders have written; the
+    real fsync still runs. Every append returns only once the recovery point covers it.
     """
-    log = open_log(small_config.with_changes(durability=Durability.ALWAYS))
-    real, calls = os.fdatasync, []
-    started = threading.Barrier(16)
+    config = small_config.with_changes(durability=Durability.ALWAYS, max_segment_bytes=1 << 20)
+    log = open_log(config)
+    real, calls, release = os.fdatasync, [], threading.Event()
 
     def slow_fdatasync(fd: int) -> None:
         calls.append(fd)
-        threading.Event().wait(0.05)
+        if len(calls) == 1:
+            release.wait(10)
         real(fd)
 
     monkeypatch.setattr(os, "fdatasync", slow_fdatasync)
+    acked: list[tuple[int, int]] = []  # (last offset, recovery point when append returned)
 
     def appender() -> None:
-        started.wait()
-        for _ in range(4):
-            info = log.append(make_batch([b"x" * 50]))
-            assert log.recovery_point > info.last_offset
+        info = log.append(make_batch([b"x" * 50]))
+        acked.append((info.last_offset, log.recovery_point))
 
     threads = [threading.Thread(target=appender) for _ in range(16)]
     for t in threads:
         t.start()
+    deadline = time.monotonic() + 10
+    while log.log_end_offset < 16 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert log.log_end_offset == 16
+    assert not acked  # nobody returned while the first fsync was held
+    release.set()
     for t in threads:
-        t.join()
-    assert log.log_end_offset == 64
-    assert len(calls) <= 64 // 4, f"{len(calls)} fsyncs for 64 appends"
-    assert [r.offset for r in read_all(log)] == list(range(64))
+        t.join(10)
+    assert len(acked) == 16
+    assert all(recovery_point > last for last, recovery_point in acked)
+    assert 1 <= len(calls) <= 2, f"{len(calls)} fsyncs for 16 concurrent appends"
+    assert [r.offset for r in read_all(log)] == list(range(16))
 
 
 def test_interval_durability_flushes_once_the_interval_passed(open_log, small_config, clock):
@@ -386,7 +394,37 @@ def test_interval_durability_flushes_once_the_interval_passed(open_log, small_co
     assert not log.maybe_flush()
     clock.advance(1)
     fill(log, 1)
+    deadline = time.monotonic() + 10
+    while log.recovery_point < 15 and time.monotonic() < deadline:
+        time.sleep(0.005)
     assert log.recovery_point == 15
+
+
+def test_interval_flush_runs_in_the_background_not_in_the_appender(
+    open_log, small_config, clock, monkeypatch
+):
+    """While a due flush is stuck in a slow fdatasync, appends still return."""
+    log = open_log(small_config.with_changes(durability=Durability.INTERVAL, flush_interval_ms=10))
+    fill(log, 1)
+    entered, release, real = threading.Event(), threading.Event(), os.fdatasync
+
+    def stuck_fdatasync(fd: int) -> None:  # a slow disk: the real fsync runs once released
+        entered.set()
+        release.wait(10)
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", stuck_fdatasync)
+    clock.advance(10)
+    fill(log, 1)  # due: hands the flush to the background thread
+    assert entered.wait(10)
+    fill(log, 3)  # returns although the flush is still in fdatasync
+    assert log.log_end_offset == 25
+    assert log.recovery_point == 0
+    release.set()
+    deadline = time.monotonic() + 10
+    while log.recovery_point < 10 and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert log.recovery_point >= 10
 
 
 def test_never_durability_leaves_flushing_to_seal_and_close(open_log, small_config, clock):
