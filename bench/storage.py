@@ -829,8 +829,9 @@ def report_appends(cases: list[CaseResult], sizes: Sizes) -> None:
     note(f"  always: {sizes.fsync_s} s per run. Median of {sizes.reps} runs each.")
     note("vs write = MB/s / no-fsync write ceiling; vs fsync = appends/s / fdatasync-per-write")
     note("  ceiling; fsyncs/run = os.fdatasync calls, counted by wrapping it in this process.")
-    note("  Only append calls are timed (not open/close); interval and always include their")
-    note("  fdatasyncs, which run inline in the appending thread.")
+    note("  Only append calls are timed (not open/close); always waits for its fdatasync")
+    note("  (group commit); interval flushes run on the background flusher thread, which")
+    note("  shares the CPUs and the disk with the appender.")
     note(
         f"never x{GROUPED_PER_CALL}: {GROUPED_PER_CALL} batches concatenated per append call, as a"
     )

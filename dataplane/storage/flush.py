@@ -30,9 +30,13 @@ import queue
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from dataplane.storage.errors import AppendTruncatedError, LogDirOfflineError
 from dataplane.storage.segment import LogSegment
+
+if TYPE_CHECKING:
+    from dataplane.storage.log import AppendInfo
 
 log = logging.getLogger(__name__)
 
@@ -177,6 +181,95 @@ def _sync(work: FlushWork) -> None:
             segment.flush()
     with contextlib.suppress(FileNotFoundError), work.active.pin():
         work.active.flush_log_only()
+
+
+class _Entry:
+    """One append waiting in a ``GroupWriter``."""
+
+    __slots__ = ("error", "gate", "info", "lead", "write")
+
+    def __init__(self, write: Callable[[], tuple[AppendInfo, int]]) -> None:
+        self.write = write
+        self.gate: threading.Lock | None = None
+        self.info: AppendInfo | None = None
+        self.error: BaseException | None = None
+        self.lead = False
+
+
+class GroupWriter:
+    """Leader/follower batching of durable appends: one thread writes and syncs for all.
+
+    An appender that finds no leader becomes one: it takes every queued append, writes
+    them all under one hold of the log's lock, syncs once, and wakes their threads; if
+    more arrived meanwhile, it hands the lead to the first of them and returns. Others
+    only queue and sleep. With many appenders this replaces most lock hand-offs between
+    runnable threads (which, under the GIL, cost far more than the writes) by one.
+    ``write`` runs under ``lock`` and returns the append's result and the truncation
+    epoch it was written in; ``sync(end_offset, epoch)`` makes the group durable.
+    """
+
+    def __init__(self, lock: threading.RLock, sync: Callable[[int, int], object]) -> None:
+        self._lock = lock
+        self._sync = sync
+        self._queue_lock = threading.Lock()
+        self._queue: list[_Entry] = []
+        self._leading = False
+
+    def append(self, write: Callable[[], tuple[AppendInfo, int]]) -> AppendInfo:
+        entry = _Entry(write)
+        with self._queue_lock:
+            self._queue.append(entry)
+            lead = not self._leading
+            if lead:
+                self._leading = True
+            else:
+                entry.gate = threading.Lock()
+                entry.gate.acquire()
+        if not lead:
+            assert entry.gate is not None
+            entry.gate.acquire()  # released by a leader: with our result, or the lead
+            lead = entry.lead
+        if lead:
+            self._lead(entry)
+        if entry.error is not None:
+            raise entry.error
+        assert entry.info is not None
+        return entry.info
+
+    def _lead(self, own: _Entry) -> None:
+        with self._queue_lock:
+            group, self._queue = self._queue, []
+        self._write_and_sync(group)
+        with self._queue_lock:
+            successor = self._queue[0] if self._queue else None
+            if successor is None:
+                self._leading = False
+            else:
+                successor.lead = True
+        for entry in group:
+            if entry is not own and entry.gate is not None:
+                entry.gate.release()
+        if successor is not None and successor.gate is not None:
+            successor.gate.release()
+
+    def _write_and_sync(self, group: list[_Entry]) -> None:
+        written: list[_Entry] = []
+        epoch = 0
+        with self._lock:
+            for entry in group:
+                try:
+                    entry.info, epoch = entry.write()
+                    written.append(entry)
+                except BaseException as exc:  # handed to the appender's own thread
+                    entry.error = exc
+        if not written:
+            return
+        end = max(e.info.last_offset + 1 for e in written if e.info is not None)
+        try:
+            self._sync(end, epoch)
+        except BaseException as exc:  # every appender of the group gets the failure
+            for entry in written:
+                entry.info, entry.error = None, exc
 
 
 class BackgroundFlusher:

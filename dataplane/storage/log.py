@@ -45,7 +45,7 @@ from dataplane.storage.errors import (
     LogDirOfflineError,
     OffsetOutOfRangeError,
 )
-from dataplane.storage.flush import BACKGROUND_FLUSHER, FlushWork, GroupCommitter
+from dataplane.storage.flush import BACKGROUND_FLUSHER, FlushWork, GroupCommitter, GroupWriter
 from dataplane.storage.records import BatchHeader, TimestampType
 from dataplane.storage.recovery import RecoveryReport, load_log
 from dataplane.storage.segment import CorruptRegion, LogSegment, PlacedBatch
@@ -118,6 +118,9 @@ class PartitionLog:
         self._clock_ms = clock_ms
         self._lock = threading.RLock()
         self._committer = GroupCommitter(self._flush_work, self._go_offline, 0, self._synced)
+        self._group_writer = GroupWriter(
+            self._lock, lambda end, epoch: self._committer.sync_through(end, epoch=epoch)
+        )
         self._unflushed: list[LogSegment] = []  # sealed, not yet synced; see _flush_work
         self._unflushed_lock = threading.Lock()
         self._hw_lock = threading.Lock()
@@ -257,15 +260,21 @@ class PartitionLog:
         """
         view = memoryview(data).cast("B") if not isinstance(data, bytes) else memoryview(data)
         headers = self._validate(view, dense=assign_offsets)
-        with self._lock:
+
+        def write() -> tuple[AppendInfo, int]:  # under the append lock
             self._check_writable()
             base = self._log_end_offset if assign_offsets else headers[0][1].base_offset
             if not assign_offsets:
                 self._check_follower_offsets(headers)
             buffers, placed, append_time = self._prepare(view, headers, base, leader_epoch)
-            info = self._write(buffers, placed, append_time)
-            epoch = self._committer.epoch
-        self._after_append(info, epoch)
+            return self._write(buffers, placed, append_time), self._committer.epoch
+
+        if self.config.durability is Durability.ALWAYS:
+            return self._group_writer.append(write)  # written and synced with its group
+        with self._lock:
+            info, _ = write()
+        if self.config.durability is Durability.INTERVAL and self._flush_due():
+            BACKGROUND_FLUSHER.submit(id(self), self._background_flush)
         return info
 
     def _validate(self, view: memoryview, *, dense: bool) -> list[tuple[int, BatchHeader]]:
@@ -411,13 +420,6 @@ class PartitionLog:
             self._check_writable()
             if not self._view.segments[-1].is_empty:
                 self._roll(self._log_end_offset)
-
-    def _after_append(self, info: AppendInfo, epoch: int) -> None:
-        durability = self.config.durability
-        if durability is Durability.ALWAYS:
-            self._committer.sync_through(info.last_offset + 1, epoch=epoch)
-        elif durability is Durability.INTERVAL and self._flush_due():
-            BACKGROUND_FLUSHER.submit(id(self), self._background_flush)
 
     def _flush_due(self) -> bool:
         return self._clock_ms() - self._last_flush_ms >= self.config.flush_interval_ms

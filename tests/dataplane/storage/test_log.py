@@ -347,10 +347,11 @@ def test_always_durability_returns_only_after_the_bytes_are_synced(open_log, sma
 
 
 def test_group_commit_shares_one_fsync_among_waiting_appenders(open_log, small_config, monkeypatch):
-    """Appenders that write while an fsync runs all return on the next single fsync.
+    """Appenders that arrive while an fsync runs are written and synced as one group.
 
-    The first fdatasync is held (a slow disk) until all 16 appenders have written; the
-    real fsync still runs. Every append returns only once the recovery point covers it.
+    The first fdatasync is held (a slow disk) until the other 15 appenders are queued
+    behind it; the real fsync still runs. Every append returns only once the recovery
+    point covers it, and the 15 need a single further fsync.
     """
     config = small_config.with_changes(durability=Durability.ALWAYS, max_segment_bytes=1 << 20)
     log = open_log(config)
@@ -372,10 +373,15 @@ def test_group_commit_shares_one_fsync_among_waiting_appenders(open_log, small_c
     threads = [threading.Thread(target=appender) for _ in range(16)]
     for t in threads:
         t.start()
+
+    def queued() -> int:  # appends waiting for the next group (the list is swapped per group)
+        return len(log._group_writer._queue)
+
     deadline = time.monotonic() + 10
-    while log.log_end_offset < 16 and time.monotonic() < deadline:
+    while queued() < 15 and time.monotonic() < deadline:
         time.sleep(0.001)
-    assert log.log_end_offset == 16
+    assert queued() == 15
+    assert log.log_end_offset == 1  # only the first append is written so far
     assert not acked  # nobody returned while the first fsync was held
     release.set()
     for t in threads:

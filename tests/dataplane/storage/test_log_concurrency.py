@@ -10,7 +10,13 @@ from pathlib import Path
 import pytest
 
 from dataplane.storage.config import Durability, LogConfig
-from dataplane.storage.errors import AppendTruncatedError, LogClosedError, StorageError
+from dataplane.storage.errors import (
+    AppendTruncatedError,
+    InvalidOffsetError,
+    LogClosedError,
+    LogDirOfflineError,
+    StorageError,
+)
 from dataplane.storage.log import PartitionLog
 from dataplane.storage.records import decode_batches
 
@@ -246,3 +252,47 @@ def test_every_error_a_concurrent_reader_sees_is_a_storage_error(tmp_path: Path)
     thread.join(10)
     assert not failures, repr(failures[0])
     log.close()
+
+
+def test_one_bad_append_in_a_group_fails_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A group written together still answers each append on its own."""
+    log = PartitionLog.open(tmp_path / "t-0", ALWAYS)
+    log.append(make_batch([b"first"]))
+    disk = SlowDisk(monkeypatch)
+    disk.hold_next()
+    holder, _ = in_thread(log.append, make_batch([b"held"]))
+    assert disk.entered.wait(10)
+    good = [in_thread(log.append, make_batch([b"ok%d" % n])) for n in range(6)]
+    stale = bytearray(make_batch([b"stale"]))  # a follower append at the wrong offset
+    bad = in_thread(lambda: log.append(bytes(stale), assign_offsets=False))
+    deadline = time.monotonic() + 10
+    while len(log._group_writer._queue) < 7 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    disk.release.set()
+    for thread, _ in [*good, bad, (holder, None)]:
+        thread.join(10)
+    assert [type(outcome[0]).__name__ for _, outcome in good] == ["AppendInfo"] * 6
+    assert isinstance(bad[1][0], InvalidOffsetError)
+    values = sorted(r.value for r in read_all(log))
+    assert values == sorted([b"first", b"held", *(b"ok%d" % n for n in range(6))])
+    log.close()
+
+
+def test_a_failed_fsync_fails_the_whole_group_and_takes_the_log_offline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    log = PartitionLog.open(tmp_path / "t-0", ALWAYS)
+    log.append(make_batch([b"synced"]))
+
+    def broken_fdatasync(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "fdatasync", broken_fdatasync)
+    outcomes = [in_thread(log.append, make_batch([b"lost%d" % n])) for n in range(5)]
+    for thread, _ in outcomes:
+        thread.join(10)
+    assert all(isinstance(outcome[0], LogDirOfflineError) for _, outcome in outcomes)
+    assert log.is_offline
+    assert log.high_watermark == 1  # nothing unsynced was ever exposed
+    with pytest.raises(LogDirOfflineError):
+        log.append(make_batch([b"after"]))
