@@ -1,23 +1,28 @@
-"""Group commit: one fsync covers every append that arrived while the previous one ran.
+"""Durability machinery of a partition log: group commit and background flushes.
 
-A ``GroupCommitter`` belongs to one partition log. Appenders that need durability call
-``sync_through(end_offset)``; the first to arrive becomes the flusher, takes a snapshot
-of what is written (``FlushWork``, made by the log without its append lock, so the
-flusher never queues behind appenders), fsyncs it outside every lock, and advances the
-*recovery point* — the offset below which every byte is on stable storage. Appenders
-that arrive meanwhile wait, and the next flush covers all of them at once, so N
+``GroupWriter`` batches durable appends: one leader thread writes every queued append
+under a single hold of the log's lock and asks for one sync for all of them; the other
+appenders only queue and sleep until the leader hands them their results.
+
+``GroupCommitter`` serialises a log's fsyncs. ``sync_through(end_offset)`` returns
+once every offset below ``end_offset`` is durable: the caller either runs a flush round
+(snapshots what is written as ``FlushWork``, fsyncs it outside every lock, advances the
+*recovery point* — the offset below which every byte is on stable storage) or parks
+until a round covers it. A round covers every append written before its snapshot, so N
 concurrent appenders cost far fewer than N fsyncs.
 
 Truncation (replication rewriting a divergent tail) bumps an *epoch*: a flush whose
 snapshot predates the truncation must not raise the recovery point, and an append that
 was truncated before it was synced gets ``AppendTruncatedError`` instead of a false ack.
-
 An fsync failure is final: the log goes offline (``LogDirOfflineError``), every waiter
 gets the error, and nothing is acknowledged after it.
 
-Thread safety: every method may be called from any thread. The committer's condition
-is never held while calling the snapshot function, and the log never waits for the
-committer while holding its append lock, so the two cannot deadlock.
+``BackgroundFlusher`` is one daemon thread running the due flushes of ``interval`` logs.
+
+Thread safety: every method may be called from any thread. The committer's mutex is
+never held while calling the snapshot function (which takes the log's append lock),
+and no one waits for the committer while holding the append lock, so they cannot
+deadlock.
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class FlushWork:
-    """What one flush must make durable, snapshotted under the log's append lock."""
+    """What one flush must make durable, taken under the log's append lock."""
 
     end_offset: int  # every offset below it is written
     epoch: int  # the truncation epoch when the snapshot was taken
