@@ -625,6 +625,9 @@ class PartitionLog:
                 return self._log_end_offset
             if offset <= self._log_start_offset:
                 return self.truncate_fully_and_start_at(offset)
+            # Before any file changes: a flush round already running must not count what
+            # is about to be cut, nor acknowledge an append in it.
+            self._committer.truncated(offset)
             view = self._view
             keep = list(view.segments[: view.floor_index(offset) + 1])
             self._delete_segments(view.segments[len(keep) :])
@@ -649,6 +652,7 @@ class PartitionLog:
         """Delete every segment and restart the empty log at ``offset``."""
         with self._lock:
             self._check_writable()
+            self._committer.truncated(min(offset, self._log_end_offset))
             self._delete_segments(self._view.segments)
             with self._unflushed_lock:
                 self._unflushed = []
@@ -657,13 +661,16 @@ class PartitionLog:
             except OSError as exc:
                 raise self._go_offline(exc) from exc
             self._log_start_offset = offset
-            self._after_truncation(offset)
+            self._after_truncation(offset, restarted=True)
             return offset
 
-    def _after_truncation(self, end: int) -> None:
+    def _after_truncation(self, end: int, *, restarted: bool = False) -> None:
         self._log_end_offset = end
         self._log_start_offset = min(self._log_start_offset, end)
-        self._committer.truncated(end)
+        if restarted:
+            self._committer.reset(end)  # an empty log: nothing below ``end`` to sync
+        else:
+            self._committer.truncated(end)
         with self._hw_lock:
             self._high_watermark = self._clamp(self._high_watermark)
         self._publish()

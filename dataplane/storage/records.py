@@ -476,6 +476,8 @@ def first_offset_at_or_after(
             else:
                 u, pos = slow(data, pos)
             stop = pos + ((u >> 1) ^ -(u & 1))
+            if not pos + 6 <= stop <= end:  # also keeps the scan moving forward
+                raise ValueError("a record overruns the batch or is too short")
             if (u := data[pos + 1]) < 0x80:  # data[pos] is the record attributes byte
                 at = pos + 2
             elif (b := data[pos + 2]) < 0x80:
@@ -484,9 +486,11 @@ def first_offset_at_or_after(
                 u, at = slow(data, pos + 1)
             if base_timestamp + ((u >> 1) ^ -(u & 1)) >= timestamp:
                 delta, _ = slow(data, at)
-                offset = base_offset + ((delta >> 1) ^ -(delta & 1))
-                if offset >= min_offset:
-                    return offset
+                delta = (delta >> 1) ^ -(delta & 1)
+                if not 0 <= delta <= header.last_offset_delta:
+                    raise ValueError(f"offset delta {delta} is outside the batch")
+                if base_offset + delta >= min_offset:
+                    return base_offset + delta
             pos = stop
     except (IndexError, ValueError) as err:
         raise TruncatedRecordError(str(err), position=position, offset=base_offset) from None

@@ -296,3 +296,40 @@ def test_a_failed_fsync_fails_the_whole_group_and_takes_the_log_offline(
     assert log.high_watermark == 1  # nothing unsynced was ever exposed
     with pytest.raises(LogDirOfflineError):
         log.append(make_batch([b"after"]))
+
+
+def test_a_flush_finishing_while_truncation_cuts_files_acknowledges_nothing_cut(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The append's fsync completes after the truncation began deleting, before it ended.
+
+    Timing only: the round's fdatasync waits until the truncation is inside its own
+    fdatasync, which waits until the append has been answered.
+    """
+    log = PartitionLog.open(tmp_path / "t-0", ALWAYS, replicated=True)
+    for _ in range(5):
+        log.append(make_batch([b"a"]))
+    log.roll()
+    log.flush()  # the sealed segment is synced: the next round syncs only the new one
+    real = os.fdatasync
+    round_in_fsync, truncation_in_fsync = threading.Event(), threading.Event()
+    calls: list[int] = []
+
+    def ordered_fdatasync(fd: int) -> None:
+        calls.append(fd)
+        if len(calls) == 1:  # the append's flush round
+            round_in_fsync.set()
+            truncation_in_fsync.wait(10)
+        elif len(calls) == 2:  # the truncation syncing the segment it cut
+            truncation_in_fsync.set()
+            appender.join(2)
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", ordered_fdatasync)
+    appender, outcome = in_thread(log.append, make_batch([b"doomed"]))
+    assert round_in_fsync.wait(10)
+    assert log.truncate_to(4) == 4
+    appender.join(10)
+    assert isinstance(outcome[0], AppendTruncatedError)
+    assert log.recovery_point <= log.log_end_offset == 4
+    assert log.high_watermark <= 4

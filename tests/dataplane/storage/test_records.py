@@ -858,3 +858,14 @@ def test_first_offset_at_or_after_agrees_with_a_full_decode(timestamps, codec, t
         None,
     )
     assert first_offset_at_or_after(batch, 0, target, min_offset) == expected
+
+
+def test_timestamp_scan_refuses_a_record_with_a_negative_length():
+    """A CRC-valid batch whose record claims length -1 raises instead of looping."""
+    batch = bytearray(build_batch([b"v"]))
+    batch[61] = 0x01  # the first record's length: zigzag(-1)
+    batch[17:21] = crc32c(bytes(batch[21:])).to_bytes(4, "big")
+    with pytest.raises(TruncatedRecordError):
+        first_offset_at_or_after(bytes(batch), 0, 0)
+    with pytest.raises(TruncatedRecordError):
+        decode_batch(bytes(batch))
