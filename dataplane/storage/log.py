@@ -44,6 +44,7 @@ from dataplane.storage.errors import (
     LogClosedError,
     LogDirOfflineError,
     OffsetOutOfRangeError,
+    StorageError,
 )
 from dataplane.storage.flush import BACKGROUND_FLUSHER, FlushWork, GroupCommitter, GroupWriter
 from dataplane.storage.records import BatchHeader, TimestampType
@@ -216,7 +217,7 @@ class PartitionLog:
         It never moves back here; only truncation lowers it.
         """
         with self._lock:
-            self._high_watermark = max(self._high_watermark, self._clamp(offset))
+            self._raise_high_watermark(offset)
             return self._high_watermark
 
     def _clamp(self, offset: int) -> int:
@@ -490,7 +491,7 @@ class PartitionLog:
                 return ReadResult(b"", offset, start, end, self._high_watermark)
             payload = chunks[0] if len(chunks) == 1 else b"".join(chunks)
             return ReadResult(payload, next_offset, start, end, self._high_watermark)
-        raise LogClosedError(f"log {self.directory} keeps changing under reads")
+        raise StorageError(f"log {self.directory} kept changing under {_READ_RETRIES} reads")
 
     @staticmethod
     def _read_segments(

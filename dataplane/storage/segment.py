@@ -25,7 +25,6 @@ deleted while a read holds it (``pin``) keeps its file descriptor until the read
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import struct
@@ -393,20 +392,24 @@ class LogSegment:
             self.offset_of_max_timestamp = base_offset
 
     # -- reading ------------------------------------------------------------------------
-    @contextlib.contextmanager
-    def pin(self) -> Iterator[LogSegment]:
-        """Keep the file descriptor open for a read even if the segment is deleted."""
+    def pin(self) -> _Pin:
+        """Keep the file descriptor open for a read even if the segment is deleted.
+
+        Use as ``with segment.pin():``; raises ``FileNotFoundError`` once it is closed.
+        """
+        return _Pin(self)
+
+    def _acquire_pin(self) -> None:
         with self._lock:
             if self._fd < 0:
                 raise FileNotFoundError(f"segment {self.log_path} is closed")
             self._pins += 1
-        try:
-            yield self
-        finally:
-            with self._lock:
-                self._pins -= 1
-                if self._pins == 0 and (self._deleted or self._close_pending):
-                    self._close_files()
+
+    def _release_pin(self) -> None:
+        with self._lock:
+            self._pins -= 1
+            if self._pins == 0 and (self._deleted or self._close_pending):
+                self._close_files()
 
     def _read_header(self, position: int) -> BatchHeader:
         return records.read_header(os.pread(self._fd, HEADER_SIZE, position), 0)
@@ -703,6 +706,22 @@ class LogSegment:
             f"LogSegment(base={self.base_offset}, next={self.next_offset}, "
             f"bytes={self._size}, sealed={self.sealed})"
         )
+
+
+class _Pin:
+    """The context manager ``LogSegment.pin`` returns (a class: reads take it per call)."""
+
+    __slots__ = ("_segment",)
+
+    def __init__(self, segment: LogSegment) -> None:
+        self._segment = segment
+
+    def __enter__(self) -> LogSegment:
+        self._segment._acquire_pin()
+        return self._segment
+
+    def __exit__(self, *exc: object) -> None:
+        self._segment._release_pin()
 
 
 class _ChunkReader:
