@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from dataplane.storage.log import PartitionLog
@@ -34,6 +36,16 @@ def make_batch(
         timestamp = timestamps[i] if timestamps else 1_000 + i
         builder.append(value, key=f"{key_prefix}{i}".encode(), timestamp=timestamp)
     return builder.build()
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float = 10.0) -> bool:
+    """Poll ``condition`` until it holds or ``timeout_s`` passes; returns its last value."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.001)
+    return condition()
 
 
 def read_all(log: PartitionLog, start: int | None = None) -> list[Record]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from pathlib import Path
 
 import crc32c
@@ -23,7 +22,7 @@ from dataplane.storage.errors import (
 from dataplane.storage.log import PartitionLog
 from dataplane.storage.records import Compression, TimestampType, decode_batches
 
-from .support import ManualClock, make_batch, read_all
+from .support import ManualClock, make_batch, read_all, wait_for
 
 
 def fill(log: PartitionLog, batches: int, per_batch: int = 5, size: int = 100) -> None:
@@ -377,10 +376,7 @@ def test_group_commit_shares_one_fsync_among_waiting_appenders(open_log, small_c
     def queued() -> int:  # appends waiting for the next group (the list is swapped per group)
         return len(log._group_writer._queue)
 
-    deadline = time.monotonic() + 10
-    while queued() < 15 and time.monotonic() < deadline:
-        time.sleep(0.001)
-    assert queued() == 15
+    assert wait_for(lambda: queued() == 15)
     assert log.log_end_offset == 1  # only the first append is written so far
     assert not acked  # nobody returned while the first fsync was held
     release.set()
@@ -400,10 +396,7 @@ def test_interval_durability_flushes_once_the_interval_passed(open_log, small_co
     assert not log.maybe_flush()
     clock.advance(1)
     fill(log, 1)
-    deadline = time.monotonic() + 10
-    while log.recovery_point < 15 and time.monotonic() < deadline:
-        time.sleep(0.005)
-    assert log.recovery_point == 15
+    assert wait_for(lambda: log.recovery_point == 15)
 
 
 def test_interval_flush_runs_in_the_background_not_in_the_appender(
@@ -427,10 +420,7 @@ def test_interval_flush_runs_in_the_background_not_in_the_appender(
     assert log.log_end_offset == 25
     assert log.recovery_point == 0
     release.set()
-    deadline = time.monotonic() + 10
-    while log.recovery_point < 10 and time.monotonic() < deadline:
-        time.sleep(0.005)
-    assert log.recovery_point >= 10
+    assert wait_for(lambda: log.recovery_point >= 10)
 
 
 def test_never_durability_leaves_flushing_to_seal_and_close(open_log, small_config, clock):

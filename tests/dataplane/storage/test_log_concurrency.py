@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,7 @@ from dataplane.storage.errors import (
 from dataplane.storage.log import PartitionLog
 from dataplane.storage.records import decode_batches
 
-from .support import make_batch, read_all
+from .support import make_batch, read_all, wait_for
 
 ALWAYS = LogConfig(max_segment_bytes=4096, index_interval_bytes=128, durability=Durability.ALWAYS)
 
@@ -112,10 +111,7 @@ def test_close_while_always_appenders_run_neither_deadlocks_nor_loses_acks(tmp_p
         threads = [threading.Thread(target=appender) for _ in range(4)]
         for t in threads:
             t.start()
-        deadline = time.monotonic() + 10
-        while len(acked) < 5 and time.monotonic() < deadline:
-            time.sleep(0.001)
-        assert len(acked) >= 5, "the appenders made no progress"
+        assert wait_for(lambda acked=acked: len(acked) >= 5), "the appenders made no progress"
         closer, outcome = in_thread(log.close)
         closer.join(10)
         assert not closer.is_alive(), f"close deadlocked on attempt {attempt}"
@@ -265,9 +261,7 @@ def test_one_bad_append_in_a_group_fails_alone(tmp_path: Path, monkeypatch: pyte
     good = [in_thread(log.append, make_batch([b"ok%d" % n])) for n in range(6)]
     stale = bytearray(make_batch([b"stale"]))  # a follower append at the wrong offset
     bad = in_thread(lambda: log.append(bytes(stale), assign_offsets=False))
-    deadline = time.monotonic() + 10
-    while len(log._group_writer._queue) < 7 and time.monotonic() < deadline:
-        time.sleep(0.001)
+    assert wait_for(lambda: len(log._group_writer._queue) == 7)  # all queued behind it
     disk.release.set()
     for thread, _ in [*good, bad, (holder, None)]:
         thread.join(10)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shutil
-import time
 from pathlib import Path
 
 import pytest
@@ -12,16 +11,7 @@ from dataplane.storage.config import Durability, LogConfig
 from dataplane.storage.errors import LogClosedError, StorageError
 from dataplane.storage.manager import LogManager, ManagerSchedule, TopicPartition
 
-from .support import ManualClock, make_batch, read_all
-
-
-def wait_for(condition, timeout_s: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.01)
-    return condition()
+from .support import ManualClock, make_batch, read_all, wait_for
 
 
 def test_logs_and_their_configs_survive_a_restart(tmp_path: Path):
