@@ -49,7 +49,8 @@ from dataplane.storage.errors import (
 from dataplane.storage.flush import BACKGROUND_FLUSHER, FlushWork, GroupCommitter, GroupWriter
 from dataplane.storage.records import BatchHeader, TimestampType
 from dataplane.storage.recovery import RecoveryReport, load_log
-from dataplane.storage.segment import CorruptRegion, LogSegment, PlacedBatch
+from dataplane.storage.scan import CorruptRegion
+from dataplane.storage.segment import LogSegment, PlacedBatch
 
 log = logging.getLogger(__name__)
 

@@ -19,11 +19,11 @@ from pathlib import Path
 from dataplane.storage.checkpoint import PartitionCheckpoint, read_checkpoint
 from dataplane.storage.config import LogConfig
 from dataplane.storage.errors import CheckpointError
+from dataplane.storage.scan import CorruptRegion
 from dataplane.storage.segment import (
     INDEX_SUFFIX,
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
-    CorruptRegion,
     LogSegment,
 )
 

@@ -30,7 +30,6 @@ import os
 import struct
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
@@ -41,13 +40,13 @@ from dataplane.storage.config import LogConfig
 from dataplane.storage.errors import CorruptBatchError, CrcMismatchError, IndexCorruptError
 from dataplane.storage.index import OffsetIndex, TimeIndex
 from dataplane.storage.records import HEADER_SIZE, BatchHeader
+from dataplane.storage.scan import CorruptRegion, ScanResult, scan_segment
 
 log = logging.getLogger(__name__)
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_INDEX_SUFFIX = ".timeindex"
-_SCAN_CHUNK_BYTES = 8 * 1024 * 1024
 _CRC_START = 21  # the CRC covers attributes (byte 21) to the end of the batch
 _READ_FIELDS = struct.Struct(">qi4xbI2xi")  # base offset, length, magic, crc, last delta
 _IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
@@ -60,34 +59,6 @@ PlacedBatch = tuple[int, int, BatchHeader]
 
 def segment_file_name(base_offset: int, suffix: str) -> str:
     return f"{base_offset:020d}{suffix}"
-
-
-@dataclass(slots=True)
-class CorruptRegion:
-    """Bytes of a segment that hold no valid batch, found by a scan."""
-
-    segment_base_offset: int
-    position: int
-    length: int
-    reason: str
-    first_offset: int  # the offset the corrupt bytes should have started with
-
-    def __str__(self) -> str:
-        return (
-            f"segment {self.segment_base_offset}: {self.length} corrupt bytes at position "
-            f"{self.position} (from offset {self.first_offset}): {self.reason}"
-        )
-
-
-@dataclass(slots=True)
-class ScanResult:
-    """What a full scan of a segment found (``LogSegment.recover``)."""
-
-    batches: int = 0
-    valid_bytes: int = 0
-    truncated_bytes: int = 0
-    truncated_reason: str | None = None
-    corrupt: list[CorruptRegion] = field(default_factory=list)
 
 
 class LogSegment:
@@ -236,7 +207,7 @@ class LogSegment:
             self._reset_indexes()
             result = ScanResult()
             expected = self.base_offset if expected_base is None else expected_base
-            for item in self._scan(expected):
+            for item in scan_segment(self._fd, self._size, self.base_offset, expected):
                 if isinstance(item, CorruptRegion):
                     if item.length < 0 and is_last:
                         result.truncated_bytes = self._size - item.position
@@ -260,7 +231,7 @@ class LogSegment:
     def verify(self) -> list[CorruptRegion]:
         """Every corrupt region of the segment, found by a read-only CRC scan."""
         found = []
-        for item in self._scan(self.base_offset):
+        for item in scan_segment(self._fd, self._size, self.base_offset, self.base_offset):
             if isinstance(item, CorruptRegion):
                 if item.length < 0:
                     item.length = self._size - item.position
@@ -275,73 +246,6 @@ class LogSegment:
         self.max_timestamp, self.offset_of_max_timestamp = -1, self.base_offset
         self._bytes_since_index = 0
         self._force_index_entry = False
-
-    def _scan(self, expected: int) -> Iterator[tuple[int, BatchHeader] | CorruptRegion]:
-        """Valid batches and corrupt regions in file order.
-
-        A region with no valid batch after it has ``length`` -1 and ends the scan.
-        """
-        reader = _ChunkReader(self._fd, self._size)
-        position, resumed = 0, False
-        while position < self._size:
-            header, error = self._try_batch(position, reader)
-            if header is not None and (
-                header.base_offset == expected or (resumed and header.base_offset > expected)
-            ):
-                yield position, header
-                expected = header.next_offset
-                position += header.size
-                resumed = False
-                continue
-            # The base offset lies outside the CRC: a batch that does not continue the
-            # offsets densely is as corrupt as one whose CRC fails.
-            reason = (
-                str(error)
-                if error
-                else f"base offset {header and header.base_offset}, expected {expected}"
-            )
-            resume = self._resync(position + 1, expected, reader)
-            length = -1 if resume is None else resume - position
-            yield CorruptRegion(self.base_offset, position, length, reason, expected)
-            if resume is None:
-                return
-            position, resumed = resume, True
-
-    def _try_batch(
-        self, position: int, reader: _ChunkReader
-    ) -> tuple[BatchHeader | None, CorruptBatchError | None]:
-        try:
-            header = records.read_header(reader.get(position, HEADER_SIZE), 0)
-            if header.size < HEADER_SIZE or header.size > self._size - position:
-                raise CorruptBatchError(
-                    f"batch length {header.size} is impossible with "
-                    f"{self._size - position} bytes left in the segment",
-                    position=position,
-                    offset=header.base_offset,
-                )
-            return records.validate_batch(reader.get(position, header.size), 0), None
-        except CorruptBatchError as exc:
-            return None, CorruptBatchError(exc.reason, position=position, offset=exc.offset)
-
-    def _resync(self, start: int, expected: int, reader: _ChunkReader) -> int | None:
-        """The position of the next valid batch at or after ``start`` with offset >= expected."""
-        position = start
-        while position + HEADER_SIZE <= self._size:
-            chunk = os.pread(self._fd, min(_SCAN_CHUNK_BYTES, self._size - position), position)
-            magic_at = 16
-            while True:
-                found = chunk.find(b"\x02", magic_at)
-                if found < 0:
-                    break
-                candidate = position + found - 16
-                magic_at = found + 1
-                if candidate < start:
-                    continue
-                header, _ = self._try_batch(candidate, reader)
-                if header is not None and header.base_offset >= expected:
-                    return candidate
-            position += max(1, len(chunk) - HEADER_SIZE)
-        return None
 
     # -- appending ----------------------------------------------------------------------
     def append(self, buffers: list[bytes | memoryview], batches: list[PlacedBatch]) -> int:
@@ -722,23 +626,6 @@ class _Pin:
 
     def __exit__(self, *exc: object) -> None:
         self._segment._release_pin()
-
-
-class _ChunkReader:
-    """Reads a file through an 8 MiB window, so scans cost few system calls."""
-
-    def __init__(self, fd: int, size: int) -> None:
-        self._fd, self._size = fd, size
-        self._start, self._buf = 0, b""
-
-    def get(self, position: int, length: int) -> memoryview:
-        """Up to ``length`` bytes at ``position`` (fewer only at the end of the file)."""
-        offset = position - self._start
-        if offset < 0 or offset + length > len(self._buf):
-            want = max(length, min(_SCAN_CHUNK_BYTES, self._size - position))
-            self._start, self._buf = position, os.pread(self._fd, want, position)
-            offset = 0
-        return memoryview(self._buf)[offset : offset + length]
 
 
 def _check_header(header: BatchHeader, position: int, expected_offset: int | None) -> None:
