@@ -53,9 +53,10 @@ from typing import Any
 
 from crc32c import crc32c
 
+from dataplane.storage.builder import BatchBuilder
 from dataplane.storage.config import Durability, LogConfig
 from dataplane.storage.log import PartitionLog
-from dataplane.storage.records import BatchBuilder, decode_batch, read_header
+from dataplane.storage.records import decode_batch, read_header
 
 KiB = 1024
 GROUPED_PER_CALL = 16

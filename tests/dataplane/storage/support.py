@@ -6,8 +6,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from dataplane.storage.builder import BatchBuilder
 from dataplane.storage.log import PartitionLog
-from dataplane.storage.records import BatchBuilder, Compression, Record, decode_batches
+from dataplane.storage.records import Compression, Record, decode_batches
 
 
 class ManualClock:

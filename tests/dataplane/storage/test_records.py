@@ -24,6 +24,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 from kafka.record.util import encode_varint
 
+from dataplane.storage.builder import BatchBuilder, build_batch
 from dataplane.storage.errors import (
     BatchLengthError,
     CorruptBatchError,
@@ -38,13 +39,11 @@ from dataplane.storage.records import (
     HEADER_SIZE,
     LOG_OVERHEAD,
     NO_SEQUENCE,
-    BatchBuilder,
     BatchHeader,
     Compression,
     Header,
     Record,
     TimestampType,
-    build_batch,
     decode_batch,
     decode_batches,
     first_offset_at_or_after,
