@@ -17,8 +17,9 @@ retention.
 
 Thread safety: ``append``, ``truncate_to``, ``seal`` and index rebuilds take the
 segment's lock; the log serialises its appends anyway. Reads (``read``, ``find_batch``,
-``find_offset_by_timestamp``) run without that lock against a snapshot of the segment's
-size: bytes past the size at the moment a read starts are never returned. A segment
+``find_offset_by_timestamp``) hold it only around index lookups (a roll or a rebuild may
+remap an index) and otherwise work against a snapshot of the segment's size: bytes past
+the size at the moment a read starts are never returned. A segment
 deleted while a read holds it (``pin``) keeps its file descriptor until the read ends
 (the files are already unlinked).
 """
