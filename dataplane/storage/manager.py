@@ -44,6 +44,7 @@ from dataplane.storage.config import LogConfig
 from dataplane.storage.errors import LogClosedError, StorageError
 from dataplane.storage.log import PartitionLog, wall_clock_ms
 from dataplane.storage.recovery import RecoveryReport
+from dataplane.storage.scan import CorruptRegion
 from dataplane.storage.segment import fsync_directory
 
 log = logging.getLogger(__name__)
@@ -249,6 +250,21 @@ class LogManager:
             )
             deleted += len(result or [])
         return deleted
+
+    def verify_all(self) -> dict[TopicPartition, list[CorruptRegion]]:
+        """CRC-scrub every log (read-only); the partitions with corrupt regions, and where.
+
+        Recovery trusts sealed segments below a log's recovery point, so this is how damage
+        that happened at rest (bit rot, a bad disk) is found before a reader meets it.
+        """
+        damaged: dict[TopicPartition, list[CorruptRegion]] = {}
+        for tp, partition_log in sorted(self.logs().items()):
+            regions = self._safely(partition_log, partition_log.verify)
+            if regions:
+                for region in regions:
+                    log.error("corrupt data in %s: %s", tp, region)
+                damaged[tp] = regions
+        return damaged
 
     def checkpoint_all(self) -> None:
         for partition_log in self.logs().values():

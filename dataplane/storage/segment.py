@@ -76,6 +76,7 @@ class LogSegment:
         self._pins = 0
         self._deleted = False
         self._close_pending = False
+        self._reported: set[int] = set()  # positions of corrupt batches already logged
         self.next_offset = base_offset
         self.max_timestamp = -1
         self.offset_of_max_timestamp = base_offset
@@ -387,8 +388,23 @@ class LogSegment:
         first batch is returned even when larger than ``max_bytes`` (unless
         ``min_one_batch`` is False), so a consumer always progresses. Every returned batch
         passed its CRC check: a corrupt first batch raises ``CorruptBatchError``, a later
-        one ends the read before it.
+        one ends the read before it. A corrupt batch is logged once per position.
         """
+        try:
+            return self._read(offset, max_bytes, max_offset, min_one_batch)
+        except CorruptBatchError as exc:
+            self._report_corruption(exc)
+            raise
+
+    def _report_corruption(self, exc: CorruptBatchError) -> None:
+        key = exc.position if exc.position is not None else -1
+        if key not in self._reported and len(self._reported) < 1024:
+            self._reported.add(key)
+            log.error("corrupt data in %s: %s", self.log_path, exc)
+
+    def _read(
+        self, offset: int, max_bytes: int, max_offset: int, min_one_batch: bool
+    ) -> tuple[bytes, int]:
         end = self._size
         found = self.find_batch(offset, end)
         if found is None:

@@ -181,3 +181,24 @@ def test_a_failing_log_does_not_stop_housekeeping_of_the_others(tmp_path: Path, 
     finally:
         monkeypatch.undo()
         manager.close()
+
+
+def test_verify_all_finds_damage_at_rest_in_sealed_segments(tmp_path: Path, caplog):
+    """A flipped byte in a trusted sealed segment is found by a scrub and logged."""
+    with LogManager(tmp_path) as manager:
+        for name in ("clean", "damaged"):
+            log = manager.get_or_create_log(name, 0, LogConfig(max_segment_bytes=2048))
+            for _ in range(20):
+                log.append(make_batch([b"s" * 300]))
+    sealed = sorted((tmp_path / "damaged-0").glob("*.log"))[0]
+    data = bytearray(sealed.read_bytes())
+    data[500] ^= 0x40
+    sealed.write_bytes(bytes(data))
+    with LogManager(tmp_path) as manager:
+        assert all(report.clean_shutdown for report in manager.recovery_reports)
+        damaged = manager.verify_all()
+        assert list(damaged) == [TopicPartition("damaged", 0)]
+        (region,) = damaged[TopicPartition("damaged", 0)]
+        assert region.segment_base_offset == 0
+        assert region.position <= 500 < region.position + region.length
+        assert "corrupt data in damaged-0" in caplog.text

@@ -351,3 +351,19 @@ def test_flipped_base_offset_in_a_sealed_segment_fails_reads_instead_of_lying(tm
     assert expected[base + 5].offset == base + 5
     assert [(r.segment_base_offset, r.first_offset) for r in reopened.verify()] == [(0, base)]
     reopened.close()
+
+
+def test_a_read_that_meets_corruption_logs_it_once(tmp_path, caplog):
+    log = build(tmp_path / "t-0")
+    log.close()
+    sealed = sorted((tmp_path / "t-0").glob("*.log"))[0]
+    position, base, _ = batch_positions(sealed)[1]
+    flip(sealed, position + 90)
+    reopened = PartitionLog.open(tmp_path / "t-0")
+    for _ in range(3):
+        with pytest.raises(CrcMismatchError):
+            reopened.read(base, 100)
+    logged = [r for r in caplog.records if "corrupt data in" in r.getMessage()]
+    assert len(logged) == 1
+    assert f"position {position}" in logged[0].getMessage()
+    reopened.close()
