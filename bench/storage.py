@@ -767,49 +767,34 @@ def report_ceilings(cases: list[CaseResult], sizes: Sizes) -> None:
     note("read: the never log of section 2 (its .log files), read by a plain loop.")
 
 
+def _append_row(label: str, c: CaseResult, s: Series, *, fsyncs: bool, aim: bool) -> list[str]:
+    vs_write = s.median("mb_s") / c.write_ceiling.median("mb_s")
+    vs_fsync = s.median("ops_s") / c.fsync_ceiling.median("ops_s")
+    return [
+        label,
+        *c.pool.label,
+        str(c.pool.counts[0]),
+        num(s.median("mb_s")),
+        s.spread(),
+        num(s.median("records_s")),
+        num(s.median("ops_s")),
+        pct(vs_write),
+        pct(vs_fsync) if fsyncs else "",
+        num(s.fsyncs / len(s.runs), 1) if s.runs else "",
+        f"{verdict(vs_write >= AIM_APPEND_RATIO)} (>= {pct(AIM_APPEND_RATIO)})" if aim else "",
+    ]
+
+
 def report_appends(cases: list[CaseResult], sizes: Sizes) -> None:
     rows = []
     for durability in (Durability.NEVER, Durability.INTERVAL, Durability.ALWAYS):
         for c in cases:
-            s = c.append[durability]
-            vs_write = s.median("mb_s") / c.write_ceiling.median("mb_s")
-            vs_fsync = s.median("ops_s") / c.fsync_ceiling.median("ops_s")
-            aim = ""
-            if durability is Durability.NEVER:
-                aim = f"{verdict(vs_write >= AIM_APPEND_RATIO)} (>= {pct(AIM_APPEND_RATIO)})"
+            fsyncs, aim = durability is Durability.ALWAYS, durability is Durability.NEVER
             rows.append(
-                [
-                    durability.value,
-                    *c.pool.label,
-                    str(c.pool.counts[0]),
-                    num(s.median("mb_s")),
-                    s.spread(),
-                    num(s.median("records_s")),
-                    num(s.median("ops_s")),
-                    pct(vs_write),
-                    pct(vs_fsync) if durability is Durability.ALWAYS else "",
-                    num(s.fsyncs / len(s.runs), 1),
-                    aim,
-                ]
+                _append_row(durability.value, c, c.append[durability], fsyncs=fsyncs, aim=aim)
             )
     for c in cases:
-        s = c.grouped
-        vs_write = s.median("mb_s") / c.write_ceiling.median("mb_s")
-        rows.append(
-            [
-                f"never x{GROUPED_PER_CALL}",
-                *c.pool.label,
-                str(c.pool.counts[0]),
-                num(s.median("mb_s")),
-                s.spread(),
-                num(s.median("records_s")),
-                num(s.median("ops_s")),
-                pct(vs_write),
-                "",
-                "",
-                f"{verdict(vs_write >= AIM_APPEND_RATIO)} (>= {pct(AIM_APPEND_RATIO)})",
-            ]
-        )
+        rows.append(_append_row(f"never x{GROUPED_PER_CALL}", c, c.grouped, fsyncs=False, aim=True))
     headers = [
         "durability",
         "value",

@@ -44,6 +44,13 @@ class SlowDisk:
         self.entered.clear()
         self.release.clear()
 
+    def append_held(self, log: PartitionLog, batch: bytes) -> tuple[threading.Thread, list[object]]:
+        """Start ``log.append(batch)`` in a thread; return once its fsync is being held."""
+        self.hold_next()
+        started = in_thread(log.append, batch)
+        assert self.entered.wait(10), "the append never reached its fsync"
+        return started
+
     def __call__(self, fd: int) -> None:
         self.calls += 1
         if self._hold:
@@ -74,9 +81,8 @@ def test_truncation_during_a_group_commit_never_overstates_the_recovery_point(
     for _ in range(3):
         log.append(make_batch([b"a"] * 2))
     disk = SlowDisk(monkeypatch)
-    disk.hold_next()
-    thread, outcome = in_thread(log.append, make_batch([b"b"] * 5))  # offsets 6..10
-    assert disk.entered.wait(10)  # its flush snapshot (LEO 11) is taken, fsync held
+    # offsets 6..10: its flush snapshot (LEO 11) is taken, its fsync held
+    thread, outcome = disk.append_held(log, make_batch([b"b"] * 5))
     assert log.truncate_to(4) == 4
     disk.release.set()
     thread.join(10)
@@ -131,9 +137,7 @@ def test_always_log_hides_records_until_they_are_synced(
     log = PartitionLog.open(tmp_path / "t-0", ALWAYS)
     log.append(make_batch([b"synced"]))
     disk = SlowDisk(monkeypatch)
-    disk.hold_next()
-    thread, _ = in_thread(log.append, make_batch([b"pending"]))
-    assert disk.entered.wait(10)
+    thread, _ = disk.append_held(log, make_batch([b"pending"]))
     assert log.log_end_offset == 2
     assert log.high_watermark == 1
     assert [r.value for r in decode_batches(log.read(0, 1 << 20).data)] == [b"synced"]
@@ -255,9 +259,7 @@ def test_one_bad_append_in_a_group_fails_alone(tmp_path: Path, monkeypatch: pyte
     log = PartitionLog.open(tmp_path / "t-0", ALWAYS)
     log.append(make_batch([b"first"]))
     disk = SlowDisk(monkeypatch)
-    disk.hold_next()
-    holder, _ = in_thread(log.append, make_batch([b"held"]))
-    assert disk.entered.wait(10)
+    holder, _ = disk.append_held(log, make_batch([b"held"]))
     good = [in_thread(log.append, make_batch([b"ok%d" % n])) for n in range(6)]
     stale = bytearray(make_batch([b"stale"]))  # a follower append at the wrong offset
     bad = in_thread(lambda: log.append(bytes(stale), assign_offsets=False))
