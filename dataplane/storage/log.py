@@ -249,6 +249,7 @@ class PartitionLog:
         *,
         assign_offsets: bool = True,
         leader_epoch: int | None = None,
+        before_write: Callable[[int, list[BatchHeader]], None] | None = None,
     ) -> AppendInfo:
         """Validate and append one or more concatenated batches.
 
@@ -259,6 +260,11 @@ class PartitionLog:
         leader) their offsets must start at the LEO. ``leader_epoch`` stamps the partition
         leader epoch into each batch header. Returns after the bytes are written and, with
         ``durability=always``, synced.
+
+        ``before_write(base_offset, headers)`` runs under the append lock once offsets are
+        known and before any byte is written; whatever it raises aborts this append alone.
+        The broker checks producer sequences there, so concurrent appends to one partition
+        still share a group commit.
         """
         view = memoryview(data).cast("B") if not isinstance(data, bytes) else memoryview(data)
         headers = self._validate(view, dense=assign_offsets)
@@ -268,6 +274,8 @@ class PartitionLog:
             base = self._log_end_offset if assign_offsets else headers[0][1].base_offset
             if not assign_offsets:
                 self._check_follower_offsets(headers)
+            if before_write is not None:
+                before_write(base, [header for _, header in headers])
             buffers, placed, append_time = self._prepare(view, headers, base, leader_epoch)
             return self._write(buffers, placed, append_time), self._committer.epoch
 

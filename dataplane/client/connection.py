@@ -1,0 +1,94 @@
+"""Channels to brokers, one per address, shared by every client of a process part.
+
+A ``Connection`` bundles the stubs of one broker; a ``ConnectionPool`` opens them lazily
+and reuses them. Messages up to ``MAX_MESSAGE_BYTES`` pass both ways.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import grpc
+
+from dataplane._gen.meridian.v1 import admin_pb2_grpc, broker_pb2_grpc, group_pb2_grpc
+from dataplane.errors import ErrorCode, MeridianError
+
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+CHANNEL_OPTIONS = [
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.enable_retries", 0),
+]
+
+
+@dataclass(frozen=True)
+class Connection:
+    address: str
+    channel: grpc.Channel
+    broker: broker_pb2_grpc.BrokerStub
+    group: group_pb2_grpc.GroupCoordinatorStub
+    admin: admin_pb2_grpc.AdminStub
+
+
+def parse_bootstrap(bootstrap: str | Iterable[str]) -> list[str]:
+    """``"h1:p1,h2:p2"`` or a list of ``host:port`` strings, checked."""
+    items = bootstrap.split(",") if isinstance(bootstrap, str) else list(bootstrap)
+    addresses = [item.strip() for item in items if item.strip()]
+    for address in addresses:
+        host, _, port = address.rpartition(":")
+        if not host or not port.isdigit():
+            raise MeridianError(ErrorCode.INVALID_REQUEST, f"bad broker address {address!r}")
+    if not addresses:
+        raise MeridianError(ErrorCode.INVALID_REQUEST, "no bootstrap address given")
+    return addresses
+
+
+class ConnectionPool:
+    """One channel per broker address, opened on first use; thread-safe."""
+
+    def __init__(self, bootstrap: str | Iterable[str], *, client_id: str = "meridian") -> None:
+        self.bootstrap = parse_bootstrap(bootstrap)
+        self.client_id = client_id
+        self._lock = threading.Lock()
+        self._connections: dict[str, Connection] = {}
+        self._closed = False
+
+    def get(self, address: str) -> Connection:
+        with self._lock:
+            if self._closed:
+                raise MeridianError(ErrorCode.INVALID_REQUEST, "the client is closed")
+            conn = self._connections.get(address)
+            if conn is None:
+                channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+                conn = Connection(
+                    address,
+                    channel,
+                    broker_pb2_grpc.BrokerStub(channel),
+                    group_pb2_grpc.GroupCoordinatorStub(channel),
+                    admin_pb2_grpc.AdminStub(channel),
+                )
+                self._connections[address] = conn
+            return conn
+
+    def forget(self, address: str) -> None:
+        """Close the channel to ``address`` (after it failed); the next ``get`` reopens."""
+        with self._lock:
+            conn = self._connections.pop(address, None)
+        if conn is not None:
+            conn.channel.close()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            connections, self._connections = list(self._connections.values()), {}
+        for conn in connections:
+            conn.channel.close()
+
+    def __enter__(self) -> ConnectionPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,135 @@
+"""The client's cached view of the cluster: brokers, topics, partitions and leaders.
+
+Any broker answers ``Metadata`` for the whole cluster, so a client needs only bootstrap
+addresses. The cache is refreshed on demand (a retriable error such as
+``NOT_LEADER_OR_FOLLOWER`` asks for a refresh) and when older than ``max_age_s``.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import grpc
+
+from dataplane._gen.meridian.v1 import broker_pb2
+from dataplane.client.connection import Connection, ConnectionPool
+from dataplane.errors import ErrorCode, MeridianError, error_from_rpc
+
+
+@dataclass(frozen=True)
+class BrokerAddress:
+    id: int
+    host: str
+    port: int
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+@dataclass
+class ClusterSnapshot:
+    brokers: dict[int, BrokerAddress] = field(default_factory=dict)
+    # topic -> partition -> leader broker id (-1: no leader known)
+    leaders: dict[str, dict[int, int]] = field(default_factory=dict)
+    topic_errors: dict[str, int] = field(default_factory=dict)
+    fetched_at: float = 0.0
+
+
+class ClusterMetadata:
+    """Thread-safe metadata cache over a ``ConnectionPool``."""
+
+    def __init__(
+        self, pool: ConnectionPool, *, max_age_s: float = 30.0, timeout_s: float = 10.0
+    ) -> None:
+        self.pool = pool
+        self.max_age_s = max_age_s
+        self.timeout_s = timeout_s
+        self._lock = threading.Lock()
+        self._snapshot = ClusterSnapshot()
+
+    # -- refreshing -----------------------------------------------------------------------
+    def refresh(self, topics: Iterable[str] = ()) -> ClusterSnapshot:
+        """Ask one reachable broker (known brokers first, then bootstrap) for metadata."""
+        request = broker_pb2.MetadataRequest(topics=sorted(set(topics)))
+        last: MeridianError | None = None
+        for address in self._candidates():
+            try:
+                response = self.pool.get(address).broker.Metadata(request, timeout=self.timeout_s)
+            except grpc.RpcError as exc:
+                last = error_from_rpc(exc)
+                self.pool.forget(address)
+                continue
+            snapshot = self._merge(response, full=not request.topics)
+            return snapshot
+        raise last or MeridianError(ErrorCode.BROKER_NOT_AVAILABLE, "no broker reachable")
+
+    def _candidates(self) -> list[str]:
+        known = [b.address for b in self._snapshot.brokers.values()]
+        random.shuffle(known)
+        return known + [a for a in self.pool.bootstrap if a not in known]
+
+    def _merge(self, response: broker_pb2.MetadataResponse, *, full: bool) -> ClusterSnapshot:
+        with self._lock:
+            old = self._snapshot
+            brokers = {b.id: BrokerAddress(b.id, b.host, b.port) for b in response.brokers}
+            leaders = {} if full else dict(old.leaders)
+            errors = {} if full else dict(old.topic_errors)
+            for topic in response.topics:
+                if topic.error:
+                    errors[topic.name] = topic.error
+                    leaders.pop(topic.name, None)
+                    continue
+                errors.pop(topic.name, None)
+                leaders[topic.name] = {p.partition: p.leader_id for p in topic.partitions}
+            self._snapshot = ClusterSnapshot(brokers, leaders, errors, time.monotonic())
+            return self._snapshot
+
+    def snapshot(self) -> ClusterSnapshot:
+        return self._snapshot
+
+    def _fresh(self, topic: str) -> ClusterSnapshot:
+        snap = self._snapshot
+        stale = time.monotonic() - snap.fetched_at > self.max_age_s
+        if stale or topic not in snap.leaders:
+            snap = self.refresh([topic] if not stale else [*snap.leaders, topic])
+        return snap
+
+    # -- lookups --------------------------------------------------------------------------
+    def partitions_for(self, topic: str) -> list[int]:
+        """The partitions of ``topic``; raises ``UNKNOWN_TOPIC_OR_PARTITION`` if none."""
+        snap = self._fresh(topic)
+        leaders = snap.leaders.get(topic)
+        if not leaders:
+            code = snap.topic_errors.get(topic, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            raise MeridianError(code, f"topic {topic!r} is not known to the cluster")
+        return sorted(leaders)
+
+    def leader_for(self, topic: str, partition: int) -> BrokerAddress:
+        """The leader broker of a partition; raises a retriable error if none is known."""
+        snap = self._fresh(topic)
+        leader_id = snap.leaders.get(topic, {}).get(partition)
+        if leader_id is None:
+            raise MeridianError(
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic}/{partition} is not known"
+            )
+        broker = snap.brokers.get(leader_id)
+        if broker is None:
+            raise MeridianError(
+                ErrorCode.NOT_LEADER_OR_FOLLOWER, f"{topic}/{partition} has no live leader"
+            )
+        return broker
+
+    def connection_for(self, topic: str, partition: int) -> Connection:
+        return self.pool.get(self.leader_for(topic, partition).address)
+
+    def broker(self, broker_id: int) -> BrokerAddress | None:
+        return self._snapshot.brokers.get(broker_id)
+
+    def any_connection(self) -> Connection:
+        """A connection to some broker (known ones first, then bootstrap)."""
+        return self.pool.get(self._candidates()[0])
