@@ -1,0 +1,150 @@
+"""Admin: what the control plane drives — which partitions this broker hosts, and how.
+
+Every operation is idempotent and answers per partition (``AdminResult.changed`` is false
+when the broker already was in the asked state):
+
+- create: a client topic name (``topics.check_client_topic``), partition >= 0, a valid
+  config (broker defaults for unset fields). An existing partition whose configuration
+  agrees with every set field is unchanged; one that disagrees is ``TOPIC_ALREADY_EXISTS``
+  (alter it instead).
+- delete: a missing partition is unchanged; internal topics are refused.
+- alter: only the set fields change; the partition must exist.
+- describe: every hosted partition with its effective configuration and offsets.
+
+``validate_only`` runs every check and changes nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable
+
+from dataplane._gen.meridian.v1 import admin_pb2, common_pb2
+from dataplane.broker import topics
+from dataplane.broker.errors import to_error
+from dataplane.broker.partitions import PartitionRegistry
+from dataplane.errors import ErrorCode, MeridianError
+from dataplane.storage.config import LogConfig
+from dataplane.storage.log import PartitionLog
+
+VERSION = "0.1.0"
+
+
+class AdminHandler:
+    def __init__(
+        self,
+        registry: PartitionRegistry,
+        defaults: LogConfig,
+        identity: tuple[int, str, str],
+    ) -> None:
+        """``identity`` is (broker id, region, cluster id)."""
+        self.registry = registry
+        self.defaults = defaults
+        self.broker_id, self.region, self.cluster_id = identity
+        self._started = time.monotonic()
+
+    async def create(
+        self, request: admin_pb2.CreatePartitionsRequest
+    ) -> admin_pb2.CreatePartitionsResponse:
+        results = [
+            await _each(spec.topic, spec.partition, self._create(spec, request.validate_only))
+            for spec in request.partitions
+        ]
+        return admin_pb2.CreatePartitionsResponse(results=results)
+
+    async def _create(self, spec: admin_pb2.PartitionSpec, validate_only: bool) -> bool:
+        topics.check_client_topic(spec.topic)
+        topics.check_partition(spec.partition)
+        config = topics.apply_config(self.defaults, spec.config)
+        existing = self.registry.get(spec.topic, spec.partition)
+        if existing is not None:
+            conflicts = topics.differs(existing.log.config, spec.config)
+            if conflicts:
+                raise MeridianError(
+                    ErrorCode.TOPIC_ALREADY_EXISTS,
+                    f"{spec.topic}-{spec.partition} exists with other {', '.join(conflicts)}; "
+                    "use AlterPartitionConfigs",
+                )
+            return False
+        if not validate_only:
+            await self.registry.create(spec.topic, spec.partition, config)
+        return True
+
+    async def delete(
+        self, request: admin_pb2.DeletePartitionsRequest
+    ) -> admin_pb2.DeletePartitionsResponse:
+        results = [
+            await _each(tp.topic, tp.partition, self._delete(tp)) for tp in request.partitions
+        ]
+        return admin_pb2.DeletePartitionsResponse(results=results)
+
+    async def _delete(self, tp: common_pb2.TopicPartition) -> bool:
+        if topics.is_internal(tp.topic):
+            raise MeridianError(ErrorCode.INVALID_TOPIC, f"{tp.topic} is internal")
+        return await self.registry.delete(tp.topic, tp.partition)
+
+    async def alter(
+        self, request: admin_pb2.AlterPartitionConfigsRequest
+    ) -> admin_pb2.AlterPartitionConfigsResponse:
+        results = [
+            await _each(spec.topic, spec.partition, self._alter(spec, request.validate_only))
+            for spec in request.partitions
+        ]
+        return admin_pb2.AlterPartitionConfigsResponse(results=results)
+
+    async def _alter(self, spec: admin_pb2.PartitionSpec, validate_only: bool) -> bool:
+        part = self.registry.get(spec.topic, spec.partition)
+        if part is None:
+            raise MeridianError(
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{spec.topic}-{spec.partition} is not hosted"
+            )
+        config = topics.apply_config(part.log.config, spec.config)
+        if config == part.log.config:
+            return False
+        if not validate_only:
+            await self.registry.alter(part, config)
+        return True
+
+    def describe(self, request: admin_pb2.DescribeStateRequest) -> admin_pb2.DescribeStateResponse:
+        wanted = set(request.topics)
+        states = [
+            _state(part.topic, part.index, part.log)
+            for part in sorted(self.registry.all(), key=lambda p: p.tp)
+            if not wanted or part.topic in wanted
+        ]
+        return admin_pb2.DescribeStateResponse(
+            broker_id=self.broker_id,
+            region=self.region,
+            cluster_id=self.cluster_id,
+            partitions=states,
+            uptime_ms=int((time.monotonic() - self._started) * 1000),
+            version=VERSION,
+        )
+
+
+def _state(topic: str, partition: int, log: PartitionLog) -> admin_pb2.PartitionState:
+    return admin_pb2.PartitionState(
+        topic=topic,
+        partition=partition,
+        config=topics.to_proto(log.config),
+        log_start_offset=log.log_start_offset,
+        log_end_offset=log.log_end_offset,
+        high_watermark=log.high_watermark,
+        size_bytes=log.size_bytes,
+        segments=len(log.segments),
+        leader_epoch=0,
+        role="leader",
+        offline=log.is_offline,
+    )
+
+
+async def _each(topic: str, partition: int, action: Awaitable[bool]) -> admin_pb2.AdminResult:
+    """Run one partition's action; its failure becomes that partition's result."""
+    result = admin_pb2.AdminResult(topic=topic, partition=partition)
+    try:
+        result.changed = await action
+    except Exception as exc:  # every failure is a typed result
+        error = to_error(exc)
+        result.error = error.code  # type: ignore[assignment]
+        result.error_message = error.message
+    return result

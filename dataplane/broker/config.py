@@ -1,0 +1,210 @@
+"""The broker's configuration: a TOML file and/or command-line flags, checked up front.
+
+A TOML file uses the field names of ``BrokerConfig`` (``id`` for ``broker_id``), with
+``[peers]`` mapping broker ids to ``host:port`` and ``[log]`` holding the default
+``LogConfig`` of new partitions (its field names; ``durability`` is ``always``,
+``interval`` or ``never``; ``timestamp_type`` is ``CreateTime`` or ``LogAppendTime``)::
+
+    id = 1
+    region = "eu-west"
+    listen = "0.0.0.0:9092"
+    advertised_host = "broker-1.internal"
+    data_dir = "/var/lib/meridian/1"
+    metrics_listen = "0.0.0.0:9100"     # "" disables the metrics endpoint
+    [peers]
+    2 = "broker-2.internal:9092"
+    [log]
+    durability = "interval"
+    retention_ms = 604800000
+
+Flags override the file. Anything invalid raises ``ConfigError`` naming the field.
+Membership (``peers``) is static until the control plane drives it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dataplane.storage.config import LogConfig, MiB
+from dataplane.storage.errors import InvalidConfigError
+from dataplane.storage.records import TimestampType
+
+TIMESTAMP_TYPES = {
+    "CreateTime": TimestampType.CREATE_TIME,
+    "LogAppendTime": TimestampType.LOG_APPEND_TIME,
+}
+MAX_BROKER_ID = 2**20 - 1  # producer ids carry the broker id in their high bits
+
+
+class ConfigError(ValueError):
+    """The broker configuration is invalid; the message names the field."""
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    """Everything one broker process needs; see the module docstring for the file form."""
+
+    broker_id: int
+    data_dir: Path
+    region: str = "local"
+    cluster_id: str = "meridian"
+    listen: str = "127.0.0.1:0"  # port 0: the OS picks one (see BrokerApp.port)
+    advertised_host: str = ""  # default: the listen host (127.0.0.1 for a wildcard)
+    peers: Mapping[int, str] = field(default_factory=dict)  # other brokers: id -> host:port
+    control_plane_url: str = ""  # stored; the control plane does not drive brokers yet
+    metrics_listen: str = "127.0.0.1:0"  # "" disables the Prometheus endpoint
+    offsets_topic_partitions: int = 16
+    log: LogConfig = field(default_factory=LogConfig)
+    max_request_bytes: int = 64 * MiB  # records of one produce request, all partitions
+    fetch_max_bytes: int = 64 * MiB  # cap of a fetch response's max_bytes
+    fetch_max_wait_ms: int = 30_000  # cap of a fetch's max_wait_ms
+    produce_max_in_flight: int = 128  # pipelined requests per produce stream
+    io_threads: int = 16  # threads running blocking log calls
+    peer_poll_interval_ms: int = 500
+    peer_expiry_ms: int = 5_000  # an unreachable peer's partitions are dropped after this
+    producer_snapshot_interval_ms: int = 60_000
+
+    def __post_init__(self) -> None:
+        _check(0 <= self.broker_id <= MAX_BROKER_ID, "id", f"must be in [0, {MAX_BROKER_ID}]")
+        parse_address(self.listen, "listen")
+        if self.metrics_listen:
+            parse_address(self.metrics_listen, "metrics_listen")
+        for peer_id, address in self.peers.items():
+            _check(isinstance(peer_id, int) and peer_id >= 0, "peers", f"bad id {peer_id!r}")
+            _check(peer_id != self.broker_id, "peers", f"{peer_id} is this broker's own id")
+            parse_address(address, f"peers.{peer_id}", port_zero=False)
+        _check(self.offsets_topic_partitions >= 1, "offsets_topic_partitions", "must be >= 1")
+        for name in ("max_request_bytes", "fetch_max_bytes", "produce_max_in_flight"):
+            _check(getattr(self, name) >= 1, name, "must be >= 1")
+        for name in ("io_threads", "peer_poll_interval_ms", "peer_expiry_ms"):
+            _check(getattr(self, name) >= 1, name, "must be >= 1")
+        _check(self.fetch_max_wait_ms >= 0, "fetch_max_wait_ms", "must be >= 0")
+        _check(self.producer_snapshot_interval_ms >= 1, "producer_snapshot_interval_ms", ">= 1")
+
+    @property
+    def listen_host(self) -> str:
+        return parse_address(self.listen, "listen")[0]
+
+    @property
+    def listen_port(self) -> int:
+        return parse_address(self.listen, "listen")[1]
+
+    @property
+    def host(self) -> str:
+        """The host other brokers and clients reach this broker at."""
+        if self.advertised_host:
+            return self.advertised_host
+        host = self.listen_host
+        return "127.0.0.1" if host in ("0.0.0.0", "::", "[::]", "") else host
+
+    @property
+    def all_broker_ids(self) -> list[int]:
+        return sorted({self.broker_id, *self.peers})
+
+
+def parse_address(address: str, name: str, *, port_zero: bool = True) -> tuple[str, int]:
+    """``host:port`` → (host, port); raises ``ConfigError`` naming ``name``."""
+    host, sep, port = str(address).rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"{name}: {address!r} is not host:port")
+    if int(port) == 0 and not port_zero:
+        raise ConfigError(f"{name}: {address!r} needs a real port")
+    return host, int(port)
+
+
+def _check(ok: bool, name: str, why: str) -> None:
+    if not ok:
+        raise ConfigError(f"{name}: {why}")
+
+
+def log_config_from(values: Mapping[str, Any], base: LogConfig | None = None) -> LogConfig:
+    """A ``LogConfig`` from TOML-style values (``durability`` and ``timestamp_type`` as
+    strings) over ``base``; raises ``ConfigError``."""
+    fields = {f.name for f in dataclasses.fields(LogConfig)}
+    unknown = sorted(set(values) - fields)
+    if unknown:
+        raise ConfigError(f"log: unknown keys {unknown}")
+    changes = dict(values)
+    if "timestamp_type" in changes:
+        name = changes["timestamp_type"]
+        if name not in TIMESTAMP_TYPES:
+            raise ConfigError(f"log.timestamp_type: {name!r} is not one of {list(TIMESTAMP_TYPES)}")
+        changes["timestamp_type"] = TIMESTAMP_TYPES[name]
+    try:
+        config = LogConfig.from_dict({**(base or LogConfig()).to_dict(), **changes})
+    except (InvalidConfigError, TypeError) as exc:
+        raise ConfigError(f"log: {exc}") from exc
+    return config
+
+
+def load_config(path: Path | str | None = None, **overrides: Any) -> BrokerConfig:
+    """Read ``path`` (TOML) if given, apply ``overrides`` (flag values; None = unset).
+
+    Raises ``ConfigError`` for an unreadable file, unknown keys, missing ``id`` or
+    ``data_dir``, or any out-of-range value.
+    """
+    raw: dict[str, Any] = {}
+    if path is not None:
+        try:
+            raw = tomllib.loads(Path(path).read_text())
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ConfigError(f"config file {path}: {exc}") from exc
+    if "id" in raw:
+        raw["broker_id"] = raw.pop("id")
+    raw.update({k: v for k, v in overrides.items() if v is not None})
+    return _build(raw)
+
+
+def _build(raw: dict[str, Any]) -> BrokerConfig:
+    known = {f.name for f in dataclasses.fields(BrokerConfig)}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise ConfigError(f"unknown config keys: {unknown}")
+    for required, flag in (("broker_id", "id"), ("data_dir", "data_dir")):
+        if required not in raw:
+            raise ConfigError(
+                f"{flag}: required (in the config file or as --{flag.replace('_', '-')})"
+            )
+    values = dict(raw)
+    values["data_dir"] = Path(values["data_dir"])
+    values["peers"] = _peers(values.get("peers", {}))
+    log_values = values.get("log", {})
+    if not isinstance(log_values, LogConfig):
+        if not isinstance(log_values, Mapping):
+            raise ConfigError("log: must be a table")
+        values["log"] = log_config_from(log_values)
+    for name in known - {"data_dir", "peers", "log"}:
+        if name in values:
+            values[name] = _typed(name, values[name])
+    return BrokerConfig(**values)
+
+
+def _peers(raw: Any) -> dict[int, str]:
+    if not isinstance(raw, Mapping):
+        raise ConfigError("peers: must map broker ids to host:port")
+    peers: dict[int, str] = {}
+    for key, address in raw.items():
+        try:
+            peers[int(key)] = str(address)
+        except ValueError:
+            raise ConfigError(f"peers: {key!r} is not a broker id") from None
+    return peers
+
+
+def _typed(name: str, value: Any) -> Any:
+    declared = {f.name: f.type for f in dataclasses.fields(BrokerConfig)}[name]
+    if declared == "int":
+        if isinstance(value, bool):
+            raise ConfigError(f"{name}: {value!r} is not an integer")
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{name}: {value!r} is not an integer") from None
+    if not isinstance(value, str):
+        raise ConfigError(f"{name}: {value!r} is not a string")
+    return value

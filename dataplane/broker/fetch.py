@@ -1,0 +1,176 @@
+"""Fetch and ListOffsets: reads on the I/O pool, long polls woken by appends.
+
+A fetch reads every asked partition (whole batches as stored, up to the high watermark)
+in one pass on the I/O pool. If fewer than ``min_bytes`` came back, no partition failed
+and ``max_wait_ms`` has not passed, it waits until one of its partitions is appended to
+(``Partition.changed``, armed *before* the read so an append during it is not missed),
+then reads again. Every read is bounded: by ``partition_max_bytes`` and by what is left
+of ``max_bytes`` (the first batch of the response is sent whole, as Kafka does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass
+
+from dataplane._gen.meridian.v1 import broker_pb2
+from dataplane.broker.errors import to_error
+from dataplane.broker.partitions import PartitionRegistry
+from dataplane.errors import ErrorCode, MeridianError
+
+DEFAULT_PARTITION_MAX_BYTES = 1024 * 1024
+LATEST = -1
+EARLIEST = -2
+
+
+@dataclass(frozen=True)
+class FetchLimits:
+    max_bytes: int  # cap of a request's max_bytes (0 in a request means this cap)
+    max_wait_ms: int  # cap of a request's max_wait_ms
+
+
+class FetchHandler:
+    def __init__(
+        self,
+        registry: PartitionRegistry,
+        executor: Executor,
+        limits: FetchLimits,
+        on_bytes_out: Callable[[str, int], None] | None = None,
+    ) -> None:
+        self.registry = registry
+        self._executor = executor
+        self._limits = limits
+        self._on_bytes_out = on_bytes_out
+
+    def check_request(self, request: broker_pb2.FetchRequest) -> None:
+        if min(request.max_wait_ms, request.min_bytes, request.max_bytes) < 0:
+            raise MeridianError(
+                ErrorCode.INVALID_REQUEST, "max_wait_ms, min_bytes and max_bytes must be >= 0"
+            )
+        seen = set()
+        for item in request.partitions:
+            key = (item.topic, item.partition)
+            if key in seen or item.partition_max_bytes < 0:
+                raise MeridianError(
+                    ErrorCode.INVALID_REQUEST,
+                    f"{item.topic}-{item.partition}: listed twice or negative partition_max_bytes",
+                )
+            seen.add(key)
+
+    async def fetch(self, request: broker_pb2.FetchRequest) -> broker_pb2.FetchResponse:
+        """Answer ``request`` (see the module docstring); raises ``MeridianError``."""
+        self.check_request(request)
+        loop = asyncio.get_running_loop()
+        wait_s = min(request.max_wait_ms, self._limits.max_wait_ms) / 1000
+        deadline = time.monotonic() + wait_s
+        max_bytes = min(request.max_bytes or self._limits.max_bytes, self._limits.max_bytes)
+        while True:
+            parts = [self.registry.get(i.topic, i.partition) for i in request.partitions]
+            signals = [p.changed() for p in parts if p is not None]
+            results, total, failed = await loop.run_in_executor(
+                self._executor, self._read_all, request, max_bytes
+            )
+            remaining = deadline - time.monotonic()
+            if total >= request.min_bytes or failed or remaining <= 0 or not signals:
+                break
+            await asyncio.wait(signals, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+        if self._on_bytes_out is not None:
+            for result in results:
+                if result.records:
+                    self._on_bytes_out(result.topic, len(result.records))
+        return broker_pb2.FetchResponse(results=results)
+
+    def _read_all(
+        self, request: broker_pb2.FetchRequest, max_bytes: int
+    ) -> tuple[list[broker_pb2.FetchPartitionResult], int, bool]:
+        """(results, bytes read, whether any partition failed); blocking."""
+        results, total, failed = [], 0, False
+        for item in request.partitions:
+            result = self._read_one(item, max_bytes - total, first=total == 0)
+            total += len(result.records)
+            failed = failed or result.error != ErrorCode.NONE
+            results.append(result)
+        return results, total, failed
+
+    def _read_one(
+        self, item: broker_pb2.FetchPartition, budget: int, *, first: bool
+    ) -> broker_pb2.FetchPartitionResult:
+        result = broker_pb2.FetchPartitionResult(topic=item.topic, partition=item.partition)
+        part = self.registry.get(item.topic, item.partition)
+        if part is None:
+            return _fail(result, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "not hosted here")
+        log = part.log
+        limit = min(item.partition_max_bytes or DEFAULT_PARTITION_MAX_BYTES, max(budget, 0))
+        try:
+            if limit > 0 or first:
+                read = log.read(item.fetch_offset, max(limit, 1))
+                if first or len(read.data) <= limit:
+                    result.records = read.data
+            else:
+                log.read(item.fetch_offset, 1, max_offset=item.fetch_offset)  # range check
+        except Exception as exc:  # every failure is a typed result
+            error = to_error(exc)
+            _fail(result, error.code, error.message)
+        result.high_watermark = log.high_watermark
+        result.log_start_offset = log.log_start_offset
+        result.log_end_offset = log.log_end_offset
+        return result
+
+
+def _fail(
+    result: broker_pb2.FetchPartitionResult, code: int, message: str
+) -> broker_pb2.FetchPartitionResult:
+    result.error = code  # type: ignore[assignment]
+    result.error_message = message
+    result.high_watermark = result.log_start_offset = result.log_end_offset = -1
+    return result
+
+
+class OffsetsHandler:
+    """ListOffsets: latest (the high watermark), earliest, or the first at a time."""
+
+    def __init__(self, registry: PartitionRegistry, executor: Executor) -> None:
+        self.registry = registry
+        self._executor = executor
+
+    async def list_offsets(
+        self, request: broker_pb2.ListOffsetsRequest
+    ) -> broker_pb2.ListOffsetsResponse:
+        loop = asyncio.get_running_loop()
+        results = await loop.run_in_executor(self._executor, self._lookup_all, request)
+        return broker_pb2.ListOffsetsResponse(results=results)
+
+    def _lookup_all(
+        self, request: broker_pb2.ListOffsetsRequest
+    ) -> list[broker_pb2.ListOffsetsResult]:
+        return [self._lookup(item) for item in request.partitions]
+
+    def _lookup(self, item: broker_pb2.ListOffsetsPartition) -> broker_pb2.ListOffsetsResult:
+        result = broker_pb2.ListOffsetsResult(
+            topic=item.topic, partition=item.partition, offset=-1, timestamp=-1
+        )
+        part = self.registry.get(item.topic, item.partition)
+        if part is None:
+            result.error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            result.error_message = "not hosted here"
+            return result
+        if item.timestamp == LATEST:
+            result.offset = part.log.high_watermark
+        elif item.timestamp == EARLIEST:
+            result.offset = part.log.log_start_offset
+        elif item.timestamp < 0:
+            result.error = ErrorCode.INVALID_TIMESTAMP
+            result.error_message = f"timestamp {item.timestamp}: use -1, -2 or a time in ms"
+        else:
+            try:
+                found = part.log.offset_for_timestamp(item.timestamp)
+            except Exception as exc:  # every failure is a typed result
+                error = to_error(exc)
+                result.error, result.error_message = error.code, error.message  # type: ignore[assignment]
+                return result
+            result.offset = -1 if found is None else found
+            result.timestamp = item.timestamp if found is not None else -1
+        return result

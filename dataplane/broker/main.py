@@ -1,0 +1,123 @@
+"""The broker process: ``meridian-broker`` / ``python -m dataplane.broker``.
+
+    meridian-broker --config broker.toml
+    meridian-broker --id 1 --data-dir data/1 --listen 127.0.0.1:0 --peer 2=127.0.0.1:9093 \\
+        --ready-file /tmp/b1.json
+
+Flags override the config file (see ``config.py``). Once serving, ``--ready-file`` is
+written atomically as JSON ``{"broker_id", "port", "metrics_port", "pid"}`` (a port 0
+listener's real port is there). SIGTERM or SIGINT stops it cleanly: no new calls,
+in-flight ones finish, every log is closed; the exit code is then 0. A bad configuration
+exits with 2, a failure to start (port or data directory in use) with 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+from dataplane.broker.app import BrokerApp
+from dataplane.broker.config import BrokerConfig, ConfigError, load_config
+
+log = logging.getLogger("dataplane.broker")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="meridian-broker", description="Run a Meridian broker.")
+    parser.add_argument("--config", type=Path, help="TOML config file")
+    parser.add_argument("--id", type=int, dest="broker_id", help="broker id")
+    parser.add_argument("--region")
+    parser.add_argument("--cluster-id")
+    parser.add_argument("--listen", help="host:port to serve gRPC on (port 0: any)")
+    parser.add_argument("--advertised-host", help="host clients and peers reach us at")
+    parser.add_argument("--data-dir", type=Path)
+    parser.add_argument(
+        "--peer", action="append", default=[], metavar="ID=HOST:PORT", help="another broker"
+    )
+    parser.add_argument("--metrics-listen", help='host:port for /metrics ("" disables)')
+    parser.add_argument("--control-plane-url")
+    parser.add_argument("--ready-file", type=Path, help="written as JSON once serving")
+    parser.add_argument("--log-level", default=os.environ.get("MERIDIAN_LOG_LEVEL", "INFO"))
+    return parser.parse_args(argv)
+
+
+def config_from_args(args: argparse.Namespace) -> BrokerConfig:
+    peers = None
+    if args.peer:
+        peers = {}
+        for item in args.peer:
+            peer_id, sep, address = item.partition("=")
+            if not sep or not peer_id.strip().isdigit():
+                raise ConfigError(f"--peer {item!r}: expected ID=HOST:PORT")
+            peers[int(peer_id)] = address
+    return load_config(
+        args.config,
+        broker_id=args.broker_id,
+        region=args.region,
+        cluster_id=args.cluster_id,
+        listen=args.listen,
+        advertised_host=args.advertised_host,
+        data_dir=args.data_dir,
+        peers=peers,
+        metrics_listen=args.metrics_listen,
+        control_plane_url=args.control_plane_url,
+    )
+
+
+def write_ready_file(path: Path, app: BrokerApp) -> None:
+    """Atomically: a reader sees either no file or the whole JSON."""
+    payload = {
+        "broker_id": app.config.broker_id,
+        "port": app.port,
+        "metrics_port": app.metrics_port,
+        "pid": os.getpid(),
+    }
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(payload))
+    os.replace(tmp, path)
+
+
+async def serve(config: BrokerConfig, ready_file: Path | None) -> None:
+    """Run a broker until SIGTERM or SIGINT."""
+    loop = asyncio.get_running_loop()
+    stopping = asyncio.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stopping.set)
+    app = BrokerApp(config)
+    try:
+        await app.start()
+        if ready_file is not None:
+            write_ready_file(ready_file, app)
+        await stopping.wait()
+        log.info("stopping broker %s", config.broker_id)
+    finally:
+        await app.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        config = config_from_args(args)
+    except ConfigError as exc:
+        print(f"meridian-broker: invalid configuration: {exc}", file=sys.stderr)
+        return 2
+    try:
+        asyncio.run(serve(config, args.ready_file))
+    except Exception as exc:
+        log.exception("broker %s failed: %s", config.broker_id, exc)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

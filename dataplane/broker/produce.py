@@ -1,0 +1,222 @@
+"""Produce: request checks, appends on the I/O pool, and results per partition.
+
+``ProduceHandler.submit`` checks a request as a whole (``acks``, size, repeated
+partitions: a ``MeridianError`` fails the request), starts every partition's append at
+once, and returns a future of the response. With ``acks=0`` the response is ready as soon
+as the request is accepted; the appends go on. Every batch is validated by the log before
+any byte is written (``PartitionLog.append``), and producer checks run under its append
+lock, so a refused request leaves the log unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable
+from concurrent.futures import Executor
+from typing import Any
+
+from dataplane._gen.meridian.v1 import broker_pb2
+from dataplane.broker.errors import to_error
+from dataplane.broker.partitions import AppendOrder, Partition, PartitionRegistry
+from dataplane.broker.producers import DuplicateBatch
+from dataplane.broker.topics import is_internal
+from dataplane.errors import ErrorCode, MeridianError
+from dataplane.storage.config import Durability
+from dataplane.storage.log import AppendInfo
+from dataplane.storage.manager import TopicPartition
+
+DEFAULT_TIMEOUT_MS = 30_000
+Orders = dict[TopicPartition, AppendOrder]
+
+
+class ProduceHandler:
+    def __init__(
+        self,
+        registry: PartitionRegistry,
+        executor: Executor,
+        *,
+        max_request_bytes: int,
+        on_bytes_in: Any = None,
+    ) -> None:
+        self.registry = registry
+        self._executor = executor
+        self._max_request_bytes = max_request_bytes
+        self._on_bytes_in = on_bytes_in  # Callable[[str, int], None] | None
+        self._background: set[asyncio.Future[Any]] = set()
+
+    def check_request(self, request: broker_pb2.ProduceRequest) -> None:
+        """Request-level checks; raises ``MeridianError``."""
+        if request.acks not in (0, 1):
+            raise MeridianError(
+                ErrorCode.INVALID_REQUIRED_ACKS,
+                f"acks={request.acks}: this broker accepts acks 0 or 1; acks=-1 (all) "
+                "comes with replication",
+            )
+        total, seen = 0, set()
+        for item in request.partitions:
+            total += len(item.records)
+            key = (item.topic, item.partition)
+            if key in seen:
+                raise MeridianError(
+                    ErrorCode.INVALID_REQUEST, f"{item.topic}-{item.partition} is listed twice"
+                )
+            seen.add(key)
+        if total > self._max_request_bytes:
+            raise MeridianError(
+                ErrorCode.MESSAGE_TOO_LARGE,
+                f"request of {total} record bytes exceeds the maximum of {self._max_request_bytes}",
+            )
+
+    def submit(
+        self, request: broker_pb2.ProduceRequest, orders: Orders | None = None
+    ) -> Awaitable[broker_pb2.ProduceResponse]:
+        """Check ``request`` (raising ``MeridianError``) and start its appends now."""
+        self.check_request(request)
+        jobs = [self._start(item, orders) for item in request.partitions]
+        if request.acks == 0:
+            for job in jobs:
+                if isinstance(job, asyncio.Future):
+                    self._keep(job)
+            results = [
+                r if isinstance(r, broker_pb2.PartitionProduceResult) else _accepted(i)
+                for r, i in zip(jobs, request.partitions, strict=True)
+            ]
+            done: asyncio.Future[broker_pb2.ProduceResponse] = (
+                asyncio.get_running_loop().create_future()
+            )
+            done.set_result(_response(request, results))
+            return done
+        return asyncio.ensure_future(self._finish(request, jobs))
+
+    async def produce(
+        self, request: broker_pb2.ProduceRequest, orders: Orders | None = None
+    ) -> broker_pb2.ProduceResponse:
+        return await self.submit(request, orders)
+
+    def _start(
+        self, item: broker_pb2.PartitionRecords, orders: Orders | None
+    ) -> asyncio.Future[AppendInfo] | broker_pb2.PartitionProduceResult:
+        part = self.registry.get(item.topic, item.partition)
+        if part is None:
+            return _failed(
+                item,
+                MeridianError(
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                    f"{item.topic}-{item.partition} is not hosted by this broker",
+                ),
+            )
+        if is_internal(item.topic):
+            return _failed(
+                item,
+                MeridianError(
+                    ErrorCode.INVALID_TOPIC, f"{item.topic} is internal: clients cannot write to it"
+                ),
+            )
+        order, ticket = None, 0
+        if orders is not None:
+            order = orders.setdefault(part.tp, AppendOrder())
+            ticket = order.ticket()
+        loop = asyncio.get_running_loop()
+        future = loop.run_in_executor(self._executor, part.append, item.records, order, ticket)
+        size = len(item.records)
+        future.add_done_callback(lambda f: self._appended(part, f, size))
+        return future
+
+    def _appended(self, part: Partition, future: asyncio.Future[AppendInfo], size: int) -> None:
+        part.notify()
+        if not future.cancelled() and future.exception() is None and self._on_bytes_in:
+            self._on_bytes_in(part.topic, size)
+
+    def _keep(self, future: asyncio.Future[Any]) -> None:
+        self._background.add(future)
+        future.add_done_callback(self._background.discard)
+
+    async def drain(self) -> None:
+        """Wait for the appends of acks=0 requests still running."""
+        if self._background:
+            await asyncio.gather(*list(self._background), return_exceptions=True)
+
+    async def _finish(
+        self, request: broker_pb2.ProduceRequest, jobs: list[Any]
+    ) -> broker_pb2.ProduceResponse:
+        timeout_s = (request.timeout_ms or DEFAULT_TIMEOUT_MS) / 1000
+        results = []
+        for item, job in zip(request.partitions, jobs, strict=True):
+            if isinstance(job, broker_pb2.PartitionProduceResult):
+                results.append(job)
+                continue
+            try:
+                info = await job
+            except DuplicateBatch as dup:
+                results.append(await self._duplicate(item, dup, timeout_s))
+            except BaseException as exc:  # a typed result, never a lost request
+                if isinstance(exc, asyncio.CancelledError):
+                    raise
+                results.append(_failed(item, to_error(exc)))
+            else:
+                part = self.registry.get(item.topic, item.partition)
+                start = part.log.log_start_offset if part is not None else -1
+                results.append(_result(item, info.base_offset, info.log_append_time, start))
+        return _response(request, results)
+
+    async def _duplicate(
+        self, item: broker_pb2.PartitionRecords, dup: DuplicateBatch, timeout_s: float
+    ) -> broker_pb2.PartitionProduceResult:
+        """The original's offset, once readers can see it (``always`` logs sync first)."""
+        part = self.registry.get(item.topic, item.partition)
+        if part is None:
+            return _failed(item, MeridianError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "deleted"))
+        deadline = time.monotonic() + timeout_s
+        while part.log.config.durability is Durability.ALWAYS and (
+            part.log.high_watermark <= dup.last_offset
+        ):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or part.deleted:
+                return _failed(
+                    item,
+                    MeridianError(
+                        ErrorCode.REQUEST_TIMED_OUT,
+                        f"the original of this retry (offset {dup.base_offset}) is not synced yet",
+                    ),
+                )
+            await asyncio.wait([part.changed()], timeout=remaining)
+        result = _result(item, dup.base_offset, -1, part.log.log_start_offset)
+        result.duplicate = True
+        return result
+
+
+def _result(
+    item: broker_pb2.PartitionRecords, base_offset: int, append_time: int, log_start: int
+) -> broker_pb2.PartitionProduceResult:
+    return broker_pb2.PartitionProduceResult(
+        topic=item.topic,
+        partition=item.partition,
+        base_offset=base_offset,
+        log_append_time_ms=append_time,
+        log_start_offset=log_start,
+    )
+
+
+def _accepted(item: broker_pb2.PartitionRecords) -> broker_pb2.PartitionProduceResult:
+    return _result(item, -1, -1, -1)
+
+
+def _failed(
+    item: broker_pb2.PartitionRecords, error: MeridianError
+) -> broker_pb2.PartitionProduceResult:
+    return broker_pb2.PartitionProduceResult(
+        topic=item.topic,
+        partition=item.partition,
+        error=error.code,  # type: ignore[arg-type]
+        error_message=error.message,
+        base_offset=-1,
+        log_append_time_ms=-1,
+        log_start_offset=-1,
+    )
+
+
+def _response(
+    request: broker_pb2.ProduceRequest, results: list[broker_pb2.PartitionProduceResult]
+) -> broker_pb2.ProduceResponse:
+    return broker_pb2.ProduceResponse(correlation_id=request.correlation_id, results=results)

@@ -1,0 +1,1 @@
+"""Test helpers shared by every part's tests (real broker processes: ``brokers.py``)."""
