@@ -1,0 +1,402 @@
+"""The group coordinator of one broker: groups and committed offsets.
+
+Each group belongs to partition ``murmur2(group_id) mod num_partitions`` of
+``__consumer_offsets``; the broker leading that partition coordinates the group. A
+request for a group of a partition this coordinator has not loaded gets
+``NOT_COORDINATOR`` (``COORDINATOR_LOAD_IN_PROGRESS`` while it is being loaded).
+
+Offset commits (``commit_offsets``):
+
+- generation -1 with an empty member id commits outside group membership (consumers
+  that assign partitions themselves); it is allowed only while the group has no member
+  (``UNKNOWN_MEMBER_ID`` otherwise);
+- any other commit must come from a current member with the current generation
+  (``UNKNOWN_MEMBER_ID``, ``ILLEGAL_GENERATION``), and not while the group waits for its
+  leader's assignment (``REBALANCE_IN_PROGRESS``); commits during the preparation of a
+  rebalance are allowed, as cooperative consumers commit what they are giving up;
+- each partition is checked (topic name, partition >= 0, offset >= 0, metadata at most
+  ``max_metadata_bytes``) and fails alone; the rest are appended as one write to the
+  group's offsets partition, synced, before the answer.
+
+Deleting a group (``delete_groups``) is allowed only when it has no member
+(``NON_EMPTY_GROUP``); it writes tombstones for its offsets and its metadata.
+
+Every log operation runs off the event loop. A timer task checks sessions and
+rebalance deadlines every ``tick_interval_ms`` against ``clock_ms``.
+
+Thread safety: the coroutines run on one event loop (the broker's gRPC server loop);
+``committed_offsets`` and ``partition_for`` may be called from any thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from dataplane.broker.groups.codec import GroupKey, GroupRecord, OffsetAndMetadata, OffsetKey
+from dataplane.broker.groups.group import Group, GroupState, JoinResult, SyncResult
+from dataplane.broker.groups.membership import JoinRequest, Membership, SessionBounds
+from dataplane.broker.groups.store import Entry, OffsetsPartition, TopicPartitionKey
+from dataplane.errors import ErrorCode, MeridianError
+from dataplane.hashing import partition_for_key
+from dataplane.storage.config import Durability, LogConfig
+from dataplane.storage.errors import StorageError
+from dataplane.storage.log import wall_clock_ms
+from dataplane.storage.manager import LogManager
+
+log = logging.getLogger(__name__)
+
+OFFSETS_TOPIC = "__consumer_offsets"
+MAX_GROUP_ID_CHARS = 255
+MAX_TOPIC_CHARS = 249
+
+OFFSETS_LOG_CONFIG = LogConfig(
+    durability=Durability.ALWAYS,
+    retention_ms=-1,  # offsets leave the log by compaction only (store.py)
+    retention_bytes=-1,
+    max_segment_bytes=64 * 1024 * 1024,
+    max_batch_bytes=16 * 1024 * 1024,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupConfig:
+    """Limits and periods of the coordinator; every field names its unit."""
+
+    min_session_timeout_ms: int = 1_000
+    max_session_timeout_ms: int = 300_000
+    max_metadata_bytes: int = 4096
+    tick_interval_ms: int = 100
+    compact_min_records: int = 10_000
+    offsets_log_config: LogConfig = OFFSETS_LOG_CONFIG
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommit:
+    topic: str
+    partition: int
+    offset: int
+    metadata: str = ""
+    leader_epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class MemberSummary:
+    member_id: str
+    group_instance_id: str
+    client_id: str
+    client_host: str
+    assignment: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSummary:
+    group_id: str
+    state: str
+    protocol_type: str
+    protocol_name: str
+    generation_id: int
+    leader_id: str
+    members: tuple[MemberSummary, ...] = ()
+    offsets: dict[TopicPartitionKey, OffsetAndMetadata] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupListing:
+    group_id: str
+    state: str
+    protocol_type: str
+
+
+@dataclass
+class _Loaded:
+    store: OffsetsPartition
+    groups: dict[str, Group]
+
+
+class GroupCoordinator:
+    """Coordinates the groups of the ``__consumer_offsets`` partitions this broker owns."""
+
+    def __init__(
+        self,
+        *,
+        broker_id: int,
+        manager: LogManager,
+        num_partitions: int,
+        clock_ms: Callable[[], int] = wall_clock_ms,
+        config: GroupConfig | None = None,
+    ) -> None:
+        if num_partitions < 1:
+            raise ValueError(f"num_partitions must be at least 1, got {num_partitions}")
+        self.broker_id = broker_id
+        self.manager = manager
+        self.num_partitions = num_partitions
+        self.config = config or GroupConfig()
+        self._clock_ms = clock_ms
+        self._loaded: dict[int, _Loaded] = {}
+        self._loading: set[int] = set()
+        self._failed: dict[int, str] = {}
+        bounds = SessionBounds(
+            self.config.min_session_timeout_ms, self.config.max_session_timeout_ms
+        )
+        self.membership = Membership(clock_ms=clock_ms, persist=self._persist, bounds=bounds)
+        self._ticker: asyncio.Task[None] | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------
+    async def start(self, owned_partitions: Iterable[int]) -> None:
+        """Load the owned partitions (replaying their logs) and start the timer task."""
+        await self.load_partitions(owned_partitions)
+        if self._ticker is None:
+            self._ticker = asyncio.ensure_future(self._tick_forever())
+
+    async def stop(self) -> None:
+        """Stop the timer, fail parked requests with ``NOT_COORDINATOR``, finish writes."""
+        if self._ticker is not None:
+            self._ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._ticker
+            self._ticker = None
+        await self.unload_partitions(list(self._loaded))
+        await self.membership.drain()
+
+    async def load_partitions(self, partitions: Iterable[int]) -> None:
+        """Take over partitions (leadership gained): open or create, then replay."""
+        wanted = [p for p in partitions if p not in self._loaded and p not in self._loading]
+        for p in wanted:
+            if not 0 <= p < self.num_partitions:
+                raise ValueError(f"offsets partition {p} is outside [0, {self.num_partitions})")
+        self._loading.update(wanted)
+        try:
+            for p in wanted:
+                await self._load_one(p)
+        finally:
+            self._loading.difference_update(wanted)
+
+    async def _load_one(self, partition: int) -> None:
+        try:
+            self._loaded[partition] = await asyncio.to_thread(self._load, partition)
+            self._failed.pop(partition, None)
+        except StorageError as exc:  # its groups are refused until it is loaded again
+            log.exception("offsets partition %d could not be loaded", partition)
+            self._failed[partition] = str(exc)
+
+    def _load(self, partition: int) -> _Loaded:
+        partition_log = self.manager.get_or_create_log(
+            OFFSETS_TOPIC, partition, self.config.offsets_log_config
+        )
+        store = OffsetsPartition(
+            partition,
+            partition_log,
+            clock_ms=self._clock_ms,
+            compact_min_records=self.config.compact_min_records,
+        )
+        count = store.replay()
+        now = self._clock_ms()
+        groups: dict[str, Group] = {}
+        for group_id in store.group_ids():
+            record = store.group_record(group_id)
+            groups[group_id] = (
+                Group.from_record(group_id, record, now) if record else Group(group_id)
+            )
+        log.info("offsets partition %d: %d records, %d groups", partition, count, len(groups))
+        return _Loaded(store, groups)
+
+    async def unload_partitions(self, partitions: Iterable[int]) -> None:
+        """Give up partitions (leadership lost): their parked requests get NOT_COORDINATOR."""
+        moved = MeridianError(ErrorCode.NOT_COORDINATOR, "the coordinator moved")
+        for p in list(partitions):
+            loaded = self._loaded.pop(p, None)
+            if loaded is None:
+                continue
+            for group in loaded.groups.values():
+                self.membership.shut_out(group, moved)
+                group.state = GroupState.DEAD
+            await loaded.store.close()
+
+    async def _tick_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.tick_interval_ms / 1000)
+            for loaded in list(self._loaded.values()):
+                for group in list(loaded.groups.values()):
+                    self.membership.expire(group)
+
+    # -- routing -----------------------------------------------------------------------
+    def partition_for(self, group_id: str) -> int:
+        return partition_for_key(group_id.encode(), self.num_partitions)
+
+    def owned_partitions(self) -> set[int]:
+        return set(self._loaded)
+
+    def _partition(self, group_id: str) -> _Loaded:
+        check_group_id(group_id)
+        p = self.partition_for(group_id)
+        if p in self._loading:
+            raise MeridianError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, f"loading partition {p}")
+        loaded = self._loaded.get(p)
+        if loaded is None and p in self._failed:
+            raise MeridianError(
+                ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                f"{OFFSETS_TOPIC} partition {p} failed to load: {self._failed[p]}",
+            )
+        if loaded is None:
+            raise MeridianError(
+                ErrorCode.NOT_COORDINATOR,
+                f"broker {self.broker_id} does not coordinate group {group_id!r} "
+                f"({OFFSETS_TOPIC} partition {p})",
+            )
+        return loaded
+
+    def _group(self, group_id: str) -> Group | None:
+        return self._partition(group_id).groups.get(group_id)
+
+    async def _persist(self, group_id: str, record: GroupRecord) -> None:
+        await self._partition(group_id).store.write([(GroupKey(group_id), record)])
+
+    # -- membership --------------------------------------------------------------------
+    async def join(self, request: JoinRequest) -> JoinResult:
+        groups = self._partition(request.group_id).groups
+        group = groups.get(request.group_id)
+        if group is None:
+            group = groups[request.group_id] = Group(request.group_id)
+        return await self.membership.join(group, request)
+
+    async def sync(
+        self, group_id: str, generation_id: int, member_id: str, assignments: Mapping[str, bytes]
+    ) -> SyncResult:
+        return await self.membership.sync(
+            self._group(group_id), generation_id, member_id, assignments
+        )
+
+    async def heartbeat(self, group_id: str, generation_id: int, member_id: str) -> None:
+        self.membership.heartbeat(self._group(group_id), generation_id, member_id)
+
+    async def leave(self, group_id: str, member_id: str) -> None:
+        self.membership.leave(self._group(group_id), member_id)
+
+    # -- offsets -----------------------------------------------------------------------
+    async def commit_offsets(
+        self, group_id: str, generation_id: int, member_id: str, commits: Sequence[OffsetCommit]
+    ) -> dict[TopicPartitionKey, MeridianError | None]:
+        """Commit offsets (module docstring); per-partition outcomes, None for success."""
+        loaded = self._partition(group_id)
+        self.membership.check_commit(loaded.groups.get(group_id), generation_id, member_id)
+        results: dict[TopicPartitionKey, MeridianError | None] = {}
+        entries: list[Entry] = []
+        now = self._clock_ms()
+        for commit in commits:
+            tp = (commit.topic, commit.partition)
+            results[tp] = error = self._check_commit(commit)
+            if error is None:
+                value = OffsetAndMetadata(commit.offset, commit.metadata, commit.leader_epoch, now)
+                entries.append((OffsetKey(group_id, commit.topic, commit.partition), value))
+        await loaded.store.write(entries)
+        if entries and group_id not in loaded.groups:
+            loaded.groups[group_id] = Group(group_id)
+        return results
+
+    def _check_commit(self, commit: OffsetCommit) -> MeridianError | None:
+        if not commit.topic or len(commit.topic) > MAX_TOPIC_CHARS:
+            return MeridianError(ErrorCode.INVALID_TOPIC, f"bad topic name {commit.topic!r}")
+        if commit.partition < 0:
+            return MeridianError(ErrorCode.INVALID_REQUEST, f"bad partition {commit.partition}")
+        if commit.offset < 0:
+            return MeridianError(ErrorCode.INVALID_COMMIT_OFFSET, f"bad offset {commit.offset}")
+        size = len(commit.metadata.encode())
+        if size > self.config.max_metadata_bytes:
+            return MeridianError(
+                ErrorCode.INVALID_COMMIT_OFFSET,
+                f"metadata of {size} bytes exceeds {self.config.max_metadata_bytes}",
+            )
+        return None
+
+    async def fetch_offsets(
+        self, group_id: str, partitions: Iterable[TopicPartitionKey] | None = None
+    ) -> dict[TopicPartitionKey, OffsetAndMetadata | None]:
+        """Committed offsets of ``partitions`` (None: every one), None where none is."""
+        offsets = self._partition(group_id).store.offsets_of(group_id)
+        if partitions is None:
+            return dict(offsets)
+        return {tp: offsets.get(tp) for tp in partitions}
+
+    def committed_offsets(self) -> dict[str, dict[TopicPartitionKey, int]]:
+        """Group -> (topic, partition) -> committed offset, over the loaded partitions."""
+        merged: dict[str, dict[TopicPartitionKey, int]] = {}
+        for loaded in list(self._loaded.values()):
+            merged.update(loaded.store.committed_offsets())
+        return merged
+
+    # -- administration ----------------------------------------------------------------
+    def describe(self, group_id: str) -> GroupSummary:
+        """A group's state, members and committed offsets; ``GROUP_ID_NOT_FOUND`` if none."""
+        loaded = self._partition(group_id)
+        group = loaded.groups.get(group_id)
+        if group is None:
+            raise MeridianError(ErrorCode.GROUP_ID_NOT_FOUND, f"no group {group_id!r}")
+        members = tuple(
+            MemberSummary(
+                m.member_id, m.group_instance_id, m.client_id, m.client_host, m.assignment
+            )
+            for m in group.members.values()
+        )
+        return GroupSummary(
+            group_id,
+            group.state.value,
+            group.protocol_type,
+            group.protocol_name,
+            group.generation_id,
+            group.leader_id,
+            members,
+            loaded.store.offsets_of(group_id),
+        )
+
+    def list_groups(self) -> list[GroupListing]:
+        return [
+            GroupListing(group.group_id, group.state.value, group.protocol_type)
+            for loaded in self._loaded.values()
+            for group in loaded.groups.values()
+        ]
+
+    async def delete_groups(self, group_ids: Iterable[str]) -> dict[str, MeridianError | None]:
+        """Delete Empty groups with their offsets; per-group outcomes, None for success."""
+        results: dict[str, MeridianError | None] = {}
+        for group_id in group_ids:
+            try:
+                await self._delete(group_id)
+                results[group_id] = None
+            except MeridianError as exc:
+                results[group_id] = exc
+        return results
+
+    async def _delete(self, group_id: str) -> None:
+        loaded = self._partition(group_id)
+        group = loaded.groups.get(group_id)
+        if group is None:
+            raise MeridianError(ErrorCode.GROUP_ID_NOT_FOUND, f"no group {group_id!r}")
+        if group.members or group.state is not GroupState.EMPTY:
+            raise MeridianError(
+                ErrorCode.NON_EMPTY_GROUP, f"group {group_id!r} is {group.state.value}"
+            )
+        entries: list[Entry] = [
+            (OffsetKey(group_id, topic, partition), None)
+            for topic, partition in loaded.store.offsets_of(group_id)
+        ]
+        entries.append((GroupKey(group_id), None))
+        del loaded.groups[group_id]
+        group.state = GroupState.DEAD
+        try:
+            await loaded.store.write(entries)
+        except MeridianError:
+            group.state = GroupState.EMPTY
+            loaded.groups.setdefault(group_id, group)
+            raise
+
+
+def check_group_id(group_id: str) -> None:
+    if not group_id or len(group_id) > MAX_GROUP_ID_CHARS:
+        raise MeridianError(
+            ErrorCode.INVALID_GROUP_ID,
+            f"a group id has 1 to {MAX_GROUP_ID_CHARS} characters, got {len(group_id)}",
+        )
