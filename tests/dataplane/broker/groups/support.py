@@ -287,6 +287,7 @@ class RawMember:
         self, offsets: dict[tuple[str, int], int], **fields: Any
     ) -> dict[tuple[str, int], int]:
         """Commit as this member; returns the per-partition error codes."""
+        fields.setdefault("leader_epoch", -1)
         request = group_pb2.OffsetCommitRequest(
             group_id=self.group_id,
             generation_id=fields.pop("generation_id", self.generation),
