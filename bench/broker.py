@@ -28,6 +28,7 @@ record values, not counting keys, headers or framing.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import importlib.util
 import os
@@ -202,15 +203,15 @@ def run_parts(
     report: Report,
 ) -> None:
     broker_ok = importlib.util.find_spec("dataplane.broker.__main__") is not None
-    sdk_ok = sdk_available()
+    sdk = sdk_classes()
     if not broker_ok:
         report.skipped.append("Meridian: no broker yet (dataplane.broker.__main__ is missing)")
-    elif not sdk_ok:
-        report.skipped.append("Meridian SDK rows: dataplane.client has no Producer/Consumer yet")
+    for missing in sorted({"Producer", "Consumer"} - sdk):
+        report.skipped.append(f"Meridian SDK rows that need the SDK's {missing}: not there yet")
     if meridian and broker_ok:
 
         def ours() -> None:
-            report.add(run_meridian(cleanup, cleanup.mkdtemp("meridian-"), plan, workloads, sdk_ok))
+            report.add(run_meridian(cleanup, cleanup.mkdtemp("meridian-"), plan, workloads, sdk))
 
         attempt(report, "Meridian", ours)
     if "peers" in parts:
@@ -235,12 +236,20 @@ def attempt(report: Report, what: str, work: Callable[[], None]) -> None:
         report.errors.append(f"{what}: {type(exc).__name__}: {exc}")
 
 
-def sdk_available() -> bool:
-    try:
-        from dataplane.client import Consumer, Producer  # noqa: F401
-    except ImportError:
-        return False
-    return True
+def sdk_classes() -> set[str]:
+    """Which of the SDK's Producer and Consumer exist yet."""
+    import dataplane.client as client
+
+    found = {name for name in ("Producer", "Consumer") if hasattr(client, name)}
+    with contextlib.suppress(ImportError):
+        from dataplane.client.producer import Producer  # noqa: F401
+
+        found.add("Producer")
+    with contextlib.suppress(ImportError):
+        from dataplane.client.consumer import Consumer  # noqa: F401
+
+        found.add("Consumer")
+    return found
 
 
 def machine_rows(root: Path) -> list[tuple[str, str]]:

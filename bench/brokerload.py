@@ -43,6 +43,7 @@ from dataplane._gen.meridian.v1 import (
     common_pb2,
 )
 from dataplane.client.connection import CHANNEL_OPTIONS
+from dataplane.client.types import TopicPartition
 from dataplane.errors import MeridianError
 from dataplane.local import LocalBroker, free_ports
 from dataplane.storage.builder import BatchBuilder
@@ -262,12 +263,23 @@ def fetch_all(address: str, topic: str, end: int, max_s: float) -> int:
 
 
 # -- the SDK ------------------------------------------------------------------------------
+def sdk(name: str) -> Any:
+    """``dataplane.client.<name>``, or from its module while the package does not export it."""
+    import importlib
+
+    import dataplane.client as client
+
+    if hasattr(client, name):
+        return getattr(client, name)
+    return getattr(importlib.import_module(f"dataplane.client.{name.lower()}"), name)
+
+
 def sdk_produce(bootstrap: str, topic: str, value_bytes: int, records: int, max_s: float) -> int:
     """``Producer.send`` ``records`` values, then ``flush``; returns the records sent."""
-    from dataplane.client import Producer
-
     value = b"x" * value_bytes
-    producer = Producer(bootstrap, acks=1, linger_ms=SDK_LINGER_MS, batch_bytes=SDK_BATCH_BYTES)
+    producer = sdk("Producer")(
+        bootstrap, acks=1, linger_ms=SDK_LINGER_MS, batch_bytes=SDK_BATCH_BYTES
+    )
     sampled = []
     sent = 0
     deadline = time.perf_counter() + max_s
@@ -287,9 +299,7 @@ def sdk_produce(bootstrap: str, topic: str, value_bytes: int, records: int, max_
 
 def sdk_consume(bootstrap: str, topic: str, records: int, max_s: float) -> int:
     """``Consumer.poll`` from the start of partition 0; returns the records received."""
-    from dataplane.client import Consumer, TopicPartition
-
-    consumer = Consumer(bootstrap, group_id=None)
+    consumer = sdk("Consumer")(bootstrap, group_id=None)
     got = 0
     try:
         tp = TopicPartition(topic, 0)
@@ -307,11 +317,9 @@ def sdk_paced_producer(
     bootstrap: str, topic: str, rate: int, count: int, value_bytes: int, queue: Any
 ) -> None:
     """Child process: ``Producer.send`` at ``rate``/s with ``linger_ms=0``, then flush."""
-    from dataplane.client import Producer
-
     pacer = Pacer(rate, count)
     sent, error = 0, ""
-    producer = Producer(bootstrap, acks=1, linger_ms=LATENCY_LINGER_MS)
+    producer = sdk("Producer")(bootstrap, acks=1, linger_ms=LATENCY_LINGER_MS)
     try:
         for seq, stamp in pacer:
             producer.send(topic, stamped_value(seq, stamp, value_bytes))
@@ -325,14 +333,12 @@ def sdk_paced_producer(
 
 
 def sdk_latency(broker: MeridianBroker, cleanup: Cleanup, plan: Plan, durability: str) -> Latency:
-    from dataplane.client import Consumer, TopicPartition
-
     topic = f"bench.latency-{durability}"
     broker.create_topic(topic, 1, durability)
     result = Latency(MERIDIAN, "SDK send / poll", durability, plan.latency_rate)
 
     def consume(collector: LatencyCollector, deadline: float) -> None:
-        consumer = Consumer(broker.address, group_id=None)
+        consumer = sdk("Consumer")(broker.address, group_id=None)
         try:
             tp = TopicPartition(topic, 0)
             consumer.assign([tp])
@@ -350,18 +356,18 @@ def sdk_latency(broker: MeridianBroker, cleanup: Cleanup, plan: Plan, durability
 
 # -- the runs -----------------------------------------------------------------------------
 def run_meridian(
-    cleanup: Cleanup, root: Path, plan: Plan, workloads: set[str], sdk: bool
+    cleanup: Cleanup, root: Path, plan: Plan, workloads: set[str], sdk: set[str]
 ) -> list[Any]:
-    """Every selected workload against one broker; ``sdk=False`` skips the SDK rows."""
+    """Every selected workload against one broker; SDK rows need their class in ``sdk``."""
     results: list[Any] = []
     broker = MeridianBroker(cleanup, root)
     try:
         for value_bytes in (100, 1024):
             if "produce" in workloads:
-                results += produce_cases(broker, plan, value_bytes, sdk)
+                results += produce_cases(broker, plan, value_bytes, "Producer" in sdk)
             if "consume" in workloads:
-                results += consume_cases(broker, plan, value_bytes, sdk)
-        if "latency" in workloads and sdk:
+                results += consume_cases(broker, plan, value_bytes, "Consumer" in sdk)
+        if "latency" in workloads and {"Producer", "Consumer"} <= sdk:
             for durability in ("interval", "always"):
                 progress(f"Meridian: latency at {plan.latency_rate:,}/s, {durability}")
                 results.append(sdk_latency(broker, cleanup, plan, durability))
