@@ -105,6 +105,12 @@ class BrokerProcess:
     # -- lifecycle --------------------------------------------------------------------
     def start(self, timeout_s: float = START_TIMEOUT_S) -> BrokerProcess:
         """Start the process and wait until it serves; raises with its log otherwise."""
+        self.launch()
+        self.wait_ready(timeout_s)
+        return self
+
+    def launch(self) -> None:
+        """Start the process without waiting for it (then ``wait_ready``)."""
         assert not self.running, "already running"
         self.ready_path.unlink(missing_ok=True)
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -115,10 +121,9 @@ class BrokerProcess:
             self.process = subprocess.Popen(
                 self.command(), stdout=log_file, stderr=subprocess.STDOUT, cwd=REPO_ROOT, env=env
             )
-        self._wait_ready(timeout_s)
-        return self
 
-    def _wait_ready(self, timeout_s: float) -> None:
+    def wait_ready(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        """Wait until the launched process serves (its ready file names its pid)."""
         assert self.process is not None
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -226,7 +231,9 @@ def start_cluster(
     ]
     try:
         for broker in brokers:
-            broker.start()
+            broker.launch()
+        for broker in brokers:
+            broker.wait_ready()
     except BaseException:
         stop_all(brokers)
         raise

@@ -19,7 +19,20 @@ from dataplane._gen.meridian.v1 import (
 from dataplane.errors import MeridianError, error_from_rpc
 from dataplane.storage.builder import build_batch
 from dataplane.storage.records import Record, decode_batches
+from tests.dataplane.storage.support import wait_for
 from tests.support.brokers import BrokerProcess
+
+__all__ = [
+    "Stubs",
+    "create",
+    "end_offset",
+    "fetch_records",
+    "produce",
+    "rpc_error",
+    "stubs",
+    "values_batch",
+    "wait_for",
+]
 
 TIMEOUT_S = 15
 
