@@ -1,0 +1,340 @@
+"""The producer's record accumulator: per-partition queues of batches, bounded memory.
+
+``append`` (called by ``Producer.send`` in any thread) chooses the partition, encodes the
+record into the last batch of that partition's queue or opens a new one, and charges
+its bytes to ``buffer_memory``. ``drain`` (called by the sender thread) takes the batches
+that are ready: every batch but the last of a queue (they are full), and the last one
+once full, older than ``linger_ms``, or when a flush, a close or a blocked ``send``
+wants it out. ``release`` returns a completed batch's memory and wakes blocked senders.
+
+One lock guards everything here; it is held for one append (a few microseconds), never
+across I/O. The sender is woken when a batch opens (to time its linger) and when one
+fills, not per record.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from dataplane.client.batch import (
+    NULL_VARINT,
+    VARINT_TABLE_SIZE,
+    VARINTS,
+    ProducerBatch,
+    varint,
+)
+from dataplane.client.errors import BufferFullError
+from dataplane.client.future import DeliveryFuture, closed_error
+from dataplane.client.partitioner import (
+    STICKY_ALL,
+    STICKY_KEYLESS,
+    Partitioner,
+    choose_sticky,
+)
+from dataplane.client.types import TopicPartition
+from dataplane.errors import ErrorCode, MeridianError
+from dataplane.storage.records import HEADER_SIZE
+
+_RECORD_OVERHEAD = 24  # the most a record's varints and attribute byte take, roughly
+
+
+@dataclass
+class TopicQueues:
+    """A topic's partitions as the producer knows them, and one batch queue per partition."""
+
+    name: str
+    count: int
+    available: list[int]
+    queues: list[deque[ProducerBatch]] = field(default_factory=list)
+    tps: list[TopicPartition] = field(default_factory=list)
+    sticky: int = -1  # the sticky partition, -1 until chosen
+
+    def __post_init__(self) -> None:
+        self.resize(self.count, self.available)
+
+    def resize(self, count: int, available: list[int]) -> None:
+        """Adopt a new partition count (partitions are only ever added)."""
+        for partition in range(len(self.queues), count):
+            self.queues.append(deque())
+            self.tps.append(TopicPartition(self.name, partition))
+        self.count = max(self.count, count)
+        self.available = available
+        if self.sticky >= 0 and available and self.sticky not in available:
+            self.sticky = -1  # it lost its leader: choose again
+
+
+class RecordAccumulator:
+    def __init__(
+        self,
+        partitioner: Partitioner,
+        *,
+        batch_bytes: int,
+        linger_s: float,
+        buffer_memory: int,
+        block_on_full: bool,
+        max_block_s: float,
+        max_record_bytes: int,
+    ) -> None:
+        self._partitioner = partitioner
+        self._sticky = partitioner.sticky
+        self._batch_limit = batch_bytes - HEADER_SIZE
+        self.linger_s = linger_s
+        self.buffer_memory = buffer_memory
+        self._block_on_full = block_on_full
+        self._max_block_s = max_block_s
+        self._max_record_bytes = max_record_bytes
+        self.lock = threading.Lock()
+        self._space = threading.Condition(self.lock)
+        self.topics: dict[str, TopicQueues] = {}
+        self._nonempty: dict[TopicPartition, deque[ProducerBatch]] = {}
+        self.incomplete: set[ProducerBatch] = set()
+        self.used = 0
+        self.waiters = 0
+        self.flushing = 0
+        self.closed = False
+        self.refusal: MeridianError | None = None  # why appends fail: closed, or fatal
+        self.wakeup: Callable[[], None] = lambda: None
+        self.sender_thread: threading.Thread | None = None
+
+    # -- the send path -------------------------------------------------------------------
+    def append(
+        self,
+        topic: TopicQueues,
+        partition: int | None,
+        key: bytes | None,
+        value: bytes | None,
+        headers: bytes,
+        timestamp: int,
+    ) -> DeliveryFuture:
+        """Encode a record into its partition's batch; ``partition`` None: choose one.
+
+        ``headers`` is the encoded header block (``b"\\x00"`` for none). This is the
+        producer's per-record cost, so the record is encoded here, inline (the layout is
+        ``batch.py``'s): what does not depend on the batch (key, value length) before
+        taking the lock, the timestamp and offset deltas under it.
+        """
+        if value is None:
+            vlen, kv, value = 0, NULL_VARINT, b""
+        else:
+            vlen = len(value)
+            kv = VARINTS[vlen] if vlen < VARINT_TABLE_SIZE else varint(vlen)
+        if key is None:
+            kv = NULL_VARINT + kv
+        else:
+            klen = len(key)
+            kv = (VARINTS[klen] if klen < VARINT_TABLE_SIZE else varint(klen)) + key + kv
+        fixed = vlen + len(headers)
+        if fixed + len(kv) > self._max_record_bytes:
+            self._too_large(fixed + len(kv))
+        with self.lock:
+            if self.refusal is not None:
+                raise self.refusal
+            if self.used + fixed + len(kv) > self.buffer_memory and self.used:
+                self._wait_for_space(fixed + len(kv) + _RECORD_OVERHEAD)
+            sticky = partition is None and (
+                self._sticky == STICKY_ALL or (key is None and self._sticky == STICKY_KEYLESS)
+            )
+            if sticky:
+                partition = topic.sticky
+                if partition < 0:
+                    partition = topic.sticky = choose_sticky(topic.available, topic.count)
+            elif partition is None:
+                partition = self._partitioner.partition(
+                    topic.name, key, topic.available, topic.count
+                )
+            queue = topic.queues[partition]
+            wake = False
+            while True:
+                if not queue:
+                    self._open(topic, partition)
+                    wake = True
+                batch = queue[-1]
+                count = batch.count
+                if count:
+                    delta = timestamp - batch.base_timestamp
+                    head = (
+                        b"\x00"
+                        + (VARINTS[delta] if 0 <= delta < VARINT_TABLE_SIZE else varint(delta))
+                        + (VARINTS[count] if count < VARINT_TABLE_SIZE else varint(count))
+                        + kv
+                    )
+                else:
+                    head = b"\x00\x00\x00" + kv  # attributes, timestamp and offset deltas 0
+                size = len(head) + fixed
+                prefix = VARINTS[size] if size < VARINT_TABLE_SIZE else varint(size)
+                records = batch.records
+                size += len(prefix)
+                if count and len(records) + size > batch.limit:
+                    wake = True  # a full batch is ready to go
+                    if sticky and topic.count > 1:  # Kafka's sticky move: a new partition
+                        sticky = False
+                        partition = choose_sticky(topic.available, topic.count, partition)
+                        topic.sticky = partition
+                        queue = topic.queues[partition]
+                    else:
+                        self._open(topic, partition)
+                    continue
+                records += prefix + head
+                records += value
+                records += headers
+                batch.count = count + 1
+                if not count:
+                    batch.base_timestamp = batch.max_timestamp = timestamp
+                elif timestamp > batch.max_timestamp:
+                    batch.max_timestamp = timestamp
+                break
+            batch.memory += size
+            self.used += size
+        if wake:
+            self.wakeup()
+        return DeliveryFuture(batch.result, count, timestamp)
+
+    def _too_large(self, size: int) -> None:
+        raise MeridianError(
+            ErrorCode.MESSAGE_TOO_LARGE,
+            f"a record of about {size} bytes does not fit max_request_bytes "
+            f"(at most {self._max_record_bytes} bytes of records per batch)",
+        )
+
+    def _open(self, topic: TopicQueues, partition: int) -> None:
+        batch = ProducerBatch(topic.tps[partition], self._batch_limit, time.monotonic())
+        queue = topic.queues[partition]
+        queue.append(batch)
+        self._nonempty[batch.tp] = queue
+        self.incomplete.add(batch)
+
+    def _wait_for_space(self, hint: int) -> None:
+        if not self._block_on_full or threading.current_thread() is self.sender_thread:
+            # (the sender thread, sending from a delivery callback, would wait for itself)
+            raise BufferFullError(
+                f"the producer buffer is full: {self.used} of {self.buffer_memory} bytes "
+                "(buffer_memory) await delivery"
+            )
+        deadline = time.monotonic() + self._max_block_s
+        self.waiters += 1
+        try:
+            self.wakeup()  # a blocked send makes every batch ready
+            while self.used and self.used + hint > self.buffer_memory:
+                remaining = deadline - time.monotonic()
+                if self.refusal is not None:
+                    break
+                if remaining <= 0:
+                    raise BufferFullError(
+                        f"the producer buffer stayed full for {self._max_block_s * 1000:.0f} ms "
+                        f"(max_block_ms): {self.used} of {self.buffer_memory} bytes "
+                        f"(buffer_memory) await delivery"
+                    )
+                self._space.wait(remaining)
+        finally:
+            self.waiters -= 1
+        if self.refusal is not None:
+            raise self.refusal
+
+    # -- the sender's side ---------------------------------------------------------------
+    def drain(
+        self, now: float, take: Callable[[TopicPartition, ProducerBatch], bool]
+    ) -> list[ProducerBatch]:
+        """Remove and return ready batches, oldest first per partition, that ``take`` wants.
+
+        ``take(tp, batch)`` is asked about each ready batch in queue order and decides
+        (leader known, room in the request); the first refusal ends that partition.
+        """
+        out: list[ProducerBatch] = []
+        with self.lock:
+            force = bool(self.flushing or self.closed or self.waiters)
+            for tp, queue in list(self._nonempty.items()):
+                while queue:
+                    batch = queue[0]
+                    last = len(queue) == 1
+                    if last and not (force or self._ripe(batch, now)):
+                        break
+                    if not take(tp, batch):
+                        break
+                    out.append(queue.popleft())
+                if not queue:
+                    del self._nonempty[tp]
+        return out
+
+    def _ripe(self, batch: ProducerBatch, now: float) -> bool:
+        return (
+            now - batch.created >= self.linger_s
+            or len(batch.records) + _RECORD_OVERHEAD >= self._batch_limit
+        )
+
+    def next_linger_deadline(self) -> float | None:
+        """When the oldest open batch is due (monotonic seconds), or None if none is open."""
+        with self.lock:
+            created = [q[-1].created for q in self._nonempty.values() if q]
+        return min(created) + self.linger_s if created else None
+
+    def has_ready(self, now: float) -> bool:
+        with self.lock:
+            if self.flushing or self.closed or self.waiters:
+                return bool(self._nonempty)
+            return any(len(q) > 1 or (q and self._ripe(q[0], now)) for q in self._nonempty.values())
+
+    def expire(self, now: float, older_than_s: float) -> list[ProducerBatch]:
+        """Remove queued batches created more than ``older_than_s`` ago."""
+        expired: list[ProducerBatch] = []
+        with self.lock:
+            for tp, queue in list(self._nonempty.items()):
+                while queue and now - queue[0].created > older_than_s:
+                    expired.append(queue.popleft())
+                if not queue:
+                    del self._nonempty[tp]
+        return expired
+
+    def take_all(self) -> list[ProducerBatch]:
+        """Remove every queued batch (an abort)."""
+        with self.lock:
+            batches = [b for q in self._nonempty.values() for b in q]
+            for queue in self._nonempty.values():
+                queue.clear()
+            self._nonempty.clear()
+        return batches
+
+    def queued_partitions(self) -> Iterable[TopicPartition]:
+        with self.lock:
+            return list(self._nonempty)
+
+    def release(self, batch: ProducerBatch) -> None:
+        """A batch is complete: return its memory, wake blocked senders and flushes."""
+        with self.lock:
+            self.used -= batch.memory
+            batch.memory = 0
+            self.incomplete.discard(batch)
+            if self.waiters:
+                self._space.notify_all()
+
+    def complete(
+        self,
+        batch: ProducerBatch,
+        base_offset: int,
+        log_append_time: int = -1,
+        error: MeridianError | None = None,
+    ) -> None:
+        self.release(batch)
+        batch.release()
+        batch.result.complete(base_offset, log_append_time, error)
+
+    def close(self, refusal: MeridianError | None = None) -> None:
+        """Refuse further appends (with ``refusal``); wake blocked senders so they fail."""
+        with self.lock:
+            self.closed = True
+            if self.refusal is None:
+                self.refusal = refusal or closed_error()
+            self._space.notify_all()
+
+    def refuse(self, error: MeridianError) -> None:
+        """A fatal error: appends raise ``error`` from now on (the producer stays open)."""
+        with self.lock:
+            self.refusal = error
+            self._space.notify_all()
+
+    def pending(self) -> list[ProducerBatch]:
+        with self.lock:
+            return list(self.incomplete)

@@ -1,0 +1,149 @@
+"""Delivery futures: one cheap handle per record over one completion per batch.
+
+``ProduceResult`` is completed once per batch by the sender thread (base offset and
+log-append time, or the error). ``DeliveryFuture`` is what ``Producer.send`` returns: a
+batch result plus the record's index and timestamp, two slots and no lock of its own, so
+a send costs no condition variable. It offers the ``concurrent.futures.Future`` reading
+methods (``result``, ``exception``, ``done``, ``add_done_callback``); a delivery cannot be
+cancelled.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import TypeAlias
+
+from dataplane.client.types import RecordMetadata, TopicPartition
+from dataplane.errors import ErrorCode, MeridianError
+
+log = logging.getLogger(__name__)
+
+DeliveryCallback: TypeAlias = Callable[[MeridianError | None, RecordMetadata | None], None]
+
+
+class ProduceResult:
+    """The outcome of one batch, set once; waiters block on an event."""
+
+    __slots__ = ("_callbacks", "_event", "_lock", "base_offset", "error", "log_append_time", "tp")
+
+    def __init__(self, tp: TopicPartition) -> None:
+        self.tp = tp
+        self.base_offset = -1
+        self.log_append_time = -1
+        self.error: MeridianError | None = None
+        self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._callbacks: list[Callable[[], None]] = []
+
+    def done(self) -> bool:
+        return self._event.is_set()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        return self._event.wait(timeout)
+
+    def add_callback(self, fn: Callable[[], None]) -> None:
+        """Run ``fn()`` on completion (now, in this thread, if already complete)."""
+        with self._lock:
+            if not self._event.is_set():
+                self._callbacks.append(fn)
+                return
+        _run(fn)
+
+    def complete(
+        self, base_offset: int, log_append_time: int = -1, error: MeridianError | None = None
+    ) -> None:
+        """Set the outcome (only the first call counts) and run the callbacks."""
+        with self._lock:
+            if self._event.is_set():
+                return
+            self.base_offset, self.log_append_time, self.error = base_offset, log_append_time, error
+            self._event.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for fn in callbacks:
+            _run(fn)
+
+
+def _run(fn: Callable[[], None]) -> None:
+    try:
+        fn()
+    except Exception:
+        log.exception("a delivery callback raised")
+
+
+class DeliveryFuture:
+    """The delivery of one record: resolves to its ``RecordMetadata`` or a ``MeridianError``."""
+
+    __slots__ = ("_index", "_result", "_timestamp")
+
+    def __init__(self, result: ProduceResult, index: int, timestamp: int) -> None:
+        self._result = result
+        self._index = index
+        self._timestamp = timestamp
+
+    def done(self) -> bool:
+        return self._result.done()
+
+    def cancel(self) -> bool:
+        return False
+
+    def cancelled(self) -> bool:
+        return False
+
+    def running(self) -> bool:
+        return not self._result.done()
+
+    def result(self, timeout: float | None = None) -> RecordMetadata:
+        """Wait up to ``timeout`` seconds; raise the delivery error or ``TimeoutError``."""
+        error = self.exception(timeout)
+        if error is not None:
+            raise error
+        return self.metadata()
+
+    def exception(self, timeout: float | None = None) -> MeridianError | None:
+        if not self._result.wait(timeout):
+            raise TimeoutError(f"record not delivered within {timeout} s")
+        return self._result.error
+
+    def metadata(self) -> RecordMetadata:
+        """The record's metadata from its completed batch (offset -1 with ``acks=0``)."""
+        result = self._result
+        offset = result.base_offset + self._index if result.base_offset >= 0 else -1
+        append_time = result.log_append_time
+        timestamp = append_time if append_time >= 0 else self._timestamp
+        tp = result.tp
+        return RecordMetadata(tp.topic, tp.partition, offset, timestamp, append_time)
+
+    def add_done_callback(self, fn: Callable[[DeliveryFuture], object]) -> None:
+        """Call ``fn(self)`` once delivered or failed, in the sender thread (or now)."""
+
+        def done() -> None:
+            fn(self)
+
+        self._result.add_callback(done)
+
+    def add_delivery_callback(self, fn: DeliveryCallback) -> None:
+        """Call ``fn(error, metadata)``: exactly one of them is None."""
+
+        def deliver() -> None:
+            error = self._result.error
+            fn(error, None) if error is not None else fn(None, self.metadata())
+
+        self._result.add_callback(deliver)
+
+    def __repr__(self) -> str:
+        state = "pending" if not self.done() else ("failed" if self._result.error else "done")
+        tp = self._result.tp
+        return f"DeliveryFuture({tp.topic}/{tp.partition} #{self._index}, {state})"
+
+
+def failed_future(tp: TopicPartition, error: MeridianError) -> DeliveryFuture:
+    """A future already failed with ``error``."""
+    result = ProduceResult(tp)
+    result.complete(-1, error=error)
+    return DeliveryFuture(result, 0, -1)
+
+
+def closed_error() -> MeridianError:
+    return MeridianError(ErrorCode.INVALID_REQUEST, "the producer is closed")

@@ -1,0 +1,565 @@
+"""The producer's background sender: one thread running an asyncio loop.
+
+Each pass takes the ready batches from the accumulator and groups them by leader
+broker into ``ProduceRequest`` s (one batch per partition per request, up to
+``max_request_bytes``), which go pipelined over that broker's ``ProduceStream``, up to
+``max_in_flight`` requests at a time (``link.py``).
+
+Ordering and retries. Per partition, the batches sent and not yet acknowledged are
+``PartitionState.pending``, in send order. A batch that fails with a retriable code (or
+a transport error) is resent, after an exponential backoff with jitter, only once
+nothing of its partition is in flight any more, and then before any newer batch, so
+the broker sees the partition's batches in order. With idempotence (the default) each
+batch carries the producer id, epoch and a base sequence, assigned when it is first
+sent and kept on retries, so the broker answers a batch it already stored as a
+duplicate with its original offset. ``OUT_OF_ORDER_SEQUENCE_NUMBER`` for a batch that
+follows one being retried is expected and retried too; otherwise it is fatal for the
+partition. When a batch fails for good and the broker did not store it, the sequences
+of the partition's later batches move down to close the gap. When the outcome of a
+sent batch is unknown (the stream broke and the batch then ran out of time), the
+later batches of its partition fail with it and the producer asks for a new epoch,
+which restarts every partition's sequences, once nothing is left in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import grpc
+
+from dataplane._gen.meridian.v1 import broker_pb2
+from dataplane.client.accumulator import RecordAccumulator
+from dataplane.client.batch import ProducerBatch
+from dataplane.client.link import BrokerLink, InFlight
+from dataplane.client.metadata import ClusterMetadata, ClusterSnapshot
+from dataplane.client.types import TopicPartition
+from dataplane.errors import ErrorCode, MeridianError, error_from_rpc
+from dataplane.storage.compression import Compression
+
+log = logging.getLogger(__name__)
+
+_SEQUENCE_MASK = 0x7FFFFFFF  # sequences wrap from 2**31 - 1 to 0, as in Kafka
+MAX_PENDING_PER_PARTITION = 5  # what a broker remembers to deduplicate, as in Kafka
+_REFRESH_CODES = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION})
+
+
+@dataclass(frozen=True)
+class SenderConfig:
+    acks: int
+    compression: Compression
+    idempotent: bool
+    retries: int
+    delivery_timeout_s: float
+    retry_backoff_s: float
+    retry_backoff_max_s: float
+    request_timeout_s: float
+    max_in_flight: int
+    max_request_bytes: int
+    client_id: str
+
+
+class PartitionState:
+    """Sequences and the batches sent and not yet acknowledged, of one partition."""
+
+    __slots__ = ("fatal", "next_sequence", "pending", "retry_at", "tp")
+
+    def __init__(self, tp: TopicPartition) -> None:
+        self.tp = tp
+        self.next_sequence = 0
+        self.pending: list[ProducerBatch] = []
+        self.retry_at = 0.0
+        self.fatal: MeridianError | None = None
+
+    def in_flight(self) -> int:
+        return sum(1 for batch in self.pending if batch.in_flight)
+
+
+class _Plan:
+    """The requests one pass sends to one broker: the k-th holds one batch per partition."""
+
+    def __init__(self, link: BrokerLink, slots: int, budget: int) -> None:
+        self.link = link
+        self.slots = slots
+        self.budget = budget
+        self.requests: list[dict[tuple[str, int], ProducerBatch]] = []
+        self.sizes: list[int] = []
+        self.next_index: dict[TopicPartition, int] = {}
+
+    def add(self, batch: ProducerBatch) -> bool:
+        key = (batch.tp.topic, batch.tp.partition)
+        for index in range(self.next_index.get(batch.tp, 0), self.slots):
+            if index == len(self.requests):
+                self.requests.append({})
+                self.sizes.append(0)
+            request = self.requests[index]
+            if key in request or (request and self.sizes[index] + batch.size > self.budget):
+                continue
+            request[key] = batch
+            self.sizes[index] += batch.size
+            self.next_index[batch.tp] = index + 1
+            return True
+        return False
+
+
+class Sender:
+    def __init__(
+        self,
+        accumulator: RecordAccumulator,
+        metadata: ClusterMetadata,
+        config: SenderConfig,
+        on_metadata: Callable[[], None],
+    ) -> None:
+        self._acc = accumulator
+        self._metadata = metadata
+        self._config = config
+        self._on_metadata = on_metadata
+        self._states: dict[TopicPartition, PartitionState] = {}
+        self._resend: set[PartitionState] = set()
+        self._links: dict[str, BrokerLink] = {}
+        self._producer_id = -1
+        self._epoch = -1
+        self._bump_wanted = False
+        self._pid_task: asyncio.Task[None] | None = None
+        self._refresh_wanted = False
+        self._refresh_task: asyncio.Future[None] | None = None
+        self._last_refresh = 0.0
+        self._correlation = 0
+        self._abort_error: MeridianError | None = None
+        self.fatal: MeridianError | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Event | None = None
+        self._started = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name=f"meridian-sender-{config.client_id}", daemon=True
+        )
+
+    # -- thread control (any thread) -----------------------------------------------------
+    def start(self) -> None:
+        self._acc.sender_thread = self._thread
+        self._acc.wakeup = self.wakeup
+        self._thread.start()
+        self._started.wait()
+
+    def wakeup(self) -> None:
+        loop, wake = self._loop, self._wake
+        if loop is not None and wake is not None:
+            with contextlib.suppress(RuntimeError):  # the loop has closed
+                loop.call_soon_threadsafe(wake.set)
+
+    def abort(self, error: MeridianError) -> None:
+        """Fail everything not yet delivered with ``error`` and stop."""
+        self._abort_error = error
+        self.wakeup()
+
+    def join(self, timeout: float | None = None) -> bool:
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        try:
+            loop.run_until_complete(self._main(loop))
+        finally:
+            loop.close()
+
+    # -- the loop ------------------------------------------------------------------------
+    async def _main(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._wake = wake = asyncio.Event()
+        self._loop = loop
+        self._started.set()
+        try:
+            while not (self._acc.closed and not self._acc.incomplete):
+                wake.clear()
+                if self._abort_error is not None:
+                    self._fail_everything(self._abort_error)
+                    break
+                now = time.monotonic()
+                self._housekeeping(now)
+                if self._ready_to_stamp():
+                    self._send(now)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(wake.wait(), self._sleep_s(now))
+        except Exception as exc:
+            log.exception("the producer's sender failed")
+            self._fail_everything(MeridianError(ErrorCode.UNKNOWN_SERVER_ERROR, repr(exc)))
+        finally:
+            self._loop = None
+            await self._shutdown()
+
+    async def _shutdown(self) -> None:
+        for task in (self._pid_task, self._refresh_task):
+            if task is not None:
+                task.cancel()
+        for link in self._links.values():
+            await link.close()
+
+    def _sleep_s(self, now: float) -> float:
+        # Deadlines already past belong to batches waiting for room or a leader: a
+        # response, a refresh or the short poll below wakes the loop for those.
+        deadlines = [now + 1.0]
+        linger = self._acc.next_linger_deadline()
+        if linger is not None and linger > now:
+            deadlines.append(linger)
+        deadlines += [s.retry_at for s in self._resend if s.retry_at > now]
+        for link in self._links.values():
+            if link.inflight:
+                deadlines.append(link.inflight[0].sent_at + self._config.request_timeout_s)
+            if link.ready_at > now:
+                deadlines.append(link.ready_at)
+        if self._acc.incomplete:
+            deadlines.append(now + 0.05)  # a leader may appear, a backoff may end
+        return max(0.0, min(deadlines) - now)
+
+    def _housekeeping(self, now: float) -> None:
+        config = self._config
+        refresh_due = now - self._last_refresh >= config.retry_backoff_s
+        if self._refresh_wanted and self._refresh_task is None and refresh_due:
+            self._refresh_wanted = False
+            self._refresh_task = asyncio.ensure_future(self._refresh())
+        pid_wanted = self._producer_id < 0 or (self._bump_wanted and self._quiet())
+        if config.idempotent and self._pid_task is None and pid_wanted:
+            self._pid_task = asyncio.create_task(self._init_producer_id())
+        for link in self._links.values():
+            if link.inflight and now - link.inflight[0].sent_at > config.request_timeout_s:
+                link.reset(
+                    MeridianError(
+                        ErrorCode.REQUEST_TIMED_OUT,
+                        f"no answer from {link.address} within request_timeout_ms",
+                    )
+                )
+        self._expire(now)
+
+    def _ready_to_stamp(self) -> bool:
+        if not self._config.idempotent:
+            return True
+        return self._producer_id >= 0 and self._pid_task is None
+
+    def _quiet(self) -> bool:
+        return not any(state.pending for state in self._states.values())
+
+    def _state(self, tp: TopicPartition) -> PartitionState:
+        state = self._states.get(tp)
+        if state is None:
+            state = self._states[tp] = PartitionState(tp)
+        return state
+
+    def _backoff(self, attempts: int) -> float:
+        base: float = self._config.retry_backoff_s * 2.0 ** max(0, attempts - 1)
+        return min(base, self._config.retry_backoff_max_s) * random.uniform(0.8, 1.2)
+
+    # -- sending -------------------------------------------------------------------------
+    def _send(self, now: float) -> None:
+        snapshot = self._metadata.snapshot()
+        plans: dict[str, _Plan] = {}
+        for state in list(self._resend):
+            self._plan_resend(state, now, snapshot, plans)
+        doomed: list[ProducerBatch] = []
+        if not self._bump_wanted:
+
+            def take(tp: TopicPartition, batch: ProducerBatch) -> bool:
+                return self._place(tp, batch, snapshot, plans, doomed, now)
+
+            for batch in self._acc.drain(now, take):
+                if batch not in doomed:
+                    self._stamp(batch)
+        for batch in doomed:
+            state = self._states[batch.tp]
+            self._acc.complete(batch, -1, error=state.fatal)
+        for plan in plans.values():
+            for batches in plan.requests:
+                if batches:
+                    self._send_request(plan.link, batches)
+
+    def _plan_resend(
+        self, state: PartitionState, now: float, snapshot: ClusterSnapshot, plans: dict[str, _Plan]
+    ) -> None:
+        if now < state.retry_at or state.in_flight():
+            return
+        plan = self._plan_for(state.tp, snapshot, plans, now)
+        if plan is None:
+            return
+        waiting = [batch for batch in state.pending if not batch.in_flight]
+        for batch in waiting:
+            if not plan.add(batch):
+                return
+            if batch.sealed is None:
+                self._seal(batch, batch.base_sequence)
+        self._resend.discard(state)
+
+    def _place(
+        self,
+        tp: TopicPartition,
+        batch: ProducerBatch,
+        snapshot: ClusterSnapshot,
+        plans: dict[str, _Plan],
+        doomed: list[ProducerBatch],
+        now: float,
+    ) -> bool:
+        state = self._state(tp)
+        if state.fatal is not None:
+            doomed.append(batch)
+            return True
+        if state in self._resend:
+            return False
+        if self._config.idempotent and len(state.pending) >= MAX_PENDING_PER_PARTITION:
+            return False
+        plan = self._plan_for(tp, snapshot, plans, now)
+        if plan is None or not plan.add(batch):
+            return False
+        state.pending.append(batch)  # keeps the per-partition cap exact within a pass
+        return True
+
+    def _plan_for(
+        self, tp: TopicPartition, snapshot: ClusterSnapshot, plans: dict[str, _Plan], now: float
+    ) -> _Plan | None:
+        leader = snapshot.leaders.get(tp.topic, {}).get(tp.partition, -1)
+        broker = snapshot.brokers.get(leader)
+        if broker is None:
+            self._refresh_wanted = True
+            return None
+        plan = plans.get(broker.address)
+        if plan is None:
+            link = self._link(broker.address)
+            slots = link.free_slots(self._config.max_in_flight, now)
+            plan = plans[broker.address] = _Plan(link, slots, self._config.max_request_bytes)
+        return plan
+
+    def _link(self, address: str) -> BrokerLink:
+        link = self._links.get(address)
+        if link is None:
+            link = self._links[address] = BrokerLink(address, self._on_response, self._on_failure)
+        return link
+
+    def _stamp(self, batch: ProducerBatch) -> None:
+        """Give a new batch its sequence (if idempotent) and seal it."""
+        state = self._states[batch.tp]
+        sequence = -1
+        if self._config.idempotent:
+            sequence = state.next_sequence
+            state.next_sequence = (sequence + batch.count) & _SEQUENCE_MASK
+        self._seal(batch, sequence)
+
+    def _seal(self, batch: ProducerBatch, sequence: int) -> None:
+        batch.resequenced = False
+        if self._config.idempotent:
+            batch.seal(self._config.compression, self._producer_id, self._epoch, sequence)
+        else:
+            batch.seal(self._config.compression)
+
+    def _send_request(
+        self, link: BrokerLink, batches: dict[tuple[str, int], ProducerBatch]
+    ) -> None:
+        self._correlation += 1
+        partitions = []
+        for (topic, partition), batch in batches.items():
+            batch.in_flight = True
+            batch.attempts += 1
+            partitions.append(
+                broker_pb2.PartitionRecords(
+                    topic=topic, partition=partition, records=batch.sealed or b""
+                )
+            )
+        request = broker_pb2.ProduceRequest(
+            acks=self._config.acks,
+            timeout_ms=int(self._config.request_timeout_s * 1000),
+            partitions=partitions,
+            correlation_id=self._correlation,
+        )
+        link.send(request, InFlight(self._correlation, dict(batches)))
+
+    # -- outcomes ------------------------------------------------------------------------
+    def _on_response(
+        self, link: BrokerLink, entry: InFlight, response: broker_pb2.ProduceResponse
+    ) -> None:
+        link.failures = 0
+        if response.throttle_ms > 0:
+            link.ready_at = max(link.ready_at, time.monotonic() + response.throttle_ms / 1000)
+        for result in response.results:
+            batch = entry.batches.pop((result.topic, result.partition), None)
+            if batch is None or batch.result.done():
+                continue
+            if result.error == ErrorCode.NONE:
+                self._succeeded(batch, result.base_offset, result.log_append_time_ms)
+            else:
+                error = MeridianError(result.error, result.error_message)
+                self._failed(batch, error, stored=result.error == ErrorCode.REQUEST_TIMED_OUT)
+        for batch in entry.batches.values():
+            error = MeridianError(ErrorCode.UNKNOWN_SERVER_ERROR, "the broker left it unanswered")
+            self._failed(batch, error, stored=None)
+        self._poke()
+
+    def _on_failure(self, link: BrokerLink, entry: InFlight, error: MeridianError) -> None:
+        link.failures += 1
+        link.ready_at = time.monotonic() + self._backoff(link.failures)
+        self._refresh_wanted = True
+        for batch in entry.batches.values():
+            if not batch.result.done():
+                self._failed(batch, error, stored=None if error.retriable else False)
+        self._poke()
+
+    def _poke(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    def _succeeded(self, batch: ProducerBatch, base_offset: int, append_time: int) -> None:
+        batch.in_flight = False
+        self._states[batch.tp].pending.remove(batch)
+        self._acc.complete(batch, base_offset, append_time)
+
+    def _failed(self, batch: ProducerBatch, error: MeridianError, *, stored: bool | None) -> None:
+        """``stored``: False when the broker surely did not store it, None when unknown."""
+        batch.in_flight = False
+        state = self._states[batch.tp]
+        code = error.code
+        retriable = error.retriable
+        if code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and self._config.idempotent:
+            if not (batch.resequenced or state.pending.index(batch) > 0):
+                self._fence_partition(state, error)
+                return
+            retriable = True
+        elif code == ErrorCode.INVALID_PRODUCER_EPOCH:
+            self._fatal(error)
+            return
+        elif code == ErrorCode.UNKNOWN_PRODUCER_ID:
+            self._bump_wanted = True
+        if code in _REFRESH_CODES or stored is None:
+            self._refresh_wanted = True
+        now = time.monotonic()
+        out_of_time = now - batch.created > self._config.delivery_timeout_s
+        if not retriable or batch.attempts > self._config.retries or out_of_time:
+            self._give_up(state, batch, error, unknown=stored is None)
+            return
+        batch.retry_at = now + self._backoff(batch.attempts)
+        state.retry_at = max(state.retry_at, batch.retry_at)
+        self._resend.add(state)
+
+    def _give_up(
+        self, state: PartitionState, batch: ProducerBatch, error: MeridianError, *, unknown: bool
+    ) -> None:
+        position = state.pending.index(batch)
+        later = state.pending[position + 1 :]
+        del state.pending[position]
+        self._acc.complete(batch, -1, error=error)
+        if not self._config.idempotent or (not later and not unknown):
+            state.next_sequence = (state.next_sequence - batch.count) & _SEQUENCE_MASK
+            return
+        if unknown:
+            reason = MeridianError(error.code, f"{error.message} (an earlier batch failed)")
+            for other in later:
+                state.pending.remove(other)
+                self._acc.complete(other, -1, error=reason)
+            self._resend.discard(state)
+            self._bump_wanted = True
+            return
+        for other in later:
+            other.base_sequence = (other.base_sequence - batch.count) & _SEQUENCE_MASK
+            other.sealed = None
+            other.resequenced = True
+        state.next_sequence = (state.next_sequence - batch.count) & _SEQUENCE_MASK
+
+    def _fence_partition(self, state: PartitionState, error: MeridianError) -> None:
+        state.fatal = MeridianError(
+            error.code,
+            f"{error.message}; {state.tp.topic}/{state.tp.partition} takes no more records "
+            "from this producer (create a new one)",
+        )
+        for batch in state.pending:
+            self._acc.complete(batch, -1, error=state.fatal)
+        state.pending.clear()
+        self._resend.discard(state)
+
+    def _expire(self, now: float) -> None:
+        timeout = self._config.delivery_timeout_s
+        for batch in self._acc.expire(now, timeout):
+            error = MeridianError(
+                ErrorCode.REQUEST_TIMED_OUT,
+                f"{batch.count} records not sent within delivery_timeout_ms "
+                f"({timeout * 1000:.0f} ms) to {batch.tp.topic}/{batch.tp.partition}",
+            )
+            self._acc.complete(batch, -1, error=error)
+        for state in list(self._resend):
+            waiting = [b for b in state.pending if not b.in_flight]
+            if waiting and now - waiting[0].created > timeout and not state.in_flight():
+                error = MeridianError(
+                    ErrorCode.REQUEST_TIMED_OUT,
+                    f"not acknowledged within delivery_timeout_ms ({timeout * 1000:.0f} ms)",
+                )
+                self._give_up(state, waiting[0], error, unknown=waiting[0].attempts > 0)
+
+    def _fatal(self, error: MeridianError) -> None:
+        self.fatal = error
+        self._acc.refuse(error)
+        self._fail_everything(error)
+
+    def _fail_everything(self, error: MeridianError) -> None:
+        for state in self._states.values():
+            for batch in state.pending:
+                self._acc.complete(batch, -1, error=error)
+            state.pending.clear()
+        self._resend.clear()
+        for batch in self._acc.take_all():
+            self._acc.complete(batch, -1, error=error)
+        for batch in self._acc.pending():
+            self._acc.complete(batch, -1, error=error)
+
+    # -- producer id and metadata --------------------------------------------------------
+    async def _init_producer_id(self) -> None:
+        bump = self._producer_id >= 0
+        attempts = 0
+        try:
+            while self._abort_error is None:
+                try:
+                    await self._request_producer_id(bump)
+                    return
+                except MeridianError as error:
+                    if not error.retriable:
+                        self._fatal(error)
+                        return
+                    log.info("no producer id yet: %s", error)
+                attempts += 1
+                self._refresh_wanted = True
+                await asyncio.sleep(self._backoff(attempts))
+        finally:
+            self._pid_task = None
+            self._poke()
+
+    async def _request_producer_id(self, bump: bool) -> None:
+        snapshot = self._metadata.snapshot()
+        addresses = [b.address for b in snapshot.brokers.values()] or self._metadata.pool.bootstrap
+        link = self._link(random.choice(addresses))
+        request = broker_pb2.InitProducerIdRequest(
+            producer_id=self._producer_id if bump else -1,
+            producer_epoch=self._epoch if bump else -1,
+        )
+        try:
+            response = await link.stub.InitProducerId(
+                request, timeout=self._config.request_timeout_s
+            )
+        except grpc.RpcError as exc:
+            raise error_from_rpc(exc) from None
+        if response.error:
+            raise MeridianError(response.error, response.error_message)
+        self._producer_id, self._epoch = response.producer_id, response.producer_epoch
+        if bump:
+            for state in self._states.values():
+                state.next_sequence = 0
+            self._bump_wanted = False
+
+    async def _refresh(self) -> None:
+        topics = list(self._acc.topics)
+        try:
+            await asyncio.to_thread(self._metadata.refresh, topics)
+            self._on_metadata()
+        except MeridianError as error:
+            log.info("metadata refresh failed: %s", error)
+        finally:
+            self._last_refresh = time.monotonic()
+            self._refresh_task = None
+            self._poke()

@@ -1,0 +1,111 @@
+"""Helpers for SDK tests: topics on real brokers, kafka-python as an oracle, accumulators."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from kafka.record.default_records import DefaultRecordBatchBuilder
+from kafka.record.memory_records import MemoryRecords
+
+from dataplane.client.accumulator import RecordAccumulator, TopicQueues
+from dataplane.client.batch import encode_headers
+from dataplane.client.partitioner import make_partitioner
+from dataplane.storage.compression import Compression
+
+# (key, value, timestamp, headers)
+Spec = tuple[bytes | None, bytes | None, int, list[tuple[str, bytes | None]]]
+Seen = tuple[int, int, bytes | None, bytes | None, list[tuple[str, bytes | None]]]
+
+CODECS = list(Compression)
+CODEC_NAMES = [codec.name.lower() for codec in Compression]
+
+
+def accumulator(
+    *,
+    partitions: int = 1,
+    batch_bytes: int = 1 << 20,
+    linger_s: float = 0.0,
+    buffer_memory: int = 1 << 30,
+    block_on_full: bool = True,
+    max_block_s: float = 1.0,
+    partitioner: Any = "murmur2",
+) -> tuple[RecordAccumulator, TopicQueues]:
+    acc = RecordAccumulator(
+        make_partitioner(partitioner),
+        batch_bytes=batch_bytes,
+        linger_s=linger_s,
+        buffer_memory=buffer_memory,
+        block_on_full=block_on_full,
+        max_block_s=max_block_s,
+        max_record_bytes=1 << 30,
+    )
+    topic = TopicQueues("t.t", partitions, list(range(partitions)))
+    acc.topics["t.t"] = topic
+    return acc, topic
+
+
+def append_specs(
+    acc: RecordAccumulator, topic: TopicQueues, specs: Sequence[Spec], partition: int | None = 0
+) -> list[Any]:
+    return [
+        acc.append(
+            topic, partition, key, value, encode_headers(headers) if headers else b"\x00", ts
+        )
+        for key, value, ts, headers in specs
+    ]
+
+
+def drain_all(acc: RecordAccumulator) -> list[Any]:
+    """Every queued batch, linger or not."""
+    acc.flushing += 1
+    try:
+        return acc.drain(time.monotonic(), lambda tp, batch: True)
+    finally:
+        acc.flushing -= 1
+
+
+def kafka_build(specs: Sequence[Spec], codec: Compression, **producer: Any) -> bytes:
+    """A batch built by kafka-python's independent builder."""
+    builder = DefaultRecordBatchBuilder(
+        magic=2,
+        compression_type=int(codec),
+        is_transactional=False,
+        producer_id=producer.get("producer_id", -1),
+        producer_epoch=producer.get("producer_epoch", -1),
+        base_sequence=producer.get("base_sequence", -1),
+        batch_size=1 << 30,
+    )
+    for offset, (key, value, timestamp, headers) in enumerate(specs):
+        builder.append(offset, timestamp=timestamp, key=key, value=value, headers=headers)
+    return bytes(builder.build())
+
+
+def kafka_read(data: bytes) -> tuple[list[Any], list[Seen]]:
+    """Batches and records as kafka-python decodes ``data``; every CRC must check."""
+    batches, seen = [], []
+    records = MemoryRecords(data)
+    while records.has_next():
+        batch = records.next_batch()
+        assert batch.validate_crc()
+        batches.append(batch)
+        seen += [(r.offset, r.timestamp, r.key, r.value, list(r.headers)) for r in batch]
+    return batches, seen
+
+
+def expected(specs: Sequence[Spec], base_offset: int = 0) -> list[Seen]:
+    return [
+        (base_offset + i, ts, key, value, list(headers))
+        for i, (key, value, ts, headers) in enumerate(specs)
+    ]
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float = 10.0) -> bool:
+    """Poll ``condition`` until it holds or ``timeout_s`` passes; returns its last value."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.005)
+    return condition()
