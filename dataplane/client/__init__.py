@@ -1,0 +1,27 @@
+"""Meridian's Python SDK: ``Producer``, ``Consumer`` and ``Admin``.
+
+Every failure is a ``MeridianError`` with a typed ``code`` and ``retriable``.
+"""
+
+from dataplane.client.admin import Admin
+from dataplane.client.consumer import Consumer
+from dataplane.client.errors import BufferFull, BufferFullError, ConfigError
+from dataplane.client.future import DeliveryFuture
+from dataplane.client.producer import Producer
+from dataplane.client.types import ConsumerRecord, RecordMetadata, TopicPartition
+from dataplane.errors import ErrorCode, MeridianError
+
+__all__ = [
+    "Admin",
+    "BufferFull",
+    "BufferFullError",
+    "ConfigError",
+    "Consumer",
+    "ConsumerRecord",
+    "DeliveryFuture",
+    "ErrorCode",
+    "MeridianError",
+    "Producer",
+    "RecordMetadata",
+    "TopicPartition",
+]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 
 class TopicPartition(NamedTuple):
@@ -22,14 +22,113 @@ class RecordMetadata:
     log_append_time: int = -1
 
 
-@dataclass(frozen=True, slots=True)
-class ConsumerRecord:
+class RecordSource(NamedTuple):
+    """What every record of one fetched batch shares."""
+
     topic: str
     partition: int
+    timestamp_type: int  # 0: CreateTime, 1: LogAppendTime
+    leader_epoch: int = -1
+
+
+Headers = tuple[tuple[str, bytes | None], ...]
+
+
+class ConsumerRecord:
+    """One consumed record: ``topic``, ``partition``, ``offset``, ``timestamp``,
+    ``timestamp_type`` (0 CreateTime, 1 LogAppendTime), ``key``, ``value``, ``headers``
+    (``(key, value)`` pairs) and ``leader_epoch``.
+
+    Read-only by contract. The consumer builds millions of these a second, so the
+    fields a batch shares live in one ``RecordSource`` and headers are decoded on first
+    access (``dataplane.client.decoder``); equality compares every field.
+    """
+
+    __slots__ = ("_headers", "_source", "key", "offset", "timestamp", "value")
+
     offset: int
     timestamp: int
-    timestamp_type: int  # 0: CreateTime, 1: LogAppendTime
     key: bytes | None
     value: bytes | None
-    headers: tuple[tuple[str, bytes | None], ...] = ()
-    leader_epoch: int = -1
+    _source: RecordSource
+    _headers: Any  # a Headers tuple, or a lazy reader with a decode() method
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        timestamp: int,
+        timestamp_type: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: Headers = (),
+        leader_epoch: int = -1,
+    ) -> None:
+        self._source = RecordSource(topic, partition, timestamp_type, leader_epoch)
+        self.offset = offset
+        self.timestamp = timestamp
+        self.key = key
+        self.value = value
+        self._headers = tuple((k, v) for k, v in headers)
+
+    @property
+    def topic(self) -> str:
+        return self._source.topic
+
+    @property
+    def partition(self) -> int:
+        return self._source.partition
+
+    @property
+    def timestamp_type(self) -> int:
+        return self._source.timestamp_type
+
+    @property
+    def leader_epoch(self) -> int:
+        return self._source.leader_epoch
+
+    @property
+    def headers(self) -> Headers:
+        headers = self._headers
+        if type(headers) is not tuple:
+            headers = self._headers = headers.decode()
+        return headers  # type: ignore[no-any-return]
+
+    @property
+    def topic_partition(self) -> TopicPartition:
+        return TopicPartition(self._source.topic, self._source.partition)
+
+    def _fields(self) -> tuple[Any, ...]:
+        return (
+            self.topic,
+            self.partition,
+            self.offset,
+            self.timestamp,
+            self.timestamp_type,
+            self.key,
+            self.value,
+            self.headers,
+            self.leader_epoch,
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ConsumerRecord):
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash((self.topic, self.partition, self.offset, self.timestamp))
+
+    def __repr__(self) -> str:
+        return (
+            f"ConsumerRecord(topic={self.topic!r}, partition={self.partition}, "
+            f"offset={self.offset}, timestamp={self.timestamp}, key={self.key!r}, "
+            f"value={_short(self.value)}, headers={self.headers!r})"
+        )
+
+
+def _short(value: bytes | None) -> str:
+    if value is None or len(value) <= 60:
+        return repr(value)
+    return f"{value[:60]!r}...({len(value)} bytes)"

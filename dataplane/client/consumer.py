@@ -1,0 +1,468 @@
+"""The consumer: ``poll`` records of assigned partitions, fetched ahead in the background.
+
+```python
+consumer = Consumer("127.0.0.1:9092", group_id="billing", auto_offset_reset="earliest")
+consumer.subscribe(["acme.orders"])          # group membership, or:
+consumer.assign([TopicPartition("acme.orders", 0)])
+while True:
+    for record in consumer.poll(timeout_ms=1000):
+        handle(record)
+consumer.close()                             # commits (auto commit) and leaves the group
+```
+
+Partitions come from ``subscribe`` (the group's assignors, ``group.py``) or ``assign``
+(manual). A partition's starting position is its committed offset (with a ``group_id``),
+else what ``auto_offset_reset`` says: ``earliest``, ``latest`` or ``none`` (``poll``
+raises ``OFFSET_OUT_OF_RANGE``). The same policy applies when a fetch position falls
+outside the log. ``poll`` returns at most ``max_poll_records`` records, decoding them
+from what the fetcher thread (``fetcher.py``) has buffered. With
+``enable_auto_commit`` the positions are committed every ``auto_commit_interval_ms``
+(at the start of a ``poll``, so what earlier polls returned counts as processed), before
+partitions are revoked, and on ``close``.
+
+A consumer is used from one thread (as Kafka's); its fetcher runs on its own.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import time
+from collections.abc import Collection, Iterable, Mapping
+from typing import Any
+
+from dataplane.client.connection import ConnectionPool
+from dataplane.client.errors import ConfigError
+from dataplane.client.fetcher import FetchConfig, Fetcher, FetchState, PartitionState
+from dataplane.client.metadata import ClusterMetadata
+from dataplane.client.offsets import EARLIEST, LATEST, list_offsets
+from dataplane.client.types import ConsumerRecord, TopicPartition
+from dataplane.errors import ErrorCode, MeridianError
+
+log = logging.getLogger(__name__)
+
+_RESETS = ("earliest", "latest", "none")
+
+
+class Consumer:
+    """Reads records from a Meridian cluster; see the module docstring."""
+
+    def __init__(
+        self,
+        bootstrap: str | Iterable[str],
+        *,
+        group_id: str | None = None,
+        client_id: str = "meridian-consumer",
+        auto_offset_reset: str = "latest",
+        enable_auto_commit: bool = True,
+        auto_commit_interval_ms: float = 5_000,
+        fetch_min_bytes: int = 1,
+        fetch_max_wait_ms: int = 500,
+        fetch_max_bytes: int = 50 * 1024 * 1024,
+        max_partition_fetch_bytes: int = 1024 * 1024,
+        max_poll_records: int = 500,
+        assignors: Collection[str] = ("range", "cooperative-sticky"),
+        session_timeout_ms: int = 10_000,
+        rebalance_timeout_ms: int = 30_000,
+        heartbeat_interval_ms: int = 3_000,
+        max_poll_interval_ms: int = 300_000,
+        group_instance_id: str | None = None,
+        request_timeout_ms: float = 30_000,
+        retry_backoff_ms: float = 100,
+        check_crcs: bool = True,
+    ) -> None:
+        if auto_offset_reset not in _RESETS:
+            raise ConfigError(
+                f"auto_offset_reset must be one of {_RESETS}, not {auto_offset_reset!r}"
+            )
+        for name, value in (
+            ("fetch_max_bytes", fetch_max_bytes),
+            ("max_partition_fetch_bytes", max_partition_fetch_bytes),
+            ("max_poll_records", max_poll_records),
+            ("auto_commit_interval_ms", auto_commit_interval_ms),
+        ):
+            if value <= 0:
+                raise ConfigError(f"{name} must be positive, not {value}")
+        self.group_id = group_id
+        self.client_id = client_id
+        self._auto_offset_reset = auto_offset_reset
+        self._auto_commit = enable_auto_commit and group_id is not None
+        self._auto_commit_s = auto_commit_interval_ms / 1000
+        self._next_auto_commit = time.monotonic() + self._auto_commit_s
+        self._max_poll_records = max_poll_records
+        self._request_timeout_s = request_timeout_ms / 1000
+        self._group_settings: dict[str, Any] = {
+            "assignors": tuple(assignors),
+            "session_timeout_ms": session_timeout_ms,
+            "rebalance_timeout_ms": rebalance_timeout_ms,
+            "heartbeat_interval_ms": heartbeat_interval_ms,
+            "max_poll_interval_ms": max_poll_interval_ms,
+            "client_id": client_id,
+            "group_instance_id": group_instance_id,
+        }
+        self._pool = ConnectionPool(bootstrap, client_id=client_id)
+        self._metadata = ClusterMetadata(self._pool, timeout_s=self._request_timeout_s)
+        self._state = FetchState()
+        self._fetcher = Fetcher(
+            self._metadata,
+            self._state,
+            FetchConfig(
+                min_bytes=fetch_min_bytes,
+                max_wait_ms=fetch_max_wait_ms,
+                max_bytes=fetch_max_bytes,
+                partition_max_bytes=max_partition_fetch_bytes,
+                prefetch_bytes=2 * max_partition_fetch_bytes,
+                request_timeout_s=self._request_timeout_s,
+                retry_backoff_s=retry_backoff_ms / 1000,
+                check_crcs=check_crcs,
+            ),
+            client_id,
+        )
+        self._member: Any = None
+        self._committer: concurrent.futures.ThreadPoolExecutor | None = None
+        self._closed = False
+        self._fetcher.start()
+
+    # -- assignment ----------------------------------------------------------------------
+    def subscribe(self, topics: Iterable[str], listener: Any = None) -> None:
+        """Join the consumer group ``group_id`` for ``topics``; partitions come and go as
+        the group rebalances. ``listener`` gets ``on_partitions_revoked``, ``_assigned``
+        and ``_lost`` calls (each optional), in this thread, during ``poll``."""
+        self._check_open()
+        if self.group_id is None:
+            raise ConfigError("subscribe needs a group_id", ErrorCode.INVALID_GROUP_ID)
+        if self._member is None and self._state.partitions:
+            raise MeridianError(ErrorCode.INVALID_REQUEST, "assign() was used: unassign first")
+        from dataplane.client.group import GroupMember
+
+        if self._member is None:
+            self._member = GroupMember(
+                self._metadata,
+                group_id=self.group_id,
+                listener=_Rebalance(self, listener),
+                **self._group_settings,
+            )
+        self._member.subscribe(sorted(set(topics)))
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        """Read exactly ``partitions`` (no group membership); positions start at the
+        committed offsets (with a ``group_id``) or by ``auto_offset_reset``."""
+        self._check_open()
+        if self._member is not None:
+            raise MeridianError(ErrorCode.INVALID_REQUEST, "subscribe() was used: close first")
+        wanted = {TopicPartition(*tp) for tp in partitions}
+        with self._state.lock:
+            for tp in list(self._state.partitions):
+                if tp not in wanted:
+                    self._forget(tp)
+            for tp in wanted:
+                self._state.partitions.setdefault(tp, PartitionState(tp))
+        self._fetcher.wakeup()
+
+    def unassign(self) -> None:
+        self.assign(())
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self._state.partitions)
+
+    def partitions_for(self, topic: str) -> list[int]:
+        """The partitions of ``topic`` (raises ``UNKNOWN_TOPIC_OR_PARTITION``)."""
+        return self._metadata.partitions_for(topic)
+
+    def _forget(self, tp: TopicPartition) -> None:
+        self._state.drop_buffered(tp)
+        state = self._state.partitions.pop(tp, None)
+        if state is not None:
+            state.generation += 1
+
+    def _add(self, tps: Iterable[TopicPartition]) -> None:
+        with self._state.lock:
+            for tp in tps:
+                self._state.partitions.setdefault(tp, PartitionState(tp))
+        self._fetcher.wakeup()
+
+    def _remove(self, tps: Iterable[TopicPartition]) -> None:
+        with self._state.lock:
+            for tp in tps:
+                self._forget(tp)
+
+    # -- polling -------------------------------------------------------------------------
+    def poll(self, timeout_ms: float = 0) -> list[ConsumerRecord]:
+        """Up to ``max_poll_records`` records, waiting up to ``timeout_ms`` for some.
+
+        Raises a partition's fetch error once (``OFFSET_OUT_OF_RANGE`` with
+        ``auto_offset_reset='none'``, ``CORRUPT_MESSAGE``, ...), then continues.
+        """
+        self._check_open()
+        deadline = time.monotonic() + max(0.0, timeout_ms) / 1000
+        if self._member is not None:
+            self._member.poll()
+            self._follow_group()
+        if self._auto_commit and time.monotonic() >= self._next_auto_commit:
+            self._commit_quietly()
+        while True:
+            self._resolve_positions()
+            self._raise_errors()
+            records, freed = self._state.collect(self._max_poll_records)
+            if freed:
+                self._fetcher.wakeup()
+            remaining = deadline - time.monotonic()
+            if records or remaining <= 0:
+                return records
+            with self._state.lock:
+                if not self._state.buffer:
+                    self._state.data_ready.wait(remaining)
+
+    def _follow_group(self) -> None:
+        """Adopt the member's assignment, should a callback not have told us."""
+        assigned = set(self._member.assignment())
+        current = set(self._state.partitions)
+        if assigned != current:
+            self._remove(current - assigned)
+            self._add(assigned - current)
+
+    def _raise_errors(self) -> None:
+        with self._state.lock:
+            for state in self._state.partitions.values():
+                if state.error is not None:
+                    error, state.error = state.error, None
+                    state.retry_at = time.monotonic() + 1.0
+                    raise error
+
+    # -- positions -----------------------------------------------------------------------
+    def _resolve_positions(self) -> None:
+        """Give every partition without a position one: committed, else the reset policy."""
+        with self._state.lock:
+            unknown = [s.tp for s in self._state.partitions.values() if s.position is None]
+            out_of_range = [
+                s.tp for s in self._state.partitions.values() if s.reset == "out_of_range"
+            ]
+        if not unknown and not out_of_range:
+            return
+        positions: dict[TopicPartition, int] = {}
+        if unknown and self.group_id is not None:
+            committed = self.committed(unknown)
+            positions = {tp: offset for tp, offset in committed.items() if offset is not None}
+        to_reset = [tp for tp in unknown if tp not in positions] + out_of_range
+        if to_reset:
+            positions.update(self._reset_offsets(to_reset))
+        self._seek_many(positions)
+
+    def _reset_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        if self._auto_offset_reset == "none":
+            tp = tps[0]
+            with self._state.lock:
+                state = self._state.partitions.get(tp)
+                fetching = state is not None and state.reset == "out_of_range"
+            raise MeridianError(
+                ErrorCode.OFFSET_OUT_OF_RANGE,
+                f"{tp.topic}/{tp.partition}: "
+                + ("the fetch position is out of range" if fetching else "no committed offset")
+                + " and auto_offset_reset is 'none'",
+            )
+        spec = EARLIEST if self._auto_offset_reset == "earliest" else LATEST
+        found = self._list_offsets(dict.fromkeys(tps, spec))
+        return {tp: offset for tp, (offset, _) in found.items()}
+
+    def _list_offsets(
+        self, specs: dict[TopicPartition, int]
+    ) -> dict[TopicPartition, tuple[int, int]]:
+        return list_offsets(self._metadata, specs, timeout_s=self._request_timeout_s)
+
+    def _seek_many(self, positions: Mapping[TopicPartition, int]) -> None:
+        with self._state.lock:
+            for tp, offset in positions.items():
+                state = self._state.partitions.get(tp)
+                if state is not None:
+                    self._state.drop_buffered(tp)
+                    state.seek(offset)
+        self._fetcher.wakeup()
+
+    def seek(self, partition: TopicPartition, offset: int) -> None:
+        """The next ``poll`` returns ``partition`` from ``offset``."""
+        if offset < 0:
+            raise MeridianError(ErrorCode.OFFSET_OUT_OF_RANGE, f"negative offset {offset}")
+        self._assigned(partition)
+        self._seek_many({TopicPartition(*partition): offset})
+
+    def seek_to_beginning(self, partitions: Iterable[TopicPartition] | None = None) -> None:
+        self._seek_to(partitions, EARLIEST)
+
+    def seek_to_end(self, partitions: Iterable[TopicPartition] | None = None) -> None:
+        self._seek_to(partitions, LATEST)
+
+    def seek_to_timestamp(
+        self, partitions: TopicPartition | Iterable[TopicPartition] | None, timestamp_ms: int
+    ) -> None:
+        """Move to the first record at or after ``timestamp_ms`` (the end if none);
+        ``partitions`` None means every assigned partition."""
+        if isinstance(partitions, TopicPartition):
+            partitions = [partitions]
+        if timestamp_ms < 0:
+            raise MeridianError(ErrorCode.INVALID_TIMESTAMP, f"negative timestamp {timestamp_ms}")
+        self._seek_to(partitions, timestamp_ms)
+
+    def _seek_to(self, partitions: Iterable[TopicPartition] | None, spec: int) -> None:
+        chosen = self.assignment() if partitions is None else partitions
+        tps = [TopicPartition(*tp) for tp in chosen]
+        for tp in tps:
+            self._assigned(tp)
+        if not tps:
+            return
+        found = self._list_offsets(dict.fromkeys(tps, spec))
+        missing = [tp for tp, (offset, _) in found.items() if offset < 0]
+        if missing:
+            ends = self._list_offsets(dict.fromkeys(missing, LATEST))
+            found.update(ends)
+        self._seek_many({tp: offset for tp, (offset, _) in found.items()})
+
+    def position(self, partition: TopicPartition) -> int:
+        """The offset of the next record ``poll`` returns for ``partition``."""
+        state = self._assigned(partition)
+        if state.position is None:
+            self._resolve_positions()
+        if state.position is None:
+            raise MeridianError(ErrorCode.OFFSET_OUT_OF_RANGE, f"no position for {partition}")
+        return state.position
+
+    def _assigned(self, partition: TopicPartition) -> PartitionState:
+        state = self._state.partitions.get(TopicPartition(*partition))
+        if state is None:
+            raise MeridianError(
+                ErrorCode.INVALID_REQUEST, f"{partition[0]}/{partition[1]} is not assigned"
+            )
+        return state
+
+    def pause(self, partitions: Iterable[TopicPartition]) -> None:
+        """Stop fetching and returning ``partitions`` until ``resume``; positions stay."""
+        with self._state.lock:
+            for tp in partitions:
+                state = self._assigned(tp)
+                if not state.paused:
+                    state.paused = True
+                    self._state.drop_buffered(state.tp)
+                    state.seek(state.position)
+
+    def resume(self, partitions: Iterable[TopicPartition]) -> None:
+        with self._state.lock:
+            for tp in partitions:
+                self._assigned(tp).paused = False
+        self._fetcher.wakeup()
+
+    def paused(self) -> set[TopicPartition]:
+        return {tp for tp, state in self._state.partitions.items() if state.paused}
+
+    def lag(self, partition: TopicPartition) -> int | None:
+        """Records between the position and the high watermark last fetched, if known."""
+        state = self._assigned(partition)
+        if state.position is None or state.high_watermark < 0:
+            return None
+        return max(0, state.high_watermark - state.position)
+
+    # -- commits -------------------------------------------------------------------------
+    def commit(
+        self, offsets: Mapping[TopicPartition, int] | None = None, asynchronous: bool = False
+    ) -> concurrent.futures.Future[None] | None:
+        """Commit ``offsets`` (the next offsets to read; default: every position) for
+        ``group_id``. ``asynchronous`` returns a future instead of waiting."""
+        self._check_open()
+        if self.group_id is None:
+            raise ConfigError("commit needs a group_id", ErrorCode.INVALID_GROUP_ID)
+        chosen = dict(offsets) if offsets is not None else self._positions()
+        if not asynchronous:
+            self._commit(chosen)
+            return None
+        if self._committer is None:
+            self._committer = concurrent.futures.ThreadPoolExecutor(1, "meridian-commit")
+        return self._committer.submit(self._commit, chosen)
+
+    def _positions(self, tps: Iterable[TopicPartition] | None = None) -> dict[TopicPartition, int]:
+        states = self._state.partitions
+        chosen = states if tps is None else {tp: states[tp] for tp in tps if tp in states}
+        return {tp: s.position for tp, s in chosen.items() if s.position is not None}
+
+    def _commit(self, offsets: Mapping[TopicPartition, int]) -> None:
+        if not offsets:
+            return
+        if self._member is not None:
+            self._member.commit(offsets)
+            return
+        from dataplane.client import group
+
+        assert self.group_id is not None
+        group.commit_offsets(self._metadata, self.group_id, offsets)
+
+    def _commit_quietly(self, tps: Iterable[TopicPartition] | None = None) -> None:
+        self._next_auto_commit = time.monotonic() + self._auto_commit_s
+        try:
+            self._commit(self._positions(tps))
+        except MeridianError as error:
+            log.warning("auto commit of group %s failed: %s", self.group_id, error)
+
+    def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
+        """The committed offsets of ``partitions`` for ``group_id`` (None: nothing)."""
+        if self.group_id is None:
+            raise ConfigError("committed needs a group_id", ErrorCode.INVALID_GROUP_ID)
+        tps = [TopicPartition(*tp) for tp in partitions]
+        if self._member is not None:
+            return dict(self._member.committed(tps))
+        from dataplane.client import group
+
+        return dict(group.fetch_committed(self._metadata, self.group_id, tps))
+
+    # -- closing -------------------------------------------------------------------------
+    def close(self, *, commit: bool | None = None) -> None:
+        """Commit (with auto commit, or ``commit=True``), leave the group and stop."""
+        if self._closed:
+            return
+        try:
+            if self.group_id is not None and (self._auto_commit if commit is None else commit):
+                self._commit_quietly()
+            if self._member is not None:
+                self._member.close(leave=True)
+        finally:
+            self._closed = True
+            self._fetcher.close(timeout=5)
+            if self._committer is not None:
+                self._committer.shutdown(wait=True)
+            self._pool.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise MeridianError(ErrorCode.INVALID_REQUEST, "the consumer is closed")
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Consumer(client_id={self.client_id!r}, group_id={self.group_id!r})"
+
+
+class _Rebalance:
+    """The member's listener: commits before revocation, then tells the application."""
+
+    def __init__(self, consumer: Consumer, listener: Any) -> None:
+        self._consumer = consumer
+        self._listener = listener
+
+    def _tell(self, name: str, tps: set[TopicPartition]) -> None:
+        callback = getattr(self._listener, name, None)
+        if callback is not None:
+            callback(tps)
+
+    def on_partitions_revoked(self, tps: set[TopicPartition]) -> None:
+        if self._consumer._auto_commit:
+            self._consumer._commit_quietly(tps)
+        self._tell("on_partitions_revoked", tps)
+        self._consumer._remove(tps)
+
+    def on_partitions_assigned(self, tps: set[TopicPartition]) -> None:
+        self._consumer._add(tps)
+        self._tell("on_partitions_assigned", tps)
+
+    def on_partitions_lost(self, tps: set[TopicPartition]) -> None:
+        self._consumer._remove(tps)
+        self._tell("on_partitions_lost", tps)

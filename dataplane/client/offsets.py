@@ -1,0 +1,108 @@
+"""``ListOffsets`` for many partitions: one request per leader broker, retried on moves.
+
+A spec is ``EARLIEST`` (-2: the log start), ``LATEST`` (-1: the high watermark) or a
+timestamp in ms (the first offset whose record timestamp is at or after it; -1 when
+there is none).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Mapping
+from typing import Final
+
+import grpc
+
+from dataplane._gen.meridian.v1 import broker_pb2
+from dataplane.client.metadata import ClusterMetadata
+from dataplane.client.types import TopicPartition
+from dataplane.errors import ErrorCode, MeridianError, error_from_rpc
+
+LATEST: Final = -1
+EARLIEST: Final = -2
+_SPEC_NAMES: Final = {"latest": LATEST, "earliest": EARLIEST}
+_ATTEMPTS: Final = 5
+
+
+def offset_spec(spec: int | str) -> int:
+    """``"earliest"``, ``"latest"`` or a timestamp (ms) as the wire's ``timestamp``."""
+    if isinstance(spec, str):
+        if spec not in _SPEC_NAMES:
+            raise ValueError(f"unknown offset spec {spec!r}: earliest, latest or a timestamp")
+        return _SPEC_NAMES[spec]
+    if spec < EARLIEST:
+        raise ValueError(f"bad offset spec {spec}: earliest, latest or a timestamp >= 0")
+    return int(spec)
+
+
+def list_offsets(
+    metadata: ClusterMetadata,
+    specs: Mapping[TopicPartition, int],
+    *,
+    timeout_s: float = 30.0,
+    backoff_s: float = 0.1,
+) -> dict[TopicPartition, tuple[int, int]]:
+    """``{tp: (offset, timestamp)}`` for each spec (see the module docstring).
+
+    Retriable failures (a moved leader, an unreachable broker) refresh the metadata and
+    retry a few times; others raise the partition's ``MeridianError``.
+    """
+    pending = dict(specs)
+    found: dict[TopicPartition, tuple[int, int]] = {}
+    last: MeridianError | None = None
+    for attempt in range(_ATTEMPTS):
+        if attempt:
+            time.sleep(backoff_s * 2 ** (attempt - 1))
+            metadata.refresh({tp.topic for tp in pending})
+        for address, group in _by_leader(metadata, pending).items():
+            try:
+                found.update(_ask(metadata, address, group, timeout_s))
+            except MeridianError as error:
+                if not error.retriable:
+                    raise
+                last = error
+        pending = {tp: spec for tp, spec in pending.items() if tp not in found}
+        if not pending:
+            return found
+    tp = next(iter(pending))
+    raise last or MeridianError(
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no offsets for {tp.topic}/{tp.partition}"
+    )
+
+
+def _by_leader(
+    metadata: ClusterMetadata, specs: Mapping[TopicPartition, int]
+) -> dict[str, dict[TopicPartition, int]]:
+    groups: dict[str, dict[TopicPartition, int]] = defaultdict(dict)
+    for tp, spec in specs.items():
+        try:
+            groups[metadata.leader_for(tp.topic, tp.partition).address][tp] = spec
+        except MeridianError as error:
+            if not error.retriable:
+                raise
+    return groups
+
+
+def _ask(
+    metadata: ClusterMetadata, address: str, specs: dict[TopicPartition, int], timeout_s: float
+) -> dict[TopicPartition, tuple[int, int]]:
+    request = broker_pb2.ListOffsetsRequest(
+        partitions=[
+            broker_pb2.ListOffsetsPartition(topic=tp.topic, partition=tp.partition, timestamp=spec)
+            for tp, spec in specs.items()
+        ]
+    )
+    try:
+        response = metadata.pool.get(address).broker.ListOffsets(request, timeout=timeout_s)
+    except grpc.RpcError as exc:
+        metadata.pool.forget(address)
+        raise error_from_rpc(exc) from None
+    out: dict[TopicPartition, tuple[int, int]] = {}
+    for result in response.results:
+        tp = TopicPartition(result.topic, result.partition)
+        if result.error == ErrorCode.NONE:
+            out[tp] = (result.offset, result.timestamp)
+        elif not MeridianError(result.error).retriable:
+            raise MeridianError(result.error, f"{tp.topic}/{tp.partition}: {result.error_message}")
+    return out
