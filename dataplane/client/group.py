@@ -1,0 +1,763 @@
+"""Consumer-group membership and committed offsets for the SDK.
+
+``GroupMember`` is one consumer's membership of a group, as Kafka's consumer coordinator
+does it: ``poll()`` (called by ``Consumer.poll``) joins or rejoins when needed and runs
+the ``RebalanceListener`` callbacks in the caller's thread; a background thread sends a
+heartbeat every ``heartbeat_interval_ms`` and notes what the coordinator answers
+(a rebalance to join, a lost membership, a fatal error), which the next ``poll()`` acts
+on or raises. If ``poll()`` is not called for ``max_poll_interval_ms`` the heartbeat
+thread leaves the group, and the next ``poll()`` reports the partitions lost and rejoins.
+
+Rebalance protocol: cooperative when every configured assignor supports it (only
+``cooperative-sticky`` does), else eager. Eager: every partition is revoked before
+joining, and the new assignment is given whole to ``on_partitions_assigned``.
+Cooperative: partitions are kept through the rebalance; those taken away are revoked
+(``on_partitions_revoked``) and the member rejoins at once so the group can hand them on,
+then ``on_partitions_assigned`` gets the ones added. A membership found lost (unknown
+member, stale generation, left for a poll timeout) reports ``on_partitions_lost``.
+
+The coordinator is found with FindCoordinator on any broker and found again after
+``NOT_COORDINATOR``, ``COORDINATOR_NOT_AVAILABLE`` or a transport error, with backoff.
+
+``commit_offsets``, ``fetch_committed``, ``describe_group``, ``list_groups`` and
+``delete_group`` work without membership (consumers that ``assign()`` partitions, the
+CLI).
+
+Thread safety: ``commit``, ``committed``, ``assignment`` and ``generation`` may be called
+from any thread; ``poll``, ``subscribe`` and ``close`` from the consumer's thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import grpc
+
+from dataplane._gen.meridian.v1 import common_pb2, group_pb2
+from dataplane.client.assignors import (
+    RebalanceProtocol,
+    Subscription,
+    decode_assignment,
+    decode_subscription,
+    encode_assignment,
+    encode_subscription,
+    get_assignor,
+    rebalance_protocol,
+)
+from dataplane.client.connection import Connection
+from dataplane.client.metadata import ClusterMetadata
+from dataplane.client.types import TopicPartition
+from dataplane.errors import ErrorCode, MeridianError, error_from_rpc
+
+log = logging.getLogger(__name__)
+
+CONSUMER_PROTOCOL = "consumer"
+REQUEST_TIMEOUT_S = 30.0
+API_TIMEOUT_S = 60.0
+RETRY_BACKOFF_S = 0.1
+MAX_BACKOFF_S = 1.0
+# Answers that mean "find the coordinator again".
+_COORDINATOR_ERRORS = frozenset(
+    {
+        ErrorCode.NOT_COORDINATOR,
+        ErrorCode.COORDINATOR_NOT_AVAILABLE,
+        ErrorCode.BROKER_NOT_AVAILABLE,
+        ErrorCode.REQUEST_TIMED_OUT,
+    }
+)
+_REJOIN_ERRORS = frozenset(
+    {ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID}
+)
+
+
+class CommitFailedError(MeridianError):
+    """A commit refused because the group rebalanced (or this member left it).
+
+    ``code`` is what the coordinator said (``REBALANCE_IN_PROGRESS``,
+    ``ILLEGAL_GENERATION``, ``UNKNOWN_MEMBER_ID``); the partitions may now belong to
+    another member. ``poll()`` rejoins; commit again what is still assigned after it.
+    """
+
+
+class RebalanceListener(Protocol):
+    def on_partitions_revoked(self, partitions: set[TopicPartition]) -> None: ...
+    def on_partitions_assigned(self, partitions: set[TopicPartition]) -> None: ...
+    def on_partitions_lost(self, partitions: set[TopicPartition]) -> None: ...
+
+
+# -- talking to the coordinator ------------------------------------------------------
+
+
+def _backoff(attempt: int) -> float:
+    return min(MAX_BACKOFF_S, RETRY_BACKOFF_S * 2.0**attempt) * random.uniform(0.8, 1.2)
+
+
+class CoordinatorLink:
+    """Calls a group's coordinator, finding it (again) and retrying as needed.
+
+    ``call`` retries coordinator errors (module docstring) and
+    ``COORDINATOR_LOAD_IN_PROGRESS`` with backoff until ``api_timeout_s`` passes, then
+    raises the last error; any other error is raised at once. Thread-safe.
+    """
+
+    def __init__(self, metadata: ClusterMetadata, group_id: str) -> None:
+        self.metadata = metadata
+        self.group_id = group_id
+        self._lock = threading.Lock()
+        self._address: str | None = None
+
+    def call(
+        self,
+        rpc: str,
+        request: Any,
+        *,
+        timeout_s: float = REQUEST_TIMEOUT_S,
+        api_timeout_s: float = API_TIMEOUT_S,
+        check: Callable[[Any], None] | None = None,
+    ) -> Any:
+        """Send ``request`` to the coordinator's ``rpc``; ``check`` raises errors found in
+        the response, which are retried like request-level ones."""
+        deadline = time.monotonic() + api_timeout_s
+        for attempt in range(1_000_000):
+            try:
+                response = self._call_once(rpc, request, timeout_s)
+                if check is not None:
+                    check(response)
+                return response
+            except MeridianError as exc:
+                if not self._worth_retrying(exc) or time.monotonic() >= deadline:
+                    raise
+                time.sleep(min(_backoff(attempt), max(0.0, deadline - time.monotonic())))
+        raise AssertionError("unreachable")
+
+    def _call_once(self, rpc: str, request: Any, timeout_s: float) -> Any:
+        conn = self.coordinator()
+        try:
+            response = getattr(conn.group, rpc)(request, timeout=timeout_s)
+        except grpc.RpcError as exc:
+            raise error_from_rpc(exc) from exc
+        if getattr(response, "error", 0):
+            raise MeridianError(response.error, response.error_message)
+        return response
+
+    def _worth_retrying(self, error: MeridianError) -> bool:
+        if error.code in _COORDINATOR_ERRORS:
+            self.forget(transport=error.code == ErrorCode.BROKER_NOT_AVAILABLE)
+            return True
+        return error.code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+
+    def coordinator(self) -> Connection:
+        """The coordinator's connection, found with FindCoordinator if not known."""
+        with self._lock:
+            address = self._address
+        if address is None:
+            address = self._find()
+            with self._lock:
+                self._address = address
+        return self.metadata.pool.get(address)
+
+    def _find(self) -> str:
+        conn = self.metadata.any_connection()
+        request = group_pb2.FindCoordinatorRequest(group_id=self.group_id)
+        try:
+            response = conn.group.FindCoordinator(request, timeout=REQUEST_TIMEOUT_S)
+        except grpc.RpcError as exc:
+            self.metadata.pool.forget(conn.address)
+            raise error_from_rpc(exc) from exc
+        if response.error:
+            raise MeridianError(response.error, response.error_message)
+        return f"{response.coordinator.host}:{response.coordinator.port}"
+
+    def forget(self, *, transport: bool = False) -> None:
+        """Find the coordinator again next time (and drop its channel after a transport error)."""
+        with self._lock:
+            address, self._address = self._address, None
+        if transport and address is not None:
+            self.metadata.pool.forget(address)
+
+
+# -- membership ----------------------------------------------------------------------
+
+
+@dataclass
+class _State:
+    """What the member knows of its membership; guarded by ``GroupMember._lock``."""
+
+    member_id: str = ""
+    generation: int = -1
+    assignment: frozenset[TopicPartition] = frozenset()
+    rejoin_needed: bool = True
+    lost: bool = False
+    rebalancing: bool = False
+    fatal: MeridianError | None = None
+    leader_counts: dict[str, int] | None = None  # set while this member leads
+    last_poll: float = field(default_factory=time.monotonic)
+
+
+class GroupMember:
+    """One consumer's membership of ``group_id`` (see the module docstring)."""
+
+    PARTITION_CHECK_INTERVAL_S = 5.0  # how often the leader looks for new partitions
+
+    def __init__(
+        self,
+        metadata: ClusterMetadata,
+        *,
+        group_id: str,
+        assignors: Sequence[str] = ("range", "cooperative-sticky"),
+        session_timeout_ms: int = 10000,
+        rebalance_timeout_ms: int = 30000,
+        heartbeat_interval_ms: int = 3000,
+        max_poll_interval_ms: int = 300000,
+        client_id: str = "meridian",
+        group_instance_id: str | None = None,
+        listener: RebalanceListener | None = None,
+    ) -> None:
+        if not group_id:
+            raise MeridianError(ErrorCode.INVALID_GROUP_ID, "a group id is required")
+        if not assignors:
+            raise MeridianError(ErrorCode.INVALID_CONFIG, "at least one assignor is required")
+        if heartbeat_interval_ms >= session_timeout_ms:
+            raise MeridianError(
+                ErrorCode.INVALID_CONFIG, "heartbeat_interval_ms must be below session_timeout_ms"
+            )
+        self.metadata = metadata
+        self.group_id = group_id
+        self.assignors = tuple(assignors)
+        self.protocol = rebalance_protocol(self.assignors)
+        self.session_timeout_ms = session_timeout_ms
+        self.rebalance_timeout_ms = rebalance_timeout_ms
+        self.heartbeat_interval_ms = heartbeat_interval_ms
+        self.max_poll_interval_ms = max_poll_interval_ms
+        self.client_id = client_id
+        self.group_instance_id = group_instance_id or ""
+        self.listener = listener
+        self.link = CoordinatorLink(metadata, group_id)
+        self._lock = threading.RLock()
+        self._state = _State()
+        self._topics: tuple[str, ...] = ()
+        self._next_partition_check = 0.0
+        self._stop = threading.Event()
+        self._heartbeats: threading.Thread | None = None
+        self._closed = False
+
+    # -- the public API --------------------------------------------------------------
+    def subscribe(self, topics: Sequence[str]) -> None:
+        """Consume ``topics``; takes effect (a rejoin) at the next ``poll()``."""
+        chosen = tuple(sorted(set(topics)))
+        with self._lock:
+            if chosen != self._topics:
+                self._topics = chosen
+                self._state.rejoin_needed = True
+
+    def assignment(self) -> frozenset[TopicPartition]:
+        with self._lock:
+            return self._state.assignment
+
+    def generation(self) -> tuple[int, str]:
+        with self._lock:
+            return self._state.generation, self._state.member_id
+
+    def poll(self) -> None:
+        """Join or rejoin as needed, running listener callbacks here; cheap when stable.
+
+        Raises a fatal error the heartbeat thread met, and any error a callback raised
+        (after the rebalance it happened in is complete).
+        """
+        with self._lock:
+            self._check_open()
+            fatal, self._state.fatal = self._state.fatal, None
+            self._state.last_poll = time.monotonic()
+        if fatal is not None:
+            raise fatal
+        if not self._topics:
+            return
+        self._maybe_check_partitions()
+        if self._needs_join():
+            _Rebalance(self).run()
+
+    def commit(self, offsets: Mapping[TopicPartition, int], *, metadata: str = "") -> None:
+        """Commit ``offsets`` (the next offsets to consume) as a member of the group.
+
+        Raises ``CommitFailedError`` when the group rebalanced or the member is not in
+        it, and ``MeridianError`` for any other failure (a partition's own included).
+        """
+        with self._lock:
+            generation, member_id = self._state.generation, self._state.member_id
+        if generation < 0 or not member_id:
+            raise CommitFailedError(
+                ErrorCode.UNKNOWN_MEMBER_ID, f"not a member of group {self.group_id!r} yet"
+            )
+        try:
+            _commit(self.link, offsets, metadata, generation, member_id)
+        except MeridianError as exc:
+            if exc.code not in _REJOIN_ERRORS:
+                raise
+            self._note_rejoin(exc, generation)
+            raise CommitFailedError(
+                exc.code,
+                f"commit refused, group {self.group_id!r} rebalanced ({exc.message}); "
+                "poll() to rejoin, then commit what is still assigned",
+            ) from exc
+
+    def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
+        return _fetch(self.link, partitions)
+
+    def close(self, *, leave: bool = True) -> None:
+        """Stop heartbeats, revoke the assignment (callbacks here) and leave the group.
+
+        A static member (``group_instance_id``) does not send LeaveGroup: its session
+        timeout ends its membership unless it comes back first.
+        """
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            state = self._state
+            owned, state.assignment = state.assignment, frozenset()
+        self._stop.set()
+        if self._heartbeats is not None:
+            self._heartbeats.join()
+        if owned and self.listener is not None:
+            valid = state.generation >= 0 and not state.lost
+            callback = "on_partitions_revoked" if valid else "on_partitions_lost"
+            getattr(self.listener, callback)(set(owned))
+        if leave and state.member_id and not self.group_instance_id:
+            self._leave(state.member_id)
+
+    # -- internals ---------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise MeridianError(ErrorCode.INVALID_REQUEST, "the group member is closed")
+
+    def _needs_join(self) -> bool:
+        with self._lock:
+            state = self._state
+            return state.rejoin_needed or state.lost or state.generation < 0
+
+    def _note_rejoin(self, error: MeridianError, generation: int) -> None:
+        """Act on a rejoin error for ``generation`` (ignored if the member moved on)."""
+        with self._lock:
+            state = self._state
+            if state.generation != generation:
+                return
+            state.rejoin_needed = True
+            if error.code == ErrorCode.UNKNOWN_MEMBER_ID:
+                state.member_id, state.generation, state.lost = "", -1, True
+            elif error.code == ErrorCode.ILLEGAL_GENERATION:
+                state.generation, state.lost = -1, True
+
+    def _maybe_check_partitions(self) -> None:
+        """As the leader, rejoin when a topic of the group gained partitions."""
+        with self._lock:
+            counts = self._state.leader_counts
+        now = time.monotonic()
+        if counts is None or now < self._next_partition_check:
+            return
+        self._next_partition_check = now + self.PARTITION_CHECK_INTERVAL_S
+        try:
+            self.metadata.refresh(sorted(counts))
+        except MeridianError as exc:
+            log.debug("partition check of group %s failed: %s", self.group_id, exc)
+            return
+        if partition_counts(self.metadata, counts) != counts:
+            log.info("group %s: partition counts changed, rebalancing", self.group_id)
+            with self._lock:
+                self._state.rejoin_needed = True
+
+    def _leave(self, member_id: str) -> None:
+        request = group_pb2.LeaveGroupRequest(group_id=self.group_id, member_id=member_id)
+        try:
+            self.link.call("LeaveGroup", request, timeout_s=5.0, api_timeout_s=5.0)
+        except MeridianError as exc:
+            log.info("group %s: leaving failed (%s); the session will expire", self.group_id, exc)
+
+    # -- heartbeats --------------------------------------------------------------------
+    def _start_heartbeats(self) -> None:
+        if self._heartbeats is None:
+            self._heartbeats = threading.Thread(
+                target=self._heartbeat_loop, name=f"heartbeat-{self.group_id}", daemon=True
+            )
+            self._heartbeats.start()
+
+    def _heartbeat_loop(self) -> None:
+        while not self._stop.wait(self.heartbeat_interval_ms / 1000):
+            try:
+                self._heartbeat_once()
+            except MeridianError as exc:
+                with self._lock:
+                    self._state.fatal = exc
+
+    def _heartbeat_once(self) -> None:
+        with self._lock:
+            state = self._state
+            if state.rebalancing or state.generation < 0 or not state.member_id:
+                return
+            generation, member_id = state.generation, state.member_id
+            idle_s = time.monotonic() - state.last_poll
+        if idle_s * 1000 > self.max_poll_interval_ms:
+            self._leave_for_poll_timeout(generation, member_id)
+            return
+        request = group_pb2.HeartbeatRequest(
+            group_id=self.group_id, generation_id=generation, member_id=member_id
+        )
+        try:
+            session_s = self.session_timeout_ms / 1000
+            self.link.call("Heartbeat", request, timeout_s=session_s, api_timeout_s=session_s)
+        except MeridianError as exc:
+            if exc.code in _REJOIN_ERRORS:
+                self._note_rejoin(exc, generation)
+            elif not exc.retriable:
+                raise
+            else:
+                log.debug("group %s: heartbeat failed: %s", self.group_id, exc)
+
+    def _leave_for_poll_timeout(self, generation: int, member_id: str) -> None:
+        log.warning(
+            "group %s: poll() not called for %d ms (max_poll_interval_ms); leaving the group",
+            self.group_id,
+            self.max_poll_interval_ms,
+        )
+        with self._lock:
+            if self._state.generation != generation:
+                return
+            self._state.member_id, self._state.generation = "", -1
+            self._state.lost = self._state.rejoin_needed = True
+        if not self.group_instance_id:
+            self._leave(member_id)
+
+
+class _Rebalance:
+    """One ``poll()``'s join/sync cycle, repeated until the member is stable again.
+
+    Retriable failures are retried with backoff for up to ``rebalance_timeout_ms``;
+    after that ``poll()`` returns and the next one tries again.
+    """
+
+    def __init__(self, member: GroupMember) -> None:
+        self.m = member
+        self.callback_error: BaseException | None = None
+
+    def run(self) -> None:
+        m = self.m
+        deadline = time.monotonic() + m.rebalance_timeout_ms / 1000
+        with m._lock:
+            m._state.rebalancing = True
+        try:
+            self._cycle(deadline)
+        finally:
+            with m._lock:
+                m._state.rebalancing = False
+        if self.callback_error is not None:
+            raise self.callback_error
+
+    def _cycle(self, deadline: float) -> None:
+        m = self.m
+        attempt = 0
+        while m._needs_join():
+            self._prepare()
+            try:
+                self._join_and_sync()
+                m._start_heartbeats()
+                attempt = 0
+            except MeridianError as exc:
+                with m._lock:
+                    generation = m._state.generation
+                if exc.code in _REJOIN_ERRORS:
+                    m._note_rejoin(exc, generation)
+                    continue
+                if not exc.retriable:
+                    raise
+                if time.monotonic() >= deadline:
+                    log.warning("group %s: could not rejoin yet: %s", m.group_id, exc)
+                    return
+                attempt += 1
+                time.sleep(_backoff(attempt))
+
+    def _notify(self, callback: str, partitions: frozenset[TopicPartition]) -> None:
+        if self.m.listener is None:
+            return
+        try:
+            getattr(self.m.listener, callback)(set(partitions))
+        except Exception as exc:  # raised from poll() once the rebalance is done
+            log.exception("group %s: %s failed", self.m.group_id, callback)
+            self.callback_error = self.callback_error or exc
+
+    def _prepare(self) -> None:
+        """Before joining: report lost partitions, or revoke (all of them, when eager)."""
+        m = self.m
+        with m._lock:
+            state = m._state
+            lost = state.lost or (state.generation < 0 and bool(state.assignment))
+            eager = m.protocol is RebalanceProtocol.EAGER
+            gone = frozenset(tp for tp in state.assignment if tp.topic not in m._topics)
+            dropped = state.assignment if (lost or eager) else gone
+            state.assignment = state.assignment - dropped
+            state.lost = False
+        if dropped:
+            self._notify("on_partitions_lost" if lost else "on_partitions_revoked", dropped)
+
+    def _join_and_sync(self) -> None:
+        m = self.m
+        with m._lock:
+            state = m._state
+            state.rejoin_needed = False
+            owned = tuple(state.assignment)
+            subscription = Subscription(m._topics, owned, state.generation)
+            member_id = state.member_id
+        wait_s = m.rebalance_timeout_ms / 1000 + REQUEST_TIMEOUT_S
+        join = self._join_request(member_id, subscription)
+        joined = m.link.call("JoinGroup", join, timeout_s=wait_s, api_timeout_s=wait_s)
+        with m._lock:
+            state.member_id, state.generation = joined.member_id, joined.generation_id
+        assignments = self._lead(joined) if joined.leader_id == joined.member_id else {}
+        request = group_pb2.SyncGroupRequest(
+            group_id=m.group_id,
+            generation_id=joined.generation_id,
+            member_id=joined.member_id,
+            assignments=[
+                group_pb2.SyncGroupAssignment(member_id=mid, assignment=data)
+                for mid, data in assignments.items()
+            ],
+        )
+        synced = m.link.call("SyncGroup", request, timeout_s=wait_s, api_timeout_s=wait_s)
+        self._install(decode_assignment(synced.assignment), joined.leader_id == joined.member_id)
+
+    def _join_request(self, member_id: str, subscription: Subscription) -> Any:
+        m = self.m
+        metadata = encode_subscription(subscription)
+        return group_pb2.JoinGroupRequest(
+            group_id=m.group_id,
+            session_timeout_ms=m.session_timeout_ms,
+            rebalance_timeout_ms=m.rebalance_timeout_ms,
+            member_id=member_id,
+            group_instance_id=m.group_instance_id,
+            protocol_type=CONSUMER_PROTOCOL,
+            protocols=[group_pb2.GroupProtocol(name=n, metadata=metadata) for n in m.assignors],
+            client_id=m.client_id,
+        )
+
+    def _lead(self, joined: Any) -> dict[str, bytes]:
+        """As the leader: run the chosen assignor over every member's subscription."""
+        m = self.m
+        subscriptions = {
+            member.member_id: decode_subscription(member.metadata, member.group_instance_id)
+            for member in joined.members
+        }
+        topics = sorted({t for s in subscriptions.values() for t in s.topics})
+        try:
+            m.metadata.refresh(topics)
+        except MeridianError as exc:
+            log.warning("group %s: metadata refresh failed: %s", m.group_id, exc)
+        counts = partition_counts(m.metadata, topics)
+        result = get_assignor(joined.protocol_name).assign(subscriptions, counts)
+        with m._lock:
+            m._state.leader_counts = counts
+        m._next_partition_check = time.monotonic() + m.PARTITION_CHECK_INTERVAL_S
+        return {member_id: encode_assignment(tps) for member_id, tps in result.items()}
+
+    def _install(self, assigned: frozenset[TopicPartition], leader: bool) -> None:
+        m = self.m
+        with m._lock:
+            state = m._state
+            if not leader:
+                state.leader_counts = None
+            owned = state.assignment
+            revoked, added = owned - assigned, assigned - owned
+            state.assignment = assigned
+            if revoked:  # cooperative: give them up, then rejoin so the group hands them on
+                state.rejoin_needed = True
+        if revoked:
+            self._notify("on_partitions_revoked", revoked)
+        eager = m.protocol is RebalanceProtocol.EAGER
+        self._notify("on_partitions_assigned", assigned if eager else added)
+
+
+def partition_counts(metadata: ClusterMetadata, topics: Iterable[str]) -> dict[str, int]:
+    """Topic -> partition count, from the metadata cache; unknown topics are left out."""
+    counts: dict[str, int] = {}
+    for topic in topics:
+        try:
+            partitions = metadata.partitions_for(topic)
+        except MeridianError:
+            continue
+        counts[topic] = max(partitions) + 1
+    return counts
+
+
+# -- offsets and administration without membership --------------------------------------
+
+
+def _commit(
+    link: CoordinatorLink,
+    offsets: Mapping[TopicPartition, int],
+    metadata: str,
+    generation: int,
+    member_id: str,
+) -> None:
+    request = group_pb2.OffsetCommitRequest(
+        group_id=link.group_id,
+        generation_id=generation,
+        member_id=member_id,
+        partitions=[
+            group_pb2.OffsetCommitPartition(
+                topic=tp.topic,
+                partition=tp.partition,
+                offset=offset,
+                metadata=metadata,
+                leader_epoch=-1,
+            )
+            for tp, offset in offsets.items()
+        ],
+    )
+    if not request.partitions:
+        return
+    response = link.call("OffsetCommit", request)
+    failed = [r for r in response.results if r.error]
+    if failed:
+        first = failed[0]
+        raise MeridianError(
+            first.error,
+            f"{first.topic}-{first.partition}: {first.error_message} "
+            f"({len(failed)} of {len(response.results)} partitions failed)",
+        )
+
+
+def _fetch(
+    link: CoordinatorLink, partitions: Iterable[TopicPartition] | None
+) -> dict[TopicPartition, int | None]:
+    wanted = None if partitions is None else list(partitions)
+    request = group_pb2.OffsetFetchRequest(
+        group_id=link.group_id,
+        partitions=[common_pb2.TopicPartition(topic=t, partition=p) for t, p in wanted or ()],
+    )
+    if wanted == []:
+        return {}
+    response = link.call("OffsetFetch", request)
+    return {
+        TopicPartition(r.topic, r.partition): (r.offset if r.offset >= 0 else None)
+        for r in response.results
+    }
+
+
+def commit_offsets(
+    metadata: ClusterMetadata,
+    group_id: str,
+    offsets: Mapping[TopicPartition, int],
+    *,
+    metadata_str: str = "",
+) -> None:
+    """Commit ``offsets`` for ``group_id`` outside group membership (an ``assign()``
+    consumer); refused with ``UNKNOWN_MEMBER_ID`` while the group has members."""
+    _commit(CoordinatorLink(metadata, group_id), offsets, metadata_str, -1, "")
+
+
+def fetch_committed(
+    metadata: ClusterMetadata,
+    group_id: str,
+    partitions: Iterable[TopicPartition] | None = None,
+) -> dict[TopicPartition, int | None]:
+    """Committed offsets of ``partitions`` (None: every committed one); None where none."""
+    return _fetch(CoordinatorLink(metadata, group_id), partitions)
+
+
+@dataclass(frozen=True, slots=True)
+class MemberDescription:
+    member_id: str
+    group_instance_id: str
+    client_id: str
+    client_host: str
+    assignment: frozenset[TopicPartition]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDescription:
+    """A group as its coordinator sees it; ``state`` is ``Dead`` for an unknown group."""
+
+    group_id: str
+    state: str
+    protocol_type: str = ""
+    protocol: str = ""
+    generation_id: int = -1
+    leader_id: str = ""
+    members: tuple[MemberDescription, ...] = ()
+    committed: dict[TopicPartition, int] = field(default_factory=dict)
+
+
+def describe_group(metadata: ClusterMetadata, group_id: str) -> GroupDescription:
+    """State, members with their assignments, and committed offsets of ``group_id``."""
+
+    def check(response: Any) -> None:
+        found = response.groups[0]
+        if found.error and found.error != ErrorCode.GROUP_ID_NOT_FOUND:
+            raise MeridianError(found.error, found.error_message)
+
+    request = group_pb2.DescribeGroupsRequest(group_ids=[group_id])
+    found = CoordinatorLink(metadata, group_id).call("DescribeGroups", request, check=check)
+    g = found.groups[0]
+    if g.error:
+        return GroupDescription(group_id, "Dead")
+    members = tuple(
+        MemberDescription(
+            m.member_id,
+            m.group_instance_id,
+            m.client_id,
+            m.client_host,
+            frozenset(TopicPartition(a.topic, a.partition) for a in m.assignment),
+        )
+        for m in g.members
+    )
+    committed = {TopicPartition(o.topic, o.partition): o.offset for o in g.offsets}
+    return GroupDescription(
+        g.group_id,
+        g.state,
+        g.protocol_type,
+        g.protocol_name,
+        g.generation_id,
+        g.leader_id,
+        members,
+        committed,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class GroupListing:
+    group_id: str
+    state: str
+    protocol_type: str
+
+
+def list_groups(metadata: ClusterMetadata) -> list[GroupListing]:
+    """Every group of the cluster: each broker lists those it coordinates."""
+    metadata.refresh()
+    listed: dict[str, GroupListing] = {}
+    for broker in metadata.snapshot().brokers.values():
+        conn = metadata.pool.get(broker.address)
+        try:
+            response = conn.group.ListGroups(
+                group_pb2.ListGroupsRequest(), timeout=REQUEST_TIMEOUT_S
+            )
+        except grpc.RpcError as exc:
+            raise error_from_rpc(exc) from exc
+        for g in response.groups:
+            listed[g.group_id] = GroupListing(g.group_id, g.state, g.protocol_type)
+    return sorted(listed.values(), key=lambda g: g.group_id)
+
+
+def delete_group(metadata: ClusterMetadata, group_id: str) -> None:
+    """Delete an empty group and its committed offsets (``NON_EMPTY_GROUP`` if it has
+    members, ``GROUP_ID_NOT_FOUND`` if there is no such group)."""
+
+    def check(response: Any) -> None:
+        result = response.results[0]
+        if result.error:
+            raise MeridianError(result.error, result.error_message)
+
+    request = group_pb2.DeleteGroupsRequest(group_ids=[group_id])
+    CoordinatorLink(metadata, group_id).call("DeleteGroups", request, check=check)

@@ -1,0 +1,341 @@
+"""GroupMember end to end against an in-process coordinator (see
+tests/dataplane/broker/groups/support.py): members polling in their own threads, as
+consumers do."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dataplane.client.connection import ConnectionPool
+from dataplane.client.group import (
+    CommitFailedError,
+    GroupMember,
+    commit_offsets,
+    delete_group,
+    describe_group,
+    fetch_committed,
+    list_groups,
+)
+from dataplane.client.metadata import ClusterMetadata
+from dataplane.client.types import TopicPartition
+from dataplane.errors import ErrorCode, MeridianError
+from tests.dataplane.broker.groups.support import CoordinatorServer, wait_for
+
+TOPICS = {"orders": 6, "audit": 2}
+ALL = {TopicPartition(t, p) for t, n in TOPICS.items() for p in range(n)}
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[CoordinatorServer]:
+    with CoordinatorServer(tmp_path / "data", topics=TOPICS) as server:
+        yield server
+
+
+@pytest.fixture
+def metadata(server: CoordinatorServer) -> Iterator[ClusterMetadata]:
+    pool = ConnectionPool(server.address)
+    yield ClusterMetadata(pool, timeout_s=5)
+    pool.close()
+
+
+class Recorder:
+    """A RebalanceListener noting each callback, and checking it runs on the poll thread."""
+
+    def __init__(self, owners: dict[TopicPartition, str] | None = None) -> None:
+        self.events: list[tuple[str, frozenset[TopicPartition]]] = []
+        self.thread: threading.Thread | None = None
+        self.owners = owners  # shared among members: who holds each partition
+        self.name = ""
+        self.errors: list[str] = []
+
+    def _note(self, kind: str, partitions: set[TopicPartition]) -> None:
+        if threading.current_thread() is not self.thread:
+            self.errors.append(f"{kind} ran on {threading.current_thread().name}")
+        self.events.append((kind, frozenset(partitions)))
+        if self.owners is None:
+            return
+        for tp in partitions:
+            if kind == "assigned":
+                holder = self.owners.setdefault(tp, self.name)
+                if holder != self.name:
+                    self.errors.append(f"{tp} assigned to {self.name} while {holder} holds it")
+            elif self.owners.get(tp) == self.name:
+                del self.owners[tp]
+
+    def on_partitions_revoked(self, partitions: set[TopicPartition]) -> None:
+        self._note("revoked", partitions)
+
+    def on_partitions_assigned(self, partitions: set[TopicPartition]) -> None:
+        self._note("assigned", partitions)
+
+    def on_partitions_lost(self, partitions: set[TopicPartition]) -> None:
+        self._note("lost", partitions)
+
+
+class Runner:
+    """A GroupMember polled every 10 ms on a thread of its own, as a consumer would."""
+
+    def __init__(self, metadata: ClusterMetadata, name: str, **settings: Any) -> None:
+        self.name = name
+        self.listener = Recorder(settings.pop("owners", None))
+        self.listener.name = name
+        defaults = {
+            "group_id": "app",
+            "session_timeout_ms": 2000,
+            "rebalance_timeout_ms": 3000,
+            "heartbeat_interval_ms": 100,
+            "client_id": name,
+        }
+        check_s = settings.pop("partition_check_s", None)
+        self.member = GroupMember(metadata, listener=self.listener, **{**defaults, **settings})
+        if check_s is not None:
+            self.member.PARTITION_CHECK_INTERVAL_S = check_s
+        self.member.subscribe(settings.pop("topics", sorted(TOPICS)))
+        self.failures: list[BaseException] = []
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name=f"poll-{name}", daemon=True)
+        self.listener.thread = self.thread
+        self.paused = threading.Event()
+
+    def start(self) -> Runner:
+        self.thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            if not self.paused.is_set():
+                try:
+                    self.member.poll()
+                except MeridianError as exc:
+                    self.failures.append(exc)
+            time.sleep(0.01)
+
+    def stop(self, *, leave: bool = True) -> None:
+        self._stop.set()
+        self.thread.join()
+        self.listener.thread = threading.current_thread()
+        self.member.close(leave=leave)
+
+    @property
+    def assignment(self) -> frozenset[TopicPartition]:
+        return self.member.assignment()
+
+
+@pytest.fixture
+def runners(metadata: ClusterMetadata) -> Iterator[Callable[..., Runner]]:
+    started: list[Runner] = []
+
+    def start(name: str, **settings: Any) -> Runner:
+        runner = Runner(metadata, name, **settings).start()
+        started.append(runner)
+        return runner
+
+    yield start
+    for runner in started:
+        if runner.thread.is_alive():
+            runner.stop()
+        assert not runner.listener.errors, runner.listener.errors
+
+
+def settled(*members: Runner, expect: set[TopicPartition] = ALL) -> bool:
+    """Every partition held by exactly one member, all in one generation, none rejoining."""
+    held = [tp for m in members for tp in m.assignment]
+    generations = {m.member.generation()[0] for m in members}
+    return (
+        len(held) == len(set(held))
+        and set(held) == expect
+        and len(generations) == 1
+        and not any(m.member._needs_join() or m.member._state.rebalancing for m in members)
+    )
+
+
+def test_three_members_share_every_partition_once(runners: Callable[..., Runner]) -> None:
+    members = [runners(name) for name in ("a", "b", "c")]
+    assert wait_for(lambda: settled(*members), timeout_s=20)
+    assert {len(m.assignment) for m in members} == {2, 3}  # range: 6+2 over 3 members
+    for m in members:
+        kinds = [kind for kind, _ in m.listener.events]
+        assert kinds[-1] == "assigned"
+        assert "lost" not in kinds
+
+
+def test_eager_members_revoke_everything_before_rejoining(
+    runners: Callable[..., Runner],
+) -> None:
+    a = runners("a")
+    assert wait_for(lambda: settled(a))
+    b = runners("b")
+    assert wait_for(lambda: settled(a, b))
+    events = a.listener.events
+    assert events[0] == ("assigned", frozenset(ALL))
+    assert events[1] == ("revoked", frozenset(ALL))
+    assert events[2] == ("assigned", a.assignment)
+    assert b.listener.events == [("assigned", b.assignment)]
+
+
+def test_cooperative_sticky_moves_only_what_it_must(
+    runners: Callable[..., Runner],
+) -> None:
+    owners: dict[TopicPartition, str] = {}
+    coop = {"assignors": ("cooperative-sticky",), "owners": owners}
+    a = runners("a", **coop)
+    assert wait_for(lambda: settled(a))
+    b = runners("b", **coop)
+    assert wait_for(lambda: settled(a, b))
+    assert {len(a.assignment), len(b.assignment)} == {4}
+    revoked = [p for kind, p in a.listener.events if kind == "revoked"]
+    assert len(revoked) == 1
+    assert revoked[0] == ALL - a.assignment  # a gave up only what b took
+    before = {m.name: m.assignment for m in (a, b)}
+    c = runners("c", **coop)
+    assert wait_for(lambda: settled(a, b, c))
+    for m in (a, b):
+        assert len(before[m.name] - m.assignment) <= 2
+        assert m.assignment <= before[m.name]  # nothing new for the old members
+    assert owners == {tp: m.name for m in (a, b, c) for tp in m.assignment}
+
+
+def test_a_member_that_closes_hands_its_partitions_on(
+    runners: Callable[..., Runner],
+) -> None:
+    a, b = runners("a", session_timeout_ms=30_000), runners("b", session_timeout_ms=30_000)
+    assert wait_for(lambda: settled(a, b))
+    b.stop()
+    assert b.listener.events[-1] == ("revoked", b.listener.events[-2][1])
+    assert wait_for(lambda: settled(a))  # well before b's 30 s session could expire
+
+
+def test_a_silent_member_is_expired(runners: Callable[..., Runner]) -> None:
+    a, b = runners("a", session_timeout_ms=500), runners("b", session_timeout_ms=500)
+    assert wait_for(lambda: settled(a, b))
+    b.stop(leave=False)  # like a SIGKILLed consumer: no LeaveGroup, no more heartbeats
+    assert wait_for(lambda: settled(a), timeout_s=20)
+
+
+def test_commits_are_fenced_after_the_group_moves_on(
+    runners: Callable[..., Runner],
+) -> None:
+    a = runners("a", rebalance_timeout_ms=500)
+    assert wait_for(lambda: settled(a))
+    tp = TopicPartition("orders", 0)
+    a.member.commit({tp: 17}, metadata="note")
+    assert a.member.committed([tp, TopicPartition("orders", 1)]) == {
+        tp: 17,
+        TopicPartition("orders", 1): None,
+    }
+    a.paused.set()  # a stops polling, so it does not rejoin
+    b = runners("b", rebalance_timeout_ms=500)
+    assert wait_for(lambda: settled(b), timeout_s=20)
+    with pytest.raises(CommitFailedError) as info:
+        a.member.commit({tp: 18})
+    assert info.value.code in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.ILLEGAL_GENERATION)
+    assert b.member.committed([tp]) == {tp: 17}
+    a.paused.clear()
+    assert wait_for(lambda: settled(a, b))
+    assert ("lost", frozenset(ALL)) in a.listener.events
+
+
+def test_a_member_that_stops_polling_leaves(runners: Callable[..., Runner]) -> None:
+    a = runners("a", max_poll_interval_ms=300, session_timeout_ms=30_000)
+    b = runners("b", max_poll_interval_ms=60_000, session_timeout_ms=30_000)
+    assert wait_for(lambda: settled(a, b))
+    a.paused.set()
+    assert wait_for(lambda: b.assignment == ALL and settled(b))
+    a.paused.clear()
+    assert wait_for(lambda: settled(a, b))
+    assert any(kind == "lost" for kind, _ in a.listener.events)
+
+
+def test_new_partitions_reach_the_group(
+    runners: Callable[..., Runner], server: CoordinatorServer
+) -> None:
+    a, b = runners("a", partition_check_s=0.05), runners("b", partition_check_s=0.05)
+    assert wait_for(lambda: settled(a, b))
+    server.topics["orders"] = 9
+    grown = ALL | {TopicPartition("orders", p) for p in (6, 7, 8)}
+    assert wait_for(lambda: settled(a, b, expect=grown), timeout_s=20)
+
+
+def test_members_ride_out_a_coordinator_restart(
+    runners: Callable[..., Runner], server: CoordinatorServer
+) -> None:
+    a, b = runners("a", session_timeout_ms=5000), runners("b", session_timeout_ms=5000)
+    assert wait_for(lambda: settled(a, b))
+    generation = a.member.generation()
+    server.stop()
+    server.start()
+    a.member.commit({next(iter(a.assignment)): 5})
+    assert a.member.generation() == generation  # the group was restored, not rebuilt
+    c = runners("c", session_timeout_ms=5000)  # a and b must hear of it from the new one
+    assert wait_for(lambda: settled(a, b, c), timeout_s=20)
+
+
+def test_a_fatal_heartbeat_error_surfaces_at_poll(metadata: ClusterMetadata) -> None:
+    member = GroupMember(metadata, group_id="g", heartbeat_interval_ms=20, session_timeout_ms=1000)
+    member.subscribe(["orders"])
+    member.poll()
+    real_call = member.link.call
+
+    def failing(rpc: str, request: Any, **kwargs: Any) -> Any:
+        if rpc == "Heartbeat":
+            raise MeridianError(ErrorCode.INVALID_REQUEST, "refused")
+        return real_call(rpc, request, **kwargs)
+
+    member.link.call = failing  # type: ignore[method-assign]
+    with pytest.raises(MeridianError) as info:
+        assert wait_for(lambda: member.poll() and False, timeout_s=5)
+    assert info.value.code == ErrorCode.INVALID_REQUEST
+    member.close()
+
+
+def test_bad_settings_are_refused_with_typed_errors(metadata: ClusterMetadata) -> None:
+    with pytest.raises(MeridianError) as info:
+        GroupMember(metadata, group_id="g", assignors=("fastest",))
+    assert info.value.code == ErrorCode.INVALID_CONFIG
+    member = GroupMember(
+        metadata, group_id="g", session_timeout_ms=400_000, heartbeat_interval_ms=100
+    )
+    member.subscribe(["orders"])
+    with pytest.raises(MeridianError) as info:
+        member.poll()
+    assert info.value.code == ErrorCode.INVALID_SESSION_TIMEOUT
+    member.close()
+
+
+def test_offsets_outside_membership_and_administration(
+    metadata: ClusterMetadata, runners: Callable[..., Runner]
+) -> None:
+    tps = [TopicPartition("orders", 0), TopicPartition("orders", 1)]
+    commit_offsets(metadata, "manual", {tps[0]: 3, tps[1]: 4}, metadata_str="x")
+    assert fetch_committed(metadata, "manual") == {tps[0]: 3, tps[1]: 4}
+    assert fetch_committed(metadata, "manual", [TopicPartition("audit", 0)]) == {
+        TopicPartition("audit", 0): None
+    }
+    with pytest.raises(MeridianError) as info:
+        commit_offsets(metadata, "manual", {TopicPartition("orders", 2): -5})
+    assert info.value.code == ErrorCode.INVALID_COMMIT_OFFSET
+    a = runners("a")
+    assert wait_for(lambda: settled(a))
+    described = describe_group(metadata, "app")
+    assert (described.state, described.protocol, described.protocol_type) == (
+        "Stable",
+        "range",
+        "consumer",
+    )
+    assert [(m.client_id, m.assignment) for m in described.members] == [("a", a.assignment)]
+    assert describe_group(metadata, "missing").state == "Dead"
+    assert {g.group_id: g.state for g in list_groups(metadata)} == {
+        "manual": "Empty",
+        "app": "Stable",
+    }
+    with pytest.raises(MeridianError) as info:
+        delete_group(metadata, "app")
+    assert info.value.code == ErrorCode.NON_EMPTY_GROUP
+    delete_group(metadata, "manual")
+    assert fetch_committed(metadata, "manual") == {}
