@@ -199,6 +199,11 @@ class Sender:
                 task.cancel()
         for link in self._links.values():
             await link.close()
+        # Channels dropped after failures close in tasks of their own: let them finish,
+        # so gRPC has nothing left to tell this loop once it is closed.
+        others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        if others:
+            await asyncio.wait(others, timeout=1.0)
 
     def _sleep_s(self, now: float) -> float:
         # Deadlines already past belong to batches waiting for room or a leader: a
@@ -411,7 +416,9 @@ class Sender:
     def _succeeded(self, batch: ProducerBatch, base_offset: int, append_time: int) -> None:
         batch.in_flight = False
         self._states[batch.tp].pending.remove(batch)
-        self._acc.complete(batch, base_offset, append_time)
+        if self._config.acks == 0:
+            base_offset = -1  # answered before the append: no offset is known
+        self._acc.complete(batch, base_offset, append_time if append_time > 0 else -1)
 
     def _failed(self, batch: ProducerBatch, error: MeridianError, *, stored: bool | None) -> None:
         """``stored``: False when the broker surely did not store it, None when unknown."""

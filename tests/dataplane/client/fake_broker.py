@@ -1,0 +1,158 @@
+"""An in-process broker with scripted failures, for the producer's error paths.
+
+It serves ``Metadata``, ``InitProducerId``, ``Produce`` and ``ProduceStream`` for a fixed
+set of topics, keeps each partition's batches in memory, and checks producer sequences
+as the real broker does (the last 5 batches per producer answer duplicates with their
+original offset; a gap is ``OUT_OF_ORDER_SEQUENCE_NUMBER``). Failures are scripted:
+
+- ``fail(code, times)``: the next ``times`` partition results carry ``code`` (nothing
+  is appended);
+- ``lose_responses(times)``: append, then break the stream instead of answering (the
+  producer cannot know the batch was stored);
+- ``stall``: a set ``threading.Event`` holds every produce until cleared.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict, deque
+from collections.abc import Iterator
+from concurrent import futures
+from typing import Any
+
+import grpc
+
+from dataplane._gen.meridian.v1 import broker_pb2, broker_pb2_grpc, common_pb2
+from dataplane.errors import ErrorCode
+from dataplane.storage.records import decode_batch, iter_batches, set_base_offset
+
+
+class FakeBroker(broker_pb2_grpc.BrokerServicer):
+    def __init__(self, topics: dict[str, int]) -> None:
+        self.topics = topics
+        self.lock = threading.Lock()
+        self.logs: dict[tuple[str, int], list[bytes]] = defaultdict(list)
+        self.next_offset: dict[tuple[str, int], int] = defaultdict(int)
+        self.seen: dict[tuple[int, str, int], deque[tuple[int, int, int]]] = {}
+        self.script: deque[int] = deque()
+        self.lost = 0
+        self.attempts = 0  # partition batches received
+        self.metadata_calls = 0
+        self.producer_ids = 0
+        self.stall = threading.Event()
+        self.server = grpc.server(futures.ThreadPoolExecutor(8))
+        broker_pb2_grpc.add_BrokerServicer_to_server(self, self.server)
+        self.port = self.server.add_insecure_port("127.0.0.1:0")
+        self.server.start()
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def stop(self) -> None:
+        self.server.stop(grace=None)
+
+    # -- scripting -----------------------------------------------------------------------
+    def fail(self, code: int, times: int = 1) -> None:
+        with self.lock:
+            self.script.extend([code] * times)
+
+    def lose_responses(self, times: int = 1) -> None:
+        with self.lock:
+            self.lost += times
+
+    def values(self, topic: str, partition: int = 0) -> list[bytes | None]:
+        with self.lock:
+            batches = list(self.logs[topic, partition])
+        return [r.value for b in batches for r in decode_batch(b)[1]]
+
+    # -- the service ---------------------------------------------------------------------
+    def Metadata(self, request: Any, context: Any) -> broker_pb2.MetadataResponse:  # noqa: N802
+        with self.lock:
+            self.metadata_calls += 1
+        me = common_pb2.BrokerInfo(id=1, host="127.0.0.1", port=self.port)
+        topics = [
+            broker_pb2.TopicMetadata(
+                name=name,
+                partitions=[
+                    broker_pb2.PartitionMetadata(partition=p, leader_id=1) for p in range(count)
+                ],
+            )
+            for name, count in self.topics.items()
+            if not request.topics or name in request.topics
+        ]
+        return broker_pb2.MetadataResponse(
+            cluster_id="fake", broker_id=1, brokers=[me], topics=topics
+        )
+
+    def InitProducerId(self, request: Any, context: Any) -> Any:  # noqa: N802
+        with self.lock:
+            if request.producer_id >= 0:
+                return broker_pb2.InitProducerIdResponse(
+                    producer_id=request.producer_id, producer_epoch=request.producer_epoch + 1
+                )
+            self.producer_ids += 1
+            return broker_pb2.InitProducerIdResponse(
+                producer_id=self.producer_ids, producer_epoch=0
+            )
+
+    def Produce(self, request: Any, context: Any) -> broker_pb2.ProduceResponse:  # noqa: N802
+        response, lose = self._produce(request)
+        if lose:
+            context.abort(grpc.StatusCode.UNAVAILABLE, "connection lost (scripted)")
+        return response
+
+    def ProduceStream(  # noqa: N802
+        self, requests: Iterator[Any], context: Any
+    ) -> Iterator[broker_pb2.ProduceResponse]:
+        for request in requests:
+            response, lose = self._produce(request)
+            if lose:
+                context.abort(grpc.StatusCode.UNAVAILABLE, "connection lost (scripted)")
+            yield response
+
+    def _produce(self, request: Any) -> tuple[broker_pb2.ProduceResponse, bool]:
+        while self.stall.is_set():
+            time.sleep(0.01)
+        results = []
+        with self.lock:
+            for part in request.partitions:
+                self.attempts += 1
+                results.append(self._append(part, request.acks))
+            lose = self.lost > 0
+            self.lost -= 1 if lose else 0
+        response = broker_pb2.ProduceResponse(
+            correlation_id=request.correlation_id, results=results
+        )
+        return response, lose
+
+    def _append(self, part: Any, acks: int) -> broker_pb2.PartitionProduceResult:
+        tp = (part.topic, part.partition)
+        result = broker_pb2.PartitionProduceResult(topic=part.topic, partition=part.partition)
+        if self.script:
+            result.error = self.script.popleft()  # type: ignore[assignment]
+            result.error_message = "scripted"
+            result.base_offset = -1
+            return result
+        ((_, header),) = list(iter_batches(part.records))
+        if header.producer_id >= 0:
+            key = (header.producer_id, *tp)
+            cached = self.seen.setdefault(key, deque(maxlen=5))
+            for first, last, base in cached:
+                if (first, last) == (header.base_sequence, header.last_sequence):
+                    result.base_offset, result.duplicate = base, True
+                    return result
+            expected = cached[-1][1] + 1 if cached else 0
+            if header.base_sequence != expected:
+                result.error = ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER  # type: ignore[assignment]
+                result.error_message = f"expected {expected}, got {header.base_sequence}"
+                return result
+            cached.append((header.base_sequence, header.last_sequence, self.next_offset[tp]))
+        data = bytearray(part.records)
+        set_base_offset(data, 0, self.next_offset[tp])
+        self.logs[tp].append(bytes(data))
+        result.base_offset = self.next_offset[tp] if acks else -1
+        result.log_append_time_ms = -1
+        self.next_offset[tp] += header.record_count
+        return result
