@@ -27,26 +27,20 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 
-from dataplane._gen.meridian.v1 import admin_pb2_grpc, broker_pb2_grpc
+from dataplane._gen.meridian.v1 import admin_pb2_grpc, broker_pb2_grpc, group_pb2_grpc
 from dataplane.broker.admin import AdminHandler
 from dataplane.broker.cluster import ClusterView
 from dataplane.broker.config import BrokerConfig
 from dataplane.broker.fetch import FetchHandler, FetchLimits, OffsetsHandler
+from dataplane.broker.groups import GroupCoordinator, GroupServicer
 from dataplane.broker.metrics import BrokerMetrics
 from dataplane.broker.partitions import PartitionRegistry
 from dataplane.broker.produce import ProduceHandler
 from dataplane.broker.producer_ids import ProducerIdAllocator
 from dataplane.broker.services import AdminServicer, BrokerServicer, Readiness
-from dataplane.broker.topics import OFFSETS_TOPIC
 from dataplane.client.connection import MAX_MESSAGE_BYTES
 from dataplane.storage.log import PartitionLog, wall_clock_ms
 from dataplane.storage.manager import LogManager
-
-try:
-    from dataplane._gen.meridian.v1 import group_pb2_grpc
-    from dataplane.broker.groups import GroupCoordinator, GroupServicer
-except ImportError:  # the group coordinator is built in parallel; run without it until then
-    GroupCoordinator = GroupServicer = None  # type: ignore[assignment,misc]
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +63,12 @@ class BrokerApp:
         self.executor = ThreadPoolExecutor(config.io_threads, thread_name_prefix="broker-io")
         self.manager = LogManager(config.data_dir, default_config=config.log)
         self.registry = PartitionRegistry(self.manager, self.executor)
-        self.coordinator: Any = None
+        self.coordinator = GroupCoordinator(
+            broker_id=config.broker_id,
+            manager=self.manager,
+            num_partitions=config.offsets_topic_partitions,
+            clock_ms=wall_clock_ms,
+        )
         self.cluster: ClusterView | None = None
         self._server: grpc.aio.Server | None = None
         self._produce: ProduceHandler | None = None
@@ -101,7 +100,6 @@ class BrokerApp:
         config = self.config
         produce = self._produce = ProduceHandler(
             self.registry,
-            self.executor,
             max_request_bytes=config.max_request_bytes,
             on_bytes_in=self.metrics.add_bytes_in,
         )
@@ -125,18 +123,10 @@ class BrokerApp:
         admin_pb2_grpc.add_AdminServicer_to_server(
             AdminServicer(admin, self.metrics, self.readiness), server
         )
-        if GroupCoordinator is not None:
-            self.coordinator = GroupCoordinator(
-                broker_id=config.broker_id,
-                manager=self.manager,
-                num_partitions=config.offsets_topic_partitions,
-                clock_ms=wall_clock_ms,
-            )
-            group_pb2_grpc.add_GroupCoordinatorServicer_to_server(
-                GroupServicer(self.coordinator, cluster.locate_offsets_partition), server
-            )
-        committed = self.coordinator.committed_offsets if self.coordinator else None
-        self.metrics.watch(self._hosted_logs, committed)
+        group_pb2_grpc.add_GroupCoordinatorServicer_to_server(
+            GroupServicer(self.coordinator, cluster.locate_offsets_partition), server
+        )
+        self.metrics.watch(self._hosted_logs, self.coordinator.committed_offsets)
 
     async def _load(self) -> None:
         loop = asyncio.get_running_loop()
@@ -147,15 +137,8 @@ class BrokerApp:
         repaired = [r for r in reports if not r.clean_shutdown or r.repaired]
         log.info("opened %d logs (%d recovered)", len(reports), len(repaired))
         await self.registry.adopt()
-        owned = self.owned_offsets_partitions()
-        if self.coordinator is not None:
-            await self.coordinator.start(owned)
-        else:
-            for partition in owned:
-                await loop.run_in_executor(
-                    self.executor, self.manager.get_or_create_log, OFFSETS_TOPIC, partition
-                )
-        await self.registry.adopt()
+        await self.coordinator.start(self.owned_offsets_partitions())
+        await self.registry.adopt()  # the offsets logs the coordinator opened
 
     def owned_offsets_partitions(self) -> list[int]:
         assert self.cluster is not None
@@ -198,7 +181,7 @@ class BrokerApp:
             await self._produce.drain()
         if self.cluster is not None:
             await self.cluster.stop()
-        if self.coordinator is not None and self._opened:
+        if self._opened:
             await self.coordinator.stop()
         loop = asyncio.get_running_loop()
         if self._opened:

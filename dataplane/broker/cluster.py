@@ -27,7 +27,8 @@ import grpc
 
 from dataplane._gen.meridian.v1 import broker_pb2, broker_pb2_grpc, common_pb2
 from dataplane.broker.config import BrokerConfig, parse_address
-from dataplane.broker.topics import OFFSETS_TOPIC, is_internal
+from dataplane.broker.groups import OFFSETS_TOPIC
+from dataplane.broker.topics import is_internal
 from dataplane.client.connection import CHANNEL_OPTIONS
 from dataplane.errors import ErrorCode
 

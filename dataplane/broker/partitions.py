@@ -7,25 +7,30 @@ under the log's append lock, and lets fetches wait for its high watermark to mov
 (``changed``/``notify``, on the event loop; the storage log has no callback, so the
 produce path notifies after each append).
 
-``AppendOrder`` keeps the appends of one produce stream to one partition in the order
-they were sent although they run on several threads: an append that reaches the log
-before its predecessor backs off (inside ``before_write``, so nothing is written) and
-retries once the predecessor has gone through. Appends that arrive in order share a
-group commit as usual.
+Appends to one partition run one burst at a time on the I/O pool, in arrival order:
+requests queue on the event loop while a burst is being written, and the next burst takes
+all of them (up to ``MAX_BURST_BYTES``; a larger request goes alone) in one
+``PartitionLog.append`` call — one lock hold, one thread hop and, with
+``durability=always``, one group commit for many requests.
+If anything in a combined burst is refused (a corrupt batch, a producer check), nothing
+of it was written and its requests are appended one by one instead, so each gets its
+own answer.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
-import threading
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterator
 from concurrent.futures import Executor
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from dataplane.broker.producers import ProducerStateTable
+from dataplane.broker.producers import DuplicateBatch, ProducerStateTable
 from dataplane.errors import ErrorCode, MeridianError
 from dataplane.storage.config import LogConfig
+from dataplane.storage.errors import CorruptBatchError, LogClosedError
 from dataplane.storage.log import AppendInfo, PartitionLog
 from dataplane.storage.manager import LogManager, TopicPartition
 from dataplane.storage.records import BatchHeader
@@ -33,41 +38,14 @@ from dataplane.storage.records import BatchHeader
 T = TypeVar("T")
 
 
-class _NotYourTurn(Exception):  # noqa: N818 - internal control flow
-    pass
+# Combining pays for small requests (one call, one lock hold, one sync for many); large
+# ones already amortise the call and would only be copied.
+MAX_BURST_BYTES = 1024 * 1024
+MAX_BURST_REQUESTS = 512
 
 
-class AppendOrder:
-    """Tickets that order the appends of one stream to one partition (thread-safe)."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._issued = 0
-        self._next = 0
-        self._done: set[int] = set()
-
-    def ticket(self) -> int:
-        with self._cond:
-            self._issued += 1
-            return self._issued - 1
-
-    def is_turn(self, ticket: int) -> bool:
-        return self._next == ticket
-
-    def wait_turn(self, ticket: int) -> None:
-        with self._cond:
-            self._cond.wait_for(lambda: self._next >= ticket)
-
-    def finish(self, ticket: int) -> None:
-        """``ticket`` went through or failed; its successor may go."""
-        with self._cond:
-            if ticket < self._next:
-                return
-            self._done.add(ticket)
-            while self._next in self._done:
-                self._done.remove(self._next)
-                self._next += 1
-            self._cond.notify_all()
+class _BurstRefused(Exception):  # noqa: N818 - internal control flow
+    """Some request of a combined burst is refused: append them one by one."""
 
 
 def check_client_batches(headers: list[BatchHeader]) -> None:
@@ -82,13 +60,22 @@ def check_client_batches(headers: list[BatchHeader]) -> None:
 
 
 class Partition:
-    """One hosted partition. ``append`` blocks; ``changed``/``notify`` are loop-only."""
+    """One hosted partition. ``append``/``append_many`` block; the rest is loop-only."""
 
-    def __init__(self, tp: TopicPartition, log: PartitionLog, producers: ProducerStateTable):
+    def __init__(
+        self,
+        tp: TopicPartition,
+        log: PartitionLog,
+        producers: ProducerStateTable,
+        executor: Executor,
+    ) -> None:
         self.tp = tp
         self.log = log
         self.producers = producers
+        self._executor = executor
         self._changed: asyncio.Future[None] | None = None
+        self._pending: deque[tuple[bytes, asyncio.Future[AppendInfo]]] = deque()
+        self._writing = False
         self.deleted = False
 
     @property
@@ -99,31 +86,113 @@ class Partition:
     def index(self) -> int:
         return self.tp.partition
 
-    def append(self, data: bytes, order: AppendOrder | None = None, ticket: int = 0) -> AppendInfo:
-        """Append a client's batches after the producer checks; see the module docstring.
+    # -- appending (event loop) -----------------------------------------------------------
+    def submit(self, data: bytes) -> asyncio.Future[AppendInfo]:
+        """Queue a client's batches; the future gives their ``AppendInfo`` or raises
+        (storage errors, ``MeridianError``, ``DuplicateBatch``: nothing written)."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[AppendInfo] = loop.create_future()
+        self._pending.append((data, future))
+        if not self._writing:
+            self._write_next_burst(loop)
+        return future
 
-        Raises storage errors, ``MeridianError`` and ``DuplicateBatch`` (nothing written).
-        """
+    def _write_next_burst(self, loop: asyncio.AbstractEventLoop) -> None:
+        burst: list[tuple[bytes, asyncio.Future[AppendInfo]]] = []
+        size = 0
+        while self._pending and len(burst) < MAX_BURST_REQUESTS:
+            size += len(self._pending[0][0])
+            if burst and size > MAX_BURST_BYTES:
+                break
+            burst.append(self._pending.popleft())
+        self._writing = True
+        try:
+            self._executor.submit(self._write_burst, loop, burst)
+        except RuntimeError as exc:  # the pool is shut down: the broker is stopping
+            self._writing = False
+            for _, future in burst:
+                future.set_exception(LogClosedError(str(exc)))
+
+    def _write_burst(
+        self, loop: asyncio.AbstractEventLoop, burst: list[tuple[bytes, asyncio.Future[Any]]]
+    ) -> None:
+        outcomes = self.append_many([data for data, _ in burst])
+        loop.call_soon_threadsafe(self._burst_written, loop, burst, outcomes)
+
+    def _burst_written(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        burst: list[tuple[bytes, asyncio.Future[Any]]],
+        outcomes: list[AppendInfo | BaseException],
+    ) -> None:
+        for (_, future), outcome in zip(burst, outcomes, strict=True):
+            if future.done():
+                continue
+            if isinstance(outcome, BaseException):
+                future.set_exception(outcome)
+            else:
+                future.set_result(outcome)
+        self.notify()
+        if self._pending:
+            self._write_next_burst(loop)
+        else:
+            self._writing = False
+
+    # -- appending (blocking) -------------------------------------------------------------
+    def append(self, data: bytes) -> AppendInfo:
+        """Append one request's batches after the client and producer checks (blocking)."""
 
         def before_write(base_offset: int, headers: list[BatchHeader]) -> None:
-            if order is not None and not order.is_turn(ticket):
-                raise _NotYourTurn
             check_client_batches(headers)
             self.producers.check_and_record(base_offset, headers)
-            if order is not None:
-                order.finish(ticket)  # the log lock is held until these bytes are written
 
-        while True:
+        return self.log.append(data, before_write=before_write)
+
+    def append_many(self, requests: list[bytes]) -> list[AppendInfo | BaseException]:
+        """Append several requests' batches in order, each with its own outcome."""
+        if len(requests) > 1:
             try:
-                return self.log.append(data, before_write=before_write)
-            except _NotYourTurn:
-                assert order is not None
-                order.wait_turn(ticket)
-            except BaseException:
-                if order is not None:
-                    order.finish(ticket)
-                raise
+                return list(self._append_combined(requests))
+            except (CorruptBatchError, _BurstRefused):
+                pass  # nothing was written: find out which request is at fault
+            except Exception as exc:  # the log itself failed: every request fails alike
+                return [exc] * len(requests)
+        outcomes: list[AppendInfo | BaseException] = []
+        for data in requests:
+            try:
+                outcomes.append(self.append(data))
+            except Exception as exc:  # each request gets its own typed answer
+                outcomes.append(exc)
+        return outcomes
 
+    def _append_combined(self, requests: list[bytes]) -> list[AppendInfo]:
+        """One ``PartitionLog.append`` of every request; raises ``_BurstRefused`` (before
+        writing) unless every request passes its checks."""
+        sizes = [len(data) for data in requests]
+        infos: list[AppendInfo] = []
+
+        def before_write(base_offset: int, headers: list[BatchHeader]) -> None:
+            staged: dict[int, Any] = {}
+            offset, batches = base_offset, iter(headers)
+            for size in sizes:
+                own = _take_batches(batches, size)
+                try:
+                    check_client_batches(own)
+                    end = self.producers.stage(offset, own, staged)
+                except (MeridianError, DuplicateBatch) as exc:
+                    raise _BurstRefused from exc
+                infos.append(_info(offset, end, own))
+                offset = end
+            self.producers.commit(staged, offset)
+
+        combined = self.log.append(b"".join(requests), before_write=before_write)
+        if combined.log_append_time >= 0:
+            infos = [
+                dataclasses.replace(i, log_append_time=combined.log_append_time) for i in infos
+            ]
+        return infos
+
+    # -- waiting for appends (event loop) -------------------------------------------------
     def changed(self) -> asyncio.Future[None]:
         """A future resolved at the next ``notify`` (an append or a deletion)."""
         if self._changed is None or self._changed.done():
@@ -134,6 +203,33 @@ class Partition:
         if self._changed is not None and not self._changed.done():
             self._changed.set_result(None)
         self._changed = None
+
+
+def _take_batches(batches: Iterator[BatchHeader], size: int) -> list[BatchHeader]:
+    """The headers of the batches making up the next ``size`` bytes; ``_BurstRefused``
+    when a batch crosses the end of a request (one request's bad length)."""
+    taken, consumed = [], 0
+    while consumed < size:
+        header = next(batches, None)
+        if header is None:
+            raise _BurstRefused
+        taken.append(header)
+        consumed += header.size
+    if consumed != size:
+        raise _BurstRefused
+    return taken
+
+
+def _info(base_offset: int, end_offset: int, headers: list[BatchHeader]) -> AppendInfo:
+    return AppendInfo(
+        base_offset=base_offset,
+        last_offset=end_offset - 1,
+        record_count=sum(h.record_count for h in headers),
+        batch_count=len(headers),
+        size_bytes=sum(h.size for h in headers),
+        max_timestamp=max(h.max_timestamp for h in headers),
+        log_append_time=-1,
+    )
 
 
 class PartitionRegistry:
@@ -156,7 +252,7 @@ class PartitionRegistry:
             *(self._run(functools.partial(ProducerStateTable.rebuild, log)) for _, log in new)
         )
         for (tp, log), table in zip(new, tables, strict=True):
-            self._partitions.setdefault(tp, Partition(tp, log, table))
+            self._partitions.setdefault(tp, Partition(tp, log, table, self._executor))
         return len(new)
 
     def get(self, topic: str, partition: int) -> Partition | None:
@@ -176,7 +272,7 @@ class PartitionRegistry:
                 return found
             log = await self._run(lambda: self.manager.get_or_create_log(topic, partition, config))
             table = await self._run(lambda: ProducerStateTable.rebuild(log))
-            created = Partition(TopicPartition(topic, partition), log, table)
+            created = Partition(TopicPartition(topic, partition), log, table, self._executor)
             self._partitions[created.tp] = created
             return created
 

@@ -13,34 +13,29 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable
-from concurrent.futures import Executor
 from typing import Any
 
 from dataplane._gen.meridian.v1 import broker_pb2
 from dataplane.broker.errors import to_error
-from dataplane.broker.partitions import AppendOrder, Partition, PartitionRegistry
+from dataplane.broker.partitions import Partition, PartitionRegistry
 from dataplane.broker.producers import DuplicateBatch
 from dataplane.broker.topics import is_internal
 from dataplane.errors import ErrorCode, MeridianError
 from dataplane.storage.config import Durability
 from dataplane.storage.log import AppendInfo
-from dataplane.storage.manager import TopicPartition
 
 DEFAULT_TIMEOUT_MS = 30_000
-Orders = dict[TopicPartition, AppendOrder]
 
 
 class ProduceHandler:
     def __init__(
         self,
         registry: PartitionRegistry,
-        executor: Executor,
         *,
         max_request_bytes: int,
         on_bytes_in: Any = None,
     ) -> None:
         self.registry = registry
-        self._executor = executor
         self._max_request_bytes = max_request_bytes
         self._on_bytes_in = on_bytes_in  # Callable[[str, int], None] | None
         self._background: set[asyncio.Future[Any]] = set()
@@ -68,12 +63,10 @@ class ProduceHandler:
                 f"request of {total} record bytes exceeds the maximum of {self._max_request_bytes}",
             )
 
-    def submit(
-        self, request: broker_pb2.ProduceRequest, orders: Orders | None = None
-    ) -> Awaitable[broker_pb2.ProduceResponse]:
+    def submit(self, request: broker_pb2.ProduceRequest) -> Awaitable[broker_pb2.ProduceResponse]:
         """Check ``request`` (raising ``MeridianError``) and start its appends now."""
         self.check_request(request)
-        jobs = [self._start(item, orders) for item in request.partitions]
+        jobs = [self._start(item) for item in request.partitions]
         if request.acks == 0:
             for job in jobs:
                 if isinstance(job, asyncio.Future):
@@ -89,13 +82,11 @@ class ProduceHandler:
             return done
         return asyncio.ensure_future(self._finish(request, jobs))
 
-    async def produce(
-        self, request: broker_pb2.ProduceRequest, orders: Orders | None = None
-    ) -> broker_pb2.ProduceResponse:
-        return await self.submit(request, orders)
+    async def produce(self, request: broker_pb2.ProduceRequest) -> broker_pb2.ProduceResponse:
+        return await self.submit(request)
 
     def _start(
-        self, item: broker_pb2.PartitionRecords, orders: Orders | None
+        self, item: broker_pb2.PartitionRecords
     ) -> asyncio.Future[AppendInfo] | broker_pb2.PartitionProduceResult:
         part = self.registry.get(item.topic, item.partition)
         if part is None:
@@ -113,18 +104,12 @@ class ProduceHandler:
                     ErrorCode.INVALID_TOPIC, f"{item.topic} is internal: clients cannot write to it"
                 ),
             )
-        order, ticket = None, 0
-        if orders is not None:
-            order = orders.setdefault(part.tp, AppendOrder())
-            ticket = order.ticket()
-        loop = asyncio.get_running_loop()
-        future = loop.run_in_executor(self._executor, part.append, item.records, order, ticket)
+        future = part.submit(item.records)
         size = len(item.records)
         future.add_done_callback(lambda f: self._appended(part, f, size))
         return future
 
     def _appended(self, part: Partition, future: asyncio.Future[AppendInfo], size: int) -> None:
-        part.notify()
         if not future.cancelled() and future.exception() is None and self._on_bytes_in:
             self._on_bytes_in(part.topic, size)
 

@@ -97,8 +97,16 @@ class ProducerStateTable:
         when every idempotent batch is a retry of one already written; either way the
         table is unchanged. Batches without a producer id pass.
         """
+        staged: dict[int, ProducerEntry] = {}
+        self.commit(staged, self.stage(base_offset, headers, staged))
+
+    def stage(
+        self, base_offset: int, headers: list[BatchHeader], staged: dict[int, ProducerEntry]
+    ) -> int:
+        """Check one append's batches against the table as updated by ``staged`` (the
+        earlier appends of the same write) and add them to ``staged``; returns the offset
+        after them. Raises as ``check_and_record``; nothing is recorded until ``commit``."""
         with self._lock:
-            staged: dict[int, ProducerEntry] = {}
             duplicate: CachedBatch | None = None
             fresh = 0
             offset = base_offset
@@ -111,15 +119,20 @@ class ProducerStateTable:
                     elif duplicate is None:
                         duplicate = found
                 offset = last_offset + 1
-            if duplicate is not None:
-                if fresh:
-                    raise MeridianError(
-                        ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
-                        "an append mixes retried and new batches of one producer",
-                    )
-                raise DuplicateBatch(duplicate.base_offset, duplicate.last_offset)
+        if duplicate is not None:
+            if fresh:
+                raise MeridianError(
+                    ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                    "an append mixes retried and new batches of one producer",
+                )
+            raise DuplicateBatch(duplicate.base_offset, duplicate.last_offset)
+        return offset
+
+    def commit(self, staged: dict[int, ProducerEntry], end_offset: int) -> None:
+        """Record what ``stage`` checked; the table then covers offsets below ``end_offset``."""
+        with self._lock:
             self._producers.update(staged)
-            self.covered_offset = max(self.covered_offset, offset)
+            self.covered_offset = max(self.covered_offset, end_offset)
             self.dirty = self.dirty or bool(staged)
 
     def _check(

@@ -23,7 +23,7 @@ from dataplane.broker.cluster import ClusterView
 from dataplane.broker.errors import abort, to_error
 from dataplane.broker.fetch import FetchHandler, OffsetsHandler
 from dataplane.broker.metrics import BrokerMetrics
-from dataplane.broker.produce import Orders, ProduceHandler
+from dataplane.broker.produce import ProduceHandler
 from dataplane.broker.producer_ids import ProducerIdAllocator
 from dataplane.errors import ErrorCode, MeridianError
 
@@ -127,12 +127,11 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer, _Instrumented):
     async def _read_stream(
         self, requests: AsyncIterator[broker_pb2.ProduceRequest], pending: asyncio.Queue[Any]
     ) -> None:
-        orders: Orders = {}
         try:
             async for request in requests:
                 started = time.perf_counter()
                 try:
-                    future = self._produce.submit(request, orders)
+                    future = self._produce.submit(request)
                 except MeridianError as exc:
                     await pending.put(exc)
                     return

@@ -20,7 +20,6 @@ from dataplane.storage.records import TimestampType
 
 MAX_TOPIC_LENGTH = 200  # leaves room for "-<partition>" and suffixes in a 255-byte file name
 MAX_PARTITION = 2**20  # far beyond any real topic; bounds a typo
-OFFSETS_TOPIC = "__consumer_offsets"
 INTERNAL_PREFIX = "__"
 
 _PART = r"[A-Za-z0-9_-][A-Za-z0-9._-]*"

@@ -156,3 +156,20 @@ def test_negative_fetch_limits_fail_the_request(guarded):
     with pytest.raises(grpc.RpcError) as caught:
         guarded.broker.Fetch(request, timeout=10)
     assert error_from_rpc(caught.value).code == ErrorCode.INVALID_REQUEST
+
+
+def test_bad_requests_pipelined_among_good_ones_fail_alone(guarded):
+    def request(records):
+        return broker_pb2.ProduceRequest(acks=1, partitions=[_records(records)])
+
+    good = [values_batch([f"ok-{i}".encode()]) for i in range(6)]
+    bad = [_flipped_crc(), build_batch([b"m"], is_control=True), values_batch([b"x" * 2000])]
+    sent = [good[0], bad[0], good[1], good[2], bad[1], good[3], bad[2], good[4], good[5]]
+    responses = list(guarded.broker.ProduceStream(iter(map(request, sent)), timeout=30))
+    codes = [r.results[0].error for r in responses]
+    assert codes == [0, ErrorCode.CORRUPT_MESSAGE, 0, 0, ErrorCode.INVALID_RECORD, 0,
+                     ErrorCode.MESSAGE_TOO_LARGE, 0, 0]  # fmt: skip
+    offsets = [r.results[0].base_offset for r in responses if r.results[0].error == 0]
+    assert offsets == sorted(offsets)
+    stored = [r.value for r in fetch_records(guarded, TOPIC)][len(GOOD) :]
+    assert stored == [f"ok-{i}".encode() for i in range(6)]

@@ -131,3 +131,32 @@ def test_producer_state_is_restored_from_its_snapshot_after_a_clean_stop(broker)
     assert (broker.data_dir / f"{TOPIC}-0" / SNAPSHOT_FILE).exists()
     with stubs(broker) as s:
         _assert_state_survived(s, pid, epoch)
+
+
+def test_pipelined_retries_and_gaps_get_their_own_answers(broker):
+    with stubs(broker) as s:
+        create(s, TOPIC)
+        pid, epoch = init_producer(s)
+        sent = [(0, b"a"), (1, b"b"), (0, b"a"), (2, b"c"), (9, b"gap"), (3, b"d"), (3, b"d")]
+        requests = [
+            broker_pb2.ProduceRequest(
+                acks=1,
+                partitions=[
+                    broker_pb2.PartitionRecords(
+                        topic=TOPIC, partition=0, records=batch(pid, epoch, seq, [value])
+                    )
+                ],
+            )
+            for seq, value in sent
+        ]
+        results = [r.results[0] for r in s.broker.ProduceStream(iter(requests), timeout=30)]
+        assert [(r.error, r.base_offset, r.duplicate) for r in results] == [
+            (0, 0, False),
+            (0, 1, False),
+            (0, 0, True),
+            (0, 2, False),
+            (ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, -1, False),
+            (0, 3, False),
+            (0, 3, True),
+        ]
+        assert [r.value for r in fetch_records(s, TOPIC)] == [b"a", b"b", b"c", b"d"]
