@@ -1,0 +1,102 @@
+"""What every ``meridian`` command shares: the bootstrap option, error reporting, output.
+
+A command raises ``MeridianError`` for anything the platform refuses (the SDK's typed
+errors, and the CLI's own checks of its input); ``reporting`` turns it into one line on
+stderr, ``error: CODE: message``, and exit code 1, without a traceback. Bad usage
+(unknown option, malformed value) is typer's exit code 2.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, NoReturn, ParamSpec, TypeVar
+
+import grpc
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from dataplane.errors import ErrorCode, MeridianError, error_from_rpc
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+EXIT_ERROR = 1
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Global options, kept on the typer context."""
+
+    bootstrap: str
+
+
+def settings(ctx: typer.Context) -> Settings:
+    root = ctx.find_root()
+    if not isinstance(root.obj, Settings):
+        root.obj = Settings(DEFAULT_BOOTSTRAP)
+    return root.obj
+
+
+def stderr() -> Console:
+    """A console on the current stderr (typer's test runner swaps the stream per call)."""
+    return Console(file=sys.stderr, highlight=False, soft_wrap=True)
+
+
+def stdout() -> Console:
+    return Console(file=sys.stdout, highlight=False, soft_wrap=True)
+
+
+def reporting(command: Callable[P, R]) -> Callable[P, R]:
+    """Wraps a command so a typed failure ends it with ``error: CODE: message``, exit 1."""
+
+    @functools.wraps(command)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return command(*args, **kwargs)
+        except MeridianError as exc:
+            fail(exc)
+        except grpc.RpcError as exc:
+            fail(error_from_rpc(exc))
+
+    return run
+
+
+def fail(exc: MeridianError) -> NoReturn:
+    print(f"error: {exc.code_name}: {exc.message}", file=sys.stderr)
+    raise typer.Exit(EXIT_ERROR)
+
+
+def invalid(message: str, code: int = ErrorCode.INVALID_REQUEST) -> MeridianError:
+    """The CLI's own refusal of its input, typed like the platform's."""
+    return MeridianError(code, message)
+
+
+def parse_pairs(items: Sequence[str], what: str) -> dict[str, str]:
+    """``["k=v", ...]`` into a dict; raises ``INVALID_CONFIG`` for an item without ``=``."""
+    pairs: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise invalid(f"{what} {item!r} is not of the form key=value", ErrorCode.INVALID_CONFIG)
+        pairs[key.strip()] = value.strip()
+    return pairs
+
+
+def table(title: str | None, headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> Table:
+    """A plain table: the first column left-aligned, the others right-aligned."""
+    out = Table(title=title, title_justify="left", box=None, pad_edge=False, header_style="bold")
+    for i, header in enumerate(headers):
+        out.add_column(header, justify="left" if i == 0 else "right", no_wrap=True)
+    for row in rows:
+        out.add_row(*("-" if cell is None else str(cell) for cell in row))
+    return out
+
+
+def print_json(value: Any) -> None:
+    sys.stdout.write(json.dumps(value, sort_keys=True) + "\n")

@@ -1,0 +1,100 @@
+"""``meridian topics``: list, create, describe and delete topics (the SDK's ``Admin``)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from dataplane._gen.meridian.v1 import common_pb2
+from dataplane.cli.base import invalid, parse_pairs, settings, stdout, table
+from dataplane.client import Admin
+from dataplane.errors import ErrorCode, MeridianError
+
+_FIELDS = common_pb2.PartitionConfig.DESCRIPTOR.fields_by_name
+_STRING = 9  # FieldDescriptor.TYPE_STRING
+
+
+def list_topics(
+    ctx: typer.Context,
+    internal: Annotated[bool, typer.Option(help="Include internal topics (__...).")] = False,
+) -> None:
+    """List the topics of the cluster with their partition counts."""
+    with Admin(settings(ctx).bootstrap, client_id="meridian-cli") as admin:
+        topics = admin.list_topics(internal=internal)
+    stdout().print(table(None, ["topic", "partitions"], sorted(topics.items())))
+
+
+def create(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="Topic name, <tenant>.<topic>.")],
+    partitions: Annotated[int, typer.Option(help="Number of partitions.")] = 1,
+    config: Annotated[
+        list[str] | None,
+        typer.Option("--config", "-c", help="A setting KEY=VALUE, e.g. retention_ms=86400000."),
+    ] = None,
+) -> None:
+    """Create topic NAME with --partitions partitions and optional --config settings."""
+    settings_ = typed_config(parse_pairs(config or [], "config"))
+    with Admin(settings(ctx).bootstrap, client_id="meridian-cli") as admin:
+        if name in admin.list_topics(internal=True):
+            raise MeridianError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
+        placement = admin.create_topic(name, partitions, settings_)
+    brokers = ", ".join(str(b) for b in sorted(set(placement.values())))
+    stdout().print(f"created topic {name} with {len(placement)} partitions on broker(s) {brokers}")
+
+
+def typed_config(values: dict[str, str]) -> dict[str, Any]:
+    """Config values as their ``PartitionConfig`` field types (unknown keys stay strings,
+    for the SDK to refuse with the list of known ones)."""
+    typed: dict[str, Any] = {}
+    for key, value in values.items():
+        field = _FIELDS.get(key)
+        if field is None or field.type == _STRING:
+            typed[key] = value
+            continue
+        try:
+            typed[key] = int(value)
+        except ValueError:
+            raise invalid(
+                f"{key} takes an integer, not {value!r}", ErrorCode.INVALID_CONFIG
+            ) from None
+    return typed
+
+
+def describe(ctx: typer.Context, name: Annotated[str, typer.Argument(help="Topic name.")]) -> None:
+    """Show the partitions of topic NAME (leader, offsets, size) and its configuration."""
+    with Admin(settings(ctx).bootstrap, client_id="meridian-cli") as admin:
+        topic = admin.describe_topic(name)
+    out = stdout()
+    out.print(
+        f"topic {topic.name}: {len(topic.partitions)} partitions, "
+        f"{topic.records:,} records, {topic.size_bytes:,} bytes"
+    )
+    rows = [
+        [
+            p.partition,
+            p.leader,
+            p.log_start_offset,
+            p.high_watermark,
+            p.log_end_offset,
+            f"{p.size_bytes:,}",
+            p.segments,
+            "offline" if p.offline else "online",
+        ]
+        for p in topic.partitions
+    ]
+    headers = ["partition", "leader", "start", "high watermark", "end", "bytes", "segments"]
+    out.print(table(None, [*headers, "state"], rows))
+    config = next((p.config for p in topic.partitions if p.config), {})
+    if config:
+        out.print(table("config", ["key", "value"], sorted(config.items())))
+
+
+def delete(ctx: typer.Context, name: Annotated[str, typer.Argument(help="Topic name.")]) -> None:
+    """Delete topic NAME and all its records."""
+    with Admin(settings(ctx).bootstrap, client_id="meridian-cli") as admin:
+        if name not in admin.list_topics(internal=True):
+            raise MeridianError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name!r}")
+        admin.delete_topic(name)
+    stdout().print(f"deleted topic {name}")
