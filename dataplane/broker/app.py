@@ -175,6 +175,7 @@ class BrokerApp:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        self.registry.wake_all()
         if self._server is not None:
             await self._server.stop(grace_s)
         if self._produce is not None:

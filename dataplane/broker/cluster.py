@@ -90,7 +90,10 @@ class ClusterView:
     async def _poll_forever(self) -> None:
         interval = self.config.peer_poll_interval_ms / 1000
         while True:
-            await self.refresh()
+            try:
+                await self.refresh()
+            except Exception:  # the view must outlive any one bad answer
+                log.exception("refreshing the cluster view failed")
             await asyncio.sleep(interval)
 
     async def refresh(self) -> None:

@@ -30,14 +30,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dataplane.broker.topics import TIMESTAMP_TYPES
 from dataplane.storage.config import LogConfig, MiB
 from dataplane.storage.errors import InvalidConfigError
-from dataplane.storage.records import TimestampType
 
-TIMESTAMP_TYPES = {
-    "CreateTime": TimestampType.CREATE_TIME,
-    "LogAppendTime": TimestampType.LOG_APPEND_TIME,
-}
 MAX_BROKER_ID = 2**20 - 1  # producer ids carry the broker id in their high bits
 
 

@@ -74,7 +74,8 @@ class FetchHandler:
                 self._executor, self._read_all, request, max_bytes
             )
             remaining = deadline - time.monotonic()
-            if total >= request.min_bytes or failed or remaining <= 0 or not signals:
+            done = total >= request.min_bytes or failed or remaining <= 0
+            if done or not signals or self.registry.closing:
                 break
             await asyncio.wait(signals, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
         if self._on_bytes_out is not None:

@@ -238,7 +238,8 @@ class PartitionRegistry:
     def __init__(self, manager: LogManager, executor: Executor) -> None:
         self.manager = manager
         self._executor = executor
-        self._partitions: dict[TopicPartition, Partition] = {}
+        self._partitions: dict[tuple[str, int], Partition] = {}
+        self.closing = False  # set at shutdown: long polls return at once
         self._lock = asyncio.Lock()
 
     async def _run(self, fn: Callable[[], T]) -> T:
@@ -247,19 +248,16 @@ class PartitionRegistry:
     async def adopt(self) -> int:
         """Wrap every manager log not wrapped yet (rebuilding its producer state)."""
         logs = self.manager.logs()
-        new = [(tp, log) for tp, log in logs.items() if tp not in self._partitions]
+        new = [(tp, log) for tp, log in logs.items() if _key(tp) not in self._partitions]
         tables = await asyncio.gather(
             *(self._run(functools.partial(ProducerStateTable.rebuild, log)) for _, log in new)
         )
         for (tp, log), table in zip(new, tables, strict=True):
-            self._partitions.setdefault(tp, Partition(tp, log, table, self._executor))
+            self._partitions.setdefault(_key(tp), Partition(tp, log, table, self._executor))
         return len(new)
 
     def get(self, topic: str, partition: int) -> Partition | None:
-        try:
-            return self._partitions.get(TopicPartition(topic, partition))
-        except Exception:  # an impossible name or index is simply not hosted
-            return None
+        return self._partitions.get((topic, partition))
 
     def all(self) -> list[Partition]:
         return list(self._partitions.values())
@@ -273,7 +271,7 @@ class PartitionRegistry:
             log = await self._run(lambda: self.manager.get_or_create_log(topic, partition, config))
             table = await self._run(lambda: ProducerStateTable.rebuild(log))
             created = Partition(TopicPartition(topic, partition), log, table, self._executor)
-            self._partitions[created.tp] = created
+            self._partitions[_key(created.tp)] = created
             return created
 
     async def alter(self, part: Partition, config: LogConfig) -> None:
@@ -284,7 +282,7 @@ class PartitionRegistry:
             found = self.get(topic, partition)
             if found is None:
                 return False
-            del self._partitions[found.tp]
+            del self._partitions[_key(found.tp)]
             found.deleted = True
             found.notify()
             return await self._run(lambda: self.manager.delete_log(topic, partition))
@@ -300,3 +298,13 @@ class PartitionRegistry:
                 part.producers.snapshot(part.log.directory, covered)
             except OSError:
                 continue  # the next snapshot, or a full scan at start, covers it
+
+    def wake_all(self) -> None:
+        """Shutting down: every waiting fetch returns what it has."""
+        self.closing = True
+        for part in self._partitions.values():
+            part.notify()
+
+
+def _key(tp: TopicPartition) -> tuple[str, int]:
+    return tp.topic, tp.partition

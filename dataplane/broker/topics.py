@@ -28,11 +28,11 @@ _CLIENT_TOPIC = re.compile(
 )
 _CHARS = re.compile(r"^[A-Za-z0-9._~-]+$")
 
-_TIMESTAMP_NAMES = {
+TIMESTAMP_TYPES = {
     "CreateTime": TimestampType.CREATE_TIME,
     "LogAppendTime": TimestampType.LOG_APPEND_TIME,
 }
-_TIMESTAMP_TYPES = {v: k for k, v in _TIMESTAMP_NAMES.items()}
+_TIMESTAMP_NAMES = {v: k for k, v in TIMESTAMP_TYPES.items()}
 
 # proto field -> LogConfig field, for the plain integer fields
 _INT_FIELDS = {
@@ -93,11 +93,11 @@ def requested_changes(config: common_pb2.PartitionConfig) -> dict[str, Any]:
                 f"durability {config.durability!r} is not one of {[d.value for d in Durability]}"
             ) from None
     if config.HasField("timestamp_type"):
-        if config.timestamp_type not in _TIMESTAMP_NAMES:
+        if config.timestamp_type not in TIMESTAMP_TYPES:
             raise _bad_config(
-                f"timestamp_type {config.timestamp_type!r} is not one of {list(_TIMESTAMP_NAMES)}"
+                f"timestamp_type {config.timestamp_type!r} is not one of {list(TIMESTAMP_TYPES)}"
             )
-        changes["timestamp_type"] = _TIMESTAMP_NAMES[config.timestamp_type]
+        changes["timestamp_type"] = TIMESTAMP_TYPES[config.timestamp_type]
     return changes
 
 
@@ -120,7 +120,7 @@ def to_proto(config: LogConfig) -> common_pb2.PartitionConfig:
     return common_pb2.PartitionConfig(
         **values,
         durability=config.durability.value,
-        timestamp_type=_TIMESTAMP_TYPES[config.timestamp_type],
+        timestamp_type=_TIMESTAMP_NAMES[config.timestamp_type],
     )
 
 

@@ -12,7 +12,9 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from dataplane._gen.meridian.v1 import broker_pb2, group_pb2, group_pb2_grpc
+from dataplane._gen.meridian.v1 import broker_pb2, broker_pb2_grpc, group_pb2, group_pb2_grpc
+from dataplane.broker.app import run_broker_in_thread
+from dataplane.broker.config import BrokerConfig
 from dataplane.errors import ErrorCode, error_from_rpc
 from tests.dataplane.broker.support import (
     create,
@@ -196,3 +198,35 @@ def test_a_failed_start_shows_the_brokers_log(tmp_path, broker):
     taken = BrokerProcess(tmp_path / "twin", broker_id=2, port=broker.port)
     with pytest.raises(BrokerProcessError, match="exited with 1"):
         taken.start()
+
+
+def test_sigterm_ends_a_waiting_long_poll_with_an_answer(broker):
+    with stubs(broker) as s:
+        create(s, "acme.waiting")
+        request = broker_pb2.FetchRequest(
+            max_wait_ms=120_000,
+            min_bytes=1,
+            partitions=[broker_pb2.FetchPartition(topic="acme.waiting", partition=0)],
+        )
+        pending = s.broker.Fetch.future(request, timeout=60)
+        assert not wait_for(pending.done, 0.3)
+        assert broker.terminate() == 0
+        (result,) = pending.result().results
+        assert (result.error, result.records) == (0, b"")
+
+
+def test_a_broker_runs_in_a_thread_of_this_process(tmp_path):
+    config = BrokerConfig(broker_id=7, data_dir=tmp_path / "data", metrics_listen="")
+    handle = run_broker_in_thread(config)
+    try:
+        with grpc.insecure_channel(handle.address) as channel:
+            stub = broker_pb2_grpc.BrokerStub(channel)
+            response = stub.Metadata(broker_pb2.MetadataRequest(), timeout=10)
+            assert (response.broker_id, response.brokers[0].port) == (7, handle.port)
+            assert handle.metrics_port == 0
+    finally:
+        handle.stop()
+    checkpoint = json.loads(
+        (tmp_path / "data" / "__consumer_offsets-0" / "partition.json").read_text()
+    )
+    assert checkpoint["clean_shutdown"] is True
