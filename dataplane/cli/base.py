@@ -24,6 +24,7 @@ from dataplane.errors import ErrorCode, MeridianError, error_from_rpc
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 EXIT_ERROR = 1
+PIPE_WIDTH = 1000
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -43,13 +44,19 @@ def settings(ctx: typer.Context) -> Settings:
     return root.obj
 
 
+def _console(stream: Any) -> Console:
+    # Off a terminal (pipes, files, tests) nothing is cut to a guessed width of 80.
+    width = None if stream.isatty() else PIPE_WIDTH
+    return Console(file=stream, highlight=False, soft_wrap=True, width=width)
+
+
 def stderr() -> Console:
     """A console on the current stderr (typer's test runner swaps the stream per call)."""
-    return Console(file=sys.stderr, highlight=False, soft_wrap=True)
+    return _console(sys.stderr)
 
 
 def stdout() -> Console:
-    return Console(file=sys.stdout, highlight=False, soft_wrap=True)
+    return _console(sys.stdout)
 
 
 def reporting(command: Callable[P, R]) -> Callable[P, R]:
@@ -92,7 +99,7 @@ def table(title: str | None, headers: Sequence[str], rows: Iterable[Sequence[Any
     """A plain table: the first column left-aligned, the others right-aligned."""
     out = Table(title=title, title_justify="left", box=None, pad_edge=False, header_style="bold")
     for i, header in enumerate(headers):
-        out.add_column(header, justify="left" if i == 0 else "right", no_wrap=True)
+        out.add_column(header, justify="left" if i == 0 else "right", overflow="fold")
     for row in rows:
         out.add_row(*("-" if cell is None else str(cell) for cell in row))
     return out
