@@ -109,3 +109,25 @@ def wait_for(condition: Callable[[], bool], timeout_s: float = 10.0) -> bool:
             return True
         time.sleep(0.005)
     return condition()
+
+
+def read_all(
+    bootstrap: str, topic: str, partitions: int = 1, *, timeout_s: float = 15.0, **settings: Any
+) -> dict[int, list[Any]]:
+    """Every record of ``topic`` up to its current end, by partition, via the Consumer."""
+    from dataplane.client import Admin, Consumer, TopicPartition
+
+    with Admin(bootstrap) as admin:
+        ends = admin.list_offsets({TopicPartition(topic, p): "latest" for p in range(partitions)})
+    out: dict[int, list[Any]] = {p: [] for p in range(partitions)}
+    consumer = Consumer(bootstrap, auto_offset_reset="earliest", **settings)
+    try:
+        consumer.assign(list(ends))
+        deadline = time.monotonic() + timeout_s
+        while any(consumer.position(tp) < end for tp, (end, _) in ends.items()):
+            assert time.monotonic() < deadline, "records did not arrive in time"
+            for record in consumer.poll(timeout_ms=200):
+                out[record.partition].append(record)
+    finally:
+        consumer.close()
+    return out
