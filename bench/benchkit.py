@@ -105,7 +105,8 @@ def ms(x: float) -> str:
 def ratio(a: float, b: float) -> str:
     if not a or not b or a != a or b != b:
         return "-"
-    return f"{a / b:.2f}x"
+    r = a / b
+    return f"{r:.2f}x" if r >= 0.1 else f"{r:.3f}x"
 
 
 def verdict(ok: bool | None) -> str:
@@ -152,11 +153,11 @@ def read_stamp(value: bytes) -> tuple[int, int]:
 class Pacer:
     """Yields ``(seq, stamp_ns)`` for ``count`` sends at ``rate``/s, sleeping until each is due.
 
-    The stamp is the later of the due time and now: a sender held back by the system under
-    test (a synchronous call that stalls) stamps its late records with their due times, so
-    the stall shows up in the latencies instead of hiding (coordinated omission). Sleeps
-    overshoot (~150 us on this VM); the loop learns by how much and wakes that much
-    earlier, so the stamps carry little of the timer's own jitter.
+    The stamp is the earlier of the due time and now: a sender held back by the system
+    under test (a synchronous call that stalls) stamps its late records with their due
+    times, so the stall shows up in the latencies instead of hiding (coordinated omission).
+    Sleeps overshoot (~150 us on this VM); the loop learns by how much and wakes that much
+    earlier, and a record sent before its due time carries the time it was sent.
     """
 
     def __init__(self, rate: int, count: int) -> None:
@@ -179,7 +180,7 @@ class Pacer:
             now = time.monotonic_ns()
             self.max_behind_ns = max(self.max_behind_ns, now - due)
             self.late += now - due > 1_000_000
-            yield seq, max(due, now)
+            yield seq, min(due, now)
 
     def report(self, sent: int, error: str = "") -> dict[str, Any]:
         """What a paced producer sends back: how far behind its schedule it fell."""

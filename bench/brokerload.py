@@ -16,6 +16,7 @@ import asyncio
 import struct
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -67,18 +68,24 @@ _LAST_DELTA = struct.Struct(">i")
 _LOG_OVERHEAD = 12
 
 
+@dataclass
 class BenchBroker(LocalBroker):
-    """A ``LocalBroker`` that dies with the benchmark even if the benchmark is killed."""
+    """A ``LocalBroker`` that dies with the benchmark even if the benchmark is killed, with
+    both limits on open files set to ``fd_limit`` if given (the broker lifts its soft
+    limit to the hard one, so a soft limit alone would not hold)."""
+
+    fd_limit: int | None = None
 
     def command(self) -> list[str]:
-        return [*pdeathsig_prefix(), *super().command()]
+        limit = [] if self.fd_limit is None else ["prlimit", f"--nofile={self.fd_limit}", "--"]
+        return [*limit, *pdeathsig_prefix(), *super().command()]
 
 
 class MeridianBroker:
     """One broker on 127.0.0.1 under ``root``, with raw Admin and Broker stubs."""
 
-    def __init__(self, cleanup: Cleanup, root: Path) -> None:
-        self.local = BenchBroker(1, free_ports(1)[0], root / "broker-1")
+    def __init__(self, cleanup: Cleanup, root: Path, fd_limit: int | None = None) -> None:
+        self.local = BenchBroker(1, free_ports(1)[0], root / "broker-1", fd_limit=fd_limit)
         cleanup.adopt(self.local)
         self.start()
         self.channel = grpc.insecure_channel(self.address, options=CHANNEL_OPTIONS)

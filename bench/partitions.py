@@ -1,7 +1,8 @@
 """Many partitions on one broker: memory, descriptors, restart time and spread produce.
 
-The broker is started with a soft limit of ``FD_LIMIT`` open files (the aim's budget), so
-a broker that needs more fails visibly instead of borrowing the machine's larger limit.
+The broker is started with a limit of ``FD_LIMIT`` open files, soft and hard (the aim's
+budget), so a broker that needs more fails visibly instead of borrowing the machine's
+larger limit.
 Steps: start an empty broker; create ``plan.partitions`` idle partitions of one topic;
 stop it with SIGTERM and start it again; kill it with SIGKILL and start it again; then
 produce prebuilt batches to one partition of another topic and, round-robin, to
@@ -11,10 +12,7 @@ batches, the same durability), and compare the two.
 
 from __future__ import annotations
 
-import contextlib
-import resource
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -67,17 +65,6 @@ class PartitionsResult:
         return max((s.fds for s in self.snapshots), default=0)
 
 
-@contextlib.contextmanager
-def fd_soft_limit(limit: int) -> Iterator[None]:
-    """Children started inside inherit a soft RLIMIT_NOFILE of ``limit``."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (min(limit, hard), hard))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
-
-
 def snapshot(broker: MeridianBroker, step: str, seconds: float) -> Snapshot:
     pid = broker.pid
     shot = Snapshot(
@@ -90,8 +77,7 @@ def snapshot(broker: MeridianBroker, step: str, seconds: float) -> Snapshot:
 def run_partitions(cleanup: Cleanup, root: Path, plan: Plan) -> PartitionsResult:
     result = PartitionsResult(plan.partitions, plan.active_partitions)
     started = time.perf_counter()
-    with fd_soft_limit(FD_LIMIT):
-        broker = MeridianBroker(cleanup, root)
+    broker = MeridianBroker(cleanup, root, fd_limit=FD_LIMIT)
     try:
         result.fd_limit = fd_limit(broker.pid)
         result.snapshots.append(
@@ -115,12 +101,10 @@ def _create_and_restart(broker: MeridianBroker, plan: Plan, result: PartitionsRe
     result.snapshots.append(snapshot(broker, "created", time.perf_counter() - started))
     stop_s = broker.stop()
     progress(f"  SIGTERM stop took {stop_s:.1f} s")
-    with fd_soft_limit(FD_LIMIT):
-        start_s = broker.start()
+    start_s = broker.start()
     result.snapshots.append(snapshot(broker, "restart after SIGTERM", start_s))
     broker.kill()
-    with fd_soft_limit(FD_LIMIT):
-        start_s = broker.start()
+    start_s = broker.start()
     result.snapshots.append(snapshot(broker, "restart after SIGKILL", start_s))
 
 
