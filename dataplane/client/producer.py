@@ -31,9 +31,10 @@ from dataplane.client.batch import HeadersLike, as_bytes, encode_headers
 from dataplane.client.connection import ConnectionPool
 from dataplane.client.errors import ConfigError
 from dataplane.client.future import DeliveryCallback, DeliveryFuture
+from dataplane.client.inflight import SenderConfig
 from dataplane.client.metadata import ClusterMetadata
 from dataplane.client.partitioner import Partitioner, PartitionerFn, make_partitioner
-from dataplane.client.sender import Sender, SenderConfig
+from dataplane.client.sender import Sender
 from dataplane.errors import ErrorCode, MeridianError
 from dataplane.storage.compression import Compression
 from dataplane.storage.records import HEADER_SIZE

@@ -30,82 +30,26 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-
-import grpc
 
 from dataplane._gen.meridian.v1 import broker_pb2
 from dataplane.client.accumulator import RecordAccumulator
 from dataplane.client.batch import ProducerBatch
+from dataplane.client.inflight import (
+    PartitionState,
+    Planner,
+    ProducerIdentity,
+    SenderConfig,
+)
 from dataplane.client.link import BrokerLink, InFlight
-from dataplane.client.metadata import ClusterMetadata, ClusterSnapshot
+from dataplane.client.metadata import ClusterMetadata
 from dataplane.client.types import TopicPartition
-from dataplane.errors import ErrorCode, MeridianError, error_from_rpc
-from dataplane.storage.compression import Compression
+from dataplane.errors import ErrorCode, MeridianError
 
 log = logging.getLogger(__name__)
 
 _SEQUENCE_MASK = 0x7FFFFFFF  # sequences wrap from 2**31 - 1 to 0, as in Kafka
 MAX_PENDING_PER_PARTITION = 5  # what a broker remembers to deduplicate, as in Kafka
 _REFRESH_CODES = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION})
-
-
-@dataclass(frozen=True)
-class SenderConfig:
-    acks: int
-    compression: Compression
-    idempotent: bool
-    retries: int
-    delivery_timeout_s: float
-    retry_backoff_s: float
-    retry_backoff_max_s: float
-    request_timeout_s: float
-    max_in_flight: int
-    max_request_bytes: int
-    client_id: str
-
-
-class PartitionState:
-    """Sequences and the batches sent and not yet acknowledged, of one partition."""
-
-    __slots__ = ("fatal", "next_sequence", "pending", "retry_at", "tp")
-
-    def __init__(self, tp: TopicPartition) -> None:
-        self.tp = tp
-        self.next_sequence = 0
-        self.pending: list[ProducerBatch] = []
-        self.retry_at = 0.0
-        self.fatal: MeridianError | None = None
-
-    def in_flight(self) -> int:
-        return sum(1 for batch in self.pending if batch.in_flight)
-
-
-class _Plan:
-    """The requests one pass sends to one broker: the k-th holds one batch per partition."""
-
-    def __init__(self, link: BrokerLink, slots: int, budget: int) -> None:
-        self.link = link
-        self.slots = slots
-        self.budget = budget
-        self.requests: list[dict[tuple[str, int], ProducerBatch]] = []
-        self.sizes: list[int] = []
-        self.next_index: dict[TopicPartition, int] = {}
-
-    def add(self, batch: ProducerBatch) -> bool:
-        key = (batch.tp.topic, batch.tp.partition)
-        for index in range(self.next_index.get(batch.tp, 0), self.slots):
-            if index == len(self.requests):
-                self.requests.append({})
-                self.sizes.append(0)
-            request = self.requests[index]
-            if key in request or (request and self.sizes[index] + batch.size > self.budget):
-                continue
-            request[key] = batch
-            self.sizes[index] += batch.size
-            self.next_index[batch.tp] = index + 1
-            return True
-        return False
 
 
 class Sender:
@@ -123,8 +67,7 @@ class Sender:
         self._states: dict[TopicPartition, PartitionState] = {}
         self._resend: set[PartitionState] = set()
         self._links: dict[str, BrokerLink] = {}
-        self._producer_id = -1
-        self._epoch = -1
+        self._identity = ProducerIdentity()
         self._bump_wanted = False
         self._pid_task: asyncio.Task[None] | None = None
         self._refresh_wanted = False
@@ -228,7 +171,7 @@ class Sender:
         if self._refresh_wanted and self._refresh_task is None and refresh_due:
             self._refresh_wanted = False
             self._refresh_task = asyncio.ensure_future(self._refresh())
-        pid_wanted = self._producer_id < 0 or (self._bump_wanted and self._quiet())
+        pid_wanted = self._identity.producer_id < 0 or (self._bump_wanted and self._quiet())
         if config.idempotent and self._pid_task is None and pid_wanted:
             self._pid_task = asyncio.create_task(self._init_producer_id())
         for link in self._links.values():
@@ -244,7 +187,7 @@ class Sender:
     def _ready_to_stamp(self) -> bool:
         if not self._config.idempotent:
             return True
-        return self._producer_id >= 0 and self._pid_task is None
+        return self._identity.producer_id >= 0 and self._pid_task is None
 
     def _quiet(self) -> bool:
         return not any(state.pending for state in self._states.values())
@@ -261,15 +204,14 @@ class Sender:
 
     # -- sending -------------------------------------------------------------------------
     def _send(self, now: float) -> None:
-        snapshot = self._metadata.snapshot()
-        plans: dict[str, _Plan] = {}
+        planner = Planner(self._metadata.snapshot(), self._link, self._config, now)
         for state in list(self._resend):
-            self._plan_resend(state, now, snapshot, plans)
+            self._plan_resend(state, now, planner)
         doomed: list[ProducerBatch] = []
         if not self._bump_wanted:
 
             def take(tp: TopicPartition, batch: ProducerBatch) -> bool:
-                return self._place(tp, batch, snapshot, plans, doomed, now)
+                return self._place(tp, batch, planner, doomed)
 
             for batch in self._acc.drain(now, take):
                 if batch not in doomed:
@@ -277,17 +219,16 @@ class Sender:
         for batch in doomed:
             state = self._states[batch.tp]
             self._acc.complete(batch, -1, error=state.fatal)
-        for plan in plans.values():
+        self._refresh_wanted |= planner.leaderless
+        for plan in planner.plans.values():
             for batches in plan.requests:
                 if batches:
                     self._send_request(plan.link, batches)
 
-    def _plan_resend(
-        self, state: PartitionState, now: float, snapshot: ClusterSnapshot, plans: dict[str, _Plan]
-    ) -> None:
+    def _plan_resend(self, state: PartitionState, now: float, planner: Planner) -> None:
         if now < state.retry_at or state.in_flight():
             return
-        plan = self._plan_for(state.tp, snapshot, plans, now)
+        plan = planner.plan_for(state.tp)
         if plan is None:
             return
         waiting = [batch for batch in state.pending if not batch.in_flight]
@@ -302,10 +243,8 @@ class Sender:
         self,
         tp: TopicPartition,
         batch: ProducerBatch,
-        snapshot: ClusterSnapshot,
-        plans: dict[str, _Plan],
+        planner: Planner,
         doomed: list[ProducerBatch],
-        now: float,
     ) -> bool:
         state = self._state(tp)
         if state.fatal is not None:
@@ -315,26 +254,11 @@ class Sender:
             return False
         if self._config.idempotent and len(state.pending) >= MAX_PENDING_PER_PARTITION:
             return False
-        plan = self._plan_for(tp, snapshot, plans, now)
+        plan = planner.plan_for(tp)
         if plan is None or not plan.add(batch):
             return False
         state.pending.append(batch)  # keeps the per-partition cap exact within a pass
         return True
-
-    def _plan_for(
-        self, tp: TopicPartition, snapshot: ClusterSnapshot, plans: dict[str, _Plan], now: float
-    ) -> _Plan | None:
-        leader = snapshot.leaders.get(tp.topic, {}).get(tp.partition, -1)
-        broker = snapshot.brokers.get(leader)
-        if broker is None:
-            self._refresh_wanted = True
-            return None
-        plan = plans.get(broker.address)
-        if plan is None:
-            link = self._link(broker.address)
-            slots = link.free_slots(self._config.max_in_flight, now)
-            plan = plans[broker.address] = _Plan(link, slots, self._config.max_request_bytes)
-        return plan
 
     def _link(self, address: str) -> BrokerLink:
         link = self._links.get(address)
@@ -354,7 +278,9 @@ class Sender:
     def _seal(self, batch: ProducerBatch, sequence: int) -> None:
         batch.resequenced = False
         if self._config.idempotent:
-            batch.seal(self._config.compression, self._producer_id, self._epoch, sequence)
+            batch.seal(
+                self._config.compression, self._identity.producer_id, self._identity.epoch, sequence
+            )
         else:
             batch.seal(self._config.compression)
 
@@ -518,7 +444,7 @@ class Sender:
 
     # -- producer id and metadata --------------------------------------------------------
     async def _init_producer_id(self) -> None:
-        bump = self._producer_id >= 0
+        bump = self._identity.producer_id >= 0
         attempts = 0
         try:
             while self._abort_error is None:
@@ -540,20 +466,8 @@ class Sender:
     async def _request_producer_id(self, bump: bool) -> None:
         snapshot = self._metadata.snapshot()
         addresses = [b.address for b in snapshot.brokers.values()] or self._metadata.pool.bootstrap
-        link = self._link(random.choice(addresses))
-        request = broker_pb2.InitProducerIdRequest(
-            producer_id=self._producer_id if bump else -1,
-            producer_epoch=self._epoch if bump else -1,
-        )
-        try:
-            response = await link.stub.InitProducerId(
-                request, timeout=self._config.request_timeout_s
-            )
-        except grpc.RpcError as exc:
-            raise error_from_rpc(exc) from None
-        if response.error:
-            raise MeridianError(response.error, response.error_message)
-        self._producer_id, self._epoch = response.producer_id, response.producer_epoch
+        stub = self._link(random.choice(addresses)).stub
+        await self._identity.request(stub, self._config.request_timeout_s, bump=bump)
         if bump:
             for state in self._states.values():
                 state.next_sequence = 0
