@@ -4,9 +4,10 @@ Membership is static (``BrokerConfig.peers``) until the control plane drives it.
 partition is led by the broker hosting it (replication comes later: leader epoch 0,
 replicas and ISR are the leader alone). A background task asks each peer for
 ``Metadata(local_only=True)`` every ``peer_poll_interval_ms`` and keeps the answers; a
-request naming a topic nobody is known to host triggers an immediate round (bounded
-wait). A peer that stops answering keeps its place in the broker list, but its partitions
-are dropped once it has been silent for ``peer_expiry_ms``.
+client's Metadata request waits (at most ``REFRESH_WAIT_S``) for a round begun after it
+arrived, so an admin change completed on any reachable broker before the request is in
+the answer. A peer that stops answering keeps its place in the broker list, but its
+partitions are dropped once it has been silent for ``peer_expiry_ms``.
 
 ``offsets_owner(p)`` is the static owner of ``__consumer_offsets`` partition ``p``:
 ``sorted(all broker ids)[p % n]``.
@@ -34,7 +35,7 @@ from dataplane.errors import ErrorCode
 
 log = logging.getLogger(__name__)
 
-REFRESH_WAIT_S = 1.0  # how long a request naming an unknown topic waits for a round
+REFRESH_WAIT_S = 0.5  # how long a Metadata request waits for a fresh round of peer answers
 
 # topic -> partition -> leader broker id
 Placement = dict[str, dict[int, int]]
@@ -71,7 +72,8 @@ class ClusterView:
             info = common_pb2.BrokerInfo(id=peer_id, host=host, port=peer_port)
             self.peers[peer_id] = Peer(peer_id, address, info)
         self._task: asyncio.Task[None] | None = None
-        self._round: asyncio.Task[None] | None = None
+        self._round: asyncio.Future[None] | None = None
+        self._round_started = 0.0
 
     # -- lifecycle ----------------------------------------------------------------------
     def start(self) -> None:
@@ -96,11 +98,20 @@ class ClusterView:
                 log.exception("refreshing the cluster view failed")
             await asyncio.sleep(interval)
 
-    async def refresh(self) -> None:
-        """One round of asking every peer; concurrent callers share the round."""
-        if self._round is None or self._round.done():
+    async def refresh(self, since: float | None = None) -> None:
+        """Wait for a round of asking every peer that started at or after ``since``
+        (monotonic; default now). Concurrent callers share rounds."""
+        since = time.monotonic() if since is None else since
+        while True:
+            current = self._round
+            if current is not None and self._round_started >= since:
+                await asyncio.shield(current)
+                return
+            if current is not None and not current.done():
+                await asyncio.shield(current)  # started too early for this caller
+                continue
+            self._round_started = time.monotonic()
             self._round = asyncio.ensure_future(self._ask_all())
-        await asyncio.shield(self._round)
 
     async def _ask_all(self) -> None:
         await asyncio.gather(*(self._ask(peer) for peer in self.peers.values()))
@@ -160,12 +171,13 @@ class ClusterView:
         return None if leader is None else self.broker(leader)
 
     async def metadata(self, request: broker_pb2.MetadataRequest) -> broker_pb2.MetadataResponse:
-        placement = self.placement(local_only=request.local_only)
-        missing = [t for t in request.topics if t not in placement]
-        if missing and not request.local_only and self.peers:
+        """The cluster as seen by a round of peer answers begun after this request came
+        (within ``REFRESH_WAIT_S``), so it reflects every admin change completed before
+        it on a reachable broker; ``local_only`` answers from this broker alone."""
+        if not request.local_only and self.peers:
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(asyncio.shield(self.refresh()), REFRESH_WAIT_S)
-            placement = self.placement()
+                await asyncio.wait_for(self.refresh(time.monotonic()), REFRESH_WAIT_S)
+        placement = self.placement(local_only=request.local_only)
         names = list(dict.fromkeys(request.topics)) if request.topics else sorted(placement)
         return broker_pb2.MetadataResponse(
             cluster_id=self.config.cluster_id,

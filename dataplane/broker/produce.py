@@ -135,9 +135,9 @@ class ProduceHandler:
                 info = await job
             except DuplicateBatch as dup:
                 results.append(await self._duplicate(item, dup, timeout_s))
-            except BaseException as exc:  # a typed result, never a lost request
-                if isinstance(exc, asyncio.CancelledError):
-                    raise
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a typed result, never a lost request
                 results.append(_failed(item, to_error(exc)))
             else:
                 part = self.registry.get(item.topic, item.partition)
