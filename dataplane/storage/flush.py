@@ -27,7 +27,6 @@ deadlock.
 
 from __future__ import annotations
 
-import contextlib
 import heapq
 import itertools
 import logging
@@ -182,10 +181,8 @@ class GroupCommitter:
 
 def _sync(work: FlushWork) -> None:
     for segment in work.sealed:
-        with contextlib.suppress(FileNotFoundError), segment.pin():
-            segment.flush()
-    with contextlib.suppress(FileNotFoundError), work.active.pin():
-        work.active.flush_log_only()
+        segment.flush()  # nothing to do for one deleted meanwhile
+    work.active.flush_log_only()
 
 
 class _Entry:

@@ -17,14 +17,24 @@ An entry is added at most every ``index_interval_bytes`` of log. Offset-index en
 name batch *base* offsets, so an entry can be checked against the log: the batch at
 ``position`` must have exactly that base offset (see ``LogSegment``).
 
-Lifecycle: the index of the active segment is preallocated to ``max_index_bytes`` and
-mapped read-write; when the segment is sealed (rolled) or closed the file is trimmed to
-its entries. After an unclean stop a preallocated file holds zeros past its last entry,
+Lifecycle: the index of the active segment is preallocated to ``max_index_bytes`` once an
+entry is written to it; when the segment is sealed (rolled) or closed the file is trimmed
+to its entries. After an unclean stop a preallocated file holds zeros past its last entry,
 which is why recovery rebuilds the indexes of every segment it re-validates.
+
+Mapping: an index is mapped only while its segment is open (see ``filecache.py``), and
+lazily: an index built with ``file_bytes`` (what a directory listing said) starts unmapped
+and maps itself on first use. Python's ``mmap`` keeps a descriptor of its own for each
+mapping, so a mapped index costs one file descriptor; ``on_map`` is told of every change
+(+1, -1) made while the owner uses the index, ``map`` and ``unmap`` (called by the owner
+when it opens and closes the segment) report theirs as return values instead. An unmapped
+index keeps its entry count, so appends continue where they stopped.
 
 Thread safety: appends and truncations must be serialised by the owner (the log's append
 lock); lookups may run concurrently with appends because an entry becomes visible only
-after it is fully written (the entry count is bumped last).
+after it is fully written (the entry count is bumped last). Mapping and unmapping happen
+only while the owner guarantees no lookup runs (the segment is pinned, or unpinned and
+being closed).
 """
 
 from __future__ import annotations
@@ -32,6 +42,7 @@ from __future__ import annotations
 import mmap
 import os
 import struct
+from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar
 
@@ -43,33 +54,111 @@ class _MappedIndex:
 
     entry: ClassVar[struct.Struct]
 
-    def __init__(self, path: Path, base_offset: int, *, max_index_bytes: int) -> None:
+    def __init__(
+        self,
+        path: Path,
+        base_offset: int,
+        *,
+        max_index_bytes: int,
+        file_bytes: int | None = None,
+        on_map: Callable[[int], None] | None = None,
+    ) -> None:
+        """Open the index at ``path`` (created when missing) and map it.
+
+        With ``file_bytes`` (the file's size, known from a listing) nothing is opened: the
+        index starts unmapped and maps itself when first used.
+        """
         self.path = path
         self.base_offset = base_offset
         self._entry_size = self.entry.size
         self._max_entries = max(2, max_index_bytes // self._entry_size)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            length = os.fstat(fd).st_size
-        finally:
-            os.close(fd)
-        if length % self._entry_size:
-            raise IndexCorruptError(path, f"size {length} is not a multiple of {self._entry_size}")
-        self._entries = length // self._entry_size
+        self._on_map = on_map
         self._mmap: mmap.mmap | None = None
         self._closed = False
-        self._remap(length)  # sealed indexes stay exact; the owner calls make_writable
+        eager = file_bytes is None
+        if file_bytes is None:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                file_bytes = os.fstat(fd).st_size
+            finally:
+                os.close(fd)
+        if file_bytes % self._entry_size:
+            raise IndexCorruptError(
+                path, f"size {file_bytes} is not a multiple of {self._entry_size}"
+            )
+        self._entries = file_bytes // self._entry_size
+        self._file_bytes = file_bytes  # the file's length as this object last left it
+        if eager:
+            self._remap(file_bytes)  # sealed indexes stay exact; appends grow the file
 
     # -- mapping -----------------------------------------------------------------------
+    @property
+    def is_mapped(self) -> bool:
+        return self._mmap is not None
+
+    def map(self) -> int:
+        """Map the file if it has entries and is not mapped yet; returns the mappings added.
+
+        Raises ``IndexCorruptError`` when the file is shorter than its entries (it was cut
+        behind the owner's back) and ``FileNotFoundError`` when it is gone.
+        """
+        if self._mmap is not None or not self._entries:
+            return 0
+        fd = os.open(self.path, os.O_RDWR)
+        try:
+            length = os.fstat(fd).st_size
+            if length < self._entries * self._entry_size:
+                raise IndexCorruptError(
+                    self.path, f"{length} bytes cannot hold its {self._entries} entries"
+                )
+            self._mmap = _map_file(fd, length)
+            self._file_bytes = length
+        finally:
+            os.close(fd)
+        return 1
+
+    def unmap(self, *, trim: bool = True) -> int:
+        """Unmap (trimming the file to its entries first); returns the mappings removed.
+
+        ``trim=False`` leaves the file alone (it may already be unlinked).
+        """
+        exact = self._entries * self._entry_size
+        if trim and self._file_bytes != exact:
+            self._truncate_file(exact)
+        if self._mmap is None:
+            return 0
+        self._mmap.close()
+        self._mmap = None
+        return -1
+
+    def _ensure_mapped(self) -> None:
+        if self._mmap is None and self._entries:
+            added = self.map()
+            if added and self._on_map is not None:
+                self._on_map(added)
+
     def _remap(self, length: int) -> None:
-        """Resize the file and map it; no descriptor stays open (the map keeps the file)."""
+        """Resize the file and map it; the map's own descriptor is the only one kept."""
+        was_mapped = self._mmap is not None
         if self._mmap is not None:
             self._mmap.close()
             self._mmap = None
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             os.ftruncate(fd, length)
-            self._mmap = mmap.mmap(fd, length) if length else None
+            self._file_bytes = length
+            self._mmap = _map_file(fd, length) if length else None
+        finally:
+            os.close(fd)
+        change = (self._mmap is not None) - was_mapped
+        if change and self._on_map is not None:
+            self._on_map(change)
+
+    def _truncate_file(self, length: int) -> None:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            os.ftruncate(fd, length)
+            self._file_bytes = length
         finally:
             os.close(fd)
 
@@ -91,6 +180,7 @@ class _MappedIndex:
         return self._entries * self._entry_size
 
     def _read(self, n: int) -> tuple[int, ...]:
+        self._ensure_mapped()
         assert self._mmap is not None
         return self.entry.unpack_from(self._mmap, n * self._entry_size)
 
@@ -99,7 +189,7 @@ class _MappedIndex:
         if self._mmap is None or len(self._mmap) < needed:
             # ``max_index_bytes`` makes the log roll; it is not a hard cap (the entry made
             # when sealing may need the reserved slot, or more after the limit was lowered).
-            self._remap(max(self._max_entries * self._entry_size, needed))
+            self._remap(max(self._max_entries * self._entry_size, needed, self._file_bytes))
         assert self._mmap is not None
         self.entry.pack_into(self._mmap, self._entries * self._entry_size, *values)
         self._entries += 1
@@ -121,7 +211,11 @@ class _MappedIndex:
 
     def trim(self) -> None:
         """Shrink the file to exactly its entries (sealing or clean close)."""
-        self._remap(self._entries * self._entry_size)
+        exact = self._entries * self._entry_size
+        if self._mmap is not None:
+            self._remap(exact)
+        elif self._file_bytes != exact:
+            self._truncate_file(exact)
 
     def flush(self) -> None:
         """Write the mapped entries and the file size to stable storage."""
@@ -139,14 +233,12 @@ class _MappedIndex:
         """Trim the file to its entries and unmap it."""
         if self._closed:
             return
-        self.trim()
-        self.discard()
+        self.unmap(trim=True)
+        self._closed = True
 
     def discard(self) -> None:
         """Unmap without touching the file (it may already be unlinked)."""
-        if self._mmap is not None:
-            self._mmap.close()
-            self._mmap = None
+        self.unmap(trim=False)
         self._closed = True
 
     def delete(self) -> None:
@@ -156,6 +248,7 @@ class _MappedIndex:
     # -- search ------------------------------------------------------------------------
     def _last_at_most(self, key: int, field: int) -> int:
         """Index of the last entry whose ``field`` is <= ``key``, or -1."""
+        self._ensure_mapped()
         lo, hi = 0, self._entries
         mm, size, unpack = self._mmap, self._entry_size, self.entry.unpack_from
         while lo < hi:
@@ -165,6 +258,19 @@ class _MappedIndex:
             else:
                 hi = mid
         return lo - 1
+
+
+def _map_file(fd: int, length: int) -> mmap.mmap:
+    """Map ``length`` bytes of ``fd`` for random access.
+
+    Lookups bisect and appends touch one page at a time, so the kernel's read-around
+    (which allocates and fills the pages around a faulting one) only costs: a first
+    write into a preallocated, sparse index took milliseconds with it, microseconds
+    without.
+    """
+    mapped = mmap.mmap(fd, length)
+    mapped.madvise(mmap.MADV_RANDOM)
+    return mapped
 
 
 class OffsetIndex(_MappedIndex):

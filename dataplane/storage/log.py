@@ -15,6 +15,12 @@ A ``PartitionLog`` owns one directory (``<topic>-<partition>/``) holding its seg
 Offsets are dense: every append gets ``[LEO, LEO + n)``. Offsets live outside the CRC
 (the base offset is bytes 0..7 of a batch), so assigning them leaves the CRC valid.
 
+Files stay closed until used: opening reads the checkpoint and lists the directory (see
+``recovery.py``), and segments open and close through the process-wide budget of open
+files (``filecache.py``). A log opened after a clean shutdown and never changed keeps
+its clean checkpoint; the first change (an append, a roll, a truncation, a deletion)
+first records that the log is no longer clean.
+
 Thread safety: any number of threads may append, read and look up concurrently.
 Appends are serialised by one lock while they write; with ``durability=always`` they
 then wait for a group commit (``flush.py``) outside that lock. Reads take no lock: they
@@ -35,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dataplane.storage import records
-from dataplane.storage.checkpoint import PartitionCheckpoint, write_checkpoint
+from dataplane.storage.checkpoint import LastSegment, PartitionCheckpoint, write_checkpoint
 from dataplane.storage.config import Durability, LogConfig
 from dataplane.storage.errors import (
     CorruptBatchError,
@@ -50,7 +56,7 @@ from dataplane.storage.flush import BACKGROUND_FLUSHER, FlushWork, GroupCommitte
 from dataplane.storage.records import BatchHeader, TimestampType
 from dataplane.storage.recovery import RecoveryReport, load_log
 from dataplane.storage.scan import CorruptRegion
-from dataplane.storage.segment import LogSegment, PlacedBatch
+from dataplane.storage.segment import LogSegment, PlacedBatch, fsync_directory
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +91,17 @@ class ReadResult:
     log_start_offset: int
     log_end_offset: int
     high_watermark: int
+
+
+@dataclass(frozen=True, slots=True)
+class _CheckpointState:
+    """What a checkpoint records of a log, to tell whether it must be rewritten."""
+
+    log_start_offset: int
+    recovery_point: int
+    high_watermark: int
+    config: LogConfig
+    clean_shutdown: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +151,10 @@ class PartitionLog:
         self._offline: LogDirOfflineError | None = None
         self._closing = False
         self._closed = False
+        self._clean_on_disk = False  # the checkpoint on disk says clean_shutdown
+        self._checkpointed: _CheckpointState | None = None  # what the checkpoint on disk holds
+        self._activity_listener: Callable[[PartitionLog], None] | None = None
+        self._active = False  # changed since the last ``settle``
         self.recovery = RecoveryReport(directory, clean_shutdown=True)
 
     # -- opening ------------------------------------------------------------------------
@@ -154,7 +175,11 @@ class PartitionLog:
         """
         started = time.perf_counter()
         directory = Path(directory)
-        directory.mkdir(parents=True, exist_ok=True)
+        try:
+            directory.mkdir(parents=True)
+            new_directory = True
+        except FileExistsError:
+            new_directory = False
         loaded = load_log(directory, config, initial_offset)
         self = cls(directory, loaded.config, replicated=replicated, clock_ms=clock_ms)
         now = clock_ms()
@@ -163,14 +188,14 @@ class PartitionLog:
         self._set_view(loaded.segments)
         self._log_end_offset = loaded.segments[-1].next_offset
         self._log_start_offset = loaded.log_start_offset
-        for segment in loaded.recovered:
-            if segment in loaded.segments:
-                segment.flush()
+        self._sync_recovered(loaded.recovered, loaded.segments)
         self._committer.reset(self._log_end_offset)
         stored_hw = loaded.high_watermark
         self._high_watermark = self._clamp(self._log_end_offset if stored_hw is None else stored_hw)
         self._publish()
-        self._write_checkpoint(clean_shutdown=False)
+        self._record_open_state(loaded.checkpoint, loaded.config, changed=loaded.changed)
+        if new_directory:
+            fsync_directory(directory.parent)
         report = self.recovery = loaded.report
         report.segments = len(loaded.segments)
         report.log_start_offset, report.log_end_offset = (
@@ -181,6 +206,40 @@ class PartitionLog:
         if not report.clean_shutdown or report.repaired or report.corrupt:
             log.warning("recovered log %s", report)
         return self
+
+    @staticmethod
+    def _sync_recovered(recovered: list[LogSegment], segments: list[LogSegment]) -> None:
+        """Make what recovery accepted durable: the recovery point moves to the LEO.
+
+        The last segment's indexes are left to the next recovery, as always for the
+        active segment; a sealed one's are synced, since recovery will trust them.
+        """
+        for segment in recovered:
+            if segment is segments[-1]:
+                segment.flush_log_only()
+            elif segment in segments:
+                segment.flush()
+
+    def _record_open_state(
+        self, checkpoint: PartitionCheckpoint | None, config: LogConfig, *, changed: bool
+    ) -> None:
+        """Write the checkpoint at open only when the one on disk no longer describes the
+        log: new, repaired, or with another configuration."""
+        if checkpoint is None:
+            self._write_checkpoint(clean_shutdown=False)
+            return
+        self._clean_on_disk = checkpoint.clean_shutdown
+        self._checkpointed = _CheckpointState(
+            checkpoint.log_start_offset,
+            checkpoint.recovery_point,
+            checkpoint.high_watermark,
+            checkpoint.config,
+            checkpoint.clean_shutdown,
+        )
+        if changed and checkpoint.clean_shutdown:
+            self._write_checkpoint(clean_shutdown=False)
+        elif checkpoint.config != config:
+            self._write_checkpoint()
 
     # -- offsets ------------------------------------------------------------------------
     @property
@@ -219,6 +278,7 @@ class PartitionLog:
         """
         with self._lock:
             self._raise_high_watermark(offset)
+            self._note_activity()
             return self._high_watermark
 
     def _clamp(self, offset: int) -> int:
@@ -276,8 +336,12 @@ class PartitionLog:
                 self._check_follower_offsets(headers)
             if before_write is not None:
                 before_write(base, [header for _, header in headers])
+            self._mark_unclean()
             buffers, placed, append_time = self._prepare(view, headers, base, leader_epoch)
-            return self._write(buffers, placed, append_time), self._committer.epoch
+            info = self._write(buffers, placed, append_time)
+            if not self._active:
+                self._note_activity()
+            return info, self._committer.epoch
 
         if self.config.durability is Durability.ALWAYS:
             return self._group_writer.append(write)  # written and synced with its group
@@ -429,7 +493,9 @@ class PartitionLog:
         with self._lock:
             self._check_writable()
             if not self._view.segments[-1].is_empty:
+                self._mark_unclean()
                 self._roll(self._log_end_offset)
+                self._note_activity()
 
     def _flush_due(self) -> bool:
         return self._clock_ms() - self._last_flush_ms >= self.config.flush_interval_ms
@@ -560,6 +626,8 @@ class PartitionLog:
             doomed = self._expired_by_time(now) or self._over_size()
             if not doomed:
                 return []
+            self._mark_unclean()
+            self._note_activity()
             if doomed[-1] is self._view.segments[-1]:
                 self._roll(self._log_end_offset)
             return self._delete_leading(doomed)
@@ -612,12 +680,15 @@ class PartitionLog:
             target = min(offset, self._high_watermark)
             if target <= self._log_start_offset:
                 return self._log_start_offset
-            self._log_start_offset = target
             doomed = [s for s in self._view.segments[:-1] if s.next_offset <= target]
+            if doomed:
+                self._mark_unclean()
+            self._log_start_offset = target
+            self._note_activity()
             if doomed:
                 self._delete_leading(doomed)
             else:
-                self._write_checkpoint(clean_shutdown=False)
+                self._write_checkpoint()
             return self._log_start_offset
 
     def truncate_to(self, offset: int) -> int:
@@ -635,6 +706,8 @@ class PartitionLog:
                 return self._log_end_offset
             if offset <= self._log_start_offset:
                 return self.truncate_fully_and_start_at(offset)
+            self._mark_unclean()
+            self._note_activity()
             # Before any file changes: a flush round already running must not count what
             # is about to be cut, nor acknowledge an append in it.
             self._committer.truncated(offset)
@@ -662,6 +735,8 @@ class PartitionLog:
         """Delete every segment and restart the empty log at ``offset``."""
         with self._lock:
             self._check_writable()
+            self._mark_unclean()
+            self._note_activity()
             self._committer.truncated(min(offset, self._log_end_offset))
             self._delete_segments(self._view.segments)
             with self._unflushed_lock:
@@ -684,7 +759,7 @@ class PartitionLog:
         with self._hw_lock:
             self._high_watermark = self._clamp(self._high_watermark)
         self._publish()
-        self._write_checkpoint(clean_shutdown=False)
+        self._write_checkpoint()
 
     # -- verification -------------------------------------------------------------------
     def verify(self) -> list[CorruptRegion]:
@@ -711,22 +786,75 @@ class PartitionLog:
             for segment in self._view.segments:
                 segment.config = config
             self._publish()
-            self._write_checkpoint(clean_shutdown=False)
+            self._write_checkpoint()
+            self._note_activity()
 
     def checkpoint(self) -> None:
-        """Persist the log start offset, recovery point and high watermark."""
+        """Persist the log start offset, recovery point and high watermark (if changed)."""
         with self._lock:
-            if not (self._closing or self._closed) and self._offline is None:
-                self._write_checkpoint(clean_shutdown=False)
+            live = not (self._closing or self._closed) and self._offline is None
+            if live and self._checkpoint_state() != self._checkpointed:
+                self._write_checkpoint()
+
+    def set_activity_listener(self, listener: Callable[[PartitionLog], None] | None) -> None:
+        """Call ``listener(log)`` when the log changes after ``settle`` found it idle.
+
+        The log manager uses it to look only at logs that changed. The listener runs in the
+        changing thread, possibly under the log's append lock: it must only take note. It
+        is called at once when the checkpoint on disk is already out of date.
+        """
+        self._activity_listener = listener
+        self._active = False
+        if listener is not None and self._checkpoint_state() != self._checkpointed:
+            self._note_activity()
+
+    def settle(self) -> bool:
+        """Checkpoint if needed; True when nothing is left for housekeeping to do.
+
+        A settled log calls its activity listener again on its next change; one with
+        flushes still due (an ``interval`` log behind, or sealed segments not yet synced)
+        stays active and returns False.
+        """
+        self._active = False  # a change from now on notifies again
+        self.checkpoint()
+        if self._flush_pending():
+            self._active = True
+            return False
+        return True
+
+    def _flush_pending(self) -> bool:
+        if self._closing or self._closed or self._offline is not None:
+            return False
+        if self._unflushed:
+            return True
+        behind = self._committer.recovery_point < self._log_end_offset
+        return behind and self.config.durability is not Durability.NEVER
+
+    def _note_activity(self) -> None:
+        if not self._active:
+            self._active = True
+            listener = self._activity_listener
+            if listener is not None:
+                listener(self)
+
+    def _mark_unclean(self) -> None:
+        """Before the first change to the files: the checkpoint on disk stops saying clean."""
+        if self._clean_on_disk:
+            self._write_checkpoint(clean_shutdown=False)
 
     def close(self) -> None:
-        """Refuse new appends, flush, close every segment and record a clean shutdown."""
+        """Refuse new appends, flush, close every segment and record a clean shutdown.
+
+        A log whose files did not change since its clean open only closes its segments
+        (and rewrites its clean checkpoint if its offsets moved).
+        """
         with self._lock:
             if self._closing or self._closed:
                 return
-            self._closing = True
+            self._closing = True  # no write starts after this; none is running now
+            changed = not self._clean_on_disk
         try:
-            if self._offline is None:
+            if self._offline is None and changed:
                 self.flush()  # outside the append lock: the flusher needs it
         finally:
             with self._lock:
@@ -736,7 +864,8 @@ class PartitionLog:
                     segment.close()
                 if self._offline is None:
                     active.close(sync_indexes=True)
-                    self._write_checkpoint(clean_shutdown=True)
+                    if not self._clean_on_disk or self._checkpoint_state() != self._checkpointed:
+                        self._write_checkpoint(clean_shutdown=True)
                 else:
                     active.close()
 
@@ -748,20 +877,46 @@ class PartitionLog:
                 segment.delete()
             shutil.rmtree(self.directory, ignore_errors=True)
 
-    def _write_checkpoint(self, *, clean_shutdown: bool) -> None:
+    def _checkpoint_state(self) -> _CheckpointState:
+        return _CheckpointState(
+            self._log_start_offset,
+            min(self._committer.recovery_point, self._log_end_offset),
+            self._high_watermark,
+            self.config,
+            self._clean_on_disk,
+        )
+
+    def _write_checkpoint(self, *, clean_shutdown: bool | None = None) -> None:
+        """Write the checkpoint; ``clean_shutdown`` None keeps what the disk says."""
+        clean = self._clean_on_disk if clean_shutdown is None else clean_shutdown
+        self._clean_on_disk = clean
+        state = self._checkpoint_state()
         try:
             write_checkpoint(
                 self.directory,
                 PartitionCheckpoint(
-                    clean_shutdown=clean_shutdown,
-                    log_start_offset=self._log_start_offset,
-                    recovery_point=min(self._committer.recovery_point, self._log_end_offset),
-                    high_watermark=self._high_watermark,
-                    config=self.config,
+                    clean_shutdown=clean,
+                    log_start_offset=state.log_start_offset,
+                    recovery_point=state.recovery_point,
+                    high_watermark=state.high_watermark,
+                    config=state.config,
+                    last_segment=self._last_segment() if clean else None,
                 ),
             )
         except OSError as exc:
+            self._clean_on_disk = False  # unknown now: never trust it to be clean
             raise self._go_offline(exc) from exc
+        self._checkpointed = state
+
+    def _last_segment(self) -> LastSegment:
+        active = self._view.segments[-1]
+        return LastSegment(
+            active.base_offset,
+            active.size_bytes,
+            self._log_end_offset,
+            active.max_timestamp,
+            active.offset_of_max_timestamp,
+        )
 
     def _go_offline(self, cause: OSError) -> LogDirOfflineError:
         if self._offline is None:

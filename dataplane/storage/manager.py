@@ -10,13 +10,25 @@ A partition directory being deleted is first renamed to
 ``<topic>-<partition>.<token>.deleted`` and then removed, so a crash in between never
 leaves a half-deleted log that looks live.
 
-One background thread (``start``) runs the housekeeping on fixed periods:
+Many partitions: opening reads each log's checkpoint and lists its directory, and opens
+no segment file (see ``recovery.py``); logs left unclean are recovered in parallel.
+Segment files are opened when used and closed when idle, within one process-wide budget
+of descriptors (``filecache.py``) that ``max_open_files`` sets. A log that is never
+changed keeps its clean checkpoint, so an idle partition costs no write at open, at
+close, or in between.
 
-- flush: ``PartitionLog.maybe_flush`` on every log (``interval`` logs whose period has
-  passed; segments sealed since the last flush in every mode);
-- retention: ``delete_retained_segments`` on every log;
-- checkpoint: each log's checkpoint (log start offset, recovery point, high watermark),
-  bounding how much recovery re-validates after a crash.
+One background thread (``start``) runs the housekeeping on fixed periods, over the
+*active* logs only (those that changed since housekeeping last found them idle; each
+log tells the manager through ``PartitionLog.set_activity_listener``):
+
+- flush: ``PartitionLog.maybe_flush`` on every active log (``interval`` logs whose
+  period has passed; segments sealed since the last flush in every mode);
+- checkpoint: ``PartitionLog.settle`` on every active log (its checkpoint — log start
+  offset, recovery point, high watermark — if it changed, bounding how much recovery
+  re-validates after a crash); a log with nothing left to flush leaves the active set.
+  Segment files unused for ``idle_file_close_ms`` are closed at the same time;
+- retention: ``delete_retained_segments`` on every log, at its own slower period; it
+  looks at segments' sizes and max timestamps, which are kept in memory.
 
 Thread safety: every public method may be called from any thread.
 """
@@ -42,6 +54,7 @@ from typing import TypeVar
 
 from dataplane.storage.config import LogConfig
 from dataplane.storage.errors import LogClosedError, StorageError
+from dataplane.storage.filecache import SEGMENT_FILES, default_max_open_files
 from dataplane.storage.log import PartitionLog, wall_clock_ms
 from dataplane.storage.recovery import RecoveryReport
 from dataplane.storage.scan import CorruptRegion
@@ -81,6 +94,7 @@ class ManagerSchedule:
     flush_check_ms: int = 100
     retention_check_ms: int = 5 * 60 * 1000
     checkpoint_ms: int = 60 * 1000
+    idle_file_close_ms: int = 10 * 60 * 1000
 
 
 class LogManager:
@@ -94,13 +108,20 @@ class LogManager:
         schedule: ManagerSchedule | None = None,
         clock_ms: Callable[[], int] = wall_clock_ms,
         recovery_threads: int = 2,
+        max_open_files: int | None = None,
     ) -> None:
+        """``max_open_files`` sets the process-wide budget of descriptors held by open
+        segment files when ``open`` runs (default: what the limit on open files allows,
+        see ``filecache.default_max_open_files``)."""
         self.data_dir = Path(data_dir)
         self.default_config = default_config or LogConfig()
         self.schedule = schedule or ManagerSchedule()
+        self.max_open_files = max_open_files
         self._clock_ms = clock_ms
         self._recovery_threads = recovery_threads
         self._logs: dict[TopicPartition, PartitionLog] = {}
+        self._active: set[PartitionLog] = set()
+        self._active_lock = threading.Lock()
         self._lock = threading.RLock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -113,6 +134,7 @@ class LogManager:
         """Lock the data directory and open (recovering as needed) every log in it."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         _raise_open_file_limit()
+        SEGMENT_FILES.set_max_open_files(self.max_open_files or default_max_open_files())
         self._lock_directory()
         self._remove_deleted_dirs()
         found = sorted(self._partition_dirs())
@@ -120,6 +142,7 @@ class LogManager:
             opened = list(pool.map(self._open_existing, found))
         for tp, partition_log in opened:
             self._logs[tp] = partition_log
+            partition_log.set_activity_listener(self._note_active)
         self.recovery_reports = [pl.recovery for _, pl in opened]
         return self.recovery_reports
 
@@ -139,10 +162,11 @@ class LogManager:
             shutil.rmtree(path, ignore_errors=True)
 
     def _partition_dirs(self) -> Iterator[TopicPartition]:
-        for path in self.data_dir.iterdir():
-            match = _PARTITION_DIR.match(path.name)
-            if path.is_dir() and match:
-                yield TopicPartition(match["topic"], int(match["partition"]))
+        with os.scandir(self.data_dir) as entries:
+            for entry in entries:
+                match = _PARTITION_DIR.match(entry.name)
+                if match and entry.is_dir():
+                    yield TopicPartition(match["topic"], int(match["partition"]))
 
     def _open_existing(self, tp: TopicPartition) -> tuple[TopicPartition, PartitionLog]:
         return tp, PartitionLog.open(self.data_dir / tp.dir_name, clock_ms=self._clock_ms)
@@ -164,15 +188,21 @@ class LogManager:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-        for partition_log in list(self._logs.values()):
-            try:
-                partition_log.close()
-            except StorageError:
-                log.exception("closing %s failed", partition_log.directory)
+        with ThreadPoolExecutor(max_workers=max(1, self._recovery_threads)) as pool:
+            list(pool.map(self._close_log, list(self._logs.values())))
         self._logs.clear()
+        with self._active_lock:
+            self._active.clear()
         if self._lock_fd >= 0:
             os.close(self._lock_fd)
             self._lock_fd = -1
+
+    @staticmethod
+    def _close_log(partition_log: PartitionLog) -> None:
+        try:
+            partition_log.close()
+        except StorageError:
+            log.exception("closing %s failed", partition_log.directory)
 
     def __enter__(self) -> LogManager:
         self.open()
@@ -208,6 +238,7 @@ class LogManager:
                 clock_ms=self._clock_ms,
             )
             self._logs[tp] = created
+            created.set_activity_listener(self._note_active)
             return created
 
     def delete_log(self, topic: str, partition: int) -> bool:
@@ -221,6 +252,9 @@ class LogManager:
             partition_log = self._logs.pop(tp, None)
             if partition_log is None:
                 return False
+            partition_log.set_activity_listener(None)
+            with self._active_lock:
+                self._active.discard(partition_log)
             partition_log.close()
             doomed = self.data_dir / f"{tp.dir_name}.{uuid.uuid4().hex[:8]}.deleted"
             os.replace(partition_log.directory, doomed)
@@ -237,9 +271,21 @@ class LogManager:
             raise LogClosedError(f"log manager of {self.data_dir} is closed")
 
     # -- housekeeping -------------------------------------------------------------------
+    def _note_active(self, partition_log: PartitionLog) -> None:
+        with self._active_lock:
+            self._active.add(partition_log)
+
+    def active_logs(self) -> list[PartitionLog]:
+        """The logs that changed since housekeeping last found them idle."""
+        with self._active_lock:
+            return list(self._active)
+
     def flush_due_logs(self) -> int:
-        """Flush every log whose durability mode says it is due; returns how many."""
-        return sum(1 for pl in self.logs().values() if self._safely(pl, pl.maybe_flush))
+        """Flush every log whose durability mode says it is due; returns how many.
+
+        Only active logs can be due: an idle one has nothing unflushed.
+        """
+        return sum(1 for pl in self.active_logs() if self._safely(pl, pl.maybe_flush))
 
     def enforce_retention(self, now_ms: int | None = None) -> int:
         """Apply retention to every log; returns the number of segments deleted."""
@@ -267,8 +313,15 @@ class LogManager:
         return damaged
 
     def checkpoint_all(self) -> None:
-        for partition_log in self.logs().values():
-            self._safely(partition_log, partition_log.checkpoint)
+        """Checkpoint every log that changed; logs with nothing left to do become idle.
+
+        An idle log's checkpoint already holds its state.
+        """
+        with self._active_lock:
+            logs, self._active = self._active, set()
+        for partition_log in logs:
+            if self._safely(partition_log, partition_log.settle) is False:
+                self._note_active(partition_log)
 
     @staticmethod
     def _safely(partition_log: PartitionLog, action: Callable[[], T]) -> T | None:
@@ -293,11 +346,13 @@ class LogManager:
                 next_retention = now + schedule.retention_check_ms / 1000
             if now >= next_checkpoint:
                 self.checkpoint_all()
+                SEGMENT_FILES.close_idle(schedule.idle_file_close_ms / 1000)
                 next_checkpoint = now + schedule.checkpoint_ms / 1000
 
 
 def _raise_open_file_limit() -> None:
-    """Lift the soft limit on open files to the hard one: every segment holds a descriptor."""
+    """Lift the soft limit on open files to the hard one: the budget of open segment files
+    is derived from it."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard == resource.RLIM_INFINITY or soft < hard:
         with contextlib.suppress(ValueError, OSError):

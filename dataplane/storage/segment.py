@@ -10,110 +10,247 @@ files named by ``B`` zero-padded to 20 digits::
 The ``.log`` holds the offsets ``[base_offset, next_offset)`` densely. Every batch
 written to it has passed ``validate_batch`` and carries its final base offset.
 
-Lifecycle: a segment is *active* (the log's last one; appends go here, indexes are
-preallocated and writable) until the log rolls, when it is *sealed* (indexes trimmed,
-never written again except by truncation). Sealed segments are deleted whole by
-retention.
+Lifecycle: a segment is *active* (the log's last one; appends go here, indexes grow
+preallocated) until the log rolls, when it is *sealed* (indexes trimmed, never written
+again except by truncation). Sealed segments are deleted whole by retention.
+
+Open and closed: a segment holds file descriptors only while it is *open*, which the
+process-wide ``SegmentFileCache`` (``filecache.py``) decides. ``pin`` opens it when
+needed (the ``.log`` and, if it has entries, the offset index; the time index is mapped
+when first used) and keeps it open until the matching unpin; an unpinned segment may be
+closed at any moment to make room. Every method that touches the files pins the segment
+itself, except the read path (``read``, ``find_batch``, ``find_offset_by_timestamp``),
+whose caller holds the pin across the whole read.
+
+Loading: a segment trusted at open (clean shutdown, or below the recovery point) is
+*deferred* (``defer_loading``): its end and sealed state come from the directory
+listing and the checkpoint, and nothing is read until it is first pinned. Then its
+indexes are checked against the log at their last entries, as a clean load always did,
+and rebuilt if that check fails.
 
 Thread safety: ``append``, ``truncate_to``, ``seal`` and index rebuilds take the
-segment's lock; the log serialises its appends anyway. Reads (``read``, ``find_batch``,
-``find_offset_by_timestamp``) hold it only around index lookups (a roll or a rebuild may
-remap an index) and otherwise work against a snapshot of the segment's size: bytes past
-the size at the moment a read starts are never returned. A segment
-deleted while a read holds it (``pin``) keeps its file descriptor until the read ends
-(the files are already unlinked).
+segment's lock; the log serialises its appends anyway. Reads hold it only around index
+lookups (a roll or a rebuild may remap an index) and otherwise work against a snapshot
+of the segment's size: bytes past the size at the moment a read starts are never
+returned. A segment deleted while a read holds it pinned keeps its descriptors until the
+read ends (the files are already unlinked). Pin counts and the open state are guarded
+by the cache's lock, which is taken after the segment's lock, never before.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import struct
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TypeVar
 
-import crc32c
-
 from dataplane.storage import records
 from dataplane.storage.config import LogConfig
-from dataplane.storage.errors import CorruptBatchError, CrcMismatchError, IndexCorruptError
+from dataplane.storage.errors import CorruptBatchError, IndexCorruptError
+from dataplane.storage.filecache import SEGMENT_FILES, SegmentFileCache
 from dataplane.storage.index import OffsetIndex, TimeIndex
 from dataplane.storage.records import HEADER_SIZE, BatchHeader
 from dataplane.storage.scan import CorruptRegion, ScanResult, scan_segment
+from dataplane.storage.segment_files import INDEX_SUFFIX as INDEX_SUFFIX
+from dataplane.storage.segment_files import LOG_SUFFIX as LOG_SUFFIX
+from dataplane.storage.segment_files import TIME_INDEX_SUFFIX as TIME_INDEX_SUFFIX
+from dataplane.storage.segment_files import PlacedBatch as PlacedBatch
+from dataplane.storage.segment_files import (
+    SegmentFiles,
+    check_crc,
+    create_empty,
+    pwritev_all,
+    segment_file_name,
+    whole_batches,
+)
+from dataplane.storage.segment_files import fsync_directory as fsync_directory
 
 log = logging.getLogger(__name__)
 
-LOG_SUFFIX = ".log"
-INDEX_SUFFIX = ".index"
-TIME_INDEX_SUFFIX = ".timeindex"
-_CRC_START = 21  # the CRC covers attributes (byte 21) to the end of the batch
-_READ_FIELDS = struct.Struct(">qi4xbI2xi")  # base offset, length, magic, crc, last delta
-_IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
-
-
 _IndexT = TypeVar("_IndexT", OffsetIndex, TimeIndex)
-PlacedBatch = tuple[int, int, BatchHeader]
-"""(position relative to the start of a write, final base offset, parsed header)."""
-
-
-def segment_file_name(base_offset: int, suffix: str) -> str:
-    return f"{base_offset:020d}{suffix}"
 
 
 class LogSegment:
     """A ``.log`` file of whole batches and its two indexes. See the module docstring."""
 
-    def __init__(self, directory: Path, base_offset: int, config: LogConfig) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        base_offset: int,
+        config: LogConfig,
+        files: SegmentFiles | None = None,
+        *,
+        cache: SegmentFileCache | None = None,
+    ) -> None:
+        """The segment at ``base_offset``; opens nothing (``files``: sizes, if known)."""
         self.directory = directory
         self.base_offset = base_offset
         self.config = config
         self.log_path = directory / segment_file_name(base_offset, LOG_SUFFIX)
+        self._cache = cache or SEGMENT_FILES
         self._lock = threading.RLock()
-        self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
-        self._size = os.fstat(self._fd).st_size
+        if files is None:
+            files = SegmentFiles.stat(directory, base_offset)
+        self._size = files.log_bytes
+        # Guarded by the cache's lock:
+        self._fd = -1
+        self._open_fds = 0
         self._pins = 0
         self._deleted = False
-        self._close_pending = False
+        self._retired = False
+        self._last_used = 0.0
+        self._deferred = False  # loaded from the listing; check indexes on first pin
+        self._needs_rebuild = False  # an index was found unusable when opening
+        self._timestamps_known = True
+        self._modified = False  # files changed since loaded (close must record and sync)
         self._reported: set[int] = set()  # positions of corrupt batches already logged
         self.next_offset = base_offset
-        self.max_timestamp = -1
-        self.offset_of_max_timestamp = base_offset
+        self._max_timestamp = -1
+        self._offset_of_max_timestamp = base_offset
         self.created_ms = 0  # wall-clock time the log created or opened it (age-based roll)
         self._bytes_since_index = 0
         self._force_index_entry = False
         self.sealed = False
         self.index_rebuilds = 0
-        self.offset_index, self.time_index, missing = self._open_indexes()
-        self.indexes_missing = missing
+        self.offset_index, fresh_offsets = self._make_index(
+            OffsetIndex, INDEX_SUFFIX, files.index_bytes
+        )
+        self.time_index, fresh_times = self._make_index(
+            TimeIndex, TIME_INDEX_SUFFIX, files.time_index_bytes
+        )
+        self.indexes_missing = self._size > 0 and (fresh_offsets or fresh_times)
 
     # -- construction -------------------------------------------------------------------
-    def _open_indexes(self) -> tuple[OffsetIndex, TimeIndex, bool]:
-        """Both indexes, and whether either had to be started afresh (missing or broken)."""
-        offset_index, fresh_offsets = self._open_index(OffsetIndex, INDEX_SUFFIX)
-        time_index, fresh_times = self._open_index(TimeIndex, TIME_INDEX_SUFFIX)
-        return offset_index, time_index, self._size > 0 and (fresh_offsets or fresh_times)
-
-    def _open_index(self, kind: type[_IndexT], suffix: str) -> tuple[_IndexT, bool]:
+    def _make_index(
+        self, kind: type[_IndexT], suffix: str, file_bytes: int | None
+    ) -> tuple[_IndexT, bool]:
+        """The index, unmapped, and whether it starts afresh (its file missing or broken)."""
         path = self.directory / segment_file_name(self.base_offset, suffix)
-        existed = path.exists()
         limit = self.config.max_index_bytes
+
+        def build(size: int) -> _IndexT:
+            return kind(
+                path, self.base_offset, max_index_bytes=limit, file_bytes=size, on_map=self._mapped
+            )
+
+        if file_bytes is None:
+            return build(0), True
         try:
-            return kind(path, self.base_offset, max_index_bytes=limit), not existed
+            return build(file_bytes), False
         except IndexCorruptError:
-            path.unlink()
-            return kind(path, self.base_offset, max_index_bytes=limit), True
+            path.unlink(missing_ok=True)
+            return build(0), True
 
     @classmethod
-    def create(cls, directory: Path, base_offset: int, config: LogConfig) -> LogSegment:
-        """A new, empty, active segment; the directory entry is made durable."""
+    def create(
+        cls, directory: Path, base_offset: int, config: LogConfig, *, sync_directory: bool = True
+    ) -> LogSegment:
+        """A new, empty, active segment; its files exist (and, with ``sync_directory``,
+        their directory entries are durable) when this returns."""
         path = directory / segment_file_name(base_offset, LOG_SUFFIX)
         if path.exists() and path.stat().st_size:
             raise FileExistsError(f"segment {path} already exists")
-        segment = cls(directory, base_offset, config)
-        fsync_directory(directory)
+        create_empty(path)
+        create_empty(directory / segment_file_name(base_offset, INDEX_SUFFIX))
+        create_empty(directory / segment_file_name(base_offset, TIME_INDEX_SUFFIX))
+        if sync_directory:
+            fsync_directory(directory)
+        segment = cls(directory, base_offset, config, SegmentFiles(0, 0, 0))
+        segment._modified = True
         return segment
+
+    # -- open and closed (the cache calls these under its lock) -------------------------
+    def _open_files(self) -> int:
+        """Open the ``.log`` and map the offset index; returns the descriptors held."""
+        fd = os.open(self.log_path, os.O_RDWR)
+        try:
+            mapped = self.offset_index.map()
+        except (IndexCorruptError, FileNotFoundError) as exc:
+            # Cut or removed behind our back: start it afresh; the first pin rebuilds it.
+            log.warning("offset index of %s is unusable: %s", self.log_path, exc)
+            self.offset_index.reset()
+            self._deferred = self._needs_rebuild = True
+            mapped = 0
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+        return 1 + mapped
+
+    def _close_files(self) -> None:
+        """Unmap the indexes (trimmed, unless the files are gone) and close the ``.log``."""
+        fd, self._fd = self._fd, -1
+        if fd < 0:
+            return
+        try:
+            for index in (self.offset_index, self.time_index):
+                index.unmap(trim=not self._deleted)
+        finally:
+            os.close(fd)
+
+    def _mapped(self, change: int) -> None:
+        """An index was mapped or unmapped while the segment is pinned."""
+        self._cache.adjust(self, change)
+
+    @property
+    def is_open(self) -> bool:
+        return self._fd >= 0
+
+    @property
+    def _gone(self) -> bool:
+        """Closed for good or deleted: nothing reopens it."""
+        return self._retired or self._deleted
+
+    def defer_loading(
+        self,
+        next_offset: int,
+        *,
+        sealed: bool,
+        max_timestamp: int | None = None,
+        offset_of_max_timestamp: int | None = None,
+    ) -> None:
+        """Trust what the listing and checkpoint say; check the indexes on first pin.
+
+        The max timestamp, when not given, is read from the time index when first asked.
+        """
+        self.next_offset = next_offset
+        self.sealed = sealed
+        self._deferred = True
+        if max_timestamp is None:
+            self._timestamps_known = False
+        else:
+            self._max_timestamp = max_timestamp
+            self._offset_of_max_timestamp = offset_of_max_timestamp or self.base_offset
+
+    def _finish_loading(self) -> None:
+        """First pin of a deferred segment: check the indexes against the log."""
+        with self._lock:
+            if not self._deferred:
+                return
+            self._deferred = False  # the checks below pin the segment again
+            try:
+                if self._needs_rebuild:
+                    self._rebuild_indexes("its offset index file was unusable")
+                elif self._indexes_look_sane():
+                    self._load_timestamps_and_tail()
+                else:
+                    self._rebuild_indexes("an index disagrees with the log at its last entry")
+            except BaseException:
+                self._deferred = True
+                raise
+            self._timestamps_known = True
+
+    def _load_timestamps_and_tail(self) -> None:
+        last = self.time_index.last_entry
+        if last is not None:
+            self._max_timestamp, self._offset_of_max_timestamp = last
+        if not self.sealed:
+            position = 0
+            if self.offset_index.entries:
+                _, position = self.offset_index.entry_at(self.offset_index.entries - 1)
+            self._bytes_since_index = self._size - position
 
     # -- properties ---------------------------------------------------------------------
     @property
@@ -123,6 +260,26 @@ class LogSegment:
     @property
     def is_empty(self) -> bool:
         return self._size == 0
+
+    @property
+    def max_timestamp(self) -> int:
+        """The largest batch max timestamp in the segment (-1 when none is known)."""
+        if not self._timestamps_known:
+            self._load_deferred()
+        return self._max_timestamp
+
+    @property
+    def offset_of_max_timestamp(self) -> int:
+        if not self._timestamps_known:
+            self._load_deferred()
+        return self._offset_of_max_timestamp
+
+    def _load_deferred(self) -> None:
+        try:
+            with self.pin():
+                pass
+        except FileNotFoundError:
+            pass  # deleted or closed meanwhile: nothing is known, nothing is asked of it
 
     def is_full(self, incoming_bytes: int, incoming_batches: int = 1) -> bool:
         """Whether an append of ``incoming_bytes`` in ``incoming_batches`` needs a new segment.
@@ -143,16 +300,17 @@ class LogSegment:
         the last one, whose end is found by walking from its last index entry. Returns
         False when the indexes fail the check (the caller then calls ``recover``).
         """
-        if self.indexes_missing or not self._indexes_look_sane():
-            return False
-        last = self.time_index.last_entry
-        if last is not None:
-            self.max_timestamp, self.offset_of_max_timestamp = last
-        if next_offset is not None:
-            self.next_offset = next_offset
-            self.sealed = True
-            return self._size == 0 or last is not None
-        return self._load_tail()
+        with self.pin():
+            if self.indexes_missing or not self._indexes_look_sane():
+                return False
+            last = self.time_index.last_entry
+            if last is not None:
+                self._max_timestamp, self._offset_of_max_timestamp = last
+            if next_offset is not None:
+                self.next_offset = next_offset
+                self.sealed = True
+                return self._size == 0 or last is not None
+            return self._load_tail()
 
     def _indexes_look_sane(self) -> bool:
         """Check the last entry of each index against the log itself."""
@@ -162,8 +320,10 @@ class LogSegment:
                 if position >= self._size or self._read_header(position).base_offset != offset:
                     return False
             last = self.time_index.last_entry
-            return last is None or self._batch_max_timestamp(last[1]) == last[0]
-        except CorruptBatchError:
+            if last is None:
+                return not (self.sealed and self._size)  # sealing records the max timestamp
+            return self._batch_max_timestamp(last[1]) == last[0]
+        except (CorruptBatchError, IndexCorruptError):
             return False
 
     def _batch_max_timestamp(self, base_offset: int) -> int | None:
@@ -181,20 +341,21 @@ class LogSegment:
         if self.offset_index.entries:
             _, position = self.offset_index.entry_at(self.offset_index.entries - 1)
         expected = None
-        for pos, header in self._walk(position, self._size, verify_crc=False):
-            if expected is not None and header.base_offset != expected:
-                return False
-            expected = header.next_offset
-            self._bytes_since_index = 0 if pos == position else self._bytes_since_index
-            self._bytes_since_index += header.size
-            self._note_timestamp(header.base_offset, header.max_timestamp)
-            position = pos + header.size
+        try:
+            for pos, header in self._walk(position, self._size, verify_crc=False):
+                if expected is not None and header.base_offset != expected:
+                    return False
+                expected = header.next_offset
+                self._bytes_since_index = 0 if pos == position else self._bytes_since_index
+                self._bytes_since_index += header.size
+                self._note_timestamp(header.base_offset, header.max_timestamp)
+                position = pos + header.size
+        except CorruptBatchError:
+            return False
         if position != self._size:
             return False
         if expected is not None:
             self.next_offset = expected
-        self.offset_index.make_writable()
-        self.time_index.make_writable()
         return True
 
     def recover(self, *, expected_base: int | None = None, is_last: bool) -> ScanResult:
@@ -205,7 +366,10 @@ class LogSegment:
         bytes with nothing valid after them are a torn tail: truncated when this is the
         last segment, reported when it is a sealed one (truncating would leave a gap).
         """
-        with self._lock:
+        with self.pin(), self._lock:
+            self._modified = True
+            self._deferred = self._needs_rebuild = False
+            self._timestamps_known = True
             self._reset_indexes()
             result = ScanResult()
             expected = self.base_offset if expected_base is None else expected_base
@@ -233,11 +397,12 @@ class LogSegment:
     def verify(self) -> list[CorruptRegion]:
         """Every corrupt region of the segment, found by a read-only CRC scan."""
         found = []
-        for item in scan_segment(self._fd, self._size, self.base_offset, self.base_offset):
-            if isinstance(item, CorruptRegion):
-                if item.length < 0:
-                    item.length = self._size - item.position
-                found.append(item)
+        with self.pin():
+            for item in scan_segment(self._fd, self._size, self.base_offset, self.base_offset):
+                if isinstance(item, CorruptRegion):
+                    if item.length < 0:
+                        item.length = self._size - item.position
+                    found.append(item)
         return found
 
     def _reset_indexes(self) -> None:
@@ -245,7 +410,7 @@ class LogSegment:
         self.time_index.reset()
         self.offset_index.make_writable()
         self.time_index.make_writable()
-        self.max_timestamp, self.offset_of_max_timestamp = -1, self.base_offset
+        self._max_timestamp, self._offset_of_max_timestamp = -1, self.base_offset
         self._bytes_since_index = 0
         self._force_index_entry = False
 
@@ -258,10 +423,11 @@ class LogSegment:
         stale: offsets are assigned in the bytes, not in the parsed header). If anything
         fails, the file and the indexes are cut back to where they were.
         """
-        with self._lock:
+        with self.pin(), self._lock:
+            self._modified = True
             position = self._size
             try:
-                total = _pwritev_all(self._fd, buffers, position)
+                total = pwritev_all(self._fd, buffers, position)
                 for relative, base_offset, header in batches:
                     self._index_batch(position + relative, base_offset, header.size)
                     self._note_timestamp(base_offset, header.max_timestamp)
@@ -287,35 +453,36 @@ class LogSegment:
         # only makes lookups scan further; it never refuses the batch.
         if due and not self.offset_index.is_full and not self.time_index.is_full:
             self.offset_index.append(base_offset, position)
-            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+            self.time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)
             self._bytes_since_index = 0
             self._force_index_entry = False
         self._bytes_since_index += size
 
     def _note_timestamp(self, base_offset: int, max_timestamp: int) -> None:
-        if max_timestamp > self.max_timestamp:
-            self.max_timestamp = max_timestamp
-            self.offset_of_max_timestamp = base_offset
+        if max_timestamp > self._max_timestamp:
+            self._max_timestamp = max_timestamp
+            self._offset_of_max_timestamp = base_offset
 
     # -- reading ------------------------------------------------------------------------
     def pin(self) -> _Pin:
-        """Keep the file descriptor open for a read even if the segment is deleted.
+        """Keep the segment open (opening it if needed) until the block ends.
 
-        Use as ``with segment.pin():``; raises ``FileNotFoundError`` once it is closed.
+        Use as ``with segment.pin():``; raises ``FileNotFoundError`` once the segment is
+        closed for good or deleted (a read that pinned it before keeps reading).
         """
         return _Pin(self)
 
     def _acquire_pin(self) -> None:
-        with self._lock:
-            if self._fd < 0:
-                raise FileNotFoundError(f"segment {self.log_path} is closed")
-            self._pins += 1
+        self._cache.acquire(self)
+        if self._deferred:
+            try:
+                self._finish_loading()
+            except BaseException:
+                self._cache.release(self)
+                raise
 
     def _release_pin(self) -> None:
-        with self._lock:
-            self._pins -= 1
-            if self._pins == 0 and (self._deleted or self._close_pending):
-                self._close_files()
+        self._cache.release(self)
 
     def _read_header(self, position: int) -> BatchHeader:
         return records.read_header(os.pread(self._fd, HEADER_SIZE, position), 0)
@@ -339,14 +506,14 @@ class LogSegment:
                 if at + header.size > len(chunk):
                     if at == 0:  # one batch larger than the window
                         if verify_crc:
-                            _check_crc(
+                            check_crc(
                                 os.pread(self._fd, header.size, position), 0, header, position
                             )
                         yield position, header
                         at = header.size
                     break
                 if verify_crc:
-                    _check_crc(chunk, at, header, position + at)
+                    check_crc(chunk, at, header, position + at)
                 yield position + at, header
                 at += header.size
             position += at
@@ -358,7 +525,7 @@ class LogSegment:
 
         The index entry it starts from is checked against the log (the batch there must
         have exactly the entry's base offset); a wrong entry makes the segment rebuild its
-        indexes and look again.
+        indexes and look again. Call it under a pin.
         """
         with self._lock:  # a roll or rebuild may remap the index under a lock-free reader
             start_offset, position = self.offset_index.lookup(offset)
@@ -388,7 +555,8 @@ class LogSegment:
         first batch is returned even when larger than ``max_bytes`` (unless
         ``min_one_batch`` is False), so a consumer always progresses. Every returned batch
         passed its CRC check: a corrupt first batch raises ``CorruptBatchError``, a later
-        one ends the read before it. A corrupt batch is logged once per position.
+        one ends the read before it. A corrupt batch is logged once per position. Call it
+        under a pin.
         """
         try:
             return self._read(offset, max_bytes, max_offset, min_one_batch)
@@ -425,7 +593,7 @@ class LogSegment:
             if stop <= position + first.size:  # no known boundary further: read all, trim
                 stop = min(limit, end)
         data = os.pread(self._fd, max(stop, position + first.size) - position, position)
-        return self._whole_batches(data, position, max_offset, offset)
+        return whole_batches(data, position, max_offset, offset)
 
     def _batch_boundary(self, limit: int, end: int) -> int:
         """The last batch boundary at or below ``limit`` that the offset index knows.
@@ -439,39 +607,13 @@ class LogSegment:
         with self._lock:
             return self.offset_index.last_position_at_most(limit)
 
-    def _whole_batches(
-        self, data: bytes, position: int, max_offset: int, offset: int
-    ) -> tuple[bytes, int]:
-        """The whole, CRC-valid, densely numbered batches at the start of ``data``.
-
-        This is the read hot path, so it unpacks only the five fields it checks instead
-        of a full ``BatchHeader``.
-        """
-        at, size, next_offset = 0, len(data), offset
-        view = memoryview(data)
-        expected = -1  # the first batch may start below ``offset``
-        unpack, crc = _READ_FIELDS.unpack_from, crc32c.crc32c
-        while at + HEADER_SIZE <= size:
-            base, length, magic, stored_crc, last_delta = unpack(data, at)
-            end = at + length + 12
-            if end > size or base + last_delta >= max_offset:
-                break
-            if magic != 2 or length < HEADER_SIZE - 12 or (expected >= 0 and base != expected):
-                if at == 0:
-                    _check_header(records.read_header(data, at), position, None)
-                break  # a later damaged batch ends the read; reading from it raises
-            if crc(view[at + _CRC_START : end]) != stored_crc:
-                if at == 0:
-                    _check_crc(view, 0, records.read_header(data, 0), position)
-                break
-            at = end
-            next_offset = expected = base + last_delta + 1
-        return (data if at == size else data[:at]), next_offset
-
     def find_offset_by_timestamp(
         self, timestamp: int, end: int, *, min_offset: int = 0, rebuilt: bool = False
     ) -> int | None:
-        """The first offset >= ``min_offset`` whose record timestamp is >= ``timestamp``."""
+        """The first offset >= ``min_offset`` whose record timestamp is >= ``timestamp``.
+
+        Call it under a pin.
+        """
         if self.max_timestamp < timestamp:
             return None
         with self._lock:
@@ -500,18 +642,20 @@ class LogSegment:
         self, position: int, header: BatchHeader, timestamp: int, min_offset: int
     ) -> int | None:
         data = os.pread(self._fd, header.size, position)
-        _check_crc(data, 0, header, position)
+        check_crc(data, 0, header, position)
         return records.first_offset_at_or_after(data, 0, timestamp, min_offset)
 
     # -- maintenance --------------------------------------------------------------------
     def _rebuild_indexes(self, reason: str, already_rebuilt: bool = False) -> None:
+        """Rebuild both indexes from the log; where the segment ends does not change."""
         if already_rebuilt:  # a fresh index cannot disagree with the log it was built from
             raise CorruptBatchError(f"segment {self.log_path} is inconsistent: {reason}")
         log.warning("rebuilding indexes of %s: %s", self.log_path, reason)
-        with self._lock:
+        with self.pin(), self._lock:
             self.index_rebuilds += 1
-            was_sealed = self.sealed
+            was_sealed, next_offset = self.sealed, self.next_offset
             self.recover(expected_base=self.base_offset, is_last=False)
+            self.next_offset = next_offset
             if was_sealed:
                 self.offset_index.trim()
                 self.time_index.trim()
@@ -522,10 +666,11 @@ class LogSegment:
         A batch that holds ``offset`` is removed whole, so the new end may be below
         ``offset``; ``next_offset`` tells where the segment now ends.
         """
-        with self._lock:
+        with self.pin(), self._lock:
             found = self.find_batch(offset, self._size)
             if found is None:
                 return 0
+            self._modified = True
             position, header = found
             removed = self._size - position
             self._truncate_file(position)
@@ -539,12 +684,12 @@ class LogSegment:
         self.sealed = False
         self.offset_index.make_writable()
         self.time_index.make_writable()
-        self.max_timestamp, self.offset_of_max_timestamp = -1, self.base_offset
+        self._max_timestamp, self._offset_of_max_timestamp = -1, self.base_offset
         self._bytes_since_index = 0
         last = self.time_index.last_entry
         start = 0
         if last is not None:
-            self.max_timestamp, self.offset_of_max_timestamp = last
+            self._max_timestamp, self._offset_of_max_timestamp = last
         if self.offset_index.entries:
             _, start = self.offset_index.entry_at(self.offset_index.entries - 1)
         for _, header in self._walk(start, self._size, verify_crc=False):
@@ -553,8 +698,9 @@ class LogSegment:
 
     def reopen_for_append(self) -> None:
         """Make a sealed segment the active one again (after the log truncated into it)."""
-        with self._lock:
+        with self.pin(), self._lock:
             if self.sealed:
+                self._modified = True
                 self._recompute_after_truncation()
 
     def _truncate_file(self, position: int) -> None:
@@ -562,25 +708,31 @@ class LogSegment:
         self._size = position
 
     def flush(self) -> None:
-        """fdatasync the log and flush both indexes."""
-        with self._lock:
-            if self._fd < 0:
-                return
-            os.fdatasync(self._fd)
-            self.offset_index.flush()
-            self.time_index.flush()
+        """fdatasync the log and flush both indexes (nothing once closed or deleted)."""
+        try:
+            with self.pin(), self._lock:
+                os.fdatasync(self._fd)
+                self.offset_index.flush()
+                self.time_index.flush()
+        except FileNotFoundError:
+            if not self._gone:
+                raise
 
     def flush_log_only(self) -> None:
         """fdatasync only the ``.log`` (indexes are rebuilt by recovery anyway)."""
-        fd = self._fd
-        if fd >= 0:
-            os.fdatasync(fd)
+        try:
+            with self.pin():
+                os.fdatasync(self._fd)
+        except FileNotFoundError:
+            if not self._gone:
+                raise
 
     def seal(self) -> None:
         """Mark the segment sealed: record its max timestamp and trim the indexes."""
-        with self._lock:
+        with self.pin(), self._lock:
+            self._modified = True
             if self._size:
-                self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
+                self.time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)
             self.offset_index.trim()
             self.time_index.trim()
             self.sealed = True
@@ -589,38 +741,30 @@ class LogSegment:
         """Record the max timestamp, trim the indexes and close (once no read is pinned).
 
         ``sync_indexes`` fsyncs the trimmed indexes first: the log does so for its active
-        segment before recording a clean shutdown, which makes recovery trust them.
+        segment before recording a clean shutdown, which makes recovery trust them. A
+        segment whose files did not change since they were loaded is left as it is.
         """
         with self._lock:
-            if self._size and not self.sealed:
-                self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
-            if sync_indexes and self._fd >= 0:
-                for index in (self.offset_index, self.time_index):
-                    index.trim()
-                    index.flush()
-            if self._pins:
-                self._close_pending = True
-                return
-            self._close_files()
-
-    def _close_files(self) -> None:
-        if self._fd >= 0:
-            for index in (self.offset_index, self.time_index):
-                if self._deleted:
-                    index.discard()  # unlinked already: trimming would recreate the file
-                else:
-                    index.close()
-            os.close(self._fd)
-            self._fd = -1
+            record = bool(self._size) and not self.sealed
+            if self._modified and (record or sync_indexes) and not self._gone:
+                with self.pin():
+                    if record:
+                        self.time_index.maybe_append(
+                            self._max_timestamp, self._offset_of_max_timestamp
+                        )
+                    if sync_indexes:
+                        for index in (self.offset_index, self.time_index):
+                            index.trim()
+                            index.flush()
+                self._modified = False
+            self._cache.retire(self, deleted=False)
 
     def delete(self) -> None:
-        """Unlink the files now; the descriptor closes when the last read unpins."""
+        """Unlink the files now; the descriptors close when the last read unpins."""
         with self._lock:
+            self._cache.retire(self, deleted=True)  # first: nothing reopens it any more
             for path in (self.log_path, self.offset_index.path, self.time_index.path):
                 path.unlink(missing_ok=True)
-            self._deleted = True
-            if not self._pins:
-                self._close_files()
 
     def __repr__(self) -> str:
         return (
@@ -643,50 +787,3 @@ class _Pin:
 
     def __exit__(self, *exc: object) -> None:
         self._segment._release_pin()
-
-
-def _check_header(header: BatchHeader, position: int, expected_offset: int | None) -> None:
-    if header.size < HEADER_SIZE or header.magic != 2:
-        raise CorruptBatchError(
-            f"invalid batch header (length {header.size}, magic {header.magic})",
-            position=position,
-            offset=header.base_offset,
-        )
-    if expected_offset is not None and header.base_offset != expected_offset:
-        raise CorruptBatchError(
-            f"base offset {header.base_offset} does not follow {expected_offset - 1}",
-            position=position,
-            offset=expected_offset,
-        )
-
-
-def _check_crc(buf: bytes | memoryview, at: int, header: BatchHeader, position: int) -> None:
-    view = memoryview(buf)[at + _CRC_START : at + header.size]
-    computed = crc32c.crc32c(view)
-    if computed != header.crc:
-        raise CrcMismatchError(header.crc, computed, position=position, offset=header.base_offset)
-
-
-def _pwritev_all(fd: int, buffers: list[bytes | memoryview], position: int) -> int:
-    """Write every buffer at ``position``, at most ``IOV_MAX`` per call; returns the total."""
-    total = 0
-    for start in range(0, len(buffers), _IOV_MAX):
-        chunk = buffers[start : start + _IOV_MAX]
-        size = sum(len(b) for b in chunk)
-        written = os.pwritev(fd, chunk, position + total)
-        if written < size:  # short writes are legal; finish the rest byte-exactly
-            rest = b"".join(bytes(b) for b in chunk)[written:]
-            while rest:
-                done = os.pwrite(fd, rest, position + total + written)
-                written += done
-                rest = rest[done:]
-        total += size
-    return total
-
-
-def fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -191,12 +191,12 @@ def read_acks(path: Path) -> dict[BatchId, tuple[int, int]]:
 
 
 def check_recovered_log(
-    directory: Path, oracle: Oracle, summary: CrashSummary, torn_bytes: int
+    directory: Path, oracle: Oracle, summary: CrashSummary, clean: bool | None, torn_bytes: int
 ) -> None:
     """Reopen the log a killed writer left and check it against the oracle; close it."""
     log = PartitionLog.open(directory, oracle.params.log_config())
     try:
-        check_open_report(summary, OpenReport.of(log.recovery), clean=False, torn_bytes=torn_bytes)
+        check_open_report(summary, OpenReport.of(log.recovery), clean=clean, torn_bytes=torn_bytes)
         assert log.log_start_offset == 0
         raw = read_whole_log(log)
         check_no_hidden_bytes(log, raw)
@@ -218,19 +218,21 @@ def check_recovered_log(
 
 
 def check_open_report(
-    summary: CrashSummary, report: OpenReport, *, clean: bool, torn_bytes: int
+    summary: CrashSummary, report: OpenReport, *, clean: bool | None, torn_bytes: int
 ) -> None:
     """Recovery knew how the log was left and repaired nothing but a torn tail.
 
-    ``torn_bytes`` is a torn write ``tear_tail`` injected: exactly it must be cut.
+    ``clean`` None: either is right (a writer killed before it appended anything leaves
+    the clean checkpoint it found). ``torn_bytes`` is a torn write ``tear_tail``
+    injected: exactly it must be cut.
     """
-    assert report.clean_shutdown == clean, report
+    assert clean is None or report.clean_shutdown == clean, report
     assert report.corrupt_regions == 0, report
     if torn_bytes:
         assert report.truncated_bytes == torn_bytes, report
         summary.torn_tails_injected += 1
     elif report.truncated_bytes:
-        assert not clean, report
+        assert not report.clean_shutdown, report
         summary.torn_tails_natural += 1
     summary.truncated_bytes += report.truncated_bytes
 
@@ -392,16 +394,19 @@ def crash_loop(
     oracle = Oracle(params, tmp_path / "acks.txt", rng)
     summary = CrashSummary()
     started = time.perf_counter()
-    clean, torn_bytes = True, 0  # how the next open will find the log
+    clean: bool | None = True  # how the next open will find the log (None: either way)
+    torn_bytes = 0
     for run in range(kills):
         opened = run_writer_until_killed(directory, oracle, run, rng.uniform(*delay_range_s))
         check_open_report(summary, opened, clean=clean, torn_bytes=torn_bytes)
         summary.kills += 1
         torn_bytes = tear_tail(directory, params, run, rng) if run % 4 in TEAR_AFTER else 0
-        clean = False
+        acked_now = any(batch_id.run == run for batch_id in read_acks(oracle.acks_path))
+        # Unclean once the run appended (or a tail was torn); unknown when it acked nothing.
+        clean = None if clean is not False and not acked_now and not torn_bytes else False
         if run % 2 == 0 or run == kills - 1:  # else the next writer recovers this run's log
             checking = time.perf_counter()
-            check_recovered_log(directory, oracle, summary, torn_bytes)
+            check_recovered_log(directory, oracle, summary, clean, torn_bytes)
             summary.check_s += time.perf_counter() - checking
             clean, torn_bytes = True, 0
     print(f"{summary}; {time.perf_counter() - started:.1f} s in all")
