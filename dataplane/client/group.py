@@ -29,6 +29,7 @@ from any thread; ``poll``, ``subscribe`` and ``close`` from the consumer's threa
 
 from __future__ import annotations
 
+import itertools
 import logging
 import random
 import threading
@@ -120,20 +121,25 @@ class CoordinatorLink:
         timeout_s: float = REQUEST_TIMEOUT_S,
         api_timeout_s: float = API_TIMEOUT_S,
         check: Callable[[Any], None] | None = None,
+        stop: threading.Event | None = None,
     ) -> Any:
         """Send ``request`` to the coordinator's ``rpc``; ``check`` raises errors found in
-        the response, which are retried like request-level ones."""
+        the response, which are retried like request-level ones. Setting ``stop`` ends
+        the retries (the last error is raised)."""
         deadline = time.monotonic() + api_timeout_s
-        for attempt in range(1_000_000):
+        pause = stop or threading.Event()
+        for attempt in itertools.count():
             try:
                 response = self._call_once(rpc, request, timeout_s)
                 if check is not None:
                     check(response)
                 return response
             except MeridianError as exc:
-                if not self._worth_retrying(exc) or time.monotonic() >= deadline:
+                left = deadline - time.monotonic()
+                if not self._worth_retrying(exc) or left <= 0:
                     raise
-                time.sleep(min(_backoff(attempt), max(0.0, deadline - time.monotonic())))
+                if pause.wait(min(_backoff(attempt), left)):
+                    raise
         raise AssertionError("unreachable")
 
     def _call_once(self, rpc: str, request: Any, timeout_s: float) -> Any:
@@ -323,7 +329,7 @@ class GroupMember:
             owned, state.assignment = state.assignment, frozenset()
         self._stop.set()
         if self._heartbeats is not None:
-            self._heartbeats.join()
+            self._heartbeats.join(self.session_timeout_ms / 1000)
         if owned and self.listener is not None:
             valid = state.generation >= 0 and not state.lost
             callback = "on_partitions_revoked" if valid else "on_partitions_lost"
@@ -409,7 +415,9 @@ class GroupMember:
         )
         try:
             session_s = self.session_timeout_ms / 1000
-            self.link.call("Heartbeat", request, timeout_s=session_s, api_timeout_s=session_s)
+            self.link.call(
+                "Heartbeat", request, timeout_s=session_s, api_timeout_s=session_s, stop=self._stop
+            )
         except MeridianError as exc:
             if exc.code in _REJOIN_ERRORS:
                 self._note_rejoin(exc, generation)

@@ -167,6 +167,17 @@ class CoordinatorServer:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    def joining(self, group_id: str, member_id: str) -> bool:
+        """Whether the coordinator has ``member_id``'s JoinGroup parked."""
+
+        async def check() -> bool:
+            assert self.coordinator is not None
+            group = self.coordinator._group(group_id)
+            member = group.members.get(member_id) if group else None
+            return member is not None and member.is_joining
+
+        return self.run(check())
+
     # -- clients ------------------------------------------------------------------------
     def channel(self) -> grpc.Channel:
         return grpc.insecure_channel(self.address, options=CHANNEL_OPTIONS)

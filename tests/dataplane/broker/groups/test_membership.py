@@ -173,13 +173,14 @@ def test_session_expiry_removes_a_silent_member(channel: grpc.Channel, clock: Ma
 
 
 def test_rebalance_timeout_drops_members_that_do_not_rejoin(
-    channel: grpc.Channel, clock: ManualClock
+    channel: grpc.Channel, clock: ManualClock, server: CoordinatorServer
 ) -> None:
     a, b = stable_pair(channel)
     c = RawMember(channel, GROUP, client_id="c")
     pending_c = c.start_join()
     assert wait_for(lambda: rejoin_needed(a))
     pending_a = a.start_join()
+    assert wait_for(lambda: server.joining(GROUP, a.member_id))
     clock.advance(2000)  # the rebalance timeout; b never rejoins
     joined = a.finish_join(pending_a)
     c.finish_join(pending_c)
