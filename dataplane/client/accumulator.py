@@ -80,7 +80,8 @@ class RecordAccumulator:
         max_record_bytes: int,
     ) -> None:
         self._partitioner = partitioner
-        self._sticky = partitioner.sticky
+        self._sticky_all = partitioner.sticky == STICKY_ALL
+        self._sticky_keyless = partitioner.sticky in (STICKY_ALL, STICKY_KEYLESS)
         self._batch_limit = batch_bytes - HEADER_SIZE
         self.linger_s = linger_s
         self.buffer_memory = buffer_memory
@@ -127,25 +128,25 @@ class RecordAccumulator:
         else:
             klen = len(key)
             kv = (VARINTS[klen] if klen < VARINT_TABLE_SIZE else varint(klen)) + key + kv
-        fixed = vlen + len(headers)
-        if fixed + len(kv) > self._max_record_bytes:
-            self._too_large(fixed + len(kv))
+        fixed = 1 + len(kv) + vlen + len(headers)  # all but the length and two deltas
+        if fixed > self._max_record_bytes:
+            self._too_large(fixed)
         with self.lock:
             if self.refusal is not None:
                 raise self.refusal
-            if self.used + fixed + len(kv) > self.buffer_memory and self.used:
-                self._wait_for_space(fixed + len(kv) + _RECORD_OVERHEAD)
-            sticky = partition is None and (
-                self._sticky == STICKY_ALL or (key is None and self._sticky == STICKY_KEYLESS)
-            )
-            if sticky:
-                partition = topic.sticky
-                if partition < 0:
-                    partition = topic.sticky = choose_sticky(topic.available, topic.count)
-            elif partition is None:
-                partition = self._partitioner.partition(
-                    topic.name, key, topic.available, topic.count
-                )
+            if self.used + fixed > self.buffer_memory and self.used:
+                self._wait_for_space(fixed + _RECORD_OVERHEAD)
+            sticky = False
+            if partition is None:
+                if self._sticky_all or (key is None and self._sticky_keyless):
+                    sticky = True
+                    partition = topic.sticky
+                    if partition < 0:
+                        partition = topic.sticky = choose_sticky(topic.available, topic.count)
+                else:
+                    partition = self._partitioner.partition(
+                        topic.name, key, topic.available, topic.count
+                    )
             queue = topic.queues[partition]
             wake = False
             while True:
@@ -156,15 +157,11 @@ class RecordAccumulator:
                 count = batch.count
                 if count:
                     delta = timestamp - batch.base_timestamp
-                    head = (
-                        b"\x00"
-                        + (VARINTS[delta] if 0 <= delta < VARINT_TABLE_SIZE else varint(delta))
-                        + (VARINTS[count] if count < VARINT_TABLE_SIZE else varint(count))
-                        + kv
-                    )
+                    vt = VARINTS[delta] if 0 <= delta < VARINT_TABLE_SIZE else varint(delta)
+                    vo = VARINTS[count] if count < VARINT_TABLE_SIZE else varint(count)
                 else:
-                    head = b"\x00\x00\x00" + kv  # attributes, timestamp and offset deltas 0
-                size = len(head) + fixed
+                    vt = vo = b"\x00"  # the first record's deltas
+                size = fixed + len(vt) + len(vo)
                 prefix = VARINTS[size] if size < VARINT_TABLE_SIZE else varint(size)
                 records = batch.records
                 size += len(prefix)
@@ -178,9 +175,7 @@ class RecordAccumulator:
                     else:
                         self._open(topic, partition)
                     continue
-                records += prefix + head
-                records += value
-                records += headers
+                records += b"".join((prefix, b"\x00", vt, vo, kv, value, headers))
                 batch.count = count + 1
                 if not count:
                     batch.base_timestamp = batch.max_timestamp = timestamp
