@@ -28,7 +28,6 @@ record values, not counting keys, headers or framing.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime
 import importlib.util
 import os
@@ -65,6 +64,7 @@ from brokerload import (
     MERIDIAN,
     PREBUILT_IN_FLIGHT,
     SDK_BATCH_BYTES,
+    SDK_CONSUMER,
     SDK_LINGER_MS,
     run_meridian,
 )
@@ -237,19 +237,10 @@ def attempt(report: Report, what: str, work: Callable[[], None]) -> None:
 
 
 def sdk_classes() -> set[str]:
-    """Which of the SDK's Producer and Consumer exist yet."""
+    """Which of the SDK's Producer and Consumer exist."""
     import dataplane.client as client
 
-    found = {name for name in ("Producer", "Consumer") if hasattr(client, name)}
-    with contextlib.suppress(ImportError):
-        from dataplane.client.producer import Producer  # noqa: F401
-
-        found.add("Producer")
-    with contextlib.suppress(ImportError):
-        from dataplane.client.consumer import Consumer  # noqa: F401
-
-        found.add("Consumer")
-    return found
+    return {name for name in ("Producer", "Consumer") if hasattr(client, name)}
 
 
 def machine_rows(root: Path) -> list[tuple[str, str]]:
@@ -437,7 +428,8 @@ def print_settings(report: Report) -> None:
         note(
             f"Meridian prebuilt: ~1 MB batches, {PREBUILT_IN_FLIGHT} requests in flight on one "
             f"ProduceStream; SDK producer: acks=1, linger_ms={SDK_LINGER_MS}, "
-            f"batch_bytes={SDK_BATCH_BYTES // KiB:,} KiB"
+            f"batch_bytes={SDK_BATCH_BYTES // KiB:,} KiB; SDK consumer: "
+            + ", ".join(f"{k}={v:,}" for k, v in SDK_CONSUMER.items())
         )
 
 
@@ -455,6 +447,7 @@ def print_partitions(p: PartitionsResult) -> None:
     title = f"5. Many partitions: {p.partitions:,} idle on one broker (durability interval)"
     print_table(title, ["step", "s", "RSS MiB", "peak RSS MiB", "open fds"], rows)
     note(f"broker's open-files limit: {p.fd_limit} (set by the bench: {FD_LIMIT})")
+    note(f"SIGTERM stop took {p.stop_s:.1f} s")
     if p.single and p.spread:
         for t in (p.single, p.spread):
             note(f"{t.mode}: {num(t.records_s)} records/s, {num(t.mb_s, 1)} MB/s of 100 B")

@@ -58,6 +58,7 @@ MAX_MESSAGE_BYTES = 4 * MiB
 CREATE_CHUNK = 1000
 SDK_LINGER_MS = 10
 SDK_BATCH_BYTES = 1 * MiB
+SDK_CONSUMER = {"max_poll_records": 10_000, "max_partition_fetch_bytes": 4 * MiB}
 LATENCY_LINGER_MS = 0
 BROKER_START_TIMEOUT_S = 300.0
 RPC_TIMEOUT_S = 120.0
@@ -306,7 +307,7 @@ def sdk_produce(bootstrap: str, topic: str, value_bytes: int, records: int, max_
 
 def sdk_consume(bootstrap: str, topic: str, records: int, max_s: float) -> int:
     """``Consumer.poll`` from the start of partition 0; returns the records received."""
-    consumer = sdk("Consumer")(bootstrap, group_id=None)
+    consumer = sdk("Consumer")(bootstrap, group_id=None, **SDK_CONSUMER)
     got = 0
     try:
         tp = TopicPartition(topic, 0)

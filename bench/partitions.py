@@ -48,6 +48,7 @@ class PartitionsResult:
     partitions: int
     active: int
     fd_limit: str = "?"
+    stop_s: float = float("nan")  # SIGTERM until the process exited
     snapshots: list[Snapshot] = field(default_factory=list)
     single: Throughput | None = None
     spread: Throughput | None = None
@@ -99,8 +100,8 @@ def _create_and_restart(broker: MeridianBroker, plan: Plan, result: PartitionsRe
     started = time.perf_counter()
     broker.create_topic(TOPIC, plan.partitions, DURABILITY)
     result.snapshots.append(snapshot(broker, "created", time.perf_counter() - started))
-    stop_s = broker.stop()
-    progress(f"  SIGTERM stop took {stop_s:.1f} s")
+    result.stop_s = broker.stop()
+    progress(f"  SIGTERM stop took {result.stop_s:.1f} s")
     start_s = broker.start()
     result.snapshots.append(snapshot(broker, "restart after SIGTERM", start_s))
     broker.kill()
