@@ -8,6 +8,7 @@ import typer
 
 from dataplane.cli.base import settings, stdout, table
 from dataplane.client import Admin, TopicPartition
+from dataplane.errors import ErrorCode, MeridianError
 
 
 def list_groups(ctx: typer.Context) -> None:
@@ -24,6 +25,8 @@ def describe(ctx: typer.Context, group: Annotated[str, typer.Argument(help="Grou
     with Admin(settings(ctx).bootstrap, client_id="meridian-cli") as admin:
         description = admin.describe_group(group)
         lags = admin.group_lag(group)
+    if description.state == "Dead" and not description.members and not lags:
+        raise MeridianError(ErrorCode.GROUP_ID_NOT_FOUND, f"no group {group!r}")
     out = stdout()
     out.print(
         f"group {description.group_id}: {description.state}, "

@@ -22,6 +22,7 @@ from tests.support.brokers import free_ports
         (["produce", "cli.never-created"], "UNKNOWN_TOPIC_OR_PARTITION"),
         (["consume", "cli.never-created", "--max-messages", "1"], "UNKNOWN_TOPIC_OR_PARTITION"),
         (["offsets", "cli.never-created"], "UNKNOWN_TOPIC_OR_PARTITION"),
+        (["groups", "describe", "cli-never-joined"], "GROUP_ID_NOT_FOUND"),
         (["produce", "cli.x", "--acks", "all"], "INVALID_REQUIRED_ACKS"),
     ],
 )
