@@ -42,6 +42,10 @@ from dataplane.errors import ErrorCode, MeridianError
 log = logging.getLogger(__name__)
 
 _RESETS = ("earliest", "latest", "none")
+# Fetched data a partition may have waiting for poll, in max_partition_fetch_bytes: enough
+# that the next fetch is under way while poll decodes (the whole buffer stays under
+# fetch_max_bytes).
+PREFETCH_FETCHES = 4
 
 
 class Consumer:
@@ -111,7 +115,7 @@ class Consumer:
                 max_wait_ms=fetch_max_wait_ms,
                 max_bytes=fetch_max_bytes,
                 partition_max_bytes=max_partition_fetch_bytes,
-                prefetch_bytes=2 * max_partition_fetch_bytes,
+                prefetch_bytes=PREFETCH_FETCHES * max_partition_fetch_bytes,
                 request_timeout_s=self._request_timeout_s,
                 retry_backoff_s=retry_backoff_ms / 1000,
                 check_crcs=check_crcs,

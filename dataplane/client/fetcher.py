@@ -142,6 +142,10 @@ class FetchState:
         self.buffer.popleft()
         completed.state.buffered_bytes -= completed.size
 
+    def buffered_bytes(self) -> int:
+        """Bytes fetched and not yet returned, over every partition (under ``lock``)."""
+        return sum(completed.size for completed in self.buffer)
+
     def drop_buffered(self, tp: TopicPartition) -> None:
         """Forget fetched data of ``tp`` (call under ``lock``)."""
         kept: deque[CompletedFetch] = deque()
@@ -276,6 +280,8 @@ class Fetcher:
         snapshot = self._metadata.snapshot()
         plans: dict[str, dict[PartitionState, tuple[int, int]]] = {}
         with self._state.lock:
+            if self._state.buffered_bytes() >= self._config.max_bytes:
+                return plans
             for state in self._state.partitions.values():
                 if not state.fetchable(now, self._config.prefetch_bytes):
                     continue

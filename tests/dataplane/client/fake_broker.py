@@ -3,7 +3,8 @@
 It serves ``Metadata``, ``InitProducerId``, ``Produce`` and ``ProduceStream`` for a fixed
 set of topics, keeps each partition's batches in memory, and checks producer sequences
 as the real broker does (the last 5 batches per producer answer duplicates with their
-original offset; a gap is ``OUT_OF_ORDER_SEQUENCE_NUMBER``). Failures are scripted:
+original offset; a gap is ``OUT_OF_ORDER_SEQUENCE_NUMBER``; a new epoch starts at 0).
+Failures are scripted:
 
 - ``fail(code, times)``: the next ``times`` partition results carry ``code`` (nothing
   is appended);
@@ -35,6 +36,7 @@ class FakeBroker(broker_pb2_grpc.BrokerServicer):
         self.logs: dict[tuple[str, int], list[bytes]] = defaultdict(list)
         self.next_offset: dict[tuple[str, int], int] = defaultdict(int)
         self.seen: dict[tuple[int, str, int], deque[tuple[int, int, int]]] = {}
+        self.epochs: dict[tuple[int, str, int], int] = {}
         self.script: deque[int] = deque()
         self.lost = 0
         self.attempts = 0  # partition batches received
@@ -138,7 +140,10 @@ class FakeBroker(broker_pb2_grpc.BrokerServicer):
         ((_, header),) = list(iter_batches(part.records))
         if header.producer_id >= 0:
             key = (header.producer_id, *tp)
-            cached = self.seen.setdefault(key, deque(maxlen=5))
+            if self.epochs.get(key, -1) < header.producer_epoch:  # a new epoch starts at 0
+                self.epochs[key] = header.producer_epoch
+                self.seen[key] = deque(maxlen=5)
+            cached = self.seen[key]
             for first, last, base in cached:
                 if (first, last) == (header.base_sequence, header.last_sequence):
                     result.base_offset, result.duplicate = base, True

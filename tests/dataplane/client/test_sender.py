@@ -158,3 +158,18 @@ def test_flush_times_out_with_a_clear_error(fake: FakeBroker) -> None:
         assert info.value.code == ErrorCode.REQUEST_TIMED_OUT
         fake.stall.clear()
         p.flush(5)
+
+
+def test_an_unknown_outcome_bumps_the_epoch_and_sequences_restart(fake: FakeBroker) -> None:
+    """A batch whose every answer was lost runs out of time: the broker may have it, so
+    the producer takes a new epoch before sending more, and the next batch is accepted."""
+    with producer(fake, delivery_timeout_ms=400, retry_backoff_max_ms=50) as p:
+        assert p.send(TOPIC, b"first", partition=0).result(5).offset == 0
+        fake.lose_responses(10_000)
+        with pytest.raises(MeridianError):
+            p.send(TOPIC, b"unknown", partition=0).result(10)
+        fake.lost = 0
+        assert p.send(TOPIC, b"after", partition=0).result(10).offset >= 2
+    assert fake.values(TOPIC)[0] == b"first"
+    assert fake.values(TOPIC)[-1] == b"after"
+    assert max(fake.epochs.values()) == 1
