@@ -86,6 +86,10 @@ class CommitFailedError(MeridianError):
     """
 
 
+class _ChannelClosedError(MeridianError):
+    """The shared channel was closed (after another call's failure) under this call."""
+
+
 class RebalanceListener(Protocol):
     def on_partitions_revoked(self, partitions: set[TopicPartition]) -> None: ...
     def on_partitions_assigned(self, partitions: set[TopicPartition]) -> None: ...
@@ -148,11 +152,16 @@ class CoordinatorLink:
             response = getattr(conn.group, rpc)(request, timeout=timeout_s)
         except grpc.RpcError as exc:
             raise error_from_rpc(exc) from exc
+        except ValueError as exc:  # another thread closed the channel after a failure
+            raise _ChannelClosedError(ErrorCode.BROKER_NOT_AVAILABLE, str(exc)) from exc
         if getattr(response, "error", 0):
             raise MeridianError(response.error, response.error_message)
         return response
 
     def _worth_retrying(self, error: MeridianError) -> bool:
+        if isinstance(error, _ChannelClosedError):
+            self.forget()  # the pool has a new channel (or opens one) for the next call
+            return True
         if error.code in _COORDINATOR_ERRORS:
             self.forget(transport=error.code == ErrorCode.BROKER_NOT_AVAILABLE)
             return True
@@ -176,6 +185,8 @@ class CoordinatorLink:
         except grpc.RpcError as exc:
             self.metadata.pool.forget(conn.address)
             raise error_from_rpc(exc) from exc
+        except ValueError as exc:
+            raise _ChannelClosedError(ErrorCode.BROKER_NOT_AVAILABLE, str(exc)) from exc
         if response.error:
             raise MeridianError(response.error, response.error_message)
         return f"{response.coordinator.host}:{response.coordinator.port}"
@@ -399,6 +410,10 @@ class GroupMember:
             except MeridianError as exc:
                 with self._lock:
                     self._state.fatal = exc
+            except Exception as exc:  # a bug: surface it at the next poll() all the same
+                log.exception("group %s: heartbeat failed", self.group_id)
+                with self._lock:
+                    self._state.fatal = MeridianError(ErrorCode.UNKNOWN_SERVER_ERROR, repr(exc))
 
     def _heartbeat_once(self) -> None:
         with self._lock:

@@ -147,6 +147,8 @@ class Group:
     leader_id: str = ""
     members: dict[str, Member] = field(default_factory=dict)  # in join order
     rebalance_deadline_ms: int = 0
+    # no session or rebalance deadline falls before this; 0 after any change
+    next_check_ms: int = 0
 
     # -- membership --------------------------------------------------------------------
     def add(self, member: Member) -> None:
@@ -172,6 +174,17 @@ class Group:
 
     def all_rejoined(self) -> bool:
         return all(member.is_joining for member in self.members.values())
+
+    def next_deadline_ms(self) -> int:
+        """The earliest time a session may lapse or the rebalance may time out."""
+        times = [
+            m.last_heartbeat_ms + m.session_timeout_ms
+            for m in self.members.values()
+            if not m.awaiting_answer
+        ]
+        if self.state is GroupState.PREPARING_REBALANCE:
+            times.append(self.rebalance_deadline_ms)
+        return min(times, default=2**63 - 1)
 
     def max_rebalance_timeout_ms(self) -> int:
         return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)

@@ -96,6 +96,7 @@ class Membership:
     # -- JoinGroup -----------------------------------------------------------------------
     async def join(self, group: Group, request: JoinRequest) -> JoinResult:
         self._validate_join(request)
+        group.next_check_ms = 0
         if group.state is GroupState.DEAD:
             raise _error(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"group {group.group_id!r} is gone")
         member = group.members.get(request.member_id) if request.member_id else None
@@ -208,7 +209,7 @@ class Membership:
                 member.assignment = b""
                 if member.syncing is not None:
                     member.syncing.resolve(rebalance)
-        group.state = GroupState.PREPARING_REBALANCE
+        group.state, group.next_check_ms = GroupState.PREPARING_REBALANCE, 0
         group.rebalance_deadline_ms = self._clock_ms() + group.max_rebalance_timeout_ms()
         self._maybe_complete_join(group)
 
@@ -221,6 +222,7 @@ class Membership:
         for member in [m for m in group.members.values() if not m.is_joining]:
             group.remove(member.member_id, late)
         group.generation_id += 1
+        group.next_check_ms = 0
         if not group.members:
             group.state, group.protocol_name, group.leader_id = GroupState.EMPTY, "", ""
             self._spawn(self._persist(group.group_id, group.to_record(self._clock_ms())))
@@ -242,6 +244,7 @@ class Membership:
         assignments: Mapping[str, bytes],
     ) -> SyncResult:
         group, member = self._current_member(group, member_id)
+        group.next_check_ms = 0
         if generation_id != group.generation_id:
             raise self._illegal_generation(group, generation_id)
         if group.state is GroupState.PREPARING_REBALANCE:
@@ -259,6 +262,7 @@ class Membership:
 
     async def _complete_sync(self, group: Group, assignments: dict[str, bytes]) -> None:
         generation = group.generation_id
+        group.next_check_ms = 0
         for member in group.members.values():
             member.assignment = assignments.get(member.member_id, b"")
         try:
@@ -271,7 +275,7 @@ class Membership:
                 self._prepare_rebalance(group)
             return
         if self._still(group, generation, GroupState.COMPLETING_REBALANCE):
-            group.state = GroupState.STABLE
+            group.state, group.next_check_ms = GroupState.STABLE, 0
             for member in group.members.values():
                 if member.syncing is not None:
                     member.syncing.resolve(SyncResult(group.protocol_name, member.assignment))
@@ -312,8 +316,12 @@ class Membership:
         member.last_heartbeat_ms = self._clock_ms()
 
     def expire(self, group: Group) -> None:
-        """Remove members whose session lapsed; end a rebalance whose time is up."""
+        """Remove members whose session lapsed; end a rebalance whose time is up.
+
+        Cheap until the group's next deadline (joins, syncs and leaves reset it)."""
         now = self._clock_ms()
+        if now < group.next_check_ms:
+            return
         for member in [m for m in group.members.values() if m.session_expired(now)]:
             if member.member_id in group.members:
                 timeout = _error(ErrorCode.UNKNOWN_MEMBER_ID, "the member's session timed out")
@@ -321,10 +329,12 @@ class Membership:
         preparing = group.state is GroupState.PREPARING_REBALANCE
         if preparing and now >= group.rebalance_deadline_ms:
             self._complete_join(group)
+        group.next_check_ms = group.next_deadline_ms()
 
     def _remove(self, group: Group, member: Member, error: MeridianError) -> None:
         log.info("group %s: removing %s (%s)", group.group_id, member.member_id, error.message)
         group.remove(member.member_id, error)
+        group.next_check_ms = 0
         if group.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
             self._prepare_rebalance(group)
         else:

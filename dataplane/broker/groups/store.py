@@ -5,11 +5,12 @@ offsets (``(topic, partition) -> OffsetAndMetadata``) and the last group metadat
 (``codec.GroupRecord``). It is rebuilt at load by replaying the log from its start; the
 latest record of a key wins and a tombstone removes the key (``codec.py``).
 
-Writes: ``write(entries)`` encodes one request's entries as record batches, appends them
-(the log is ``durability=always``, so the append returns once synced), and only then
-applies them to the state. Writes of one partition are serialised by an asyncio lock,
-so the state always equals what a replay of the log would build. A write that the
-caller stops waiting for (a cancelled RPC) still completes and is applied.
+Writes: ``write(entries)`` encodes one request's entries as record batches and queues
+them; one writer task appends everything queued meanwhile in a single call (the log is
+``durability=always``, so one sync covers them all), in arrival order, and only then
+applies them to the state. So the state always equals what a replay of the log would
+build. A write that the caller stops waiting for (a cancelled RPC) still completes and
+is applied. A failed append fails every write it held.
 
 Compaction keeps the log bounded: once the records in the log reach
 ``max(compact_min_records, 2 x live keys)``, a snapshot of the live state is appended at
@@ -81,6 +82,8 @@ class OffsetsPartition:
         self._groups: dict[str, GroupRecord] = {}
         self._state_lock = threading.Lock()
         self._write_lock = asyncio.Lock()
+        self._queue: list[_Pending] = []
+        self._writer: asyncio.Task[None] | None = None
         self._records_in_log = 0
         self._compaction: asyncio.Task[int] | None = None
 
@@ -168,31 +171,53 @@ class OffsetsPartition:
 
     # -- writing ---------------------------------------------------------------------
     async def write(self, entries: Sequence[Entry]) -> None:
-        """Append ``entries`` durably, then apply them; ``STORAGE_ERROR`` if the log fails."""
+        """Append ``entries`` durably, then apply them; ``STORAGE_ERROR`` if the log fails,
+        ``INVALID_REQUEST`` if they cannot be encoded or make a batch the log refuses."""
         if not entries:
             return
-        task = asyncio.ensure_future(self._write(list(entries)))
-        task.add_done_callback(_consume_outcome)
-        await asyncio.shield(task)
+        pending = _Pending(list(entries), self._encode_checked(entries))
+        self._queue.append(pending)
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.ensure_future(self._drain())
+        outcome = await asyncio.shield(pending.done)
+        if outcome is not None:
+            raise outcome
         self._maybe_compact()
 
-    async def _write(self, entries: list[Entry]) -> None:
+    def _encode_checked(self, entries: Iterable[Entry]) -> bytes:
         try:
-            data = b"".join(self._encode(entries))
+            batches = self._encode(entries)
         except CodecError as exc:
             raise MeridianError(ErrorCode.INVALID_REQUEST, str(exc)) from exc
-        async with self._write_lock:
-            try:
-                await asyncio.to_thread(self.log.append, data)
-            except CorruptBatchError as exc:  # refused before writing, e.g. too large
-                raise MeridianError(ErrorCode.INVALID_REQUEST, str(exc)) from exc
-            except StorageError as exc:
-                raise MeridianError(
-                    ErrorCode.STORAGE_ERROR, f"offsets partition {self.partition}: {exc}"
-                ) from exc
-            for key, value in entries:
-                self._apply(key, value)
-            self._records_in_log += len(entries)
+        limit = self.log.config.max_batch_bytes
+        if any(len(batch) > limit for batch in batches):
+            raise MeridianError(ErrorCode.INVALID_REQUEST, f"a record exceeds {limit} bytes")
+        return b"".join(batches)
+
+    async def _drain(self) -> None:
+        """Append everything queued meanwhile as one write (one sync), in arrival order."""
+        while self._queue:
+            group, self._queue = self._queue, []
+            async with self._write_lock:
+                outcome = await self._append(b"".join(p.data for p in group))
+                if outcome is None:
+                    for pending in group:
+                        for key, value in pending.entries:
+                            self._apply(key, value)
+                        self._records_in_log += len(pending.entries)
+            for pending in group:
+                pending.done.set_result(outcome)
+
+    async def _append(self, data: bytes) -> MeridianError | None:
+        try:
+            await asyncio.to_thread(self.log.append, data)
+        except CorruptBatchError as exc:  # refused before any byte was written
+            return MeridianError(ErrorCode.INVALID_REQUEST, str(exc))
+        except StorageError as exc:
+            return MeridianError(
+                ErrorCode.STORAGE_ERROR, f"offsets partition {self.partition}: {exc}"
+            )
+        return None
 
     def _encode(self, entries: Iterable[Entry]) -> list[bytes]:
         """Record batches holding ``entries`` in order, each closed past ``BATCH_BYTES``."""
@@ -254,16 +279,20 @@ class OffsetsPartition:
 
     async def close(self) -> None:
         """Wait for the writes and the compaction in flight (a snapshot is never cut short)."""
-        if self._compaction is not None:
-            await asyncio.wait([self._compaction])
+        for task in (self._writer, self._compaction):
+            if task is not None:
+                await asyncio.wait([task])
         async with self._write_lock:
             pass
 
 
-def _consume_outcome(task: asyncio.Future[None]) -> None:
-    """Retrieve a write's outcome so a caller that stopped waiting leaves no warning."""
-    if not task.cancelled():
-        task.exception()
+class _Pending:
+    """A write waiting for the writer task: its entries, their batches, its outcome."""
+
+    def __init__(self, entries: list[Entry], data: bytes) -> None:
+        self.entries = entries
+        self.data = data
+        self.done: asyncio.Future[MeridianError | None] = asyncio.get_running_loop().create_future()
 
 
 def _encode_value(value: Value) -> bytes | None:

@@ -26,6 +26,7 @@ from dataplane.broker.groups.codec import (
 )
 from dataplane.broker.groups.coordinator import OFFSETS_LOG_CONFIG
 from dataplane.broker.groups.store import OffsetsPartition
+from dataplane.errors import ErrorCode, MeridianError
 from dataplane.storage.log import PartitionLog
 
 texts = st.text(max_size=40)
@@ -126,3 +127,42 @@ def test_compaction_keeps_the_state_and_drops_old_segments(tmp_path: Path) -> No
     reopened = open_store(tmp_path / "p")
     assert state(reopened) == before
     reopened.log.close()
+
+
+def test_concurrent_writes_share_appends_in_arrival_order(tmp_path: Path) -> None:
+    store = open_store(tmp_path / "p")
+    appends: list[int] = []
+    append = store.log.append
+
+    def counting(data: bytes, **kwargs: object) -> object:
+        appends.append(len(data))
+        return append(data, **kwargs)  # type: ignore[arg-type]
+
+    store.log.append = counting  # type: ignore[method-assign]
+
+    async def commit_all() -> None:
+        key = OffsetKey("g", "t", 0)
+        await asyncio.gather(*(store.write([(key, OffsetAndMetadata(i))]) for i in range(50)))
+
+    asyncio.run(commit_all())
+    assert store.offsets_of("g") == {("t", 0): OffsetAndMetadata(49)}
+    assert len(appends) < 50
+    store.log.close()
+    assert open_store(tmp_path / "p").offsets_of("g")[("t", 0)].offset == 49
+
+
+def test_a_record_too_large_fails_alone(tmp_path: Path) -> None:
+    config = OFFSETS_LOG_CONFIG.with_changes(max_batch_bytes=4096)
+    store = OffsetsPartition(0, PartitionLog.open(tmp_path / "p", config), clock_ms=lambda: 1)
+
+    async def both() -> list[object]:
+        huge = store.write([(OffsetKey("g", "t", 0), OffsetAndMetadata(1, "x" * 5000))])
+        fine = store.write([(OffsetKey("g", "t", 1), OffsetAndMetadata(2))])
+        return await asyncio.gather(huge, fine, return_exceptions=True)
+
+    huge, fine = asyncio.run(both())
+    assert isinstance(huge, MeridianError)
+    assert huge.code == ErrorCode.INVALID_REQUEST
+    assert fine is None
+    assert store.offsets_of("g") == {("t", 1): OffsetAndMetadata(2)}
+    store.log.close()
