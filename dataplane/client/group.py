@@ -213,7 +213,9 @@ class _State:
     lost: bool = False
     rebalancing: bool = False
     fatal: MeridianError | None = None
-    leader_counts: dict[str, int] | None = None  # set while this member leads
+    # while this member leads: the group's topics and their partition counts (known ones)
+    leader_topics: tuple[str, ...] = ()
+    leader_counts: dict[str, int] | None = None
     last_poll: float = field(default_factory=time.monotonic)
 
 
@@ -293,7 +295,9 @@ class GroupMember:
             self._state.last_poll = time.monotonic()
         if fatal is not None:
             raise fatal
-        if not self._topics:
+        if not self._topics:  # unsubscribed: give everything up and leave
+            if self._state.member_id or self._state.assignment:
+                self._drop_membership(leave=not self.group_instance_id)
             return
         self._maybe_check_partitions()
         if self._needs_join():
@@ -336,17 +340,23 @@ class GroupMember:
             if self._closed:
                 return
             self._closed = True
-            state = self._state
-            owned, state.assignment = state.assignment, frozenset()
         self._stop.set()
         if self._heartbeats is not None:
             self._heartbeats.join(self.session_timeout_ms / 1000)
-        if owned and self.listener is not None:
-            valid = state.generation >= 0 and not state.lost
-            callback = "on_partitions_revoked" if valid else "on_partitions_lost"
-            getattr(self.listener, callback)(set(owned))
-        if leave and state.member_id and not self.group_instance_id:
-            self._leave(state.member_id)
+        self._drop_membership(leave=leave and not self.group_instance_id)
+
+    def _drop_membership(self, *, leave: bool = True) -> None:
+        """Give the assignment up (revoked, or lost if the membership was) and leave."""
+        with self._lock:
+            state, self._state = self._state, _State(rejoin_needed=True)
+        try:
+            if state.assignment and self.listener is not None:
+                valid = state.generation >= 0 and not state.lost
+                callback = "on_partitions_revoked" if valid else "on_partitions_lost"
+                getattr(self.listener, callback)(set(state.assignment))
+        finally:
+            if leave and state.member_id:
+                self._leave(state.member_id)
 
     # -- internals ---------------------------------------------------------------------
     def _check_open(self) -> None:
@@ -373,17 +383,17 @@ class GroupMember:
     def _maybe_check_partitions(self) -> None:
         """As the leader, rejoin when a topic of the group gained partitions."""
         with self._lock:
-            counts = self._state.leader_counts
+            topics, counts = self._state.leader_topics, self._state.leader_counts
         now = time.monotonic()
         if counts is None or now < self._next_partition_check:
             return
         self._next_partition_check = now + self.PARTITION_CHECK_INTERVAL_S
         try:
-            self.metadata.refresh(sorted(counts))
+            self.metadata.refresh(topics)
         except MeridianError as exc:
             log.debug("partition check of group %s failed: %s", self.group_id, exc)
             return
-        if partition_counts(self.metadata, counts) != counts:
+        if partition_counts(self.metadata, topics) != counts:
             log.info("group %s: partition counts changed, rebalancing", self.group_id)
             with self._lock:
                 self._state.rejoin_needed = True
@@ -581,7 +591,7 @@ class _Rebalance:
         counts = partition_counts(m.metadata, topics)
         result = get_assignor(joined.protocol_name).assign(subscriptions, counts)
         with m._lock:
-            m._state.leader_counts = counts
+            m._state.leader_topics, m._state.leader_counts = tuple(topics), counts
         m._next_partition_check = time.monotonic() + m.PARTITION_CHECK_INTERVAL_S
         return {member_id: encode_assignment(tps) for member_id, tps in result.items()}
 

@@ -53,7 +53,8 @@ def runners(metadata: ClusterMetadata) -> Iterator[Callable[..., Runner]]:
     started: list[Runner] = []
 
     def start(name: str, **settings: Any) -> Runner:
-        runner = Runner(metadata, name, sorted(TOPICS), **settings).start()
+        topics = settings.pop("topics", sorted(TOPICS))
+        runner = Runner(metadata, name, topics, **settings).start()
         started.append(runner)
         return runner
 
@@ -248,3 +249,24 @@ def test_offsets_outside_membership_and_administration(
     assert info.value.code == ErrorCode.NON_EMPTY_GROUP
     delete_group(metadata, "manual")
     assert fetch_committed(metadata, "manual") == {}
+
+
+def test_unsubscribing_revokes_and_leaves(runners: Callable[..., Runner]) -> None:
+    a, b = runners("a", session_timeout_ms=30_000), runners("b", session_timeout_ms=30_000)
+    assert wait_for(lambda: settled(a, b))
+    held = b.assignment
+    b.member.subscribe([])
+    assert wait_for(lambda: settled(a))  # b left: no session had to expire
+    assert b.listener.events[-1] == ("revoked", held)
+    assert b.member.generation() == (-1, "")
+
+
+def test_a_topic_created_later_reaches_the_group(
+    runners: Callable[..., Runner], server: CoordinatorServer
+) -> None:
+    a = runners("a", partition_check_s=0.05, topics=["orders", "later"])
+    orders = {tp for tp in ALL if tp.topic == "orders"}
+    assert wait_for(lambda: settled(a, expect=orders))
+    server.topics["later"] = 2
+    later = {TopicPartition("later", 0), TopicPartition("later", 1)}
+    assert wait_for(lambda: settled(a, expect=orders | later), timeout_s=20)
