@@ -128,29 +128,33 @@ def decode_records(
     """The records of ``batch`` at or after ``min_offset`` (see the module docstring).
 
     Raises ``CORRUPT_MESSAGE`` when a record overruns the batch, has a negative length
-    other than -1, or the batch holds another number of records than its header says.
+    other than -1 or a negative offset delta, or the batch holds another number of
+    records than its header says.
     """
     try:
-        records, seen = _decode(batch, source, min_offset)
+        records, skipped = _decode(batch, source, min_offset)
     except (IndexError, ValueError) as err:
         raise corrupt(source[:2], batch.base_offset, f"has a bad record: {err}") from None
-    if seen != batch.count:
-        raise corrupt(source[:2], batch.base_offset, f"holds {seen} of {batch.count} records")
+    if len(records) + skipped != batch.count:
+        found = len(records) + skipped
+        raise corrupt(source[:2], batch.base_offset, f"holds {found} of {batch.count} records")
+    if batch.attributes & TIMESTAMP_TYPE_MASK:  # log-append time: the broker's, for all
+        for record in records:
+            record.timestamp = batch.max_timestamp
     return records
 
 
 def _decode(
     batch: FetchedBatch, source: RecordSource, min_offset: int
 ) -> tuple[list[ConsumerRecord], int]:
-    # One loop on purpose: a call per field would double the cost per record.
+    """``(records, records skipped)``. One loop on purpose: a call per field would double
+    the cost per record; varints are read inline, their one- and two-byte forms first."""
     data, pos, end = batch.data, batch.start, batch.end
     base_offset, base_timestamp = batch.base_offset, batch.base_timestamp
-    append_time = batch.max_timestamp if batch.attributes & TIMESTAMP_TYPE_MASK else None
     out: list[ConsumerRecord] = []
     add, new, cls, slow = out.append, object.__new__, ConsumerRecord, _read_uvarint
-    seen = 0
+    skipped = 0
     while pos < end:
-        seen += 1
         if (u := data[pos]) < 0x80:
             pos += 1
         elif (b := data[pos + 1]) < 0x80:
@@ -158,8 +162,8 @@ def _decode(
         else:
             u, pos = slow(data, pos)
         stop = pos + (u >> 1)
-        if u & 1 or stop > end or stop < pos + 6:
-            raise ValueError(f"record {seen - 1} has a bad length")
+        if u & 1 or not pos + 6 <= stop <= end:
+            raise ValueError(f"record {len(out) + skipped} has a bad length")
         # data[pos] holds the record attributes, which Kafka defines none of.
         if (u := data[pos + 1]) < 0x80:
             pos += 2
@@ -174,9 +178,12 @@ def _decode(
             u, pos = u - 0x80 + (b << 7), pos + 2
         else:
             u, pos = slow(data, pos)
-        offset = base_offset + ((u >> 1) ^ -(u & 1))
-        if offset < min_offset:
+        offset = base_offset + (u >> 1)
+        if u & 1 or offset < min_offset:
+            if u & 1:
+                raise ValueError(f"record {len(out) + skipped} has a negative offset delta")
             pos = stop
+            skipped += 1
             continue
         if (u := data[pos]) == 1:
             key, pos = None, pos + 1
@@ -188,7 +195,7 @@ def _decode(
             else:
                 u, pos = slow(data, pos)
             if u & 1:
-                raise ValueError(f"record {seen - 1} has key length {(u >> 1) ^ -1}")
+                raise ValueError(f"record {len(out) + skipped} has key length {(u >> 1) ^ -1}")
             key, pos = data[pos : pos + (u >> 1)], pos + (u >> 1)
         if (u := data[pos]) == 1:
             value, pos = None, pos + 1
@@ -200,24 +207,24 @@ def _decode(
             else:
                 u, pos = slow(data, pos)
             if u & 1:
-                raise ValueError(f"record {seen - 1} has value length {(u >> 1) ^ -1}")
+                raise ValueError(f"record {len(out) + skipped} has value length {(u >> 1) ^ -1}")
             value, pos = data[pos : pos + (u >> 1)], pos + (u >> 1)
-        if data[pos] == 0:
-            headers: Headers | LazyHeaders = ()
-            pos += 1
-            if pos != stop:
-                raise ValueError(f"record {seen - 1}'s fields do not fill its length")
+        if data[pos]:
+            headers: Headers | LazyHeaders = LazyHeaders(data, pos, stop)
+        elif pos + 1 == stop:
+            headers = ()
         else:
-            headers, pos = LazyHeaders(data, pos, stop), stop
+            raise ValueError(f"record {len(out) + skipped}'s fields do not fill its length")
+        pos = stop
         record = new(cls)
         record.offset = offset
-        record.timestamp = timestamp if append_time is None else append_time
+        record.timestamp = timestamp
         record.key = key
         record.value = value
         record._headers = headers
         record._source = source
         add(record)
-    return out, seen
+    return out, skipped
 
 
 class LazyHeaders:
