@@ -502,16 +502,17 @@ class _Rebalance:
             except MeridianError as exc:
                 with m._lock:
                     generation = m._state.generation
-                if exc.code in _REJOIN_ERRORS:
+                rejoin = exc.code in _REJOIN_ERRORS
+                if rejoin:
                     m._note_rejoin(exc, generation)
-                    continue
-                if not exc.retriable:
+                elif not exc.retriable:
                     raise
                 if time.monotonic() >= deadline:
                     log.warning("group %s: could not rejoin yet: %s", m.group_id, exc)
                     return
-                attempt += 1
-                time.sleep(_backoff(attempt))
+                if not rejoin:
+                    attempt += 1
+                    time.sleep(_backoff(attempt))
 
     def _notify(self, callback: str, partitions: frozenset[TopicPartition]) -> None:
         if self.m.listener is None:

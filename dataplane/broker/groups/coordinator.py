@@ -3,7 +3,8 @@
 Each group belongs to partition ``murmur2(group_id) mod num_partitions`` of
 ``__consumer_offsets``; the broker leading that partition coordinates the group. A
 request for a group of a partition this coordinator has not loaded gets
-``NOT_COORDINATOR`` (``COORDINATOR_LOAD_IN_PROGRESS`` while it is being loaded).
+``NOT_COORDINATOR`` (``COORDINATOR_LOAD_IN_PROGRESS`` while it is being loaded, and
+until ``start`` has finished).
 
 Offset commits (``commit_offsets``):
 
@@ -144,11 +145,13 @@ class GroupCoordinator:
         )
         self.membership = Membership(clock_ms=clock_ms, persist=self._persist, bounds=bounds)
         self._ticker: asyncio.Task[None] | None = None
+        self._started = False
 
     # -- lifecycle ---------------------------------------------------------------------
     async def start(self, owned_partitions: Iterable[int]) -> None:
         """Load the owned partitions (replaying their logs) and start the timer task."""
         await self.load_partitions(owned_partitions)
+        self._started = True
         if self._ticker is None:
             self._ticker = asyncio.ensure_future(self._tick_forever())
 
@@ -233,7 +236,7 @@ class GroupCoordinator:
     def _partition(self, group_id: str) -> _Loaded:
         check_group_id(group_id)
         p = self.partition_for(group_id)
-        if p in self._loading:
+        if p in self._loading or not self._started:
             raise MeridianError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, f"loading partition {p}")
         loaded = self._loaded.get(p)
         if loaded is None and p in self._failed:
