@@ -407,3 +407,13 @@ def stopwatch(result: Throughput) -> Iterator[Throughput]:
         yield result
     finally:
         result.seconds = time.perf_counter() - started
+
+
+def cpu_seconds() -> tuple[float, float]:
+    """(CPU seconds the whole machine spent busy, CPU seconds of this process and its
+    reaped children) so far."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = fields
+    mine = os.times()
+    ours = mine.user + mine.system + mine.children_user + mine.children_system
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK"), ours

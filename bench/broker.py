@@ -51,6 +51,7 @@ from benchkit import (
     MiB,
     Plan,
     Throughput,
+    cpu_seconds,
     ms,
     note,
     num,
@@ -176,6 +177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.dir.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="meridian-bench-broker-", dir=args.dir))
     started = time.perf_counter()
+    busy_at_start, ours_at_start = cpu_seconds()
     report = Report()
     print(f"Meridian broker benchmark ({'quick' if args.quick else 'full'} run)")
     for key, value in machine_rows(root):
@@ -189,7 +191,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print_report(report, plan)
-    print(f"\ntotal wall time {time.perf_counter() - started:.0f} s")
+    elapsed = time.perf_counter() - started
+    busy, ours = cpu_seconds()
+    others = max(0.0, (busy - busy_at_start) - (ours - ours_at_start)) / elapsed
+    print(f"\ntotal wall time {elapsed:.0f} s; CPU used by processes outside this benchmark")
+    print(f"  (other work on the machine, kernel threads): {others:.2f} of {os.cpu_count()} CPUs")
     return 1 if report.errors else 0
 
 
@@ -412,11 +418,13 @@ def print_ratios(report: Report) -> None:
 
 
 def print_settings(report: Report) -> None:
-    systems = {t.system for t in report.throughputs} | {x.system for x in report.latencies}
+    used = {(t.system, t.setting) for t in report.throughputs}
+    used |= {(x.system, x.setting) for x in report.latencies}
+    systems = {system for system, _ in used}
     rows = [[MERIDIAN, k, v] for k, v in MERIDIAN_SETTINGS.items()]
     rows += [[peers.REDIS, k, v] for k, v in peers.REDIS_FSYNC.items()]
     rows += [[peers.NATS, "default", peers.NATS_FSYNC]]
-    rows = [row for row in rows if row[0] in systems]
+    rows = [row for row in rows if (row[0], row[1]) in used]
     print_table("Durability settings of the rows above", ["system", "fsync", "meaning"], rows)
     if peers.REDIS in systems or peers.NATS in systems:
         note(
