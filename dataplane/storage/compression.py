@@ -7,13 +7,18 @@ of at most 32 KiB of input; a plain raw snappy block is also read, as Kafka and
 kafka-python do); lz4 is one LZ4 frame of independent 64 KiB blocks without a stored
 size; zstd is one or more zstd frames. Decompression never produces more than the
 caller's limit, so a small batch cannot expand into a memory bomb.
+
+Thread safety: every function may be called from any thread; the lz4 and zstd
+decompression contexts, costly to create, are kept one per thread and reused.
 """
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import gzip
 import struct
+import threading
 import zlib
 from collections.abc import Callable
 from typing import Final
@@ -27,6 +32,8 @@ _XERIAL_MAGIC: Final = b"\x82SNAPPY\x00"
 _XERIAL_HEADER: Final = _XERIAL_MAGIC + struct.pack(">ii", 1, 1)
 _ZSTD_MAX_RATIO_SHIFT: Final = 15  # an RLE block turns 4 input bytes into 128 KiB
 _INT32: Final = struct.Struct(">i")
+_LZ4_MAX_RATIO: Final = 256  # an LZ4 block cannot expand more than ~255-fold
+_contexts = threading.local()
 
 
 class Compression(enum.IntEnum):
@@ -98,8 +105,11 @@ def _unsnappy_block(block: memoryview, limit: int, produced: int = 0) -> bytes:
 
 
 def _unlz4(payload: memoryview, limit: int) -> bytes:
-    decompressor = lz4.frame.LZ4FrameDecompressor()
-    out: bytes = decompressor.decompress(payload, max_length=limit + 1)
+    decompressor = _lz4_context()
+    # The output buffer is allocated at ``max_length`` up front: bound it by what the
+    # payload can expand to, not only by the limit (64 MiB by default).
+    bound = min(limit + 1, _LZ4_MAX_RATIO * len(payload) + 65_536)
+    out: bytes = decompressor.decompress(payload, max_length=bound)
     _check_limit(len(out), limit)
     if not decompressor.eof or decompressor.unused_data:
         raise ValueError("lz4 payload is not exactly one whole frame")
@@ -113,10 +123,15 @@ def _unzstd(payload: memoryview, limit: int) -> bytes:
     the remaining budget, and a frame must reach its end (zstandard's stream reader
     silently accepts a truncated one).
     """
+    context = _zstd_context()
+    declared = zstandard.frame_content_size(payload)
+    if 0 <= declared <= limit:  # one frame that says its size: decoded in one call
+        with contextlib.suppress(zstandard.ZstdError):  # more frames: stream them below
+            return context.decompress(payload, allow_extra_data=False)
     out = bytearray()
     pos = 0
     while True:
-        decompressor = zstandard.ZstdDecompressor().decompressobj()
+        decompressor = context.decompressobj()
         while not decompressor.eof:
             if pos >= len(payload):
                 raise ValueError("zstd frame ends early")
@@ -127,6 +142,22 @@ def _unzstd(payload: memoryview, limit: int) -> bytes:
         pos -= len(decompressor.unused_data)
         if pos >= len(payload):
             return bytes(out)
+
+
+def _lz4_context() -> lz4.frame.LZ4FrameDecompressor:
+    context = getattr(_contexts, "lz4", None)
+    if context is None:
+        context = _contexts.lz4 = lz4.frame.LZ4FrameDecompressor()
+    else:
+        context.reset()
+    return context
+
+
+def _zstd_context() -> zstandard.ZstdDecompressor:
+    context = getattr(_contexts, "zstd", None)
+    if context is None:
+        context = _contexts.zstd = zstandard.ZstdDecompressor()
+    return context
 
 
 def _check_limit(size: int, limit: int) -> None:

@@ -49,7 +49,7 @@ import mmap
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Final, TypeAlias
+from typing import Any, Final, NamedTuple, TypeAlias
 
 from crc32c import crc32c
 
@@ -120,17 +120,23 @@ class TimestampType(enum.IntEnum):
     LOG_APPEND_TIME = 1
 
 
-@dataclass(frozen=True, slots=True)
-class Header:
-    """One record header; ``value`` None is a null value (-1 length on the wire)."""
+class Header(NamedTuple):
+    """One record header; ``value`` None is a null value (-1 length on the wire).
+
+    Immutable, compared and hashed by value. A named tuple, so decoding builds one
+    in a single C call.
+    """
 
     key: str
     value: bytes | None
 
 
-@dataclass(frozen=True, slots=True)
-class Record:
-    """One decoded record, with its absolute offset and timestamp (epoch ms)."""
+class Record(NamedTuple):
+    """One decoded record, with its absolute offset and timestamp (epoch ms).
+
+    Immutable, compared and hashed by value. A named tuple, so decoding builds one
+    in a single C call (a consumer decodes millions per second).
+    """
 
     offset: int
     timestamp: int
@@ -218,8 +224,6 @@ def _unfrozen_twin(cls: type) -> Any:
     )
 
 
-_HeaderTwin: Final = _unfrozen_twin(Header)
-_RecordTwin: Final = _unfrozen_twin(Record)
 _BatchHeaderTwin: Final = _unfrozen_twin(BatchHeader)
 
 
@@ -427,25 +431,57 @@ def decode_batch(
         _check_crc(buf, position, header)
     _check_fields(header, position)
     data = _records_bytes(buf, position, header, max_uncompressed_bytes)
-    try:
-        records = _decode_records(data, header)
-    except ValueError as err:
-        raise TruncatedRecordError(str(err), position=position, offset=header.base_offset) from None
-    if len(records) != header.record_count:
-        raise InvalidRecordCountError(
-            f"header declares {header.record_count} records, {len(records)} present",
-            position=position,
-            offset=header.base_offset,
-        )
+    records: list[Record] = []
+    _decode_into(records, data, position, header, {})
     return header, records
 
 
 def decode_batches(buf: ReadableBuffer) -> list[Record]:
-    """All records of all the consecutive batches in ``buf``, in order."""
+    """All records of all the consecutive batches in ``buf``, in order.
+
+    Each batch is checked as ``decode_batch`` checks it (CRC included) and raises the
+    same errors.
+    """
     records: list[Record] = []
-    for position, _ in iter_batches(buf, validate=False):
-        records += decode_batch(buf, position)[1]
+    header_sets: dict[bytes, tuple[Header, ...]] = {}
+    position, end = 0, len(buf)
+    while position < end:
+        header = _valid_header_or_none(buf, position, None)
+        if header is None:  # find out what is wrong, and say it
+            records += decode_batch(buf, position)[1]
+            header = read_header(buf, position)
+        else:
+            data = _records_bytes(buf, position, header, MAX_UNCOMPRESSED_BYTES)
+            _decode_into(records, data, position, header, header_sets)
+        position += header.batch_length + LOG_OVERHEAD
     return records
+
+
+def _decode_into(
+    out: list[Record],
+    data: bytes,
+    position: int,
+    header: BatchHeader,
+    header_sets: dict[bytes, tuple[Header, ...]],
+) -> None:
+    """Append the batch's records (decompressed in ``data``) to ``out``, or raise."""
+    first = len(out)
+    try:
+        _decode_records(data, header.base_offset, header.base_timestamp, out, header_sets)
+    except ValueError as err:
+        del out[first:]
+        raise TruncatedRecordError(str(err), position=position, offset=header.base_offset) from None
+    count = len(out) - first
+    if count != header.record_count:
+        del out[first:]
+        raise InvalidRecordCountError(
+            f"header declares {header.record_count} records, {count} present",
+            position=position,
+            offset=header.base_offset,
+        )
+    if header.attributes & TIMESTAMP_TYPE_MASK:  # log-append time: one time for all
+        stamp = header.max_timestamp
+        out[first:] = [r._replace(timestamp=stamp) for r in out[first:]]
 
 
 def first_offset_at_or_after(
@@ -499,9 +535,9 @@ def first_offset_at_or_after(
 def _records_bytes(buf: ReadableBuffer, position: int, header: BatchHeader, limit: int) -> bytes:
     with memoryview(buf) as view:
         payload = view[position + RECORDS_OFFSET : position + header.size]
-        codec = header.compression
-        if codec is Compression.NONE:
+        if not header.attributes & COMPRESSION_MASK:
             return bytes(payload)
+        codec = header.compression
         try:
             return decompress(codec, payload, limit)
         except DECOMPRESSION_ERRORS as err:
@@ -512,113 +548,158 @@ def _records_bytes(buf: ReadableBuffer, position: int, header: BatchHeader, limi
             ) from None
 
 
-def _decode_records(data: bytes, header: BatchHeader) -> list[Record]:
-    """Decode every record in ``data``; raise ``ValueError`` naming the first bad one.
+_ZIGZAG: Final = tuple((u >> 1) ^ -(u & 1) for u in range(1 << 14))
+"""Zigzag decoding of every one- and two-byte varint value (index: the raw value)."""
+_HEADER_SETS_KEPT: Final = 256
 
-    Each varint is read inline, its one- and two-byte forms without a call (longer ones
-    in ``_read_uvarint``), because a call per field would cost more than the rest of
-    the loop: this loop bounds consumer throughput.
+
+def _decode_records(
+    data: bytes,
+    base_offset: int,
+    base_timestamp: int,
+    out: list[Record],
+    header_sets: dict[bytes, tuple[Header, ...]],
+) -> None:
+    """Append every record in ``data`` to ``out``; raise ``ValueError`` naming the first
+    bad one (``out`` then holds the records before it).
+
+    This loop bounds consumer throughput, so it is written for the interpreter: one
+    pass, every varint read inline (its one- and two-byte forms without a call, the
+    rare longer ones in ``_read_uvarint``), signed values through a lookup table,
+    lengths (zigzag-even when valid) by a shift, and each record built in one C call
+    (``tuple.__new__``). Records often carry the same headers (a lane, a content type):
+    ``header_sets`` maps the raw bytes of a record's headers, once decoded, to their
+    (immutable, hence shareable) tuple, so repeated ones are not decoded again.
     """
-    base_offset, base_timestamp = header.base_offset, header.base_timestamp
-    append_time = header.max_timestamp if header.attributes & TIMESTAMP_TYPE_MASK else None
-    records: list[Record] = []
-    add, twin, cls, slow = records.append, _RecordTwin, Record, _read_uvarint
-    pos, end = 0, len(data)
+    zigzag, slow, new, add, cls = _ZIGZAG, _read_uvarint, tuple.__new__, out.append, Record
+    pos, end, first = 0, len(data), len(out)
     try:
         while pos < end:
-            if (u := data[pos]) < 0x80:
+            u = data[pos]
+            if u < 0x80:
                 pos += 1
             elif (b := data[pos + 1]) < 0x80:
                 u, pos = u - 0x80 + (b << 7), pos + 2
             else:
                 u, pos = slow(data, pos)
-            stop = pos + ((u >> 1) ^ -(u & 1))
-            if not pos + 6 <= stop <= end:
-                raise ValueError(f"record {len(records)} overruns the batch or is too short")
+            stop = pos + (u >> 1)
+            if stop > end or u & 1:  # a record too short for its fields is caught at its end
+                raise ValueError(f"record {len(out) - first} overruns the batch or is too short")
             # data[pos] holds the record attributes, which Kafka defines none of.
-            if (u := data[pos + 1]) < 0x80:
+            u = data[pos + 1]
+            if u < 0x80:
+                timestamp = base_timestamp + zigzag[u]
                 pos += 2
             elif (b := data[pos + 2]) < 0x80:
-                u, pos = u - 0x80 + (b << 7), pos + 3
+                timestamp = base_timestamp + zigzag[u - 0x80 + (b << 7)]
+                pos += 3
             else:
                 u, pos = slow(data, pos + 1)
-            timestamp = base_timestamp + ((u >> 1) ^ -(u & 1))
-            if (u := data[pos]) < 0x80:
+                timestamp = base_timestamp + ((u >> 1) ^ -(u & 1))
+            u = data[pos]
+            if u < 0x80:
+                offset = base_offset + zigzag[u]
                 pos += 1
             elif (b := data[pos + 1]) < 0x80:
-                u, pos = u - 0x80 + (b << 7), pos + 2
+                offset = base_offset + zigzag[u - 0x80 + (b << 7)]
+                pos += 2
             else:
                 u, pos = slow(data, pos)
-            offset = base_offset + ((u >> 1) ^ -(u & 1))
-            if (u := data[pos]) < 0x80:
+                offset = base_offset + ((u >> 1) ^ -(u & 1))
+            u = data[pos]
+            if u < 0x80:
                 pos += 1
             elif (b := data[pos + 1]) < 0x80:
                 u, pos = u - 0x80 + (b << 7), pos + 2
             else:
                 u, pos = slow(data, pos)
             if not u & 1:
-                key, pos = data[pos : pos + (u >> 1)], pos + (u >> 1)
+                u >>= 1
+                key: bytes | None = data[pos : pos + u]
+                pos += u
             elif u == 1:
                 key = None
             else:
-                raise ValueError(f"record {len(records)} has key length {(u >> 1) ^ -1}")
-            if (u := data[pos]) < 0x80:
+                raise ValueError(f"record {len(out) - first} has key length {(u >> 1) ^ -1}")
+            u = data[pos]
+            if u < 0x80:
                 pos += 1
             elif (b := data[pos + 1]) < 0x80:
                 u, pos = u - 0x80 + (b << 7), pos + 2
             else:
                 u, pos = slow(data, pos)
             if not u & 1:
-                value, pos = data[pos : pos + (u >> 1)], pos + (u >> 1)
+                u >>= 1
+                value: bytes | None = data[pos : pos + u]
+                pos += u
             elif u == 1:
                 value = None
             else:
-                raise ValueError(f"record {len(records)} has value length {(u >> 1) ^ -1}")
+                raise ValueError(f"record {len(out) - first} has value length {(u >> 1) ^ -1}")
             if data[pos] == 0:
-                headers: tuple[Header, ...] = ()
                 pos += 1
+                headers: tuple[Header, ...] = ()
+            elif (known := header_sets.get(raw := data[pos:stop])) is not None:
+                headers, pos = known, stop  # the same bytes decoded fine before
             else:
                 headers, pos = _read_headers(data, pos, stop)
+                if pos == stop and len(header_sets) < _HEADER_SETS_KEPT:
+                    header_sets[raw] = headers
             if pos != stop:
-                raise ValueError(f"record {len(records)}'s fields do not fill its length")
-            record = twin(
-                offset, timestamp if append_time is None else append_time, key, value, headers
-            )
-            record.__class__ = cls
-            add(record)
+                raise ValueError(f"record {len(out) - first}'s fields do not fill its length")
+            add(new(cls, (offset, timestamp, key, value, headers)))
     except IndexError:
-        raise ValueError(f"record {len(records)} runs past the end of the batch") from None
-    return records
-
-
-def _read_nullable(data: bytes, pos: int) -> tuple[bytes | None, int]:
-    if (u := data[pos]) < 0x80:
-        pos += 1
-    elif (b := data[pos + 1]) < 0x80:
-        u, pos = u - 0x80 + (b << 7), pos + 2
-    else:
-        u, pos = _read_uvarint(data, pos)
-    if not u & 1:
-        return data[pos : pos + (u >> 1)], pos + (u >> 1)
-    if u == 1:
-        return None, pos
-    raise ValueError(f"invalid length {(u >> 1) ^ -1}")
+        raise ValueError(f"record {len(out) - first} runs past the end of the batch") from None
 
 
 def _read_headers(data: bytes, pos: int, stop: int) -> tuple[tuple[Header, ...], int]:
-    count, pos = _read_varint(data, pos)
+    """The headers at ``pos`` (their count first) and the position after them."""
+    u = data[pos]
+    if u < 0x80:
+        pos += 1
+    else:
+        u, pos = _read_uvarint(data, pos)
+    count = (u >> 1) ^ -(u & 1)
     if not 0 <= count <= (stop - pos) // 2:
         raise ValueError(f"invalid header count {count}")
     headers = []
+    new, cls, keys = tuple.__new__, Header, _HEADER_KEYS
     for _ in range(count):
-        key, pos = _read_nullable(data, pos)
+        u = data[pos]
+        if u < 0x80:
+            pos += 1
+        else:
+            u, pos = _read_uvarint(data, pos)
+        if u & 1:
+            raise ValueError("null header key" if u == 1 else f"invalid length {(u >> 1) ^ -1}")
+        u >>= 1
+        raw = data[pos : pos + u]
+        pos += u
+        key = keys.get(raw)
         if key is None:
-            raise ValueError("null header key")
-        value, pos = _read_nullable(data, pos)
-        header = _HeaderTwin(key.decode(), value)
-        header.__class__ = Header
-        headers.append(header)
+            key = raw.decode()
+            if len(keys) < _HEADER_KEYS_KEPT:
+                keys[raw] = key
+        u = data[pos]
+        if u < 0x80:
+            pos += 1
+        else:
+            u, pos = _read_uvarint(data, pos)
+        if not u & 1:
+            u >>= 1
+            value: bytes | None = data[pos : pos + u]
+            pos += u
+        elif u == 1:
+            value = None
+        else:
+            raise ValueError(f"invalid length {(u >> 1) ^ -1}")
+        headers.append(new(cls, (key, value)))
     return tuple(headers), pos
+
+
+_HEADER_KEYS: Final[dict[bytes, str]] = {}
+"""Header keys decoded so far (a few names such as ``x-trace-id`` recur endlessly)."""
+_HEADER_KEYS_KEPT: Final = 4096
 
 
 def _read_varint(data: bytes | memoryview, pos: int) -> tuple[int, int]:
