@@ -9,7 +9,9 @@ Two steps, so the expensive one runs only for records the application takes:
 - ``decode_records`` (``poll``): one tight loop per batch. Each varint is read inline,
   one- and two-byte forms without a call; keys and values are sliced once; headers are
   kept as a lazy reader (``LazyHeaders``) decoded on first access; records below the
-  consumer's position are skipped without building them.
+  consumer's position are skipped without building them. In a dense batch (offset
+  deltas 0..count-1, what producers write; a compacted batch is not) a record's offset
+  is its index and its delta is skipped, not read.
 
 The layout is ``dataplane.storage.records``'s (Kafka's); tests prove the records equal
 ``records.decode_batch`` and kafka-python's on every codec.
@@ -131,8 +133,9 @@ def decode_records(
     other than -1 or a negative offset delta, or the batch holds another number of
     records than its header says.
     """
+    dense = batch.last_offset - batch.base_offset == batch.count - 1
     try:
-        records, skipped = _decode(batch, source, min_offset)
+        records, skipped = (_decode_dense if dense else _decode)(batch, source, min_offset)
     except (IndexError, ValueError) as err:
         raise corrupt(source[:2], batch.base_offset, f"has a bad record: {err}") from None
     if len(records) + skipped != batch.count:
@@ -185,6 +188,90 @@ def _decode(
             pos = stop
             skipped += 1
             continue
+        if (u := data[pos]) == 1:
+            key, pos = None, pos + 1
+        else:
+            if u < 0x80:
+                pos += 1
+            elif (b := data[pos + 1]) < 0x80:
+                u, pos = u - 0x80 + (b << 7), pos + 2
+            else:
+                u, pos = slow(data, pos)
+            if u & 1:
+                raise ValueError(f"record {len(out) + skipped} has key length {(u >> 1) ^ -1}")
+            key, pos = data[pos : pos + (u >> 1)], pos + (u >> 1)
+        if (u := data[pos]) == 1:
+            value, pos = None, pos + 1
+        else:
+            if u < 0x80:
+                pos += 1
+            elif (b := data[pos + 1]) < 0x80:
+                u, pos = u - 0x80 + (b << 7), pos + 2
+            else:
+                u, pos = slow(data, pos)
+            if u & 1:
+                raise ValueError(f"record {len(out) + skipped} has value length {(u >> 1) ^ -1}")
+            value, pos = data[pos : pos + (u >> 1)], pos + (u >> 1)
+        if data[pos]:
+            headers: Headers | LazyHeaders = LazyHeaders(data, pos, stop)
+        elif pos + 1 == stop:
+            headers = ()
+        else:
+            raise ValueError(f"record {len(out) + skipped}'s fields do not fill its length")
+        pos = stop
+        record = new(cls)
+        record.offset = offset
+        record.timestamp = timestamp
+        record.key = key
+        record.value = value
+        record._headers = headers
+        record._source = source
+        add(record)
+    return out, skipped
+
+
+def _decode_dense(
+    batch: FetchedBatch, source: RecordSource, min_offset: int
+) -> tuple[list[ConsumerRecord], int]:
+    """``_decode`` for a dense batch (offset deltas 0, 1, 2, ..., as every producer
+    writes them): the offset is the record's index, so its delta is skipped, not
+    decoded, and one-byte timestamp deltas come from a table. About a fifth faster."""
+    data, pos, end = batch.data, batch.start, batch.end
+    base_timestamp = batch.base_timestamp
+    near = [base_timestamp + ((u >> 1) ^ -(u & 1)) for u in range(0x80)]
+    out: list[ConsumerRecord] = []
+    add, new, cls, slow = out.append, object.__new__, ConsumerRecord, _read_uvarint
+    offset = batch.base_offset - 1
+    skipped = 0
+    while pos < end:
+        if (u := data[pos]) < 0x80:
+            pos += 1
+        elif (b := data[pos + 1]) < 0x80:
+            u, pos = u - 0x80 + (b << 7), pos + 2
+        else:
+            u, pos = slow(data, pos)
+        stop = pos + (u >> 1)
+        if u & 1 or not pos + 6 <= stop <= end:
+            raise ValueError(f"record {len(out) + skipped} has a bad length")
+        offset += 1
+        if offset < min_offset:
+            pos = stop
+            skipped += 1
+            continue
+        if (u := data[pos + 1]) < 0x80:  # data[pos]: the record attributes
+            timestamp, pos = near[u], pos + 2
+        else:
+            if (b := data[pos + 2]) < 0x80:
+                u, pos = u - 0x80 + (b << 7), pos + 3
+            else:
+                u, pos = slow(data, pos + 1)
+            timestamp = base_timestamp + ((u >> 1) ^ -(u & 1))
+        if data[pos] < 0x80:  # the offset delta
+            pos += 1
+        elif data[pos + 1] < 0x80:
+            pos += 2
+        else:
+            pos = slow(data, pos)[1]
         if (u := data[pos]) == 1:
             key, pos = None, pos + 1
         else:

@@ -10,6 +10,7 @@ from crc32c import crc32c
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from dataplane.client.batch import encode_headers, varint
 from dataplane.client.decoder import decode_records, split_batches
 from dataplane.client.fetcher import CompletedFetch, PartitionState, take
 from dataplane.client.types import ConsumerRecord, RecordSource, TopicPartition
@@ -169,3 +170,34 @@ def test_random_batches_decode_like_storage(
         (r.offset, r.timestamp, r.key, r.value, [(h.key, h.value) for h in r.headers])
         for r in reference
     ]
+
+
+def compacted(specs: list[Spec], deltas: list[int], base_offset: int = 0) -> bytes:
+    """A batch whose records keep offset deltas ``deltas`` (a compacted log's gaps)."""
+    records = b""
+    for (key, value, ts, headers), delta in zip(specs, deltas, strict=True):
+        body = b"\x00" + varint(ts - specs[0][2]) + varint(delta)
+        body += b"\x01" if key is None else varint(len(key)) + key
+        body += b"\x01" if value is None else varint(len(value)) + value
+        body += encode_headers(headers) if headers else b"\x00"
+        records += varint(len(body)) + body
+    data = bytearray(reseal(build(specs), records, len(specs)))
+    struct.pack_into(">i", data, 23, deltas[-1])  # the last offset delta
+    struct.pack_into(">I", data, 17, crc32c(bytes(data[21:])))
+    set_base_offset(data, 0, base_offset)
+    return bytes(data)
+
+
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.integers(min_value=1, max_value=300), min_size=1, max_size=len(SPECS)))
+def test_compacted_batches_keep_their_offset_deltas(gaps: list[int]) -> None:
+    """A batch with gaps (not dense) is read delta by delta, as storage reads it."""
+    deltas = [sum(gaps[:i]) for i in range(len(gaps))]
+    specs = SPECS[: len(gaps)]
+    data = compacted(specs, deltas, base_offset=1000)
+    _, reference = decode_batch(data)
+    assert seen(decode_all(data, 1000)) == [
+        (r.offset, r.timestamp, r.key, r.value, [(h.key, h.value) for h in r.headers])
+        for r in reference
+    ]
+    assert [r.offset for r in decode_all(data, 1000)] == [1000 + d for d in deltas]
