@@ -307,6 +307,15 @@ class RecordAccumulator:
             if self.waiters:
                 self._space.notify_all()
 
+    def replace(self, batch: ProducerBatch, parts: list[ProducerBatch]) -> None:
+        """``batch`` was split into ``parts``: they take over its memory and its place
+        among the batches a flush waits for."""
+        with self.lock:
+            self.used += sum(len(part.records) for part in parts) - len(batch.records)
+            self.incomplete.discard(batch)
+            self.incomplete.update(parts)
+        batch.release()
+
     def complete(
         self,
         batch: ProducerBatch,

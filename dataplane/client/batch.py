@@ -22,8 +22,9 @@ from typing import Final, TypeAlias
 
 from crc32c import crc32c
 
+from dataplane.client.decoder import FetchedBatch, LazyHeaders, decode_records
 from dataplane.client.future import ProduceResult
-from dataplane.client.types import TopicPartition
+from dataplane.client.types import RecordSource, TopicPartition
 from dataplane.storage.compression import Compression, compress
 from dataplane.storage.records import (
     CRC_COVERED_STRUCT,
@@ -157,6 +158,34 @@ class ProducerBatch:
         )
         return self.sealed
 
+    def split(self) -> list[ProducerBatch]:
+        """Two batches holding this one's records, first half and second, re-encoded
+        (offset and timestamp deltas restart); this result completes through theirs."""
+        data = bytes(self.records)
+        view = FetchedBatch(
+            0, self.count - 1, self.base_timestamp, self.max_timestamp, 0, -1, self.count,
+            data, 0, len(data),
+        )  # fmt: skip
+        records = decode_records(view, RecordSource(self.tp.topic, self.tp.partition, 0))
+        half = len(records) // 2
+        halves = [records[:half], records[half:]]
+        results = self.result.split([len(h) for h in halves])
+        parts = []
+        for result, chosen in zip(results, halves, strict=True):
+            part = ProducerBatch(self.tp, self.limit, self.created)
+            part.result, part.attempts = result, self.attempts
+            part.base_timestamp = chosen[0].timestamp
+            part.max_timestamp = max(r.timestamp for r in chosen)
+            part.count = len(chosen)
+            for delta, r in enumerate(chosen):
+                raw = r._headers
+                headers = data[raw.start : raw.stop] if isinstance(raw, LazyHeaders) else b"\x00"
+                part.records += encode_record(
+                    r.timestamp - part.base_timestamp, delta, r.key, r.value, headers
+                )
+            parts.append(part)
+        return parts
+
     def release(self) -> None:
         """Drop the record bytes once the batch is complete (futures may live on)."""
         self.records = bytearray()
@@ -167,6 +196,24 @@ class ProducerBatch:
             f"ProducerBatch({self.tp.topic}/{self.tp.partition}, {self.count} records, "
             f"seq {self.base_sequence}, attempts {self.attempts})"
         )
+
+
+def encode_record(
+    timestamp_delta: int, offset_delta: int, key: bytes | None, value: bytes | None, headers: bytes
+) -> bytes:
+    """One record (``headers``: the encoded header block); the accumulator's hot path
+    writes the same bytes inline."""
+    body = b"".join(
+        (
+            b"\x00",
+            varint(timestamp_delta),
+            varint(offset_delta),
+            NULL_VARINT if key is None else varint(len(key)) + key,
+            NULL_VARINT if value is None else varint(len(value)) + value,
+            headers,
+        )
+    )
+    return varint(len(body)) + body
 
 
 def encode_batch(

@@ -10,9 +10,10 @@ cancelled.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TypeAlias
 
 from dataplane.client.types import RecordMetadata, TopicPartition
@@ -26,7 +27,16 @@ DeliveryCallback: TypeAlias = Callable[[MeridianError | None, RecordMetadata | N
 class ProduceResult:
     """The outcome of one batch, set once; waiters block on an event."""
 
-    __slots__ = ("_callbacks", "_event", "_lock", "base_offset", "error", "log_append_time", "tp")
+    __slots__ = (
+        "_callbacks",
+        "_event",
+        "_lock",
+        "base_offset",
+        "error",
+        "log_append_time",
+        "parts",
+        "tp",
+    )
 
     def __init__(self, tp: TopicPartition) -> None:
         self.tp = tp
@@ -36,6 +46,36 @@ class ProduceResult:
         self._event = threading.Event()
         self._lock = threading.Lock()
         self._callbacks: list[Callable[[], None]] = []
+        self.parts: list[tuple[int, ProduceResult]] | None = None
+
+    def split(self, counts: Sequence[int]) -> list[ProduceResult]:
+        """The batch goes out as parts of ``counts`` records (the broker found it too
+        large): their results. Each record's outcome is its part's (``part``); this
+        result completes once every part has."""
+        parts = [ProduceResult(self.tp) for _ in counts]
+        self.parts = list(zip(itertools.accumulate(counts, initial=0), parts, strict=False))
+        pending = [len(parts)]
+
+        def part_done() -> None:
+            with self._lock:
+                pending[0] -= 1
+                if pending[0]:
+                    return
+            errors = [part.error for part in parts if part.error is not None]
+            self.complete(-1, -1, errors[0] if errors else None)
+
+        for part in parts:
+            part.add_callback(part_done)
+        return parts
+
+    def part(self, index: int) -> tuple[ProduceResult, int]:
+        """The result holding record ``index`` of this batch, and its index there."""
+        if self.parts is None:
+            return self, index
+        for start, part in reversed(self.parts):
+            if index >= start:
+                return part.part(index - start)
+        return self, index
 
     def done(self) -> bool:
         return self._event.is_set()
@@ -104,12 +144,12 @@ class DeliveryFuture:
     def exception(self, timeout: float | None = None) -> MeridianError | None:
         if not self._result.wait(timeout):
             raise TimeoutError(f"record not delivered within {timeout} s")
-        return self._result.error
+        return self._result.part(self._index)[0].error
 
     def metadata(self) -> RecordMetadata:
         """The record's metadata from its completed batch (offset -1 with ``acks=0``)."""
-        result = self._result
-        offset = result.base_offset + self._index if result.base_offset >= 0 else -1
+        result, index = self._result.part(self._index)
+        offset = result.base_offset + index if result.base_offset >= 0 else -1
         append_time = result.log_append_time
         timestamp = append_time if append_time >= 0 else self._timestamp
         tp = result.tp
@@ -127,7 +167,7 @@ class DeliveryFuture:
         """Call ``fn(error, metadata)``: exactly one of them is None."""
 
         def deliver() -> None:
-            error = self._result.error
+            error = self._result.part(self._index)[0].error
             fn(error, None) if error is not None else fn(None, self.metadata())
 
         self._result.add_callback(deliver)

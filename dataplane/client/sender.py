@@ -362,6 +362,9 @@ class Sender:
             return
         elif code == ErrorCode.UNKNOWN_PRODUCER_ID:
             self._bump_wanted = True
+        elif code == ErrorCode.MESSAGE_TOO_LARGE and batch.count > 1:
+            self._split(state, batch)
+            return
         if code in _REFRESH_CODES or stored is None:
             self._refresh_wanted = True
         now = time.monotonic()
@@ -371,6 +374,20 @@ class Sender:
             return
         batch.retry_at = now + self._backoff(batch.attempts)
         state.retry_at = max(state.retry_at, batch.retry_at)
+        self._resend.add(state)
+
+    def _split(self, state: PartitionState, batch: ProducerBatch) -> None:
+        """The broker refused the batch as too large: send its halves instead, in its
+        place (and sequences), as Kafka's producer does; a single record is not split."""
+        parts = batch.split()
+        position = state.pending.index(batch)
+        state.pending[position : position + 1] = parts
+        self._acc.replace(batch, parts)
+        sequence = batch.base_sequence
+        for part in parts:
+            part.base_sequence = sequence if self._config.idempotent else -1
+            sequence = (sequence + part.count) & _SEQUENCE_MASK
+        state.retry_at = time.monotonic()
         self._resend.add(state)
 
     def _give_up(

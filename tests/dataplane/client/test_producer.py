@@ -192,3 +192,20 @@ def test_flush_waits_and_close_delivers_what_is_queued(
     assert later.result(0).offset == 10
     with pytest.raises(MeridianError, match="closed"):
         p.send(name, b"too late")
+
+
+def test_a_batch_too_large_for_the_topic_is_split(
+    shared_broker: BrokerProcess, topic: TopicMaker
+) -> None:
+    """Records that fit one by one but not as one batch go out in smaller batches, in
+    order, each future with its own offset."""
+    name = topic(max_message_bytes=2048)
+    with producer(shared_broker, linger_ms=50) as p:
+        futures = [
+            p.send(name, b"%03d" % i + b"x" * 97, headers=[("i", b"%d" % i)]) for i in range(60)
+        ]
+        offsets = [f.result(10).offset for f in futures]
+    assert offsets == list(range(60))
+    records = read_all(shared_broker.address, name)[0]
+    assert [r.value[:3] for r in records] == [b"%03d" % i for i in range(60)]
+    assert [r.headers for r in records] == [(("i", b"%d" % i),) for i in range(60)]
