@@ -17,6 +17,8 @@ from dataplane.client.types import TopicPartition
 from dataplane.errors import MeridianError, error_from_rpc
 from dataplane.storage.compression import Compression
 
+SEQUENCE_MASK = 0x7FFFFFFF  # sequences wrap from 2**31 - 1 to 0, as in Kafka
+
 
 @dataclass(frozen=True)
 class SenderConfig:
@@ -47,6 +49,31 @@ class PartitionState:
 
     def in_flight(self) -> int:
         return sum(1 for batch in self.pending if batch.in_flight)
+
+    def remove(self, batch: ProducerBatch) -> list[ProducerBatch]:
+        """Take ``batch`` out of ``pending``; returns the batches sent after it."""
+        position = self.pending.index(batch)
+        later = self.pending[position + 1 :]
+        del self.pending[position]
+        return later
+
+    def close_gap(self, count: int, later: list[ProducerBatch]) -> None:
+        """``count`` records were surely not stored: the later batches' sequences move
+        down by as much (they are sealed again before they are resent)."""
+        for other in later:
+            other.base_sequence = (other.base_sequence - count) & SEQUENCE_MASK
+            other.sealed = None
+            other.resequenced = True
+        self.next_sequence = (self.next_sequence - count) & SEQUENCE_MASK
+
+    def replace(self, batch: ProducerBatch, parts: list[ProducerBatch]) -> None:
+        """``batch`` was split into ``parts``: they take its place and its sequences."""
+        position = self.pending.index(batch)
+        self.pending[position : position + 1] = parts
+        sequence = batch.base_sequence
+        for part in parts:
+            part.base_sequence = sequence if sequence >= 0 else -1
+            sequence = (sequence + part.count) & SEQUENCE_MASK
 
 
 class RequestPlan:

@@ -35,6 +35,7 @@ from dataplane._gen.meridian.v1 import broker_pb2
 from dataplane.client.accumulator import RecordAccumulator
 from dataplane.client.batch import ProducerBatch
 from dataplane.client.inflight import (
+    SEQUENCE_MASK,
     PartitionState,
     Planner,
     ProducerIdentity,
@@ -47,7 +48,6 @@ from dataplane.errors import ErrorCode, MeridianError
 
 log = logging.getLogger(__name__)
 
-_SEQUENCE_MASK = 0x7FFFFFFF  # sequences wrap from 2**31 - 1 to 0, as in Kafka
 MAX_PENDING_PER_PARTITION = 5  # what a broker remembers to deduplicate, as in Kafka
 _REFRESH_CODES = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION})
 
@@ -272,7 +272,7 @@ class Sender:
         sequence = -1
         if self._config.idempotent:
             sequence = state.next_sequence
-            state.next_sequence = (sequence + batch.count) & _SEQUENCE_MASK
+            state.next_sequence = (sequence + batch.count) & SEQUENCE_MASK
         self._seal(batch, sequence)
 
     def _seal(self, batch: ProducerBatch, sequence: int) -> None:
@@ -380,39 +380,25 @@ class Sender:
         """The broker refused the batch as too large: send its halves instead, in its
         place (and sequences), as Kafka's producer does; a single record is not split."""
         parts = batch.split()
-        position = state.pending.index(batch)
-        state.pending[position : position + 1] = parts
+        state.replace(batch, parts)
         self._acc.replace(batch, parts)
-        sequence = batch.base_sequence
-        for part in parts:
-            part.base_sequence = sequence if self._config.idempotent else -1
-            sequence = (sequence + part.count) & _SEQUENCE_MASK
         state.retry_at = time.monotonic()
         self._resend.add(state)
 
     def _give_up(
         self, state: PartitionState, batch: ProducerBatch, error: MeridianError, *, unknown: bool
     ) -> None:
-        position = state.pending.index(batch)
-        later = state.pending[position + 1 :]
-        del state.pending[position]
+        later = state.remove(batch)
         self._acc.complete(batch, -1, error=error)
-        if not self._config.idempotent or (not later and not unknown):
-            state.next_sequence = (state.next_sequence - batch.count) & _SEQUENCE_MASK
+        if not self._config.idempotent or not unknown:
+            state.close_gap(batch.count, later)
             return
-        if unknown:
-            reason = MeridianError(error.code, f"{error.message} (an earlier batch failed)")
-            for other in later:
-                state.pending.remove(other)
-                self._acc.complete(other, -1, error=reason)
-            self._resend.discard(state)
-            self._bump_wanted = True
-            return
+        reason = MeridianError(error.code, f"{error.message} (an earlier batch failed)")
         for other in later:
-            other.base_sequence = (other.base_sequence - batch.count) & _SEQUENCE_MASK
-            other.sealed = None
-            other.resequenced = True
-        state.next_sequence = (state.next_sequence - batch.count) & _SEQUENCE_MASK
+            state.pending.remove(other)
+            self._acc.complete(other, -1, error=reason)
+        self._resend.discard(state)
+        self._bump_wanted = True
 
     def _fence_partition(self, state: PartitionState, error: MeridianError) -> None:
         state.fatal = MeridianError(
