@@ -1,12 +1,17 @@
 """Consumer-group membership and committed offsets for the SDK.
 
 ``GroupMember`` is one consumer's membership of a group, as Kafka's consumer coordinator
-does it: ``poll()`` (called by ``Consumer.poll``) joins or rejoins when needed and runs
-the ``RebalanceListener`` callbacks in the caller's thread; a background thread sends a
-heartbeat every ``heartbeat_interval_ms`` and notes what the coordinator answers
-(a rebalance to join, a lost membership, a fatal error), which the next ``poll()`` acts
-on or raises. If ``poll()`` is not called for ``max_poll_interval_ms`` the heartbeat
-thread leaves the group, and the next ``poll()`` reports the partitions lost and rejoins.
+does it: ``poll()`` (called by ``Consumer.poll``) never waits for the group. When the
+member must join or rejoin, ``poll()`` runs the callbacks due before joining, then hands
+the JoinGroup/SyncGroup round trip to a thread of its own (JoinGroup is answered only
+once every member has rejoined, which can take up to ``rebalance_timeout_ms``) and
+returns; a later ``poll()`` finds the round trip done, installs the assignment and runs
+the ``RebalanceListener`` callbacks. Callbacks always run in the thread calling
+``poll()``. A background thread sends a heartbeat every ``heartbeat_interval_ms`` and
+notes what the coordinator answers (a rebalance to join, a lost membership, a fatal
+error), which the next ``poll()`` acts on or raises. If ``poll()`` is not called for
+``max_poll_interval_ms`` the heartbeat thread leaves the group, and the next ``poll()``
+reports the partitions lost and rejoins.
 
 Rebalance protocol: cooperative when every configured assignor supports it (only
 ``cooperative-sticky`` does), else eager. Eager: every partition is revoked before
@@ -211,7 +216,7 @@ class _State:
     assignment: frozenset[TopicPartition] = frozenset()
     rejoin_needed: bool = True
     lost: bool = False
-    rebalancing: bool = False
+    joining: bool = False  # a JoinGroup/SyncGroup round trip is in flight: no heartbeats
     fatal: MeridianError | None = None
     # while this member leads: the group's topics and their partition counts (known ones)
     leader_topics: tuple[str, ...] = ()
@@ -265,6 +270,11 @@ class GroupMember:
         self._stop = threading.Event()
         self._heartbeats: threading.Thread | None = None
         self._closed = False
+        self._round: _JoinRound | None = None  # in flight, or done and not yet acted on
+        # the poll thread's own: retries of failed rounds, the first callback error
+        self._failures = 0
+        self._retry_at = 0.0
+        self._callback_error: BaseException | None = None
 
     # -- the public API --------------------------------------------------------------
     def subscribe(self, topics: Sequence[str]) -> None:
@@ -284,24 +294,28 @@ class GroupMember:
             return self._state.generation, self._state.member_id
 
     def poll(self) -> None:
-        """Join or rejoin as needed, running listener callbacks here; cheap when stable.
+        """Start or finish a rebalance as needed, running listener callbacks here; never
+        waits for the group (the round trip runs in the background).
 
-        Raises a fatal error the heartbeat thread met, and any error a callback raised
-        (after the rebalance it happened in is complete).
+        Raises a fatal error the heartbeat thread met, a non-retriable error of the last
+        round trip, and any error a callback raised (once the rebalance it happened in
+        is over).
         """
         with self._lock:
             self._check_open()
             fatal, self._state.fatal = self._state.fatal, None
             self._state.last_poll = time.monotonic()
+            state = self._state
+            joined = self._round is not None or bool(state.member_id or state.assignment)
         if fatal is not None:
             raise fatal
         if not self._topics:  # unsubscribed: give everything up and leave
-            if self._state.member_id or self._state.assignment:
+            if joined:
                 self._drop_membership(leave=not self.group_instance_id)
             return
+        self._start_heartbeats()
         self._maybe_check_partitions()
-        if self._needs_join():
-            _Rebalance(self).run()
+        self._advance_rebalance()
 
     def commit(self, offsets: Mapping[TopicPartition, int], *, metadata: str = "") -> None:
         """Commit ``offsets`` (the next offsets to consume) as a member of the group.
@@ -334,7 +348,8 @@ class GroupMember:
         """Stop heartbeats, revoke the assignment (callbacks here) and leave the group.
 
         A static member (``group_instance_id``) does not send LeaveGroup: its session
-        timeout ends its membership unless it comes back first.
+        timeout ends its membership unless it comes back first. A round trip in flight
+        is abandoned, not waited for.
         """
         with self._lock:
             if self._closed:
@@ -349,6 +364,9 @@ class GroupMember:
         """Give the assignment up (revoked, or lost if the membership was) and leave."""
         with self._lock:
             state, self._state = self._state, _State(rejoin_needed=True)
+            if self._round is not None:
+                self._round.abandon(leave=leave)
+                self._round = None
         try:
             if state.assignment and self.listener is not None:
                 valid = state.generation >= 0 and not state.lost
@@ -357,6 +375,91 @@ class GroupMember:
         finally:
             if leave and state.member_id:
                 self._leave(state.member_id)
+
+    # -- rebalancing, in the poll thread -------------------------------------------------
+    def _advance_rebalance(self) -> None:
+        """Act on a finished round trip, then start the next one if the group needs it."""
+        with self._lock:
+            finished = self._round if self._round is not None and self._round.done else None
+            if finished is not None:
+                self._round = None
+        if finished is not None:
+            self._conclude(finished)
+        if self._round is None and self._needs_join() and time.monotonic() >= self._retry_at:
+            self._prepare()
+            self._start_round()
+        if self._round is None and self._callback_error is not None:
+            error, self._callback_error = self._callback_error, None
+            raise error
+
+    def _rebalancing(self) -> bool:
+        """Whether a round trip is in flight or waits for ``poll()`` to install it."""
+        return self._round is not None
+
+    def _prepare(self) -> None:
+        """Before joining: report lost partitions, or revoke (all of them, when eager)."""
+        with self._lock:
+            state = self._state
+            lost = state.lost or (state.generation < 0 and bool(state.assignment))
+            eager = self.protocol is RebalanceProtocol.EAGER
+            gone = frozenset(tp for tp in state.assignment if tp.topic not in self._topics)
+            dropped = state.assignment if (lost or eager) else gone
+            state.assignment = state.assignment - dropped
+            state.lost = False
+        if dropped:
+            self._notify("on_partitions_lost" if lost else "on_partitions_revoked", dropped)
+
+    def _start_round(self) -> None:
+        with self._lock:
+            state = self._state
+            state.rejoin_needed, state.joining = False, True
+            subscription = Subscription(self._topics, tuple(state.assignment), state.generation)
+            self._round = _JoinRound(self, subscription, state.member_id, state.generation)
+        self._round.start()
+
+    def _conclude(self, round_: _JoinRound) -> None:
+        """Install what a round got, or schedule the next try (raising what is fatal)."""
+        error = round_.error
+        if error is None:
+            self._failures = 0
+            self._install(round_)
+            return
+        if error.code in _REJOIN_ERRORS:
+            return  # the round noted it in the state: rejoin at once
+        self._failures += 1
+        self._retry_at = time.monotonic() + _backoff(self._failures)
+        if not error.retriable:
+            raise error
+        log.info("group %s: could not join yet: %s", self.group_id, error)
+
+    def _install(self, round_: _JoinRound) -> None:
+        """Adopt a round's assignment, unless the membership moved on since it ended."""
+        with self._lock:
+            state = self._state
+            if (state.member_id, state.generation) != (round_.member_id, round_.generation):
+                return  # a heartbeat found it gone; the next round reports the loss
+            state.leader_topics, state.leader_counts = round_.leader or ((), None)
+            owned, assigned = state.assignment, round_.assigned
+            revoked, added = owned - assigned, assigned - owned
+            state.assignment = assigned
+            if revoked:  # cooperative: give them up, then rejoin so the group hands them on
+                state.rejoin_needed = True
+        if round_.leader is not None:
+            self._next_partition_check = time.monotonic() + self.PARTITION_CHECK_INTERVAL_S
+        if revoked:
+            self._notify("on_partitions_revoked", revoked)
+        eager = self.protocol is RebalanceProtocol.EAGER
+        self._notify("on_partitions_assigned", assigned if eager else added)
+
+    def _notify(self, callback: str, partitions: frozenset[TopicPartition]) -> None:
+        if self.listener is None:
+            return
+        try:
+            getattr(self.listener, callback)(set(partitions))
+        except Exception as exc:  # raised from poll() once the rebalance is over
+            log.exception("group %s: %s failed", self.group_id, callback)
+            if self._callback_error is None:
+                self._callback_error = exc
 
     # -- internals ---------------------------------------------------------------------
     def _check_open(self) -> None:
@@ -428,7 +531,7 @@ class GroupMember:
     def _heartbeat_once(self) -> None:
         with self._lock:
             state = self._state
-            if state.rebalancing or state.generation < 0 or not state.member_id:
+            if state.joining or state.generation < 0 or not state.member_id:
                 return
             generation, member_id = state.generation, state.member_id
             idle_s = time.monotonic() - state.last_poll
@@ -466,90 +569,69 @@ class GroupMember:
             self._leave(member_id)
 
 
-class _Rebalance:
-    """One ``poll()``'s join/sync cycle, repeated until the member is stable again.
+class _JoinRound:
+    """One JoinGroup + SyncGroup round trip, on a thread of its own: JoinGroup is answered
+    only once every member has rejoined, which ``poll()`` must not wait for.
 
-    Retriable failures are retried with backoff for up to ``rebalance_timeout_ms``;
-    after that ``poll()`` returns and the next one tries again.
+    The round records the member id and generation it joined with in the member's state
+    at once (heartbeats and commits use them) and, on failure, notes that a rejoin is
+    needed; the ``poll()`` that finds it ``done`` installs the assignment. An abandoned
+    round (the member unsubscribed or closed meanwhile) changes nothing, and leaves the
+    group again under a member id only it was told.
     """
 
-    def __init__(self, member: GroupMember) -> None:
+    def __init__(
+        self, member: GroupMember, subscription: Subscription, member_id: str, generation: int
+    ) -> None:
         self.m = member
-        self.callback_error: BaseException | None = None
+        self.subscription = subscription
+        # the membership it ends with (the install checks it is still the member's)
+        self.member_id, self.generation = member_id, generation
+        self.assigned: frozenset[TopicPartition] = frozenset()
+        self.leader: tuple[tuple[str, ...], dict[str, int]] | None = None  # topics, counts
+        self.error: MeridianError | None = None
+        self.done = False  # guarded by the member's lock, as the two below
+        self._abandoned = False
+        self._leave_abandoned = False
+        self._thread = threading.Thread(
+            target=self._run, name=f"join-{member.group_id}", daemon=True
+        )
 
-    def run(self) -> None:
+    def start(self) -> None:
+        self._thread.start()
+
+    def abandon(self, *, leave: bool) -> None:
+        """Detach from the member (whose lock the caller holds)."""
+        self._abandoned, self._leave_abandoned = True, leave
+
+    def _run(self) -> None:
         m = self.m
-        deadline = time.monotonic() + m.rebalance_timeout_ms / 1000
-        with m._lock:
-            m._state.rebalancing = True
         try:
-            self._cycle(deadline)
+            self._join_and_sync()
+        except MeridianError as exc:
+            self.error = exc
+        except Exception as exc:  # a bug: surface it at the next poll() all the same
+            log.exception("group %s: joining failed", m.group_id)
+            self.error = MeridianError(ErrorCode.UNKNOWN_SERVER_ERROR, repr(exc))
         finally:
             with m._lock:
-                m._state.rebalancing = False
-        if self.callback_error is not None:
-            raise self.callback_error
-
-    def _cycle(self, deadline: float) -> None:
-        m = self.m
-        attempt = 0
-        while m._needs_join():
-            self._prepare()
-            try:
-                self._join_and_sync()
-                m._start_heartbeats()
-                attempt = 0
-            except MeridianError as exc:
-                with m._lock:
-                    generation = m._state.generation
-                rejoin = exc.code in _REJOIN_ERRORS
-                if rejoin:
-                    m._note_rejoin(exc, generation)
-                elif not exc.retriable:
-                    raise
-                if time.monotonic() >= deadline:
-                    log.warning("group %s: could not rejoin yet: %s", m.group_id, exc)
-                    return
-                if not rejoin:
-                    attempt += 1
-                    time.sleep(_backoff(attempt))
-
-    def _notify(self, callback: str, partitions: frozenset[TopicPartition]) -> None:
-        if self.m.listener is None:
-            return
-        try:
-            getattr(self.m.listener, callback)(set(partitions))
-        except Exception as exc:  # raised from poll() once the rebalance is done
-            log.exception("group %s: %s failed", self.m.group_id, callback)
-            self.callback_error = self.callback_error or exc
-
-    def _prepare(self) -> None:
-        """Before joining: report lost partitions, or revoke (all of them, when eager)."""
-        m = self.m
-        with m._lock:
-            state = m._state
-            lost = state.lost or (state.generation < 0 and bool(state.assignment))
-            eager = m.protocol is RebalanceProtocol.EAGER
-            gone = frozenset(tp for tp in state.assignment if tp.topic not in m._topics)
-            dropped = state.assignment if (lost or eager) else gone
-            state.assignment = state.assignment - dropped
-            state.lost = False
-        if dropped:
-            self._notify("on_partitions_lost" if lost else "on_partitions_revoked", dropped)
+                self.done = True
+                if not self._abandoned:
+                    m._state.joining = False
+                    if self.error is not None:
+                        m._state.rejoin_needed = True
+                        if self.error.code in _REJOIN_ERRORS:
+                            m._note_rejoin(self.error, self.generation)
 
     def _join_and_sync(self) -> None:
         m = self.m
-        with m._lock:
-            state = m._state
-            state.rejoin_needed = False
-            owned = tuple(state.assignment)
-            subscription = Subscription(m._topics, owned, state.generation)
-            member_id = state.member_id
         wait_s = m.rebalance_timeout_ms / 1000 + REQUEST_TIMEOUT_S
-        join = self._join_request(member_id, subscription)
-        joined = m.link.call("JoinGroup", join, timeout_s=wait_s, api_timeout_s=wait_s)
-        with m._lock:
-            state.member_id, state.generation = joined.member_id, joined.generation_id
+        join = self._join_request()
+        joined = m.link.call(
+            "JoinGroup", join, timeout_s=wait_s, api_timeout_s=wait_s, stop=m._stop
+        )
+        if not self._adopt(joined.member_id, joined.generation_id):
+            return
         assignments = self._lead(joined) if joined.leader_id == joined.member_id else {}
         request = group_pb2.SyncGroupRequest(
             group_id=m.group_id,
@@ -560,22 +642,38 @@ class _Rebalance:
                 for mid, data in assignments.items()
             ],
         )
-        synced = m.link.call("SyncGroup", request, timeout_s=wait_s, api_timeout_s=wait_s)
-        self._install(decode_assignment(synced.assignment), joined.leader_id == joined.member_id)
+        synced = m.link.call(
+            "SyncGroup", request, timeout_s=wait_s, api_timeout_s=wait_s, stop=m._stop
+        )
+        self.assigned = decode_assignment(synced.assignment)
 
-    def _join_request(self, member_id: str, subscription: Subscription) -> Any:
+    def _join_request(self) -> Any:
         m = self.m
-        metadata = encode_subscription(subscription)
+        metadata = encode_subscription(self.subscription)
         return group_pb2.JoinGroupRequest(
             group_id=m.group_id,
             session_timeout_ms=m.session_timeout_ms,
             rebalance_timeout_ms=m.rebalance_timeout_ms,
-            member_id=member_id,
+            member_id=self.member_id,
             group_instance_id=m.group_instance_id,
             protocol_type=CONSUMER_PROTOCOL,
             protocols=[group_pb2.GroupProtocol(name=n, metadata=metadata) for n in m.assignors],
             client_id=m.client_id,
         )
+
+    def _adopt(self, member_id: str, generation: int) -> bool:
+        """Record the membership joined; if abandoned instead, leave it (unless under the
+        member id the abandoning side knew, and left itself) and return False."""
+        m = self.m
+        with m._lock:
+            if not self._abandoned:
+                m._state.member_id, m._state.generation = member_id, generation
+                self.member_id, self.generation = member_id, generation
+                return True
+            leave = self._leave_abandoned and member_id != self.member_id
+        if leave:
+            m._leave(member_id)
+        return False
 
     def _lead(self, joined: Any) -> dict[str, bytes]:
         """As the leader: run the chosen assignor over every member's subscription."""
@@ -591,26 +689,8 @@ class _Rebalance:
             log.warning("group %s: metadata refresh failed: %s", m.group_id, exc)
         counts = partition_counts(m.metadata, topics)
         result = get_assignor(joined.protocol_name).assign(subscriptions, counts)
-        with m._lock:
-            m._state.leader_topics, m._state.leader_counts = tuple(topics), counts
-        m._next_partition_check = time.monotonic() + m.PARTITION_CHECK_INTERVAL_S
+        self.leader = (tuple(topics), counts)
         return {member_id: encode_assignment(tps) for member_id, tps in result.items()}
-
-    def _install(self, assigned: frozenset[TopicPartition], leader: bool) -> None:
-        m = self.m
-        with m._lock:
-            state = m._state
-            if not leader:
-                state.leader_counts = None
-            owned = state.assignment
-            revoked, added = owned - assigned, assigned - owned
-            state.assignment = assigned
-            if revoked:  # cooperative: give them up, then rejoin so the group hands them on
-                state.rejoin_needed = True
-        if revoked:
-            self._notify("on_partitions_revoked", revoked)
-        eager = m.protocol is RebalanceProtocol.EAGER
-        self._notify("on_partitions_assigned", assigned if eager else added)
 
 
 def partition_counts(metadata: ClusterMetadata, topics: Iterable[str]) -> dict[str, int]:

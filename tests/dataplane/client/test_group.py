@@ -1,9 +1,10 @@
 """GroupMember end to end against an in-process coordinator (see
 tests/dataplane/broker/groups/support.py): members polling in their own threads, as
-consumers do."""
+consumers do, and several members polled from one thread."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from dataplane.client.group import (
 from dataplane.client.metadata import ClusterMetadata
 from dataplane.client.types import TopicPartition
 from dataplane.errors import ErrorCode, MeridianError
-from tests.dataplane.broker.groups.members import Runner
+from tests.dataplane.broker.groups.members import Recorder, Runner
 from tests.dataplane.broker.groups.members import settled as settled_on
 from tests.dataplane.broker.groups.support import CoordinatorServer, wait_for
 
@@ -212,8 +213,8 @@ def test_bad_settings_are_refused_with_typed_errors(metadata: ClusterMetadata) -
         metadata, group_id="g", session_timeout_ms=400_000, heartbeat_interval_ms=100
     )
     member.subscribe(["orders"])
-    with pytest.raises(MeridianError) as info:
-        member.poll()
+    with pytest.raises(MeridianError) as info:  # the join's answer, at a later poll
+        assert wait_for(lambda: member.poll() and False, timeout_s=5)
     assert info.value.code == ErrorCode.INVALID_SESSION_TIMEOUT
     member.close()
 
@@ -270,3 +271,47 @@ def test_a_topic_created_later_reaches_the_group(
     server.topics["later"] = 2
     later = {TopicPartition("later", 0), TopicPartition("later", 1)}
     assert wait_for(lambda: settled(a, expect=orders | later), timeout_s=20)
+
+
+def test_members_polled_from_one_thread_converge(metadata: ClusterMetadata) -> None:
+    """poll() never waits for the group: three members polled in turn by this one thread
+    share every partition long before their 60 s rebalance timeout could remove one (no
+    member id changes, nothing reported lost)."""
+    listeners = [Recorder() for _ in range(3)]
+    members = [
+        GroupMember(
+            metadata,
+            group_id="one-thread",
+            session_timeout_ms=10_000,
+            rebalance_timeout_ms=60_000,
+            heartbeat_interval_ms=100,
+            client_id=f"m{i}",
+            listener=listener,
+        )
+        for i, listener in enumerate(listeners)
+    ]
+    member_ids: list[set[str]] = [set() for _ in members]
+    for member, listener in zip(members, listeners, strict=True):
+        listener.thread = threading.current_thread()
+        member.subscribe(sorted(TOPICS))
+
+    def poll_all_then_check() -> bool:
+        for member, seen in zip(members, member_ids, strict=True):
+            member.poll()
+            seen.add(member.generation()[1])
+        held = [tp for m in members for tp in m.assignment()]
+        return (
+            len(held) == len(set(held)) == len(ALL)
+            and len({m.generation()[0] for m in members}) == 1
+            and not any(m._needs_join() or m._rebalancing() for m in members)
+        )
+
+    try:
+        assert wait_for(poll_all_then_check, timeout_s=30)
+    finally:
+        for member in members:
+            member.close()
+    assert [len(seen - {""}) for seen in member_ids] == [1, 1, 1]
+    for listener in listeners:
+        assert not listener.errors, listener.errors
+        assert "lost" not in [kind for kind, _ in listener.events]

@@ -4,7 +4,7 @@
 
 It joins ``GROUP`` for ``TOPIC``, commits offset 7 for every partition it is assigned,
 then prints its assignment as one JSON line (``[[topic, partition], ...]``) each time
-the assignment changes, and polls until killed.
+it changes to a non-empty one, and polls until killed.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def main(bootstrap: str, group_id: str, topic: str, session_ms: str) -> None:
     while True:
         member.poll()
         assignment = member.assignment()
-        if assignment != shown:
+        if assignment and assignment != shown:
             member.commit(dict.fromkeys(assignment, COMMITTED_OFFSET))
             print(json.dumps(sorted(assignment)), flush=True)
             shown = assignment

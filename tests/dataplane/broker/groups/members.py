@@ -99,12 +99,13 @@ class Runner:
 
 
 def settled(*members: Runner, expect: set[TopicPartition]) -> bool:
-    """Every partition held by exactly one member, all in one generation, none rejoining."""
+    """Every partition held by exactly one member, all in one generation, none rejoining
+    (nor with a round trip in flight or waiting to be installed)."""
     held = [tp for m in members for tp in m.assignment]
     generations = {m.member.generation()[0] for m in members}
     return (
         len(held) == len(set(held))
         and set(held) == expect
         and len(generations) == 1
-        and not any(m.member._needs_join() or m.member._state.rebalancing for m in members)
+        and not any(m.member._needs_join() or m.member._rebalancing() for m in members)
     )
