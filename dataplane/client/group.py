@@ -21,12 +21,9 @@ Cooperative: partitions are kept through the rebalance; those taken away are rev
 then ``on_partitions_assigned`` gets the ones added. A membership found lost (unknown
 member, stale generation, left for a poll timeout) reports ``on_partitions_lost``.
 
-The coordinator is found with FindCoordinator on any broker and found again after
-``NOT_COORDINATOR``, ``COORDINATOR_NOT_AVAILABLE`` or a transport error, with backoff.
-
-``commit_offsets``, ``fetch_committed``, ``describe_group``, ``list_groups`` and
-``delete_group`` work without membership (consumers that ``assign()`` partitions, the
-CLI).
+Talking to the coordinator (finding it, retries, the calls) is ``coordinator.py``;
+its helpers that need no membership (``commit_offsets``, ``fetch_committed``,
+``describe_group``, ``list_groups``, ``delete_group``) are importable from here too.
 
 Thread safety: ``commit``, ``committed``, ``assignment`` and ``generation`` may be called
 from any thread; ``poll``, ``subscribe`` and ``close`` from the consumer's thread.
@@ -34,18 +31,14 @@ from any thread; ``poll``, ``subscribe`` and ``close`` from the consumer's threa
 
 from __future__ import annotations
 
-import itertools
 import logging
-import random
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Protocol
 
-import grpc
-
-from dataplane._gen.meridian.v1 import common_pb2, group_pb2
+from dataplane._gen.meridian.v1 import group_pb2
 from dataplane.client.assignors import (
     RebalanceProtocol,
     Subscription,
@@ -56,30 +49,41 @@ from dataplane.client.assignors import (
     get_assignor,
     rebalance_protocol,
 )
-from dataplane.client.connection import Connection
+from dataplane.client.coordinator import (  # the helpers without membership: re-exported
+    REJOIN_ERRORS,
+    CoordinatorLink,
+    JoinRound,
+    backoff_s,
+    commit_offsets,
+    delete_group,
+    describe_group,
+    fetch_committed,
+    heartbeat,
+    leave_group,
+    list_groups,
+    offset_commit,
+    offset_fetch,
+)
 from dataplane.client.metadata import ClusterMetadata
 from dataplane.client.types import TopicPartition
-from dataplane.errors import ErrorCode, MeridianError, error_from_rpc
+from dataplane.errors import ErrorCode, MeridianError
+
+__all__ = [
+    "CommitFailedError",
+    "CoordinatorLink",
+    "GroupMember",
+    "RebalanceListener",
+    "commit_offsets",
+    "delete_group",
+    "describe_group",
+    "fetch_committed",
+    "list_groups",
+    "partition_counts",
+]
 
 log = logging.getLogger(__name__)
 
 CONSUMER_PROTOCOL = "consumer"
-REQUEST_TIMEOUT_S = 30.0
-API_TIMEOUT_S = 60.0
-RETRY_BACKOFF_S = 0.1
-MAX_BACKOFF_S = 1.0
-# Answers that mean "find the coordinator again".
-_COORDINATOR_ERRORS = frozenset(
-    {
-        ErrorCode.NOT_COORDINATOR,
-        ErrorCode.COORDINATOR_NOT_AVAILABLE,
-        ErrorCode.BROKER_NOT_AVAILABLE,
-        ErrorCode.REQUEST_TIMED_OUT,
-    }
-)
-_REJOIN_ERRORS = frozenset(
-    {ErrorCode.REBALANCE_IN_PROGRESS, ErrorCode.ILLEGAL_GENERATION, ErrorCode.UNKNOWN_MEMBER_ID}
-)
 
 
 class CommitFailedError(MeridianError):
@@ -91,117 +95,10 @@ class CommitFailedError(MeridianError):
     """
 
 
-class _ChannelClosedError(MeridianError):
-    """The shared channel was closed (after another call's failure) under this call."""
-
-
 class RebalanceListener(Protocol):
     def on_partitions_revoked(self, partitions: set[TopicPartition]) -> None: ...
     def on_partitions_assigned(self, partitions: set[TopicPartition]) -> None: ...
     def on_partitions_lost(self, partitions: set[TopicPartition]) -> None: ...
-
-
-# -- talking to the coordinator ------------------------------------------------------
-
-
-def _backoff(attempt: int) -> float:
-    return min(MAX_BACKOFF_S, RETRY_BACKOFF_S * 2.0**attempt) * random.uniform(0.8, 1.2)
-
-
-class CoordinatorLink:
-    """Calls a group's coordinator, finding it (again) and retrying as needed.
-
-    ``call`` retries coordinator errors (module docstring) and
-    ``COORDINATOR_LOAD_IN_PROGRESS`` with backoff until ``api_timeout_s`` passes, then
-    raises the last error; any other error is raised at once. Thread-safe.
-    """
-
-    def __init__(self, metadata: ClusterMetadata, group_id: str) -> None:
-        self.metadata = metadata
-        self.group_id = group_id
-        self._lock = threading.Lock()
-        self._address: str | None = None
-
-    def call(
-        self,
-        rpc: str,
-        request: Any,
-        *,
-        timeout_s: float = REQUEST_TIMEOUT_S,
-        api_timeout_s: float = API_TIMEOUT_S,
-        check: Callable[[Any], None] | None = None,
-        stop: threading.Event | None = None,
-    ) -> Any:
-        """Send ``request`` to the coordinator's ``rpc``; ``check`` raises errors found in
-        the response, which are retried like request-level ones. Setting ``stop`` ends
-        the retries (the last error is raised)."""
-        deadline = time.monotonic() + api_timeout_s
-        pause = stop or threading.Event()
-        for attempt in itertools.count():
-            try:
-                response = self._call_once(rpc, request, timeout_s)
-                if check is not None:
-                    check(response)
-                return response
-            except MeridianError as exc:
-                left = deadline - time.monotonic()
-                if not self._worth_retrying(exc) or left <= 0:
-                    raise
-                if pause.wait(min(_backoff(attempt), left)):
-                    raise
-        raise AssertionError("unreachable")
-
-    def _call_once(self, rpc: str, request: Any, timeout_s: float) -> Any:
-        conn = self.coordinator()
-        try:
-            response = getattr(conn.group, rpc)(request, timeout=timeout_s)
-        except grpc.RpcError as exc:
-            raise error_from_rpc(exc) from exc
-        except ValueError as exc:  # another thread closed the channel after a failure
-            raise _ChannelClosedError(ErrorCode.BROKER_NOT_AVAILABLE, str(exc)) from exc
-        if getattr(response, "error", 0):
-            raise MeridianError(response.error, response.error_message)
-        return response
-
-    def _worth_retrying(self, error: MeridianError) -> bool:
-        if isinstance(error, _ChannelClosedError):
-            self.forget()  # the pool has a new channel (or opens one) for the next call
-            return True
-        if error.code in _COORDINATOR_ERRORS:
-            self.forget(transport=error.code == ErrorCode.BROKER_NOT_AVAILABLE)
-            return True
-        return error.code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
-
-    def coordinator(self) -> Connection:
-        """The coordinator's connection, found with FindCoordinator if not known."""
-        with self._lock:
-            address = self._address
-        if address is None:
-            address = self._find()
-            with self._lock:
-                self._address = address
-        return self.metadata.pool.get(address)
-
-    def _find(self) -> str:
-        conn = self.metadata.any_connection()
-        request = group_pb2.FindCoordinatorRequest(group_id=self.group_id)
-        try:
-            response = conn.group.FindCoordinator(request, timeout=REQUEST_TIMEOUT_S)
-        except grpc.RpcError as exc:
-            self.metadata.pool.forget(conn.address)
-            raise error_from_rpc(exc) from exc
-        except ValueError as exc:
-            raise _ChannelClosedError(ErrorCode.BROKER_NOT_AVAILABLE, str(exc)) from exc
-        if response.error:
-            raise MeridianError(response.error, response.error_message)
-        return f"{response.coordinator.host}:{response.coordinator.port}"
-
-    def forget(self, *, transport: bool = False) -> None:
-        """Find the coordinator again next time (and drop its channel after a transport error)."""
-        with self._lock:
-            address, self._address = self._address, None
-        if transport and address is not None:
-            self.metadata.pool.forget(address)
 
 
 # -- membership ----------------------------------------------------------------------
@@ -330,9 +227,9 @@ class GroupMember:
                 ErrorCode.UNKNOWN_MEMBER_ID, f"not a member of group {self.group_id!r} yet"
             )
         try:
-            _commit(self.link, offsets, metadata, generation, member_id)
+            offset_commit(self.link, offsets, metadata, generation, member_id)
         except MeridianError as exc:
-            if exc.code not in _REJOIN_ERRORS:
+            if exc.code not in REJOIN_ERRORS:
                 raise
             self._note_rejoin(exc, generation)
             raise CommitFailedError(
@@ -342,7 +239,7 @@ class GroupMember:
             ) from exc
 
     def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
-        return _fetch(self.link, partitions)
+        return offset_fetch(self.link, partitions)
 
     def close(self, *, leave: bool = True) -> None:
         """Stop heartbeats, revoke the assignment (callbacks here) and leave the group.
@@ -424,10 +321,10 @@ class GroupMember:
             self._failures = 0
             self._install(round_)
             return
-        if error.code in _REJOIN_ERRORS:
+        if error.code in REJOIN_ERRORS:
             return  # the round noted it in the state: rejoin at once
         self._failures += 1
-        self._retry_at = time.monotonic() + _backoff(self._failures)
+        self._retry_at = time.monotonic() + backoff_s(self._failures)
         if not error.retriable:
             raise error
         log.info("group %s: could not join yet: %s", self.group_id, error)
@@ -439,7 +336,7 @@ class GroupMember:
             if (state.member_id, state.generation) != (round_.member_id, round_.generation):
                 return  # a heartbeat found it gone; the next round reports the loss
             state.leader_topics, state.leader_counts = round_.leader or ((), None)
-            owned, assigned = state.assignment, round_.assigned
+            owned, assigned = state.assignment, decode_assignment(round_.assignment or b"")
             revoked, added = owned - assigned, assigned - owned
             state.assignment = assigned
             if revoked:  # cooperative: give them up, then rejoin so the group hands them on
@@ -502,9 +399,8 @@ class GroupMember:
                 self._state.rejoin_needed = True
 
     def _leave(self, member_id: str) -> None:
-        request = group_pb2.LeaveGroupRequest(group_id=self.group_id, member_id=member_id)
         try:
-            self.link.call("LeaveGroup", request, timeout_s=5.0, api_timeout_s=5.0)
+            leave_group(self.link, member_id)
         except MeridianError as exc:
             log.info("group %s: leaving failed (%s); the session will expire", self.group_id, exc)
 
@@ -538,16 +434,16 @@ class GroupMember:
         if idle_s * 1000 > self.max_poll_interval_ms:
             self._leave_for_poll_timeout(generation, member_id)
             return
-        request = group_pb2.HeartbeatRequest(
-            group_id=self.group_id, generation_id=generation, member_id=member_id
-        )
         try:
-            session_s = self.session_timeout_ms / 1000
-            self.link.call(
-                "Heartbeat", request, timeout_s=session_s, api_timeout_s=session_s, stop=self._stop
+            heartbeat(
+                self.link,
+                generation,
+                member_id,
+                session_timeout_ms=self.session_timeout_ms,
+                stop=self._stop,
             )
         except MeridianError as exc:
-            if exc.code in _REJOIN_ERRORS:
+            if exc.code in REJOIN_ERRORS:
                 self._note_rejoin(exc, generation)
             elif not exc.retriable:
                 raise
@@ -569,85 +465,36 @@ class GroupMember:
             self._leave(member_id)
 
 
-class _JoinRound:
-    """One JoinGroup + SyncGroup round trip, on a thread of its own: JoinGroup is answered
-    only once every member has rejoined, which ``poll()`` must not wait for.
+class _JoinRound(JoinRound):
+    """This member's round trip (``coordinator.JoinRound``).
 
-    The round records the member id and generation it joined with in the member's state
-    at once (heartbeats and commits use them) and, on failure, notes that a rejoin is
-    needed; the ``poll()`` that finds it ``done`` installs the assignment. An abandoned
-    round (the member unsubscribed or closed meanwhile) changes nothing, and leaves the
-    group again under a member id only it was told.
+    It records the member id and generation joined in the member's state at once
+    (heartbeats and commits use them) and, on failure, notes that a rejoin is needed;
+    the ``poll()`` that finds it ``done`` installs the assignment. An abandoned round
+    (the member unsubscribed or closed meanwhile) changes nothing, and leaves the group
+    again under a member id only it was told.
     """
 
     def __init__(
         self, member: GroupMember, subscription: Subscription, member_id: str, generation: int
     ) -> None:
+        super().__init__(
+            member.link, rebalance_timeout_ms=member.rebalance_timeout_ms, stop=member._stop
+        )
         self.m = member
         self.subscription = subscription
         # the membership it ends with (the install checks it is still the member's)
         self.member_id, self.generation = member_id, generation
-        self.assigned: frozenset[TopicPartition] = frozenset()
         self.leader: tuple[tuple[str, ...], dict[str, int]] | None = None  # topics, counts
-        self.error: MeridianError | None = None
         self.done = False  # guarded by the member's lock, as the two below
         self._abandoned = False
         self._leave_abandoned = False
-        self._thread = threading.Thread(
-            target=self._run, name=f"join-{member.group_id}", daemon=True
-        )
-
-    def start(self) -> None:
-        self._thread.start()
 
     def abandon(self, *, leave: bool) -> None:
         """Detach from the member (whose lock the caller holds)."""
         self._abandoned, self._leave_abandoned = True, leave
 
-    def _run(self) -> None:
-        m = self.m
-        try:
-            self._join_and_sync()
-        except MeridianError as exc:
-            self.error = exc
-        except Exception as exc:  # a bug: surface it at the next poll() all the same
-            log.exception("group %s: joining failed", m.group_id)
-            self.error = MeridianError(ErrorCode.UNKNOWN_SERVER_ERROR, repr(exc))
-        finally:
-            with m._lock:
-                self.done = True
-                if not self._abandoned:
-                    m._state.joining = False
-                    if self.error is not None:
-                        m._state.rejoin_needed = True
-                        if self.error.code in _REJOIN_ERRORS:
-                            m._note_rejoin(self.error, self.generation)
-
-    def _join_and_sync(self) -> None:
-        m = self.m
-        wait_s = m.rebalance_timeout_ms / 1000 + REQUEST_TIMEOUT_S
-        join = self._join_request()
-        joined = m.link.call(
-            "JoinGroup", join, timeout_s=wait_s, api_timeout_s=wait_s, stop=m._stop
-        )
-        if not self._adopt(joined.member_id, joined.generation_id):
-            return
-        assignments = self._lead(joined) if joined.leader_id == joined.member_id else {}
-        request = group_pb2.SyncGroupRequest(
-            group_id=m.group_id,
-            generation_id=joined.generation_id,
-            member_id=joined.member_id,
-            assignments=[
-                group_pb2.SyncGroupAssignment(member_id=mid, assignment=data)
-                for mid, data in assignments.items()
-            ],
-        )
-        synced = m.link.call(
-            "SyncGroup", request, timeout_s=wait_s, api_timeout_s=wait_s, stop=m._stop
-        )
-        self.assigned = decode_assignment(synced.assignment)
-
-    def _join_request(self) -> Any:
+    def join_request(self) -> group_pb2.JoinGroupRequest:
         m = self.m
         metadata = encode_subscription(self.subscription)
         return group_pb2.JoinGroupRequest(
@@ -661,10 +508,10 @@ class _JoinRound:
             client_id=m.client_id,
         )
 
-    def _adopt(self, member_id: str, generation: int) -> bool:
+    def on_join(self, response: group_pb2.JoinGroupResponse) -> bool:
         """Record the membership joined; if abandoned instead, leave it (unless under the
-        member id the abandoning side knew, and left itself) and return False."""
-        m = self.m
+        member id the abandoning side knew, and left itself) and stop."""
+        m, member_id, generation = self.m, response.member_id, response.generation_id
         with m._lock:
             if not self._abandoned:
                 m._state.member_id, m._state.generation = member_id, generation
@@ -675,12 +522,12 @@ class _JoinRound:
             m._leave(member_id)
         return False
 
-    def _lead(self, joined: Any) -> dict[str, bytes]:
-        """As the leader: run the chosen assignor over every member's subscription."""
+    def lead(self, response: group_pb2.JoinGroupResponse) -> dict[str, bytes]:
+        """Run the chosen assignor over every member's subscription."""
         m = self.m
         subscriptions = {
             member.member_id: decode_subscription(member.metadata, member.group_instance_id)
-            for member in joined.members
+            for member in response.members
         }
         topics = sorted({t for s in subscriptions.values() for t in s.topics})
         try:
@@ -688,9 +535,21 @@ class _JoinRound:
         except MeridianError as exc:
             log.warning("group %s: metadata refresh failed: %s", m.group_id, exc)
         counts = partition_counts(m.metadata, topics)
-        result = get_assignor(joined.protocol_name).assign(subscriptions, counts)
+        result = get_assignor(response.protocol_name).assign(subscriptions, counts)
         self.leader = (tuple(topics), counts)
         return {member_id: encode_assignment(tps) for member_id, tps in result.items()}
+
+    def on_end(self) -> None:
+        m = self.m
+        with m._lock:
+            self.done = True
+            if self._abandoned:
+                return
+            m._state.joining = False
+            if self.error is not None:
+                m._state.rejoin_needed = True
+                if self.error.code in REJOIN_ERRORS:
+                    m._note_rejoin(self.error, self.generation)
 
 
 def partition_counts(metadata: ClusterMetadata, topics: Iterable[str]) -> dict[str, int]:
@@ -703,175 +562,3 @@ def partition_counts(metadata: ClusterMetadata, topics: Iterable[str]) -> dict[s
             continue
         counts[topic] = max(partitions) + 1
     return counts
-
-
-# -- offsets and administration without membership --------------------------------------
-
-
-def _commit(
-    link: CoordinatorLink,
-    offsets: Mapping[TopicPartition, int],
-    metadata: str,
-    generation: int,
-    member_id: str,
-) -> None:
-    request = group_pb2.OffsetCommitRequest(
-        group_id=link.group_id,
-        generation_id=generation,
-        member_id=member_id,
-        partitions=[
-            group_pb2.OffsetCommitPartition(
-                topic=tp.topic,
-                partition=tp.partition,
-                offset=offset,
-                metadata=metadata,
-                leader_epoch=-1,
-            )
-            for tp, offset in offsets.items()
-        ],
-    )
-    if not request.partitions:
-        return
-    response = link.call("OffsetCommit", request)
-    failed = [r for r in response.results if r.error]
-    if failed:
-        first = failed[0]
-        raise MeridianError(
-            first.error,
-            f"{first.topic}-{first.partition}: {first.error_message} "
-            f"({len(failed)} of {len(response.results)} partitions failed)",
-        )
-
-
-def _fetch(
-    link: CoordinatorLink, partitions: Iterable[TopicPartition] | None
-) -> dict[TopicPartition, int | None]:
-    wanted = None if partitions is None else list(partitions)
-    request = group_pb2.OffsetFetchRequest(
-        group_id=link.group_id,
-        partitions=[common_pb2.TopicPartition(topic=t, partition=p) for t, p in wanted or ()],
-    )
-    if wanted == []:
-        return {}
-    response = link.call("OffsetFetch", request)
-    return {
-        TopicPartition(r.topic, r.partition): (r.offset if r.offset >= 0 else None)
-        for r in response.results
-    }
-
-
-def commit_offsets(
-    metadata: ClusterMetadata,
-    group_id: str,
-    offsets: Mapping[TopicPartition, int],
-    *,
-    metadata_str: str = "",
-) -> None:
-    """Commit ``offsets`` for ``group_id`` outside group membership (an ``assign()``
-    consumer); refused with ``UNKNOWN_MEMBER_ID`` while the group has members."""
-    _commit(CoordinatorLink(metadata, group_id), offsets, metadata_str, -1, "")
-
-
-def fetch_committed(
-    metadata: ClusterMetadata,
-    group_id: str,
-    partitions: Iterable[TopicPartition] | None = None,
-) -> dict[TopicPartition, int | None]:
-    """Committed offsets of ``partitions`` (None: every committed one); None where none."""
-    return _fetch(CoordinatorLink(metadata, group_id), partitions)
-
-
-@dataclass(frozen=True, slots=True)
-class MemberDescription:
-    member_id: str
-    group_instance_id: str
-    client_id: str
-    client_host: str
-    assignment: frozenset[TopicPartition]
-
-
-@dataclass(frozen=True, slots=True)
-class GroupDescription:
-    """A group as its coordinator sees it; ``state`` is ``Dead`` for an unknown group."""
-
-    group_id: str
-    state: str
-    protocol_type: str = ""
-    protocol: str = ""
-    generation_id: int = -1
-    leader_id: str = ""
-    members: tuple[MemberDescription, ...] = ()
-    committed: dict[TopicPartition, int] = field(default_factory=dict)
-
-
-def describe_group(metadata: ClusterMetadata, group_id: str) -> GroupDescription:
-    """State, members with their assignments, and committed offsets of ``group_id``."""
-
-    def check(response: Any) -> None:
-        found = response.groups[0]
-        if found.error and found.error != ErrorCode.GROUP_ID_NOT_FOUND:
-            raise MeridianError(found.error, found.error_message)
-
-    request = group_pb2.DescribeGroupsRequest(group_ids=[group_id])
-    found = CoordinatorLink(metadata, group_id).call("DescribeGroups", request, check=check)
-    g = found.groups[0]
-    if g.error:
-        return GroupDescription(group_id, "Dead")
-    members = tuple(
-        MemberDescription(
-            m.member_id,
-            m.group_instance_id,
-            m.client_id,
-            m.client_host,
-            frozenset(TopicPartition(a.topic, a.partition) for a in m.assignment),
-        )
-        for m in g.members
-    )
-    committed = {TopicPartition(o.topic, o.partition): o.offset for o in g.offsets}
-    return GroupDescription(
-        g.group_id,
-        g.state,
-        g.protocol_type,
-        g.protocol_name,
-        g.generation_id,
-        g.leader_id,
-        members,
-        committed,
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class GroupListing:
-    group_id: str
-    state: str
-    protocol_type: str
-
-
-def list_groups(metadata: ClusterMetadata) -> list[GroupListing]:
-    """Every group of the cluster: each broker lists those it coordinates."""
-    metadata.refresh()
-    listed: dict[str, GroupListing] = {}
-    for broker in metadata.snapshot().brokers.values():
-        conn = metadata.pool.get(broker.address)
-        try:
-            response = conn.group.ListGroups(
-                group_pb2.ListGroupsRequest(), timeout=REQUEST_TIMEOUT_S
-            )
-        except grpc.RpcError as exc:
-            raise error_from_rpc(exc) from exc
-        for g in response.groups:
-            listed[g.group_id] = GroupListing(g.group_id, g.state, g.protocol_type)
-    return sorted(listed.values(), key=lambda g: g.group_id)
-
-
-def delete_group(metadata: ClusterMetadata, group_id: str) -> None:
-    """Delete an empty group and its committed offsets (``NON_EMPTY_GROUP`` if it has
-    members, ``GROUP_ID_NOT_FOUND`` if there is no such group)."""
-
-    def check(response: Any) -> None:
-        result = response.results[0]
-        if result.error:
-            raise MeridianError(result.error, result.error_message)
-
-    request = group_pb2.DeleteGroupsRequest(group_ids=[group_id])
-    CoordinatorLink(metadata, group_id).call("DeleteGroups", request, check=check)

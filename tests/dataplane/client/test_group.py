@@ -1,6 +1,7 @@
 """GroupMember end to end against an in-process coordinator (see
 tests/dataplane/broker/groups/support.py): members polling in their own threads, as
-consumers do, and several members polled from one thread."""
+consumers do, and several members polled from one thread; and the coordinator.py
+helpers that need no membership."""
 
 from __future__ import annotations
 
@@ -11,16 +12,16 @@ from typing import Any
 
 import pytest
 
+from dataplane.client import coordinator, group
 from dataplane.client.connection import ConnectionPool
-from dataplane.client.group import (
-    CommitFailedError,
-    GroupMember,
+from dataplane.client.coordinator import (
     commit_offsets,
     delete_group,
     describe_group,
     fetch_committed,
     list_groups,
 )
+from dataplane.client.group import CommitFailedError, GroupMember
 from dataplane.client.metadata import ClusterMetadata
 from dataplane.client.types import TopicPartition
 from dataplane.errors import ErrorCode, MeridianError
@@ -250,6 +251,13 @@ def test_offsets_outside_membership_and_administration(
     assert info.value.code == ErrorCode.NON_EMPTY_GROUP
     delete_group(metadata, "manual")
     assert fetch_committed(metadata, "manual") == {}
+
+
+def test_group_module_offers_the_helpers_consumer_and_admin_call() -> None:
+    """consumer.py and admin.py call these through ``group``; they live in coordinator.py."""
+    names = ["commit_offsets", "fetch_committed", "describe_group", "list_groups", "delete_group"]
+    for name in names:
+        assert getattr(group, name) is getattr(coordinator, name)
 
 
 def test_unsubscribing_revokes_and_leaves(runners: Callable[..., Runner]) -> None:

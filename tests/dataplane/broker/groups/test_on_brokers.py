@@ -16,7 +16,7 @@ import pytest
 
 from dataplane.client import Admin
 from dataplane.client.connection import ConnectionPool
-from dataplane.client.group import CoordinatorLink, describe_group
+from dataplane.client.coordinator import CoordinatorLink, describe_group
 from dataplane.client.metadata import ClusterMetadata
 from dataplane.client.types import TopicPartition
 from tests.support.brokers import REPO_ROOT, BrokerProcess
