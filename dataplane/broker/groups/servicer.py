@@ -1,7 +1,8 @@
 """The GroupCoordinator gRPC service: a thin adapter over ``GroupCoordinator``.
 
-Errors follow ``errors.proto``: a failure of a whole request is a gRPC status (from
-``GRPC_STATUS``) whose trailing metadata ``meridian-error`` names the ``ErrorCode``;
+Errors follow ``errors.proto``: a failure of a whole request ends the call through the
+broker's one table and abort helper (``dataplane/broker/errors.py``: a gRPC status from
+``GRPC_STATUS`` whose trailing metadata ``meridian-error`` names the ``ErrorCode``);
 failures of one partition or one group travel in that result's ``error`` field. The
 response-level ``error`` fields are left ``NONE``.
 
@@ -11,14 +12,14 @@ no broker does), which FindCoordinator returns.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable
-from typing import NoReturn, TypeVar
+from typing import TypeVar
 
 import grpc
 from google.protobuf.message import DecodeError
 
 from dataplane._gen.meridian.v1 import common_pb2, group_pb2, group_pb2_grpc
+from dataplane.broker.errors import abort, to_error
 from dataplane.broker.groups.codec import OffsetAndMetadata
 from dataplane.broker.groups.coordinator import (
     GroupCoordinator,
@@ -27,31 +28,19 @@ from dataplane.broker.groups.coordinator import (
     check_group_id,
 )
 from dataplane.broker.groups.membership import JoinRequest
-from dataplane.errors import ERROR_METADATA_KEY, ErrorCode, MeridianError
-
-log = logging.getLogger(__name__)
+from dataplane.errors import ErrorCode, MeridianError
 
 T = TypeVar("T")
 CONSUMER_PROTOCOL = "consumer"
-
-
-async def _abort(context: grpc.aio.ServicerContext, error: MeridianError) -> NoReturn:
-    await context.abort(
-        error.grpc_status, error.message, trailing_metadata=((ERROR_METADATA_KEY, error.code_name),)
-    )
-    raise AssertionError("unreachable: abort raises")
 
 
 async def _answer(context: grpc.aio.ServicerContext, work: Awaitable[T]) -> T:
     """``work``'s result, or the call aborted with the typed error it raised."""
     try:
         return await work
-    except MeridianError as exc:
-        error = exc
-    except Exception:  # any other failure still reaches the client as a typed code
-        log.exception("group coordinator request failed")
-        error = MeridianError(ErrorCode.UNKNOWN_SERVER_ERROR, "internal error in the coordinator")
-    await _abort(context, error)
+    except Exception as exc:  # every failure leaves as a typed status (broker/errors.py)
+        error = to_error(exc)
+    await abort(context, error)
 
 
 def client_host(peer: str) -> str:
