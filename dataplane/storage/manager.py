@@ -64,6 +64,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+_CLOSE_THREADS = 8  # closing is mostly fsyncs, which overlap (one journal commit for many)
 _PARTITION_DIR = re.compile(r"^(?P<topic>[^/]+)-(?P<partition>\d+)$")
 _TOPIC_NAME = re.compile(r"^[A-Za-z0-9._~\-]{1,249}$")
 
@@ -120,6 +121,7 @@ class LogManager:
         self._clock_ms = clock_ms
         self._recovery_threads = recovery_threads
         self._logs: dict[TopicPartition, PartitionLog] = {}
+        self._creating: dict[TopicPartition, threading.Event] = {}
         self._active: set[PartitionLog] = set()
         self._active_lock = threading.Lock()
         self._lock = threading.RLock()
@@ -188,7 +190,7 @@ class LogManager:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-        with ThreadPoolExecutor(max_workers=max(1, self._recovery_threads)) as pool:
+        with ThreadPoolExecutor(max_workers=max(_CLOSE_THREADS, self._recovery_threads)) as pool:
             list(pool.map(self._close_log, list(self._logs.values())))
         self._logs.clear()
         with self._active_lock:
@@ -225,21 +227,37 @@ class LogManager:
         in which case the new one is applied.
         """
         tp = TopicPartition(topic, partition)
+        while True:
+            with self._lock:
+                self._check_open()
+                existing = self._logs.get(tp)
+                if existing is not None:
+                    if config is not None and config != existing.config:
+                        existing.update_config(config)
+                    return existing
+                creating = self._creating.get(tp)
+                if creating is None:
+                    creating = self._creating[tp] = threading.Event()
+                    break
+            creating.wait()  # another thread creates this one: then look again
+        try:
+            return self._create(tp, config or self.default_config)
+        finally:
+            with self._lock:
+                del self._creating[tp]
+            creating.set()
+
+    def _create(self, tp: TopicPartition, config: LogConfig) -> PartitionLog:
+        """Create a log outside the manager's lock (creating one costs a few fsyncs, and
+        partitions are created many at a time), then register it."""
+        created = PartitionLog.open(self.data_dir / tp.dir_name, config, clock_ms=self._clock_ms)
         with self._lock:
-            self._check_open()
-            existing = self._logs.get(tp)
-            if existing is not None:
-                if config is not None and config != existing.config:
-                    existing.update_config(config)
-                return existing
-            created = PartitionLog.open(
-                self.data_dir / tp.dir_name,
-                config or self.default_config,
-                clock_ms=self._clock_ms,
-            )
-            self._logs[tp] = created
-            created.set_activity_listener(self._note_active)
-            return created
+            if not self._closed:
+                self._logs[tp] = created
+                created.set_activity_listener(self._note_active)
+                return created
+        created.close()
+        raise LogClosedError(f"log manager of {self.data_dir} is closed")
 
     def delete_log(self, topic: str, partition: int) -> bool:
         """Close and remove a log; returns False if there was none.
@@ -248,6 +266,8 @@ class LogManager:
         crash in between never brings the log back.
         """
         tp = TopicPartition(topic, partition)
+        while (creating := self._creating.get(tp)) is not None:
+            creating.wait()  # being created: delete what the creation makes
         with self._lock:
             partition_log = self._logs.pop(tp, None)
             if partition_log is None:

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from dataplane.storage.config import Durability, LogConfig
+from dataplane.storage.errors import LogClosedError
 from dataplane.storage.filecache import SEGMENT_FILES
 from dataplane.storage.log import PartitionLog
 from dataplane.storage.manager import LogManager, TopicPartition
@@ -333,3 +334,28 @@ def test_readers_pinning_more_segments_than_the_budget_neither_block_nor_leak(
     for log in logs:
         log.close()
     assert SEGMENT_FILES.open_files == 0
+
+
+def test_logs_are_created_concurrently_and_each_once(tmp_path: Path, budget: int):
+    """Threads creating partitions do not wait for each other; one partition is made once."""
+    manager = make_manager(tmp_path)
+    made: list[list[PartitionLog]] = [[] for _ in range(8)]
+    start = threading.Barrier(8)
+
+    def create(n: int) -> None:
+        start.wait()
+        made[n] = [manager.get_or_create_log("t", p % 40) for p in range(n, n + 80)]
+
+    threads = [threading.Thread(target=create, args=(n,)) for n in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    logs = manager.logs()
+    assert len(logs) == 40
+    for created in made:
+        assert all(log is logs[TopicPartition("t", int(log.directory.name[2:]))] for log in created)
+    assert manager.delete_log("t", 3)
+    manager.close()
+    with pytest.raises(LogClosedError):
+        manager.get_or_create_log("t", 99)
