@@ -5,8 +5,8 @@ answers NOT_SERVING and every other call ``BROKER_NOT_AVAILABLE`` while loading)
 the ``LogManager`` (recovering logs), rebuilds producer state, starts the group
 coordinator on the ``__consumer_offsets`` partitions this broker owns, and only then
 reports SERVING. ``await stop()`` reports NOT_SERVING, stops accepting calls, lets
-in-flight ones finish (``grace_s``), snapshots producer state and closes every log
-cleanly.
+in-flight ones finish (``grace_s``) while the group coordinator answers the calls it
+parked, snapshots producer state and closes every log cleanly.
 
 ``run_broker_in_thread(config)`` runs an app on its own event loop in a thread, for
 in-process tests and tools.
@@ -176,14 +176,17 @@ class BrokerApp:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self.registry.wake_all()
-        if self._server is not None:
-            await self._server.stop(grace_s)
+        # Alongside the server's stop, which refuses new calls and waits for those in
+        # flight: the coordinator answers the JoinGroup/SyncGroup calls it has parked
+        # (NOT_COORDINATOR), which would otherwise hold the whole grace period.
+        stopping = [self._server.stop(grace_s)] if self._server is not None else []
+        if self._opened:
+            stopping.append(self.coordinator.stop())
+        await asyncio.gather(*stopping)
         if self._produce is not None:
             await self._produce.drain()
         if self.cluster is not None:
             await self.cluster.stop()
-        if self._opened:
-            await self.coordinator.stop()
         loop = asyncio.get_running_loop()
         if self._opened:
             await loop.run_in_executor(
