@@ -165,7 +165,7 @@ def _decode(
         else:
             u, pos = slow(data, pos)
         stop = pos + (u >> 1)
-        if u & 1 or not pos + 6 <= stop <= end:
+        if u & 1 or stop > end or stop < pos + 6:
             raise ValueError(f"record {len(out) + skipped} has a bad length")
         # data[pos] holds the record attributes, which Kafka defines none of.
         if (u := data[pos + 1]) < 0x80:
@@ -251,7 +251,7 @@ def _decode_dense(
         else:
             u, pos = slow(data, pos)
         stop = pos + (u >> 1)
-        if u & 1 or not pos + 6 <= stop <= end:
+        if u & 1 or stop > end or stop < pos + 6:
             raise ValueError(f"record {len(out) + skipped} has a bad length")
         offset += 1
         if offset < min_offset:
