@@ -55,6 +55,14 @@ def _acks(acks: object) -> int:
     return 1 if acks == 1 else 0
 
 
+def _timestamp(timestamp_ms: object) -> int:
+    if isinstance(timestamp_ms, bool) or not isinstance(timestamp_ms, int | float):
+        raise TypeError(f"timestamp_ms must be an int, not {type(timestamp_ms).__name__}")
+    if timestamp_ms < 0:
+        raise MeridianError(ErrorCode.INVALID_TIMESTAMP, f"negative timestamp {timestamp_ms}")
+    return int(timestamp_ms)
+
+
 def _positive(**values: float) -> None:
     for name, value in values.items():
         if value <= 0:
@@ -186,15 +194,19 @@ class Producer:
         if key is not None and type(key) is not bytes:
             key = as_bytes(key, "key")
         queues = self._topics.get(topic) or self._prepare(topic)
-        if partition is not None and not 0 <= partition < queues.count:
+        if partition is not None and not (type(partition) is int and 0 <= partition < queues.count):
             queues = self._check_partition(topic, partition)
+        if timestamp_ms is None:
+            timestamp_ms = time.time_ns() // 1_000_000
+        elif type(timestamp_ms) is not int or timestamp_ms < 0:
+            timestamp_ms = _timestamp(timestamp_ms)
         future = self._append(
             queues,
             partition,
             key,
             value,
             encode_headers(headers) if headers else _NO_HEADERS,
-            time.time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms,
+            timestamp_ms,
         )
         if on_delivery is not None:
             future.add_delivery_callback(on_delivery)
@@ -230,7 +242,9 @@ class Producer:
             delay = min(delay * 2, 1.0)
             self._metadata.refresh([topic])
 
-    def _check_partition(self, topic: str, partition: int) -> TopicQueues:
+    def _check_partition(self, topic: str, partition: object) -> TopicQueues:
+        if not isinstance(partition, int) or isinstance(partition, bool):
+            raise TypeError(f"partition must be an int, not {type(partition).__name__}")
         self._metadata.refresh([topic])
         self._update_topics()
         queues = self._acc.topics[topic]
@@ -266,6 +280,7 @@ class Producer:
         Failed deliveries do not make it raise (their futures hold the errors); raises
         ``REQUEST_TIMED_OUT`` when ``timeout`` seconds pass first.
         """
+        self._not_from_a_callback("flush")
         with self._acc.lock:
             self._acc.flushing += 1
             batches = list(self._acc.incomplete)
@@ -292,6 +307,7 @@ class Producer:
         """
         if self._closed:
             return
+        self._not_from_a_callback("close")
         self._closed = True
         self._acc.close()
         self._sender.wakeup()
@@ -303,6 +319,13 @@ class Producer:
             )
             self._sender.join()
         self._pool.close()
+
+    def _not_from_a_callback(self, what: str) -> None:
+        if threading.current_thread() is self._acc.sender_thread:
+            raise MeridianError(
+                ErrorCode.INVALID_REQUEST,
+                f"{what}() from a delivery callback would wait for the thread running it",
+            )
 
     def __enter__(self) -> Producer:
         return self

@@ -173,3 +173,34 @@ def test_an_unknown_outcome_bumps_the_epoch_and_sequences_restart(fake: FakeBrok
     assert fake.values(TOPIC)[0] == b"first"
     assert fake.values(TOPIC)[-1] == b"after"
     assert max(fake.epochs.values()) == 1
+
+
+def test_bad_arguments_are_refused_at_send(fake: FakeBroker) -> None:
+    with producer(fake) as p:
+        with pytest.raises(MeridianError) as info:
+            p.send(TOPIC, b"v", timestamp_ms=-5)
+        assert info.value.code == ErrorCode.INVALID_TIMESTAMP
+        with pytest.raises(TypeError, match="value must be bytes"):
+            p.send(TOPIC, "text")  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="partition must be an int"):
+            p.send(TOPIC, b"v", partition="0")  # type: ignore[arg-type]
+        assert p.send(TOPIC, b"v", partition=1, timestamp_ms=1.7e12).result(5).timestamp == int(
+            1.7e12
+        )
+        assert p.send(TOPIC, bytearray(b"ba"), key=memoryview(b"k"), partition=0).result(5)
+
+
+def test_flush_from_a_delivery_callback_is_refused(fake: FakeBroker) -> None:
+    errors: list[BaseException] = []
+
+    with producer(fake) as p:
+
+        def on_delivery(error: Any, metadata: Any) -> None:
+            try:
+                p.flush()
+            except MeridianError as exc:
+                errors.append(exc)
+
+        p.send(TOPIC, b"v", partition=0, on_delivery=on_delivery).result(5)
+    assert errors
+    assert "delivery callback" in str(errors[0])
