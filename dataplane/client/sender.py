@@ -320,7 +320,8 @@ class Sender:
                 self._succeeded(batch, result.base_offset, result.log_append_time_ms)
             else:
                 error = MeridianError(result.error, result.error_message)
-                self._failed(batch, error, stored=result.error == ErrorCode.REQUEST_TIMED_OUT)
+                timed_out = result.error == ErrorCode.REQUEST_TIMED_OUT  # it may have landed
+                self._failed(batch, error, stored=None if timed_out else False)
         for batch in entry.batches.values():
             error = MeridianError(ErrorCode.UNKNOWN_SERVER_ERROR, "the broker left it unanswered")
             self._failed(batch, error, stored=None)
@@ -390,7 +391,9 @@ class Sender:
     ) -> None:
         later = state.remove(batch)
         self._acc.complete(batch, -1, error=error)
-        if not self._config.idempotent or not unknown:
+        if not self._config.idempotent:
+            return
+        if not unknown:
             state.close_gap(batch.count, later)
             return
         reason = MeridianError(error.code, f"{error.message} (an earlier batch failed)")

@@ -204,3 +204,16 @@ def test_flush_from_a_delivery_callback_is_refused(fake: FakeBroker) -> None:
         p.send(TOPIC, b"v", partition=0, on_delivery=on_delivery).result(5)
     assert errors
     assert "delivery callback" in str(errors[0])
+
+
+def test_without_idempotence_batches_carry_no_producer_id(fake: FakeBroker) -> None:
+    with producer(fake, enable_idempotence=False) as p:
+        fake.fail(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        assert p.send(TOPIC, b"retried", partition=0).result(5).offset == 0
+        fake.fail(ErrorCode.INVALID_RECORD)
+        with pytest.raises(MeridianError):
+            p.send(TOPIC, b"refused", partition=0).result(5)
+        assert p.send(TOPIC, b"next", partition=0).result(5).offset == 1
+    assert fake.values(TOPIC) == [b"retried", b"next"]
+    assert fake.producer_ids == 0
+    assert not fake.seen
