@@ -6,6 +6,7 @@ import itertools
 import random
 
 import pytest
+from kafka.partitioner.default import DefaultPartitioner
 from kafka.partitioner.default import murmur2 as kafka_murmur2
 
 from dataplane.client.partitioner import (
@@ -30,6 +31,33 @@ def test_keys_land_where_kafka_puts_them() -> None:
         for key in keys:
             want = (kafka_murmur2(key) & 0x7FFFFFFF) % count
             assert partitioner.partition("t.t", key, list(range(count)), count) == want
+
+
+class _Cluster:
+    """The slice of kafka-python's ClusterMetadata its DefaultPartitioner reads."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+
+    def topics(self) -> set[str]:
+        return {"t.t"}
+
+    def partitions_for_topic(self, topic: str) -> set[int]:
+        return set(range(self.count))
+
+    def available_partitions_for_topic(self, topic: str) -> set[int]:
+        return set(range(self.count))
+
+
+def test_keys_land_where_kafka_pythons_default_partitioner_puts_them() -> None:
+    rng = random.Random(11)
+    keys = [rng.randbytes(rng.randrange(1, 64)) for _ in range(2000)]
+    ours = Murmur2Partitioner()
+    for count in (2, 5, 16):
+        theirs, cluster = DefaultPartitioner(), _Cluster(count)
+        for key in keys:
+            want = theirs.partition("t.t", key, key, b"v", b"v", cluster)
+            assert ours.partition("t.t", key, list(range(count)), count) == want
 
 
 def test_known_java_placements() -> None:
