@@ -123,6 +123,7 @@ class Consumer:
             client_id,
         )
         self._member: Any = None
+        self._round_ended = False
         self._committer: concurrent.futures.ThreadPoolExecutor | None = None
         self._closed = False
         self._fetcher.start()
@@ -146,6 +147,7 @@ class Consumer:
                 listener=_Rebalance(self, listener),
                 **self._group_settings,
             )
+            self._member.on_round_done = self._rebalance_ended
         self._member.subscribe(sorted(set(topics)))
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
@@ -199,12 +201,12 @@ class Consumer:
         """
         self._check_open()
         deadline = time.monotonic() + max(0.0, timeout_ms) / 1000
-        if self._member is not None:
-            self._member.poll()
-            self._follow_group()
+        self._follow_member()
         if self._auto_commit and time.monotonic() >= self._next_auto_commit:
             self._commit_quietly()
         while True:
+            if self._round_ended:
+                self._follow_member()  # a rebalance ended while we waited: install it now
             self._resolve_positions()
             self._raise_errors()
             records, freed = self._state.collect(self._max_poll_records)
@@ -214,8 +216,20 @@ class Consumer:
             if records or remaining <= 0:
                 return records
             with self._state.lock:
-                if not self._state.buffer:
+                if not self._state.buffer and not self._round_ended:
                     self._state.data_ready.wait(remaining)
+
+    def _follow_member(self) -> None:
+        if self._member is not None:
+            self._round_ended = False
+            self._member.poll()
+            self._follow_group()
+
+    def _rebalance_ended(self) -> None:
+        """Called on the member's join thread: wake a ``poll`` waiting for records."""
+        with self._state.lock:
+            self._round_ended = True
+            self._state.data_ready.notify_all()
 
     def _follow_group(self) -> None:
         """Adopt the member's assignment, should a callback not have told us."""

@@ -34,7 +34,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -168,6 +168,9 @@ class GroupMember:
         self._heartbeats: threading.Thread | None = None
         self._closed = False
         self._round: _JoinRound | None = None  # in flight, or done and not yet acted on
+        # called on the round's thread when a round trip ends, so a caller blocked
+        # waiting for records (Consumer.poll) can come back and install it
+        self.on_round_done: Callable[[], None] | None = None
         # the poll thread's own: retries of failed rounds, the first callback error
         self._failures = 0
         self._retry_at = 0.0
@@ -550,6 +553,8 @@ class _JoinRound(JoinRound):
                 m._state.rejoin_needed = True
                 if self.error.code in REJOIN_ERRORS:
                     m._note_rejoin(self.error, self.generation)
+        if m.on_round_done is not None:
+            m.on_round_done()
 
 
 def partition_counts(metadata: ClusterMetadata, topics: Iterable[str]) -> dict[str, int]:

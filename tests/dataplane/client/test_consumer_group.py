@@ -90,3 +90,21 @@ def test_a_group_shares_partitions_and_hands_them_over(
     with Consumer(shared_broker.address, group_id=group) as checker:
         committed = checker.committed([TopicPartition(name, p) for p in range(4)])
     assert committed == dict.fromkeys(committed, total // 4)
+
+
+def test_one_poll_joins_the_group_and_returns_records(
+    shared_broker: BrokerProcess, topic: TopicMaker
+) -> None:
+    """A poll waiting for records is woken when the group's join ends in the background,
+    installs the assignment and fetches within the same call."""
+    name = topic(2)
+    with Producer(shared_broker.address) as producer:
+        for i in range(20):
+            producer.send(name, b"%d" % i, partition=i % 2)
+    with Consumer(
+        shared_broker.address, group_id=f"group-{name}", auto_offset_reset="earliest"
+    ) as consumer:
+        consumer.subscribe([name])
+        records = consumer.poll(timeout_ms=60_000)
+        assert records, "the first poll returned nothing in its whole timeout"
+        assert consumer.assignment() == {TopicPartition(name, 0), TopicPartition(name, 1)}
