@@ -11,8 +11,8 @@ them again and appends continue after the last entry.
 
 Contract:
 
-- A pinned segment is never closed: every use of a segment's descriptors and mappings
-  happens under a pin, so closing an unpinned one needs no lock of the segment.
+- A pinned segment (``Pin``) is never closed: every use of a segment's descriptors and
+  mappings happens under a pin, so closing an unpinned one needs no lock of the segment.
 - The descriptors held by open segments stay within ``max_open_files``. When more than
   that are pinned at the same moment, the cache lets the excess stay open rather than
   block (a reader waiting for a descriptor that another waiting reader holds would
@@ -33,7 +33,7 @@ import logging
 import resource
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -67,6 +67,10 @@ class SegmentFileCache:
         self._open: OrderedDict[LogSegment, None] = OrderedDict()  # least recent first
         self._max_open_files = max(MIN_OPEN_FILES, max_open_files)
         self._open_files = 0
+        # Unpinning stamps a segment with the current tick, not a clock reading (cheaper
+        # on every read and append); ``close_idle`` starts a new tick and remembers when.
+        self._tick = 0
+        self._tick_started: deque[tuple[int, float]] = deque([(0, time.monotonic())], 256)
         self.opened = 0  # segments opened since the process started
         self.closed = 0  # ... and closed again
 
@@ -89,38 +93,9 @@ class SegmentFileCache:
             self._max_open_files = max(MIN_OPEN_FILES, max_open_files)
             self._shrink()
 
-    def acquire(self, segment: LogSegment) -> None:
-        """Pin ``segment``, opening it first if it is closed.
-
-        Raises ``FileNotFoundError`` for a segment that was deleted or retired, and any
-        ``OSError`` opening its files raises.
-        """
-        with self._lock:
-            if segment._deleted or segment._retired:
-                raise FileNotFoundError(f"segment {segment.log_path} is closed")
-            if segment._fd < 0:
-                files = segment._open_files()
-                segment._open_fds = files
-                self._open_files += files
-                self._open[segment] = None
-                self.opened += 1
-                segment._pins += 1
-                self._shrink()
-            else:
-                self._open.move_to_end(segment)
-                segment._pins += 1
-
-    def release(self, segment: LogSegment) -> None:
-        """Unpin ``segment``; close it now if it was retired or no longer fits."""
-        with self._lock:
-            segment._pins -= 1
-            if segment._pins:
-                return
-            segment._last_used = time.monotonic()
-            if segment._deleted or segment._retired:
-                self._close(segment)
-            elif self._open_files > self._max_open_files:
-                self._shrink()
+    def pin(self, segment: LogSegment) -> Pin:
+        """The context manager that pins ``segment`` (``LogSegment.pin`` hands it out)."""
+        return Pin(self, segment)
 
     def adjust(self, segment: LogSegment, change: int) -> None:
         """A pinned segment mapped (+1) or unmapped (-1) an index."""
@@ -141,16 +116,24 @@ class SegmentFileCache:
                 self._close(segment)
 
     def close_idle(self, idle_s: float) -> int:
-        """Close unpinned segments unused for ``idle_s`` seconds; returns how many."""
-        cutoff = time.monotonic() - idle_s
+        """Close unpinned segments unused for at least ``idle_s`` seconds (as far as the
+        ticks of earlier calls tell); returns how many. ``close_idle(0)`` closes every
+        unpinned segment."""
+        now = time.monotonic()
         with self._lock:
+            self._tick += 1
+            self._tick_started.append((self._tick, now))
+            # The last tick that ended (the next one started) before the cutoff:
+            # segments stamped with it or earlier were last used before the cutoff.
+            idle_tick = -1
+            for tick, started in self._tick_started:
+                if started > now - idle_s:
+                    break
+                idle_tick = tick - 1
             idle = []
             for segment in self._open:
-                if segment._pins:
-                    continue
-                if segment._last_used > cutoff:
-                    break  # least recent first: the rest were used later
-                idle.append(segment)
+                if not segment._pins and segment._last_used <= idle_tick:
+                    idle.append(segment)
             for segment in idle:
                 self._close(segment)
             return len(idle)
@@ -180,6 +163,59 @@ class SegmentFileCache:
             segment._close_files()
         except OSError:
             log.exception("closing segment %s failed", segment.log_path)
+
+
+class Pin:
+    """Pins a segment for the length of a ``with`` block, opening it first if closed.
+
+    Entering raises ``FileNotFoundError`` for a segment that was deleted or retired, and
+    any ``OSError`` opening its files. The first pin of a deferred segment checks its
+    indexes (``LogSegment._finish_loading``) outside the cache's lock. One instance per
+    segment, holding no state of its own: reads and appends take it on every call, so
+    entering and leaving do their work inline.
+    """
+
+    __slots__ = ("_cache", "_segment")
+
+    def __init__(self, cache: SegmentFileCache, segment: LogSegment) -> None:
+        self._cache = cache
+        self._segment = segment
+
+    def __enter__(self) -> LogSegment:
+        cache, segment = self._cache, self._segment
+        with cache._lock:
+            if segment._deleted or segment._retired:
+                raise FileNotFoundError(f"segment {segment.log_path} is closed")
+            if segment._fd < 0:
+                files = segment._open_files()
+                segment._open_fds = files
+                cache._open_files += files
+                cache._open[segment] = None
+                cache.opened += 1
+                segment._pins += 1
+                cache._shrink()
+            else:
+                cache._open.move_to_end(segment)
+                segment._pins += 1
+        if segment._deferred:
+            try:
+                segment._finish_loading()
+            except BaseException:
+                self.__exit__()
+                raise
+        return segment
+
+    def __exit__(self, *exc: object) -> None:
+        cache, segment = self._cache, self._segment
+        with cache._lock:
+            segment._pins -= 1
+            if segment._pins:
+                return
+            segment._last_used = cache._tick
+            if segment._deleted or segment._retired:
+                cache._close(segment)
+            elif cache._open_files > cache._max_open_files:
+                cache._shrink()
 
 
 SEGMENT_FILES = SegmentFileCache(default_max_open_files())

@@ -180,8 +180,9 @@ class _MappedIndex:
         return self._entries * self._entry_size
 
     def _read(self, n: int) -> tuple[int, ...]:
-        self._ensure_mapped()
-        assert self._mmap is not None
+        if self._mmap is None:
+            self._ensure_mapped()
+            assert self._mmap is not None
         return self.entry.unpack_from(self._mmap, n * self._entry_size)
 
     def _write(self, values: tuple[int, ...]) -> None:
@@ -248,7 +249,8 @@ class _MappedIndex:
     # -- search ------------------------------------------------------------------------
     def _last_at_most(self, key: int, field: int) -> int:
         """Index of the last entry whose ``field`` is <= ``key``, or -1."""
-        self._ensure_mapped()
+        if self._mmap is None:
+            self._ensure_mapped()
         lo, hi = 0, self._entries
         mm, size, unpack = self._mmap, self._entry_size, self.entry.unpack_from
         while lo < hi:

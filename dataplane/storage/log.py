@@ -336,7 +336,8 @@ class PartitionLog:
                 self._check_follower_offsets(headers)
             if before_write is not None:
                 before_write(base, [header for _, header in headers])
-            self._mark_unclean()
+            if self._clean_on_disk:
+                self._mark_unclean()
             buffers, placed, append_time = self._prepare(view, headers, base, leader_epoch)
             info = self._write(buffers, placed, append_time)
             if not self._active:

@@ -49,7 +49,7 @@ from typing import TypeVar
 from dataplane.storage import records
 from dataplane.storage.config import LogConfig
 from dataplane.storage.errors import CorruptBatchError, IndexCorruptError
-from dataplane.storage.filecache import SEGMENT_FILES, SegmentFileCache
+from dataplane.storage.filecache import SEGMENT_FILES, Pin, SegmentFileCache
 from dataplane.storage.index import OffsetIndex, TimeIndex
 from dataplane.storage.records import HEADER_SIZE, BatchHeader
 from dataplane.storage.scan import CorruptRegion, ScanResult, scan_segment
@@ -100,7 +100,8 @@ class LogSegment:
         self._pins = 0
         self._deleted = False
         self._retired = False
-        self._last_used = 0.0
+        self._last_used = 0  # the cache's tick when last unpinned
+        self._pin = self._cache.pin(self)
         self._deferred = False  # loaded from the listing; check indexes on first pin
         self._needs_rebuild = False  # an index was found unusable when opening
         self._timestamps_known = True
@@ -276,7 +277,7 @@ class LogSegment:
 
     def _load_deferred(self) -> None:
         try:
-            with self.pin():
+            with self._pin:
                 pass
         except FileNotFoundError:
             pass  # deleted or closed meanwhile: nothing is known, nothing is asked of it
@@ -300,7 +301,7 @@ class LogSegment:
         the last one, whose end is found by walking from its last index entry. Returns
         False when the indexes fail the check (the caller then calls ``recover``).
         """
-        with self.pin():
+        with self._pin:
             if self.indexes_missing or not self._indexes_look_sane():
                 return False
             last = self.time_index.last_entry
@@ -366,7 +367,7 @@ class LogSegment:
         bytes with nothing valid after them are a torn tail: truncated when this is the
         last segment, reported when it is a sealed one (truncating would leave a gap).
         """
-        with self.pin(), self._lock:
+        with self._pin, self._lock:
             self._modified = True
             self._deferred = self._needs_rebuild = False
             self._timestamps_known = True
@@ -397,7 +398,7 @@ class LogSegment:
     def verify(self) -> list[CorruptRegion]:
         """Every corrupt region of the segment, found by a read-only CRC scan."""
         found = []
-        with self.pin():
+        with self._pin:
             for item in scan_segment(self._fd, self._size, self.base_offset, self.base_offset):
                 if isinstance(item, CorruptRegion):
                     if item.length < 0:
@@ -423,7 +424,7 @@ class LogSegment:
         stale: offsets are assigned in the bytes, not in the parsed header). If anything
         fails, the file and the indexes are cut back to where they were.
         """
-        with self.pin(), self._lock:
+        with self._pin, self._lock:
             self._modified = True
             position = self._size
             try:
@@ -464,25 +465,13 @@ class LogSegment:
             self._offset_of_max_timestamp = base_offset
 
     # -- reading ------------------------------------------------------------------------
-    def pin(self) -> _Pin:
+    def pin(self) -> Pin:
         """Keep the segment open (opening it if needed) until the block ends.
 
         Use as ``with segment.pin():``; raises ``FileNotFoundError`` once the segment is
         closed for good or deleted (a read that pinned it before keeps reading).
         """
-        return _Pin(self)
-
-    def _acquire_pin(self) -> None:
-        self._cache.acquire(self)
-        if self._deferred:
-            try:
-                self._finish_loading()
-            except BaseException:
-                self._cache.release(self)
-                raise
-
-    def _release_pin(self) -> None:
-        self._cache.release(self)
+        return self._pin
 
     def _read_header(self, position: int) -> BatchHeader:
         return records.read_header(os.pread(self._fd, HEADER_SIZE, position), 0)
@@ -651,7 +640,7 @@ class LogSegment:
         if already_rebuilt:  # a fresh index cannot disagree with the log it was built from
             raise CorruptBatchError(f"segment {self.log_path} is inconsistent: {reason}")
         log.warning("rebuilding indexes of %s: %s", self.log_path, reason)
-        with self.pin(), self._lock:
+        with self._pin, self._lock:
             self.index_rebuilds += 1
             was_sealed, next_offset = self.sealed, self.next_offset
             self.recover(expected_base=self.base_offset, is_last=False)
@@ -666,7 +655,7 @@ class LogSegment:
         A batch that holds ``offset`` is removed whole, so the new end may be below
         ``offset``; ``next_offset`` tells where the segment now ends.
         """
-        with self.pin(), self._lock:
+        with self._pin, self._lock:
             found = self.find_batch(offset, self._size)
             if found is None:
                 return 0
@@ -698,7 +687,7 @@ class LogSegment:
 
     def reopen_for_append(self) -> None:
         """Make a sealed segment the active one again (after the log truncated into it)."""
-        with self.pin(), self._lock:
+        with self._pin, self._lock:
             if self.sealed:
                 self._modified = True
                 self._recompute_after_truncation()
@@ -710,7 +699,7 @@ class LogSegment:
     def flush(self) -> None:
         """fdatasync the log and flush both indexes (nothing once closed or deleted)."""
         try:
-            with self.pin(), self._lock:
+            with self._pin, self._lock:
                 os.fdatasync(self._fd)
                 self.offset_index.flush()
                 self.time_index.flush()
@@ -721,7 +710,7 @@ class LogSegment:
     def flush_log_only(self) -> None:
         """fdatasync only the ``.log`` (indexes are rebuilt by recovery anyway)."""
         try:
-            with self.pin():
+            with self._pin:
                 os.fdatasync(self._fd)
         except FileNotFoundError:
             if not self._gone:
@@ -729,7 +718,7 @@ class LogSegment:
 
     def seal(self) -> None:
         """Mark the segment sealed: record its max timestamp and trim the indexes."""
-        with self.pin(), self._lock:
+        with self._pin, self._lock:
             self._modified = True
             if self._size:
                 self.time_index.maybe_append(self._max_timestamp, self._offset_of_max_timestamp)
@@ -747,7 +736,7 @@ class LogSegment:
         with self._lock:
             record = bool(self._size) and not self.sealed
             if self._modified and (record or sync_indexes) and not self._gone:
-                with self.pin():
+                with self._pin:
                     if record:
                         self.time_index.maybe_append(
                             self._max_timestamp, self._offset_of_max_timestamp
@@ -771,19 +760,3 @@ class LogSegment:
             f"LogSegment(base={self.base_offset}, next={self.next_offset}, "
             f"bytes={self._size}, sealed={self.sealed})"
         )
-
-
-class _Pin:
-    """The context manager ``LogSegment.pin`` returns (a class: reads take it per call)."""
-
-    __slots__ = ("_segment",)
-
-    def __init__(self, segment: LogSegment) -> None:
-        self._segment = segment
-
-    def __enter__(self) -> LogSegment:
-        self._segment._acquire_pin()
-        return self._segment
-
-    def __exit__(self, *exc: object) -> None:
-        self._segment._release_pin()
