@@ -52,6 +52,7 @@ class Throughput:
     records: int = 0
     seconds: float = 0.0
     note: str = ""
+    other_cpus: float = math.nan  # CPUs used by processes outside the benchmark meanwhile
 
     @property
     def records_s(self) -> float:
@@ -75,6 +76,7 @@ class Latency:
     received: int = 0
     warmup: int = 0
     sender_note: str = ""
+    other_cpus: float = math.nan
 
     def percentile_ms(self, p: float) -> float:
         ordered = sorted(self.samples_ns)
@@ -297,13 +299,30 @@ class Cleanup:
         self._stoppables.clear()
         self._dirs.clear()
 
+    def live_pids(self) -> list[int]:
+        """Processes of this run still running (their CPU is not in ``os.times`` yet)."""
+        pids = [p.pid for p in self._processes if p.poll() is None]
+        pids += [c.pid for c in self._children if c.is_alive() and c.pid is not None]
+        for thing in self._stoppables:
+            process = getattr(thing, "process", None)
+            if process is not None and process.poll() is None:
+                pids.append(process.pid)
+        return pids
+
     def __enter__(self) -> Cleanup:
+        global _ACTIVE
         signal.signal(signal.SIGTERM, _raise_interrupt)
+        _ACTIVE = self
         return self
 
     def __exit__(self, *exc: object) -> None:
+        global _ACTIVE
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        _ACTIVE = None
         self.close()
+
+
+_ACTIVE: Cleanup | None = None
 
 
 def _raise_interrupt(signum: int, frame: object) -> None:
@@ -387,33 +406,45 @@ def measure_latency(
     queue: Any = multiprocessing.get_context("spawn").Queue()
     collector = LatencyCollector(plan.latency_records, plan.latency_warmup_records)
     args = (*producer_args, plan.latency_rate, plan.latency_records, LATENCY_VALUE_BYTES, queue)
-    child = cleanup.spawn(producer, *args)
-    budget = plan.latency_warmup_s + plan.latency_s + CHILD_START_S + DRAIN_S
-    consume(collector, time.monotonic() + budget)
-    try:
-        report = queue.get(timeout=DRAIN_S)
-    except Exception:
-        report = {"sent": 0, "note": "the producer reported nothing"}
-    child.join(DRAIN_S)
+    with stopwatch(result):
+        child = cleanup.spawn(producer, *args)
+        budget = plan.latency_warmup_s + plan.latency_s + CHILD_START_S + DRAIN_S
+        consume(collector, time.monotonic() + budget)
+        try:
+            report = queue.get(timeout=DRAIN_S)
+        except Exception:
+            report = {"sent": 0, "note": "the producer reported nothing"}
+        child.join(DRAIN_S)
     result.sender_note = str(report.get("note", ""))
     return collector.into(result, int(report.get("sent", 0)))
 
 
 @contextlib.contextmanager
-def stopwatch(result: Throughput) -> Iterator[Throughput]:
-    """Times the block into ``result.seconds``."""
+def stopwatch(result: Throughput | Latency) -> Iterator[None]:
+    """Times the block into ``result.seconds`` (throughputs) and notes in
+    ``result.other_cpus`` how busy processes outside the benchmark kept the machine."""
+    busy, ours = cpu_seconds()
     started = time.perf_counter()
     try:
-        yield result
+        yield
     finally:
-        result.seconds = time.perf_counter() - started
+        elapsed = time.perf_counter() - started
+        busy_end, ours_end = cpu_seconds()
+        if isinstance(result, Throughput):
+            result.seconds = elapsed
+        result.other_cpus = max(0.0, (busy_end - busy) - (ours_end - ours)) / max(elapsed, 1e-9)
 
 
 def cpu_seconds() -> tuple[float, float]:
-    """(CPU seconds the whole machine spent busy, CPU seconds of this process and its
-    reaped children) so far."""
+    """(CPU seconds the whole machine spent busy, CPU seconds of this benchmark: this
+    process, its reaped children and the processes of the active ``Cleanup``) so far."""
     fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
     user, nice, system, _idle, _iowait, irq, softirq, steal = fields
+    ticks = os.sysconf("SC_CLK_TCK")
     mine = os.times()
     ours = mine.user + mine.system + mine.children_user + mine.children_system
-    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK"), ours
+    for pid in _ACTIVE.live_pids() if _ACTIVE is not None else ():
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            ours += (int(stat[11]) + int(stat[12])) / ticks
+    return (user + nice + system + irq + softirq + steal) / ticks, ours

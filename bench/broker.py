@@ -104,6 +104,10 @@ AIM_RSS_KIB = 1024 * 1024
 AIM_RESTART_S = 30.0
 AIM_SPREAD_RATIO = 0.5
 
+OTHERS_NOTE = (
+    "others: CPUs used meanwhile by processes outside the benchmark (0 on a quiet machine; "
+    "2 means the run got no CPU of its own)"
+)
 MERIDIAN_SETTINGS = {
     "interval": "durability=interval: acks=1 answers once the append reached the page "
     "cache; fsync at most every flush_interval_ms (1,000 ms)",
@@ -310,6 +314,7 @@ def throughput_rows(report: Report, workload: str) -> list[list[str]]:
                 f"{t.seconds:.2f}",
                 num(t.records_s),
                 num(t.mb_s, 1),
+                num(t.other_cpus, 2),
                 f"{aim[0]} {verdict(aim[1])}" if aim else "",
             ]
         )
@@ -317,9 +322,12 @@ def throughput_rows(report: Report, workload: str) -> list[list[str]]:
 
 
 def print_throughputs(report: Report) -> None:
-    headers = ["system", "how", "value", "fsync", "records", "s", "records/s", "MB/s", "aim"]
+    headers = ["system", "how", "value", "fsync", "records", "s", "records/s", "MB/s"]
+    headers += ["others", "aim"]
     print_table("1. Produce throughput", headers, throughput_rows(report, "produce"))
     print_table("2. Catch-up consume throughput", headers, throughput_rows(report, "consume"))
+    if report.throughputs:
+        note(OTHERS_NOTE)
 
 
 def print_latencies(report: Report) -> None:
@@ -339,12 +347,15 @@ def print_latencies(report: Report) -> None:
                 ms(p99),
                 ms(x.percentile_ms(0.999)),
                 ms(x.percentile_ms(1.0)),
+                num(x.other_cpus, 2),
                 aim,
             ]
         )
     headers = ["system", "how", "fsync", "rate/s", "samples", "lost", "p50 ms", "p99 ms"]
-    headers += ["p99.9 ms", "max ms", "aim (p99)"]
+    headers += ["p99.9 ms", "max ms", "others", "aim (p99)"]
     print_table("3. End-to-end latency at a steady rate (warm-up excluded)", headers, rows)
+    if rows:
+        note(OTHERS_NOTE)
     for x in report.latencies:
         note(f"{x.system} ({x.setting}): {x.sender_note}")
 

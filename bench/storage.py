@@ -1,6 +1,7 @@
-"""Storage engine benchmark: append, group commit, sequential read and lookups.
+"""Storage engine benchmark: append, group commit, sequential read, lookups, decoding.
 
-Run ``.venv/bin/python bench/storage.py [--quick] [--dir PATH]``. It prints its figures;
+Run ``.venv/bin/python bench/storage.py [--quick] [--decode-only] [--dir PATH]``. It
+prints its figures;
 it is never run as a test. Every engine figure is printed next to a ceiling measured in
 the same run on the same file system, and as a ratio to it:
 
@@ -19,6 +20,11 @@ the same run on the same file system, and as a ratio to it:
 5. Lookup latency on a log of 10 million 100 B records: ``log.read(offset, max_bytes=1)``
    and ``log.offset_for_timestamp(ts)``, each timed call by call, then checked against
    decoded records.
+6. Record decoding, what a consumer does with fetched bytes: ``records.decode_batches``
+   over about 10,000 records in 16 KiB batches, for several record shapes and codecs
+   (records/s of one thread). ``--decode-only`` runs this section alone; it only uses
+   ``decode_batches`` and ``BatchBuilder``, so it also runs against older code (see
+   ``bench/README.md`` for the before/after comparison).
 
 Throughput is in decimal MB/s (10**6 bytes); sizes in KiB/MiB. Where a measurement is
 repeated, the median is printed with the min-max range; a ceiling and the engine figure
@@ -56,7 +62,7 @@ from crc32c import crc32c
 from dataplane.storage.builder import BatchBuilder
 from dataplane.storage.config import Durability, LogConfig
 from dataplane.storage.log import PartitionLog
-from dataplane.storage.records import decode_batch, read_header
+from dataplane.storage.records import Compression, decode_batch, decode_batches, read_header
 
 KiB = 1024
 GROUPED_PER_CALL = 16
@@ -73,6 +79,20 @@ AIM_APPEND_RATIO = 0.80
 AIM_GROUP_COMMIT_SPEEDUP = 5.0
 AIM_READ_MB_S = 2000.0
 AIM_LOOKUP_P99_US = 50.0
+AIM_DECODE_RECORDS_S = 1_000_000.0
+DECODE_BATCHES = 64
+DECODE_RUN_S = 0.3
+# label, value bytes, headers (none / same on every record / a unique trace id), codec
+DECODE_SHAPES = (
+    ("100 B, no headers", 100, "none", Compression.NONE),
+    ("100 B, 2 headers, the same on each", 100, "same", Compression.NONE),
+    ("100 B, 2 headers, unique trace id", 100, "unique", Compression.NONE),
+    ("1 KiB, no headers", 1024, "none", Compression.NONE),
+    ("100 B, no headers, gzip", 100, "none", Compression.GZIP),
+    ("100 B, no headers, snappy", 100, "none", Compression.SNAPPY),
+    ("100 B, no headers, lz4", 100, "none", Compression.LZ4),
+    ("100 B, no headers, zstd", 100, "none", Compression.ZSTD),
+)
 
 # baseOffset, batchLength, then (skipping 45 bytes) recordCount; crc at byte 17.
 _BATCH_FIELDS = struct.Struct(">qi45xi")
@@ -906,6 +926,73 @@ def report_reads(cases: list[CaseResult], sizes: Sizes) -> list[bool]:
     return oks
 
 
+@dataclass
+class DecodeResult:
+    label: str
+    records: int  # per decode_batches call
+    payload_bytes: int  # the batches' bytes, as fetched
+    runs: Series = field(default_factory=Series)
+
+
+def decode_input(value_bytes: int, headers: str, codec: Compression) -> tuple[bytes, int]:
+    """``DECODE_BATCHES`` batches of up to 16 KiB (uncompressed) and their record count."""
+    parts, count = [], 0
+    for b in range(DECODE_BATCHES):
+        builder = BatchBuilder(compression=codec, base_offset=count)
+        while builder.estimated_size() + value_bytes + 60 <= 16 * KiB:
+            n = len(builder)
+            header_list: list[tuple[str, bytes | None]] = []
+            if headers == "same":
+                header_list = [("x-lane", b"ppe"), ("content-type", b"application/json")]
+            elif headers == "unique":
+                header_list = [("x-trace-id", b"%032x" % (b << 20 | n)), ("x-lane", b"ppe")]
+            value = bytes([(b + n) % 251]) * value_bytes
+            builder.append(value, key=b"key-%06d" % n, timestamp=T0_MS + n, headers=header_list)
+        count += len(builder)
+        parts.append(builder.build())
+    return b"".join(parts), count
+
+
+def run_decoding(reps: int) -> list[DecodeResult]:
+    results = []
+    for label, value_bytes, headers, codec in DECODE_SHAPES:
+        data, count = decode_input(value_bytes, headers, codec)
+        assert len(decode_batches(data)) == count
+        result = DecodeResult(label, count, len(data))
+        for _ in range(reps):
+            calls, started = 0, time.perf_counter()
+            while time.perf_counter() - started < DECODE_RUN_S:
+                decode_batches(data)
+                calls += 1
+            elapsed = time.perf_counter() - started
+            result.runs.runs.append(Run(elapsed, calls * len(data), calls * count))
+        results.append(result)
+    return results
+
+
+def report_decoding(results: list[DecodeResult]) -> bool:
+    rows = []
+    for r in results:
+        rows.append(
+            [
+                r.label,
+                num(r.records),
+                num(r.runs.median("records_s")),
+                r.runs.spread("records_s"),
+                num(r.runs.median("mb_s")),
+            ]
+        )
+    print_table(
+        "6. Record decoding, one thread (records.decode_batches)",
+        ["records", "per call", "records/s", "range", "MB/s in"],
+        rows,
+    )
+    note(f"{DECODE_BATCHES} batches of up to 16 KiB (before compression) per call, keys of")
+    note("10 bytes; each run repeats the call for 0.3 s; MB/s in = batch bytes as fetched.")
+    first = results[0].runs.median("records_s")
+    return first >= AIM_DECODE_RECORDS_S
+
+
 def report_lookups(r: LookupResult) -> list[bool]:
     rows, oks = [], []
     for name, timed, values in (
@@ -957,8 +1044,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, a smoke run (< 1 min)")
     parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()))
+    parser.add_argument("--decode-only", action="store_true", help="section 6 alone")
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FULL
+    if args.decode_only:
+        print("Meridian storage benchmark (record decoding only)")
+        for key, value in machine_rows(args.dir):
+            print(f"  {key + ':':<23}{value}")
+        ok = report_decoding(run_decoding(sizes.reps + 2))
+        print(f"\naim: 100 B records without headers >= 1,000,000 records/s: {verdict(ok)}")
+        return 0
     args.dir.mkdir(parents=True, exist_ok=True)
     base = Path(tempfile.mkdtemp(prefix="meridian-bench-storage-", dir=args.dir))
     try:
@@ -993,13 +1088,16 @@ def run_all(base: Path, sizes: Sizes, *, quick: bool) -> int:
     group = run_group_commit(base, cases[0].pool, sizes)
     progress(f"lookups: building a {num(sizes.lookup_records)}-record log")
     lookups = run_lookups(base, sizes)
+    progress("record decoding")
+    decoding = run_decoding(sizes.reps + 2)
 
     report_ceilings(cases, sizes)
     report_appends(cases, sizes)
     group_ok = report_concurrency(group, cases)
     read_oks = report_reads(cases, sizes)
     lookup_oks = report_lookups(lookups)
-    report_aims(cases, group_ok, read_oks, lookup_oks)
+    decode_ok = report_decoding(decoding)
+    report_aims(cases, group_ok, read_oks, lookup_oks, decode_ok)
     elapsed = time.perf_counter() - started
     busy, mine = busy_cpu_seconds()
     others = max(0.0, (busy - busy_at_start) - (mine - mine_at_start)) / elapsed
@@ -1009,7 +1107,11 @@ def run_all(base: Path, sizes: Sizes, *, quick: bool) -> int:
 
 
 def report_aims(
-    cases: list[CaseResult], group_ok: bool, read_oks: list[bool], lookup_oks: list[bool]
+    cases: list[CaseResult],
+    group_ok: bool,
+    read_oks: list[bool],
+    lookup_oks: list[bool],
+    decode_ok: bool,
 ) -> None:
     never = [
         c.append[Durability.NEVER].median("mb_s") / c.write_ceiling.median("mb_s") for c in cases
@@ -1037,6 +1139,7 @@ def report_aims(
             ", ".join(verdict(ok) for ok in lookup_oks),
             verdict(all(lookup_oks)),
         ],
+        ["decoding >= 1 M records/s (100 B, no headers)", "see section 6", verdict(decode_ok)],
     ]
     print_table("Aims (reported, never enforced)", ["aim", "measured", "verdict"], rows)
 
