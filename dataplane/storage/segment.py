@@ -185,11 +185,16 @@ class LogSegment:
         fd, self._fd = self._fd, -1
         if fd < 0:
             return
-        try:
-            for index in (self.offset_index, self.time_index):
+        failure: OSError | None = None
+        for index in (self.offset_index, self.time_index):
+            try:
                 index.unmap(trim=not self._deleted)
-        finally:
-            os.close(fd)
+            except OSError as exc:  # a trim refused: unmap anyway, and say so
+                failure = failure or exc
+                index.unmap(trim=False)
+        os.close(fd)
+        if failure is not None:
+            raise failure
 
     def _mapped(self, change: int) -> None:
         """An index was mapped or unmapped while the segment is pinned."""

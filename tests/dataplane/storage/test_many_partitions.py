@@ -364,3 +364,26 @@ def test_logs_are_created_concurrently_and_each_once(tmp_path: Path, budget: int
     manager.close()
     with pytest.raises(LogClosedError):
         manager.get_or_create_log("t", 99)
+
+
+def test_a_refused_trim_still_releases_the_segment_files(
+    tmp_path: Path, budget: int, monkeypatch: pytest.MonkeyPatch
+):
+    """Closing an idle active segment whose index cannot be trimmed frees its descriptors."""
+    log = PartitionLog.open(tmp_path / "t-0", SMALL.with_changes(max_segment_bytes=1 << 20))
+    fill(log, 20)
+    whole = everything(log)
+    watch = FdWatch(budget)
+
+    def refuse(fd: int, length: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "ftruncate", refuse)
+    assert SEGMENT_FILES.close_idle(0) == 1
+    monkeypatch.undo()
+    assert SEGMENT_FILES.open_files == 0
+    assert open_fds() - watch.baseline == 0
+    assert everything(log) == whole
+    fill(log, 2, tag="after")
+    assert read_all(log)[-1].value == b"after1-2" * 4
+    log.close()
