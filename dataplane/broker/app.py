@@ -61,7 +61,11 @@ class BrokerApp:
         self.readiness = Readiness()
         self.health = health_aio.HealthServicer()
         self.executor = ThreadPoolExecutor(config.io_threads, thread_name_prefix="broker-io")
-        self.manager = LogManager(config.data_dir, default_config=config.log)
+        self.manager = LogManager(
+            config.data_dir,
+            default_config=config.log,
+            max_open_files=config.max_open_files or None,
+        )
         self.registry = PartitionRegistry(self.manager, self.executor)
         self.coordinator = GroupCoordinator(
             broker_id=config.broker_id,

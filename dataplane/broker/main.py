@@ -42,6 +42,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--metrics-listen", help='host:port for /metrics ("" disables)')
     parser.add_argument("--control-plane-url")
+    parser.add_argument(
+        "--max-open-files", type=int, help="descriptors for segment files (0: the default)"
+    )
     parser.add_argument("--ready-file", type=Path, help="written as JSON once serving")
     parser.add_argument("--log-level", default=os.environ.get("MERIDIAN_LOG_LEVEL", "INFO"))
     return parser.parse_args(argv)
@@ -67,6 +70,7 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         peers=peers,
         metrics_listen=args.metrics_listen,
         control_plane_url=args.control_plane_url,
+        max_open_files=args.max_open_files,
     )
 
 

@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from dataplane.broker.app import BrokerApp
 from dataplane.broker.config import BrokerConfig, ConfigError, load_config
+from dataplane.broker.main import config_from_args, parse_args
 from dataplane.storage.config import Durability
 from dataplane.storage.records import TimestampType
 
@@ -87,3 +89,25 @@ def test_invalid_files_name_the_field(tmp_path, text, named):
 def test_a_missing_file_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match=r"nothing\.toml"):
         load_config(tmp_path / "nothing.toml")
+
+
+def test_max_open_files_comes_from_the_file_or_the_flag(tmp_path):
+    path = write(tmp_path, 'id = 1\ndata_dir = "d"\nmax_open_files = 4096')
+    assert load_config(path).max_open_files == 4096
+    args = parse_args(["--config", str(path), "--max-open-files", "512"])
+    assert config_from_args(args).max_open_files == 512
+    assert load_config(broker_id=1, data_dir="d").max_open_files == 0, "0: the default"
+
+
+def test_a_negative_max_open_files_is_refused():
+    with pytest.raises(ConfigError, match="max_open_files"):
+        load_config(broker_id=1, data_dir="d", max_open_files=-1)
+
+
+@pytest.mark.parametrize(("configured", "passed"), [(4096, 4096), (0, None)])
+def test_the_app_gives_max_open_files_to_its_log_manager(tmp_path, configured, passed):
+    app = BrokerApp(BrokerConfig(broker_id=1, data_dir=tmp_path, max_open_files=configured))
+    try:
+        assert app.manager.max_open_files == passed
+    finally:
+        app.executor.shutdown()
