@@ -218,15 +218,28 @@ def run_parts(
         report.skipped.append("Meridian: no broker yet (dataplane.broker.__main__ is missing)")
     for missing in sorted({"Producer", "Consumer"} - sdk):
         report.skipped.append(f"Meridian SDK rows that need the SDK's {missing}: not there yet")
-    if meridian and broker_ok:
-
-        def ours() -> None:
-            report.add(run_meridian(cleanup, cleanup.mkdtemp("meridian-"), plan, workloads, sdk))
-
-        attempt(report, "Meridian", ours)
-    if "peers" in parts:
-        attempt(report, "Redis", lambda: report.add(peers.run_redis(cleanup, plan, workloads)))
-        attempt(report, "NATS", lambda: report.add(peers.run_nats(cleanup, plan, workloads)))
+    # Workload by workload, every system in turn: figures compared with each other are
+    # taken minutes apart at most, under the same conditions of a shared machine.
+    for workload in (w for w in WORKLOADS if w in workloads):
+        if meridian and broker_ok:
+            attempt(
+                report,
+                f"Meridian {workload}",
+                lambda w=workload: report.add(
+                    run_meridian(cleanup, cleanup.mkdtemp("meridian-"), plan, {w}, sdk)
+                ),
+            )
+        if "peers" in parts:
+            attempt(
+                report,
+                f"Redis {workload}",
+                lambda w=workload: report.add(peers.run_redis(cleanup, plan, {w})),
+            )
+            attempt(
+                report,
+                f"NATS {workload}",
+                lambda w=workload: report.add(peers.run_nats(cleanup, plan, {w})),
+            )
     if "partitions" in parts and broker_ok:
 
         def many() -> None:
@@ -469,7 +482,10 @@ def print_partitions(p: PartitionsResult) -> None:
     note(f"SIGTERM stop took {p.stop_s:.1f} s")
     if p.single and p.spread:
         for t in (p.single, p.spread):
-            note(f"{t.mode}: {num(t.records_s)} records/s, {num(t.mb_s, 1)} MB/s of 100 B")
+            note(
+                f"{t.mode}: {num(t.records_s)} records/s, {num(t.mb_s, 1)} MB/s of 100 B "
+                f"(others: {num(t.other_cpus, 2)} CPUs)"
+            )
         note(f"spread / single: {ratio(p.spread.records_s, p.single.records_s)}")
     if p.error:
         note(f"stopped early: {p.error}")

@@ -13,6 +13,7 @@ Two ways in, for each workload:
 from __future__ import annotations
 
 import asyncio
+import shutil
 import struct
 import time
 from collections.abc import Sequence
@@ -382,6 +383,7 @@ def run_meridian(
     finally:
         broker.close()
         broker.stop()
+        shutil.rmtree(root, ignore_errors=True)
     return results
 
 

@@ -103,6 +103,7 @@ class RedisServer:
     def stop(self) -> None:
         self.client.close()
         self.cleanup.stop_process(self.process)
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 def redis_produce(server: RedisServer, value_bytes: int, records: int, max_s: float) -> int:
@@ -238,6 +239,7 @@ class NatsServer:
 
     def stop(self) -> None:
         self.cleanup.stop_process(self.process)
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 async def _connect(url: str) -> Any:
