@@ -1,0 +1,114 @@
+"""Preparing an append to a partition log: validating its batches and placing them.
+
+``PartitionLog.append`` (``log.py``) validates every incoming batch before it takes the
+append lock (``validate_batches``), so a bad request leaves the log untouched. Under the
+lock, once the base offset is known, it checks a follower's offsets
+(``check_follower_offsets``) and builds what to write (``prepare_write``). These
+functions touch no log state: they work on the request's bytes and on the configuration
+and offsets they are given.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+
+from dataplane.storage import records
+from dataplane.storage.errors import CorruptBatchError, InvalidOffsetError, InvalidRecordCountError
+from dataplane.storage.records import BatchHeader, TimestampType
+from dataplane.storage.segment_files import PlacedBatch
+
+_INT64 = struct.Struct(">q")
+
+
+def validate_batches(
+    view: memoryview, *, max_batch_bytes: int, dense: bool
+) -> list[tuple[int, BatchHeader]]:
+    """The position and header of every batch in ``view``, each one validated.
+
+    ``dense`` (offsets assigned by this log) also requires each batch's offset deltas to
+    be dense. Raises on the first invalid batch, or when there is none.
+    """
+    headers: list[tuple[int, BatchHeader]] = []
+    position = 0
+    while position < len(view):
+        header = records.validate_batch(view, position, max_batch_bytes=max_batch_bytes)
+        if dense and header.last_offset_delta != header.record_count - 1:
+            raise InvalidRecordCountError(
+                f"{header.record_count} records with last offset delta "
+                f"{header.last_offset_delta}: offsets must be dense",
+                position=position,
+                offset=header.base_offset,
+            )
+        headers.append((position, header))
+        position += header.size
+    if not headers:
+        raise CorruptBatchError("no batch to append", position=0)
+    return headers
+
+
+def check_follower_offsets(headers: list[tuple[int, BatchHeader]], log_end_offset: int) -> None:
+    """A follower's batches must continue the log: the first at its LEO, then densely."""
+    expected = log_end_offset
+    for position, header in headers:
+        if header.base_offset != expected:
+            raise InvalidOffsetError(
+                f"batch at position {position} starts at offset {header.base_offset}, "
+                f"expected {expected} (the log end offset)"
+            )
+        expected = header.next_offset
+
+
+def prepare_write(
+    view: memoryview,
+    headers: list[tuple[int, BatchHeader]],
+    base: int,
+    *,
+    leader_epoch: int | None,
+    timestamp_type: TimestampType,
+    clock_ms: Callable[[], int],
+) -> tuple[list[bytes | memoryview], list[PlacedBatch], int]:
+    """The buffers to write and where each batch lands, offsets assigned from ``base``.
+
+    Also returns the LogAppendTime stamped into the batches (-1 unless
+    ``timestamp_type`` asks for it; ``clock_ms`` is read only then). The base offset is
+    written as its own 8-byte buffer in front of the rest of the batch (``pwritev``), so
+    the caller's bytes are never copied — unless a header field must be rewritten
+    (LogAppendTime, ``leader_epoch``), which takes one copy of the whole request.
+    """
+    if timestamp_type == TimestampType.LOG_APPEND_TIME or leader_epoch is not None:
+        return _prepare_rewritten(view, headers, base, leader_epoch, timestamp_type, clock_ms)
+    buffers: list[bytes | memoryview] = []
+    placed: list[PlacedBatch] = []
+    next_base = base
+    for position, header in headers:
+        buffers.append(_INT64.pack(next_base))
+        buffers.append(view[position + 8 : position + header.size])
+        placed.append((position, next_base, header))
+        next_base += header.last_offset_delta + 1
+    return buffers, placed, -1
+
+
+def _prepare_rewritten(
+    view: memoryview,
+    headers: list[tuple[int, BatchHeader]],
+    base: int,
+    leader_epoch: int | None,
+    timestamp_type: TimestampType,
+    clock_ms: Callable[[], int],
+) -> tuple[list[bytes | memoryview], list[PlacedBatch], int]:
+    buffer = bytearray(view)
+    append_time = -1
+    if timestamp_type == TimestampType.LOG_APPEND_TIME:
+        append_time = clock_ms()
+    placed: list[PlacedBatch] = []
+    next_base = base
+    for position, header in headers:
+        records.set_base_offset(buffer, position, next_base)
+        if leader_epoch is not None:
+            records.set_partition_leader_epoch(buffer, position, leader_epoch)
+        if append_time >= 0:
+            records.set_log_append_time(buffer, position, append_time)
+        placed.append((position, next_base, records.read_header(buffer, position)))
+        next_base += header.last_offset_delta + 1
+    return [memoryview(buffer)], placed, append_time
