@@ -37,7 +37,7 @@ from collections import OrderedDict, deque
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from dataplane.storage.segment import LogSegment
+    from dataplane.storage.segment_state import SegmentState
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ class SegmentFileCache:
 
     def __init__(self, max_open_files: int) -> None:
         self._lock = threading.Lock()
-        self._open: OrderedDict[LogSegment, None] = OrderedDict()  # least recent first
+        self._open: OrderedDict[SegmentState, None] = OrderedDict()  # least recent first
         self._max_open_files = max(MIN_OPEN_FILES, max_open_files)
         self._open_files = 0
         # Unpinning stamps a segment with the current tick, not a clock reading (cheaper
@@ -93,11 +93,11 @@ class SegmentFileCache:
             self._max_open_files = max(MIN_OPEN_FILES, max_open_files)
             self._shrink()
 
-    def pin(self, segment: LogSegment) -> Pin:
+    def pin(self, segment: SegmentState) -> Pin:
         """The context manager that pins ``segment`` (``LogSegment.pin`` hands it out)."""
         return Pin(self, segment)
 
-    def adjust(self, segment: LogSegment, change: int) -> None:
+    def adjust(self, segment: SegmentState, change: int) -> None:
         """A pinned segment mapped (+1) or unmapped (-1) an index."""
         with self._lock:
             segment._open_fds += change
@@ -105,7 +105,7 @@ class SegmentFileCache:
             if change > 0:
                 self._shrink()
 
-    def retire(self, segment: LogSegment, *, deleted: bool) -> None:
+    def retire(self, segment: SegmentState, *, deleted: bool) -> None:
         """The segment is closed for good (or deleted): close its files once unpinned."""
         with self._lock:
             if deleted:
@@ -153,7 +153,7 @@ class SegmentFileCache:
         for segment in victims:
             self._close(segment)
 
-    def _close(self, segment: LogSegment) -> None:
+    def _close(self, segment: SegmentState) -> None:
         if segment in self._open:
             del self._open[segment]
             self._open_files -= segment._open_fds
@@ -177,11 +177,11 @@ class Pin:
 
     __slots__ = ("_cache", "_segment")
 
-    def __init__(self, cache: SegmentFileCache, segment: LogSegment) -> None:
+    def __init__(self, cache: SegmentFileCache, segment: SegmentState) -> None:
         self._cache = cache
         self._segment = segment
 
-    def __enter__(self) -> LogSegment:
+    def __enter__(self) -> SegmentState:
         cache, segment = self._cache, self._segment
         with cache._lock:
             if segment._deleted or segment._retired:
