@@ -277,8 +277,12 @@ def machine_rows(root: Path) -> list[tuple[str, str]]:
     )
     meminfo = Path("/proc/meminfo").read_text().split()
     mem_gib = int(meminfo[meminfo.index("MemTotal:") + 1]) / MiB
+    repo = Path(__file__).resolve().parents[1]
     commit = subprocess.run(
-        ["git", "describe", "--always", "--dirty"], capture_output=True, text=True, check=False
+        ["git", "-C", str(repo), "describe", "--always", "--dirty"],
+        capture_output=True,
+        text=True,
+        check=False,
     ).stdout.strip()
     return [
         ("date", datetime.datetime.now().astimezone().isoformat(timespec="seconds")),
@@ -288,7 +292,7 @@ def machine_rows(root: Path) -> list[tuple[str, str]]:
         ("python", f"{platform.python_implementation()} {platform.python_version()}"),
         ("redis-server", peers.server_version("redis-server")),
         ("nats-server", peers.server_version("nats-server")),
-        ("code", commit or "?"),
+        ("code", f"{repo} at {commit}" if commit else f"{repo} (not a git checkout)"),
         ("temp dir", str(root)),
         ("load average", ", ".join(f"{x:.2f}" for x in os.getloadavg())),
     ]
