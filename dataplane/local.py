@@ -1,11 +1,13 @@
-"""Local broker processes: the launcher behind the demo and the control plane's default
-provisioner.
+"""Local broker processes: the launcher behind the demo, the test harness and the control
+plane's default provisioner.
 
-``LocalCluster(data_root, size=3).start()`` starts ``size`` broker processes on
-127.0.0.1, each with its own data directory under ``data_root`` and the full peer list,
-and returns once every broker reports ready (its ready file). Ports are chosen up front
-(free ports, or the ones given) so every broker knows every peer. ``stop()`` sends
-SIGTERM and waits for clean exits; ``kill()`` sends SIGKILL.
+``LocalBroker(broker_id, port, data_dir, peers)`` runs ``python -m dataplane.broker`` on
+127.0.0.1 with ``data_dir``; its ready file and its log (stdout and stderr) sit next to
+the data directory. Port 0 lets the broker choose one: ``start()`` reads it from the
+ready file and keeps it, so ``restart()`` comes back on the same address.
+``LocalCluster(data_root, size=3).start()`` starts ``size`` brokers, each knowing every
+other, with ports chosen up front. ``stop()`` sends SIGTERM and waits for a clean exit;
+``kill()`` sends SIGKILL.
 """
 
 from __future__ import annotations
@@ -20,9 +22,14 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
 
 READY_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 30.0
+_SOURCE_ROOT = Path(__file__).resolve().parents[1]
+
+
+class BrokerStartError(RuntimeError):
+    """A broker exited or did not become ready; the message ends with its log."""
 
 
 def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
@@ -41,17 +48,16 @@ def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
 
 @dataclass
 class LocalBroker:
-    """One broker process; ``start()`` returns once it serves."""
+    """One broker process; see the module docstring."""
 
     broker_id: int
     port: int
     data_dir: Path
     peers: dict[int, str] = field(default_factory=dict)
-    region: str = "local"
+    region: str = ""  # empty: the broker's own default (or its config file's)
     extra_args: list[str] = field(default_factory=list)
     process: subprocess.Popen[bytes] | None = None
     metrics_port: int = 0
-    _log: IO[bytes] | None = None
 
     @property
     def address(self) -> str:
@@ -65,54 +71,77 @@ class LocalBroker:
     def log_file(self) -> Path:
         return self.data_dir.parent / f"broker-{self.broker_id}.log"
 
-    def command(self) -> list[str]:
-        args = [sys.executable, "-m", "dataplane.broker", "--id", str(self.broker_id)]
-        args += ["--listen", self.address, "--data-dir", str(self.data_dir)]
-        args += ["--region", self.region, "--ready-file", str(self.ready_file)]
-        args += ["--metrics-listen", "127.0.0.1:0"]
-        for peer_id, address in sorted(self.peers.items()):
-            args += ["--peer", f"{peer_id}={address}"]
-        return args + self.extra_args
-
-    def start(self, timeout_s: float = READY_TIMEOUT_S) -> LocalBroker:
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        self.ready_file.unlink(missing_ok=True)
-        self._log = self.log_file.open("ab")
-        self.process = subprocess.Popen(
-            self.command(), stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        self._wait_ready(timeout_s)
-        return self
-
-    def _wait_ready(self, timeout_s: float) -> None:
-        assert self.process is not None
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(
-                    f"broker {self.broker_id} exited with {self.process.returncode}; "
-                    f"log:\n{self.tail_log()}"
-                )
-            with contextlib.suppress(FileNotFoundError, json.JSONDecodeError):
-                info = json.loads(self.ready_file.read_text())
-                if info.get("pid") == self.process.pid:
-                    self.metrics_port = int(info.get("metrics_port") or 0)
-                    return
-            time.sleep(0.05)
-        raise TimeoutError(
-            f"broker {self.broker_id} not ready in {timeout_s} s; log:\n{self.tail_log()}"
-        )
-
-    def tail_log(self, lines: int = 40) -> str:
-        with contextlib.suppress(FileNotFoundError):
-            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
-        return ""
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
 
     @property
     def running(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
-    def stop(self, timeout_s: float = 30.0) -> int:
+    def command(self) -> list[str]:
+        args = [sys.executable, "-m", "dataplane.broker", "--id", str(self.broker_id)]
+        args += ["--listen", self.address, "--data-dir", str(self.data_dir)]
+        args += ["--ready-file", str(self.ready_file), "--metrics-listen", "127.0.0.1:0"]
+        if self.region:
+            args += ["--region", self.region]
+        for peer_id, address in sorted(self.peers.items()):
+            args += ["--peer", f"{peer_id}={address}"]
+        return args + self.extra_args
+
+    def log_text(self) -> str:
+        with contextlib.suppress(FileNotFoundError):
+            return self.log_file.read_text(errors="replace")
+        return ""
+
+    # -- lifecycle ------------------------------------------------------------------------
+    def start(self, timeout_s: float = READY_TIMEOUT_S) -> LocalBroker:
+        """Start the process and return once it serves (``BrokerStartError`` otherwise)."""
+        self.launch()
+        self.wait_ready(timeout_s)
+        return self
+
+    def launch(self) -> None:
+        """Start the process without waiting for it (then ``wait_ready``)."""
+        if self.running:
+            raise BrokerStartError(f"broker {self.broker_id} is already running")
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.ready_file.unlink(missing_ok=True)
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env["PYTHONPATH"] = os.pathsep.join(
+            filter(None, [str(_SOURCE_ROOT), env.get("PYTHONPATH")])
+        )
+        with self.log_file.open("ab") as log_file:
+            log_file.write(f"--- start: {' '.join(self.command())}\n".encode())
+            log_file.flush()
+            self.process = subprocess.Popen(
+                self.command(), stdout=log_file, stderr=subprocess.STDOUT, env=env,
+                start_new_session=True,
+            )  # fmt: skip
+
+    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> None:
+        """Wait until the launched process serves (its ready file names its pid)."""
+        assert self.process is not None, "never launched"
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with contextlib.suppress(FileNotFoundError, json.JSONDecodeError):
+                ready = json.loads(self.ready_file.read_text())
+                if ready.get("pid") == self.process.pid:
+                    self.port = int(ready["port"])
+                    self.metrics_port = int(ready.get("metrics_port") or 0)
+                    return
+            if self.process.poll() is not None:
+                raise self._error(f"exited with {self.process.returncode} while starting")
+            time.sleep(0.02)
+        self.kill()
+        raise self._error(f"was not ready within {timeout_s} s")
+
+    def _error(self, what: str) -> BrokerStartError:
+        return BrokerStartError(
+            f"broker {self.broker_id} {what}; its log:\n{self.log_text()[-8000:]}"
+        )
+
+    def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> int:
         """SIGTERM, then wait; returns the exit code (SIGKILL after ``timeout_s``)."""
         if self.process is None:
             return 0
@@ -121,27 +150,30 @@ class LocalBroker:
             try:
                 self.process.wait(timeout_s)
             except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        return self._finish()
+                self.kill()
+        return self.process.returncode
 
     def kill(self) -> int:
-        """SIGKILL: no chance to flush or checkpoint."""
-        if self.process is not None and self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGKILL)
-            self.process.wait()
-        return self._finish()
+        """SIGKILL and reap: the broker gets no chance to flush or checkpoint."""
+        if self.process is None:
+            return 0
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(STOP_TIMEOUT_S)
+        return self.process.returncode
 
-    def _finish(self) -> int:
-        code = self.process.returncode if self.process is not None else 0
-        if self._log is not None:
-            self._log.close()
-            self._log = None
-        return code
+    def restart(self, *, clean: bool = False) -> LocalBroker:
+        """Stop (SIGKILL, or SIGTERM with ``clean``) and start again on the same port
+        and data directory."""
+        if clean:
+            self.stop()
+        else:
+            self.kill()
+        return self.start()
 
 
 class LocalCluster:
-    """``size`` brokers (ids 1..size) on 127.0.0.1 under ``data_root``."""
+    """``size`` brokers (ids 1..size) on 127.0.0.1, broker ``i`` in ``data_root/broker-i``."""
 
     def __init__(
         self,
@@ -149,6 +181,7 @@ class LocalCluster:
         size: int = 3,
         *,
         ports: list[int] | None = None,
+        region: str = "local",
         extra_args: list[str] | None = None,
     ) -> None:
         root = Path(data_root)
@@ -157,29 +190,37 @@ class LocalCluster:
         self.brokers = [
             LocalBroker(
                 broker_id,
-                int(address.rsplit(":", 1)[1]),
+                ports[broker_id - 1],
                 root / f"broker-{broker_id}",
                 {pid: a for pid, a in peers.items() if pid != broker_id},
+                region=region,
                 extra_args=list(extra_args or []),
             )
-            for broker_id, address in peers.items()
+            for broker_id in peers
         ]
 
     @property
     def bootstrap(self) -> str:
         return ",".join(b.address for b in self.brokers)
 
-    def start(self) -> LocalCluster:
+    def start(self, timeout_s: float = READY_TIMEOUT_S) -> LocalCluster:
+        """Launch every broker at once, then wait for each (stopping all on failure)."""
         try:
             for broker in self.brokers:
-                broker.start()
+                broker.launch()
+            for broker in self.brokers:
+                broker.wait_ready(timeout_s)
         except BaseException:
-            self.stop()
+            self.kill()
             raise
         return self
 
     def stop(self) -> list[int]:
         return [broker.stop() for broker in self.brokers]
+
+    def kill(self) -> None:
+        for broker in self.brokers:
+            broker.kill()
 
     def __enter__(self) -> LocalCluster:
         return self.start()
