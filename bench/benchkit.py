@@ -169,10 +169,17 @@ class Pacer:
         self.late = 0  # sends more than 1 ms after their due time
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
+        for batch in self.batches():
+            yield from batch
+
+    def batches(self) -> Iterator[list[tuple[int, int]]]:
+        """Every record due by now, together (at least one: sleeps until the next is due);
+        for a sender that pipelines whatever accumulated while it waited for a reply."""
         start = time.monotonic_ns() + 20_000_000
         step = 1_000_000_000 / self.rate
         overshoot = 0
-        for seq in range(self.count):
+        seq = 0
+        while seq < self.count:
             due = start + int(seq * step)
             wake = due - overshoot
             delay = wake - time.monotonic_ns()
@@ -180,9 +187,14 @@ class Pacer:
                 time.sleep(delay / 1e9)
                 overshoot = (7 * overshoot + max(0, time.monotonic_ns() - wake)) // 8
             now = time.monotonic_ns()
-            self.max_behind_ns = max(self.max_behind_ns, now - due)
-            self.late += now - due > 1_000_000
-            yield seq, min(due, now)
+            batch = []
+            while seq < self.count and start + int(seq * step) <= max(now, due):
+                due = start + int(seq * step)
+                self.max_behind_ns = max(self.max_behind_ns, now - due)
+                self.late += now - due > 1_000_000
+                batch.append((seq, min(due, now)))
+                seq += 1
+            yield batch
 
     def report(self, sent: int, error: str = "") -> dict[str, Any]:
         """What a paced producer sends back: how far behind its schedule it fell."""

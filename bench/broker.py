@@ -374,7 +374,7 @@ def print_latencies(report: Report) -> None:
     if rows:
         note(OTHERS_NOTE)
     for x in report.latencies:
-        note(f"{x.system} ({x.setting}): {x.sender_note}")
+        note(f"{x.system}, {x.mode} ({x.setting}): {x.sender_note}")
 
 
 # (workload, Meridian mode, Meridian setting, peer, peer mode, peer setting)

@@ -48,7 +48,8 @@ from dataplane.client.connection import CHANNEL_OPTIONS
 from dataplane.client.types import TopicPartition
 from dataplane.errors import MeridianError
 from dataplane.local import LocalBroker, free_ports
-from dataplane.storage.builder import BatchBuilder
+from dataplane.storage.builder import BatchBuilder, build_batch
+from dataplane.storage.records import decode_batches
 
 MERIDIAN = "Meridian"
 PREBUILT_BATCH_BYTES = 1_000_000
@@ -363,6 +364,57 @@ def sdk_latency(broker: MeridianBroker, cleanup: Cleanup, plan: Plan, durability
     )
 
 
+def raw_paced_producer(
+    address: str, topic: str, rate: int, count: int, value_bytes: int, queue: Any
+) -> None:
+    """Child process: unary ``Produce`` at ``rate``/s, one request at a time; what fell due
+    while a reply was awaited goes in one batch (as a producer with linger 0 does)."""
+    pacer = Pacer(rate, count)
+    sent, error = 0, ""
+    with grpc.insecure_channel(address, options=CHANNEL_OPTIONS) as channel:
+        stub = broker_pb2_grpc.BrokerStub(channel)
+        try:
+            for batch in pacer.batches():
+                records = build_batch([stamped_value(seq, t, value_bytes) for seq, t in batch])
+                part = broker_pb2.PartitionRecords(topic=topic, partition=0, records=records)
+                request = broker_pb2.ProduceRequest(acks=1, partitions=[part])
+                result = stub.Produce(request, timeout=RPC_TIMEOUT_S).results[0]
+                if result.error:
+                    raise MeridianError(result.error, result.error_message)
+                sent += len(batch)
+        except (MeridianError, grpc.RpcError) as exc:
+            error = repr(exc)
+    queue.put(pacer.report(sent, error))
+
+
+def raw_latency(broker: MeridianBroker, cleanup: Cleanup, plan: Plan) -> Latency:
+    """Latency through the broker alone: raw Produce, and Fetch long-polls (500 ms)."""
+    topic = "bench.latency-raw"
+    broker.create_topic(topic, 1, "interval")
+    result = Latency(MERIDIAN, "raw Produce / Fetch", "interval", plan.latency_rate)
+
+    def consume(collector: LatencyCollector, deadline: float) -> None:
+        offset = 0
+        while not collector.done and time.monotonic() < deadline:
+            part = broker_pb2.FetchPartition(topic=topic, partition=0, fetch_offset=offset)
+            request = broker_pb2.FetchRequest(
+                max_wait_ms=500, min_bytes=1, max_bytes=FETCH_MAX_BYTES, partitions=[part]
+            )
+            request.replica_id = -1
+            fetched = broker.broker.Fetch(request, timeout=RPC_TIMEOUT_S).results[0]
+            if fetched.error:
+                raise MeridianError(fetched.error, fetched.error_message)
+            now = time.monotonic_ns()
+            for record in decode_batches(fetched.records):
+                if record.offset >= offset and record.value is not None:
+                    collector.add(record.value, now)
+                    offset = record.offset + 1
+
+    return measure_latency(
+        cleanup, result, plan, raw_paced_producer, (broker.address, topic), consume
+    )
+
+
 # -- the runs -----------------------------------------------------------------------------
 def run_meridian(
     cleanup: Cleanup, root: Path, plan: Plan, workloads: set[str], sdk: set[str]
@@ -376,6 +428,9 @@ def run_meridian(
                 results += produce_cases(broker, plan, value_bytes, "Producer" in sdk)
             if "consume" in workloads:
                 results += consume_cases(broker, plan, value_bytes, "Consumer" in sdk)
+        if "latency" in workloads:
+            progress(f"Meridian: latency at {plan.latency_rate:,}/s, raw gRPC")
+            results.append(raw_latency(broker, cleanup, plan))
         if "latency" in workloads and {"Producer", "Consumer"} <= sdk:
             for durability in ("interval", "always"):
                 progress(f"Meridian: latency at {plan.latency_rate:,}/s, {durability}")
