@@ -66,6 +66,7 @@ from brokerload import (
     PREBUILT_IN_FLIGHT,
     SDK_BATCH_BYTES,
     SDK_CONSUMER,
+    SDK_LATENCY_MODE,
     SDK_LINGER_MS,
     run_meridian,
 )
@@ -141,9 +142,14 @@ class Report:
             None,
         )
 
-    def latency(self, system: str, setting: str) -> Latency | None:
+    def latency(self, system: str, setting: str, mode: str | None = None) -> Latency | None:
         return next(
-            (x for x in self.latencies if x.system == system and x.setting == setting), None
+            (
+                x
+                for x in self.latencies
+                if x.system == system and x.setting == setting and mode in (None, x.mode)
+            ),
+            None,
         )
 
 
@@ -424,17 +430,16 @@ def print_ratios(report: Report) -> None:
                     ratio(ours.records_s, theirs.records_s),
                 ]
             )
-    for setting in ("interval", "always"):
-        ours_lat = report.latency(MERIDIAN, setting)
+    for ours_lat in (x for x in report.latencies if x.system == MERIDIAN):
         for peer in (peers.REDIS, peers.NATS):
             theirs_lat = next((x for x in report.latencies if x.system == peer), None)
-            if ours_lat is None or theirs_lat is None:
+            if theirs_lat is None:
                 continue
             a, b = ours_lat.percentile_ms(0.99), theirs_lat.percentile_ms(0.99)
             rows.append(
                 [
                     "latency p99 (lower wins)",
-                    f"SDK ({setting})",
+                    f"{ours_lat.mode} ({ours_lat.setting})",
                     f"{ms(a)} ms",
                     f"{peer} ({theirs_lat.setting})",
                     f"{ms(b)} ms",
@@ -502,14 +507,14 @@ def aims_rows(report: Report) -> list[list[str]]:
         if aim:
             label = f"{t.workload} {t.mode} 100 B ({t.setting}) {aim[0]}"
             rows.append([label, f"{num(t.records_s)}/s", verdict(aim[1])])
-    ours = report.latency(MERIDIAN, "interval")
+    ours = report.latency(MERIDIAN, "interval", SDK_LATENCY_MODE)
     if ours is not None:
         p99 = ours.percentile_ms(0.99)
         redis_lat = report.latency(peers.REDIS, "everysec")
         gap = f" (Redis here {ms(redis_lat.percentile_ms(0.99))} ms)" if redis_lat else ""
         rows.append(
             [
-                f"p99 < {AIM_P99_MS:g} ms at {ours.rate:,}/s{gap}",
+                f"SDK p99 < {AIM_P99_MS:g} ms at {ours.rate:,}/s{gap}",
                 f"{ms(p99)} ms",
                 verdict(p99 < AIM_P99_MS),
             ]

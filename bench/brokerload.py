@@ -62,6 +62,7 @@ SDK_LINGER_MS = 10
 SDK_BATCH_BYTES = 1 * MiB
 SDK_CONSUMER = {"max_poll_records": 10_000, "max_partition_fetch_bytes": 4 * MiB}
 LATENCY_LINGER_MS = 0
+SDK_LATENCY_MODE = "SDK send / poll"
 BROKER_START_TIMEOUT_S = 300.0
 RPC_TIMEOUT_S = 120.0
 
@@ -345,7 +346,7 @@ def sdk_paced_producer(
 def sdk_latency(broker: MeridianBroker, cleanup: Cleanup, plan: Plan, durability: str) -> Latency:
     topic = f"bench.latency-{durability}"
     broker.create_topic(topic, 1, durability)
-    result = Latency(MERIDIAN, "SDK send / poll", durability, plan.latency_rate)
+    result = Latency(MERIDIAN, SDK_LATENCY_MODE, durability, plan.latency_rate)
 
     def consume(collector: LatencyCollector, deadline: float) -> None:
         consumer = sdk("Consumer")(broker.address, group_id=None)
