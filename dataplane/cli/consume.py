@@ -31,7 +31,10 @@ def consume(
         typer.Option("--group", "-g", help="Consume as a member of GROUP, committing offsets."),
     ] = None,
     from_beginning: Annotated[
-        bool, typer.Option(help="Start at the earliest offset (a group: if it has none).")
+        bool,
+        typer.Option(
+            "--from-beginning", help="Start at the earliest offset (a group: if it has none)."
+        ),
     ] = False,
     max_messages: Annotated[
         int | None, typer.Option(min=1, help="Stop after this many records.")

@@ -17,7 +17,9 @@ _STRING = 9  # FieldDescriptor.TYPE_STRING
 
 def list_topics(
     ctx: typer.Context,
-    internal: Annotated[bool, typer.Option(help="Include internal topics (__...).")] = False,
+    internal: Annotated[
+        bool, typer.Option("--internal", help="Include internal topics (__...).")
+    ] = False,
 ) -> None:
     """List the topics of the cluster with their partition counts."""
     with Admin(settings(ctx).bootstrap, client_id="meridian-cli") as admin:
