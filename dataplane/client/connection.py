@@ -54,6 +54,7 @@ class ConnectionPool:
         self.client_id = client_id
         self._lock = threading.Lock()
         self._connections: dict[str, Connection] = {}
+        self._retired: list[Connection] = []  # dropped by forget(), closed by close()
         self._closed = False
 
     def get(self, address: str) -> Connection:
@@ -74,16 +75,23 @@ class ConnectionPool:
             return conn
 
     def forget(self, address: str) -> None:
-        """Close the channel to ``address`` (after it failed); the next ``get`` reopens."""
+        """Drop the channel to ``address`` (after it failed); the next ``get`` reopens.
+
+        The old channel is closed only when the pool closes: other threads may still be
+        calling on it, and a closed channel fails their calls with a ``ValueError``
+        instead of a status. Channels are dropped only after failures, so few pile up.
+        """
         with self._lock:
             conn = self._connections.pop(address, None)
-        if conn is not None:
-            conn.channel.close()
+            if conn is not None:
+                self._retired.append(conn)
 
     def close(self) -> None:
         with self._lock:
             self._closed = True
             connections, self._connections = list(self._connections.values()), {}
+            connections += self._retired
+            self._retired = []
         for conn in connections:
             conn.channel.close()
 
