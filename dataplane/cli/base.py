@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -70,6 +71,11 @@ def reporting(command: Callable[P, R]) -> Callable[P, R]:
             fail(exc)
         except grpc.RpcError as exc:
             fail(error_from_rpc(exc))
+        except BrokenPipeError:
+            # the reader of our output went away (``| head``): it has what it wanted.
+            # Point stdout at /dev/null so the interpreter's final flush cannot fail again.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise typer.Exit(0) from None
 
     return run
 

@@ -40,3 +40,25 @@ def test_meridian_process_round_trip(cli_broker: BrokerProcess) -> None:
     assert failed.returncode == 1
     assert failed.stderr.startswith("error: TOPIC_ALREADY_EXISTS: ")
     assert "Traceback" not in failed.stderr
+
+
+def test_consume_into_a_closed_pipe_stops_quietly(cli_broker: BrokerProcess) -> None:
+    """``meridian consume ... | head -n 2``: the consumer ends with 0 and no traceback."""
+    assert run(cli_broker, "topics", "create", "cli.pipe", "--partitions", "1").returncode == 0
+    lines = "".join(f"line-{n}\n" for n in range(20_000))
+    assert run(cli_broker, "produce", "cli.pipe", stdin=lines).returncode == 0
+    env = {**os.environ, "MERIDIAN_BOOTSTRAP": cli_broker.address}
+    consumer = subprocess.Popen(
+        [*meridian(), "consume", "cli.pipe", "--from-beginning", "--max-messages", "20000"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    assert consumer.stdout is not None
+    first = [consumer.stdout.readline() for _ in range(2)]
+    consumer.stdout.close()  # as head does once it has its lines
+    assert consumer.wait(60) == 0
+    assert first == [b"line-0\n", b"line-1\n"]
+    stderr = consumer.stderr.read().decode() if consumer.stderr else ""
+    assert "Traceback" not in stderr, stderr
+    assert "Broken pipe" not in stderr, stderr
