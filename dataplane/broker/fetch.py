@@ -20,6 +20,8 @@ from dataplane._gen.meridian.v1 import broker_pb2
 from dataplane.broker.errors import to_error
 from dataplane.broker.partitions import PartitionRegistry
 from dataplane.errors import ErrorCode, MeridianError
+from dataplane.storage.log import PartitionLog
+from dataplane.storage.records import decode_batches
 
 DEFAULT_PARTITION_MAX_BYTES = 1024 * 1024
 LATEST = -1
@@ -168,10 +170,18 @@ class OffsetsHandler:
         else:
             try:
                 found = part.log.offset_for_timestamp(item.timestamp)
+                if found is not None:
+                    result.offset, result.timestamp = found, _timestamp_at(part.log, found)
             except Exception as exc:  # every failure is a typed result
                 error = to_error(exc)
                 result.error, result.error_message = error.code, error.message  # type: ignore[assignment]
-                return result
-            result.offset = -1 if found is None else found
-            result.timestamp = item.timestamp if found is not None else -1
+                result.offset, result.timestamp = -1, -1
         return result
+
+
+def _timestamp_at(log: PartitionLog, offset: int) -> int:
+    """The timestamp of the record at ``offset`` (as a consumer decodes it)."""
+    for record in decode_batches(log.read(offset, 1).data):
+        if record.offset == offset:
+            return record.timestamp
+    return -1

@@ -174,13 +174,13 @@ def test_list_offsets_earliest_latest_and_by_timestamp(broker):
                 ]
             )
             (result,) = s.broker.ListOffsets(request, timeout=30).results
-            return result.error, result.offset
+            return result.error, result.offset, result.timestamp
 
-        assert lookup(-2) == (0, 0)
-        assert lookup(-1) == (0, 3)
-        assert lookup(1_500) == (0, 1)
-        assert lookup(3_000) == (0, 2)
-        assert lookup(9_000) == (0, -1)
+        assert lookup(-2)[:2] == (0, 0)
+        assert lookup(-1)[:2] == (0, 3)
+        assert lookup(1_500) == (0, 1, 2_000)  # the found record's own timestamp
+        assert lookup(3_000) == (0, 2, 3_000)
+        assert lookup(9_000) == (0, -1, -1)
         assert lookup(-7)[0] == ErrorCode.INVALID_TIMESTAMP
 
 
