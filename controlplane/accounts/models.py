@@ -1,0 +1,45 @@
+from __future__ import annotations
+
+from django.db import models
+
+from controlplane.core.models import StatusModel, TimestampedModel
+from controlplane.tenants.choices import Role
+from controlplane.tenants.models import slug_validator
+
+
+class ServiceAccount(StatusModel):
+    """A tenant's machine identity: an OAuth client-credentials client in the IdP
+    (``client_id`` ``<tenant>--<name>``). The secret is shown once, at creation and at
+    rotation; the control plane keeps only its hash (local issuer) or nothing (Keycloak)."""
+
+    tenant = models.ForeignKey(
+        "tenants.Tenant", on_delete=models.CASCADE, related_name="service_accounts"
+    )
+    name = models.CharField(max_length=32, validators=[slug_validator])
+    description = models.CharField(max_length=500, blank=True, default="")
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.DEVELOPER)
+    client_id = models.CharField(max_length=80, unique=True, editable=False)
+    identity_ref = models.CharField(max_length=255, blank=True, default="")
+    secret_hash = models.CharField(max_length=255, blank=True, default="")
+    created_by = models.CharField(max_length=255, blank=True, default="")
+
+    class Meta:
+        ordering = ["tenant", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "name"], name="service_account_unique")
+        ]
+
+    def __str__(self) -> str:
+        return self.client_id
+
+
+class SigningKey(TimestampedModel):
+    """An RSA key of the local issuer (the embedded demo's stand-in for Keycloak). The
+    newest active key signs; every active key is in the JWKS."""
+
+    kid = models.CharField(max_length=64, unique=True)
+    private_pem = models.TextField()
+    active = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["-created_at"]

@@ -1,0 +1,57 @@
+"""Typed domain errors raised by services; ``core.api.errors`` maps them to HTTP in one
+table. Each carries a stable machine-readable ``code`` and the offending values."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class DomainError(Exception):
+    code = "error"
+
+    def __init__(self, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.message = message
+        self.details = details
+
+
+class InvalidRequest(DomainError):
+    """The input breaks a rule; ``details`` maps field names to messages."""
+
+    code = "invalid"
+
+
+class NotFound(DomainError):
+    code = "not_found"
+
+
+class PermissionDenied(DomainError):
+    code = "permission_denied"
+
+
+class Conflict(DomainError):
+    """The request conflicts with existing state (a name in use, a wrong status)."""
+
+    code = "conflict"
+
+
+class QuotaExceeded(Conflict):
+    """Granting the request would take the tenant past one of its quotas."""
+
+    code = "quota_exceeded"
+
+    def __init__(self, quota: str, limit: int, requested: int, current: int) -> None:
+        super().__init__(
+            f"quota {quota} exceeded: {current} in use + {requested} requested > limit {limit}",
+            quota=quota,
+            limit=limit,
+            requested=requested,
+            current=current,
+        )
+        self.quota = quota
+
+
+class Unavailable(DomainError):
+    """A dependency (the IdP, a broker) did not answer; retrying later may work."""
+
+    code = "unavailable"

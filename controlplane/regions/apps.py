@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class RegionsConfig(AppConfig):
+    name = "controlplane.regions"
+    label = "regions"

@@ -1,0 +1,75 @@
+from __future__ import annotations
+
+from django.db import models
+
+from controlplane.core.models import StatusModel, TimestampedModel
+from controlplane.regions.choices import BrokerPhase, ProvisionerKind
+from controlplane.tenants.models import slug_validator
+
+
+class Region(TimestampedModel):
+    """A deployment region. One controller is active per region; ``controller_epoch``
+    grows at every takeover and fences a deposed controller's pushes."""
+
+    name = models.CharField(max_length=32, unique=True, validators=[slug_validator])
+    display_name = models.CharField(max_length=200, blank=True, default="")
+    controller_id = models.CharField(max_length=255, blank=True, default="")
+    controller_epoch = models.BigIntegerField(default=0)
+    controller_seen_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Cluster(StatusModel):
+    """A set of brokers in one region that hosts topics."""
+
+    region = models.ForeignKey(Region, on_delete=models.PROTECT, related_name="clusters")
+    name = models.CharField(max_length=32, validators=[slug_validator])
+    provisioner = models.CharField(
+        max_length=16, choices=ProvisionerKind.choices, default=ProvisionerKind.LOCAL
+    )
+    broker_count = models.PositiveIntegerField(default=3)
+
+    class Meta:
+        ordering = ["region", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["region", "name"], name="cluster_unique_name")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.region.name}/{self.name}"
+
+
+class Broker(TimestampedModel):
+    """One broker process of a cluster: where it listens and whether it is alive
+    (heartbeats are the controller's metadata pushes it answers)."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="brokers")
+    broker_id = models.PositiveIntegerField()
+    host = models.CharField(max_length=255, default="127.0.0.1")
+    port = models.PositiveIntegerField(null=True, blank=True)
+    rack = models.CharField(max_length=64, blank=True, default="")
+    phase = models.CharField(max_length=16, choices=BrokerPhase.choices, default=BrokerPhase.PENDING)
+    phase_reason = models.TextField(blank=True, default="")
+    last_heartbeat_at = models.DateTimeField(null=True, blank=True)
+    version = models.CharField(max_length=64, blank=True, default="")
+    # Filled by a provisioner that runs the process itself.
+    pid = models.IntegerField(null=True, blank=True)
+    data_dir = models.CharField(max_length=1024, blank=True, default="")
+
+    class Meta:
+        ordering = ["cluster", "broker_id"]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "broker_id"], name="broker_unique_id")
+        ]
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}" if self.port else ""
+
+    def __str__(self) -> str:
+        return f"{self.cluster}/broker-{self.broker_id}"

@@ -1,0 +1,33 @@
+"""Celery: Redis as the broker outside the demo; the demo uses kombu's filesystem
+transport (``filesystem://``) with a real worker."""
+
+from controlplane.settings.env import as_bool, env
+
+CELERY_BROKER_URL = env("MERIDIAN_CELERY_BROKER_URL", "redis://127.0.0.1:6379/0")
+CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {}
+_queue_dir = env("MERIDIAN_CELERY_QUEUE_DIR", "")
+if CELERY_BROKER_URL.startswith("filesystem://") and _queue_dir:
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": _queue_dir,
+        "data_folder_out": _queue_dir,
+        "processed_folder": _queue_dir + "-processed",
+        "store_processed": False,
+    }
+CELERY_TASK_ALWAYS_EAGER = env("MERIDIAN_CELERY_EAGER", False, as_bool)
+CELERY_TASK_EAGER_PROPAGATES = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TIMEZONE = "UTC"
+
+RECONCILE_INTERVAL_S = env("MERIDIAN_RECONCILE_INTERVAL_S", 30.0, float)
+
+# The beat schedule, in one place.
+CELERY_BEAT_SCHEDULE = {
+    "topics.reconcile_all": {
+        "task": "topics.reconcile_all",
+        "schedule": RECONCILE_INTERVAL_S,
+        "options": {"expires": RECONCILE_INTERVAL_S},
+    },
+}

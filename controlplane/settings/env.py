@@ -1,0 +1,68 @@
+"""The one way settings read the environment: a missing required variable fails loudly."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import unquote, urlsplit
+
+from django.core.exceptions import ImproperlyConfigured
+
+T = TypeVar("T")
+REQUIRED: Any = object()
+
+
+def env(name: str, default: Any = REQUIRED, cast: Callable[[str], T] = str) -> T:  # type: ignore[assignment]
+    """``os.environ[name]`` converted by ``cast``; ``default`` when unset (no default:
+    ImproperlyConfigured naming the variable)."""
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        if default is REQUIRED:
+            raise ImproperlyConfigured(f"environment variable {name} is required")
+        return default  # type: ignore[no-any-return]
+    try:
+        return cast(raw)
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"environment variable {name}={raw!r}: {exc}") from exc
+
+
+def as_bool(raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in {"1", "true", "yes", "on"}:
+        return True
+    if value in {"0", "false", "no", "off"}:
+        return False
+    raise ValueError("expected true or false")
+
+
+def as_list(raw: str) -> list[str]:
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def database_from_url(url: str) -> dict[str, Any]:
+    """A Django DATABASES entry from ``postgres://user:pass@host:port/name`` or
+    ``sqlite:///absolute/path.db``."""
+    parts = urlsplit(url)
+    if parts.scheme == "sqlite":
+        path = unquote(parts.path) or ":memory:"
+        if path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        return {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": path,
+            "OPTIONS": {"timeout": 30, "transaction_mode": "IMMEDIATE"},
+        }
+    if parts.scheme in {"postgres", "postgresql"}:
+        return {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": unquote(parts.path.lstrip("/")),
+            "USER": unquote(parts.username or ""),
+            "PASSWORD": unquote(parts.password or ""),
+            "HOST": parts.hostname or "",
+            "PORT": str(parts.port or ""),
+            "CONN_MAX_AGE": 60,
+            "CONN_HEALTH_CHECKS": True,
+        }
+    raise ImproperlyConfigured(f"unsupported database URL scheme {parts.scheme!r}")

@@ -1,0 +1,31 @@
+"""Meridian's own knobs: default quotas, the controller, local brokers."""
+
+from controlplane.settings.env import env
+
+DATA_DIR = env("MERIDIAN_DATA_DIR", "var/controlplane")
+
+DEFAULT_QUOTA = {
+    "max_topics": env("MERIDIAN_DEFAULT_MAX_TOPICS", 100, int),
+    "max_partitions": env("MERIDIAN_DEFAULT_MAX_PARTITIONS", 1000, int),
+    "max_storage_bytes": env("MERIDIAN_DEFAULT_MAX_STORAGE_BYTES", 100 * 2**30, int),
+    "produce_bytes_per_s": env("MERIDIAN_DEFAULT_PRODUCE_BYTES_PER_S", 50 * 2**20, int),
+    "fetch_bytes_per_s": env("MERIDIAN_DEFAULT_FETCH_BYTES_PER_S", 100 * 2**20, int),
+    "requests_per_s": env("MERIDIAN_DEFAULT_REQUESTS_PER_S", 10_000, int),
+    "max_lanes": env("MERIDIAN_DEFAULT_MAX_LANES", 20, int),
+    "max_mirrors": env("MERIDIAN_DEFAULT_MAX_MIRRORS", 5, int),
+}
+
+TOPIC_LIMITS = {
+    "max_partitions_per_topic": env("MERIDIAN_MAX_PARTITIONS_PER_TOPIC", 1024, int),
+    "min_retention_ms": 60_000,
+    "max_retention_ms": 365 * 24 * 3600 * 1000,
+    "default_retention_ms": 7 * 24 * 3600 * 1000,
+    "default_retention_bytes": env("MERIDIAN_DEFAULT_RETENTION_BYTES", 2**30, int),
+    "min_retention_bytes": 2**20,
+    "max_retention_bytes": 2**40,
+}
+
+CONTROLLER_TICK_S = env("MERIDIAN_CONTROLLER_TICK_S", 1.0, float)
+# A broker that has missed heartbeats this long is unreachable.
+BROKER_SESSION_TIMEOUT_S = env("MERIDIAN_BROKER_SESSION_TIMEOUT_S", 6.0, float)
+BROKER_RPC_TIMEOUT_S = env("MERIDIAN_BROKER_RPC_TIMEOUT_S", 5.0, float)

@@ -1,0 +1,12 @@
+from django.db import models
+
+
+class Role(models.TextChoices):
+    """A member's role in one tenant (Keycloak group ``/tenants/<slug>/<role>``)."""
+
+    TENANT_ADMIN = "tenant-admin"
+    DEVELOPER = "developer"
+    VIEWER = "viewer"
+
+
+PLATFORM_ADMIN_ROLE = "platform-admin"  # a realm role, not a tenant role

@@ -1,0 +1,55 @@
+from __future__ import annotations
+
+from django.core.validators import RegexValidator
+from django.db import models
+
+from controlplane.core.choices import ProvisioningStatus
+from controlplane.core.models import StatusModel, TimestampedModel
+from controlplane.tenants.choices import Role
+
+SLUG_RE = r"^[a-z][a-z0-9-]{1,30}[a-z0-9]$"
+slug_validator = RegexValidator(
+    SLUG_RE, "3-32 characters: lowercase letters, digits and '-', starting with a letter"
+)
+
+
+class Tenant(StatusModel):
+    """A customer of the platform. Its slug prefixes every topic name (``<slug>.<topic>``)."""
+
+    slug = models.CharField(max_length=32, unique=True, validators=[slug_validator])
+    name = models.CharField(max_length=200)
+    home_region = models.ForeignKey(
+        "regions.Region", null=True, blank=True, on_delete=models.PROTECT, related_name="tenants"
+    )
+    identity_ref = models.CharField(
+        max_length=255, blank=True, default="", help_text="the tenant's group id in the IdP"
+    )
+
+    class Meta:
+        ordering = ["slug"]
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class Membership(TimestampedModel):
+    """A person's role in a tenant; the IdP group membership is the source of the
+    token's claims, this row the control plane's record of it."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
+    subject = models.CharField(max_length=255, help_text="the IdP user id")
+    username = models.CharField(max_length=255)
+    email = models.EmailField(blank=True, default="")
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.VIEWER)
+    status = models.CharField(
+        max_length=16, choices=ProvisioningStatus.choices, default=ProvisioningStatus.READY
+    )
+
+    class Meta:
+        ordering = ["tenant", "username"]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "username"], name="membership_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.username}@{self.tenant.slug} ({self.role})"

@@ -1,0 +1,12 @@
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView
+
+urlpatterns = [
+    path("api/v1/openapi.json", SpectacularAPIView.as_view(), name="openapi"),
+    path("api/v1/", include("controlplane.core.api.urls")),
+    path("api/v1/", include("controlplane.tenants.api.urls")),
+    path("api/v1/", include("controlplane.regions.api.urls")),
+    path("api/v1/", include("controlplane.topics.api.urls")),
+    path("api/v1/", include("controlplane.quotas.api.urls")),
+    path("api/v1/", include("controlplane.accounts.api.urls")),
+]
