@@ -67,6 +67,7 @@ GRPC_STATUS: dict[int, grpc.StatusCode] = {
     ErrorCode.INVALID_TIMESTAMP: grpc.StatusCode.INVALID_ARGUMENT,
     ErrorCode.INVALID_REQUIRED_ACKS: grpc.StatusCode.INVALID_ARGUMENT,
     ErrorCode.POLICY_VIOLATION: grpc.StatusCode.PERMISSION_DENIED,
+    ErrorCode.STALE_CONTROLLER_EPOCH: grpc.StatusCode.FAILED_PRECONDITION,
 }
 
 

@@ -315,3 +315,140 @@ class DescribeStateResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DescribeStateResponse: _TypeAlias = DescribeStateResponse  # noqa: Y015
+
+@_typing.final
+class UpdateMetadataRequest(_message.Message):
+    """The whole cluster as the region's active controller sees it. A broker accepts a push
+    whose controller_epoch is at least the last one it accepted (else
+    STALE_CONTROLLER_EPOCH), keeps it in memory and in its data directory, and answers
+    client Metadata from it (its own hosted partitions win), also across a restart and
+    while no controller runs. cluster_id must be the broker's own (else INVALID_REQUEST).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CONTROLLER_ID_FIELD_NUMBER: _builtins.int
+    CONTROLLER_EPOCH_FIELD_NUMBER: _builtins.int
+    CLUSTER_ID_FIELD_NUMBER: _builtins.int
+    BROKERS_FIELD_NUMBER: _builtins.int
+    TOPICS_FIELD_NUMBER: _builtins.int
+    controller_id: _builtins.str
+    controller_epoch: _builtins.int
+    cluster_id: _builtins.str
+    @_builtins.property
+    def brokers(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.BrokerInfo]: ...
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___MetadataTopic]: ...
+    def __init__(
+        self,
+        *,
+        controller_id: _builtins.str = ...,
+        controller_epoch: _builtins.int = ...,
+        cluster_id: _builtins.str = ...,
+        brokers: _abc.Iterable[_common_pb2.BrokerInfo] | None = ...,
+        topics: _abc.Iterable[Global___MetadataTopic] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["brokers", b"brokers", "cluster_id", b"cluster_id", "controller_epoch", b"controller_epoch", "controller_id", b"controller_id", "topics", b"topics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UpdateMetadataRequest: _TypeAlias = UpdateMetadataRequest  # noqa: Y015
+
+@_typing.final
+class MetadataTopic(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    @_builtins.property
+    def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___MetadataPartition]: ...
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        partitions: _abc.Iterable[Global___MetadataPartition] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "partitions", b"partitions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MetadataTopic: _TypeAlias = MetadataTopic  # noqa: Y015
+
+@_typing.final
+class MetadataPartition(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PARTITION_FIELD_NUMBER: _builtins.int
+    LEADER_ID_FIELD_NUMBER: _builtins.int
+    LEADER_EPOCH_FIELD_NUMBER: _builtins.int
+    REPLICAS_FIELD_NUMBER: _builtins.int
+    partition: _builtins.int
+    leader_id: _builtins.int
+    leader_epoch: _builtins.int
+    @_builtins.property
+    def replicas(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def __init__(
+        self,
+        *,
+        partition: _builtins.int = ...,
+        leader_id: _builtins.int = ...,
+        leader_epoch: _builtins.int = ...,
+        replicas: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["leader_epoch", b"leader_epoch", "leader_id", b"leader_id", "partition", b"partition", "replicas", b"replicas"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___MetadataPartition: _TypeAlias = MetadataPartition  # noqa: Y015
+
+@_typing.final
+class UpdateMetadataResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    BROKER_ID_FIELD_NUMBER: _builtins.int
+    HEALTH_FIELD_NUMBER: _builtins.int
+    CONTROLLER_EPOCH_FIELD_NUMBER: _builtins.int
+    HOSTED_TOPICS_FIELD_NUMBER: _builtins.int
+    HOSTED_PARTITIONS_FIELD_NUMBER: _builtins.int
+    OFFLINE_PARTITIONS_FIELD_NUMBER: _builtins.int
+    HOSTED_BYTES_FIELD_NUMBER: _builtins.int
+    UPTIME_MS_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
+    broker_id: _builtins.int
+    health: _builtins.str
+    """ok | degraded (some hosted partition is offline)"""
+    controller_epoch: _builtins.int
+    """the epoch now accepted"""
+    hosted_topics: _builtins.int
+    hosted_partitions: _builtins.int
+    offline_partitions: _builtins.int
+    hosted_bytes: _builtins.int
+    uptime_ms: _builtins.int
+    version: _builtins.str
+    def __init__(
+        self,
+        *,
+        broker_id: _builtins.int = ...,
+        health: _builtins.str = ...,
+        controller_epoch: _builtins.int = ...,
+        hosted_topics: _builtins.int = ...,
+        hosted_partitions: _builtins.int = ...,
+        offline_partitions: _builtins.int = ...,
+        hosted_bytes: _builtins.int = ...,
+        uptime_ms: _builtins.int = ...,
+        version: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_id", b"broker_id", "controller_epoch", b"controller_epoch", "health", b"health", "hosted_bytes", b"hosted_bytes", "hosted_partitions", b"hosted_partitions", "hosted_topics", b"hosted_topics", "offline_partitions", b"offline_partitions", "uptime_ms", b"uptime_ms", "version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UpdateMetadataResponse: _TypeAlias = UpdateMetadataResponse  # noqa: Y015

@@ -56,6 +56,11 @@ class AdminStub:
                 request_serializer=meridian_dot_v1_dot_admin__pb2.DescribeStateRequest.SerializeToString,
                 response_deserializer=meridian_dot_v1_dot_admin__pb2.DescribeStateResponse.FromString,
                 _registered_method=True)
+        self.UpdateMetadata = channel.unary_unary(
+                '/meridian.v1.Admin/UpdateMetadata',
+                request_serializer=meridian_dot_v1_dot_admin__pb2.UpdateMetadataRequest.SerializeToString,
+                response_deserializer=meridian_dot_v1_dot_admin__pb2.UpdateMetadataResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -87,6 +92,13 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def UpdateMetadata(self, request, context):
+        """The controller's push of the cluster's metadata; the answer is its heartbeat.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -109,6 +121,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.DescribeState,
                     request_deserializer=meridian_dot_v1_dot_admin__pb2.DescribeStateRequest.FromString,
                     response_serializer=meridian_dot_v1_dot_admin__pb2.DescribeStateResponse.SerializeToString,
+            ),
+            'UpdateMetadata': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateMetadata,
+                    request_deserializer=meridian_dot_v1_dot_admin__pb2.UpdateMetadataRequest.FromString,
+                    response_serializer=meridian_dot_v1_dot_admin__pb2.UpdateMetadataResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -221,6 +238,33 @@ class Admin:
             '/meridian.v1.Admin/DescribeState',
             meridian_dot_v1_dot_admin__pb2.DescribeStateRequest.SerializeToString,
             meridian_dot_v1_dot_admin__pb2.DescribeStateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateMetadata(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/meridian.v1.Admin/UpdateMetadata',
+            meridian_dot_v1_dot_admin__pb2.UpdateMetadataRequest.SerializeToString,
+            meridian_dot_v1_dot_admin__pb2.UpdateMetadataResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -39,6 +39,8 @@ class AdminStub:
     DeletePartitions: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DeletePartitionsRequest, _admin_pb2.DeletePartitionsResponse]
     AlterPartitionConfigs: _grpc.UnaryUnaryMultiCallable[_admin_pb2.AlterPartitionConfigsRequest, _admin_pb2.AlterPartitionConfigsResponse]
     DescribeState: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DescribeStateRequest, _admin_pb2.DescribeStateResponse]
+    UpdateMetadata: _grpc.UnaryUnaryMultiCallable[_admin_pb2.UpdateMetadataRequest, _admin_pb2.UpdateMetadataResponse]
+    """The controller's push of the cluster's metadata; the answer is its heartbeat."""
 
 @_typing.type_check_only
 class AdminAsyncStub(AdminStub):
@@ -51,6 +53,8 @@ class AdminAsyncStub(AdminStub):
     DeletePartitions: _aio.UnaryUnaryMultiCallable[_admin_pb2.DeletePartitionsRequest, _admin_pb2.DeletePartitionsResponse]  # type: ignore[assignment]
     AlterPartitionConfigs: _aio.UnaryUnaryMultiCallable[_admin_pb2.AlterPartitionConfigsRequest, _admin_pb2.AlterPartitionConfigsResponse]  # type: ignore[assignment]
     DescribeState: _aio.UnaryUnaryMultiCallable[_admin_pb2.DescribeStateRequest, _admin_pb2.DescribeStateResponse]  # type: ignore[assignment]
+    UpdateMetadata: _aio.UnaryUnaryMultiCallable[_admin_pb2.UpdateMetadataRequest, _admin_pb2.UpdateMetadataResponse]  # type: ignore[assignment]
+    """The controller's push of the cluster's metadata; the answer is its heartbeat."""
 
 class AdminServicer(metaclass=_abc_1.ABCMeta):
     """What the control plane drives: which partitions a broker hosts and how, and what the
@@ -84,5 +88,13 @@ class AdminServicer(metaclass=_abc_1.ABCMeta):
         request: _admin_pb2.DescribeStateRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.DescribeStateResponse, _abc.Awaitable[_admin_pb2.DescribeStateResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def UpdateMetadata(
+        self,
+        request: _admin_pb2.UpdateMetadataRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.UpdateMetadataResponse, _abc.Awaitable[_admin_pb2.UpdateMetadataResponse]]:
+        """The controller's push of the cluster's metadata; the answer is its heartbeat."""
 
 def add_AdminServicer_to_server(servicer: AdminServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

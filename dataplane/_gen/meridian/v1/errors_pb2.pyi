@@ -68,6 +68,8 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     INVALID_TIMESTAMP: _ErrorCode.ValueType  # 121
     INVALID_REQUIRED_ACKS: _ErrorCode.ValueType  # 122
     POLICY_VIOLATION: _ErrorCode.ValueType  # 123
+    STALE_CONTROLLER_EPOCH: _ErrorCode.ValueType  # 124
+    """a newer controller has taken over: this one is deposed"""
 
 class ErrorCode(_ErrorCode, metaclass=_ErrorCodeEnumTypeWrapper):
     """Every failure the data plane reports. Per-partition failures travel in the result's
@@ -123,4 +125,6 @@ INVALID_COMMIT_OFFSET: ErrorCode.ValueType  # 120
 INVALID_TIMESTAMP: ErrorCode.ValueType  # 121
 INVALID_REQUIRED_ACKS: ErrorCode.ValueType  # 122
 POLICY_VIOLATION: ErrorCode.ValueType  # 123
+STALE_CONTROLLER_EPOCH: ErrorCode.ValueType  # 124
+"""a newer controller has taken over: this one is deposed"""
 Global___ErrorCode: _TypeAlias = ErrorCode  # noqa: Y015
