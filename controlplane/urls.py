@@ -1,8 +1,8 @@
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView
+from drf_spectacular.views import SpectacularJSONAPIView
 
 urlpatterns = [
-    path("api/v1/openapi.json", SpectacularAPIView.as_view(), name="openapi"),
+    path("api/v1/openapi.json", SpectacularJSONAPIView.as_view(), name="openapi"),
     path("api/v1/", include("controlplane.core.api.urls")),
     path("api/v1/", include("controlplane.tenants.api.urls")),
     path("api/v1/", include("controlplane.regions.api.urls")),
