@@ -1,0 +1,50 @@
+"""How the API describes itself (drf-spectacular): the bearer-token security scheme and
+the error responses every operation can give, all with the one error body of
+``core.api.errors``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.openapi import AutoSchema as SpectacularAutoSchema
+from rest_framework import serializers
+
+
+class ErrorDetailSerializer(serializers.Serializer):
+    code = serializers.CharField(help_text="stable machine-readable code, e.g. quota_exceeded")
+    message = serializers.CharField()
+    details = serializers.JSONField(help_text="the offending fields or values")
+
+
+class ErrorSerializer(serializers.Serializer):
+    """``{"error": {"code", "message", "details"}}``"""
+
+    error = ErrorDetailSerializer()
+
+
+# What can go wrong, by kind of operation (every operation authenticates).
+_ANY = ("400", "401", "403", "404")
+_WRITE = ("409", "503")
+
+
+class AutoSchema(SpectacularAutoSchema):
+    """drf-spectacular's schema plus the documented error responses."""
+
+    def _get_response_bodies(self, direction: Any = "response") -> dict[str, Any]:
+        responses: dict[str, Any] = super()._get_response_bodies(direction)
+        codes = _ANY if self.method in ("GET", "HEAD") else _ANY + _WRITE
+        for code in codes:
+            if code not in responses:
+                responses[code] = self._get_response_for_code(
+                    ErrorSerializer, code, direction=direction
+                )
+        return responses
+
+
+class BearerTokenScheme(OpenApiAuthenticationExtension):
+    target_class = "controlplane.core.authentication.BearerTokenAuthentication"
+    name = "bearerAuth"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
+        return {"type": "http", "scheme": "bearer", "bearerFormat": "JWT"}
