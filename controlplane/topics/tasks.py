@@ -1,0 +1,67 @@
+"""Celery jobs of the topics app: thin wrappers over ``controlplane.topics.reconcile``.
+
+Retries: only ``BrokerUnavailable`` (a broker did not answer) is retried, with
+exponential backoff and jitter; any other error is a bug or a permanent refusal the
+service has already written onto the topic. ``acks_late`` (the settings' default too):
+a worker that dies mid-job leaves the message to be redelivered, which is safe because
+every job is idempotent.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from celery import shared_task
+
+from controlplane.regions.models import Cluster
+from controlplane.topics import reconcile
+from controlplane.topics.brokers import BrokerUnavailable
+
+log = logging.getLogger(__name__)
+
+RETRY = {
+    "autoretry_for": (BrokerUnavailable,),
+    "retry_backoff": 1,  # 1, 2, 4 ... s, each drawn in [0, that] by the jitter
+    "retry_backoff_max": 60,
+    "retry_jitter": True,
+    "max_retries": 12,
+    "acks_late": True,
+}
+
+
+@shared_task(name="topics.reconcile_topic", **RETRY)  # type: ignore[untyped-decorator]
+def reconcile_topic(topic_id: int) -> str:
+    """Make one topic true on its brokers (or delete it); returns the ``Outcome``."""
+    return str(reconcile.reconcile_topic(topic_id))
+
+
+@shared_task(name="topics.reconcile_cluster", acks_late=True)  # type: ignore[untyped-decorator]
+def reconcile_cluster(cluster_id: int) -> dict[str, object]:
+    """One drift pass over a cluster; re-enqueues topics whose change has been waiting
+    longer than a reconcile interval. Returns a summary."""
+    report = reconcile.reconcile_cluster(cluster_id)
+    for topic_id in report.stale_topic_ids:
+        reconcile_topic.delay(topic_id)
+    if report.findings or report.unreachable:
+        log.info(
+            "cluster %s: %d findings, unreachable %s",
+            cluster_id,
+            len(report.findings),
+            report.unreachable,
+        )
+    return {
+        "brokers_checked": report.brokers_checked,
+        "unreachable": report.unreachable,
+        "findings": len(report.findings),
+        "resolved": report.resolved,
+        "requeued_topics": report.stale_topic_ids,
+    }
+
+
+@shared_task(name="topics.reconcile_all", acks_late=True)  # type: ignore[untyped-decorator]
+def reconcile_all() -> int:
+    """Enqueue a drift pass for every cluster; returns how many."""
+    cluster_ids = list(Cluster.objects.order_by("pk").values_list("pk", flat=True))
+    for cluster_id in cluster_ids:
+        reconcile_cluster.delay(cluster_id)
+    return len(cluster_ids)
