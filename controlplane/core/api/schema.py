@@ -28,8 +28,27 @@ _ANY = ("400", "401", "403", "404")
 _WRITE = ("409", "503")
 
 
+# The success status of each write a ``ServiceViewSet`` declares.
+_SERVICE_STATUS = {"create": "201", "partial_update": "200", "destroy": "202"}
+
+
 class AutoSchema(SpectacularAutoSchema):
-    """drf-spectacular's schema plus the documented error responses."""
+    """drf-spectacular's schema plus the documented error responses; a
+    ``ServiceViewSet``'s writes read ``input_serializer_classes`` and answer
+    ``serializer_class`` (``extend_schema`` still overrides both)."""
+
+    def get_request_serializer(self) -> Any:
+        inputs = getattr(self.view, "input_serializer_classes", {})
+        action = getattr(self.view, "action", None)
+        if action in inputs:
+            return inputs[action]
+        return super().get_request_serializer()
+
+    def get_response_serializers(self) -> Any:
+        action = getattr(self.view, "action", None)
+        if hasattr(self.view, "input_serializer_classes") and action in _SERVICE_STATUS:
+            return {_SERVICE_STATUS[action]: self.view.get_serializer_class()}
+        return super().get_response_serializers()
 
     def _get_response_bodies(self, direction: Any = "response") -> dict[str, Any]:
         responses: dict[str, Any] = super()._get_response_bodies(direction)

@@ -1,22 +1,72 @@
 """Base viewsets. Tenant isolation happens here, once: every queryset is restricted to
 the caller's tenants, so another tenant's object is a 404; a role too weak for the
-action on a visible object is a 403."""
+action on a visible object is a 403.
+
+Writes are declarations too: the ``Service*Mixin`` classes validate the request body with
+``input_serializer_classes[action]``, hand the validated data to the viewset's
+``create_object`` / ``update_object`` / ``delete_object`` (which call a service) and answer
+with ``serializer_class`` of the result: 201 on create, 200 on update, and 202 on delete,
+because deleting finishes after the response (the object shows status ``deleting``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from django.db.models import QuerySet
-from rest_framework import viewsets
+from rest_framework import serializers, status, viewsets
 from rest_framework.permissions import SAFE_METHODS
 from rest_framework.request import Request
+from rest_framework.response import Response
 
 from controlplane.core.actors import Actor
 from controlplane.core.errors import NotFound, PermissionDenied
 from controlplane.tenants.choices import Role
 
 
-class TenantScopedViewSet(viewsets.GenericViewSet):
+class ServiceViewSet(viewsets.GenericViewSet):
+    """A viewset whose writes call services with the acting ``Actor``."""
+
+    input_serializer_classes: dict[str, type[serializers.Serializer]] = {}
+
+    @property
+    def actor(self) -> Actor:
+        user = self.request.user
+        assert isinstance(user, Actor)
+        return user
+
+    def validated_input(self, partial: bool = False) -> dict[str, Any]:
+        serializer = self.input_serializer_classes[self.action](
+            data=self.request.data, partial=partial, context=self.get_serializer_context()
+        )
+        serializer.is_valid(raise_exception=True)
+        return dict(serializer.validated_data)
+
+    def respond(self, obj: Any, code: int = status.HTTP_200_OK) -> Response:
+        return Response(self.get_serializer(obj).data, status=code)
+
+
+class ServiceCreateMixin:
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        obj = self.create_object(self.validated_input())  # type: ignore[attr-defined]
+        return self.respond(obj, status.HTTP_201_CREATED)  # type: ignore[attr-defined]
+
+
+class ServiceUpdateMixin:
+    """PATCH only: every field is optional and only the given ones change."""
+
+    def partial_update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        obj = self.get_object()  # type: ignore[attr-defined]
+        obj = self.update_object(obj, self.validated_input(partial=True))  # type: ignore[attr-defined]
+        return self.respond(obj)  # type: ignore[attr-defined]
+
+
+class ServiceDestroyMixin:
+    def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        obj = self.delete_object(self.get_object())  # type: ignore[attr-defined]
+        return self.respond(obj, status.HTTP_202_ACCEPTED)  # type: ignore[attr-defined]
+
+
+class TenantScopedViewSet(ServiceViewSet):
     """For objects that belong to a tenant. ``tenant_path`` is the ORM path from the
     model to ``Tenant``; ``read_role`` and ``write_role`` are the weakest roles allowed
     to read and to change."""
@@ -24,12 +74,6 @@ class TenantScopedViewSet(viewsets.GenericViewSet):
     tenant_path = "tenant"
     read_role: str = Role.VIEWER
     write_role: str = Role.DEVELOPER
-
-    @property
-    def actor(self) -> Actor:
-        user = self.request.user
-        assert isinstance(user, Actor)
-        return user
 
     def get_queryset(self) -> QuerySet[Any]:
         queryset = super().get_queryset()

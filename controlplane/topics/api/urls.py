@@ -1,5 +1,9 @@
 from rest_framework.routers import SimpleRouter
 
+from controlplane.topics.api.views import DriftFindingViewSet, TopicViewSet
+
 router = SimpleRouter(trailing_slash=False)
+router.register("topics", TopicViewSet, basename="topic")
+router.register("drift-findings", DriftFindingViewSet, basename="drift-finding")
 
 urlpatterns = router.urls

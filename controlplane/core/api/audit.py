@@ -1,0 +1,86 @@
+"""``/api/v1/audit-events``: read-only. Platform administrators see every event;
+tenant administrators see their tenants' events; nobody else reads the log."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import django_filters
+from django.db.models import Q, QuerySet
+from rest_framework import serializers, viewsets
+from rest_framework.permissions import BasePermission
+from rest_framework.request import Request
+
+from controlplane.core.actors import Actor
+from controlplane.core.models import AuditEvent
+from controlplane.tenants.choices import Role
+
+
+class AuditEventSerializer(serializers.ModelSerializer):
+    tenant = serializers.CharField(source="tenant_slug", read_only=True)
+
+    class Meta:
+        model = AuditEvent
+        fields = [
+            "id",
+            "created_at",
+            "actor",
+            "actor_name",
+            "tenant",
+            "action",
+            "object_type",
+            "object_id",
+            "object_repr",
+            "before",
+            "after",
+        ]
+        read_only_fields = fields
+
+
+class AuditEventFilterSet(django_filters.FilterSet):
+    action = django_filters.CharFilter(help_text="e.g. topic.create")
+    object_type = django_filters.CharFilter(help_text="e.g. topics.topic")
+    object_id = django_filters.CharFilter()
+    tenant = django_filters.CharFilter(field_name="tenant_slug", help_text="tenant slug")
+    actor = django_filters.CharFilter(method="filter_actor", help_text="subject or name")
+    since = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
+    until = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
+
+    class Meta:
+        model = AuditEvent
+        fields = ["action", "object_type", "object_id", "tenant", "actor", "since", "until"]
+
+    def filter_actor(self, queryset: QuerySet[AuditEvent], name: str, value: str) -> Any:
+        return queryset.filter(Q(actor=value) | Q(actor_name=value))
+
+
+def administered_tenants(actor: Actor) -> list[str]:
+    return [slug for slug, role in actor.roles.items() if role == Role.TENANT_ADMIN]
+
+
+class CanReadAuditLog(BasePermission):
+    message = "the audit log is for platform and tenant administrators"
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        actor = request.user
+        if not isinstance(actor, Actor):
+            return False
+        return actor.platform_admin or bool(administered_tenants(actor))
+
+
+class AuditEventViewSet(viewsets.ReadOnlyModelViewSet):
+    """Who changed what, newest first."""
+
+    queryset = AuditEvent.objects.all()
+    serializer_class = AuditEventSerializer
+    permission_classes = [CanReadAuditLog]
+    filterset_class = AuditEventFilterSet
+    ordering_fields = ["created_at", "action"]
+
+    def get_queryset(self) -> QuerySet[AuditEvent]:
+        actor = self.request.user
+        assert isinstance(actor, Actor)
+        queryset = super().get_queryset()
+        if actor.platform_admin:
+            return queryset
+        return queryset.filter(tenant_slug__in=administered_tenants(actor))

@@ -1,0 +1,13 @@
+from __future__ import annotations
+
+import django_filters
+
+from controlplane.quotas.models import Quota
+
+
+class QuotaFilterSet(django_filters.FilterSet):
+    tenant = django_filters.CharFilter(field_name="tenant__slug", help_text="tenant slug")
+
+    class Meta:
+        model = Quota
+        fields = ["tenant"]

@@ -1,0 +1,124 @@
+"""A tenant's quota: reading its usage, changing its limits, and the one check that
+count and storage quotas hold (DESIGN decision 8). Rates are the brokers' business."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F, Sum
+
+from controlplane.core import audit
+from controlplane.core.actors import Actor
+from controlplane.core.errors import Conflict, InvalidRequest, QuotaExceeded
+from controlplane.quotas.models import Quota
+from controlplane.tenants.models import Tenant
+from controlplane.topics.models import PartitionAssignment, Topic
+
+LIMIT_FIELDS = (
+    "max_topics",
+    "max_partitions",
+    "max_storage_bytes",
+    "produce_bytes_per_s",
+    "fetch_bytes_per_s",
+    "requests_per_s",
+    "max_lanes",
+    "max_mirrors",
+)
+# Which usage figure each count/storage limit bounds.
+USAGE_OF_LIMIT = {
+    "max_topics": "topics",
+    "max_partitions": "partitions",
+    "max_storage_bytes": "storage_bytes",
+}
+
+
+def reserved_usage(tenant: Tenant) -> dict[str, int]:
+    """What the tenant's topics hold against its count and storage quotas: topics,
+    partitions, and storage bytes (partitions * retention bytes, summed). Topics being
+    deleted still count: their partitions live on until the reconciler removes them."""
+    totals = Topic.objects.filter(tenant=tenant).aggregate(
+        partitions=Sum("partitions"), storage_bytes=Sum(F("partitions") * F("retention_bytes"))
+    )
+    return {
+        "topics": Topic.objects.filter(tenant=tenant).count(),
+        "partitions": totals["partitions"] or 0,
+        "storage_bytes": totals["storage_bytes"] or 0,
+    }
+
+
+def quota_usage(tenant: Tenant) -> dict[str, int]:
+    """``reserved_usage`` plus ``stored_bytes``: what the brokers last reported the
+    tenant's partitions hold."""
+    stored = PartitionAssignment.objects.filter(topic__tenant=tenant).aggregate(
+        total=Sum("size_bytes")
+    )["total"]
+    return {**reserved_usage(tenant), "stored_bytes": stored or 0}
+
+
+def lock_quota(tenant: Tenant) -> Quota:
+    """The tenant's quota row, locked until the transaction ends: every change that
+    consumes quota takes this lock first, so concurrent requests cannot overshoot."""
+    return Quota.objects.select_for_update().get(tenant=tenant)
+
+
+def check_topic_quota(
+    tenant: Tenant, *, topics: int = 0, partitions: int = 0, storage_bytes: int = 0
+) -> Quota:
+    """Lock the quota and refuse (``QuotaExceeded`` naming the quota) when adding these
+    amounts to the tenant's usage would pass a limit. Call inside the change's
+    transaction, before writing it."""
+    quota = lock_quota(tenant)
+    usage = reserved_usage(tenant)
+    for limit_field, requested in (
+        ("max_topics", topics),
+        ("max_partitions", partitions),
+        ("max_storage_bytes", storage_bytes),
+    ):
+        limit = getattr(quota, limit_field)
+        current = usage[USAGE_OF_LIMIT[limit_field]]
+        if requested > 0 and current + requested > limit:
+            raise QuotaExceeded(limit_field, limit, requested, current)
+    return quota
+
+
+@transaction.atomic
+def set_quota(tenant: Tenant, *, actor: Actor, **limits: int) -> Quota:
+    """Change some of the tenant's limits. A count or storage limit below what the
+    tenant already uses is refused (``Conflict`` naming the quota and the usage)."""
+    _check_limit_values(limits)
+    quota = lock_quota(tenant)
+    before = audit.snapshot(quota)
+    usage = reserved_usage(tenant)
+    for limit_field, value in limits.items():
+        used = usage.get(USAGE_OF_LIMIT.get(limit_field, ""), 0)
+        if limit_field in USAGE_OF_LIMIT and value < used:
+            raise Conflict(
+                f"{limit_field} cannot go below what tenant {tenant.slug!r} uses: "
+                f"{used} in use, {value} asked",
+                quota=limit_field,
+                limit=value,
+                current=used,
+            )
+        setattr(quota, limit_field, value)
+    quota.full_clean()
+    quota.save()
+    audit.record(
+        actor, "quota.update", quota, before=before, after=audit.snapshot(quota), tenant=tenant
+    )
+    return quota
+
+
+def _check_limit_values(limits: dict[str, Any]) -> None:
+    unknown = sorted(set(limits) - set(LIMIT_FIELDS))
+    if unknown:
+        raise InvalidRequest(
+            f"unknown quota field(s): {', '.join(unknown)}",
+            **{f: ["unknown field"] for f in unknown},
+        )
+    bad = [f for f, v in limits.items() if not isinstance(v, int) or isinstance(v, bool) or v < 0]
+    if bad:
+        raise InvalidRequest(
+            f"{bad[0]}: must be a non-negative integer",
+            **{f: ["must be a non-negative integer"] for f in bad},
+        )

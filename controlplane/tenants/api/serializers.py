@@ -1,0 +1,39 @@
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from controlplane.regions.models import Region
+from controlplane.tenants.models import Tenant
+
+
+class TenantSerializer(serializers.ModelSerializer):
+    home_region = serializers.SlugRelatedField(slug_field="name", read_only=True)
+
+    class Meta:
+        model = Tenant
+        fields = [
+            "slug",
+            "name",
+            "home_region",
+            "status",
+            "status_reason",
+            "identity_ref",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = fields
+
+
+class TenantCreateSerializer(serializers.Serializer):
+    slug = serializers.CharField(max_length=32, help_text="lowercase, prefixes topic names")
+    name = serializers.CharField(max_length=200)
+    home_region = serializers.SlugRelatedField(
+        slug_field="name", queryset=Region.objects.all(), required=False, allow_null=True
+    )
+
+
+class TenantUpdateSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=200, required=False)
+    home_region = serializers.SlugRelatedField(
+        slug_field="name", queryset=Region.objects.all(), required=False, allow_null=True
+    )

@@ -1,0 +1,175 @@
+"""Changing tenants. A tenant is created pending with the default quota; its identity
+objects (the IdP group and role sub-groups) are provisioned by ``tenants.provision_tenant``
+after commit, and removed by ``tenants.deprovision_tenant`` before its row goes."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import transaction
+
+from controlplane.core import audit
+from controlplane.core.actors import Actor
+from controlplane.core.choices import ProvisioningStatus
+from controlplane.core.errors import Conflict, InvalidRequest
+from controlplane.quotas.models import Quota
+from controlplane.regions.models import Region
+from controlplane.tenants.models import Tenant
+
+_UNSET = object()
+# Statuses from which provisioning may (re)start: a retry after a failure is allowed.
+PROVISIONABLE = (ProvisioningStatus.PENDING, ProvisioningStatus.FAILED)
+
+
+@transaction.atomic
+def create_tenant(
+    *, slug: str, name: str, home_region: Region | None = None, actor: Actor
+) -> Tenant:
+    """A new tenant (status pending) with ``settings.DEFAULT_QUOTA``; its IdP objects are
+    provisioned after commit. A slug in use is a ``Conflict``."""
+    if Tenant.objects.filter(slug=slug).exists():
+        raise Conflict(f"tenant {slug!r} already exists", slug=[f"{slug!r} is in use"])
+    tenant = Tenant(slug=slug, name=name, home_region=home_region)
+    tenant.full_clean()
+    tenant.save()
+    quota = Quota(tenant=tenant, **settings.DEFAULT_QUOTA)
+    quota.full_clean()
+    quota.save()
+    audit.record(actor, "tenant.create", tenant, after=audit.snapshot(tenant), tenant=tenant)
+    _after_commit("provision_tenant", tenant.pk)
+    return tenant
+
+
+@transaction.atomic
+def update_tenant(
+    tenant: Tenant, *, actor: Actor, name: str | None = None, home_region: object = _UNSET
+) -> Tenant:
+    """Rename the tenant or move its home region (``None`` clears it). The slug never
+    changes: it is in every topic name."""
+    tenant = Tenant.objects.select_for_update().get(pk=tenant.pk)
+    _check_not_deleting(tenant)
+    before = audit.snapshot(tenant)
+    if name is not None:
+        tenant.name = name
+    if home_region is not _UNSET:
+        if home_region is not None and not isinstance(home_region, Region):
+            raise InvalidRequest("home_region: not a region", home_region=["not a region"])
+        tenant.home_region = home_region
+    tenant.full_clean()
+    tenant.save()
+    after = audit.snapshot(tenant)
+    if after != before:
+        audit.record(actor, "tenant.update", tenant, before=before, after=after, tenant=tenant)
+    return tenant
+
+
+@transaction.atomic
+def delete_tenant(tenant: Tenant, *, actor: Actor) -> Tenant:
+    """Mark the tenant deleting; after commit its IdP objects and then its row are
+    removed. Refused (``Conflict``) while it still has topics or service accounts."""
+    tenant = Tenant.objects.select_for_update().get(pk=tenant.pk)
+    if tenant.status == ProvisioningStatus.DELETING:
+        return tenant
+    topics = tenant.topics.count()
+    accounts = tenant.service_accounts.count()
+    if topics or accounts:
+        raise Conflict(
+            f"tenant {tenant.slug!r} still has {topics} topic(s) and {accounts} service "
+            "account(s); delete them first",
+            topics=topics,
+            service_accounts=accounts,
+        )
+    before = audit.snapshot(tenant)
+    _set_status(tenant, ProvisioningStatus.DELETING)
+    audit.record(
+        actor, "tenant.delete", tenant, before=before, after=audit.snapshot(tenant), tenant=tenant
+    )
+    _after_commit("deprovision_tenant", tenant.pk)
+    return tenant
+
+
+def provision_tenant(tenant_id: int, *, actor: Actor) -> Tenant | None:
+    """Create the tenant's IdP objects and mark it ready (``identity_ref`` set), or
+    failed with the reason; the error is re-raised so the task runner sees it. A tenant
+    that is gone, ready or deleting is left alone (``None`` when gone)."""
+    from controlplane.accounts.identity import get_identity
+
+    tenant = _claim_for_provisioning(tenant_id)
+    if tenant is None or tenant.status != ProvisioningStatus.PROVISIONING:
+        return tenant
+    try:
+        ref = get_identity().provision_tenant(tenant)
+    except Exception as exc:  # any failure is the tenant's status reason, then re-raised
+        _finish(tenant, ProvisioningStatus.FAILED, actor, reason=f"identity provider: {exc}")
+        raise
+    return _finish(tenant, ProvisioningStatus.READY, actor, identity_ref=str(ref))
+
+
+def deprovision_tenant(tenant_id: int, *, actor: Actor) -> bool:
+    """Remove the IdP objects of a tenant marked deleting, then its row (its quota and
+    memberships go with it; audit events keep its slug). ``False`` when there was
+    nothing to do (gone, or not deleting)."""
+    from controlplane.accounts.identity import get_identity
+
+    tenant = Tenant.objects.filter(pk=tenant_id).first()
+    if tenant is None or tenant.status != ProvisioningStatus.DELETING:
+        return False
+    get_identity().deprovision_tenant(tenant)
+    with transaction.atomic():
+        tenant = Tenant.objects.select_for_update().filter(pk=tenant_id).first()
+        if tenant is None or tenant.status != ProvisioningStatus.DELETING:
+            return False
+        audit.record(
+            actor, "tenant.deprovision", tenant, before=audit.snapshot(tenant), tenant=tenant
+        )
+        tenant.delete()
+    return True
+
+
+def _claim_for_provisioning(tenant_id: int) -> Tenant | None:
+    """Move a pending or failed tenant to provisioning, in its own transaction (the IdP
+    call that follows is slow and must not hold a row lock)."""
+    with transaction.atomic():
+        tenant = Tenant.objects.select_for_update().filter(pk=tenant_id).first()
+        if tenant is not None and tenant.status in PROVISIONABLE:
+            _set_status(tenant, ProvisioningStatus.PROVISIONING)
+        return tenant
+
+
+@transaction.atomic
+def _finish(
+    tenant: Tenant, status: str, actor: Actor, *, reason: str = "", identity_ref: str = ""
+) -> Tenant:
+    """Record the outcome of provisioning, unless the tenant moved on meanwhile (deleted,
+    or marked deleting): only a provisioning tenant is updated."""
+    current = Tenant.objects.select_for_update().filter(pk=tenant.pk).first()
+    if current is None or current.status != ProvisioningStatus.PROVISIONING:
+        return current or tenant
+    before = audit.snapshot(current)
+    if identity_ref:
+        current.identity_ref = identity_ref
+    _set_status(current, status, reason)
+    action = "tenant.provision" if status == ProvisioningStatus.READY else "tenant.provision_failed"
+    audit.record(
+        actor, action, current, before=before, after=audit.snapshot(current), tenant=current
+    )
+    return current
+
+
+def _set_status(tenant: Tenant, status: str, reason: str = "") -> None:
+    tenant.status = status
+    tenant.status_reason = reason
+    tenant.save(update_fields=["status", "status_reason", "identity_ref", "updated_at"])
+
+
+def _check_not_deleting(tenant: Tenant) -> None:
+    if tenant.status == ProvisioningStatus.DELETING:
+        raise Conflict(f"tenant {tenant.slug!r} is being deleted", status=tenant.status)
+
+
+def _after_commit(task_name: str, tenant_id: int) -> None:
+    def enqueue() -> None:
+        from controlplane.tenants import tasks
+
+        getattr(tasks, task_name).delay(tenant_id)
+
+    transaction.on_commit(enqueue)

@@ -1,0 +1,22 @@
+"""Tenant jobs: thin wrappers that reload the tenant by id and call its service.
+Retried only when the identity provider is unavailable."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from controlplane.core.actors import Actor
+from controlplane.core.errors import Unavailable
+from controlplane.tenants import services
+
+RETRY = {"autoretry_for": (Unavailable,), "retry_backoff": True, "max_retries": 5}
+
+
+@shared_task(name="tenants.provision_tenant", **RETRY)
+def provision_tenant(tenant_id: int) -> None:
+    services.provision_tenant(tenant_id, actor=Actor.system("tenants"))
+
+
+@shared_task(name="tenants.deprovision_tenant", **RETRY)
+def deprovision_tenant(tenant_id: int) -> None:
+    services.deprovision_tenant(tenant_id, actor=Actor.system("tenants"))

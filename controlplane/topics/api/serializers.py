@@ -1,0 +1,97 @@
+from __future__ import annotations
+
+from rest_framework import serializers
+
+from controlplane.topics.choices import Durability
+from controlplane.topics.models import DriftFinding, PartitionAssignment, Topic
+
+
+class TopicConfigSerializer(serializers.Serializer):
+    """The configuration fields, all optional. Types only: the bounds are checked by
+    ``topics.validation`` (one place for each rule)."""
+
+    retention_ms = serializers.IntegerField(required=False, help_text="how long records stay")
+    retention_bytes = serializers.IntegerField(
+        required=False, help_text="per partition: the oldest segments go beyond it"
+    )
+    max_message_bytes = serializers.IntegerField(required=False)
+    durability = serializers.ChoiceField(choices=Durability.choices, required=False)
+
+
+class AssignmentSerializer(serializers.ModelSerializer):
+    broker_id = serializers.IntegerField(source="broker.broker_id", read_only=True)
+
+    class Meta:
+        model = PartitionAssignment
+        fields = ["partition", "broker_id", "leader_epoch", "status"]
+        read_only_fields = fields
+
+
+class TopicSerializer(serializers.ModelSerializer):
+    tenant = serializers.CharField(source="tenant.slug", read_only=True)
+    region = serializers.CharField(source="cluster.region.name", read_only=True)
+    cluster = serializers.CharField(source="cluster.name", read_only=True)
+    assignments = AssignmentSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = Topic
+        fields = [
+            "full_name",
+            "tenant",
+            "name",
+            "region",
+            "cluster",
+            "partitions",
+            "retention_ms",
+            "retention_bytes",
+            "max_message_bytes",
+            "durability",
+            "status",
+            "status_reason",
+            "generation",
+            "observed_generation",
+            "assignments",
+            "created_by",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = fields
+
+
+class TopicCreateSerializer(TopicConfigSerializer):
+    tenant = serializers.CharField(
+        required=False, help_text="tenant slug; optional when the caller has one tenant"
+    )
+    name = serializers.CharField(max_length=200, help_text="the part after '<tenant>.'")
+    partitions = serializers.IntegerField()
+    region = serializers.CharField(
+        required=False, help_text="region name; default: the tenant's home region"
+    )
+
+
+class TopicUpdateSerializer(TopicConfigSerializer):
+    partitions = serializers.IntegerField(required=False, help_text="may only grow")
+
+
+class DriftFindingSerializer(serializers.ModelSerializer):
+    broker_id = serializers.IntegerField(source="broker.broker_id", read_only=True)
+    cluster = serializers.CharField(source="broker.cluster.name", read_only=True)
+    region = serializers.CharField(source="broker.cluster.region.name", read_only=True)
+
+    class Meta:
+        model = DriftFinding
+        fields = [
+            "id",
+            "region",
+            "cluster",
+            "broker_id",
+            "topic_name",
+            "partition",
+            "kind",
+            "detail",
+            "healed",
+            "last_seen_at",
+            "resolved_at",
+            "created_at",
+        ]
+        read_only_fields = fields

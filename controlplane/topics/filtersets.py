@@ -1,0 +1,33 @@
+from __future__ import annotations
+
+import django_filters
+
+from controlplane.topics.choices import DriftKind, TopicStatus
+from controlplane.topics.models import DriftFinding, Topic
+
+
+class TopicFilterSet(django_filters.FilterSet):
+    tenant = django_filters.CharFilter(field_name="tenant__slug", help_text="tenant slug")
+    status = django_filters.ChoiceFilter(choices=TopicStatus.choices)
+    name = django_filters.CharFilter(lookup_expr="icontains", help_text="name contains")
+    region = django_filters.CharFilter(field_name="cluster__region__name")
+    cluster = django_filters.CharFilter(field_name="cluster__name")
+
+    class Meta:
+        model = Topic
+        fields = ["tenant", "status", "name", "region", "cluster"]
+
+
+class DriftFindingFilterSet(django_filters.FilterSet):
+    kind = django_filters.ChoiceFilter(choices=DriftKind.choices)
+    healed = django_filters.BooleanFilter()
+    open = django_filters.BooleanFilter(
+        field_name="resolved_at", lookup_expr="isnull", help_text="not resolved yet"
+    )
+    topic = django_filters.CharFilter(field_name="topic_name", help_text="full topic name")
+    broker = django_filters.NumberFilter(field_name="broker__broker_id")
+    cluster = django_filters.CharFilter(field_name="broker__cluster__name")
+
+    class Meta:
+        model = DriftFinding
+        fields = ["kind", "healed", "open", "topic", "broker", "cluster"]

@@ -1,0 +1,227 @@
+"""Changing a tenant's topics: the desired state the reconciler makes true on brokers.
+
+Each function is atomic, takes the acting ``Actor``, checks quotas under the tenant's
+quota lock, writes its audit event in the same transaction and, after commit, asks the
+reconciler (``topics.reconcile_topic``) to act on the brokers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Sum
+
+from controlplane.core import audit
+from controlplane.core.actors import Actor
+from controlplane.core.errors import Conflict, InvalidRequest
+from controlplane.quotas.services import check_topic_quota
+from controlplane.regions.models import Cluster, Region
+from controlplane.tenants.models import Tenant
+from controlplane.topics import validation
+from controlplane.topics.choices import TopicStatus
+from controlplane.topics.models import Topic
+
+UPDATABLE_FIELDS = ("partitions", *validation.CONFIG_FIELDS)
+# Clusters that take no new topics.
+CLOSED_CLUSTER_STATUSES = (TopicStatus.FAILED, TopicStatus.DELETING)
+
+
+@transaction.atomic
+def create_topic(
+    tenant: Tenant,
+    *,
+    name: str,
+    partitions: int,
+    region: Region | str | None = None,
+    retention_ms: int | None = None,
+    retention_bytes: int | None = None,
+    max_message_bytes: int | None = None,
+    durability: str | None = None,
+    actor: Actor,
+) -> Topic:
+    """A new topic ``<tenant>.<name>`` (status pending) on the least-loaded cluster of
+    the region (the given one, the tenant's home region, or the only region), with its
+    partitions placed on brokers. Refuses a bad name or config (``InvalidRequest``), a
+    name in use (``Conflict``) and a quota overshoot (``QuotaExceeded``)."""
+    _check_tenant_open(tenant)
+    validation.validate_name(name)
+    validation.validate_partitions(partitions)
+    config = validation.resolve_config(
+        {
+            "retention_ms": retention_ms,
+            "retention_bytes": retention_bytes,
+            "max_message_bytes": max_message_bytes,
+            "durability": durability,
+        }
+    )
+    full_name = validation.full_name(tenant.slug, name)
+    check_topic_quota(
+        tenant,
+        topics=1,
+        partitions=partitions,
+        storage_bytes=partitions * config["retention_bytes"],
+    )
+    # Under the quota lock, so two creates of one name in one tenant cannot both pass.
+    if Topic.objects.filter(full_name=full_name).exists():
+        raise Conflict(f"topic {full_name!r} already exists", name=[f"{name!r} is in use"])
+    topic = Topic(
+        tenant=tenant,
+        cluster=pick_cluster(tenant, region),
+        name=name,
+        full_name=full_name,
+        partitions=partitions,
+        created_by=actor.name,
+        status=TopicStatus.PENDING,
+        **config,
+    )
+    topic.full_clean()
+    topic.save()
+    _place(topic)
+    audit.record(actor, "topic.create", topic, after=audit.snapshot(topic), tenant=tenant)
+    _reconcile_after_commit(topic)
+    return topic
+
+
+@transaction.atomic
+def update_topic(topic: Topic, *, actor: Actor, **changes: Any) -> Topic:
+    """Grow the topic's partitions and/or change its configuration. Partitions never
+    shrink (``InvalidRequest``); growth is checked against quotas. A real change bumps
+    ``generation`` and sets the topic pending until the reconciler applies it."""
+    unknown = sorted(set(changes) - set(UPDATABLE_FIELDS))
+    if unknown:
+        raise InvalidRequest(
+            f"{unknown[0]}: cannot be changed", **{f: ["cannot be changed"] for f in unknown}
+        )
+    topic = Topic.objects.select_for_update().get(pk=topic.pk)
+    _check_not_deleting(topic)
+    before = audit.snapshot(topic)
+    partitions = changes.get("partitions")
+    partitions = topic.partitions if partitions is None else partitions
+    validation.validate_partitions(partitions, current=topic.partitions)
+    config = validation.resolve_config(changes, _config_of(topic))
+    if partitions == topic.partitions and config == _config_of(topic):
+        return topic
+    _check_growth(topic, partitions, config["retention_bytes"])
+    for field, value in {"partitions": partitions, **config}.items():
+        setattr(topic, field, value)
+    _mark_changed(topic)
+    topic.full_clean()
+    topic.save()
+    _place(topic)
+    audit.record(
+        actor,
+        "topic.update",
+        topic,
+        before=before,
+        after=audit.snapshot(topic),
+        tenant=topic.tenant,
+    )
+    _reconcile_after_commit(topic)
+    return topic
+
+
+@transaction.atomic
+def delete_topic(topic: Topic, *, actor: Actor) -> Topic:
+    """Mark the topic deleting (and bump its generation); the reconciler deletes its
+    partitions on every broker, then the row. Deleting a deleting topic changes nothing."""
+    topic = Topic.objects.select_for_update().get(pk=topic.pk)
+    if topic.status == TopicStatus.DELETING:
+        return topic
+    before = audit.snapshot(topic)
+    topic.status = TopicStatus.DELETING
+    topic.status_reason = ""
+    topic.generation += 1
+    topic.save(update_fields=["status", "status_reason", "generation", "updated_at"])
+    audit.record(
+        actor,
+        "topic.delete",
+        topic,
+        before=before,
+        after=audit.snapshot(topic),
+        tenant=topic.tenant,
+    )
+    _reconcile_after_commit(topic)
+    return topic
+
+
+def pick_cluster(tenant: Tenant, region: Region | str | None) -> Cluster:
+    """The cluster a new topic of the tenant goes to: in the named region, else the
+    tenant's home region, else the only region; there, the open cluster hosting the
+    fewest partitions (ties: the lowest id)."""
+    chosen = _region_for(tenant, region)
+    cluster = (
+        Cluster.objects.filter(region=chosen)
+        .exclude(status__in=CLOSED_CLUSTER_STATUSES)
+        .annotate(load=Sum("topics__partitions", default=0))
+        .order_by("load", "pk")
+        .first()
+    )
+    if cluster is None:
+        raise Conflict(
+            f"region {chosen.name!r} has no cluster that takes topics", region=chosen.name
+        )
+    return cluster
+
+
+def _region_for(tenant: Tenant, region: Region | str | None) -> Region:
+    if isinstance(region, Region):
+        return region
+    if region:
+        found = Region.objects.filter(name=region).first()
+        if found is None:
+            raise InvalidRequest(f"region: no region {region!r}", region=[f"no region {region!r}"])
+        return found
+    if tenant.home_region_id is not None:
+        return Region.objects.get(pk=tenant.home_region_id)
+    regions = list(Region.objects.all()[:2])
+    if len(regions) != 1:
+        message = "name the region" if regions else "no region exists yet"
+        raise InvalidRequest(f"region: {message}", region=[message])
+    return regions[0]
+
+
+def _check_tenant_open(tenant: Tenant) -> None:
+    if tenant.status == TopicStatus.DELETING:
+        raise Conflict(f"tenant {tenant.slug!r} is being deleted", tenant=tenant.slug)
+
+
+def _check_not_deleting(topic: Topic) -> None:
+    if topic.status == TopicStatus.DELETING:
+        raise Conflict(f"topic {topic.full_name!r} is being deleted", status=topic.status)
+
+
+def _check_growth(topic: Topic, partitions: int, retention_bytes: int) -> None:
+    """Quota check for what the change adds: partitions, and storage if it grows."""
+    grown_storage = partitions * retention_bytes - topic.storage_bytes
+    check_topic_quota(
+        topic.tenant,
+        partitions=partitions - topic.partitions,
+        storage_bytes=max(grown_storage, 0),
+    )
+
+
+def _config_of(topic: Topic) -> dict[str, Any]:
+    return {field: getattr(topic, field) for field in validation.CONFIG_FIELDS}
+
+
+def _mark_changed(topic: Topic) -> None:
+    topic.generation += 1
+    topic.status = TopicStatus.PENDING
+    topic.status_reason = ""
+
+
+def _place(topic: Topic) -> None:
+    from controlplane.topics.placement import assign_partitions
+
+    assign_partitions(topic)
+
+
+def _reconcile_after_commit(topic: Topic) -> None:
+    topic_id = topic.pk
+
+    def enqueue() -> None:
+        from controlplane.topics.tasks import reconcile_topic
+
+        reconcile_topic.delay(topic_id)
+
+    transaction.on_commit(enqueue)
