@@ -10,17 +10,23 @@ when the broker already was in the asked state):
 - delete: a missing partition is unchanged; internal topics are refused.
 - alter: only the set fields change; the partition must exist.
 - describe: every hosted partition with its effective configuration and offsets.
+- update metadata: the controller's push (see ``cluster.ControllerMetadata``); the answer,
+  a summary of what this broker hosts and its health, is the controller's heartbeat.
 
 ``validate_only`` runs every check and changes nothing.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Executor
+from typing import Any
 
 from dataplane._gen.meridian.v1 import admin_pb2, common_pb2
 from dataplane.broker import topics
+from dataplane.broker.cluster import ControllerMetadata
 from dataplane.broker.errors import to_error
 from dataplane.broker.partitions import PartitionRegistry
 from dataplane.errors import ErrorCode, MeridianError
@@ -36,11 +42,16 @@ class AdminHandler:
         registry: PartitionRegistry,
         defaults: LogConfig,
         identity: tuple[int, str, str],
+        pushed: ControllerMetadata | None = None,
+        executor: Executor | None = None,
     ) -> None:
-        """``identity`` is (broker id, region, cluster id)."""
+        """``identity`` is (broker id, region, cluster id); ``pushed`` keeps the
+        controller's metadata (persisted by ``executor``'s threads)."""
         self.registry = registry
         self.defaults = defaults
         self.broker_id, self.region, self.cluster_id = identity
+        self.pushed = pushed
+        self._executor = executor
         self._started = time.monotonic()
 
     async def create(
@@ -117,6 +128,35 @@ class AdminHandler:
             region=self.region,
             cluster_id=self.cluster_id,
             partitions=states,
+            uptime_ms=int((time.monotonic() - self._started) * 1000),
+            version=VERSION,
+        )
+
+    async def update_metadata(
+        self, request: admin_pb2.UpdateMetadataRequest
+    ) -> admin_pb2.UpdateMetadataResponse:
+        """Accept the controller's push (``STALE_CONTROLLER_EPOCH`` for a deposed one)
+        and answer with this broker's heartbeat."""
+        if self.pushed is None:
+            raise MeridianError(ErrorCode.INVALID_REQUEST, "this broker takes no pushes")
+        await self.pushed.accept(request, self._run)
+        return self._heartbeat()
+
+    def _run(self, fn: Callable[[], Any]) -> Awaitable[Any]:
+        return asyncio.get_running_loop().run_in_executor(self._executor, fn)
+
+    def _heartbeat(self) -> admin_pb2.UpdateMetadataResponse:
+        parts = list(self.registry.all())
+        offline = sum(1 for part in parts if part.log.is_offline)
+        assert self.pushed is not None
+        return admin_pb2.UpdateMetadataResponse(
+            broker_id=self.broker_id,
+            health="degraded" if offline else "ok",
+            controller_epoch=self.pushed.epoch,
+            hosted_topics=len({part.topic for part in parts}),
+            hosted_partitions=len(parts),
+            offline_partitions=offline,
+            hosted_bytes=sum(part.log.size_bytes for part in parts),
             uptime_ms=int((time.monotonic() - self._started) * 1000),
             version=VERSION,
         )

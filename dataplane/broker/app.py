@@ -1,12 +1,12 @@
 """``BrokerApp``: one broker — its logs, services, cluster view, health and metrics.
 
 Lifecycle: ``await start()`` binds the gRPC port first (``port``; the health service
-answers NOT_SERVING and every other call ``BROKER_NOT_AVAILABLE`` while loading), opens
-the ``LogManager`` (recovering logs), rebuilds producer state, starts the group
-coordinator on the ``__consumer_offsets`` partitions this broker owns, and only then
-reports SERVING. ``await stop()`` reports NOT_SERVING, stops accepting calls, lets
-in-flight ones finish (``grace_s``) while the group coordinator answers the calls it
-parked, snapshots producer state and closes every log cleanly.
+answers NOT_SERVING and every other call ``BROKER_NOT_AVAILABLE`` while loading), loads
+the controller's last metadata push, opens the ``LogManager`` (recovering logs), rebuilds
+producer state, starts the group coordinator on the ``__consumer_offsets`` partitions this
+broker owns, and only then reports SERVING. ``await stop()`` reports NOT_SERVING, stops
+accepting calls, lets in-flight ones finish (``grace_s``) while the group coordinator
+answers the calls it parked, snapshots producer state and closes every log cleanly.
 
 ``run_broker_in_thread(config)`` runs an app on its own event loop in a thread, for
 in-process tests and tools.
@@ -29,7 +29,7 @@ from grpc_health.v1.health import aio as health_aio
 
 from dataplane._gen.meridian.v1 import admin_pb2_grpc, broker_pb2_grpc, group_pb2_grpc
 from dataplane.broker.admin import AdminHandler
-from dataplane.broker.cluster import ClusterView
+from dataplane.broker.cluster import ClusterView, ControllerMetadata
 from dataplane.broker.config import BrokerConfig
 from dataplane.broker.fetch import FetchHandler, FetchLimits, OffsetsHandler
 from dataplane.broker.groups import GroupCoordinator, GroupServicer
@@ -73,6 +73,7 @@ class BrokerApp:
             num_partitions=config.offsets_topic_partitions,
             clock_ms=wall_clock_ms,
         )
+        self.pushed = ControllerMetadata(config.data_dir, config.cluster_id)
         self.cluster: ClusterView | None = None
         self._server: grpc.aio.Server | None = None
         self._produce: ProduceHandler | None = None
@@ -88,7 +89,7 @@ class BrokerApp:
         self.port = server.add_insecure_port(self.config.listen)
         if not self.port:
             raise OSError(f"cannot listen on {self.config.listen}")
-        self.cluster = ClusterView(self.config, self._local_partitions, self.port)
+        self.cluster = ClusterView(self.config, self._local_partitions, self.port, self.pushed)
         self._add_services(server, self.cluster)
         await server.start()
         if self.config.metrics_listen:
@@ -123,7 +124,7 @@ class BrokerApp:
         )
         broker_pb2_grpc.add_BrokerServicer_to_server(broker, server)
         identity = (config.broker_id, config.region, config.cluster_id)
-        admin = AdminHandler(self.registry, config.log, identity)
+        admin = AdminHandler(self.registry, config.log, identity, self.pushed, self.executor)
         admin_pb2_grpc.add_AdminServicer_to_server(
             AdminServicer(admin, self.metrics, self.readiness), server
         )
@@ -135,6 +136,7 @@ class BrokerApp:
     async def _load(self) -> None:
         loop = asyncio.get_running_loop()
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
+        await loop.run_in_executor(self.executor, self.pushed.load)
         reports = await loop.run_in_executor(self.executor, self.manager.open)
         self._opened = True
         self.manager.start()

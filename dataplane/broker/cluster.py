@@ -1,7 +1,11 @@
 """The broker's view of the cluster: which broker hosts which partition.
 
-Membership is static (``BrokerConfig.peers``) until the control plane drives it. Every
-partition is led by the broker hosting it (replication comes later: leader epoch 0,
+Two sources, merged (the first that knows a partition wins): the partitions this broker
+hosts; the metadata the region's controller last pushed (``ControllerMetadata``: leaders,
+leader epochs, replicas and brokers, kept in the data directory so a restarted broker
+serves it before any controller speaks again); and the static peers
+(``BrokerConfig.peers``), the fallback when no controller has pushed. A partition not in
+the push is led by the broker hosting it (replication comes later: leader epoch 0,
 replicas and ISR are the leader alone). A background task asks each peer for
 ``Metadata(local_only=True)`` every ``peer_poll_interval_ms`` and keeps the answers; a
 client's Metadata request waits (at most ``REFRESH_WAIT_S``) for a round begun after it
@@ -9,7 +13,7 @@ arrived, so an admin change completed on any reachable broker before the request
 the answer. A peer that stops answering keeps its place in the broker list, but its
 partitions are dropped once it has been silent for ``peer_expiry_ms``.
 
-``offsets_owner(p)`` is the static owner of ``__consumer_offsets`` partition ``p``:
+``offsets_owner(p)`` is always the static owner of ``__consumer_offsets`` partition ``p``:
 ``sorted(all broker ids)[p % n]``.
 
 Thread safety: event-loop only.
@@ -20,25 +24,117 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
+from google.protobuf.message import DecodeError
 
-from dataplane._gen.meridian.v1 import broker_pb2, broker_pb2_grpc, common_pb2
+from dataplane._gen.meridian.v1 import admin_pb2, broker_pb2, broker_pb2_grpc, common_pb2
 from dataplane.broker.config import BrokerConfig, parse_address
 from dataplane.broker.groups import OFFSETS_TOPIC
 from dataplane.broker.topics import is_internal
 from dataplane.client.connection import CHANNEL_OPTIONS
-from dataplane.errors import ErrorCode
+from dataplane.errors import ErrorCode, MeridianError
 
 log = logging.getLogger(__name__)
 
 REFRESH_WAIT_S = 0.5  # how long a Metadata request waits for a fresh round of peer answers
+METADATA_FILE = "controller-metadata.bin"
 
 # topic -> partition -> leader broker id
 Placement = dict[str, dict[int, int]]
+
+
+class ControllerMetadata:
+    """The last ``UpdateMetadataRequest`` this broker accepted, in memory and on disk.
+
+    On disk: ``<data_dir>/controller-metadata.bin``, the request's protobuf encoding,
+    replaced atomically (temporary file, fsync, rename, fsync of the directory), so a
+    crash leaves the old push or the new one. An unreadable file is logged and ignored
+    (the broker falls back to its static peers until the next push) rather than stopping
+    the broker. ``accept`` fences deposed controllers: a push with a lower
+    ``controller_epoch`` than the accepted one is refused with STALE_CONTROLLER_EPOCH,
+    also after a restart. Thread safety: event-loop only; ``accept`` calls are serialised.
+    """
+
+    def __init__(self, data_dir: os.PathLike[str] | str, cluster_id: str) -> None:
+        self.path = os.path.join(os.fspath(data_dir), METADATA_FILE)
+        self.cluster_id = cluster_id
+        self.current: admin_pb2.UpdateMetadataRequest | None = None
+        self._encoded = b""
+        self._lock = asyncio.Lock()
+
+    @property
+    def epoch(self) -> int:
+        return self.current.controller_epoch if self.current is not None else 0
+
+    def load(self) -> None:
+        """Read the persisted push, if any (blocking; call before serving)."""
+        try:
+            with open(self.path, "rb") as file:
+                data = file.read()
+            self.current = admin_pb2.UpdateMetadataRequest.FromString(data)
+            self._encoded = data
+        except FileNotFoundError:
+            return
+        except (OSError, DecodeError) as exc:
+            log.warning("ignoring unreadable controller metadata %s: %s", self.path, exc)
+            return
+        log.info(
+            "loaded controller metadata: epoch %d from %r, %d topics",
+            self.epoch,
+            self.current.controller_id,
+            len(self.current.topics),
+        )
+
+    async def accept(
+        self, request: admin_pb2.UpdateMetadataRequest, run: Callable[..., Any]
+    ) -> None:
+        """Install ``request`` unless it is stale or for another cluster; ``run(fn)``
+        runs blocking file I/O off the event loop and returns an awaitable."""
+        if request.cluster_id and request.cluster_id != self.cluster_id:
+            raise MeridianError(
+                ErrorCode.INVALID_REQUEST,
+                f"this broker is in cluster {self.cluster_id!r}, not {request.cluster_id!r}",
+            )
+        async with self._lock:
+            if request.controller_epoch < self.epoch:
+                raise MeridianError(
+                    ErrorCode.STALE_CONTROLLER_EPOCH,
+                    f"controller epoch {request.controller_epoch} of {request.controller_id!r}"
+                    f" is older than the accepted {self.epoch}",
+                )
+            encoded = request.SerializeToString(deterministic=True)
+            if encoded != self._encoded:  # an unchanged push costs no fsync
+                await run(lambda: _write_atomically(self.path, encoded))
+                self._encoded = encoded
+            self.current = request
+
+    def leaders(self) -> dict[str, dict[int, admin_pb2.MetadataPartition]]:
+        if self.current is None:
+            return {}
+        return {t.name: {p.partition: p for p in t.partitions} for t in self.current.topics}
+
+    def brokers(self) -> list[common_pb2.BrokerInfo]:
+        return list(self.current.brokers) if self.current is not None else []
+
+
+def _write_atomically(path: str, data: bytes) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "wb") as file:
+        file.write(data)
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(tmp, path)
+    directory = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
 
 
 @dataclass
@@ -58,11 +154,17 @@ class Peer:
 
 class ClusterView:
     def __init__(
-        self, config: BrokerConfig, local: Callable[[], Iterable[tuple[str, int]]], port: int
+        self,
+        config: BrokerConfig,
+        local: Callable[[], Iterable[tuple[str, int]]],
+        port: int,
+        pushed: ControllerMetadata | None = None,
     ) -> None:
-        """``local()`` lists the partitions this broker hosts; ``port`` is the bound one."""
+        """``local()`` lists the partitions this broker hosts; ``port`` is the bound one;
+        ``pushed`` holds what the controller last pushed."""
         self.config = config
         self._local = local
+        self.pushed = pushed or ControllerMetadata(config.data_dir, config.cluster_id)
         self.me = common_pb2.BrokerInfo(
             id=config.broker_id, host=config.host, port=port, region=config.region
         )
@@ -135,16 +237,25 @@ class ClusterView:
 
     # -- queries ------------------------------------------------------------------------
     def brokers(self) -> list[common_pb2.BrokerInfo]:
-        return [self.me, *(peer.info for peer in self.peers.values())]
+        """This broker, then the controller's view of the others, then static peers."""
+        found = {self.me.id: self.me}
+        for info in self.pushed.brokers():
+            found.setdefault(info.id, info)
+        for peer in self.peers.values():
+            found.setdefault(peer.broker_id, peer.info)
+        return [self.me, *(found[i] for i in sorted(found) if i != self.me.id)]
 
     def is_alive(self, peer: Peer) -> bool:
         expiry = self.config.peer_expiry_ms / 1000
         return peer.last_ok is not None and time.monotonic() - peer.last_ok <= expiry
 
     def placement(self, *, local_only: bool = False) -> Placement:
-        """Where every known partition is led; this broker's own partitions win."""
+        """Where every known partition is led: this broker's own partitions win, then the
+        controller's push, then what live static peers host."""
         found: Placement = {}
         if not local_only:
+            for topic, pushed in self.pushed.leaders().items():
+                found[topic] = {p: meta.leader_id for p, meta in pushed.items()}
             for peer in self.peers.values():
                 if self.is_alive(peer):
                     for topic, partitions in peer.hosted.items():
@@ -156,10 +267,7 @@ class ClusterView:
         return found
 
     def broker(self, broker_id: int) -> common_pb2.BrokerInfo | None:
-        if broker_id == self.me.id:
-            return self.me
-        peer = self.peers.get(broker_id)
-        return peer.info if peer is not None else None
+        return next((info for info in self.brokers() if info.id == broker_id), None)
 
     def offsets_owner(self, partition: int) -> int:
         ids = self.config.all_broker_ids
@@ -178,16 +286,21 @@ class ClusterView:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self.refresh(time.monotonic()), REFRESH_WAIT_S)
         placement = self.placement(local_only=request.local_only)
+        pushed = {} if request.local_only else self.pushed.leaders()
         names = list(dict.fromkeys(request.topics)) if request.topics else sorted(placement)
         return broker_pb2.MetadataResponse(
             cluster_id=self.config.cluster_id,
             broker_id=self.me.id,
             brokers=[self.me] if request.local_only else self.brokers(),
-            topics=[_topic(name, placement.get(name)) for name in names],
+            topics=[_topic(name, placement.get(name), pushed.get(name, {})) for name in names],
         )
 
 
-def _topic(name: str, leaders: dict[int, int] | None) -> broker_pb2.TopicMetadata:
+def _topic(
+    name: str,
+    leaders: dict[int, int] | None,
+    pushed: dict[int, admin_pb2.MetadataPartition],
+) -> broker_pb2.TopicMetadata:
     if leaders is None:
         return broker_pb2.TopicMetadata(
             name=name,
@@ -195,10 +308,23 @@ def _topic(name: str, leaders: dict[int, int] | None) -> broker_pb2.TopicMetadat
             error_message=f"no broker hosts topic {name!r}",
             internal=is_internal(name),
         )
-    partitions = [
-        broker_pb2.PartitionMetadata(
-            partition=p, leader_id=leader, leader_epoch=0, replicas=[leader], isr=[leader]
-        )
-        for p, leader in sorted(leaders.items())
-    ]
+    partitions = [_partition(p, leader, pushed.get(p)) for p, leader in sorted(leaders.items())]
     return broker_pb2.TopicMetadata(name=name, partitions=partitions, internal=is_internal(name))
+
+
+def _partition(
+    partition: int, leader: int, pushed: admin_pb2.MetadataPartition | None
+) -> broker_pb2.PartitionMetadata:
+    """The pushed leader epoch and replicas hold while the push names the same leader."""
+    if pushed is not None and pushed.leader_id == leader:
+        replicas = list(pushed.replicas) or [leader]
+        return broker_pb2.PartitionMetadata(
+            partition=partition,
+            leader_id=leader,
+            leader_epoch=pushed.leader_epoch,
+            replicas=replicas,
+            isr=[leader],  # replication comes later: the leader alone is in sync
+        )
+    return broker_pb2.PartitionMetadata(
+        partition=partition, leader_id=leader, leader_epoch=0, replicas=[leader], isr=[leader]
+    )

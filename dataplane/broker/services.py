@@ -193,6 +193,9 @@ class AdminServicer(admin_pb2_grpc.AdminServicer, _Instrumented):
     async def DescribeState(self, request: admin_pb2.DescribeStateRequest, context: Any) -> Any:
         return await self._call("DescribeState", context, _now(self._admin.describe(request)))
 
+    async def UpdateMetadata(self, request: admin_pb2.UpdateMetadataRequest, context: Any) -> Any:
+        return await self._call("UpdateMetadata", context, self._admin.update_metadata(request))
+
 
 async def _now(value: T) -> T:
     return value
