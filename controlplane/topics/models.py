@@ -60,6 +60,11 @@ class PartitionAssignment(TimestampedModel):
     topic = models.ForeignKey(Topic, on_delete=models.CASCADE, related_name="assignments")
     partition = models.PositiveIntegerField()
     broker = models.ForeignKey("regions.Broker", on_delete=models.PROTECT, related_name="+")
+    # Elected by the region's controller (with replication factor 1: ``broker``); null
+    # until then. ``leader_epoch`` grows at every change of leader.
+    leader = models.ForeignKey(
+        "regions.Broker", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     leader_epoch = models.PositiveIntegerField(default=0)
     status = models.CharField(
         max_length=16, choices=ProvisioningStatus.choices, default=ProvisioningStatus.PENDING
