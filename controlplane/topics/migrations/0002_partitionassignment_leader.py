@@ -5,16 +5,21 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('regions', '0001_initial'),
-        ('topics', '0001_initial'),
+        ("regions", "0001_initial"),
+        ("topics", "0001_initial"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='partitionassignment',
-            name='leader',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='regions.broker'),
+            model_name="partitionassignment",
+            name="leader",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.SET_NULL,
+                related_name="+",
+                to="regions.broker",
+            ),
         ),
     ]
