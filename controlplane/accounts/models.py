@@ -30,7 +30,7 @@ class ServiceAccount(StatusModel):
         ]
 
     def __str__(self) -> str:
-        return self.client_id
+        return str(self.client_id)
 
 
 class SigningKey(TimestampedModel):

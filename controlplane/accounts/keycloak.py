@@ -1,0 +1,271 @@
+"""Keycloak as the identity provider (DESIGN decision 7), through python-keycloak.
+
+Layout in the realm ``settings.KEYCLOAK_REALM``: a group ``/tenants/<slug>`` per tenant
+with subgroups ``tenant-admin``, ``developer`` and ``viewer``; a member is a user in one
+of them; a service account is a confidential client ``<slug>--<name>`` (client
+credentials only, tagged with the attribute ``meridian.tenant``) whose service-account
+user sits in the role's group. The realm itself is set up by ``bootstrap_identity``
+(``controlplane.accounts.keycloak_setup``)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+import requests
+from django.conf import settings
+from keycloak import KeycloakAdmin
+from keycloak.exceptions import KeycloakConnectionError, KeycloakError
+
+from controlplane.accounts.local import group_path, tenant_group_path
+from controlplane.accounts.tokens import InvalidToken, JwksCache, verify_rs256
+from controlplane.core.errors import Conflict, InvalidRequest, NotFound, Unavailable
+from controlplane.tenants.choices import Role
+
+if TYPE_CHECKING:
+    from controlplane.accounts.models import ServiceAccount
+    from controlplane.tenants.models import Tenant
+
+TENANT_ATTRIBUTE = "meridian.tenant"
+NEW_USER_ACTIONS = ["VERIFY_EMAIL", "UPDATE_PASSWORD"]
+HTTP_TIMEOUT_S = 10
+
+
+def realm_url(realm: str | None = None) -> str:
+    return f"{settings.KEYCLOAK_URL.rstrip('/')}/realms/{realm or settings.KEYCLOAK_REALM}"
+
+
+def admin_for(realm: str) -> KeycloakAdmin:
+    """An admin client logged in to the master realm as ``KEYCLOAK_ADMIN_USER``,
+    managing ``realm``."""
+    return KeycloakAdmin(
+        server_url=settings.KEYCLOAK_URL.rstrip("/") + "/",
+        username=settings.KEYCLOAK_ADMIN_USER,
+        password=settings.KEYCLOAK_ADMIN_PASSWORD,
+        realm_name=realm,
+        user_realm_name="master",
+        client_id="admin-cli",
+        timeout=HTTP_TIMEOUT_S,
+    )
+
+
+@contextmanager
+def idp_errors(action: str) -> Iterator[None]:
+    """Keycloak failures as domain errors: unreachable or failing → ``Unavailable``
+    (503), an existing object → ``Conflict``, a refused payload → ``InvalidRequest``."""
+    try:
+        yield
+    except (KeycloakConnectionError, requests.RequestException) as exc:
+        raise Unavailable(f"Keycloak is unreachable ({action}): {exc}", action=action) from exc
+    except KeycloakError as exc:
+        message = f"Keycloak refused to {action}: {exc.error_message!r}"
+        if exc.response_code == 409:
+            raise Conflict(message, action=action) from exc
+        if exc.response_code == 400:
+            raise InvalidRequest(message, action=action) from exc
+        raise Unavailable(message, action=action, status=exc.response_code) from exc
+
+
+def is_not_found(exc: KeycloakError) -> bool:
+    return exc.response_code == 404
+
+
+class KeycloakIdentity:
+    """Verifies Keycloak's tokens offline (JWKS from the realm's certs endpoint, cached
+    ``settings.JWKS_CACHE_S``) and provisions tenants, members and service accounts in
+    the realm. Admin calls are serialised: they are rare and share one admin session."""
+
+    def __init__(self, realm: str | None = None) -> None:
+        self.realm: str = realm or settings.KEYCLOAK_REALM
+        self.issuer: str = realm_url(self.realm)
+        self._keys = JwksCache(self._fetch_jwks, ttl_s=settings.JWKS_CACHE_S)
+        self._admin: KeycloakAdmin | None = None
+        self._admin_lock = threading.RLock()
+
+    # -- tokens -------------------------------------------------------------------------
+    def _fetch_jwks(self) -> dict[str, Any]:
+        try:
+            response = requests.get(
+                f"{self.issuer}/protocol/openid-connect/certs", timeout=HTTP_TIMEOUT_S
+            )
+            response.raise_for_status()
+            document: dict[str, Any] = response.json()
+        except (requests.RequestException, ValueError) as exc:
+            # Without the keys no token can be checked; the caller sees a refusal.
+            raise InvalidToken(f"cannot fetch Keycloak's signing keys: {exc}") from exc
+        return document
+
+    def verify(self, token: str) -> dict[str, Any]:
+        return verify_rs256(token, self._keys, issuer=self.issuer)
+
+    # -- admin plumbing -----------------------------------------------------------------
+    @contextmanager
+    def admin(self, action: str) -> Iterator[KeycloakAdmin]:
+        with self._admin_lock, idp_errors(action):
+            if self._admin is None:
+                self._admin = admin_for(self.realm)
+            yield self._admin
+
+    def _group_id(self, admin: KeycloakAdmin, path: str) -> str | None:
+        try:
+            return str(admin.get_group_by_path(path)["id"])
+        except KeycloakError as exc:
+            if is_not_found(exc):
+                return None
+            raise
+
+    def _ensure_group(self, admin: KeycloakAdmin, path: str, parent: str | None) -> str:
+        existing = self._group_id(admin, path)
+        if existing is not None:
+            return existing
+        admin.create_group({"name": path.rsplit("/", 1)[1]}, parent=parent, skip_exists=True)
+        created = self._group_id(admin, path)
+        assert created is not None, path
+        return created
+
+    def _role_group(self, admin: KeycloakAdmin, tenant: Tenant, role: str) -> str:
+        group = self._group_id(admin, group_path(tenant, role))
+        if group is None:
+            raise NotFound(
+                f"tenant {tenant.slug!r} is not provisioned in Keycloak (no group "
+                f"{group_path(tenant, role)!r})",
+                tenant=tenant.slug,
+            )
+        return group
+
+    def _move_to_role(self, admin: KeycloakAdmin, tenant: Tenant, user_id: str, role: str) -> None:
+        """Leave every other role group of the tenant, join ``role``'s."""
+        for other in Role.values:
+            if other != role:
+                self._leave(admin, tenant, user_id, other)
+        admin.group_user_add(user_id, self._role_group(admin, tenant, role))
+
+    def _leave(self, admin: KeycloakAdmin, tenant: Tenant, user_id: str, role: str) -> None:
+        group = self._group_id(admin, group_path(tenant, role))
+        if group is None:
+            return
+        try:
+            admin.group_user_remove(user_id, group)
+        except KeycloakError as exc:
+            if not is_not_found(exc):
+                raise
+
+    # -- tenants ------------------------------------------------------------------------
+    def provision_tenant(self, tenant: Tenant) -> str:
+        """Creates ``/tenants/<slug>`` and its role subgroups (reusing what exists);
+        returns the tenant group's id."""
+        with self.admin(f"provision tenant {tenant.slug}") as admin:
+            root = self._ensure_group(admin, "/tenants", None)
+            group = self._ensure_group(admin, tenant_group_path(tenant), root)
+            for role in Role.values:
+                self._ensure_group(admin, group_path(tenant, role), group)
+            return group
+
+    def deprovision_tenant(self, tenant: Tenant) -> None:
+        """Deletes the tenant's service-account clients and its groups (members lose
+        their role there; the users stay, they may belong to other tenants)."""
+        with self.admin(f"deprovision tenant {tenant.slug}") as admin:
+            for client in admin.get_clients():
+                if (client.get("attributes") or {}).get(TENANT_ATTRIBUTE) == tenant.slug:
+                    self._delete_client(admin, str(client["id"]))
+            group = self._group_id(admin, tenant_group_path(tenant))
+            if group is not None:
+                self._delete_group(admin, group)
+
+    @staticmethod
+    def _delete_group(admin: KeycloakAdmin, group_id: str) -> None:
+        try:
+            admin.delete_group(group_id)
+        except KeycloakError as exc:
+            if not is_not_found(exc):
+                raise
+
+    # -- members ------------------------------------------------------------------------
+    def invite_member(self, tenant: Tenant, *, username: str, email: str, role: str) -> str:
+        """Creates the user if missing (to verify their email and choose a password on
+        first login) and puts them in the role's group; returns the user id."""
+        with self.admin(f"invite {username} to {tenant.slug}") as admin:
+            self._role_group(admin, tenant, role)  # the tenant must be provisioned
+            user_id = admin.get_user_id(username)
+            if user_id is None:
+                payload = {
+                    "username": username,
+                    "email": email or None,
+                    "enabled": True,
+                    "emailVerified": False,
+                    "requiredActions": NEW_USER_ACTIONS,
+                }
+                user_id = admin.create_user(
+                    {k: v for k, v in payload.items() if v is not None}, exist_ok=True
+                )
+            self._move_to_role(admin, tenant, user_id, role)
+            return str(user_id)
+
+    def change_member_role(self, tenant: Tenant, *, subject: str, role: str) -> None:
+        with self.admin(f"change role of {subject} in {tenant.slug}") as admin:
+            self._move_to_role(admin, tenant, subject, role)
+
+    def remove_member(self, tenant: Tenant, *, subject: str) -> None:
+        with self.admin(f"remove {subject} from {tenant.slug}") as admin:
+            for role in Role.values:
+                self._leave(admin, tenant, subject, role)
+
+    # -- service accounts ---------------------------------------------------------------
+    def create_service_account(self, account: ServiceAccount) -> tuple[str, str]:
+        """Creates the confidential client and puts its service-account user in the
+        role's group; returns ``(client uuid, secret)``. Nothing is left behind if a
+        step fails."""
+        with self.admin(f"create client {account.client_id}") as admin:
+            group = self._role_group(admin, account.tenant, account.role)
+            client = admin.create_client(self._client_payload(account))
+            try:
+                user = admin.get_client_service_account_user(client)
+                admin.group_user_add(str(user["id"]), group)
+                secret = str(admin.get_client_secrets(client)["value"])
+            except BaseException:
+                self._delete_client(admin, client)
+                raise
+            return client, secret
+
+    @staticmethod
+    def _client_payload(account: ServiceAccount) -> dict[str, Any]:
+        return {
+            "clientId": account.client_id,
+            "name": f"{account.tenant.slug} / {account.name}",
+            "description": account.description,
+            "enabled": True,
+            "protocol": "openid-connect",
+            "publicClient": False,
+            "clientAuthenticatorType": "client-secret",
+            "serviceAccountsEnabled": True,
+            "standardFlowEnabled": False,
+            "implicitFlowEnabled": False,
+            "directAccessGrantsEnabled": False,
+            "attributes": {TENANT_ATTRIBUTE: account.tenant.slug},
+        }
+
+    def rotate_service_account_secret(self, account: ServiceAccount) -> str:
+        """A new secret; the old one stops working at once."""
+        with self.admin(f"rotate the secret of {account.client_id}") as admin:
+            return str(admin.generate_client_secrets(account.identity_ref)["value"])
+
+    def change_service_account_role(self, account: ServiceAccount, role: str) -> None:
+        with self.admin(f"change role of {account.client_id}") as admin:
+            user = admin.get_client_service_account_user(account.identity_ref)
+            self._move_to_role(admin, account.tenant, str(user["id"]), role)
+
+    def delete_service_account(self, account: ServiceAccount) -> None:
+        """Deletes the client (and with it its service-account user); a client already
+        gone is fine."""
+        with self.admin(f"delete client {account.client_id}") as admin:
+            self._delete_client(admin, account.identity_ref)
+
+    @staticmethod
+    def _delete_client(admin: KeycloakAdmin, client: str) -> None:
+        try:
+            admin.delete_client(client)
+        except KeycloakError as exc:
+            if not is_not_found(exc):
+                raise

@@ -1,0 +1,204 @@
+"""The control plane's own issuer (DESIGN decision 7, the embedded demo where no
+Keycloak runs). Its RSA keys live in the database (``SigningKey``); its JWKS is served at
+``/api/v1/auth/jwks.json``; service accounts get tokens from ``/api/v1/auth/token`` with
+the client-credentials grant. Tokens carry the same claims as Keycloak's."""
+
+from __future__ import annotations
+
+import secrets
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+
+import jwt
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+from django.conf import settings
+from django.contrib.auth.hashers import check_password, make_password
+from django.db import transaction
+
+from controlplane.accounts.tokens import InvalidToken, JwksCache, verify_rs256
+
+if TYPE_CHECKING:
+    from controlplane.accounts.models import ServiceAccount
+    from controlplane.tenants.models import Tenant
+
+SERVICE_ACCOUNT_USER_PREFIX = "service-account-"  # as Keycloak names them
+_SECRET_BYTES = 32
+# A hash that never matches: what ``check_password`` is run against for an unknown
+# client, so a wrong client_id costs as much time as a wrong secret.
+_DUMMY_HASH_SOURCE = "meridian-unknown-client"
+
+
+def member_subject(username: str) -> str:
+    """The local issuer's stable user id for ``username`` (one person, one subject across
+    tenants)."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, username))
+
+
+class LocalIdentity:
+    """The local issuer: signs RS256 tokens with the newest active ``SigningKey`` and
+    verifies them against every active key. Members and service accounts live only in
+    the control plane's database."""
+
+    def __init__(self) -> None:
+        self.issuer: str = settings.LOCAL_ISSUER
+        self._keys = JwksCache(self.jwks, ttl_s=settings.JWKS_CACHE_S)
+
+    # -- keys ---------------------------------------------------------------------------
+    def signing_key(self) -> tuple[str, Any]:
+        """``(kid, private key)`` of the newest active key, creating the first one."""
+        from controlplane.accounts.models import SigningKey
+
+        key = SigningKey.objects.filter(active=True).first()
+        if key is None:
+            key = self._create_key()
+        return str(key.kid), serialization.load_pem_private_key(key.private_pem.encode(), None)
+
+    def rotate_signing_key(self, *, keep: int = 2) -> str:
+        """Start signing with a new key; the ``keep - 1`` previous keys stay in the JWKS so
+        tokens they signed remain valid until they expire. Returns the new ``kid``."""
+        from controlplane.accounts.models import SigningKey
+
+        with transaction.atomic():
+            key = self._create_key()
+            retired = SigningKey.objects.filter(active=True).values_list("pk", flat=True)
+            SigningKey.objects.filter(pk__in=list(retired[keep:])).update(active=False)
+        self._keys.invalidate()
+        return str(key.kid)
+
+    def _create_key(self) -> Any:
+        from controlplane.accounts.models import SigningKey
+
+        private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        pem = private.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        ).decode()
+        return SigningKey.objects.create(kid=uuid.uuid4().hex, private_pem=pem)
+
+    def jwks(self) -> dict[str, Any]:
+        """The public half of every active key, as a JWKS document."""
+        from controlplane.accounts.models import SigningKey
+
+        if not SigningKey.objects.filter(active=True).exists():
+            self.signing_key()
+        keys = []
+        for key in SigningKey.objects.filter(active=True):
+            private = serialization.load_pem_private_key(key.private_pem.encode(), None)
+            assert isinstance(private, rsa.RSAPrivateKey)
+            jwk = jwt.algorithms.RSAAlgorithm.to_jwk(private.public_key(), as_dict=True)
+            keys.append({**jwk, "kid": key.kid, "use": "sig", "alg": "RS256"})
+        return {"keys": keys}
+
+    # -- tokens -------------------------------------------------------------------------
+    def issue_token(
+        self,
+        *,
+        subject: str,
+        username: str,
+        groups: list[str] | None = None,
+        realm_roles: list[str] | None = None,
+        ttl_s: int | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> str:
+        """A signed access token with Keycloak's claim layout; ``extra`` overrides any."""
+        kid, private = self.signing_key()
+        now = int(time.time())
+        claims = {
+            "iss": self.issuer,
+            "sub": subject,
+            "aud": settings.TOKEN_AUDIENCE,
+            "iat": now,
+            "exp": now + (ttl_s or settings.LOCAL_TOKEN_TTL_S),
+            "jti": uuid.uuid4().hex,
+            "typ": "Bearer",
+            "preferred_username": username,
+            "groups": groups or [],
+            "realm_access": {"roles": realm_roles or []},
+            **(extra or {}),
+        }
+        return jwt.encode(claims, private, algorithm="RS256", headers={"kid": kid})
+
+    def verify(self, token: str) -> dict[str, Any]:
+        return verify_rs256(token, self._keys, issuer=self.issuer)
+
+    def token_for_client(self, client_id: str, client_secret: str) -> tuple[str, int]:
+        """``(access token, expires_in)`` for a service account's client credentials;
+        ``InvalidToken`` when the client is unknown, disabled or the secret is wrong."""
+        from controlplane.accounts.models import ServiceAccount
+        from controlplane.core.choices import ProvisioningStatus
+
+        account = (
+            ServiceAccount.objects.select_related("tenant")
+            .filter(client_id=client_id, status=ProvisioningStatus.READY)
+            .exclude(secret_hash="")
+            .first()
+        )
+        stored = account.secret_hash if account else make_password(_DUMMY_HASH_SOURCE)
+        if not check_password(client_secret, stored) or account is None:
+            raise InvalidToken("unknown client or wrong secret")
+        ttl_s = int(settings.LOCAL_TOKEN_TTL_S)
+        token = self.issue_token(
+            subject=account.identity_ref,
+            username=SERVICE_ACCOUNT_USER_PREFIX + account.client_id,
+            groups=[group_path(account.tenant, account.role)],
+            ttl_s=ttl_s,
+            extra={"azp": account.client_id, "client_id": account.client_id},
+        )
+        return token, ttl_s
+
+    # -- tenants, members, service accounts (the database is the directory) -------------
+    def provision_tenant(self, tenant: Tenant) -> str:
+        return tenant_group_path(tenant)
+
+    def deprovision_tenant(self, tenant: Tenant) -> None:
+        """Revokes the tenant's service-account credentials: no new tokens for them."""
+        from controlplane.accounts.models import ServiceAccount
+
+        ServiceAccount.objects.filter(tenant=tenant).update(secret_hash="")
+
+    def invite_member(self, tenant: Tenant, *, username: str, email: str, role: str) -> str:
+        return member_subject(username)
+
+    def change_member_role(self, tenant: Tenant, *, subject: str, role: str) -> None:
+        """Nothing to do: the ``Membership`` row is the local directory."""
+
+    def remove_member(self, tenant: Tenant, *, subject: str) -> None:
+        """Nothing to do: the ``Membership`` row is the local directory."""
+
+    def create_service_account(self, account: ServiceAccount) -> tuple[str, str]:
+        """Sets ``account.secret_hash`` (the caller saves the row); returns
+        ``(identity_ref, secret)``."""
+        secret = new_secret()
+        account.secret_hash = make_password(secret)
+        return str(uuid.uuid4()), secret
+
+    def rotate_service_account_secret(self, account: ServiceAccount) -> str:
+        """Sets a new ``account.secret_hash`` (the caller saves the row)."""
+        secret = new_secret()
+        account.secret_hash = make_password(secret)
+        return secret
+
+    def change_service_account_role(self, account: ServiceAccount, role: str) -> None:
+        """Nothing to do: tokens are built from the row's role."""
+
+    def delete_service_account(self, account: ServiceAccount) -> None:
+        account.secret_hash = ""
+
+
+def new_secret() -> str:
+    return secrets.token_urlsafe(_SECRET_BYTES)
+
+
+def tenant_group_path(tenant: Tenant) -> str:
+    return f"/tenants/{tenant.slug}"
+
+
+def group_path(tenant: Tenant, role: str) -> str:
+    """The group whose members hold ``role`` in ``tenant`` (the ``groups`` claim)."""
+    return f"{tenant_group_path(tenant)}/{role}"
+
+
+__all__ = ["InvalidToken", "LocalIdentity", "group_path", "member_subject", "tenant_group_path"]

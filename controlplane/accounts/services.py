@@ -1,0 +1,215 @@
+"""Members and service accounts: the control plane's rows and the IdP's objects change
+together.
+
+The IdP is called synchronously (the caller needs the secret back) and never left out of
+step with the database: creating makes the IdP object first, then the row, and undoes
+the IdP object if the transaction fails; deleting removes the row and, last inside the
+same transaction, the IdP object, so an IdP failure rolls the row back. IdP failures are
+``Unavailable`` (503) or ``Conflict`` (409)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from django.db import IntegrityError, transaction
+
+from controlplane.accounts.identity import get_identity
+from controlplane.accounts.models import ServiceAccount
+from controlplane.core import audit
+from controlplane.core.actors import Actor
+from controlplane.core.choices import ProvisioningStatus
+from controlplane.core.errors import Conflict, DomainError, InvalidRequest
+from controlplane.tenants.choices import Role
+from controlplane.tenants.models import Membership, Tenant
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+CLIENT_ID_SEPARATOR = "--"
+
+
+def _check_role(role: str) -> None:
+    if role not in Role.values:
+        raise InvalidRequest(
+            f"unknown role {role!r}; one of {', '.join(Role.values)}", role=f"unknown: {role}"
+        )
+
+
+def _then_undo(create: Callable[[], T], undo: Callable[[], None]) -> T:
+    """``create()`` inside a transaction; if it fails, ``undo()`` the IdP change made
+    before it (an undo failure is logged: the original error is what the caller sees)."""
+    try:
+        with transaction.atomic():
+            return create()
+    except BaseException:
+        try:
+            undo()
+        except DomainError:
+            log.exception("could not undo an IdP change after a failed transaction")
+        raise
+
+
+# -- members ------------------------------------------------------------------------------
+def invite_member(
+    tenant: Tenant, *, username: str, email: str = "", role: str, actor: Actor
+) -> Membership:
+    """Gives ``username`` the ``role`` in ``tenant``, creating the IdP user if missing
+    (they verify their email and choose a password on first login). A person already a
+    member is a ``Conflict``."""
+    _check_role(role)
+    if Membership.objects.filter(tenant=tenant, username=username).exists():
+        raise Conflict(f"{username!r} is already a member of {tenant.slug!r}", username=username)
+    identity = get_identity()
+    subject = identity.invite_member(tenant, username=username, email=email, role=role)
+
+    def create() -> Membership:
+        try:
+            with transaction.atomic():
+                membership: Membership = Membership.objects.create(
+                    tenant=tenant, subject=subject, username=username, email=email, role=role
+                )
+        except IntegrityError as exc:
+            raise Conflict(f"{username!r} is already a member of {tenant.slug!r}") from exc
+        audit.record(
+            actor, "member.invite", membership, after=audit.snapshot(membership), tenant=tenant
+        )
+        return membership
+
+    return _then_undo(create, lambda: identity.remove_member(tenant, subject=subject))
+
+
+def change_member_role(membership: Membership, *, role: str, actor: Actor) -> Membership:
+    """Moves the member to ``role`` in their tenant (the IdP first: tokens carry it)."""
+    _check_role(role)
+    if membership.role == role:
+        return membership
+    tenant, old_role = membership.tenant, membership.role
+    identity = get_identity()
+    identity.change_member_role(tenant, subject=membership.subject, role=role)
+
+    def update() -> Membership:
+        before = audit.snapshot(membership)
+        membership.role = role
+        membership.save(update_fields=["role", "updated_at"])
+        audit.record(
+            actor, "member.change_role", membership, before=before,
+            after=audit.snapshot(membership), tenant=tenant,
+        )  # fmt: skip
+        return membership
+
+    def undo() -> None:
+        identity.change_member_role(tenant, subject=membership.subject, role=old_role)
+
+    return _then_undo(update, undo)
+
+
+def remove_member(membership: Membership, *, actor: Actor) -> None:
+    """Takes the member's role in the tenant away (the IdP user stays: they may belong
+    to other tenants)."""
+    tenant = membership.tenant
+    with transaction.atomic():
+        audit.record(
+            actor, "member.remove", membership, before=audit.snapshot(membership), tenant=tenant
+        )
+        membership.delete()
+        get_identity().remove_member(tenant, subject=membership.subject)
+
+
+# -- service accounts ---------------------------------------------------------------------
+def client_id_for(tenant: Tenant, name: str) -> str:
+    return f"{tenant.slug}{CLIENT_ID_SEPARATOR}{name}"
+
+
+def create_service_account(
+    tenant: Tenant, *, name: str, role: str = Role.DEVELOPER, description: str = "", actor: Actor
+) -> tuple[ServiceAccount, str]:
+    """A machine identity of the tenant: an OAuth client ``<tenant>--<name>`` with the
+    client-credentials grant and ``role`` in the tenant. Returns the account and its
+    secret, which is shown this once."""
+    _check_role(role)
+    account = ServiceAccount(
+        tenant=tenant,
+        name=name,
+        role=role,
+        description=description,
+        client_id=client_id_for(tenant, name),
+        created_by=actor.subject,
+        status=ProvisioningStatus.READY,
+    )
+    account.full_clean(exclude=["identity_ref", "secret_hash"], validate_unique=False)
+    if ServiceAccount.objects.filter(client_id=account.client_id).exists():
+        raise Conflict(f"service account {name!r} exists in {tenant.slug!r}", name=name)
+    identity = get_identity()
+    account.identity_ref, secret = identity.create_service_account(account)
+
+    def create() -> ServiceAccount:
+        try:
+            with transaction.atomic():
+                account.save()
+        except IntegrityError as exc:
+            raise Conflict(f"service account {name!r} exists in {tenant.slug!r}") from exc
+        audit.record(
+            actor, "service_account.create", account, after=audit.snapshot(account), tenant=tenant
+        )
+        return account
+
+    return _then_undo(create, lambda: identity.delete_service_account(account)), secret
+
+
+def rotate_service_account_secret(account: ServiceAccount, *, actor: Actor) -> str:
+    """A new secret for the account; the old one stops working. Returns the new one,
+    shown this once."""
+    secret = get_identity().rotate_service_account_secret(account)
+    with transaction.atomic():
+        account.save(update_fields=["secret_hash", "updated_at"])
+        audit.record(
+            actor, "service_account.rotate_secret", account,
+            after=audit.snapshot(account), tenant=account.tenant,
+        )  # fmt: skip
+    return secret
+
+
+def update_service_account(
+    account: ServiceAccount, *, actor: Actor, **changes: Any
+) -> ServiceAccount:
+    """Changes ``description`` and/or ``role`` (the IdP first for a role)."""
+    unknown = set(changes) - {"description", "role"}
+    if unknown:
+        raise InvalidRequest(f"cannot change {', '.join(sorted(unknown))}")
+    old_role = account.role
+    role = changes.get("role", old_role)
+    _check_role(role)
+    identity = get_identity()
+    if role != old_role:
+        identity.change_service_account_role(account, role)
+
+    def update() -> ServiceAccount:
+        before = audit.snapshot(account)
+        for field, value in changes.items():
+            setattr(account, field, value)
+        account.full_clean(exclude=["identity_ref", "secret_hash"], validate_unique=False)
+        account.save()
+        audit.record(
+            actor, "service_account.update", account, before=before,
+            after=audit.snapshot(account), tenant=account.tenant,
+        )  # fmt: skip
+        return account
+
+    def undo() -> None:
+        if role != old_role:
+            account.role = old_role
+            identity.change_service_account_role(account, old_role)
+
+    return _then_undo(update, undo)
+
+
+def delete_service_account(account: ServiceAccount, *, actor: Actor) -> None:
+    """Removes the account and its IdP client; its tokens stay valid until they expire."""
+    with transaction.atomic():
+        audit.record(
+            actor, "service_account.delete", account,
+            before=audit.snapshot(account), tenant=account.tenant,
+        )  # fmt: skip
+        account.delete()
+        get_identity().delete_service_account(account)
