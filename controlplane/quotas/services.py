@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F, Sum
+from django.db.models import Count, F, Sum
 
 from controlplane.core import audit
 from controlplane.core.actors import Actor
@@ -38,12 +38,14 @@ def reserved_usage(tenant: Tenant) -> dict[str, int]:
     partitions, and storage bytes (partitions * retention bytes, summed). Topics being
     deleted still count: their partitions live on until the reconciler removes them."""
     totals = Topic.objects.filter(tenant=tenant).aggregate(
-        partitions=Sum("partitions"), storage_bytes=Sum(F("partitions") * F("retention_bytes"))
+        topic_count=Count("id"),
+        partition_count=Sum("partitions", default=0),
+        reserved_bytes=Sum(F("partitions") * F("retention_bytes"), default=0),
     )
     return {
-        "topics": Topic.objects.filter(tenant=tenant).count(),
-        "partitions": totals["partitions"] or 0,
-        "storage_bytes": totals["storage_bytes"] or 0,
+        "topics": totals["topic_count"],
+        "partitions": totals["partition_count"],
+        "storage_bytes": totals["reserved_bytes"],
     }
 
 
