@@ -27,6 +27,8 @@ from controlplane.tenants.models import Membership, Tenant
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 CLIENT_ID_SEPARATOR = "--"
+# Set by the IdP; uniqueness is the service's to check (a 409, not a 400).
+_IDP_FIELDS = ["identity_ref", "secret_hash"]
 
 
 def _check_role(role: str) -> None:
@@ -137,7 +139,7 @@ def create_service_account(
         created_by=actor.subject,
         status=ProvisioningStatus.READY,
     )
-    account.full_clean(exclude=["identity_ref", "secret_hash"], validate_unique=False)
+    account.full_clean(exclude=_IDP_FIELDS, validate_unique=False, validate_constraints=False)
     if ServiceAccount.objects.filter(client_id=account.client_id).exists():
         raise Conflict(f"service account {name!r} exists in {tenant.slug!r}", name=name)
     identity = get_identity()
@@ -188,7 +190,7 @@ def update_service_account(
         before = audit.snapshot(account)
         for field, value in changes.items():
             setattr(account, field, value)
-        account.full_clean(exclude=["identity_ref", "secret_hash"], validate_unique=False)
+        account.full_clean(exclude=_IDP_FIELDS, validate_unique=False, validate_constraints=False)
         account.save()
         audit.record(
             actor, "service_account.update", account, before=before,
