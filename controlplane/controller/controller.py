@@ -1,0 +1,196 @@
+"""``Controller``: the one active process of a region that keeps its brokers running,
+elects partition leaders, pushes metadata to brokers and tracks their liveness.
+
+Every ``tick()`` (the process calls it every ``settings.CONTROLLER_TICK_S``):
+
+1. A standby tries the region's ``Lease``; on winning it becomes active with a new
+   controller epoch (``regions.services.take_over_region``), which fences every earlier
+   controller at the brokers.
+2. The active one checks it is still the one: its lease is held and the region still
+   names its epoch (``refresh_controller_seen``, which also marks it alive). Otherwise it
+   stops acting at once and is a standby again.
+3. For each cluster of the region (not being deleted): the cluster's provisioner makes
+   sure its brokers run; leaders are elected; ``UpdateMetadata`` is pushed to every
+   broker. A broker that answers is ``ready`` (``last_heartbeat_at``); one silent for
+   ``settings.BROKER_SESSION_TIMEOUT_S`` (counted from its last heartbeat, or from this
+   controller's takeover) is ``unreachable`` with the reason. A broker that refuses the
+   push as STALE_CONTROLLER_EPOCH proves a newer controller exists: step down.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.utils import timezone
+
+from controlplane.controller.leaders import elect_leaders, metadata_request
+from controlplane.controller.lease import Lease
+from controlplane.controller.push import MetadataPusher, PushOutcome
+from controlplane.core.actors import Actor
+from controlplane.core.choices import ProvisioningStatus
+from controlplane.provisioning import Provisioner, ProvisioningError, get_provisioner
+from controlplane.regions import services
+from controlplane.regions.choices import BrokerPhase
+from controlplane.regions.models import Broker, Cluster
+
+log = logging.getLogger(__name__)
+
+ACTOR = Actor.system("controller")
+
+
+class DeposedError(Exception):
+    """A newer controller has taken over the region."""
+
+
+class Controller:
+    def __init__(
+        self,
+        region_name: str,
+        controller_id: str,
+        lease: Lease,
+        *,
+        provisioner_for: Callable[[Cluster], Provisioner] = get_provisioner,
+        pusher: MetadataPusher | None = None,
+        clock: Callable[[], datetime] = timezone.now,
+    ) -> None:
+        self.region_name = region_name
+        self.controller_id = controller_id
+        self.lease = lease
+        self.provisioner_for = provisioner_for
+        self.pusher = pusher or MetadataPusher(settings.BROKER_RPC_TIMEOUT_S)
+        self.clock = clock
+        self.epoch = 0
+        self.active = False
+        self.active_since: datetime | None = None
+
+    # -- leadership -----------------------------------------------------------------------
+    def tick(self) -> None:
+        """One round; see the module docstring. Database errors propagate (the caller
+        steps down: without its database the controller must not act)."""
+        if not self.active and not self._take_over():
+            return
+        if not self.lease.held():
+            self.step_down("lost the lease")
+            return
+        if not services.refresh_controller_seen(self.region_name, epoch=self.epoch):
+            self.step_down("a newer controller took over the region")
+            return
+        try:
+            for cluster in self._clusters():
+                self._tick_cluster(cluster)
+        except DeposedError as exc:
+            self.step_down(str(exc))
+
+    def _take_over(self) -> bool:
+        if not self.lease.acquire():
+            return False
+        self.epoch = services.take_over_region(
+            self.region_name, controller_id=self.controller_id, actor=ACTOR
+        )
+        self.active, self.active_since = True, self.clock()
+        log.info("controller %s active for %s, epoch %d", self.controller_id,
+                 self.region_name, self.epoch)  # fmt: skip
+        return True
+
+    def step_down(self, why: str) -> None:
+        """Stop acting at once and give the lease up; the next tick tries again."""
+        if self.active:
+            log.warning("controller %s steps down: %s", self.controller_id, why)
+        self.active = False
+        self.active_since = None
+        self.lease.release()
+
+    def close(self) -> None:
+        self.step_down("stopping")
+        self.pusher.close()
+
+    # -- one cluster ----------------------------------------------------------------------
+    def _clusters(self) -> list[Cluster]:
+        return list(
+            Cluster.objects.filter(region__name=self.region_name)
+            .exclude(status=ProvisioningStatus.DELETING)
+            .select_related("region")
+        )
+
+    def _tick_cluster(self, cluster: Cluster) -> None:
+        brokers = list(cluster.brokers.select_related("cluster__region"))
+        self._ensure_running(cluster, brokers)
+        elect_leaders(cluster, actor=ACTOR)
+        request = metadata_request(
+            cluster, brokers, controller_id=self.controller_id, epoch=self.epoch
+        )
+        outcomes = self.pusher.push(brokers, request)
+        for broker in brokers:
+            self._observe(broker, outcomes.get(broker.pk))
+        self._judge(cluster, brokers)
+
+    def _ensure_running(self, cluster: Cluster, brokers: list[Broker]) -> None:
+        provisioner = self.provisioner_for(cluster)
+        wanted = [b for b in brokers if b.phase not in (BrokerPhase.STOPPING, BrokerPhase.STOPPED)]
+        try:
+            provisioner.ensure_brokers(wanted)
+        except ProvisioningError as exc:
+            log.error("%s", exc)
+            services.set_broker_phase(
+                exc.broker, BrokerPhase.UNREACHABLE, actor=ACTOR, reason=exc.message[:2000]
+            )
+        for broker in brokers:  # the provisioner may have recorded a new process
+            broker.refresh_from_db()
+
+    def _observe(self, broker: Broker, outcome: PushOutcome | None) -> None:
+        if outcome is not None and outcome.response is not None:
+            services.record_heartbeat(
+                broker, version=outcome.response.version, at=self.clock(), actor=ACTOR
+            )
+            return
+        if outcome is not None and outcome.stale_epoch:
+            raise DeposedError(f"broker {broker.broker_id} refused epoch {self.epoch} as stale")
+        silent = self._silent_for(broker)
+        if silent <= settings.BROKER_SESSION_TIMEOUT_S:
+            return
+        why = outcome.error.message if outcome is not None and outcome.error else "no address"
+        reason = f"no heartbeat for {silent:.0f} s: {why}"
+        if broker.phase != BrokerPhase.UNREACHABLE or not broker.phase_reason:
+            services.set_broker_phase(broker, BrokerPhase.UNREACHABLE, actor=ACTOR, reason=reason)
+
+    def _silent_for(self, broker: Broker) -> float:
+        assert self.active_since is not None
+        since = max(filter(None, [broker.last_heartbeat_at, self.active_since]))
+        return float((self.clock() - since) / timedelta(seconds=1))
+
+    def _judge(self, cluster: Cluster, brokers: list[Broker]) -> None:
+        """ready once every broker has answered; a later outage names the brokers."""
+        missing = [b.broker_id for b in brokers if b.phase != BrokerPhase.READY]
+        if not missing:
+            services.set_cluster_status(cluster, ProvisioningStatus.READY, actor=ACTOR)
+            return
+        names = ", ".join(str(i) for i in missing)
+        if cluster.status == ProvisioningStatus.READY:
+            reason = f"not answering: broker {names}"
+            services.set_cluster_status(
+                cluster, ProvisioningStatus.READY, actor=ACTOR, reason=reason
+            )
+        else:
+            reason = f"waiting for broker {names}"
+            status = ProvisioningStatus.PROVISIONING
+            services.set_cluster_status(cluster, status, actor=ACTOR, reason=reason)
+
+
+def run_forever(controller: Controller, tick_s: float, stopping: Callable[[], bool]) -> None:
+    """Tick every ``tick_s`` until ``stopping()``; a failing tick (the database is gone,
+    a bug) makes the controller step down, and the loop goes on as a standby."""
+    from django.db import close_old_connections
+
+    while not stopping():
+        started = time.monotonic()
+        close_old_connections()
+        try:
+            controller.tick()
+        except Exception:  # any failure: stop acting, stay alive, retry as a standby
+            log.exception("controller tick failed")
+            controller.step_down("the tick failed")
+        time.sleep(max(0.0, tick_s - (time.monotonic() - started)))

@@ -1,0 +1,75 @@
+"""Pushing ``UpdateMetadata`` to every broker of a cluster at once.
+
+Calls run concurrently (gRPC futures) with a deadline each; an answer is the broker's
+heartbeat, a failure a typed ``MeridianError``. Channels are kept per address and
+reconnect quickly: a restarted broker is heard from at the next tick rather than after
+gRPC's default reconnect backoff (up to two minutes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import grpc
+
+from controlplane.regions.models import Broker
+from dataplane._gen.meridian.v1 import admin_pb2, admin_pb2_grpc
+from dataplane.client.connection import CHANNEL_OPTIONS
+from dataplane.errors import ErrorCode, MeridianError, error_from_rpc
+
+_OPTIONS = [
+    *CHANNEL_OPTIONS,
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+]
+
+
+@dataclass(frozen=True)
+class PushOutcome:
+    """One broker's answer (``response``) or failure (``error``)."""
+
+    response: admin_pb2.UpdateMetadataResponse | None = None
+    error: MeridianError | None = None
+
+    @property
+    def stale_epoch(self) -> bool:
+        return self.error is not None and self.error.code == ErrorCode.STALE_CONTROLLER_EPOCH
+
+
+class MetadataPusher:
+    """Thread safety: one caller (the controller's loop)."""
+
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        self._stubs: dict[str, tuple[grpc.Channel, admin_pb2_grpc.AdminStub]] = {}
+
+    def push(
+        self, brokers: Iterable[Broker], request: admin_pb2.UpdateMetadataRequest
+    ) -> dict[int, PushOutcome]:
+        """``request`` to every addressed broker; outcomes by ``Broker.pk``."""
+        calls = {
+            broker.pk: self._stub(broker.address).UpdateMetadata.future(
+                request, timeout=self.timeout_s
+            )
+            for broker in brokers
+            if broker.address
+        }
+        outcomes = {}
+        for pk, call in calls.items():
+            try:
+                outcomes[pk] = PushOutcome(response=call.result())
+            except grpc.RpcError as exc:
+                outcomes[pk] = PushOutcome(error=error_from_rpc(exc))
+        return outcomes
+
+    def _stub(self, address: str) -> admin_pb2_grpc.AdminStub:
+        if address not in self._stubs:
+            channel = grpc.insecure_channel(address, options=_OPTIONS)
+            self._stubs[address] = (channel, admin_pb2_grpc.AdminStub(channel))
+        return self._stubs[address][1]
+
+    def close(self) -> None:
+        for channel, _ in self._stubs.values():
+            channel.close()
+        self._stubs.clear()

@@ -1,0 +1,226 @@
+"""``LocalProvisioner``: a ``local`` cluster's brokers as processes on this host.
+
+Broker ``N`` of cluster ``C`` in region ``R`` runs as
+``python -m dataplane.broker --id N --data-dir <DATA_DIR>/R/C/broker-N
+--listen 127.0.0.1:<port> --peer M=127.0.0.1:<port of M> ... --region R --cluster-id C``;
+its ready file (``broker-N.ready``, JSON with its ``pid``) and its log (``broker-N.log``,
+stdout and stderr, appended) sit next to the data directory. Ports are chosen once, for
+every broker of the cluster before any starts (each needs the others' addresses), and
+kept in the rows, so a restarted broker comes back at the same address. Processes get a
+session of their own: they outlive the controller that started them, which is how
+brokers keep serving while no controller runs; the next controller finds them by pid.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from django.conf import settings
+
+import controlplane
+from controlplane.core.actors import Actor
+from controlplane.provisioning.base import ProvisioningError
+from controlplane.regions import services
+from controlplane.regions.choices import BrokerPhase
+from controlplane.regions.models import Broker, Cluster
+
+HOST = "127.0.0.1"
+READY_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 30.0
+LOG_TAIL_BYTES = 4000
+_SOURCE_ROOT = Path(controlplane.__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class BrokerPaths:
+    data_dir: Path
+    ready_file: Path
+    log_file: Path
+
+
+class LocalProvisioner:
+    """See the module docstring. Thread safety: one caller at a time (the controller)."""
+
+    def __init__(self, data_root: Path | str | None = None) -> None:
+        self.data_root = Path(data_root or settings.DATA_DIR).resolve()
+        self._children: dict[int, subprocess.Popen[bytes]] = {}  # pid -> process we started
+
+    def paths(self, broker: Broker) -> BrokerPaths:
+        cluster = broker.cluster
+        base = self.data_root / cluster.region.name / cluster.name
+        name = f"broker-{broker.broker_id}"
+        return BrokerPaths(base / name, base / f"{name}.ready", base / f"{name}.log")
+
+    # -- the Provisioner protocol ---------------------------------------------------------
+    def ensure_broker(self, broker: Broker) -> None:
+        self.ensure_brokers([broker])
+
+    def ensure_brokers(self, brokers: Sequence[Broker]) -> None:
+        for cluster in {broker.cluster for broker in brokers}:
+            self._assign_ports(cluster)
+        started = []
+        for broker in brokers:
+            broker.refresh_from_db(fields=["host", "port", "pid", "data_dir"])
+            if not self.is_running(broker):
+                self._note_restart(broker)
+                started.append((broker, self._launch(broker)))
+        failures = [err for b, p in started if (err := self._wait_ready(b, p)) is not None]
+        if failures:
+            raise failures[0]
+
+    def is_running(self, broker: Broker) -> bool:
+        if broker.pid is None:
+            return False
+        child = self._children.get(broker.pid)
+        if child is not None and child.poll() is not None:  # exited: reaped now
+            del self._children[broker.pid]
+            return False
+        return _is_broker_process(broker.pid, self.paths(broker).data_dir)
+
+    def stop_broker(self, broker: Broker, timeout_s: float = STOP_TIMEOUT_S) -> None:
+        """SIGTERM and wait for a clean stop (SIGKILL after ``timeout_s``)."""
+        if self.is_running(broker):
+            assert broker.pid is not None
+            services.set_broker_phase(broker, BrokerPhase.STOPPING, actor=_ACTOR)
+            os.kill(broker.pid, signal.SIGTERM)
+            if not self._wait_exit(broker, timeout_s):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(broker.pid, signal.SIGKILL)
+                self._wait_exit(broker, 5.0)
+        Broker.objects.filter(pk=broker.pk).update(pid=None)
+        broker.pid = None
+        services.set_broker_phase(broker, BrokerPhase.STOPPED, actor=_ACTOR)
+
+    # -- starting -------------------------------------------------------------------------
+    def _assign_ports(self, cluster: Cluster) -> None:
+        """Give every broker of ``cluster`` without a port one that is free now."""
+        missing = list(cluster.brokers.filter(port__isnull=True))
+        for broker, port in zip(missing, _free_ports(len(missing)), strict=True):
+            Broker.objects.filter(pk=broker.pk, port__isnull=True).update(host=HOST, port=port)
+
+    def command(self, broker: Broker) -> list[str]:
+        cluster = broker.cluster
+        paths = self.paths(broker)
+        args = [sys.executable, "-m", "dataplane.broker", "--id", str(broker.broker_id)]
+        args += ["--data-dir", str(paths.data_dir), "--listen", f"{HOST}:{broker.port}"]
+        args += ["--region", cluster.region.name, "--cluster-id", cluster.name]
+        args += ["--ready-file", str(paths.ready_file), "--metrics-listen", f"{HOST}:0"]
+        for peer in cluster.brokers.exclude(pk=broker.pk).exclude(port__isnull=True):
+            args += ["--peer", f"{peer.broker_id}={peer.host}:{peer.port}"]
+        return args
+
+    def _note_restart(self, broker: Broker) -> None:
+        if broker.phase in (BrokerPhase.READY, BrokerPhase.UNREACHABLE):
+            reason = "its process was not running: restarting it"
+            services.set_broker_phase(broker, BrokerPhase.STARTING, actor=_ACTOR, reason=reason)
+
+    def _launch(self, broker: Broker) -> subprocess.Popen[bytes]:
+        paths = self.paths(broker)
+        paths.data_dir.mkdir(parents=True, exist_ok=True)
+        paths.ready_file.unlink(missing_ok=True)
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env["PYTHONPATH"] = os.pathsep.join(
+            filter(None, [str(_SOURCE_ROOT), env.get("PYTHONPATH")])
+        )
+        command = self.command(broker)
+        with paths.log_file.open("ab") as log_file:
+            log_file.write(f"--- start: {' '.join(command)}\n".encode())
+            log_file.flush()
+            process = subprocess.Popen(
+                command, stdout=log_file, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
+        self._children[process.pid] = process
+        return process
+
+    def _wait_ready(
+        self, broker: Broker, process: subprocess.Popen[bytes]
+    ) -> ProvisioningError | None:
+        """Wait for the ready file naming ``process``; record the broker's process."""
+        paths = self.paths(broker)
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            with contextlib.suppress(FileNotFoundError, json.JSONDecodeError):
+                ready = json.loads(paths.ready_file.read_text())
+                if ready.get("pid") == process.pid:
+                    services.record_broker_process(
+                        broker,
+                        host=HOST,
+                        port=int(ready["port"]),
+                        pid=process.pid,
+                        data_dir=str(paths.data_dir),
+                    )
+                    return None
+            if process.poll() is not None:
+                return self._failed(broker, f"exited with {process.returncode} while starting")
+            time.sleep(0.05)
+        process.kill()
+        return self._failed(broker, f"was not ready within {READY_TIMEOUT_S} s")
+
+    def _failed(self, broker: Broker, what: str) -> ProvisioningError:
+        tail = _tail(self.paths(broker).log_file)
+        return ProvisioningError(broker, f"{what}; its log ends:\n{tail}")
+
+    def _wait_exit(self, broker: Broker, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if not self.is_running(broker):
+                return True
+            time.sleep(0.05)
+        return False
+
+
+_ACTOR = Actor.system("provisioner")
+
+
+def _is_broker_process(pid: int, data_dir: Path) -> bool:
+    """Whether ``pid`` is a live (not zombie) broker process serving ``data_dir``; a pid
+    reused by another program does not count."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    except OSError:  # no /proc: trust the pid alone
+        return _pid_alive(pid)
+    return state != "Z" and b"dataplane.broker" in cmdline and os.fsencode(data_dir) in cmdline
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _free_ports(count: int) -> list[int]:
+    """``count`` distinct ports free a moment ago on ``HOST``."""
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket()
+            sock.bind((HOST, 0))
+            sockets.append(sock)
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def _tail(path: Path) -> str:
+    with contextlib.suppress(FileNotFoundError), path.open("rb") as file:
+        file.seek(max(0, path.stat().st_size - LOG_TAIL_BYTES))
+        return file.read().decode(errors="replace")
+    return ""

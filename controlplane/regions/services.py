@@ -1,0 +1,276 @@
+"""Regions, clusters and brokers: the desired fleet, and what the controller observes.
+
+Desired-state changes (``create_region``, ``create_cluster``, ``register_broker`` ...)
+are atomic, take the acting ``Actor`` and write their audit event in the same
+transaction. Observed state (a broker's process, heartbeats, phases, the controller's
+epoch) is written by the controller and the provisioners through the functions of the
+second half; they audit phase transitions only, not every heartbeat.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from controlplane.core import audit
+from controlplane.core.actors import Actor
+from controlplane.core.choices import ProvisioningStatus
+from controlplane.core.errors import Conflict, InvalidRequest
+from controlplane.regions.choices import BrokerPhase, ProvisionerKind
+from controlplane.regions.models import Broker, Cluster, Region
+
+MAX_BROKERS_PER_CLUSTER = 64
+
+
+# -- regions ------------------------------------------------------------------------------
+@transaction.atomic
+def create_region(*, name: str, display_name: str = "", actor: Actor) -> Region:
+    """A new region; ``Conflict`` when the name is taken."""
+    region = Region(name=name, display_name=display_name)
+    _validate(region)
+    if Region.objects.filter(name=name).exists():
+        raise Conflict(f"region {name!r} already exists", field="name")
+    region.save()
+    audit.record(actor, "region.create", region, after=audit.snapshot(region))
+    return region
+
+
+@transaction.atomic
+def update_region(region: Region, *, display_name: str, actor: Actor) -> Region:
+    """Only the display name of a region changes; its name is its identity."""
+    region = Region.objects.select_for_update().get(pk=region.pk)
+    before = audit.snapshot(region)
+    region.display_name = display_name
+    _validate(region)
+    region.save(update_fields=["display_name", "updated_at"])
+    audit.record(actor, "region.update", region, before=before, after=audit.snapshot(region))
+    return region
+
+
+@transaction.atomic
+def delete_region(region: Region, *, actor: Actor) -> None:
+    """Remove an empty region; ``Conflict`` while clusters or tenants use it."""
+    region = Region.objects.select_for_update().get(pk=region.pk)
+    if region.clusters.exists() or region.tenants.exists():
+        raise Conflict(f"region {region.name!r} still has clusters or tenants")
+    before = audit.snapshot(region)
+    audit.record(actor, "region.delete", region, before=before)
+    region.delete()
+
+
+# -- clusters -----------------------------------------------------------------------------
+@transaction.atomic
+def create_cluster(
+    region: Region, *, name: str, provisioner: str, broker_count: int, actor: Actor
+) -> Cluster:
+    """A cluster with brokers 1..``broker_count`` (phase pending). A ``local`` cluster's
+    brokers are started by the region's controller; a ``static`` one's run elsewhere and
+    get their addresses through ``register_broker``."""
+    _check_broker_count(broker_count)
+    cluster = Cluster(region=region, name=name, provisioner=provisioner, broker_count=broker_count)
+    _validate(cluster, exclude=["region"])
+    if Cluster.objects.filter(region=region, name=name).exists():
+        raise Conflict(f"cluster {name!r} already exists in region {region.name!r}", field="name")
+    cluster.status = ProvisioningStatus.PENDING
+    cluster.save()
+    Broker.objects.bulk_create(
+        [Broker(cluster=cluster, broker_id=i) for i in range(1, broker_count + 1)]
+    )
+    audit.record(actor, "cluster.create", cluster, after=audit.snapshot(cluster))
+    return cluster
+
+
+@transaction.atomic
+def update_cluster(cluster: Cluster, *, broker_count: int, actor: Actor) -> Cluster:
+    """Grow a cluster by new brokers (pending); shrinking needs decommissioning, which
+    is not supported yet (``Conflict``)."""
+    cluster = Cluster.objects.select_for_update().get(pk=cluster.pk)
+    _check_broker_count(broker_count)
+    if broker_count < cluster.broker_count:
+        raise Conflict(
+            "shrinking a cluster needs broker decommissioning, which is not supported yet",
+            broker_count=cluster.broker_count,
+        )
+    before = audit.snapshot(cluster)
+    have = set(cluster.brokers.values_list("broker_id", flat=True))
+    new = [i for i in range(1, broker_count + 1) if i not in have]
+    Broker.objects.bulk_create([Broker(cluster=cluster, broker_id=i) for i in new])
+    cluster.broker_count = max(broker_count, len(have) + len(new))
+    cluster.save(update_fields=["broker_count", "updated_at"])
+    audit.record(actor, "cluster.update", cluster, before=before, after=audit.snapshot(cluster))
+    return cluster
+
+
+@transaction.atomic
+def delete_cluster(cluster: Cluster, *, actor: Actor) -> Cluster:
+    """Mark a cluster without topics for deletion; after commit, the
+    ``regions.delete_cluster`` job stops its brokers and removes it."""
+    cluster = Cluster.objects.select_for_update().get(pk=cluster.pk)
+    if cluster.topics.exists():
+        raise Conflict(f"cluster {cluster} still hosts topics", topics=cluster.topics.count())
+    before = audit.snapshot(cluster)
+    cluster.status = ProvisioningStatus.DELETING
+    cluster.save(update_fields=["status", "updated_at"])
+    audit.record(actor, "cluster.delete", cluster, before=before, after=audit.snapshot(cluster))
+    cluster_id = cluster.pk
+    transaction.on_commit(lambda: _enqueue_delete(cluster_id))
+    return cluster
+
+
+def _enqueue_delete(cluster_id: int) -> None:
+    from controlplane.regions.tasks import delete_cluster as task
+
+    task.delay(cluster_id)
+
+
+@transaction.atomic
+def remove_cluster(cluster_id: int, *, actor: Actor) -> None:
+    """The end of ``delete_cluster``: remove a cluster in ``deleting`` and its brokers
+    (their processes already stopped). Idempotent."""
+    cluster = Cluster.objects.select_for_update().filter(pk=cluster_id).first()
+    if cluster is None or cluster.status != ProvisioningStatus.DELETING:
+        return
+    audit.record(actor, "cluster.remove", cluster, before=audit.snapshot(cluster))
+    cluster.delete()
+
+
+# -- brokers ------------------------------------------------------------------------------
+@transaction.atomic
+def register_broker(
+    cluster: Cluster, *, broker_id: int, host: str, port: int, actor: Actor, rack: str = ""
+) -> Broker:
+    """Record where a broker of a ``static`` cluster listens (new, or a new address for a
+    known one, which then waits for the controller's next heartbeat)."""
+    cluster = Cluster.objects.select_for_update().get(pk=cluster.pk)
+    if cluster.provisioner != ProvisionerKind.STATIC:
+        raise Conflict(
+            f"cluster {cluster} is {cluster.provisioner}: its brokers are started and "
+            "addressed by its provisioner, not registered",
+            provisioner=cluster.provisioner,
+        )
+    broker = Broker.objects.filter(cluster=cluster, broker_id=broker_id).first()
+    before = audit.snapshot(broker)
+    broker = broker or Broker(cluster=cluster, broker_id=broker_id)
+    broker.host, broker.port, broker.rack = host, port, rack
+    broker.phase, broker.phase_reason = BrokerPhase.PENDING, ""
+    _validate(broker, exclude=["cluster"])
+    broker.save()
+    if cluster.brokers.count() > cluster.broker_count:
+        cluster.broker_count = cluster.brokers.count()
+        cluster.save(update_fields=["broker_count", "updated_at"])
+    action = "broker.register" if before is None else "broker.update"
+    audit.record(actor, action, broker, before=before, after=audit.snapshot(broker))
+    return broker
+
+
+def decommission_broker(broker: Broker, *, actor: Actor) -> None:
+    """Not supported yet: moving a broker's partitions away first needs reassignment
+    (with replication, a later issue). Always ``Conflict``."""
+    raise Conflict(
+        f"decommissioning {broker} is not supported yet: its partitions cannot be moved",
+        broker_id=broker.broker_id,
+    )
+
+
+# -- observed state: the controller and the provisioners ------------------------------------
+def record_broker_process(
+    broker: Broker, *, host: str, port: int, pid: int | None, data_dir: str
+) -> None:
+    """A provisioner started (or found) the broker's process; it is ``starting`` until
+    its first heartbeat unless it already answers."""
+    fields = {"host": host, "port": port, "pid": pid, "data_dir": data_dir}
+    Broker.objects.filter(pk=broker.pk).update(**fields, updated_at=timezone.now())
+    for name, value in fields.items():
+        setattr(broker, name, value)
+    if broker.phase in (BrokerPhase.PENDING, BrokerPhase.STOPPED):
+        set_broker_phase(broker, BrokerPhase.STARTING, actor=Actor.system("provisioner"))
+
+
+def record_heartbeat(broker: Broker, *, version: str, at: datetime, actor: Actor) -> None:
+    """The broker answered the controller's push at ``at``: it is ready."""
+    Broker.objects.filter(pk=broker.pk).update(last_heartbeat_at=at, version=version)
+    broker.last_heartbeat_at, broker.version = at, version
+    set_broker_phase(broker, BrokerPhase.READY, actor=actor)
+
+
+@transaction.atomic
+def set_broker_phase(broker: Broker, phase: str, *, actor: Actor, reason: str = "") -> bool:
+    """Move a broker to ``phase`` (with ``reason``); a change of phase is audited.
+    Returns whether the phase changed."""
+    before = audit.snapshot(broker)
+    changed = broker.phase != phase
+    if not changed and broker.phase_reason == reason:
+        return False
+    broker.phase, broker.phase_reason = phase, reason
+    Broker.objects.filter(pk=broker.pk).update(
+        phase=phase, phase_reason=reason, updated_at=timezone.now()
+    )
+    if changed:
+        audit.record(actor, "broker.phase", broker, before=before, after=audit.snapshot(broker))
+    return bool(changed)
+
+
+@transaction.atomic
+def set_cluster_status(cluster: Cluster, status: str, *, actor: Actor, reason: str = "") -> None:
+    """The controller's verdict on a cluster (ready when every broker answers);
+    audited when it changes. A cluster being deleted keeps ``deleting``."""
+    updated = (
+        Cluster.objects.filter(pk=cluster.pk)
+        .exclude(status=ProvisioningStatus.DELETING)
+        .exclude(status=status, status_reason=reason)
+        .update(status=status, status_reason=reason, updated_at=timezone.now())
+    )
+    if updated:
+        before = audit.snapshot(cluster)
+        cluster.status, cluster.status_reason = status, reason
+        audit.record(actor, "cluster.status", cluster, before=before, after=audit.snapshot(cluster))
+
+
+def take_over_region(region_name: str, *, controller_id: str, actor: Actor) -> int:
+    """Make ``controller_id`` the region's controller: bump ``controller_epoch``
+    atomically and return the new epoch (it fences every earlier controller)."""
+    with transaction.atomic():
+        region = Region.objects.select_for_update().get(name=region_name)
+        before = audit.snapshot(region)
+        region.controller_epoch = F("controller_epoch") + 1
+        region.controller_id = controller_id
+        region.controller_seen_at = timezone.now()
+        region.save(update_fields=["controller_epoch", "controller_id", "controller_seen_at"])
+        region.refresh_from_db()
+        audit.record(
+            actor, "region.controller", region, before=before, after=audit.snapshot(region)
+        )
+        return int(region.controller_epoch)
+
+
+def refresh_controller_seen(region_name: str, *, epoch: int) -> bool:
+    """Note that the controller of ``epoch`` is alive; False when a newer controller has
+    taken over (the caller is deposed)."""
+    updated = Region.objects.filter(name=region_name, controller_epoch=epoch).update(
+        controller_seen_at=timezone.now()
+    )
+    return bool(updated == 1)
+
+
+# -- helpers ------------------------------------------------------------------------------
+def _validate(obj: Region | Cluster | Broker, exclude: list[str] | None = None) -> None:
+    """``full_clean`` rules as ``InvalidRequest`` (400); uniqueness is checked by the
+    callers, which answer 409 for it."""
+    try:
+        obj.full_clean(exclude=exclude, validate_unique=False, validate_constraints=False)
+    except ValidationError as exc:
+        details = exc.message_dict if hasattr(exc, "error_dict") else {"": exc.messages}
+        first = next(iter(details.items()))
+        raise InvalidRequest(f"{first[0]}: {first[1][0]}", **details) from None
+
+
+def _check_broker_count(count: int) -> None:
+    if not 1 <= count <= MAX_BROKERS_PER_CLUSTER:
+        raise InvalidRequest(
+            f"broker_count must be between 1 and {MAX_BROKERS_PER_CLUSTER}",
+            broker_count=[f"must be between 1 and {MAX_BROKERS_PER_CLUSTER}"],
+        )
