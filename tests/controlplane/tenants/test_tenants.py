@@ -1,0 +1,173 @@
+"""Tenants: platform admins create, change and delete them; members read theirs;
+creation enqueues provisioning, which the local identity provider completes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from controlplane.accounts.identity import LocalIdentity
+from controlplane.core.actors import Actor
+from controlplane.core.errors import Conflict
+from controlplane.core.models import AuditEvent
+from controlplane.quotas.models import Quota
+from controlplane.regions.models import Region
+from controlplane.tenants import tasks
+from controlplane.tenants.choices import Role
+from controlplane.tenants.models import Tenant
+from controlplane.tenants.services import create_tenant, delete_tenant
+from controlplane.topics.services import create_topic
+from tests.controlplane.api_base import assert_error, make_cluster, make_tenant
+
+SYSTEM = Actor.system("tests")
+
+
+@pytest.fixture
+def enqueued(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[int]]:
+    """The tenant jobs enqueued, by task name, instead of sending them to a queue that no
+    worker serves in these tests (the task functions are tested directly below)."""
+    jobs: dict[str, list[int]] = {"provision_tenant": [], "deprovision_tenant": []}
+    for name, ids in jobs.items():
+        monkeypatch.setattr(getattr(tasks, name), "delay", ids.append)
+    return jobs
+
+
+def test_admin_creates_a_tenant_with_default_quota_and_provisioning_enqueued(
+    admin_client: Any, enqueued: dict[str, list[int]], django_capture_on_commit_callbacks: Any
+) -> None:
+    Region.objects.create(name="eu-west")
+    with django_capture_on_commit_callbacks(execute=True):
+        response = admin_client.post(
+            "/api/v1/tenants",
+            {"slug": "acme", "name": "Acme Corp", "home_region": "eu-west"},
+            format="json",
+        )
+    assert response.status_code == 201, response.content
+    body = response.json()
+    assert (body["slug"], body["status"], body["home_region"]) == ("acme", "pending", "eu-west")
+    tenant = Tenant.objects.get(slug="acme")
+    assert Quota.objects.get(tenant=tenant).max_topics == 100
+    assert enqueued["provision_tenant"] == [tenant.pk]
+    event = AuditEvent.objects.get(action="tenant.create")
+    assert (event.actor_name, event.before, event.after["slug"]) == ("operator", None, "acme")
+
+
+def test_nothing_is_enqueued_when_the_create_fails(
+    admin_client: Any, enqueued: dict[str, list[int]], django_capture_on_commit_callbacks: Any
+) -> None:
+    make_tenant("acme")
+    with django_capture_on_commit_callbacks(execute=True):
+        response = admin_client.post(
+            "/api/v1/tenants", {"slug": "acme", "name": "Again"}, format="json"
+        )
+    assert_error(response, 409, "conflict")
+    assert enqueued["provision_tenant"] == []
+
+
+@pytest.mark.parametrize("slug", ["A", "ab", "Acme", "1acme", "acme-", "a" * 40, "ac me"])
+def test_a_bad_slug_is_a_400(admin_client: Any, slug: str) -> None:
+    response = admin_client.post("/api/v1/tenants", {"slug": slug, "name": "x"}, format="json")
+    assert "slug" in assert_error(response, 400, "invalid")["details"]
+    assert not Tenant.objects.exists()
+
+
+def test_provisioning_with_the_local_identity_makes_the_tenant_ready(
+    db: None, local_identity: LocalIdentity
+) -> None:
+    tenant = create_tenant(slug="acme", name="Acme", actor=SYSTEM)
+    tasks.provision_tenant(tenant.pk)
+    tenant.refresh_from_db()
+    assert tenant.status == "ready"
+    assert tenant.identity_ref  # the IdP's reference to the tenant's group
+    assert AuditEvent.objects.filter(action="tenant.provision", object_id=str(tenant.pk)).exists()
+    tasks.provision_tenant(tenant.pk)  # a redelivered job changes nothing
+    assert Tenant.objects.get(pk=tenant.pk).status == "ready"
+
+
+def test_a_failed_provisioning_shows_the_reason_and_can_be_retried(
+    db: None, local_identity: LocalIdentity, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tenant = create_tenant(slug="acme", name="Acme", actor=SYSTEM)
+
+    def refuse(tenant: Tenant) -> str:
+        raise RuntimeError("group quota reached")
+
+    monkeypatch.setattr(local_identity, "provision_tenant", refuse)
+    with pytest.raises(RuntimeError):
+        tasks.provision_tenant(tenant.pk)
+    tenant.refresh_from_db()
+    assert tenant.status == "failed"
+    assert "group quota reached" in tenant.status_reason
+    monkeypatch.undo()
+    tasks.provision_tenant(tenant.pk)
+    assert Tenant.objects.get(pk=tenant.pk).status == "ready"
+
+
+def test_members_read_only_their_tenants(db: None, client_for: Any) -> None:
+    make_tenant("acme")
+    make_tenant("globex")
+    client = client_for(roles={"acme": Role.VIEWER})
+    assert [t["slug"] for t in client.get("/api/v1/tenants").json()["results"]] == ["acme"]
+    assert client.get("/api/v1/tenants/acme").status_code == 200
+    assert_error(client.get("/api/v1/tenants/globex"), 404, "not_found")
+
+
+def test_only_platform_admins_write_tenants(
+    db: None, client_for: Any, anonymous_client: Any
+) -> None:
+    make_tenant("acme")
+    make_tenant("globex")
+    client = client_for(roles={"acme": Role.TENANT_ADMIN})
+    response = client.post("/api/v1/tenants", {"slug": "new", "name": "n"}, format="json")
+    assert_error(response, 403)
+    assert_error(client.patch("/api/v1/tenants/acme", {"name": "x"}, format="json"), 403)
+    assert_error(client.delete("/api/v1/tenants/acme"), 403)
+    assert_error(client.patch("/api/v1/tenants/globex", {"name": "x"}, format="json"), 404)
+    assert_error(client.delete("/api/v1/tenants/globex"), 404)
+    assert_error(anonymous_client.get("/api/v1/tenants"), 401)
+
+
+def test_admin_renames_a_tenant_and_the_change_is_audited(db: None, admin_client: Any) -> None:
+    make_tenant("acme")
+    response = admin_client.patch("/api/v1/tenants/acme", {"name": "Acme Inc"}, format="json")
+    assert response.json()["name"] == "Acme Inc"
+    event = AuditEvent.objects.get(action="tenant.update")
+    assert (event.before["name"], event.after["name"]) == ("Acme", "Acme Inc")
+
+
+def test_a_tenant_with_topics_cannot_be_deleted(db: None, admin_client: Any) -> None:
+    make_cluster("local")
+    tenant = make_tenant("acme")
+    create_topic(tenant, name="t", partitions=1, actor=SYSTEM)
+    error = assert_error(admin_client.delete("/api/v1/tenants/acme"), 409, "conflict")
+    assert error["details"]["topics"] == 1
+    assert Tenant.objects.get(slug="acme").status == "ready"
+
+
+def test_deleting_a_tenant_marks_it_then_the_job_removes_it(
+    admin_client: Any,
+    local_identity: LocalIdentity,
+    enqueued: dict[str, list[int]],
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    tenant = make_tenant("acme")
+    with django_capture_on_commit_callbacks(execute=True):
+        response = admin_client.delete("/api/v1/tenants/acme")
+    assert response.status_code == 202
+    assert response.json()["status"] == "deleting"
+    assert enqueued["deprovision_tenant"] == [tenant.pk]
+    tasks.deprovision_tenant(tenant.pk)
+    assert not Tenant.objects.filter(pk=tenant.pk).exists()
+    assert not Quota.objects.filter(tenant_id=tenant.pk).exists()
+    actions = set(AuditEvent.objects.filter(tenant_slug="acme").values_list("action", flat=True))
+    assert {"tenant.delete", "tenant.deprovision"} <= actions
+
+
+def test_a_deleting_tenant_takes_no_new_topics(db: None) -> None:
+    make_cluster("local")
+    tenant = make_tenant("acme")
+    delete_tenant(tenant, actor=SYSTEM)
+    tenant.refresh_from_db()
+    with pytest.raises(Conflict):
+        create_topic(tenant, name="late", partitions=1, actor=SYSTEM)
