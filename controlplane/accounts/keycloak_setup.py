@@ -130,10 +130,11 @@ def _ensure_cli_client(admin: KeycloakAdmin, scope_id: str, done: list[str]) -> 
 
 
 def create_platform_admin(
-    username: str, password: str, *, email: str = "", realm: str | None = None
+    username: str, password: str, *, email: str, realm: str | None = None
 ) -> str:
     """A Keycloak user holding the realm role ``platform-admin`` with ``password`` (not
-    temporary); an existing user gets the role and the new password. Returns its id."""
+    temporary) and a verified ``email`` (Keycloak refuses logins to accounts without
+    one); an existing user gets the role and the new password. Returns its id."""
     admin = admin_for(realm or settings.KEYCLOAK_REALM)
     with idp_errors(f"create platform admin {username}"):
         payload: dict[str, Any] = {
@@ -141,9 +142,9 @@ def create_platform_admin(
             "enabled": True,
             "firstName": username,
             "lastName": "operator",
+            "email": email,
+            "emailVerified": True,
         }
-        if email:
-            payload.update(email=email, emailVerified=True)
         user_id = admin.create_user(payload, exist_ok=True)
         admin.set_user_password(user_id, password, temporary=False)
         admin.assign_realm_roles(user_id, [admin.get_realm_role(PLATFORM_ADMIN_ROLE)])

@@ -23,7 +23,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--username", required=True)
         parser.add_argument("--password", help="required with Keycloak")
-        parser.add_argument("--email", default="")
+        parser.add_argument("--email", help="required with Keycloak (a complete account)")
         parser.add_argument("--ttl", type=int, default=12 * 3600, help="local issuer only")
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -38,8 +38,8 @@ class Command(BaseCommand):
             )
             self.stdout.write(token)
             return
-        if not options.get("password"):
-            raise CommandError("--password is required with Keycloak")
+        if not options.get("password") or not options.get("email"):
+            raise CommandError("--password and --email are required with Keycloak")
         try:
             user_id = create_platform_admin(username, options["password"], email=options["email"])
         except DomainError as exc:
