@@ -20,7 +20,7 @@ from keycloak import KeycloakAdmin
 from keycloak.exceptions import KeycloakConnectionError, KeycloakError
 
 from controlplane.accounts.local import group_path, tenant_group_path
-from controlplane.accounts.tokens import InvalidToken, JwksCache, verify_rs256
+from controlplane.accounts.tokens import JwksCache, verify_rs256
 from controlplane.core.errors import Conflict, InvalidRequest, NotFound, Unavailable
 from controlplane.tenants.choices import Role
 
@@ -93,8 +93,7 @@ class KeycloakIdentity:
             response.raise_for_status()
             document: dict[str, Any] = response.json()
         except (requests.RequestException, ValueError) as exc:
-            # Without the keys no token can be checked; the caller sees a refusal.
-            raise InvalidToken(f"cannot fetch Keycloak's signing keys: {exc}") from exc
+            raise Unavailable(f"cannot fetch Keycloak's signing keys: {exc}") from exc
         return document
 
     def verify(self, token: str) -> dict[str, Any]:

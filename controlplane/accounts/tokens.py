@@ -3,6 +3,7 @@ Keycloak's tokens and the local issuer's (DESIGN decision 7)."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -10,6 +11,10 @@ from typing import Any
 
 import jwt
 from django.conf import settings
+
+from controlplane.core.errors import Unavailable
+
+log = logging.getLogger(__name__)
 
 # A token with an unknown ``kid`` makes the cache fetch the JWKS again, but at most this
 # often, so a stream of tokens with made-up kids cannot hammer the issuer.
@@ -28,7 +33,9 @@ class JwksCache:
 
     Keys are kept ``ttl_s`` seconds; a ``kid`` not in the cache triggers a refresh (a key
     rotation at the issuer), at most one such refresh per ``min_refresh_interval_s``.
-    Only RSA signing keys are kept. Thread-safe."""
+    Only RSA signing keys are kept. When ``fetch`` fails (raises ``Unavailable``) the keys
+    already known keep serving, so an issuer outage does not log everyone out; with no
+    keys at all the error propagates (HTTP 503). Thread-safe."""
 
     def __init__(
         self,
@@ -65,7 +72,14 @@ class JwksCache:
             self._loaded_at = None
 
     def _load(self, now: float) -> None:
-        document = self._fetch()
+        try:
+            document = self._fetch()
+        except Unavailable:
+            if not self._keys:
+                raise
+            log.warning("cannot refresh the JWKS; verifying with the keys already known")
+            self._loaded_at = now
+            return
         self._keys = {
             str(jwk["kid"]): jwt.algorithms.RSAAlgorithm.from_jwk(jwk)
             for jwk in document.get("keys", [])

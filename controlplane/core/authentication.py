@@ -1,5 +1,7 @@
 """``Authorization: Bearer <jwt>``: verified offline against the identity provider's
-JWKS (Keycloak's, or the local issuer's); the request's user becomes an ``Actor``."""
+JWKS (Keycloak's, or the local issuer's); the request's user becomes an ``Actor``.
+A refused token is a 401; an issuer whose keys cannot be fetched at all is a 503
+(``Unavailable``, raised through)."""
 
 from __future__ import annotations
 

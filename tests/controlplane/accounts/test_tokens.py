@@ -12,6 +12,7 @@ from rest_framework.test import APIClient
 
 from controlplane.accounts.identity import InvalidToken, LocalIdentity
 from controlplane.accounts.tokens import JwksCache
+from controlplane.core.errors import Unavailable
 from tests.controlplane.conftest import token_for
 
 WHOAMI = "/api/v1/auth/whoami"
@@ -185,3 +186,26 @@ def test_jwks_endpoint_serves_the_public_keys_only(db: None, local_identity: Loc
     assert [k["kid"] for k in keys] == [local_identity.signing_key()[0]]
     assert {k["alg"] for k in keys} == {"RS256"}
     assert not any("d" in k or "p" in k for k in keys)  # no private parts
+
+
+def test_an_issuer_outage_keeps_the_known_keys() -> None:
+    """The JWKS cannot be fetched: known keys keep verifying; with none, 503's error."""
+    now = [0.0]
+    up = [True]
+
+    def fetch() -> dict[str, object]:
+        if not up[0]:
+            raise Unavailable("issuer down")
+        return {"keys": [_public_jwk("k1")]}
+
+    cache = JwksCache(fetch, ttl_s=10, clock=lambda: now[0])
+    assert cache.key("k1") is not None
+    up[0], now[0] = False, 60.0  # past the TTL, the refresh fails
+    assert cache.key("k1") is not None
+    with pytest.raises(Unavailable):
+        JwksCache(fetch, ttl_s=10).key("k1")
+
+
+def _public_jwk(kid: str) -> dict[str, object]:
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048).public_key()
+    return {**jwt.algorithms.RSAAlgorithm.to_jwk(key, as_dict=True), "kid": kid}
