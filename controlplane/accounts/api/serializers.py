@@ -107,6 +107,12 @@ class TokenSerializer(serializers.Serializer):
     expires_in = serializers.IntegerField()
 
 
+class JwksSerializer(serializers.Serializer):
+    """A JWKS document (RFC 7517): the issuer's public RSA keys."""
+
+    keys = serializers.ListField(child=serializers.DictField())
+
+
 class TenantRoleSerializer(serializers.Serializer):
     slug = serializers.CharField()
     role = serializers.CharField()

@@ -20,6 +20,7 @@ from rest_framework.views import APIView
 
 from controlplane.accounts import services
 from controlplane.accounts.api.serializers import (
+    JwksSerializer,
     MemberInviteSerializer,
     MemberSerializer,
     MemberUpdateSerializer,
@@ -188,10 +189,11 @@ class JwksView(APIView):
 
     @extend_schema(
         responses={
-            200: OpenApiResponse(description="a JWKS document (RFC 7517)"),
+            200: JwksSerializer,
             404: OpenApiResponse(ErrorSerializer, description="identity is Keycloak's"),
         },
         auth=[],
+        operation_id="auth_jwks_retrieve",
     )
     def get(self, request: Request) -> Response:
         identity = _local_issuer("JWKS", "protocol/openid-connect/certs")
