@@ -185,6 +185,11 @@ def test_a_service_account_gets_tokens_until_rotated_and_deleted(
     assert [row["client_id"] for row in listed] == [client_id]
 
     url = f"/api/v1/service-accounts/{account['id']}"
+    demoted = _operator().patch(url, {"role": "viewer"}, format="json")
+    assert demoted.status_code == 200, demoted.content
+    me = _api(_client_token(client_id, secret)).get("/api/v1/auth/whoami").json()
+    assert me["tenants"] == [{"slug": tenant.slug, "role": "viewer"}]
+
     rotated = _operator().post(f"{url}/rotate-secret")
     assert rotated.status_code == 200, rotated.content
     new_secret = rotated.json()["client_secret"]
