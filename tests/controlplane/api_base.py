@@ -154,6 +154,9 @@ class TenantScopedAPIContract:
         owner = self.client(Role.VIEWER, self.other_tenant)
         assert owner.get(self.url(theirs)).status_code == 200
 
+    def test_a_nul_byte_in_the_lookup_is_a_404(self) -> None:
+        assert_error(self.client(Role.TENANT_ADMIN).get(self.url("a%00b")), 404, "not_found")
+
     def test_creating_into_another_tenant_is_404(self) -> None:
         client = self.client(Role.TENANT_ADMIN)
         response = client.post(self.url(), self.create_payload(self.other_tenant), format="json")

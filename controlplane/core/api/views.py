@@ -34,6 +34,14 @@ class ServiceViewSet(viewsets.GenericViewSet):
         assert isinstance(user, Actor)
         return user
 
+    def get_object(self) -> Any:
+        """The object named by the URL, or a 404. A NUL byte names nothing (the database
+        refuses it in a query), so it is a 404 before the query is made."""
+        lookup = self.kwargs.get(self.lookup_url_kwarg or self.lookup_field, "")
+        if "\x00" in str(lookup):
+            raise NotFound("not found")
+        return super().get_object()
+
     def validated_input(self, partial: bool = False) -> dict[str, Any]:
         serializer = self.input_serializer_classes[self.action](
             data=self.request.data, partial=partial, context=self.get_serializer_context()

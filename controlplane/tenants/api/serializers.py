@@ -7,7 +7,7 @@ from controlplane.tenants.models import Tenant
 
 
 class TenantSerializer(serializers.ModelSerializer):
-    home_region = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    home_region = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
 
     class Meta:
         model = Tenant
