@@ -4,6 +4,7 @@ the JSON error body; a verifier with a cached JWKS picks up a rotated key."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import jwt
 import pytest
@@ -33,7 +34,7 @@ def _claims(identity: LocalIdentity, **overrides: object) -> dict[str, object]:
     return claims
 
 
-def _call(token: str) -> tuple[int, dict[str, object]]:
+def _call(token: str) -> tuple[int, dict[str, Any]]:
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
     response = client.get(WHOAMI)
@@ -80,7 +81,7 @@ def _forged_unknown_kid(identity: LocalIdentity) -> str:
 
 
 def _alg_none(identity: LocalIdentity) -> str:
-    return jwt.encode(_claims(identity), None, algorithm="none")
+    return jwt.encode(_claims(identity), None, algorithm="none")  # type: ignore[arg-type]
 
 
 def _hs256_with_public_key(identity: LocalIdentity) -> str:
