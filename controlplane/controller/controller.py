@@ -105,7 +105,11 @@ class Controller:
         self.lease.release()
 
     def close(self) -> None:
-        self.step_down("stopping")
+        """Stop for good: give the lease up (a standby takes over at once)."""
+        if self.active:
+            log.info("controller %s stops and gives its lease up", self.controller_id)
+        self.active = False
+        self.lease.release()
         self.pusher.close()
 
     # -- one cluster ----------------------------------------------------------------------
