@@ -63,7 +63,7 @@ def register_static_cluster(
     """Rows for running broker processes: a region, a ``static`` cluster (ready) and one
     ready ``Broker`` per process, with its id and address."""
     region_row, _ = Region.objects.get_or_create(name=region)
-    cluster = Cluster.objects.create(
+    cluster: Cluster = Cluster.objects.create(
         region=region_row,
         name=name,
         provisioner=ProvisionerKind.STATIC,
@@ -84,7 +84,7 @@ def register_static_cluster(
 
 def make_tenant(slug: str, *, region: Region | None = None) -> Tenant:
     """A ready tenant with the default quota (rows only: no identity provider)."""
-    tenant = Tenant.objects.create(
+    tenant: Tenant = Tenant.objects.create(
         slug=slug, name=slug.title(), home_region=region, status=ProvisioningStatus.READY
     )
     Quota.objects.create(tenant=tenant, **settings.DEFAULT_QUOTA)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from dataplane._gen.meridian.v1 import admin_pb2, admin_pb2_grpc, common_pb2
 from tests.support.brokers import BrokerProcess
 
@@ -26,7 +28,7 @@ def delete(broker: BrokerProcess, topic: str, partition: int) -> None:
     assert [r.error for r in response.results] == [0]
 
 
-def create(broker: BrokerProcess, topic: str, partition: int, **config: object) -> None:
+def create(broker: BrokerProcess, topic: str, partition: int, **config: Any) -> None:
     spec = admin_pb2.PartitionSpec(
         topic=topic, partition=partition, config=common_pb2.PartitionConfig(**config)
     )
@@ -37,7 +39,7 @@ def create(broker: BrokerProcess, topic: str, partition: int, **config: object) 
     assert [r.error for r in response.results] == [0]
 
 
-def alter(broker: BrokerProcess, topic: str, partition: int, **config: object) -> None:
+def alter(broker: BrokerProcess, topic: str, partition: int, **config: Any) -> None:
     spec = admin_pb2.PartitionSpec(
         topic=topic, partition=partition, config=common_pb2.PartitionConfig(**config)
     )

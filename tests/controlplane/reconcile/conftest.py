@@ -34,8 +34,9 @@ def new_topic(tenant: Tenant) -> Callable[..., Topic]:
     """``new_topic(name, partitions=3, **config)`` through the topic service (placed)."""
 
     def create(name: str, partitions: int = 3, **config: object) -> Topic:
-        return services.create_topic(
+        topic: Topic = services.create_topic(
             tenant, name=name, partitions=partitions, actor=OPERATOR, **config
         )
+        return topic
 
     return create

@@ -93,7 +93,7 @@ def test_no_broker_is_an_error() -> None:
 def fake_cluster(db: None) -> Cluster:
     """Rows only (no processes): three ready brokers and a stopped one."""
     region = Region.objects.create(name="test")
-    cluster = Cluster.objects.create(
+    cluster: Cluster = Cluster.objects.create(
         region=region, name="c1", provisioner=ProvisionerKind.STATIC, status="ready"
     )
     for broker_id in (1, 2, 3):
@@ -104,7 +104,7 @@ def fake_cluster(db: None) -> Cluster:
 
 def _topic(cluster: Cluster, name: str, partitions: int) -> Topic:
     tenant = Tenant.objects.first() or make_tenant("acme")
-    return Topic.objects.create(
+    topic: Topic = Topic.objects.create(
         tenant=tenant,
         cluster=cluster,
         name=name,
@@ -114,6 +114,7 @@ def _topic(cluster: Cluster, name: str, partitions: int) -> Topic:
         retention_bytes=2**20,
         status=ProvisioningStatus.PENDING,
     )
+    return topic
 
 
 def _placement(topic: Topic) -> list[int]:
