@@ -154,8 +154,9 @@ class TenantScopedAPIContract:
         owner = self.client(Role.VIEWER, self.other_tenant)
         assert owner.get(self.url(theirs)).status_code == 200
 
-    def test_a_nul_byte_in_the_lookup_is_a_404(self) -> None:
-        assert_error(self.client(Role.TENANT_ADMIN).get(self.url("a%00b")), 404, "not_found")
+    @pytest.mark.parametrize("lookup", ["a%00b", "no.such", "%0A%24.", "x" * 300])
+    def test_a_malformed_lookup_is_a_json_404(self, lookup: str) -> None:
+        assert_error(self.client(Role.TENANT_ADMIN).get(self.url(lookup)), 404, "not_found")
 
     def test_creating_into_another_tenant_is_404(self) -> None:
         client = self.client(Role.TENANT_ADMIN)

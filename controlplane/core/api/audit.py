@@ -3,6 +3,7 @@ tenant administrators see their tenants' events; nobody else reads the log."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 import django_filters
@@ -37,14 +38,29 @@ class AuditEventSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+class UtcDateTimeFilter(django_filters.IsoDateTimeFilter):
+    """An ISO 8601 instant, compared in UTC: any valid offset works (the database refuses
+    offsets beyond about 16 hours), and an instant outside the calendar's range is
+    clamped to its end."""
+
+    def filter(self, qs: Any, value: datetime | None) -> Any:
+        if value is not None:
+            try:
+                value = value.astimezone(UTC)
+            except OverflowError:
+                edge = datetime.min if value.year == datetime.min.year else datetime.max
+                value = edge.replace(tzinfo=UTC)
+        return super().filter(qs, value)
+
+
 class AuditEventFilterSet(django_filters.FilterSet):
     action = django_filters.CharFilter(help_text="e.g. topic.create")
     object_type = django_filters.CharFilter(help_text="e.g. topics.topic")
     object_id = django_filters.CharFilter()
     tenant = django_filters.CharFilter(field_name="tenant_slug", help_text="tenant slug")
     actor = django_filters.CharFilter(method="filter_actor", help_text="subject or name")
-    since = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
-    until = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
+    since = UtcDateTimeFilter(field_name="created_at", lookup_expr="gte")
+    until = UtcDateTimeFilter(field_name="created_at", lookup_expr="lt")
 
     class Meta:
         model = AuditEvent
@@ -76,6 +92,7 @@ class AuditEventViewSet(viewsets.ReadOnlyModelViewSet):
     permission_classes = [CanReadAuditLog]
     filterset_class = AuditEventFilterSet
     ordering_fields = ["created_at", "action"]
+    lookup_value_regex = r"[^/]+"  # any segment: a malformed id is a JSON 404
 
     def get_queryset(self) -> QuerySet[AuditEvent]:
         actor = self.request.user

@@ -28,6 +28,7 @@ class QuotaViewSet(
     ordering = ["tenant__slug"]
     lookup_field = "tenant__slug"
     lookup_url_kwarg = "tenant"
+    lookup_value_regex = r"[^/]+"  # any segment: a malformed slug is a JSON 404
 
     def check_object_permissions(self, request: Request, obj: Any) -> None:
         super().check_object_permissions(request, obj)

@@ -64,6 +64,7 @@ class TenantViewSet(
     filterset_class = TenantFilterSet
     ordering_fields = ["slug", "name", "created_at", "status"]
     lookup_field = "slug"
+    lookup_value_regex = r"[^/]+"  # any segment: a malformed slug is a JSON 404
 
     def get_queryset(self) -> QuerySet[Tenant]:
         queryset = super().get_queryset()

@@ -68,3 +68,4 @@ class DriftFindingViewSet(viewsets.ReadOnlyModelViewSet):
     permission_classes = [IsPlatformAdmin]
     filterset_class = DriftFindingFilterSet
     ordering_fields = ["last_seen_at", "created_at", "topic_name", "kind"]
+    lookup_value_regex = r"[^/]+"  # any segment: a malformed id is a JSON 404

@@ -111,6 +111,7 @@ def test_members_read_only_their_tenants(db: None, client_for: Any) -> None:
     assert [t["slug"] for t in client.get("/api/v1/tenants").json()["results"]] == ["acme"]
     assert client.get("/api/v1/tenants/acme").status_code == 200
     assert_error(client.get("/api/v1/tenants/globex"), 404, "not_found")
+    assert_error(client.get("/api/v1/tenants/no.such%0A"), 404, "not_found")
 
 
 def test_only_platform_admins_write_tenants(
