@@ -1,14 +1,14 @@
-"""Settings for the test suite: the services ``./dev test`` starts, unless the
-environment names others."""
+"""Settings for the test suite (the services' defaults are applied by the package's
+``__init__``). Each pytest run gets its own test database, so concurrent runs on one
+Postgres never drop each other's."""
 
 import os
 
-os.environ.setdefault(
-    "MERIDIAN_DATABASE_URL", "postgres://meridian:meridian@127.0.0.1:55432/meridian"
-)
-os.environ.setdefault("MERIDIAN_CELERY_BROKER_URL", "redis://127.0.0.1:56379/0")
-os.environ.setdefault("MERIDIAN_KEYCLOAK_URL", "http://127.0.0.1:58080")
+from controlplane.settings import *  # noqa: F403
+from controlplane.settings import DATABASES
 
-from controlplane.settings import *  # noqa: E402, F403
+DATABASES["default"]["TEST"] = {
+    "NAME": os.environ.get("MERIDIAN_TEST_DATABASE", f"test_meridian_{os.getpid()}")
+}
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
