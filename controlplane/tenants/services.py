@@ -20,7 +20,7 @@ _UNSET = object()
 PROVISIONABLE = (ProvisioningStatus.PENDING, ProvisioningStatus.FAILED)
 
 
-@transaction.atomic
+@transaction.atomic  # type: ignore[untyped-decorator]
 def create_tenant(
     *, slug: str, name: str, home_region: Region | None = None, actor: Actor
 ) -> Tenant:
@@ -39,7 +39,7 @@ def create_tenant(
     return tenant
 
 
-@transaction.atomic
+@transaction.atomic  # type: ignore[untyped-decorator]
 def update_tenant(
     tenant: Tenant, *, actor: Actor, name: str | None = None, home_region: object = _UNSET
 ) -> Tenant:
@@ -62,7 +62,7 @@ def update_tenant(
     return tenant
 
 
-@transaction.atomic
+@transaction.atomic  # type: ignore[untyped-decorator]
 def delete_tenant(tenant: Tenant, *, actor: Actor) -> Tenant:
     """Mark the tenant deleting; after commit its IdP objects and then its row are
     removed. Refused (``Conflict``) while it still has topics or service accounts."""
@@ -101,7 +101,7 @@ def provision_tenant(tenant_id: int, *, actor: Actor) -> Tenant | None:
     except Exception as exc:  # any failure is the tenant's status reason, then re-raised
         _finish(tenant, ProvisioningStatus.FAILED, actor, reason=f"identity provider: {exc}")
         raise
-    return _finish(tenant, ProvisioningStatus.READY, actor, identity_ref=str(ref))
+    return _finish(tenant, ProvisioningStatus.READY, actor, identity_ref=str(ref))  # type: ignore[no-any-return]
 
 
 def deprovision_tenant(tenant_id: int, *, actor: Actor) -> bool:
@@ -132,10 +132,10 @@ def _claim_for_provisioning(tenant_id: int) -> Tenant | None:
         tenant = Tenant.objects.select_for_update().filter(pk=tenant_id).first()
         if tenant is not None and tenant.status in PROVISIONABLE:
             _set_status(tenant, ProvisioningStatus.PROVISIONING)
-        return tenant
+        return tenant  # type: ignore[no-any-return]
 
 
-@transaction.atomic
+@transaction.atomic  # type: ignore[untyped-decorator]
 def _finish(
     tenant: Tenant, status: str, actor: Actor, *, reason: str = "", identity_ref: str = ""
 ) -> Tenant:
@@ -152,7 +152,7 @@ def _finish(
     audit.record(
         actor, action, current, before=before, after=audit.snapshot(current), tenant=current
     )
-    return current
+    return current  # type: ignore[no-any-return]
 
 
 def _set_status(tenant: Tenant, status: str, reason: str = "") -> None:

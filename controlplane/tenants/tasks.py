@@ -12,11 +12,11 @@ from controlplane.tenants import services
 RETRY = {"autoretry_for": (Unavailable,), "retry_backoff": True, "max_retries": 5}
 
 
-@shared_task(name="tenants.provision_tenant", **RETRY)
+@shared_task(name="tenants.provision_tenant", **RETRY)  # type: ignore[untyped-decorator]
 def provision_tenant(tenant_id: int) -> None:
     services.provision_tenant(tenant_id, actor=Actor.system("tenants"))
 
 
-@shared_task(name="tenants.deprovision_tenant", **RETRY)
+@shared_task(name="tenants.deprovision_tenant", **RETRY)  # type: ignore[untyped-decorator]
 def deprovision_tenant(tenant_id: int) -> None:
     services.deprovision_tenant(tenant_id, actor=Actor.system("tenants"))

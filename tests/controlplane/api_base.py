@@ -46,7 +46,7 @@ def make_tenant(slug: str, *, home_region: Region | None = None) -> Tenant:
         slug=slug, name=slug.title(), home_region=home_region, status="ready"
     )
     Quota.objects.create(tenant=tenant, **settings.DEFAULT_QUOTA)
-    return tenant
+    return tenant  # type: ignore[no-any-return]
 
 
 def make_cluster(region: str = "local", name: str = "c1", brokers: int = 3) -> Cluster:
@@ -59,7 +59,7 @@ def make_cluster(region: str = "local", name: str = "c1", brokers: int = 3) -> C
         Broker.objects.create(
             cluster=cluster, broker_id=broker_id, port=40000 + broker_id, phase="ready"
         )
-    return cluster
+    return cluster  # type: ignore[no-any-return]
 
 
 def assert_error(response: Any, status: int, code: str | None = None) -> dict[str, Any]:

@@ -43,9 +43,10 @@ def error_body(code: str, message: str, details: Any = None) -> dict[str, Any]:
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, errors.DomainError):
-        for cls, code in STATUS_BY_ERROR:
+        for cls, http_status in STATUS_BY_ERROR:
             if isinstance(exc, cls):
-                return Response(error_body(exc.code, exc.message, exc.details), status=code)
+                body = error_body(exc.code, exc.message, exc.details)
+                return Response(body, status=http_status)
     if isinstance(exc, DjangoValidationError):
         details = exc.message_dict if hasattr(exc, "error_dict") else {"": exc.messages}
         exc = exceptions.ValidationError(details)

@@ -11,13 +11,13 @@ from drf_spectacular.openapi import AutoSchema as SpectacularAutoSchema
 from rest_framework import serializers
 
 
-class ErrorDetailSerializer(serializers.Serializer):
+class ErrorDetailSerializer(serializers.Serializer):  # type: ignore[misc]
     code = serializers.CharField(help_text="stable machine-readable code, e.g. quota_exceeded")
     message = serializers.CharField()
     details = serializers.JSONField(help_text="the offending fields or values")
 
 
-class ErrorSerializer(serializers.Serializer):
+class ErrorSerializer(serializers.Serializer):  # type: ignore[misc]
     """``{"error": {"code", "message", "details"}}``"""
 
     error = ErrorDetailSerializer()
@@ -55,13 +55,13 @@ class AutoSchema(SpectacularAutoSchema):
         codes = _ANY if self.method in ("GET", "HEAD") else _ANY + _WRITE
         for code in codes:
             if code not in responses:
-                responses[code] = self._get_response_for_code(
+                responses[code] = self._get_response_for_code(  # type: ignore[no-untyped-call]
                     ErrorSerializer, code, direction=direction
                 )
         return responses
 
 
-class BearerTokenScheme(OpenApiAuthenticationExtension):
+class BearerTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]
     target_class = "controlplane.core.authentication.BearerTokenAuthentication"
     name = "bearerAuth"
 

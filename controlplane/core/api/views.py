@@ -23,7 +23,7 @@ from controlplane.core.errors import NotFound, PermissionDenied
 from controlplane.tenants.choices import Role
 
 
-class ServiceViewSet(viewsets.GenericViewSet):
+class ServiceViewSet(viewsets.GenericViewSet):  # type: ignore[misc]
     """A viewset whose writes call services with the acting ``Actor``."""
 
     input_serializer_classes: dict[str, type[serializers.Serializer]] = {}

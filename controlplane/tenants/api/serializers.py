@@ -6,7 +6,7 @@ from controlplane.regions.models import Region
 from controlplane.tenants.models import Tenant
 
 
-class TenantSerializer(serializers.ModelSerializer):
+class TenantSerializer(serializers.ModelSerializer):  # type: ignore[misc]
     home_region = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
 
     class Meta:
@@ -24,7 +24,7 @@ class TenantSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class TenantCreateSerializer(serializers.Serializer):
+class TenantCreateSerializer(serializers.Serializer):  # type: ignore[misc]
     slug = serializers.CharField(max_length=32, help_text="lowercase, prefixes topic names")
     name = serializers.CharField(max_length=200)
     home_region = serializers.SlugRelatedField(
@@ -32,7 +32,7 @@ class TenantCreateSerializer(serializers.Serializer):
     )
 
 
-class TenantUpdateSerializer(serializers.Serializer):
+class TenantUpdateSerializer(serializers.Serializer):  # type: ignore[misc]
     name = serializers.CharField(max_length=200, required=False)
     home_region = serializers.SlugRelatedField(
         slug_field="name", queryset=Region.objects.all(), required=False, allow_null=True

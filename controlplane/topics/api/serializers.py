@@ -6,7 +6,7 @@ from controlplane.topics.choices import Durability
 from controlplane.topics.models import DriftFinding, PartitionAssignment, Topic
 
 
-class TopicConfigSerializer(serializers.Serializer):
+class TopicConfigSerializer(serializers.Serializer):  # type: ignore[misc]
     """The configuration fields, all optional. Types only: the bounds are checked by
     ``topics.validation`` (one place for each rule)."""
 
@@ -18,7 +18,7 @@ class TopicConfigSerializer(serializers.Serializer):
     durability = serializers.ChoiceField(choices=Durability.choices, required=False)
 
 
-class AssignmentSerializer(serializers.ModelSerializer):
+class AssignmentSerializer(serializers.ModelSerializer):  # type: ignore[misc]
     broker_id = serializers.IntegerField(source="broker.broker_id", read_only=True)
 
     class Meta:
@@ -27,7 +27,7 @@ class AssignmentSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class TopicSerializer(serializers.ModelSerializer):
+class TopicSerializer(serializers.ModelSerializer):  # type: ignore[misc]
     tenant = serializers.CharField(source="tenant.slug", read_only=True)
     region = serializers.CharField(source="cluster.region.name", read_only=True)
     cluster = serializers.CharField(source="cluster.name", read_only=True)
@@ -73,7 +73,7 @@ class TopicUpdateSerializer(TopicConfigSerializer):
     partitions = serializers.IntegerField(required=False, help_text="may only grow")
 
 
-class DriftFindingSerializer(serializers.ModelSerializer):
+class DriftFindingSerializer(serializers.ModelSerializer):  # type: ignore[misc]
     broker_id = serializers.IntegerField(source="broker.broker_id", read_only=True)
     cluster = serializers.CharField(source="broker.cluster.name", read_only=True)
     region = serializers.CharField(source="broker.cluster.region.name", read_only=True)

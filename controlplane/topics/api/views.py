@@ -24,8 +24,8 @@ from controlplane.topics.models import DriftFinding, Topic
 
 
 class TopicViewSet(
-    mixins.ListModelMixin,
-    mixins.RetrieveModelMixin,
+    mixins.ListModelMixin,  # type: ignore[misc]
+    mixins.RetrieveModelMixin,  # type: ignore[misc]
     ServiceCreateMixin,
     ServiceUpdateMixin,
     ServiceDestroyMixin,
@@ -51,16 +51,16 @@ class TopicViewSet(
 
     def create_object(self, data: dict[str, Any]) -> Topic:
         tenant = self.tenant_for_write(data.pop("tenant", None))
-        return services.create_topic(tenant, actor=self.actor, **data)
+        return services.create_topic(tenant, actor=self.actor, **data)  # type: ignore[no-any-return]
 
     def update_object(self, topic: Topic, data: dict[str, Any]) -> Topic:
-        return services.update_topic(topic, actor=self.actor, **data)
+        return services.update_topic(topic, actor=self.actor, **data)  # type: ignore[no-any-return]
 
     def delete_object(self, topic: Topic) -> Topic:
-        return services.delete_topic(topic, actor=self.actor)
+        return services.delete_topic(topic, actor=self.actor)  # type: ignore[no-any-return]
 
 
-class DriftFindingViewSet(viewsets.ReadOnlyModelViewSet):
+class DriftFindingViewSet(viewsets.ReadOnlyModelViewSet):  # type: ignore[misc]
     """What the reconciler found different on brokers; platform administrators only."""
 
     queryset = DriftFinding.objects.select_related("broker__cluster__region")

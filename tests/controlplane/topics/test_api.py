@@ -30,7 +30,7 @@ class TestTopicAPI(TenantScopedAPIContract):
         self.cluster = make_cluster("local")
 
     def make_object(self, tenant: Tenant) -> str:
-        return create_topic(tenant, name=f"t{next(_names)}", partitions=2, actor=SYSTEM).full_name
+        return create_topic(tenant, name=f"t{next(_names)}", partitions=2, actor=SYSTEM).full_name  # type: ignore[no-any-return]
 
     def create_payload(self, tenant: Tenant) -> dict[str, Any]:
         return {"tenant": tenant.slug, "name": "orders.v1", "partitions": 3}
@@ -139,7 +139,10 @@ class TestTopicAPI(TenantScopedAPIContract):
         for name in ("billing", "orders", "orders-dlq"):
             create_topic(self.tenant, name=name, partitions=1, actor=SYSTEM)
         client = self.client(Role.VIEWER)
-        names = lambda **q: [r["name"] for r in client.get(self.url(), q).json()["results"]]  # noqa: E731
+
+        def names(**query: Any) -> list[str]:
+            return [r["name"] for r in client.get(self.url(), query).json()["results"]]
+
         assert names(name="order") == ["orders", "orders-dlq"]
         assert names(ordering="-name") == ["orders-dlq", "orders", "billing"]
         assert names(status="deleting") == []
