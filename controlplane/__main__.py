@@ -1,9 +1,5 @@
-"""``python -m controlplane <django command>``: Django's manage.py."""
+"""``python -m controlplane <command>``: the same as ``meridian-control``."""
 
-import os
-import sys
+from controlplane.cli import main
 
-from django.core.management import execute_from_command_line
-
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
-execute_from_command_line([sys.argv[0], *sys.argv[1:]])
+main()

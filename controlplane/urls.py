@@ -10,3 +10,6 @@ urlpatterns = [
     path("api/v1/", include("controlplane.quotas.api.urls")),
     path("api/v1/", include("controlplane.accounts.api.urls")),
 ]
+
+handler404 = "controlplane.core.api.errors.not_found_view"
+handler500 = "controlplane.core.api.errors.server_error_view"

@@ -53,7 +53,9 @@ class Broker(TimestampedModel):
     host = models.CharField(max_length=255, default="127.0.0.1")
     port = models.PositiveIntegerField(null=True, blank=True)
     rack = models.CharField(max_length=64, blank=True, default="")
-    phase = models.CharField(max_length=16, choices=BrokerPhase.choices, default=BrokerPhase.PENDING)
+    phase = models.CharField(
+        max_length=16, choices=BrokerPhase.choices, default=BrokerPhase.PENDING
+    )
     phase_reason = models.TextField(blank=True, default="")
     last_heartbeat_at = models.DateTimeField(null=True, blank=True)
     version = models.CharField(max_length=64, blank=True, default="")

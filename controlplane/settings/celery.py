@@ -12,6 +12,7 @@ if CELERY_BROKER_URL.startswith("filesystem://") and _queue_dir:
         "data_folder_out": _queue_dir,
         "processed_folder": _queue_dir + "-processed",
         "store_processed": False,
+        "control_folder": _queue_dir + "-control",
     }
 CELERY_TASK_ALWAYS_EAGER = env("MERIDIAN_CELERY_EAGER", False, as_bool)
 CELERY_TASK_EAGER_PROPAGATES = True

@@ -52,7 +52,12 @@ def database_from_url(url: str) -> dict[str, Any]:
         return {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": path,
-            "OPTIONS": {"timeout": 30, "transaction_mode": "IMMEDIATE"},
+            # WAL: the demo's API server, worker and controller share one file.
+            "OPTIONS": {
+                "timeout": 30,
+                "transaction_mode": "IMMEDIATE",
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            },
         }
     if parts.scheme in {"postgres", "postgresql"}:
         return {

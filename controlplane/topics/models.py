@@ -39,9 +39,7 @@ class Topic(StatusModel):
 
     class Meta:
         ordering = ["full_name"]
-        constraints = [
-            models.UniqueConstraint(fields=["tenant", "name"], name="topic_unique_name")
-        ]
+        constraints = [models.UniqueConstraint(fields=["tenant", "name"], name="topic_unique_name")]
         indexes = [models.Index(fields=["tenant", "status"])]
 
     def __str__(self) -> str:

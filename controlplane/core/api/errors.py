@@ -73,3 +73,17 @@ def _first_message(detail: Any) -> str:
     if isinstance(detail, list) and detail:
         return _first_message(detail[0])
     return str(detail)
+
+
+def not_found_view(request: Any, exception: Exception | None = None) -> Any:
+    """Django's 404 for a URL no route matches, in the API's JSON error shape."""
+    from django.http import JsonResponse
+
+    return JsonResponse(error_body("not_found", f"no such endpoint: {request.path}"), status=404)
+
+
+def server_error_view(request: Any) -> Any:
+    """Django's 500, in the API's JSON error shape (the error itself is logged)."""
+    from django.http import JsonResponse
+
+    return JsonResponse(error_body("server_error", "internal server error"), status=500)

@@ -1,0 +1,367 @@
+"""The whole platform on one machine with embedded defaults (``./dev run``).
+
+Starts the control plane (SQLite, its own token issuer), a Celery worker on kombu's
+filesystem transport (with beat for the periodic reconcile), the controller of region
+``local``, and the API server; then, through the REST API, creates a region with one
+cluster of three local brokers (the controller's local provisioner starts them), a tenant
+``demo``, the topic ``demo.orders`` and a service account; produces to the topic and
+consumes it with the SDK, and prints the API URL, tokens and CLI commands. Everything runs
+until Ctrl-C (``--exit``: stop at once).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+REGION = "local"
+CLUSTER = "main"
+TENANT = "demo"
+TOPIC = "orders"
+
+
+@dataclass
+class Platform:
+    """The child processes of the demo and where their logs go."""
+
+    data_dir: Path
+    api_port: int
+    children: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    @property
+    def api_url(self) -> str:
+        return f"http://127.0.0.1:{self.api_port}"
+
+    def env(self) -> dict[str, str]:
+        return {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "controlplane.settings",
+            "MERIDIAN_DATABASE_URL": f"sqlite:///{self.data_dir / 'controlplane.sqlite3'}",
+            "MERIDIAN_CELERY_BROKER_URL": "filesystem://",
+            "MERIDIAN_CELERY_QUEUE_DIR": str(self.data_dir / "celery-queue"),
+            "MERIDIAN_IDENTITY": "local",
+            "MERIDIAN_DATA_DIR": str(self.data_dir / "brokers"),
+            "MERIDIAN_API_BASE_URL": self.api_url,
+            "MERIDIAN_RECONCILE_INTERVAL_S": "15",
+        }
+
+    def spawn(self, name: str, *args: str) -> None:
+        logs = self.data_dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        with open(logs / f"{name}.log", "ab") as log:
+            self.children[name] = subprocess.Popen(
+                [sys.executable, *args],
+                env=self.env(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def check_children(self) -> None:
+        for name, child in self.children.items():
+            if child.poll() is not None:
+                log = self.data_dir / "logs" / f"{name}.log"
+                tail = log.read_text(errors="replace")[-3000:]
+                raise SystemExit(f"{name} exited with {child.returncode}:\n{tail}")
+
+    def stop(self) -> None:
+        for child in self.children.values():
+            if child.poll() is None:
+                os.killpg(child.pid, signal.SIGTERM)
+        for child in self.children.values():
+            try:
+                child.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(child.pid, signal.SIGKILL)
+                child.wait()
+
+
+class Api:
+    """A tiny JSON client for the REST API."""
+
+    def __init__(self, base_url: str, token: str) -> None:
+        self.base_url = base_url
+        self.token = token
+
+    def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(
+            self.base_url + path,
+            data=data,
+            method=method,
+            headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                raw = response.read()
+        except urllib.error.HTTPError as exc:
+            raise SystemExit(f"{method} {path}: HTTP {exc.code} {exc.read().decode()}") from exc
+        return json.loads(raw) if raw else None
+
+
+def wait_for(what: str, check: Callable[[], T], platform: Platform, timeout_s: float = 90) -> T:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        platform.check_children()
+        try:
+            value = check()
+        except (urllib.error.URLError, ConnectionError, SystemExit):
+            value = None  # type: ignore[assignment]
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise SystemExit(f"timed out waiting for {what} (logs in {platform.data_dir}/logs)")
+        time.sleep(0.1)
+
+
+def prepare_database(platform: Platform) -> str:
+    """Migrate the SQLite database and return a platform-admin token of the local issuer."""
+    os.environ.update(platform.env())
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    from controlplane.accounts.identity import LocalIdentity, get_identity
+    from controlplane.tenants.choices import PLATFORM_ADMIN_ROLE
+
+    call_command("migrate", verbosity=0)
+    identity = get_identity()
+    assert isinstance(identity, LocalIdentity)
+    return identity.issue_token(
+        subject="demo-operator",
+        username="operator",
+        realm_roles=[PLATFORM_ADMIN_ROLE],
+        ttl_s=7 * 24 * 3600,
+    )
+
+
+def start_processes(platform: Platform) -> None:
+    (platform.data_dir / "celery-queue").mkdir(exist_ok=True)
+    platform.spawn(
+        "api",
+        "-m",
+        "waitress",
+        "--host=127.0.0.1",
+        f"--port={platform.api_port}",
+        "--threads=8",
+        "controlplane.wsgi:application",
+    )
+    schedule = platform.data_dir / "celerybeat-schedule"
+    platform.spawn(
+        "worker",
+        "-m",
+        "celery",
+        "-A",
+        "controlplane",
+        "worker",
+        "--beat",
+        f"--schedule={schedule}",
+        "--pool=threads",
+        "--concurrency=4",
+        "--loglevel=INFO",
+    )
+
+
+def build_platform(platform: Platform, api: Api) -> dict[str, Any]:
+    """Region, cluster, tenant, topic and service account, all through the REST API."""
+    api.call("POST", "/api/v1/regions", {"name": REGION, "display_name": "this machine"})
+    platform.spawn("controller", "-m", "controlplane.controller", "--region", REGION)
+    api.call(
+        "POST",
+        "/api/v1/clusters",
+        {"region": REGION, "name": CLUSTER, "provisioner": "local", "broker_count": 3},
+    )
+    print("==> region 'local' with its controller; cluster 'main' of 3 local brokers ...")
+    wait_for("3 ready brokers", lambda: _ready_brokers(api) == 3, platform)
+    api.call("POST", "/api/v1/tenants", {"slug": TENANT, "name": "Demo", "home_region": REGION})
+    wait_for("tenant ready", lambda: _status(api, f"/api/v1/tenants/{TENANT}") == "ready", platform)
+    started = time.monotonic()
+    api.call("POST", "/api/v1/topics", {"tenant": TENANT, "name": TOPIC, "partitions": 6})
+    path = f"/api/v1/topics/{TENANT}.{TOPIC}"
+    wait_for("topic ready", lambda: _status(api, path) == "ready", platform)
+    ready_s = time.monotonic() - started
+    account = api.call(
+        "POST",
+        "/api/v1/service-accounts",
+        {"tenant": TENANT, "name": "orders-app", "role": "developer"},
+    )
+    return {"topic_ready_s": ready_s, "account": account}
+
+
+def _ready_brokers(api: Api) -> int:
+    brokers = api.call("GET", f"/api/v1/brokers?region={REGION}")["results"]
+    return sum(1 for b in brokers if b["phase"] == "ready")
+
+
+def _status(api: Api, path: str) -> str:
+    return str(api.call("GET", path)["status"])
+
+
+def service_token(api_url: str, account: dict[str, Any]) -> str:
+    body = json.dumps(
+        {
+            "grant_type": "client_credentials",
+            "client_id": account["client_id"],
+            "client_secret": account["client_secret"],
+        }
+    ).encode()
+    request = urllib.request.Request(
+        api_url + "/api/v1/auth/token",
+        data=body,
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return str(json.loads(response.read())["access_token"])
+
+
+def exercise_topic(bootstrap: str, records: int) -> tuple[float, int]:
+    """Produce ``records`` keyed records and consume them with a group; (seconds, consumed)."""
+    from dataplane.client import Consumer, Producer
+
+    topic = f"{TENANT}.{TOPIC}"
+    started = time.monotonic()
+    with Producer(bootstrap) as producer:
+        for i in range(records):
+            producer.send(topic, value=f"order-{i}".encode(), key=f"customer-{i % 97}".encode())
+        producer.flush()
+    seen = 0
+    with Consumer(
+        bootstrap, group_id=f"{TENANT}.billing", auto_offset_reset="earliest"
+    ) as consumer:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + 60
+        while seen < records and time.monotonic() < deadline:
+            seen += len(consumer.poll(timeout_ms=500))
+        consumer.commit()
+    return time.monotonic() - started, seen
+
+
+def broker_addresses(api: Api) -> str:
+    brokers = api.call("GET", f"/api/v1/brokers?region={REGION}")["results"]
+    return ",".join(b["address"] for b in brokers)
+
+
+def print_summary(
+    platform: Platform, admin_token: str, built: dict[str, Any], app_token: str, bootstrap: str
+) -> None:
+    account = built["account"]
+    url = platform.api_url
+    print(
+        f"""
+Meridian is running.
+  API            {url}/api/v1/            (OpenAPI: {url}/api/v1/openapi.json)
+  brokers        {bootstrap}
+  data and logs  {platform.data_dir}
+
+Platform-admin token (local issuer, 7 days):
+  export ADMIN_TOKEN={admin_token}
+
+Service account {account["client_id"]} (role developer in tenant '{TENANT}'):
+  client secret  {account["client_secret"]}
+  export TOKEN={app_token}
+
+Try:
+  curl -s -H "Authorization: Bearer $TOKEN" {url}/api/v1/topics/{TENANT}.{TOPIC}
+  curl -s -H "Authorization: Bearer $TOKEN" {url}/api/v1/quotas/{TENANT}
+  curl -s -X POST -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \\
+       -d '{{"name": "payments", "partitions": 3}}' {url}/api/v1/topics
+  curl -s -d grant_type=client_credentials -d client_id={account["client_id"]} \\
+       -d client_secret={account["client_secret"]} {url}/api/v1/auth/token
+  export MERIDIAN_BOOTSTRAP={bootstrap}
+  .venv/bin/meridian topics describe {TENANT}.{TOPIC}
+  echo hello | .venv/bin/meridian produce {TENANT}.{TOPIC}
+  .venv/bin/meridian consume {TENANT}.{TOPIC} --from-beginning --max-messages 5
+  .venv/bin/meridian groups describe {TENANT}.billing
+"""
+    )
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="./dev run", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data-dir", type=Path, help="default: a new temporary directory")
+    parser.add_argument("--api-port", type=int, default=8000)
+    parser.add_argument("--records", type=int, default=10_000)
+    parser.add_argument("--exit", action="store_true", help="stop once the demo has run")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    data_dir = args.data_dir or Path(tempfile.mkdtemp(prefix="meridian-"))
+    data_dir.mkdir(parents=True, exist_ok=True)
+    platform = Platform(data_dir.resolve(), args.api_port)
+    print(f"==> control plane in {platform.data_dir} (SQLite, local token issuer)")
+    admin_token = prepare_database(platform)
+    try:
+        start_processes(platform)
+        api = Api(platform.api_url, admin_token)
+        wait_for("the API", lambda: api.call("GET", "/api/v1/regions") is not None, platform)
+        print(f"==> API at {platform.api_url}, Celery worker (filesystem transport)")
+        built = build_platform(platform, api)
+        client_id = built["account"]["client_id"]
+        print(f"==> tenant '{TENANT}', topic {TENANT}.{TOPIC} (6 partitions) ready in "
+              f"{built['topic_ready_s']:.2f} s, service account {client_id}")  # fmt: skip
+        app_token = service_token(platform.api_url, built["account"])
+        bootstrap = broker_addresses(api)
+        seconds, seen = exercise_topic(bootstrap, args.records)
+        print(f"==> produced {args.records:,} records and consumed {seen:,} with group "
+              f"{TENANT}.billing in {seconds:.2f} s")  # fmt: skip
+        if seen != args.records:
+            raise SystemExit(f"consumed {seen} of {args.records} records")
+        print_summary(platform, admin_token, built, app_token, bootstrap)
+        if not args.exit:
+            print("Ctrl-C stops everything.")
+            while True:
+                platform.check_children()
+                time.sleep(1)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        print("==> stopping")
+        platform.stop()
+        _stop_brokers(platform)
+    return 0
+
+
+def _stop_brokers(platform: Platform) -> None:
+    """The local provisioner's brokers run in sessions of their own (they outlive a
+    controller); the demo owns them, so it stops them."""
+    from controlplane.regions.models import Broker
+
+    pids = [b.pid for b in Broker.objects.exclude(pid=None)]
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            continue
+    deadline = time.monotonic() + 20
+    for pid in pids:
+        while time.monotonic() < deadline and _alive(pid):
+            time.sleep(0.1)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
