@@ -31,22 +31,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.conf import settings
 from rest_framework.test import APIClient
 
-from controlplane.quotas.models import Quota
 from controlplane.regions.models import Broker, Cluster, Region
 from controlplane.tenants.choices import Role
 from controlplane.tenants.models import Tenant
-
-
-def make_tenant(slug: str, *, home_region: Region | None = None) -> Tenant:
-    """A ready tenant row with the default quota (no IdP objects)."""
-    tenant = Tenant.objects.create(
-        slug=slug, name=slug.title(), home_region=home_region, status="ready"
-    )
-    Quota.objects.create(tenant=tenant, **settings.DEFAULT_QUOTA)
-    return tenant  # type: ignore[no-any-return]
+from tests.support.controlplane import make_tenant
 
 
 def make_cluster(region: str = "local", name: str = "c1", brokers: int = 3) -> Cluster:

@@ -1,0 +1,165 @@
+"""Tenant isolation across every endpoint of the API, read from the OpenAPI document so
+that a new endpoint is covered the day it is added.
+
+Tenant ``acme`` owns a topic, a service account, a member, audit events and a quota.
+A tenant-admin of ``beta`` (the strongest tenant role) then calls every operation:
+- no list answer names anything of ``acme``, with or without ``?tenant=acme``;
+- every operation on an ``acme`` object answers exactly as it does for an object that
+  does not exist (same status, same body once the looked-up value is blanked), so the
+  caller cannot even learn that the object exists;
+- nothing of ``acme`` changed afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from controlplane.accounts import services as accounts
+from controlplane.core.actors import Actor
+from controlplane.core.audit import snapshot
+from controlplane.core.models import AuditEvent
+from controlplane.quotas.models import Quota
+from controlplane.tenants.models import Membership
+from controlplane.topics.models import Topic
+from controlplane.topics.services import create_topic
+from tests.controlplane.api_base import make_cluster, make_tenant
+from tests.controlplane.conftest import token_for
+
+SECRET_TOPIC = "secret-orders"
+SECRET_ACCOUNT = "secret-app"
+SECRET_MEMBER = "secret-person"
+# Path parameters: for each, the value of acme's object and one that exists nowhere.
+_PARAM = re.compile(r"\{(\w+)\}")
+
+
+@pytest.fixture
+def world(db: None, local_identity: Any) -> dict[str, Any]:
+    make_cluster()
+    acme = make_tenant("acme")
+    make_tenant("beta")
+    operator = Actor.system("test")
+    topic = create_topic(acme, name=SECRET_TOPIC, partitions=3, actor=operator)
+    account, _ = accounts.create_service_account(acme, name=SECRET_ACCOUNT, actor=operator)
+    member = accounts.invite_member(
+        acme, username=SECRET_MEMBER, email="secret@acme.test", role="viewer", actor=operator
+    )
+    event = AuditEvent.objects.filter(tenant_slug="acme").first()
+    assert event is not None
+    return {
+        "acme_values": {
+            "tenants": "acme",
+            "quotas": "acme",
+            "topics": topic.full_name,
+            "service-accounts": str(account.pk),
+            "members": str(member.pk),
+            "audit-events": str(event.pk),
+        },
+        "missing_values": {
+            "tenants": "zzzz",
+            "quotas": "zzzz",
+            "topics": "zzzz.nothing",
+            "service-accounts": "999999",
+            "members": "999999",
+            "audit-events": "999999",
+        },
+        "token": token_for(local_identity, roles={"beta": "tenant-admin"}, username="mallory"),
+    }
+
+
+def _operations(client: Client) -> list[tuple[str, str]]:
+    schema = client.get("/api/v1/openapi.json").json()
+    return [
+        (method.upper(), path)
+        for path, item in schema["paths"].items()
+        for method in item
+        if method in {"get", "post", "patch", "put", "delete"}
+    ]
+
+
+def _resource(path: str) -> str:
+    return path.removeprefix("/api/v1/").split("/")[0]
+
+
+def _fill(path: str, values: dict[str, str]) -> str | None:
+    resource = _resource(path)
+    if not _PARAM.search(path):
+        return path
+    if resource not in values:
+        return None  # an operation on a platform object (regions, brokers, ...)
+    return _PARAM.sub(values[resource], path, count=1)
+
+
+def _call(client: Client, method: str, path: str, token: str, body: dict[str, Any]) -> Any:
+    kwargs: dict[str, Any] = {"HTTP_AUTHORIZATION": f"Bearer {token}"}
+    if method in {"POST", "PATCH", "PUT"}:
+        kwargs.update(data=json.dumps(body), content_type="application/json")
+    return getattr(client, method.lower())(path, **kwargs)
+
+
+def _acme_state() -> Any:
+    return (
+        [snapshot(t) for t in Topic.objects.filter(tenant__slug="acme")],
+        [snapshot(m) for m in Membership.objects.filter(tenant__slug="acme")],
+        [snapshot(q) for q in Quota.objects.filter(tenant__slug="acme")],
+        sorted(
+            accounts.ServiceAccount.objects.filter(tenant__slug="acme").values_list(
+                "client_id", "role", "secret_hash"
+            )
+        ),
+    )
+
+
+def _leaks(text: str) -> list[str]:
+    return [s for s in ("acme", SECRET_TOPIC, SECRET_ACCOUNT, SECRET_MEMBER) if s in text]
+
+
+def test_no_endpoint_lets_one_tenant_learn_or_touch_another_tenants_objects(
+    world: dict[str, Any],
+) -> None:
+    client = Client()
+    token = world["token"]
+    before = _acme_state()
+    body = {"tenant": "acme", "name": "x", "partitions": 1, "role": "viewer", "username": "x"}
+    checked = 0
+    for method, path in _operations(client):
+        if path.endswith("/auth/token"):
+            continue  # takes client credentials, not a bearer token
+        acme_path = _fill(path, world["acme_values"])
+        if acme_path is None:
+            continue
+        if acme_path == path and method == "GET":
+            for query in ("", "?tenant=acme"):
+                response = _call(client, method, path + query, token, body)
+                assert response.status_code in (200, 403), (path, response.status_code)
+                assert _leaks(response.content.decode()) == [], (path + query, response.content)
+            checked += 1
+            continue
+        if acme_path == path:  # a create: into acme, as into a tenant that does not exist
+            seen = _call(client, method, path, token, body)
+            unseen = _call(client, method, path, token, {**body, "tenant": "zzzz"})
+            assert seen.status_code in (403, 404), (method, path, seen.content)
+            assert seen.status_code == unseen.status_code, (method, path, seen.content)
+            assert seen.content.decode().replace("acme", "?") == unseen.content.decode().replace(
+                "zzzz", "?"
+            ), (method, path)
+            checked += 1
+            continue
+        missing_path = _fill(path, world["missing_values"])
+        assert missing_path is not None
+        seen = _call(client, method, acme_path, token, body)
+        unseen = _call(client, method, missing_path, token, body)
+        assert seen.status_code == unseen.status_code, (method, path, seen.content)
+        assert seen.status_code in (403, 404), (method, path, seen.status_code)
+        blank = world["acme_values"][_resource(path)]
+        other = world["missing_values"][_resource(path)]
+        assert seen.content.decode().replace(blank, "?") == unseen.content.decode().replace(
+            other, "?"
+        ), (method, path)
+        checked += 1
+    assert checked >= 20, f"only {checked} operations checked: did the schema change?"
+    assert _acme_state() == before
