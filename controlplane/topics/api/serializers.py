@@ -27,10 +27,40 @@ class AssignmentSerializer(serializers.ModelSerializer):  # type: ignore[misc]
         read_only_fields = fields
 
 
-class TopicSerializer(serializers.ModelSerializer):  # type: ignore[misc]
+class TopicSummarySerializer(serializers.ModelSerializer):  # type: ignore[misc]
+    """A topic in a list: everything but where its partitions are."""
+
     tenant = serializers.CharField(source="tenant.slug", read_only=True)
     region = serializers.CharField(source="cluster.region.name", read_only=True)
     cluster = serializers.CharField(source="cluster.name", read_only=True)
+
+    class Meta:
+        model = Topic
+        fields = [
+            "full_name",
+            "tenant",
+            "name",
+            "region",
+            "cluster",
+            "partitions",
+            "retention_ms",
+            "retention_bytes",
+            "max_message_bytes",
+            "durability",
+            "status",
+            "status_reason",
+            "generation",
+            "observed_generation",
+            "created_by",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = fields
+
+
+class TopicSerializer(TopicSummarySerializer):
+    """One topic with its partition assignments."""
+
     assignments = AssignmentSerializer(many=True, read_only=True)
 
     class Meta:

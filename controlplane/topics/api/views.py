@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db.models import QuerySet
 from rest_framework import mixins, viewsets
 
 from controlplane.core.api.views import (
@@ -17,6 +18,7 @@ from controlplane.topics.api.serializers import (
     DriftFindingSerializer,
     TopicCreateSerializer,
     TopicSerializer,
+    TopicSummarySerializer,
     TopicUpdateSerializer,
 )
 from controlplane.topics.filtersets import DriftFindingFilterSet, TopicFilterSet
@@ -34,9 +36,7 @@ class TopicViewSet(
     """A tenant's topics, by full name (``<tenant>.<topic>``, dots and all). Viewers
     read; developers create, grow, reconfigure and delete."""
 
-    queryset = Topic.objects.select_related("tenant", "cluster__region").prefetch_related(
-        "assignments__broker"
-    )
+    queryset = Topic.objects.select_related("tenant", "cluster__region")
     serializer_class = TopicSerializer
     input_serializer_classes = {
         "create": TopicCreateSerializer,
@@ -48,6 +48,15 @@ class TopicViewSet(
     ordering_fields = ["full_name", "name", "partitions", "status", "created_at"]
     lookup_field = "full_name"
     lookup_value_regex = r"[^/]+"
+
+    def get_queryset(self) -> QuerySet[Topic]:
+        queryset = super().get_queryset()
+        if self.action == "list":
+            return queryset  # a list shows no assignments: skip loading them
+        return queryset.prefetch_related("assignments__broker")
+
+    def get_serializer_class(self) -> type[TopicSummarySerializer]:
+        return TopicSummarySerializer if self.action == "list" else TopicSerializer
 
     def create_object(self, data: dict[str, Any]) -> Topic:
         tenant = self.tenant_for_write(data.pop("tenant", None))
