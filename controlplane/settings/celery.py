@@ -31,4 +31,9 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": RECONCILE_INTERVAL_S,
         "options": {"expires": RECONCILE_INTERVAL_S},
     },
+    "tenants.reconcile_tenants": {
+        "task": "tenants.reconcile_tenants",
+        "schedule": RECONCILE_INTERVAL_S,
+        "options": {"expires": RECONCILE_INTERVAL_S},
+    },
 }

@@ -4,8 +4,11 @@ after commit, and removed by ``tenants.deprovision_tenant`` before its row goes.
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from django.conf import settings
 from django.db import transaction
+from django.utils import timezone
 
 from controlplane.core import audit
 from controlplane.core.actors import Actor
@@ -93,8 +96,8 @@ def provision_tenant(tenant_id: int, *, actor: Actor) -> Tenant | None:
     that is gone, ready or deleting is left alone (``None`` when gone)."""
     from controlplane.accounts.identity import get_identity
 
-    tenant = _claim_for_provisioning(tenant_id)
-    if tenant is None or tenant.status != ProvisioningStatus.PROVISIONING:
+    tenant, claimed = _claim_for_provisioning(tenant_id)
+    if tenant is None or not claimed:
         return tenant
     try:
         ref = get_identity().provision_tenant(tenant)
@@ -125,14 +128,37 @@ def deprovision_tenant(tenant_id: int, *, actor: Actor) -> bool:
     return True
 
 
-def _claim_for_provisioning(tenant_id: int) -> Tenant | None:
-    """Move a pending or failed tenant to provisioning, in its own transaction (the IdP
-    call that follows is slow and must not hold a row lock)."""
+def stale_tenants() -> tuple[list[int], list[int]]:
+    """Tenants whose job has not finished within a reconcile interval — its enqueue was
+    lost (the Celery broker was down at commit) or its worker died mid-job: (ids to
+    provision, ids to deprovision). Failed tenants are left for an operator to see."""
+    cutoff = timezone.now() - timedelta(seconds=settings.RECONCILE_INTERVAL_S)
+    waiting = Tenant.objects.filter(updated_at__lt=cutoff)
+    to_provision = waiting.filter(
+        status__in=[ProvisioningStatus.PENDING, ProvisioningStatus.PROVISIONING]
+    )
+    to_delete = waiting.filter(status=ProvisioningStatus.DELETING)
+    return (
+        list(to_provision.values_list("pk", flat=True)),
+        list(to_delete.values_list("pk", flat=True)),
+    )
+
+
+def _claim_for_provisioning(tenant_id: int) -> tuple[Tenant | None, bool]:
+    """Move a pending or failed tenant — or one stuck provisioning for longer than a
+    reconcile interval — to provisioning, in its own transaction (the IdP call that
+    follows is slow and must not hold a row lock). Returns the tenant and whether this
+    caller claimed it: a tenant another worker is provisioning now is left to it."""
+    cutoff = timezone.now() - timedelta(seconds=settings.RECONCILE_INTERVAL_S)
     with transaction.atomic():
         tenant = Tenant.objects.select_for_update().filter(pk=tenant_id).first()
-        if tenant is not None and tenant.status in PROVISIONABLE:
+        if tenant is None:
+            return None, False
+        stuck = tenant.status == ProvisioningStatus.PROVISIONING and tenant.updated_at < cutoff
+        if tenant.status in PROVISIONABLE or stuck:
             _set_status(tenant, ProvisioningStatus.PROVISIONING)
-        return tenant  # type: ignore[no-any-return]
+            return tenant, True
+        return tenant, False
 
 
 @transaction.atomic  # type: ignore[untyped-decorator]
@@ -172,4 +198,6 @@ def _after_commit(task_name: str, tenant_id: int) -> None:
 
         getattr(tasks, task_name).delay(tenant_id)
 
-    transaction.on_commit(enqueue)
+    # robust: a lost enqueue is logged, not a failed request (the change is committed);
+    # tenants.reconcile_tenants picks the tenant up again.
+    transaction.on_commit(enqueue, robust=True)

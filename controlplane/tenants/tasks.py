@@ -20,3 +20,14 @@ def provision_tenant(tenant_id: int) -> None:
 @shared_task(name="tenants.deprovision_tenant", **RETRY)  # type: ignore[untyped-decorator]
 def deprovision_tenant(tenant_id: int) -> None:
     services.deprovision_tenant(tenant_id, actor=Actor.system("tenants"))
+
+
+@shared_task(name="tenants.reconcile_tenants")  # type: ignore[untyped-decorator]
+def reconcile_tenants() -> dict[str, int]:
+    """Periodic: enqueue again the tenants whose provisioning or deletion stalled."""
+    to_provision, to_delete = services.stale_tenants()
+    for tenant_id in to_provision:
+        provision_tenant.delay(tenant_id)
+    for tenant_id in to_delete:
+        deprovision_tenant.delay(tenant_id)
+    return {"provision": len(to_provision), "deprovision": len(to_delete)}

@@ -224,4 +224,6 @@ def _reconcile_after_commit(topic: Topic) -> None:
 
         reconcile_topic.delay(topic_id)
 
-    transaction.on_commit(enqueue)
+    # robust: a lost enqueue is logged, not a failed request (the change is committed);
+    # the periodic drift pass enqueues topics that stay unconverged.
+    transaction.on_commit(enqueue, robust=True)

@@ -172,3 +172,63 @@ def test_a_deleting_tenant_takes_no_new_topics(db: None) -> None:
     tenant.refresh_from_db()
     with pytest.raises(Conflict):
         create_topic(tenant, name="late", partitions=1, actor=SYSTEM)
+
+
+def _age(tenant: Tenant, seconds: float) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    Tenant.objects.filter(pk=tenant.pk).update(
+        updated_at=timezone.now() - timedelta(seconds=seconds)
+    )
+
+
+def test_stalled_tenants_are_enqueued_again_and_then_provisioned(
+    db: None, local_identity: LocalIdentity, enqueued: dict[str, list[int]], settings: Any
+) -> None:
+    settings.RECONCILE_INTERVAL_S = 30
+    lost = create_tenant(slug="lost", name="Enqueue lost", actor=SYSTEM)
+    stuck = create_tenant(slug="stuck", name="Worker died", actor=SYSTEM)
+    Tenant.objects.filter(pk=stuck.pk).update(status="provisioning")
+    fresh = create_tenant(slug="fresh", name="Just created", actor=SYSTEM)
+    leaving = make_tenant("leaving")
+    Tenant.objects.filter(pk=leaving.pk).update(status="deleting")
+    for tenant in (lost, stuck, leaving):
+        _age(tenant, 60)
+    assert tasks.reconcile_tenants() == {"provision": 2, "deprovision": 1}
+    assert sorted(enqueued["provision_tenant"]) == sorted([lost.pk, stuck.pk])
+    assert enqueued["deprovision_tenant"] == [leaving.pk]
+    assert fresh.pk not in enqueued["provision_tenant"]
+    for tenant_id in enqueued["provision_tenant"]:
+        tasks.provision_tenant.run(tenant_id)  # what the worker does with the job
+    assert set(
+        Tenant.objects.filter(pk__in=[lost.pk, stuck.pk]).values_list("status", flat=True)
+    ) == {"ready"}
+
+
+def test_a_tenant_provisioning_now_is_not_claimed_twice(
+    db: None, local_identity: LocalIdentity, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tenant = create_tenant(slug="busy", name="Busy", actor=SYSTEM)
+    Tenant.objects.filter(pk=tenant.pk).update(status="provisioning")
+    calls: list[str] = []
+    monkeypatch.setattr(local_identity, "provision_tenant", lambda t: calls.append(t.slug) or "x")
+    tasks.provision_tenant(tenant.pk)  # another worker holds it: not stale yet
+    assert calls == []
+    assert Tenant.objects.get(pk=tenant.pk).status == "provisioning"
+
+
+def test_a_lost_enqueue_does_not_fail_the_committed_request(
+    admin_client: Any, monkeypatch: pytest.MonkeyPatch, django_capture_on_commit_callbacks: Any
+) -> None:
+    def broker_down(tenant_id: int) -> None:
+        raise ConnectionError("the Celery broker is down")
+
+    monkeypatch.setattr(tasks.provision_tenant, "delay", broker_down)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = admin_client.post(
+            "/api/v1/tenants", {"slug": "acme", "name": "Acme"}, format="json"
+        )
+    assert response.status_code == 201, response.content
+    assert Tenant.objects.get(slug="acme").status == "pending"  # the sweeper's to pick up
