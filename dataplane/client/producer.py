@@ -186,7 +186,8 @@ class Producer:
         once: ``TypeError`` for a key, value or header that is not bytes;
         ``MESSAGE_TOO_LARGE`` for a record larger than ``max_request_bytes``;
         ``UNKNOWN_TOPIC_OR_PARTITION`` when the topic is not found within
-        ``max_block_ms``; ``INVALID_PARTITIONS`` for a partition the topic lacks;
+        ``max_block_ms``; ``INVALID_PARTITIONS`` for a partition the topic still lacks
+        after ``max_block_ms``;
         ``BufferFull``; and the producer's fatal error once it has one.
         """
         if type(value) is not bytes and value is not None:
@@ -245,15 +246,26 @@ class Producer:
     def _check_partition(self, topic: str, partition: object) -> TopicQueues:
         if not isinstance(partition, int) or isinstance(partition, bool):
             raise TypeError(f"partition must be an int, not {type(partition).__name__}")
-        self._metadata.refresh([topic])
-        self._update_topics()
-        queues = self._acc.topics[topic]
-        if not 0 <= partition < queues.count:
-            raise MeridianError(
-                ErrorCode.INVALID_PARTITIONS,
-                f"topic {topic!r} has {queues.count} partitions; there is no partition {partition}",
-            )
-        return queues
+        if partition < 0:
+            raise MeridianError(ErrorCode.INVALID_PARTITIONS, f"no partition {partition}")
+        # A partition the metadata does not show yet may be on its way (a topic being
+        # created or grown): wait for it, as for an unknown topic, up to max_block_ms.
+        deadline = time.monotonic() + self._max_block_s
+        delay = 0.05
+        while True:
+            self._metadata.refresh([topic])
+            self._update_topics()
+            queues = self._acc.topics[topic]
+            if partition < queues.count:
+                return queues
+            if time.monotonic() + delay > deadline:
+                raise MeridianError(
+                    ErrorCode.INVALID_PARTITIONS,
+                    f"topic {topic!r} has {queues.count} partitions; there is no partition"
+                    f" {partition} (waited {self._max_block_s * 1000:.0f} ms, max_block_ms)",
+                )
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
 
     def _available(self, topic: str) -> list[int]:
         snapshot = self._metadata.snapshot()

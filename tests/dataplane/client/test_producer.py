@@ -6,9 +6,11 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import grpc
 import pytest
 from kafka.partitioner.default import murmur2 as kafka_murmur2
 
+from dataplane._gen.meridian.v1 import admin_pb2, admin_pb2_grpc
 from dataplane.client import BufferFull, MeridianError, Producer, RecordMetadata
 from dataplane.errors import ErrorCode
 from tests.support.brokers import BrokerProcess
@@ -149,11 +151,42 @@ def test_an_unknown_topic_fails_after_max_block(shared_broker: BrokerProcess) ->
         assert bad.value.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
-def test_a_missing_partition_is_refused(shared_broker: BrokerProcess, topic: TopicMaker) -> None:
+def test_a_missing_partition_is_refused_after_max_block(
+    shared_broker: BrokerProcess, topic: TopicMaker
+) -> None:
     name = topic(2)
-    with producer(shared_broker) as p, pytest.raises(MeridianError) as info:
+    with producer(shared_broker, max_block_ms=300) as p, pytest.raises(MeridianError) as info:
         p.send(name, b"v", partition=5)
     assert info.value.code == ErrorCode.INVALID_PARTITIONS
+    assert "max_block_ms" in info.value.message
+
+
+def test_a_partition_that_appears_while_send_waits_is_used(
+    shared_broker: BrokerProcess, topic: TopicMaker
+) -> None:
+    """A topic being grown (or created partition by partition by the control plane's
+    reconciler): send() to a partition not yet in the metadata waits for it."""
+    name = topic(2)
+    with producer(shared_broker, max_block_ms=10_000) as p:
+        p.send(name, b"first", partition=0).result(timeout=10)  # the topic is known: 2
+        grow = threading.Timer(0.5, _create_partition, (shared_broker.address, name, 2))
+        grow.start()
+        try:
+            metadata = p.send(name, b"late", partition=2).result(timeout=10)
+        finally:
+            grow.join()
+    assert (metadata.partition, metadata.offset) == (2, 0)
+
+
+def _create_partition(address: str, topic: str, partition: int) -> None:
+    with grpc.insecure_channel(address) as channel:
+        response = admin_pb2_grpc.AdminStub(channel).CreatePartitions(
+            admin_pb2.CreatePartitionsRequest(
+                partitions=[admin_pb2.PartitionSpec(topic=topic, partition=partition)]
+            ),
+            timeout=10,
+        )
+    assert response.results[0].error == 0, response
 
 
 def test_buffer_full_fails_fast_when_not_blocking(
