@@ -150,6 +150,13 @@ class Consumer:
             self._member.on_round_done = self._rebalance_ended
         self._member.subscribe(sorted(set(topics)))
 
+    def unsubscribe(self) -> None:
+        """Leave the group's topics: the next ``poll`` revokes the assignment (committing
+        positions first, with auto commit) and leaves the group."""
+        self._check_open()
+        if self._member is not None:
+            self._member.subscribe([])
+
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
         """Read exactly ``partitions`` (no group membership); positions start at the
         committed offsets (with a ``group_id``) or by ``auto_offset_reset``."""

@@ -261,18 +261,23 @@ class GroupMember:
         self._drop_membership(leave=leave and not self.group_instance_id)
 
     def _drop_membership(self, *, leave: bool = True) -> None:
-        """Give the assignment up (revoked, or lost if the membership was) and leave."""
+        """Give the assignment up (revoked, or lost if the membership was) and leave.
+        The listener is told while the membership still stands, so what it commits on
+        revocation is committed under the current generation (as Kafka's consumer does
+        before it leaves)."""
         with self._lock:
-            state, self._state = self._state, _State(rejoin_needed=True)
-            if self._round is not None:
-                self._round.abandon(leave=leave)
-                self._round = None
+            state = self._state
         try:
             if state.assignment and self.listener is not None:
                 valid = state.generation >= 0 and not state.lost
                 callback = "on_partitions_revoked" if valid else "on_partitions_lost"
                 getattr(self.listener, callback)(set(state.assignment))
         finally:
+            with self._lock:
+                state, self._state = self._state, _State(rejoin_needed=True)
+                if self._round is not None:
+                    self._round.abandon(leave=leave)
+                    self._round = None
             if leave and state.member_id:
                 self._leave(state.member_id)
 

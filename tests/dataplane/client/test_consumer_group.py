@@ -108,3 +108,33 @@ def test_one_poll_joins_the_group_and_returns_records(
         records = consumer.poll(timeout_ms=60_000)
         assert records, "the first poll returned nothing in its whole timeout"
         assert consumer.assignment() == {TopicPartition(name, 0), TopicPartition(name, 1)}
+
+
+def test_positions_are_committed_when_partitions_are_given_up(
+    shared_broker: BrokerProcess, topic: TopicMaker
+) -> None:
+    """Unsubscribing and closing revoke the assignment; with auto commit the consumer
+    commits its positions on revocation, under the generation it still holds, so the
+    group's next member starts exactly where this one stopped."""
+    name = topic(2)
+    with Producer(shared_broker.address) as producer:
+        for i in range(40):
+            producer.send(name, b"%d" % i, partition=i % 2)
+    group = f"group-{name}"
+    tps = [TopicPartition(name, 0), TopicPartition(name, 1)]
+    # No periodic auto commit happens in this test: only the revocation commits.
+    settings: dict[str, Any] = {"auto_offset_reset": "earliest", "auto_commit_interval_ms": 600_000}
+    with Consumer(shared_broker.address, group_id=group, **settings) as consumer:
+        consumer.subscribe([name])
+        seen = 0
+        deadline = time.monotonic() + 30
+        while seen < 40 and time.monotonic() < deadline:
+            seen += len(consumer.poll(timeout_ms=500))
+        assert seen == 40
+        consumer.unsubscribe()
+        consumer.poll(timeout_ms=0)  # gives the partitions up
+        assert consumer.committed(tps) == {tps[0]: 20, tps[1]: 20}
+    with Consumer(shared_broker.address, group_id=group, **settings) as consumer:
+        consumer.subscribe([name])
+        assert consumer.poll(timeout_ms=3000) == []  # nothing again
+        assert consumer.committed(tps) == {tps[0]: 20, tps[1]: 20}
