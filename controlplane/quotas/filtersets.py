@@ -5,7 +5,7 @@ import django_filters
 from controlplane.quotas.models import Quota
 
 
-class QuotaFilterSet(django_filters.FilterSet):  # type: ignore[misc]
+class QuotaFilterSet(django_filters.FilterSet):
     tenant = django_filters.CharFilter(field_name="tenant__slug", help_text="tenant slug")
 
     class Meta:

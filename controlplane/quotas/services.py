@@ -61,7 +61,7 @@ def quota_usage(tenant: Tenant) -> dict[str, int]:
 def lock_quota(tenant: Tenant) -> Quota:
     """The tenant's quota row, locked until the transaction ends: every change that
     consumes quota takes this lock first, so concurrent requests cannot overshoot."""
-    return Quota.objects.select_for_update().get(tenant=tenant)  # type: ignore[no-any-return]
+    return Quota.objects.select_for_update().get(tenant=tenant)
 
 
 def check_topic_quota(
@@ -84,7 +84,7 @@ def check_topic_quota(
     return quota
 
 
-@transaction.atomic  # type: ignore[untyped-decorator]
+@transaction.atomic
 def set_quota(tenant: Tenant, *, actor: Actor, **limits: int) -> Quota:
     """Change some of the tenant's limits. A count or storage limit below what the
     tenant already uses is refused (``Conflict`` naming the quota and the usage)."""

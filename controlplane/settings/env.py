@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 from urllib.parse import unquote, urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
@@ -14,14 +14,22 @@ T = TypeVar("T")
 REQUIRED: Any = object()
 
 
-def env(name: str, default: Any = REQUIRED, cast: Callable[[str], T] = str) -> T:  # type: ignore[assignment]
+@overload
+def env(name: str, default: str = ...) -> str: ...
+@overload
+def env(name: str, default: T, cast: Callable[[str], T]) -> T: ...
+@overload
+def env(name: str, *, cast: Callable[[str], T]) -> T: ...
+
+
+def env(name: str, default: Any = REQUIRED, cast: Callable[[str], Any] = str) -> Any:
     """``os.environ[name]`` converted by ``cast``; ``default`` when unset (no default:
     ImproperlyConfigured naming the variable)."""
     raw = os.environ.get(name)
     if raw is None or raw == "":
         if default is REQUIRED:
             raise ImproperlyConfigured(f"environment variable {name} is required")
-        return default  # type: ignore[no-any-return]
+        return default
     try:
         return cast(raw)
     except ValueError as exc:

@@ -6,7 +6,7 @@ from controlplane.core.choices import ProvisioningStatus
 from controlplane.tenants.models import Tenant
 
 
-class TenantFilterSet(django_filters.FilterSet):  # type: ignore[misc]
+class TenantFilterSet(django_filters.FilterSet):
     status = django_filters.ChoiceFilter(choices=ProvisioningStatus.choices)
     name = django_filters.CharFilter(lookup_expr="icontains", help_text="name contains")
     home_region = django_filters.CharFilter(field_name="home_region__name")

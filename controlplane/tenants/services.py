@@ -23,7 +23,7 @@ _UNSET = object()
 PROVISIONABLE = (ProvisioningStatus.PENDING, ProvisioningStatus.FAILED)
 
 
-@transaction.atomic  # type: ignore[untyped-decorator]
+@transaction.atomic
 def create_tenant(
     *, slug: str, name: str, home_region: Region | None = None, actor: Actor
 ) -> Tenant:
@@ -42,7 +42,7 @@ def create_tenant(
     return tenant
 
 
-@transaction.atomic  # type: ignore[untyped-decorator]
+@transaction.atomic
 def update_tenant(
     tenant: Tenant, *, actor: Actor, name: str | None = None, home_region: object = _UNSET
 ) -> Tenant:
@@ -65,7 +65,7 @@ def update_tenant(
     return tenant
 
 
-@transaction.atomic  # type: ignore[untyped-decorator]
+@transaction.atomic
 def delete_tenant(tenant: Tenant, *, actor: Actor) -> Tenant:
     """Mark the tenant deleting; after commit its IdP objects and then its row are
     removed. Refused (``Conflict``) while it still has topics or service accounts."""
@@ -104,7 +104,7 @@ def provision_tenant(tenant_id: int, *, actor: Actor) -> Tenant | None:
     except Exception as exc:  # any failure is the tenant's status reason, then re-raised
         _finish(tenant, ProvisioningStatus.FAILED, actor, reason=f"identity provider: {exc}")
         raise
-    return _finish(tenant, ProvisioningStatus.READY, actor, identity_ref=str(ref))  # type: ignore[no-any-return]
+    return _finish(tenant, ProvisioningStatus.READY, actor, identity_ref=str(ref))
 
 
 def deprovision_tenant(tenant_id: int, *, actor: Actor) -> bool:
@@ -161,7 +161,7 @@ def _claim_for_provisioning(tenant_id: int) -> tuple[Tenant | None, bool]:
         return tenant, False
 
 
-@transaction.atomic  # type: ignore[untyped-decorator]
+@transaction.atomic
 def _finish(
     tenant: Tenant, status: str, actor: Actor, *, reason: str = "", identity_ref: str = ""
 ) -> Tenant:
@@ -178,7 +178,7 @@ def _finish(
     audit.record(
         actor, action, current, before=before, after=audit.snapshot(current), tenant=current
     )
-    return current  # type: ignore[no-any-return]
+    return current
 
 
 def _set_status(tenant: Tenant, status: str, reason: str = "") -> None:

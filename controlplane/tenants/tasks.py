@@ -3,26 +3,36 @@ Retried only when the identity provider is unavailable."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TypedDict
+
 from celery import shared_task
 
 from controlplane.core.actors import Actor
 from controlplane.core.errors import Unavailable
 from controlplane.tenants import services
 
-RETRY = {"autoretry_for": (Unavailable,), "retry_backoff": True, "max_retries": 5}
+
+class RetryOptions(TypedDict):
+    autoretry_for: Sequence[type[BaseException]]
+    retry_backoff: bool
+    max_retries: int
 
 
-@shared_task(name="tenants.provision_tenant", **RETRY)  # type: ignore[untyped-decorator]
+RETRY: RetryOptions = {"autoretry_for": (Unavailable,), "retry_backoff": True, "max_retries": 5}
+
+
+@shared_task(name="tenants.provision_tenant", **RETRY)
 def provision_tenant(tenant_id: int) -> None:
     services.provision_tenant(tenant_id, actor=Actor.system("tenants"))
 
 
-@shared_task(name="tenants.deprovision_tenant", **RETRY)  # type: ignore[untyped-decorator]
+@shared_task(name="tenants.deprovision_tenant", **RETRY)
 def deprovision_tenant(tenant_id: int) -> None:
     services.deprovision_tenant(tenant_id, actor=Actor.system("tenants"))
 
 
-@shared_task(name="tenants.reconcile_tenants")  # type: ignore[untyped-decorator]
+@shared_task(name="tenants.reconcile_tenants")
 def reconcile_tenants() -> dict[str, int]:
     """Periodic: enqueue again the tenants whose provisioning or deletion stalled."""
     to_provision, to_delete = services.stale_tenants()

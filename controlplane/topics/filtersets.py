@@ -6,7 +6,7 @@ from controlplane.topics.choices import DriftKind, TopicStatus
 from controlplane.topics.models import DriftFinding, Topic
 
 
-class TopicFilterSet(django_filters.FilterSet):  # type: ignore[misc]
+class TopicFilterSet(django_filters.FilterSet):
     tenant = django_filters.CharFilter(field_name="tenant__slug", help_text="tenant slug")
     status = django_filters.ChoiceFilter(choices=TopicStatus.choices)
     name = django_filters.CharFilter(lookup_expr="icontains", help_text="name contains")
@@ -18,7 +18,7 @@ class TopicFilterSet(django_filters.FilterSet):  # type: ignore[misc]
         fields = ["tenant", "status", "name", "region", "cluster"]
 
 
-class DriftFindingFilterSet(django_filters.FilterSet):  # type: ignore[misc]
+class DriftFindingFilterSet(django_filters.FilterSet):
     kind = django_filters.ChoiceFilter(choices=DriftKind.choices)
     healed = django_filters.BooleanFilter()
     open = django_filters.BooleanFilter(

@@ -65,15 +65,10 @@ def broker_loads(brokers: Sequence[Broker]) -> list[BrokerLoad]:
         .values("broker")
         .annotate(partitions=Count("id"), size_bytes=Sum("size_bytes"))
     )
-    by_pk = {row["broker"]: row for row in rows}
-    return [
-        BrokerLoad(
-            broker_id=b.broker_id,
-            partitions=by_pk.get(b.pk, {}).get("partitions", 0),
-            size_bytes=by_pk.get(b.pk, {}).get("size_bytes") or 0,
-        )
-        for b in brokers
-    ]
+    by_pk: dict[int, tuple[int, int]] = {
+        row["broker"]: (row["partitions"], row["size_bytes"] or 0) for row in rows
+    }
+    return [BrokerLoad(b.broker_id, *by_pk.get(b.pk, (0, 0))) for b in brokers]
 
 
 def placeable_brokers(topic: Topic) -> list[Broker]:

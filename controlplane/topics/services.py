@@ -26,7 +26,7 @@ UPDATABLE_FIELDS = ("partitions", *validation.CONFIG_FIELDS)
 CLOSED_CLUSTER_STATUSES = (TopicStatus.FAILED, TopicStatus.DELETING)
 
 
-@transaction.atomic  # type: ignore[untyped-decorator]
+@transaction.atomic
 def create_topic(
     tenant: Tenant,
     *,
@@ -82,7 +82,7 @@ def create_topic(
     return topic
 
 
-@transaction.atomic  # type: ignore[untyped-decorator]
+@transaction.atomic
 def update_topic(topic: Topic, *, actor: Actor, **changes: Any) -> Topic:
     """Grow the topic's partitions and/or change its configuration. Partitions never
     shrink (``InvalidRequest``); growth is checked against quotas. A real change bumps
@@ -120,7 +120,7 @@ def update_topic(topic: Topic, *, actor: Actor, **changes: Any) -> Topic:
     return topic
 
 
-@transaction.atomic  # type: ignore[untyped-decorator]
+@transaction.atomic
 def delete_topic(topic: Topic, *, actor: Actor) -> Topic:
     """Mark the topic deleting (and bump its generation); the reconciler deletes its
     partitions on every broker, then the row. Deleting a deleting topic changes nothing."""
@@ -160,7 +160,7 @@ def pick_cluster(tenant: Tenant, region: Region | str | None) -> Cluster:
         raise Conflict(
             f"region {chosen.name!r} has no cluster that takes topics", region=chosen.name
         )
-    return cluster  # type: ignore[no-any-return]
+    return cluster
 
 
 def _region_for(tenant: Tenant, region: Region | str | None) -> Region:
@@ -170,14 +170,14 @@ def _region_for(tenant: Tenant, region: Region | str | None) -> Region:
         found = Region.objects.filter(name=region).first()
         if found is None:
             raise InvalidRequest(f"region: no region {region!r}", region=[f"no region {region!r}"])
-        return found  # type: ignore[no-any-return]
+        return found
     if tenant.home_region_id is not None:
-        return Region.objects.get(pk=tenant.home_region_id)  # type: ignore[no-any-return]
+        return Region.objects.get(pk=tenant.home_region_id)
     regions = list(Region.objects.all()[:2])
     if len(regions) != 1:
         message = "name the region" if regions else "no region exists yet"
         raise InvalidRequest(f"region: {message}", region=[message])
-    return regions[0]  # type: ignore[no-any-return]
+    return regions[0]
 
 
 def _check_tenant_open(tenant: Tenant) -> None:

@@ -10,6 +10,8 @@ every job is idempotent.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
+from typing import TypedDict
 
 from celery import shared_task
 
@@ -19,7 +21,17 @@ from controlplane.topics.brokers import BrokerUnavailable
 
 log = logging.getLogger(__name__)
 
-RETRY = {
+
+class RetryOptions(TypedDict):
+    autoretry_for: Sequence[type[BaseException]]
+    retry_backoff: int
+    retry_backoff_max: int
+    retry_jitter: bool
+    max_retries: int
+    acks_late: bool
+
+
+RETRY: RetryOptions = {
     "autoretry_for": (BrokerUnavailable,),
     "retry_backoff": 1,  # 1, 2, 4 ... s, each drawn in [0, that] by the jitter
     "retry_backoff_max": 60,
@@ -29,13 +41,13 @@ RETRY = {
 }
 
 
-@shared_task(name="topics.reconcile_topic", **RETRY)  # type: ignore[untyped-decorator]
+@shared_task(name="topics.reconcile_topic", **RETRY)
 def reconcile_topic(topic_id: int) -> str:
     """Make one topic true on its brokers (or delete it); returns the ``Outcome``."""
     return str(reconcile.reconcile_topic(topic_id))
 
 
-@shared_task(name="topics.reconcile_cluster", acks_late=True)  # type: ignore[untyped-decorator]
+@shared_task(name="topics.reconcile_cluster", acks_late=True)
 def reconcile_cluster(cluster_id: int) -> dict[str, object]:
     """One drift pass over a cluster; re-enqueues topics whose change has been waiting
     longer than a reconcile interval. Returns a summary."""
@@ -58,7 +70,7 @@ def reconcile_cluster(cluster_id: int) -> dict[str, object]:
     }
 
 
-@shared_task(name="topics.reconcile_all", acks_late=True)  # type: ignore[untyped-decorator]
+@shared_task(name="topics.reconcile_all", acks_late=True)
 def reconcile_all() -> int:
     """Enqueue a drift pass for every cluster; returns how many."""
     cluster_ids = list(Cluster.objects.order_by("pk").values_list("pk", flat=True))

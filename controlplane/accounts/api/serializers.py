@@ -1,16 +1,20 @@
 from __future__ import annotations
 
+from typing import Any
+
 from rest_framework import serializers
 
 from controlplane.accounts.models import ServiceAccount
 from controlplane.tenants.choices import Role
-from controlplane.tenants.models import Membership
+from controlplane.tenants.models import Membership, Tenant
 
 _TENANT_HELP = "tenant slug; may be left out by a caller with a role in one tenant only"
 
 
-class MemberSerializer(serializers.ModelSerializer):
-    tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+class MemberSerializer(serializers.ModelSerializer[Membership]):
+    tenant: serializers.SlugRelatedField[Tenant] = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True
+    )
 
     class Meta:
         model = Membership
@@ -28,7 +32,7 @@ class MemberSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class MemberInviteSerializer(serializers.Serializer):
+class MemberInviteSerializer(serializers.Serializer[Any]):
     tenant = serializers.CharField(max_length=32, required=False, help_text=_TENANT_HELP)
     username = serializers.RegexField(
         r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,254}$",
@@ -39,12 +43,14 @@ class MemberInviteSerializer(serializers.Serializer):
     role = serializers.ChoiceField(choices=Role.choices)
 
 
-class MemberUpdateSerializer(serializers.Serializer):
+class MemberUpdateSerializer(serializers.Serializer[Any]):
     role = serializers.ChoiceField(choices=Role.choices)
 
 
-class ServiceAccountSerializer(serializers.ModelSerializer):
-    tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+class ServiceAccountSerializer(serializers.ModelSerializer[ServiceAccount]):
+    tenant: serializers.SlugRelatedField[Tenant] = serializers.SlugRelatedField(
+        slug_field="slug", read_only=True
+    )
 
     class Meta:
         model = ServiceAccount
@@ -79,19 +85,19 @@ class ServiceAccountWithSecretSerializer(ServiceAccountSerializer):
         return str(self.context["client_secret"])
 
 
-class ServiceAccountCreateSerializer(serializers.Serializer):
+class ServiceAccountCreateSerializer(serializers.Serializer[Any]):
     tenant = serializers.CharField(max_length=32, required=False, help_text=_TENANT_HELP)
     name = serializers.CharField(max_length=32, help_text="client id becomes <tenant>--<name>")
     role = serializers.ChoiceField(choices=Role.choices, default=Role.DEVELOPER)
     description = serializers.CharField(max_length=500, required=False, default="")
 
 
-class ServiceAccountUpdateSerializer(serializers.Serializer):
+class ServiceAccountUpdateSerializer(serializers.Serializer[Any]):
     role = serializers.ChoiceField(choices=Role.choices, required=False)
     description = serializers.CharField(max_length=500, required=False, allow_blank=True)
 
 
-class TokenRequestSerializer(serializers.Serializer):
+class TokenRequestSerializer(serializers.Serializer[Any]):
     """OAuth 2.0 client-credentials request (RFC 6749 §4.4), as a form or JSON; the
     client may instead authenticate with HTTP Basic."""
 
@@ -101,24 +107,24 @@ class TokenRequestSerializer(serializers.Serializer):
     scope = serializers.CharField(required=False, help_text="ignored")
 
 
-class TokenSerializer(serializers.Serializer):
+class TokenSerializer(serializers.Serializer[dict[str, Any]]):
     access_token = serializers.CharField()
     token_type = serializers.CharField()
     expires_in = serializers.IntegerField()
 
 
-class JwksSerializer(serializers.Serializer):
+class JwksSerializer(serializers.Serializer[dict[str, Any]]):
     """A JWKS document (RFC 7517): the issuer's public RSA keys."""
 
     keys = serializers.ListField(child=serializers.DictField())
 
 
-class TenantRoleSerializer(serializers.Serializer):
+class TenantRoleSerializer(serializers.Serializer[dict[str, Any]]):
     slug = serializers.CharField()
     role = serializers.CharField()
 
 
-class WhoAmISerializer(serializers.Serializer):
+class WhoAmISerializer(serializers.Serializer[dict[str, Any]]):
     subject = serializers.CharField()
     name = serializers.CharField()
     kind = serializers.ChoiceField(choices=["user", "service", "system"])

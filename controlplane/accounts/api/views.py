@@ -46,7 +46,10 @@ from controlplane.tenants.models import Membership
 
 
 class MemberViewSet(
-    mixins.ListModelMixin, mixins.RetrieveModelMixin, ServiceUpdateMixin, TenantScopedViewSet
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    ServiceUpdateMixin[Membership],
+    TenantScopedViewSet[Membership],
 ):
     """People and their role in a tenant. Inviting creates the person in the identity
     provider if needed; removing takes the role away."""
@@ -78,7 +81,10 @@ class MemberViewSet(
 
 
 class ServiceAccountViewSet(
-    mixins.ListModelMixin, mixins.RetrieveModelMixin, ServiceUpdateMixin, TenantScopedViewSet
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    ServiceUpdateMixin[ServiceAccount],
+    TenantScopedViewSet[ServiceAccount],
 ):
     """A tenant's machine identities (OAuth client-credentials clients). The secret is
     in the answers to create and rotate-secret only."""

@@ -17,7 +17,7 @@ from controlplane.core.models import AuditEvent
 from controlplane.tenants.choices import Role
 
 
-class AuditEventSerializer(serializers.ModelSerializer):  # type: ignore[misc]
+class AuditEventSerializer(serializers.ModelSerializer[AuditEvent]):
     tenant = serializers.CharField(source="tenant_slug", read_only=True)
 
     class Meta:
@@ -38,7 +38,7 @@ class AuditEventSerializer(serializers.ModelSerializer):  # type: ignore[misc]
         read_only_fields = fields
 
 
-class UtcDateTimeFilter(django_filters.IsoDateTimeFilter):  # type: ignore[misc]
+class UtcDateTimeFilter(django_filters.IsoDateTimeFilter):
     """An ISO 8601 instant, compared in UTC: any valid offset works (the database refuses
     offsets beyond about 16 hours), and an instant outside the calendar's range is
     clamped to its end."""
@@ -53,7 +53,7 @@ class UtcDateTimeFilter(django_filters.IsoDateTimeFilter):  # type: ignore[misc]
         return super().filter(qs, value)
 
 
-class AuditEventFilterSet(django_filters.FilterSet):  # type: ignore[misc]
+class AuditEventFilterSet(django_filters.FilterSet):
     action = django_filters.CharFilter(help_text="e.g. topic.create")
     object_type = django_filters.CharFilter(help_text="e.g. topics.topic")
     object_id = django_filters.CharFilter()
@@ -74,7 +74,7 @@ def administered_tenants(actor: Actor) -> list[str]:
     return [slug for slug, role in actor.roles.items() if role == Role.TENANT_ADMIN]
 
 
-class CanReadAuditLog(BasePermission):  # type: ignore[misc]
+class CanReadAuditLog(BasePermission):
     message = "the audit log is for platform and tenant administrators"
 
     def has_permission(self, request: Request, view: Any) -> bool:
@@ -84,7 +84,7 @@ class CanReadAuditLog(BasePermission):  # type: ignore[misc]
         return actor.platform_admin or bool(administered_tenants(actor))
 
 
-class AuditEventViewSet(viewsets.ReadOnlyModelViewSet):  # type: ignore[misc]
+class AuditEventViewSet(viewsets.ReadOnlyModelViewSet[AuditEvent]):
     """Who changed what, newest first."""
 
     queryset = AuditEvent.objects.all()

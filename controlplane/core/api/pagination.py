@@ -1,7 +1,7 @@
 from rest_framework.pagination import LimitOffsetPagination
 
 
-class Pagination(LimitOffsetPagination):  # type: ignore[misc]
+class Pagination(LimitOffsetPagination):
     """``?limit=&offset=``; at most 1,000 rows a page."""
 
     default_limit = 50

@@ -10,14 +10,16 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.openapi import AutoSchema as SpectacularAutoSchema
 from rest_framework import serializers
 
+from controlplane.core.api.views import ServiceViewSet
 
-class ErrorDetailSerializer(serializers.Serializer):  # type: ignore[misc]
+
+class ErrorDetailSerializer(serializers.Serializer[dict[str, Any]]):
     code = serializers.CharField(help_text="stable machine-readable code, e.g. quota_exceeded")
     message = serializers.CharField()
     details = serializers.JSONField(help_text="the offending fields or values")
 
 
-class ErrorSerializer(serializers.Serializer):  # type: ignore[misc]
+class ErrorSerializer(serializers.Serializer[dict[str, Any]]):
     """``{"error": {"code", "message", "details"}}``"""
 
     error = ErrorDetailSerializer()
@@ -46,7 +48,7 @@ class AutoSchema(SpectacularAutoSchema):
 
     def get_response_serializers(self) -> Any:
         action = getattr(self.view, "action", None)
-        if hasattr(self.view, "input_serializer_classes") and action in _SERVICE_STATUS:
+        if isinstance(self.view, ServiceViewSet) and action in _SERVICE_STATUS:
             return {_SERVICE_STATUS[action]: self.view.get_serializer_class()}
         return super().get_response_serializers()
 

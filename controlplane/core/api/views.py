@@ -10,9 +10,9 @@ because deleting finishes after the response (the object shows status ``deleting
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
-from django.db.models import QuerySet
+from django.db.models import Model, QuerySet
 from rest_framework import serializers, status, viewsets
 from rest_framework.permissions import SAFE_METHODS
 from rest_framework.request import Request
@@ -22,11 +22,13 @@ from controlplane.core.actors import Actor
 from controlplane.core.errors import NotFound, PermissionDenied
 from controlplane.tenants.choices import Role
 
+M = TypeVar("M", bound=Model)
 
-class ServiceViewSet(viewsets.GenericViewSet):  # type: ignore[misc]
-    """A viewset whose writes call services with the acting ``Actor``."""
 
-    input_serializer_classes: dict[str, type[serializers.Serializer]] = {}
+class ServiceViewSet(viewsets.GenericViewSet[M]):
+    """A viewset of model ``M`` whose writes call services with the acting ``Actor``."""
+
+    input_serializer_classes: dict[str, type[serializers.BaseSerializer[Any]]] = {}
 
     @property
     def actor(self) -> Actor:
@@ -34,7 +36,7 @@ class ServiceViewSet(viewsets.GenericViewSet):  # type: ignore[misc]
         assert isinstance(user, Actor)
         return user
 
-    def get_object(self) -> Any:
+    def get_object(self) -> M:
         """The object named by the URL, or a 404. A NUL byte names nothing (the database
         refuses it in a query), so it is a 404 before the query is made."""
         lookup = self.kwargs.get(self.lookup_url_kwarg or self.lookup_field, "")
@@ -49,32 +51,41 @@ class ServiceViewSet(viewsets.GenericViewSet):  # type: ignore[misc]
         serializer.is_valid(raise_exception=True)
         return dict(serializer.validated_data)
 
-    def respond(self, obj: Any, code: int = status.HTTP_200_OK) -> Response:
+    def respond(self, obj: M, code: int = status.HTTP_200_OK) -> Response:
         return Response(self.get_serializer(obj).data, status=code)
 
 
-class ServiceCreateMixin:
+class ServiceCreateMixin(ServiceViewSet[M]):
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        obj = self.create_object(self.validated_input())  # type: ignore[attr-defined]
-        return self.respond(obj, status.HTTP_201_CREATED)  # type: ignore[attr-defined]
+        obj = self.create_object(self.validated_input())
+        return self.respond(obj, status.HTTP_201_CREATED)
+
+    def create_object(self, data: dict[str, Any]) -> M:
+        raise NotImplementedError
 
 
-class ServiceUpdateMixin:
+class ServiceUpdateMixin(ServiceViewSet[M]):
     """PATCH only: every field is optional and only the given ones change."""
 
     def partial_update(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        obj = self.get_object()  # type: ignore[attr-defined]
-        obj = self.update_object(obj, self.validated_input(partial=True))  # type: ignore[attr-defined]
-        return self.respond(obj)  # type: ignore[attr-defined]
+        obj = self.get_object()
+        obj = self.update_object(obj, self.validated_input(partial=True))
+        return self.respond(obj)
+
+    def update_object(self, obj: M, data: dict[str, Any]) -> M:
+        raise NotImplementedError
 
 
-class ServiceDestroyMixin:
+class ServiceDestroyMixin(ServiceViewSet[M]):
     def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        obj = self.delete_object(self.get_object())  # type: ignore[attr-defined]
-        return self.respond(obj, status.HTTP_202_ACCEPTED)  # type: ignore[attr-defined]
+        obj = self.delete_object(self.get_object())
+        return self.respond(obj, status.HTTP_202_ACCEPTED)
+
+    def delete_object(self, obj: M) -> M:
+        raise NotImplementedError
 
 
-class TenantScopedViewSet(ServiceViewSet):
+class TenantScopedViewSet(ServiceViewSet[M]):
     """For objects that belong to a tenant. ``tenant_path`` is the ORM path from the
     model to ``Tenant``; ``read_role`` and ``write_role`` are the weakest roles allowed
     to read and to change."""
@@ -83,7 +94,7 @@ class TenantScopedViewSet(ServiceViewSet):
     read_role: str = Role.VIEWER
     write_role: str = Role.DEVELOPER
 
-    def get_queryset(self) -> QuerySet[Any]:
+    def get_queryset(self) -> QuerySet[M]:
         queryset = super().get_queryset()
         if self.actor.platform_admin:
             return queryset
@@ -92,7 +103,7 @@ class TenantScopedViewSet(ServiceViewSet):
     def needed_role(self) -> str:
         return self.read_role if self.request.method in SAFE_METHODS else self.write_role
 
-    def check_object_permissions(self, request: Request, obj: Any) -> None:
+    def check_object_permissions(self, request: Request, obj: M) -> None:
         super().check_object_permissions(request, obj)
         slug = self.tenant_of(obj).slug
         if not self.actor.can(slug, self.needed_role()):

@@ -9,7 +9,7 @@ from controlplane.quotas.models import Quota
 from controlplane.quotas.services import LIMIT_FIELDS, quota_usage
 
 
-class QuotaUsageSerializer(serializers.Serializer):  # type: ignore[misc]
+class QuotaUsageSerializer(serializers.Serializer[dict[str, Any]]):
     topics = serializers.IntegerField()
     partitions = serializers.IntegerField()
     storage_bytes = serializers.IntegerField(
@@ -18,7 +18,7 @@ class QuotaUsageSerializer(serializers.Serializer):  # type: ignore[misc]
     stored_bytes = serializers.IntegerField(help_text="what the brokers last reported")
 
 
-class QuotaSerializer(serializers.ModelSerializer):  # type: ignore[misc]
+class QuotaSerializer(serializers.ModelSerializer[Quota]):
     tenant = serializers.CharField(source="tenant.slug", read_only=True)
     usage = serializers.SerializerMethodField()
 
@@ -32,7 +32,7 @@ class QuotaSerializer(serializers.ModelSerializer):  # type: ignore[misc]
         return quota_usage(quota.tenant)
 
 
-class QuotaUpdateSerializer(serializers.Serializer):  # type: ignore[misc]
+class QuotaUpdateSerializer(serializers.Serializer[Any]):
     """Any subset of the limits; counts and storage cannot go below current usage."""
 
     max_topics = serializers.IntegerField(min_value=0, max_value=2**31 - 1, required=False)

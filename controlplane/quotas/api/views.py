@@ -15,10 +15,10 @@ from controlplane.quotas.models import Quota
 
 
 class QuotaViewSet(
-    mixins.ListModelMixin,  # type: ignore[misc]
-    mixins.RetrieveModelMixin,  # type: ignore[misc]
-    ServiceUpdateMixin,
-    TenantScopedViewSet,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    ServiceUpdateMixin[Quota],
+    TenantScopedViewSet[Quota],
 ):
     """Tenants' quotas with their usage, by tenant slug. Members of a tenant read its
     quota; only platform administrators change it."""
@@ -39,4 +39,4 @@ class QuotaViewSet(
             raise PermissionDenied("only platform administrators may change quotas")
 
     def update_object(self, quota: Quota, data: dict[str, Any]) -> Quota:
-        return services.set_quota(quota.tenant, actor=self.actor, **data)  # type: ignore[no-any-return]
+        return services.set_quota(quota.tenant, actor=self.actor, **data)

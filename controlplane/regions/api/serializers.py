@@ -11,7 +11,7 @@ from controlplane.regions.models import Broker, Cluster, Region
 from controlplane.regions.services import MAX_BROKERS_PER_CLUSTER
 
 
-class ControllerSerializer(serializers.Serializer):
+class ControllerSerializer(serializers.Serializer[Region]):
     """The region's active controller (platform administrators only)."""
 
     id = serializers.CharField(source="controller_id")
@@ -19,7 +19,7 @@ class ControllerSerializer(serializers.Serializer):
     seen_at = serializers.DateTimeField(source="controller_seen_at", allow_null=True)
 
 
-class RegionSerializer(serializers.ModelSerializer):
+class RegionSerializer(serializers.ModelSerializer[Region]):
     controller = serializers.SerializerMethodField()
 
     class Meta:
@@ -37,24 +37,26 @@ class RegionSerializer(serializers.ModelSerializer):
         return dict(ControllerSerializer(region).data)
 
 
-class RegionCreateSerializer(serializers.Serializer):
+class RegionCreateSerializer(serializers.Serializer[Any]):
     name = serializers.CharField(max_length=32, help_text="lowercase slug, e.g. eu-west")
     display_name = serializers.CharField(max_length=200, required=False, allow_blank=True)
 
 
-class RegionUpdateSerializer(serializers.Serializer):
+class RegionUpdateSerializer(serializers.Serializer[Any]):
     display_name = serializers.CharField(max_length=200, allow_blank=True)
 
 
-class BrokerSummarySerializer(serializers.ModelSerializer):
+class BrokerSummarySerializer(serializers.ModelSerializer[Broker]):
     class Meta:
         model = Broker
         fields = ["id", "broker_id", "address", "phase"]
         read_only_fields = fields
 
 
-class ClusterSerializer(serializers.ModelSerializer):
-    region = serializers.SlugRelatedField(slug_field="name", read_only=True)
+class ClusterSerializer(serializers.ModelSerializer[Cluster]):
+    region: serializers.SlugRelatedField[Region] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True
+    )
     brokers = BrokerSummarySerializer(many=True, read_only=True)
 
     class Meta:
@@ -74,7 +76,7 @@ class ClusterSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class ClusterCreateSerializer(serializers.Serializer):
+class ClusterCreateSerializer(serializers.Serializer[Any]):
     region = serializers.SlugRelatedField(slug_field="name", queryset=Region.objects.all())
     name = serializers.CharField(max_length=32)
     provisioner = serializers.ChoiceField(
@@ -83,14 +85,16 @@ class ClusterCreateSerializer(serializers.Serializer):
     broker_count = serializers.IntegerField(min_value=1, max_value=MAX_BROKERS_PER_CLUSTER)
 
 
-class ClusterUpdateSerializer(serializers.Serializer):
+class ClusterUpdateSerializer(serializers.Serializer[Any]):
     broker_count = serializers.IntegerField(
         min_value=1, max_value=MAX_BROKERS_PER_CLUSTER, help_text="may only grow"
     )
 
 
-class BrokerSerializer(serializers.ModelSerializer):
-    cluster = serializers.PrimaryKeyRelatedField(read_only=True)
+class BrokerSerializer(serializers.ModelSerializer[Broker]):
+    cluster: serializers.PrimaryKeyRelatedField[Cluster] = serializers.PrimaryKeyRelatedField(
+        read_only=True
+    )
     cluster_name = serializers.CharField(source="cluster.name", read_only=True)
     region = serializers.CharField(source="cluster.region.name", read_only=True)
 
@@ -118,7 +122,7 @@ class BrokerSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
-class BrokerRegisterSerializer(serializers.Serializer):
+class BrokerRegisterSerializer(serializers.Serializer[Any]):
     """A broker of a ``static`` cluster, by address (a known id gets a new address)."""
 
     cluster = serializers.PrimaryKeyRelatedField(queryset=Cluster.objects.all())

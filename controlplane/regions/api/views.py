@@ -32,9 +32,9 @@ from controlplane.regions.models import Broker, Cluster, Region
 class RegionViewSet(
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
-    ServiceCreateMixin,
-    ServiceUpdateMixin,
-    ServiceViewSet,
+    ServiceCreateMixin[Region],
+    ServiceUpdateMixin[Region],
+    ServiceViewSet[Region],
 ):
     """Regions, by name: every caller reads them (to choose where topics go);
     platform administrators change them."""
@@ -66,10 +66,10 @@ class RegionViewSet(
 class ClusterViewSet(
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
-    ServiceCreateMixin,
-    ServiceUpdateMixin,
-    ServiceDestroyMixin,
-    ServiceViewSet,
+    ServiceCreateMixin[Cluster],
+    ServiceUpdateMixin[Cluster],
+    ServiceDestroyMixin[Cluster],
+    ServiceViewSet[Cluster],
 ):
     """Clusters (platform administrators only). Deleting one without topics stops its
     brokers and removes it after the response (202, status ``deleting``)."""
@@ -99,8 +99,8 @@ class ClusterViewSet(
 class BrokerViewSet(
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
-    ServiceCreateMixin,
-    ServiceViewSet,
+    ServiceCreateMixin[Broker],
+    ServiceViewSet[Broker],
 ):
     """Brokers (platform administrators only): phase, last heartbeat, address. Creating
     one registers a broker of a ``static`` cluster; decommissioning is not supported yet

@@ -1,13 +1,17 @@
 from __future__ import annotations
 
+from typing import Any
+
 from rest_framework import serializers
 
 from controlplane.regions.models import Region
 from controlplane.tenants.models import Tenant
 
 
-class TenantSerializer(serializers.ModelSerializer):  # type: ignore[misc]
-    home_region = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
+class TenantSerializer(serializers.ModelSerializer[Tenant]):
+    home_region: serializers.SlugRelatedField[Region] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True, allow_null=True
+    )
 
     class Meta:
         model = Tenant
@@ -24,7 +28,7 @@ class TenantSerializer(serializers.ModelSerializer):  # type: ignore[misc]
         read_only_fields = fields
 
 
-class TenantCreateSerializer(serializers.Serializer):  # type: ignore[misc]
+class TenantCreateSerializer(serializers.Serializer[Any]):
     slug = serializers.CharField(max_length=32, help_text="lowercase, prefixes topic names")
     name = serializers.CharField(max_length=200)
     home_region = serializers.SlugRelatedField(
@@ -32,7 +36,7 @@ class TenantCreateSerializer(serializers.Serializer):  # type: ignore[misc]
     )
 
 
-class TenantUpdateSerializer(serializers.Serializer):  # type: ignore[misc]
+class TenantUpdateSerializer(serializers.Serializer[Any]):
     name = serializers.CharField(max_length=200, required=False)
     home_region = serializers.SlugRelatedField(
         slug_field="name", queryset=Region.objects.all(), required=False, allow_null=True

@@ -24,7 +24,7 @@ from controlplane.tenants.filtersets import TenantFilterSet
 from controlplane.tenants.models import Tenant
 
 
-class TenantPermission(BasePermission):  # type: ignore[misc]
+class TenantPermission(BasePermission):
     """Members read their tenants; platform administrators do everything. Changing a
     tenant one cannot see is a 404 (the queryset hides it), not a 403."""
 
@@ -45,12 +45,12 @@ class TenantPermission(BasePermission):  # type: ignore[misc]
 
 
 class TenantViewSet(
-    mixins.ListModelMixin,  # type: ignore[misc]
-    mixins.RetrieveModelMixin,  # type: ignore[misc]
-    ServiceCreateMixin,
-    ServiceUpdateMixin,
-    ServiceDestroyMixin,
-    ServiceViewSet,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    ServiceCreateMixin[Tenant],
+    ServiceUpdateMixin[Tenant],
+    ServiceDestroyMixin[Tenant],
+    ServiceViewSet[Tenant],
 ):
     """Tenants, by slug."""
 
@@ -73,10 +73,10 @@ class TenantViewSet(
         return queryset.filter(slug__in=self.actor.tenant_slugs)
 
     def create_object(self, data: dict[str, Any]) -> Tenant:
-        return services.create_tenant(actor=self.actor, **data)  # type: ignore[no-any-return]
+        return services.create_tenant(actor=self.actor, **data)
 
     def update_object(self, tenant: Tenant, data: dict[str, Any]) -> Tenant:
-        return services.update_tenant(tenant, actor=self.actor, **data)  # type: ignore[no-any-return]
+        return services.update_tenant(tenant, actor=self.actor, **data)
 
     def delete_object(self, tenant: Tenant) -> Tenant:
-        return services.delete_tenant(tenant, actor=self.actor)  # type: ignore[no-any-return]
+        return services.delete_tenant(tenant, actor=self.actor)

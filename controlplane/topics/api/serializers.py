@@ -1,12 +1,14 @@
 from __future__ import annotations
 
+from typing import Any
+
 from rest_framework import serializers
 
 from controlplane.topics.choices import Durability
 from controlplane.topics.models import DriftFinding, PartitionAssignment, Topic
 
 
-class TopicConfigSerializer(serializers.Serializer):  # type: ignore[misc]
+class TopicConfigSerializer(serializers.Serializer[Any]):
     """The configuration fields, all optional. Types only: the bounds are checked by
     ``topics.validation`` (one place for each rule)."""
 
@@ -18,7 +20,7 @@ class TopicConfigSerializer(serializers.Serializer):  # type: ignore[misc]
     durability = serializers.ChoiceField(choices=Durability.choices, required=False)
 
 
-class AssignmentSerializer(serializers.ModelSerializer):  # type: ignore[misc]
+class AssignmentSerializer(serializers.ModelSerializer[PartitionAssignment]):
     broker_id = serializers.IntegerField(source="broker.broker_id", read_only=True)
 
     class Meta:
@@ -27,7 +29,7 @@ class AssignmentSerializer(serializers.ModelSerializer):  # type: ignore[misc]
         read_only_fields = fields
 
 
-class TopicSummarySerializer(serializers.ModelSerializer):  # type: ignore[misc]
+class TopicSummarySerializer(serializers.ModelSerializer[Topic]):
     """A topic in a list: everything but where its partitions are."""
 
     tenant = serializers.CharField(source="tenant.slug", read_only=True)
@@ -103,7 +105,7 @@ class TopicUpdateSerializer(TopicConfigSerializer):
     partitions = serializers.IntegerField(required=False, help_text="may only grow")
 
 
-class DriftFindingSerializer(serializers.ModelSerializer):  # type: ignore[misc]
+class DriftFindingSerializer(serializers.ModelSerializer[DriftFinding]):
     broker_id = serializers.IntegerField(source="broker.broker_id", read_only=True)
     cluster = serializers.CharField(source="broker.cluster.name", read_only=True)
     region = serializers.CharField(source="broker.cluster.region.name", read_only=True)

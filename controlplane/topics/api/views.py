@@ -26,12 +26,12 @@ from controlplane.topics.models import DriftFinding, Topic
 
 
 class TopicViewSet(
-    mixins.ListModelMixin,  # type: ignore[misc]
-    mixins.RetrieveModelMixin,  # type: ignore[misc]
-    ServiceCreateMixin,
-    ServiceUpdateMixin,
-    ServiceDestroyMixin,
-    TenantScopedViewSet,
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    ServiceCreateMixin[Topic],
+    ServiceUpdateMixin[Topic],
+    ServiceDestroyMixin[Topic],
+    TenantScopedViewSet[Topic],
 ):
     """A tenant's topics, by full name (``<tenant>.<topic>``, dots and all). Viewers
     read; developers create, grow, reconfigure and delete."""
@@ -60,16 +60,16 @@ class TopicViewSet(
 
     def create_object(self, data: dict[str, Any]) -> Topic:
         tenant = self.tenant_for_write(data.pop("tenant", None))
-        return services.create_topic(tenant, actor=self.actor, **data)  # type: ignore[no-any-return]
+        return services.create_topic(tenant, actor=self.actor, **data)
 
     def update_object(self, topic: Topic, data: dict[str, Any]) -> Topic:
-        return services.update_topic(topic, actor=self.actor, **data)  # type: ignore[no-any-return]
+        return services.update_topic(topic, actor=self.actor, **data)
 
     def delete_object(self, topic: Topic) -> Topic:
-        return services.delete_topic(topic, actor=self.actor)  # type: ignore[no-any-return]
+        return services.delete_topic(topic, actor=self.actor)
 
 
-class DriftFindingViewSet(viewsets.ReadOnlyModelViewSet):  # type: ignore[misc]
+class DriftFindingViewSet(viewsets.ReadOnlyModelViewSet[DriftFinding]):
     """What the reconciler found different on brokers; platform administrators only."""
 
     queryset = DriftFinding.objects.select_related("broker__cluster__region")
