@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -96,7 +97,9 @@ class ControllerMetadata:
     ) -> None:
         """Install ``request`` unless it is stale or for another cluster; ``run(fn)``
         runs blocking file I/O off the event loop and returns an awaitable."""
-        if request.cluster_id and request.cluster_id != self.cluster_id:
+        if not request.cluster_id:
+            raise MeridianError(ErrorCode.INVALID_REQUEST, "cluster_id is required")
+        if request.cluster_id != self.cluster_id:
             raise MeridianError(
                 ErrorCode.INVALID_REQUEST,
                 f"this broker is in cluster {self.cluster_id!r}, not {request.cluster_id!r}",
@@ -110,7 +113,14 @@ class ControllerMetadata:
                 )
             encoded = request.SerializeToString(deterministic=True)
             if encoded != self._encoded:  # an unchanged push costs no fsync
-                await run(lambda: _write_atomically(self.path, encoded))
+                write = asyncio.ensure_future(run(lambda: _write_atomically(self.path, encoded)))
+                try:
+                    await asyncio.shield(write)
+                except asyncio.CancelledError:
+                    # The caller gave up (deadline): the write goes on in its thread, so
+                    # the lock stays held until it ends and no other push overlaps it.
+                    await asyncio.wait([write])
+                    raise
                 self._encoded = encoded
             self.current = request
 
@@ -124,7 +134,7 @@ class ControllerMetadata:
 
 
 def _write_atomically(path: str, data: bytes) -> None:
-    tmp = f"{path}.tmp"
+    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
     with open(tmp, "wb") as file:
         file.write(data)
         file.flush()

@@ -121,6 +121,10 @@ def test_a_push_for_another_cluster_is_refused(broker: BrokerProcess) -> None:
         )
     assert error.code == ErrorCode.INVALID_REQUEST
     assert "other" in error.message
+    with stubs(broker) as s:
+        unnamed = rpc_error(s.admin.UpdateMetadata, _push(1, leaders={}, brokers={}, cluster_id=""))
+    assert unnamed.code == ErrorCode.INVALID_REQUEST
+    assert "cluster_id" in unnamed.message
 
 
 def test_the_push_and_its_epoch_survive_a_restart_with_no_controller(
