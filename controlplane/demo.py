@@ -119,7 +119,7 @@ def wait_for(what: str, check: Callable[[], T], platform: Platform, timeout_s: f
         try:
             value = check()
         except (urllib.error.URLError, ConnectionError, SystemExit):
-            value = None  # type: ignore[assignment]
+            value = None
         if value:
             return value
         if time.monotonic() > deadline:
@@ -343,7 +343,7 @@ def _stop_brokers(platform: Platform) -> None:
     controller); the demo owns them, so it stops them."""
     from controlplane.regions.models import Broker
 
-    pids = [b.pid for b in Broker.objects.exclude(pid=None)]
+    pids = [pid for pid in Broker.objects.values_list("pid", flat=True) if pid is not None]
     for pid in pids:
         try:
             os.kill(pid, signal.SIGTERM)
