@@ -14,7 +14,11 @@ Every ``tick()`` (the process calls it every ``settings.CONTROLLER_TICK_S``):
    broker. A broker that answers is ``ready`` (``last_heartbeat_at``); one silent for
    ``settings.BROKER_SESSION_TIMEOUT_S`` (counted from its last heartbeat, or from this
    controller's takeover) is ``unreachable`` with the reason. A broker that refuses the
-   push as STALE_CONTROLLER_EPOCH proves a newer controller exists: step down.
+   push as STALE_CONTROLLER_EPOCH has accepted a newer epoch: if the region names a
+   newer controller, this one steps down; if the region still names this controller's
+   epoch, the broker's epoch came from elsewhere (a restored database, a recreated
+   region), so the controller advances its epoch by one per tick until the brokers
+   accept it. Either way the other brokers and clusters of the tick are still served.
 """
 
 from __future__ import annotations
@@ -128,9 +132,21 @@ class Controller:
             cluster, brokers, controller_id=self.controller_id, epoch=self.epoch
         )
         outcomes = self.pusher.push(brokers, request)
-        for broker in brokers:
-            self._observe(broker, outcomes.get(broker.pk))
+        refused = [b for b in brokers if self._observe(b, outcomes.get(b.pk))]
         self._judge(cluster, brokers)
+        if refused:
+            self._outrank(refused)
+
+    def _outrank(self, refused: list[Broker]) -> None:
+        names = ", ".join(str(b.broker_id) for b in refused)
+        advanced = services.advance_controller_epoch(
+            self.region_name, epoch=self.epoch, actor=ACTOR
+        )
+        if advanced is None:
+            raise DeposedError(f"broker {names} refused epoch {self.epoch}: a newer controller")
+        log.warning("broker %s refused epoch %d, which the region still names: now %d",
+                    names, self.epoch, advanced)  # fmt: skip
+        self.epoch = advanced
 
     def _ensure_running(self, cluster: Cluster, brokers: list[Broker]) -> None:
         provisioner = self.provisioner_for(cluster)
@@ -145,21 +161,23 @@ class Controller:
         for broker in brokers:  # the provisioner may have recorded a new process
             broker.refresh_from_db()
 
-    def _observe(self, broker: Broker, outcome: PushOutcome | None) -> None:
+    def _observe(self, broker: Broker, outcome: PushOutcome | None) -> bool:
+        """Record a heartbeat or a silence; True when the broker refused the epoch."""
         if outcome is not None and outcome.response is not None:
             services.record_heartbeat(
                 broker, version=outcome.response.version, at=self.clock(), actor=ACTOR
             )
-            return
+            return False
         if outcome is not None and outcome.stale_epoch:
-            raise DeposedError(f"broker {broker.broker_id} refused epoch {self.epoch} as stale")
+            return True
         silent = self._silent_for(broker)
         if silent <= settings.BROKER_SESSION_TIMEOUT_S:
-            return
+            return False
         why = outcome.error.message if outcome is not None and outcome.error else "no address"
         reason = f"no heartbeat for {silent:.0f} s: {why}"
         if broker.phase != BrokerPhase.UNREACHABLE or not broker.phase_reason:
             services.set_broker_phase(broker, BrokerPhase.UNREACHABLE, actor=ACTOR, reason=reason)
+        return False
 
     def _silent_for(self, broker: Broker) -> float:
         assert self.active_since is not None

@@ -247,6 +247,25 @@ def take_over_region(region_name: str, *, controller_id: str, actor: Actor) -> i
         return int(region.controller_epoch)
 
 
+def advance_controller_epoch(region_name: str, *, epoch: int, actor: Actor) -> int | None:
+    """Bump the region's controller epoch from ``epoch`` (the caller's, which it still
+    holds) to ``epoch + 1``; None when the region no longer names ``epoch`` (another
+    controller took over: the caller is deposed). For a controller whose brokers hold a
+    newer epoch than the database (a restored database, a recreated region)."""
+    with transaction.atomic():
+        region = Region.objects.select_for_update().get(name=region_name)
+        if region.controller_epoch != epoch:
+            return None
+        before = audit.snapshot(region)
+        region.controller_epoch = epoch + 1
+        region.controller_seen_at = timezone.now()
+        region.save(update_fields=["controller_epoch", "controller_seen_at"])
+        audit.record(
+            actor, "region.controller", region, before=before, after=audit.snapshot(region)
+        )
+        return epoch + 1
+
+
 def refresh_controller_seen(region_name: str, *, epoch: int) -> bool:
     """Note that the controller of ``epoch`` is alive; False when a newer controller has
     taken over (the caller is deposed)."""

@@ -13,6 +13,7 @@ import grpc
 import psycopg
 import pytest
 from django.conf import settings
+from django.utils import timezone
 
 from controlplane.controller.controller import Controller
 from controlplane.controller.lease import FileLease, PostgresAdvisoryLease, lease_for
@@ -188,20 +189,52 @@ def test_a_change_of_leader_bumps_the_leader_epoch_and_is_pushed(
     assert assignment.leader_epoch == 1  # unchanged leader: unchanged epoch
 
 
-def test_a_controller_refused_as_stale_by_a_broker_steps_down(
+def test_a_controller_refused_by_a_broker_of_a_newer_controller_steps_down(
     static_brokers: tuple[Cluster, list[BrokerProcess]], region: Region, tmp_path: Path
 ) -> None:
-    _cluster, processes = static_brokers
+    cluster, processes = static_brokers
     controller = _controller(region, tmp_path)
     controller.tick()
     assert controller.active
-    newer = admin_pb2.UpdateMetadataRequest(
-        controller_id="elsewhere", controller_epoch=controller.epoch + 5, cluster_id="far"
+    newer = services.take_over_region(region.name, controller_id="elsewhere", actor=ADMIN)
+    push(
+        processes[0].address,
+        admin_pb2.UpdateMetadataRequest(
+            controller_id="elsewhere", controller_epoch=newer, cluster_id=cluster.name
+        ),
     )
-    push(processes[0].address, newer)
     controller.tick()
     assert not controller.active
     assert not controller.lease.held()
+
+
+def test_a_broker_ahead_of_the_region_is_outranked_and_the_others_still_served(
+    static_brokers: tuple[Cluster, list[BrokerProcess]], region: Region, tmp_path: Path
+) -> None:
+    """A broker holding an epoch the database never issued (a restored database, a
+    recreated region): the controller stays active, keeps serving the other brokers,
+    and advances its epoch until the broker accepts it."""
+    cluster, processes = static_brokers
+    controller = _controller(region, tmp_path)
+    controller.tick()
+    ahead = controller.epoch + 3
+    push(
+        processes[0].address,
+        admin_pb2.UpdateMetadataRequest(
+            controller_id="restored", controller_epoch=ahead, cluster_id=cluster.name
+        ),
+    )
+    before = timezone.now()
+    for _ in range(5):
+        controller.tick()
+        assert controller.active
+    assert controller.epoch == ahead  # a broker accepts its own epoch again
+    region.refresh_from_db()
+    assert region.controller_epoch == controller.epoch
+    for broker in cluster.brokers.all():
+        assert broker.phase == BrokerPhase.READY
+        assert broker.last_heartbeat_at is not None
+        assert broker.last_heartbeat_at >= before
 
 
 def test_a_controller_whose_region_was_taken_over_steps_down(

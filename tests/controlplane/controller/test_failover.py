@@ -114,16 +114,30 @@ def test_brokers_serve_without_a_controller_and_after_a_restart(fleet: Fleet) ->
     fleet.kill_controller("only")
     _round_trip(_addresses(cluster)[0], topic.full_name, "no-controller")
 
-    # Restart broker 1 (SIGKILL, same address) with no controller: the test plays the
-    # provisioner. It must still route to broker 2's partition from its saved push.
-    first = cluster.brokers.get(broker_id=1)
-    assert first.pid is not None
-    os.kill(first.pid, signal.SIGKILL)
+    # Restart broker 1 (SIGKILL, same address) with no controller, while the other
+    # brokers are down too: the test plays the provisioner. Its peers cannot tell it
+    # anything, so only its saved push can name the leaders of their partitions.
     provisioner = fleet.provisioner()
-    wait_until(lambda: not provisioner.is_running(Broker.objects.get(pk=first.pk)), 10)
+    leaders = {a.partition: a.broker.broker_id for a in topic.assignments.select_related("broker")}
+    assert set(leaders.values()) - {1}, "the topic must have a partition on another broker"
+    brokers = list(cluster.brokers.order_by("broker_id"))
+    for broker in brokers:
+        assert broker.pid is not None
+        os.kill(broker.pid, signal.SIGKILL)
+    for broker in brokers:
+        wait_until(lambda b=broker: not provisioner.is_running(Broker.objects.get(pk=b.pk)), 10)
+    first = brokers[0]
     provisioner.ensure_broker(Broker.objects.get(pk=first.pk))
     restarted = Broker.objects.get(pk=first.pk)
     assert (restarted.address, restarted.pid != first.pid) == (first.address, True)
+    with grpc.insecure_channel(restarted.address) as channel:
+        response = broker_pb2_grpc.BrokerStub(channel).Metadata(
+            broker_pb2.MetadataRequest(topics=[topic.full_name]), timeout=5
+        )
+    (found,) = response.topics
+    assert {p.partition: p.leader_id for p in found.partitions} == leaders
+    for broker in brokers[1:]:
+        provisioner.ensure_broker(Broker.objects.get(pk=broker.pk))
     _round_trip(restarted.address, topic.full_name, "after-restart")
 
 
