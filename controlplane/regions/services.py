@@ -9,8 +9,9 @@ second half; they audit phase transitions only, not every heartbeat.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import F
@@ -117,8 +118,18 @@ def delete_cluster(cluster: Cluster, *, actor: Actor) -> Cluster:
     cluster.save(update_fields=["status", "updated_at"])
     audit.record(actor, "cluster.delete", cluster, before=before, after=audit.snapshot(cluster))
     cluster_id = cluster.pk
-    transaction.on_commit(lambda: _enqueue_delete(cluster_id))
+    # robust: a lost enqueue is logged, not a failed request (the change is committed);
+    # regions.reconcile_clusters enqueues the deletion again.
+    transaction.on_commit(lambda: _enqueue_delete(cluster_id), robust=True)
     return cluster
+
+
+def stale_deleting_clusters() -> list[int]:
+    """Clusters marked deleting longer than a reconcile interval ago: their job was lost
+    or failed."""
+    cutoff = timezone.now() - timedelta(seconds=settings.RECONCILE_INTERVAL_S)
+    stale = Cluster.objects.filter(status=ProvisioningStatus.DELETING, updated_at__lt=cutoff)
+    return list(stale.values_list("pk", flat=True))
 
 
 def _enqueue_delete(cluster_id: int) -> None:

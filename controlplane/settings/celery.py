@@ -31,6 +31,11 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": RECONCILE_INTERVAL_S,
         "options": {"expires": RECONCILE_INTERVAL_S},
     },
+    "regions.reconcile_clusters": {
+        "task": "regions.reconcile_clusters",
+        "schedule": RECONCILE_INTERVAL_S,
+        "options": {"expires": RECONCILE_INTERVAL_S},
+    },
     "tenants.reconcile_tenants": {
         "task": "tenants.reconcile_tenants",
         "schedule": RECONCILE_INTERVAL_S,
