@@ -202,9 +202,13 @@ def record_broker_process(
 
 
 def record_heartbeat(broker: Broker, *, version: str, at: datetime, actor: Actor) -> None:
-    """The broker answered the controller's push at ``at``: it is ready."""
+    """The broker answered the controller's push at ``at``: it is ready — unless it is
+    being stopped (a cluster deletion), which an answer in flight must not undo."""
     Broker.objects.filter(pk=broker.pk).update(last_heartbeat_at=at, version=version)
     broker.last_heartbeat_at, broker.version = at, version
+    current = Broker.objects.filter(pk=broker.pk).values_list("phase", flat=True).first()
+    if current in (BrokerPhase.STOPPING, BrokerPhase.STOPPED):
+        return
     set_broker_phase(broker, BrokerPhase.READY, actor=actor)
 
 
