@@ -141,7 +141,12 @@ def _call(address: str, method: str, request: object) -> object:
         if error.retriable:
             drop_channel(address)
             raise BrokerUnavailable(address, str(error)) from exc
-        raise BrokerRefusedError(f"broker {address} refused {method}: {error}") from exc
+        raise BrokerRefusedError(
+            f"broker {address} refused {method}: {error}",
+            address=address,
+            method=method,
+            error=error.code_name,
+        ) from exc
 
 
 def check_results(address: str, results: Iterable[admin_pb2.AdminResult]) -> None:

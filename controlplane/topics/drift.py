@@ -12,8 +12,16 @@ concurrent ``reconcile_topic`` always has its row already). Per broker:
 - what the broker reports (``size_bytes``, ``log_end_offset``) is copied onto the
   assignments, for quota usage and placement.
 
-Topics still converging are not drift: their partitions may be half-made. A healed
-finding is resolved at once; an open one that is not seen again gets ``resolved_at``.
+Topics still converging are not drift: their partitions may be half-made; but a
+partition a topic refused to adopt (``reconcile._strangers``: an open ``unknown``
+finding on an assignment never confirmed) is reported again as long as it is there. A
+healed finding is resolved at once; an open one that is not seen again gets
+``resolved_at``.
+
+A heal takes the topic's lock (``controlplane.topics.locks``), re-reads the topic under
+it and heals only if it is still converged at the generation the pass judged: a
+reconcile run of the topic (a delete, a newer generation) is never raced. A topic whose
+lock stays busy is not healed in this pass.
 A broker that does not answer is skipped (and listed in the report); the next pass
 checks it. Topics whose desired state has not been made true for a while are listed in
 ``ClusterReport.stale_topic_ids`` so the caller can reconcile them again.
@@ -34,6 +42,7 @@ from controlplane.regions.models import Broker, Cluster
 from controlplane.topics import brokers
 from controlplane.topics.brokers import BrokerRefusedError, BrokerUnavailable, DesiredConfig
 from controlplane.topics.choices import DriftKind
+from controlplane.topics.locks import TopicBusy, topic_lock
 from controlplane.topics.models import DriftFinding, PartitionAssignment, Topic
 from controlplane.topics.placement import UNPLACEABLE_PHASES
 from dataplane._gen.meridian.v1 import admin_pb2
@@ -42,6 +51,11 @@ log = logging.getLogger(__name__)
 
 INTERNAL_PREFIX = "__"
 TopicPartition = tuple[str, int]
+# The longest wait between two retries of ``topics.reconcile_topic`` (its
+# ``retry_backoff_max``): a topic untouched for less than that may still be retrying.
+RETRY_BACKOFF_MAX_S = 60
+# How long a heal waits for a reconcile run of the topic before leaving it to a later pass.
+HEAL_LOCK_WAIT_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -65,13 +79,22 @@ class ClusterReport:
     stale_topic_ids: list[int] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class _Want:
+    """A converged topic's partition as the pass judged it: at ``generation``."""
+
+    topic_id: int
+    generation: int
+    config: DesiredConfig
+
+
 @dataclass
 class _Desired:
     """The desired state of one broker: every assignment on it, and the converged
     topics' partitions with their configs (the ones drift is judged against)."""
 
     assigned: dict[TopicPartition, PartitionAssignment] = field(default_factory=dict)
-    converged: dict[TopicPartition, DesiredConfig] = field(default_factory=dict)
+    converged: dict[TopicPartition, _Want] = field(default_factory=dict)
 
 
 def reconcile_cluster(cluster_id: int) -> ClusterReport:
@@ -118,7 +141,7 @@ def _desired_state(cluster: Cluster) -> dict[int, _Desired]:
             and topic.observed_generation == topic.generation
         )
         if converged:
-            entry.converged[key] = desired_config(topic)
+            entry.converged[key] = _Want(topic.pk, topic.generation, desired_config(topic))
     return desired
 
 
@@ -151,9 +174,36 @@ def _reconcile_broker(
             for (t, p) in sorted(actual)
             if (t, p) not in desired.assigned
         ),
+        *_refused(broker, desired, actual),
     ]
     report.findings.extend(findings)
     report.resolved += record_findings(broker, findings)
+
+
+def _refused(
+    broker: Broker,
+    desired: _Desired,
+    actual: dict[TopicPartition, admin_pb2.PartitionState],
+) -> list[Finding]:
+    """Partitions assigned to a topic that refused to adopt them (an open ``unknown``
+    finding on an assignment its broker never confirmed), still on the broker."""
+    unconfirmed = {
+        key
+        for key, row in desired.assigned.items()
+        if key in actual
+        and key not in desired.converged
+        and row.status in (ProvisioningStatus.PENDING, ProvisioningStatus.FAILED)
+    }
+    if not unconfirmed:
+        return []
+    rows = DriftFinding.objects.filter(
+        broker=broker, kind=DriftKind.UNKNOWN, resolved_at__isnull=True
+    ).values_list("topic_name", "partition", "detail")
+    return [
+        Finding(DriftKind.UNKNOWN, t, p, detail)
+        for t, p, detail in sorted(rows)
+        if (t, p) in unconfirmed
+    ]
 
 
 def _describe(state: admin_pb2.PartitionState) -> str:
@@ -183,23 +233,63 @@ def _heal(
     desired: _Desired,
     actual: dict[TopicPartition, admin_pb2.PartitionState],
 ) -> list[Finding]:
-    """Create missing partitions and fix configs of converged topics on ``broker``."""
-    wrong: dict[TopicPartition, str] = {}
-    for key, config in desired.converged.items():
+    """Create missing partitions and fix configs of converged topics on ``broker``, one
+    topic at a time under its lock (see the module docstring)."""
+    wrong: dict[int, dict[TopicPartition, str]] = {}
+    for key, want in desired.converged.items():
         state = actual.get(key)
         if state is None:
-            wrong[key] = DriftKind.MISSING
-        elif diff := config.differences(state.config):
-            wrong[key] = DriftKind.CONFIG + ":" + ",".join(diff)
-    if not wrong:
-        return []
-    specs = [brokers.spec(t, p, desired.converged[(t, p)]) for (t, p) in sorted(wrong)]
+            wrong.setdefault(want.topic_id, {})[key] = DriftKind.MISSING
+        elif diff := want.config.differences(state.config):
+            wrong.setdefault(want.topic_id, {})[key] = DriftKind.CONFIG + ":" + ",".join(diff)
+    findings: list[Finding] = []
+    for topic_id in sorted(wrong):
+        findings.extend(_heal_topic(broker, desired, topic_id, wrong[topic_id]))
+    return findings
+
+
+def _heal_topic(
+    broker: Broker, desired: _Desired, topic_id: int, wrong: dict[TopicPartition, str]
+) -> list[Finding]:
+    generation = desired.converged[next(iter(wrong))].generation
+    error = ""
+    changed: set[TopicPartition] = set()
     try:
-        changed = brokers.ensure_partitions(broker.address, specs)
-        error = ""
+        with topic_lock(topic_id, wait_s=HEAL_LOCK_WAIT_S):
+            keys = _still_wanted(broker, topic_id, generation, set(wrong))
+            wrong = {key: what for key, what in wrong.items() if key in keys}
+            if wrong:
+                specs = [
+                    brokers.spec(t, p, desired.converged[(t, p)].config) for (t, p) in sorted(wrong)
+                ]
+                changed = brokers.ensure_partitions(broker.address, specs)
+    except TopicBusy:
+        error = "a reconcile run of the topic is in progress"
     except (BrokerUnavailable, BrokerRefusedError) as exc:
-        changed, error = set(), exc.message
+        log.warning("drift heal of topic %s on %s failed: %s", topic_id, broker, exc.message)
+        error = exc.message
     return [_finding(key, what, key in changed, error) for key, what in sorted(wrong.items())]
+
+
+def _still_wanted(
+    broker: Broker, topic_id: int, generation: int, keys: set[TopicPartition]
+) -> set[TopicPartition]:
+    """Of ``keys``, those still wanted on ``broker``: the topic (re-read) is still
+    converged at ``generation`` and the partitions are still assigned there."""
+    topic = Topic.objects.filter(
+        pk=topic_id,
+        generation=generation,
+        observed_generation=generation,
+        status=ProvisioningStatus.READY,
+    ).first()
+    if topic is None:
+        return set()
+    assigned = set(
+        PartitionAssignment.objects.filter(topic=topic, broker=broker).values_list(
+            "partition", flat=True
+        )
+    )
+    return {(t, p) for (t, p) in keys if t == topic.full_name and p in assigned}
 
 
 def _finding(key: TopicPartition, what: str, healed: bool, error: str) -> Finding:
@@ -208,6 +298,34 @@ def _finding(key: TopicPartition, what: str, healed: bool, error: str) -> Findin
     if error:
         detail += f"; not healed: {error}"
     return Finding(kind, key[0], key[1], detail, healed)
+
+
+def report_finding(broker: Broker, finding: Finding) -> None:
+    """Open (or refresh) one finding on ``broker`` outside a drift pass; the other open
+    findings stay as they are."""
+    now = timezone.now()
+    with transaction.atomic():
+        row = (
+            DriftFinding.objects.select_for_update()
+            .filter(
+                broker=broker,
+                topic_name=finding.topic,
+                partition=finding.partition,
+                kind=finding.kind,
+                resolved_at__isnull=True,
+            )
+            .first()
+        )
+        _upsert(broker, row, finding, now)
+
+
+def open_unknown_partitions(broker: Broker, topic_name: str) -> set[int]:
+    """The partitions of ``topic_name`` with an open ``unknown`` finding on ``broker``."""
+    return set(
+        DriftFinding.objects.filter(
+            broker=broker, topic_name=topic_name, kind=DriftKind.UNKNOWN, resolved_at__isnull=True
+        ).values_list("partition", flat=True)
+    )
 
 
 def record_findings(broker: Broker, findings: list[Finding]) -> int:
@@ -258,8 +376,11 @@ def _upsert(broker: Broker, row: DriftFinding | None, finding: Finding, now: dat
 
 def stale_topic_ids(cluster: Cluster) -> list[int]:
     """Topics of the cluster whose desired change has waited longer than a reconcile
-    interval (a lost job, retries exhausted): pending, provisioning or deleting."""
-    cutoff = timezone.now() - timedelta(seconds=settings.RECONCILE_INTERVAL_S)
+    interval (a lost job, retries exhausted): pending, provisioning or deleting. Every
+    run touches ``updated_at`` at its start and when it is to be retried, so a topic
+    with a run in progress or waiting for its retry (at most ``RETRY_BACKOFF_MAX_S``) is
+    not listed."""
+    cutoff = timezone.now() - timedelta(seconds=settings.RECONCILE_INTERVAL_S + RETRY_BACKOFF_MAX_S)
     return list(
         Topic.objects.filter(
             cluster=cluster,

@@ -8,8 +8,20 @@ with each other and with desired-state changes:
 - A run works on the ``generation`` it read. Every status write is conditional on that
   generation (``filter(pk=..., generation=g).update(...)``), so a run that raced a newer
   change never marks the newer generation ready, and never overwrites ``deleting``.
+- One run per topic at a time: ``reconcile_topic`` holds the topic's lock
+  (``controlplane.topics.locks``) for its whole run, and the drift pass holds it while
+  it heals the topic's partitions. A run that cannot get it within a few seconds raises
+  ``TopicBusy``, which the Celery task retries.
+- Every run that has work to do touches ``updated_at`` at its start (and again when a
+  broker did not answer), so the drift pass does not enqueue another run of a topic
+  whose run is in progress or retrying.
 - ``BrokerUnavailable`` propagates (the Celery task retries it); a permanent refusal
-  (``BrokerRefusedError``) fails the topic with the broker's reason.
+  (``BrokerRefusedError``) fails the topic. ``status_reason`` is shown to the tenant:
+  it names the broker by its id and the error by its code; the broker's address and raw
+  message go to the log.
+- A partition the control plane never asked a broker for (its assignment pending or
+  failed) that already exists there holding records is a stranger's: see
+  ``_strangers``.
 
 The reconciler's own changes (ready, failed, the deleted row) are audited as the actor
 ``system:reconciler``.
@@ -31,9 +43,19 @@ from controlplane.core.choices import ProvisioningStatus
 from controlplane.regions.models import Broker
 from controlplane.topics import brokers
 from controlplane.topics.brokers import BrokerRefusedError, BrokerUnavailable
-from controlplane.topics.drift import ClusterReport, desired_config, reconcile_cluster
+from controlplane.topics.choices import DriftKind
+from controlplane.topics.drift import (
+    ClusterReport,
+    Finding,
+    desired_config,
+    open_unknown_partitions,
+    reconcile_cluster,
+    report_finding,
+)
+from controlplane.topics.locks import DEFAULT_WAIT_S, topic_lock
 from controlplane.topics.models import PartitionAssignment, Topic
 from controlplane.topics.placement import UNPLACEABLE_PHASES, assign_partitions
+from dataplane._gen.meridian.v1 import admin_pb2
 
 log = logging.getLogger(__name__)
 
@@ -53,19 +75,34 @@ class Outcome(StrEnum):
     GONE = "gone"  # no such topic (deleted meanwhile)
 
 
-def reconcile_topic(topic_id: int) -> Outcome:
+def reconcile_topic(topic_id: int, *, lock_wait_s: float = DEFAULT_WAIT_S) -> Outcome:
     """Make topic ``topic_id`` true on its brokers: partitions created or altered to the
     topic's config, then ready; or, for a topic being deleted, its partitions removed
     from every broker of the cluster and its row deleted. Raises ``BrokerUnavailable``
-    when a broker it needs did not answer (nothing is marked failed then)."""
-    topic = Topic.objects.select_related("tenant").filter(pk=topic_id).first()
-    if topic is None:
-        return Outcome.GONE
-    if topic.status == ProvisioningStatus.DELETING:
-        return _delete(topic)
-    if topic.status == ProvisioningStatus.READY and topic.observed_generation == topic.generation:
-        return Outcome.UNCHANGED
-    return _apply(topic)
+    when a broker it needs did not answer (nothing is marked failed then), and
+    ``TopicBusy`` when another run of the topic did not finish within ``lock_wait_s``."""
+    with topic_lock(topic_id, wait_s=lock_wait_s):
+        topic = Topic.objects.select_related("tenant").filter(pk=topic_id).first()
+        if topic is None:
+            return Outcome.GONE
+        if (
+            topic.status == ProvisioningStatus.READY
+            and topic.observed_generation == topic.generation
+        ):
+            return Outcome.UNCHANGED
+        _touch(topic)
+        try:
+            if topic.status == ProvisioningStatus.DELETING:
+                return _delete(topic)
+            return _apply(topic)
+        except BrokerUnavailable:
+            _touch(topic)  # retrying: the drift pass need not enqueue another run
+            raise
+
+
+def _touch(topic: Topic) -> None:
+    """Mark the topic as being worked on (``updated_at``), whatever its status."""
+    Topic.objects.filter(pk=topic.pk).update(updated_at=timezone.now())
 
 
 def _apply(topic: Topic) -> Outcome:
@@ -74,14 +111,101 @@ def _apply(topic: Topic) -> Outcome:
         return Outcome.SUPERSEDED
     assign_partitions(topic)  # partitions added since the last placement
     config = desired_config(topic)
-    try:
-        for broker, rows in _assignments_by_broker(topic):
-            specs = [brokers.spec(topic.full_name, row.partition, config) for row in rows]
+    for broker, rows in _assignments_by_broker(topic):
+        strangers = _strangers(topic, broker, rows)
+        if strangers:
+            return _refuse_strangers(topic, generation, broker, strangers)
+        specs = [brokers.spec(topic.full_name, row.partition, config) for row in rows]
+        # Asked for: a create that times out (but happened) is not taken for a stranger's.
+        _set_assignment_status(
+            [r for r in rows if r.status != ProvisioningStatus.READY],
+            ProvisioningStatus.PROVISIONING,
+        )
+        try:
             brokers.ensure_partitions(broker.address, specs)
-            _set_assignment_status(rows, ProvisioningStatus.READY)
-    except BrokerRefusedError as exc:
-        return _fail(topic, generation, exc.message)
+        except BrokerRefusedError as exc:
+            log.warning("topic %s: %s refused: %s", topic.full_name, broker, exc.message)
+            return _fail(topic, generation, _refusal(broker, exc))
+        _set_assignment_status(rows, ProvisioningStatus.READY)
     return _finish(topic, generation)
+
+
+def _refusal(broker: Broker, exc: BrokerRefusedError) -> str:
+    """A refusal as the tenant may read it: the broker's id and the error code, not the
+    broker's address or its message (both logged)."""
+    partition = exc.details.get("partition")
+    what = "the request" if partition is None else f"partition {partition}"
+    reason = f"broker {broker.broker_id} refused {what}"
+    error = exc.details.get("error")
+    return f"{reason}: {error}" if error else reason
+
+
+# Assignments the control plane never asked their broker to create (or whose run failed
+# before it knew): a partition found there may not be the topic's own.
+UNCONFIRMED = (ProvisioningStatus.PENDING, ProvisioningStatus.FAILED)
+
+
+def _strangers(
+    topic: Topic, broker: Broker, rows: list[PartitionAssignment]
+) -> list[admin_pb2.PartitionState]:
+    """The partitions of ``rows`` that ``broker`` already hosts although the control
+    plane never asked it for them, and that hold records: a stranger's partition (an
+    orphan of a deleted topic of the same name, left by a race or made behind the
+    control plane's back). Asks the broker only when some assignment is unconfirmed (a
+    topic's first creation, new partitions).
+
+    Why not take it over: the new topic's consumers would read the stranger's records,
+    possibly another (former) tenant's, and its offsets would go on from them. Why not
+    delete it: deleting data is an operator's decision. So the topic fails, saying
+    which partition is in the way, the stranger is reported as an ``unknown`` drift
+    finding and left as it is. An *empty* partition is taken over: it cannot be told
+    from one an earlier attempt of this run made, and it exposes nothing."""
+    unconfirmed = {r.partition for r in rows if r.status in UNCONFIRMED}
+    if not unconfirmed:
+        return []
+    state = brokers.describe_state(broker.address, [topic.full_name])
+    return [
+        p
+        for p in state.partitions
+        if p.topic == topic.full_name
+        and p.partition in unconfirmed
+        and (p.log_end_offset > 0 or p.size_bytes > 0)
+    ]
+
+
+def _refuse_strangers(
+    topic: Topic,
+    generation: int,
+    broker: Broker,
+    strangers: list[admin_pb2.PartitionState],
+) -> Outcome:
+    for state in strangers:
+        log.warning(
+            "topic %s: partition %d already exists on %s with records "
+            "(log_end_offset=%d size_bytes=%d); not adopted",
+            topic.full_name,
+            state.partition,
+            broker,
+            state.log_end_offset,
+            state.size_bytes,
+        )
+        report_finding(
+            broker,
+            Finding(
+                DriftKind.UNKNOWN,
+                topic.full_name,
+                state.partition,
+                f"existed before the topic was created here, not adopted: "
+                f"size_bytes={state.size_bytes} log_end_offset={state.log_end_offset}",
+            ),
+        )
+    numbers = ", ".join(str(s.partition) for s in strangers)
+    return _fail(
+        topic,
+        generation,
+        f"partition {numbers} already exists on broker {broker.broker_id} with records "
+        "this topic did not write; an operator must remove it",
+    )
 
 
 def _assignments_by_broker(
@@ -133,7 +257,10 @@ def _fail(topic: Topic, generation: int, reason: str) -> Outcome:
     with transaction.atomic():
         if not _set_status(topic, generation, ProvisioningStatus.FAILED, reason):
             return Outcome.SUPERSEDED
-        _set_assignment_status(topic.assignments.all(), ProvisioningStatus.FAILED)
+        # Partitions made stay ready: they are on their brokers.
+        _set_assignment_status(
+            topic.assignments.exclude(status=ProvisioningStatus.READY), ProvisioningStatus.FAILED
+        )
         _audit(topic, "topic.failed")
     return Outcome.FAILED
 
@@ -151,24 +278,41 @@ def _delete(topic: Topic) -> Outcome:
 
     Every broker is asked (not only the assigned ones) so a partition left by an older
     placement goes too; a broker that holds no assignment of the topic may be down (its
-    strays are reported as drift later), one that holds an assignment must answer."""
+    strays are reported as drift later), one that holds an assignment must answer. A
+    stranger's partition the topic refused to adopt (see ``_strangers``) is left alone."""
     generation = topic.generation
     assigned = set(topic.assignments.values_list("broker_id", flat=True))
     numbers = set(range(topic.partitions)) | set(
         topic.assignments.values_list("partition", flat=True)
     )
-    partitions = [(topic.full_name, p) for p in sorted(numbers)]
-    try:
-        for broker in Broker.objects.filter(cluster_id=topic.cluster_id).exclude(
-            phase__in=UNPLACEABLE_PHASES
-        ):
+    refused = _refused_strangers(topic)
+    for broker in Broker.objects.filter(cluster_id=topic.cluster_id).exclude(
+        phase__in=UNPLACEABLE_PHASES
+    ):
+        skip = refused.get(broker.pk, set())
+        partitions = [(topic.full_name, p) for p in sorted(numbers - skip)]
+        try:
             _delete_on(broker, partitions, required=broker.pk in assigned)
-    except BrokerRefusedError as exc:
-        return _fail_delete(topic, generation, exc.message)
+        except BrokerRefusedError as exc:
+            log.warning("topic %s: %s refused delete: %s", topic.full_name, broker, exc.message)
+            return _fail_delete(topic, generation, _refusal(broker, exc))
     return _delete_row(topic, generation)
 
 
+def _refused_strangers(topic: Topic) -> dict[int, set[int]]:
+    """Per broker pk: the topic's partitions there that are a stranger's (an unconfirmed
+    assignment with an open ``unknown`` finding)."""
+    refused: dict[int, set[int]] = defaultdict(set)
+    rows = topic.assignments.filter(status__in=UNCONFIRMED).select_related("broker")
+    for row in rows:
+        if row.partition in open_unknown_partitions(row.broker, topic.full_name):
+            refused[row.broker_id].add(row.partition)
+    return refused
+
+
 def _delete_on(broker: Broker, partitions: list[tuple[str, int]], *, required: bool) -> None:
+    if not partitions:
+        return
     try:
         brokers.delete_partitions(broker.address, partitions)
     except BrokerUnavailable:

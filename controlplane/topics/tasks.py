@@ -1,8 +1,9 @@
 """Celery jobs of the topics app: thin wrappers over ``controlplane.topics.reconcile``.
 
-Retries: only ``BrokerUnavailable`` (a broker did not answer) is retried, with
-exponential backoff and jitter; any other error is a bug or a permanent refusal the
-service has already written onto the topic. ``acks_late`` (the settings' default too):
+Retries: only ``BrokerUnavailable`` (a broker did not answer) and ``TopicBusy`` (another
+run of the topic holds its lock) are retried, with exponential backoff and jitter; any
+other error is a bug or a permanent refusal the service has already written onto the
+topic. ``acks_late`` (the settings' default too):
 a worker that dies mid-job leaves the message to be redelivered, which is safe because
 every job is idempotent.
 """
@@ -18,6 +19,8 @@ from celery import shared_task
 from controlplane.regions.models import Cluster
 from controlplane.topics import reconcile
 from controlplane.topics.brokers import BrokerUnavailable
+from controlplane.topics.drift import RETRY_BACKOFF_MAX_S
+from controlplane.topics.locks import TopicBusy
 
 log = logging.getLogger(__name__)
 
@@ -32,9 +35,9 @@ class RetryOptions(TypedDict):
 
 
 RETRY: RetryOptions = {
-    "autoretry_for": (BrokerUnavailable,),
+    "autoretry_for": (BrokerUnavailable, TopicBusy),
     "retry_backoff": 1,  # 1, 2, 4 ... s, each drawn in [0, that] by the jitter
-    "retry_backoff_max": 60,
+    "retry_backoff_max": RETRY_BACKOFF_MAX_S,
     "retry_jitter": True,
     "max_retries": 12,
     "acks_late": True,
