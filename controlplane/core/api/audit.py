@@ -1,5 +1,8 @@
 """``/api/v1/audit-events``: read-only. Platform administrators see every event;
-tenant administrators see their tenants' events; nobody else reads the log."""
+tenant administrators see their tenants' events; nobody else reads the log.
+
+A tenant's events are those recorded against its row, not its slug: a slug freed by a
+deleted tenant may be taken again, and the new tenant must not read the old one's log."""
 
 from __future__ import annotations
 
@@ -100,4 +103,5 @@ class AuditEventViewSet(viewsets.ReadOnlyModelViewSet[AuditEvent]):
         queryset = super().get_queryset()
         if actor.platform_admin:
             return queryset
-        return queryset.filter(tenant_slug__in=administered_tenants(actor))
+        # Through the foreign key: a deleted tenant's events lost theirs (SET_NULL).
+        return queryset.filter(tenant__slug__in=administered_tenants(actor))

@@ -6,9 +6,11 @@ from typing import Any
 
 from django.utils import timezone
 
+from controlplane.accounts.services import invite_member, remove_member
 from controlplane.core.actors import Actor
 from controlplane.regions.models import Broker
 from controlplane.tenants.choices import Role
+from controlplane.tenants.services import delete_tenant, deprovision_tenant, update_tenant
 from controlplane.topics.models import DriftFinding
 from controlplane.topics.services import create_topic, delete_topic
 from tests.controlplane.api_base import assert_error, make_cluster, make_tenant
@@ -99,3 +101,23 @@ def test_drift_findings_are_for_platform_admins(
     assert admin_client.get("/api/v1/drift-findings", {"kind": "unknown"}).json()["count"] == 1
     tenant_admin = client_for(roles={"acme": Role.TENANT_ADMIN})
     assert_error(tenant_admin.get("/api/v1/drift-findings"), 403, "permission_denied")
+
+
+def test_a_tenant_reusing_a_deleted_tenants_slug_reads_none_of_its_events(
+    db: None, client_for: Any, local_identity: Any
+) -> None:
+    system = Actor.system("tests")
+    old = make_tenant("acme")
+    member = invite_member(
+        old, username="alice", email="alice@old.test", role="viewer", actor=system
+    )
+    remove_member(member, actor=system)
+    delete_tenant(old, actor=system)
+    deprovision_tenant(old.pk, actor=system)
+    new = make_tenant("acme")
+    update_tenant(new, name="New Acme", actor=system)
+    client = client_for(roles={"acme": Role.TENANT_ADMIN})
+    body = client.get("/api/v1/audit-events").json()
+    assert [e["action"] for e in body["results"]] == ["tenant.update"]
+    assert "alice" not in str(body)
+    assert actions(client, tenant="acme") == ["tenant.update"]
