@@ -5,6 +5,8 @@ the client-credentials grant. Tokens carry the same claims as Keycloak's."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import secrets
 import time
 import uuid
@@ -14,7 +16,6 @@ import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from django.conf import settings
-from django.contrib.auth.hashers import check_password, make_password
 from django.db import transaction
 
 from controlplane.accounts.tokens import InvalidToken, JwksCache, verify_rs256
@@ -25,9 +26,13 @@ if TYPE_CHECKING:
 
 SERVICE_ACCOUNT_USER_PREFIX = "service-account-"  # as Keycloak names them
 _SECRET_BYTES = 32
-# A hash that never matches: what ``check_password`` is run against for an unknown
-# client, so a wrong client_id costs as much time as a wrong secret.
-_DUMMY_HASH_SOURCE = "meridian-unknown-client"
+# Secrets are 256 random bits, so one SHA-256 stores them safely: a slow password KDF
+# adds nothing against guessing and makes every token request (and every unknown
+# client) cost CPU.
+_SECRET_DIGEST_PREFIX = "sha256$"
+# What an unknown client's secret is compared with: a digest no secret has, so an unknown
+# client does the same work as a known one with a wrong secret.
+_NO_CLIENT_DIGEST = _SECRET_DIGEST_PREFIX + "0" * 64
 
 
 def member_subject(username: str) -> str:
@@ -136,8 +141,8 @@ class LocalIdentity:
             .exclude(secret_hash="")
             .first()
         )
-        stored = account.secret_hash if account else make_password(_DUMMY_HASH_SOURCE)
-        if not check_password(client_secret, stored) or account is None:
+        stored = account.secret_hash if account else _NO_CLIENT_DIGEST
+        if not secret_matches(client_secret, stored) or account is None:
             raise InvalidToken("unknown client or wrong secret")
         ttl_s = int(settings.LOCAL_TOKEN_TTL_S)
         token = self.issue_token(
@@ -172,13 +177,13 @@ class LocalIdentity:
         """Sets ``account.secret_hash`` (the caller saves the row); returns
         ``(identity_ref, secret)``."""
         secret = new_secret()
-        account.secret_hash = make_password(secret)
+        account.secret_hash = secret_digest(secret)
         return str(uuid.uuid4()), secret
 
     def rotate_service_account_secret(self, account: ServiceAccount) -> str:
         """Sets a new ``account.secret_hash`` (the caller saves the row)."""
         secret = new_secret()
-        account.secret_hash = make_password(secret)
+        account.secret_hash = secret_digest(secret)
         return secret
 
     def change_service_account_role(self, account: ServiceAccount, role: str) -> None:
@@ -190,6 +195,18 @@ class LocalIdentity:
 
 def new_secret() -> str:
     return secrets.token_urlsafe(_SECRET_BYTES)
+
+
+def secret_digest(secret: str) -> str:
+    """What ``ServiceAccount.secret_hash`` stores for ``secret``: ``sha256$<hex digest>``."""
+    return _SECRET_DIGEST_PREFIX + hashlib.sha256(secret.encode()).hexdigest()
+
+
+def secret_matches(secret: str, stored: str) -> bool:
+    """Whether ``secret`` is the one ``stored`` was made from, compared in constant time.
+    A value in another format (a password hash from before) never matches: its account
+    needs a new secret."""
+    return hmac.compare_digest(secret_digest(secret).encode(), stored.encode())
 
 
 def tenant_group_path(tenant: Tenant) -> str:

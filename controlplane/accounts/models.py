@@ -10,7 +10,8 @@ from controlplane.tenants.models import slug_validator
 class ServiceAccount(StatusModel):
     """A tenant's machine identity: an OAuth client-credentials client in the IdP
     (``client_id`` ``<tenant>--<name>``). The secret is shown once, at creation and at
-    rotation; the control plane keeps only its hash (local issuer) or nothing (Keycloak)."""
+    rotation; the control plane keeps only its SHA-256 digest (local issuer) or nothing
+    (Keycloak)."""
 
     tenant = models.ForeignKey(
         "tenants.Tenant", on_delete=models.CASCADE, related_name="service_accounts"

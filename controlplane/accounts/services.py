@@ -14,18 +14,21 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from django.db import IntegrityError, transaction
+from django.db.models import Model
 
 from controlplane.accounts.identity import get_identity
 from controlplane.accounts.models import ServiceAccount
 from controlplane.core import audit
 from controlplane.core.actors import Actor
 from controlplane.core.choices import ProvisioningStatus
-from controlplane.core.errors import Conflict, DomainError, InvalidRequest
+from controlplane.core.errors import Conflict, DomainError, InvalidRequest, NotFound
 from controlplane.tenants.choices import Role
 from controlplane.tenants.models import Membership, Tenant
+from controlplane.tenants.services import lock_open_tenant
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+M = TypeVar("M", bound=Model)
 CLIENT_ID_SEPARATOR = "--"
 # Set by the IdP; uniqueness is the service's to check (a 409, not a 400).
 _IDP_FIELDS = ["identity_ref", "secret_hash"]
@@ -52,13 +55,21 @@ def _then_undo(create: Callable[[], T], undo: Callable[[], None]) -> T:
         raise
 
 
+def _lock(model: type[M], pk: int) -> M:
+    """The row ``pk``, locked until the transaction ends; ``NotFound`` if it is gone."""
+    row = model._default_manager.select_for_update().filter(pk=pk).first()
+    if row is None:
+        raise NotFound(f"{model._meta.verbose_name} {pk} not found")
+    return row
+
+
 # -- members ------------------------------------------------------------------------------
 def invite_member(
     tenant: Tenant, *, username: str, email: str = "", role: str, actor: Actor
 ) -> Membership:
     """Gives ``username`` the ``role`` in ``tenant``, creating the IdP user if missing
     (they verify their email and choose a password on first login). A person already a
-    member is a ``Conflict``."""
+    member, or a tenant being deleted, is a ``Conflict``."""
     _check_role(role)
     if Membership.objects.filter(tenant=tenant, username=username).exists():
         raise Conflict(f"{username!r} is already a member of {tenant.slug!r}", username=username)
@@ -66,6 +77,7 @@ def invite_member(
     subject = identity.invite_member(tenant, username=username, email=email, role=role)
 
     def create() -> Membership:
+        lock_open_tenant(tenant)
         try:
             with transaction.atomic():
                 membership: Membership = Membership.objects.create(
@@ -91,14 +103,15 @@ def change_member_role(membership: Membership, *, role: str, actor: Actor) -> Me
     identity.change_member_role(tenant, subject=membership.subject, role=role)
 
     def update() -> Membership:
-        before = audit.snapshot(membership)
-        membership.role = role
-        membership.save(update_fields=["role", "updated_at"])
+        locked = _lock(Membership, membership.pk)
+        before = audit.snapshot(locked)
+        locked.role = role
+        locked.save(update_fields=["role", "updated_at"])
         audit.record(
-            actor, "member.change_role", membership, before=before,
-            after=audit.snapshot(membership), tenant=tenant,
+            actor, "member.change_role", locked, before=before,
+            after=audit.snapshot(locked), tenant=tenant,
         )  # fmt: skip
-        return membership
+        return locked
 
     def undo() -> None:
         identity.change_member_role(tenant, subject=membership.subject, role=old_role)
@@ -128,7 +141,8 @@ def create_service_account(
 ) -> tuple[ServiceAccount, str]:
     """A machine identity of the tenant: an OAuth client ``<tenant>--<name>`` with the
     client-credentials grant and ``role`` in the tenant. Returns the account and its
-    secret, which is shown this once."""
+    secret, which is shown this once. A name in use in the tenant, or a tenant being
+    deleted, is a ``Conflict``."""
     _check_role(role)
     account = ServiceAccount(
         tenant=tenant,
@@ -140,12 +154,15 @@ def create_service_account(
         status=ProvisioningStatus.READY,
     )
     account.full_clean(exclude=_IDP_FIELDS, validate_unique=False, validate_constraints=False)
-    if ServiceAccount.objects.filter(client_id=account.client_id).exists():
+    # Neither slugs nor names contain the separator, so the client id names one
+    # tenant's account: the name is checked in this tenant only.
+    if ServiceAccount.objects.filter(tenant=tenant, name=name).exists():
         raise Conflict(f"service account {name!r} exists in {tenant.slug!r}", name=name)
     identity = get_identity()
     account.identity_ref, secret = identity.create_service_account(account)
 
     def create() -> ServiceAccount:
+        lock_open_tenant(tenant)
         try:
             with transaction.atomic():
                 account.save()
@@ -164,10 +181,12 @@ def rotate_service_account_secret(account: ServiceAccount, *, actor: Actor) -> s
     shown this once."""
     secret = get_identity().rotate_service_account_secret(account)
     with transaction.atomic():
-        account.save(update_fields=["secret_hash", "updated_at"])
+        locked = _lock(ServiceAccount, account.pk)
+        locked.secret_hash = account.secret_hash
+        locked.save(update_fields=["secret_hash", "updated_at"])
         audit.record(
-            actor, "service_account.rotate_secret", account,
-            after=audit.snapshot(account), tenant=account.tenant,
+            actor, "service_account.rotate_secret", locked,
+            after=audit.snapshot(locked), tenant=account.tenant,
         )  # fmt: skip
     return secret
 
@@ -187,16 +206,17 @@ def update_service_account(
         identity.change_service_account_role(account, role)
 
     def update() -> ServiceAccount:
-        before = audit.snapshot(account)
+        locked = _lock(ServiceAccount, account.pk)
+        before = audit.snapshot(locked)
         for field, value in changes.items():
-            setattr(account, field, value)
-        account.full_clean(exclude=_IDP_FIELDS, validate_unique=False, validate_constraints=False)
-        account.save()
+            setattr(locked, field, value)
+        locked.full_clean(exclude=_IDP_FIELDS, validate_unique=False, validate_constraints=False)
+        locked.save(update_fields=[*changes, "updated_at"])
         audit.record(
-            actor, "service_account.update", account, before=before,
-            after=audit.snapshot(account), tenant=account.tenant,
+            actor, "service_account.update", locked, before=before,
+            after=audit.snapshot(locked), tenant=account.tenant,
         )  # fmt: skip
-        return account
+        return locked
 
     def undo() -> None:
         if role != old_role:

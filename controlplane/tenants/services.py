@@ -13,7 +13,7 @@ from django.utils import timezone
 from controlplane.core import audit
 from controlplane.core.actors import Actor
 from controlplane.core.choices import ProvisioningStatus
-from controlplane.core.errors import Conflict, InvalidRequest
+from controlplane.core.errors import Conflict, InvalidRequest, NotFound
 from controlplane.quotas.models import Quota
 from controlplane.regions.models import Region
 from controlplane.tenants.models import Tenant
@@ -29,10 +29,10 @@ def create_tenant(
 ) -> Tenant:
     """A new tenant (status pending) with ``settings.DEFAULT_QUOTA``; its IdP objects are
     provisioned after commit. A slug in use is a ``Conflict``."""
+    tenant = Tenant(slug=slug, name=name, home_region=home_region)
+    tenant.full_clean(validate_unique=False)
     if Tenant.objects.filter(slug=slug).exists():
         raise Conflict(f"tenant {slug!r} already exists", slug=[f"{slug!r} is in use"])
-    tenant = Tenant(slug=slug, name=name, home_region=home_region)
-    tenant.full_clean()
     tenant.save()
     quota = Quota(tenant=tenant, **settings.DEFAULT_QUOTA)
     quota.full_clean()
@@ -88,6 +88,18 @@ def delete_tenant(tenant: Tenant, *, actor: Actor) -> Tenant:
     )
     _after_commit("deprovision_tenant", tenant.pk)
     return tenant
+
+
+def lock_open_tenant(tenant: Tenant) -> Tenant:
+    """The tenant's row, locked until the transaction ends; a ``Conflict`` if it is
+    being deleted, ``NotFound`` if it is gone. Every create of a tenant-owned object
+    calls it first, in the transaction that writes the object: ``delete_tenant`` takes
+    the same lock, so a create and a delete of the tenant never interleave."""
+    locked = Tenant.objects.select_for_update().filter(pk=tenant.pk).first()
+    if locked is None:
+        raise NotFound(f"tenant {tenant.slug!r} not found")
+    _check_not_deleting(locked)
+    return locked
 
 
 def provision_tenant(tenant_id: int, *, actor: Actor) -> Tenant | None:

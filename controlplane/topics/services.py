@@ -17,6 +17,7 @@ from controlplane.core.errors import Conflict, InvalidRequest
 from controlplane.quotas.services import check_topic_quota
 from controlplane.regions.models import Cluster, Region
 from controlplane.tenants.models import Tenant
+from controlplane.tenants.services import lock_open_tenant
 from controlplane.topics import validation
 from controlplane.topics.choices import TopicStatus
 from controlplane.topics.models import Topic
@@ -42,8 +43,9 @@ def create_topic(
     """A new topic ``<tenant>.<name>`` (status pending) on the least-loaded cluster of
     the region (the given one, the tenant's home region, or the only region), with its
     partitions placed on brokers. Refuses a bad name or config (``InvalidRequest``), a
-    name in use (``Conflict``) and a quota overshoot (``QuotaExceeded``)."""
-    _check_tenant_open(tenant)
+    name in use or a tenant being deleted (``Conflict``) and a quota overshoot
+    (``QuotaExceeded``)."""
+    tenant = lock_open_tenant(tenant)
     validation.validate_name(name)
     validation.validate_partitions(partitions)
     config = validation.resolve_config(
@@ -92,6 +94,7 @@ def update_topic(topic: Topic, *, actor: Actor, **changes: Any) -> Topic:
         raise InvalidRequest(
             f"{unknown[0]}: cannot be changed", **{f: ["cannot be changed"] for f in unknown}
         )
+    lock_open_tenant(topic.tenant)
     topic = Topic.objects.select_for_update().get(pk=topic.pk)
     _check_not_deleting(topic)
     before = audit.snapshot(topic)
@@ -178,11 +181,6 @@ def _region_for(tenant: Tenant, region: Region | str | None) -> Region:
         message = "name the region" if regions else "no region exists yet"
         raise InvalidRequest(f"region: {message}", region=[message])
     return regions[0]
-
-
-def _check_tenant_open(tenant: Tenant) -> None:
-    if tenant.status == TopicStatus.DELETING:
-        raise Conflict(f"tenant {tenant.slug!r} is being deleted", tenant=tenant.slug)
 
 
 def _check_not_deleting(topic: Topic) -> None:

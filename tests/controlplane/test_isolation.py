@@ -163,3 +163,32 @@ def test_no_endpoint_lets_one_tenant_learn_or_touch_another_tenants_objects(
         checked += 1
     assert checked >= 20, f"only {checked} operations checked: did the schema change?"
     assert _acme_state() == before
+
+
+def test_a_service_account_name_tells_nothing_of_other_tenants_accounts(
+    db: None, local_identity: Any
+) -> None:
+    """A client id is ``<tenant>--<name>``: a name that would spell another tenant's
+    client id is refused as invalid whether or not that account exists, and a name in
+    use in another tenant is free in this one."""
+    operator = Actor.system("test")
+    make_tenant("acme")
+    # A slug from before "--" was refused: its accounts' client ids start "acme--prod--".
+    legacy = make_tenant("acme--prod")
+    accounts.create_service_account(legacy, name="ci1", actor=operator)
+    beta = make_tenant("beta")
+    accounts.create_service_account(beta, name="ingest", actor=operator)
+    client = Client()
+    token = token_for(local_identity, roles={"acme": "tenant-admin"}, username="mallory")
+    body = {"tenant": "acme", "name": "prod--ci1"}
+    existing = _call(client, "POST", "/api/v1/service-accounts", token, body)
+    missing = _call(client, "POST", "/api/v1/service-accounts", token, {**body, "name": "prod--cd"})
+    assert existing.status_code == missing.status_code == 400, existing.content
+    assert "name" in existing.json()["error"]["details"]
+    assert existing.content.decode().replace("ci1", "?") == missing.content.decode().replace(
+        "cd", "?"
+    )
+    taken_elsewhere = {"tenant": "acme", "name": "ingest"}
+    created = _call(client, "POST", "/api/v1/service-accounts", token, taken_elsewhere)
+    assert created.status_code == 201, created.content
+    assert created.json()["client_id"] == "acme--ingest"

@@ -115,6 +115,7 @@ class ServiceAccountViewSet(
         """A new secret; the old one stops working at once."""
         account = self.get_object()
         secret = services.rotate_service_account_secret(account, actor=self.actor)
+        account.refresh_from_db()
         return self._with_secret(account, secret, status.HTTP_200_OK)
 
     def update_object(self, account: ServiceAccount, data: dict[str, Any]) -> ServiceAccount:

@@ -5,19 +5,22 @@ credentials that work and stop working, and the audit trail."""
 from __future__ import annotations
 
 import base64
+import hashlib
 from typing import Any
 from urllib.parse import urlencode
 
 import pytest
+from django.contrib.auth.hashers import make_password
 from rest_framework.test import APIClient
 
-from controlplane.accounts import services
+from controlplane.accounts import local, services
 from controlplane.accounts.identity import LocalIdentity
 from controlplane.accounts.models import ServiceAccount
 from controlplane.core.actors import Actor
 from controlplane.core.models import AuditEvent
 from controlplane.tenants.choices import Role
 from controlplane.tenants.models import Membership, Tenant
+from controlplane.tenants.services import delete_tenant
 from tests.controlplane.api_base import TenantScopedAPIContract, assert_error, make_tenant
 
 TOKEN_URL = "/api/v1/auth/token"
@@ -185,11 +188,47 @@ def test_a_deprovisioned_tenant_s_accounts_get_no_token(acme: Tenant) -> None:
     assert_error(_token(account.client_id, secret), 401, "invalid_client")
 
 
-def test_the_secret_is_stored_hashed(acme: Tenant) -> None:
+def test_the_secret_is_stored_as_its_sha256_digest(acme: Tenant) -> None:
     account, secret = services.create_service_account(acme, name="ingest", actor=OPERATOR)
     account.refresh_from_db()
     assert secret not in account.secret_hash
-    assert account.secret_hash.startswith("md5$")  # the test settings' hasher
+    assert account.secret_hash == "sha256$" + hashlib.sha256(secret.encode()).hexdigest()
+
+
+def test_a_wrong_secret_and_an_unknown_client_get_the_same_answer_for_the_same_work(
+    acme: Tenant, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Neither the answer nor the work done tells whether the client id exists."""
+    account, _ = services.create_service_account(acme, name="ingest", actor=OPERATOR)
+    compared: list[str] = []
+    real_matches = local.secret_matches
+
+    def spy(secret: str, stored: str) -> bool:
+        compared.append(secret)
+        return real_matches(secret, stored)
+
+    monkeypatch.setattr(local, "secret_matches", spy)
+    wrong = _token(account.client_id, "wrong")
+    unknown = _token("acme--nobody", "wrong")
+    assert_error(wrong, 401, "invalid_client")
+    assert (unknown.status_code, unknown.content) == (wrong.status_code, wrong.content)
+    assert unknown["WWW-Authenticate"] == wrong["WWW-Authenticate"]
+    assert compared == ["wrong", "wrong"]
+
+
+def test_a_password_hash_stored_before_never_matches(acme: Tenant) -> None:
+    """A secret stored by the earlier scheme needs rotating: it is refused, not checked
+    with a slow password hasher."""
+    account, secret = services.create_service_account(acme, name="ingest", actor=OPERATOR)
+    ServiceAccount.objects.filter(pk=account.pk).update(secret_hash=make_password(secret))
+    assert_error(_token(account.client_id, secret), 401, "invalid_client")
+
+
+def test_a_non_ascii_secret_or_client_id_is_a_401(acme: Tenant) -> None:
+    account, _ = services.create_service_account(acme, name="ingest", actor=OPERATOR)
+    odd = "é" * 10_000
+    assert_error(_token(account.client_id, odd), 401, "invalid_client")
+    assert_error(_token(odd, odd, as_json=True), 401, "invalid_client")
 
 
 def test_service_account_names_are_validated(acme: Tenant, client_for: Any) -> None:
@@ -200,6 +239,46 @@ def test_service_account_names_are_validated(acme: Tenant, client_for: Any) -> N
     services.create_service_account(acme, name="ingest", actor=OPERATOR)
     again = admin.post("/api/v1/service-accounts", {"name": "ingest"}, format="json")
     assert_error(again, 409, "conflict")
+
+
+def test_a_service_account_name_with_a_double_hyphen_is_a_400(
+    acme: Tenant, client_for: Any
+) -> None:
+    """``--`` separates the tenant from the name in the client id."""
+    admin = client_for(roles={"acme": "tenant-admin"})
+    response = admin.post("/api/v1/service-accounts", {"name": "prod--ci"}, format="json")
+    assert "name" in assert_error(response, 400, "invalid")["details"]
+    assert not ServiceAccount.objects.exists()
+
+
+def test_nothing_is_created_in_a_tenant_being_deleted(acme: Tenant, client_for: Any) -> None:
+    delete_tenant(acme, actor=OPERATOR)
+    admin = client_for(roles={"acme": "tenant-admin"})
+    account = admin.post("/api/v1/service-accounts", {"name": "late"}, format="json")
+    assert_error(account, 409, "conflict")
+    member = admin.post("/api/v1/members", {"username": "bob", "role": "viewer"}, format="json")
+    assert_error(member, 409, "conflict")
+    assert not ServiceAccount.objects.exists()
+    assert not Membership.objects.exists()
+
+
+def test_an_update_from_a_stale_copy_keeps_a_rotated_secret(acme: Tenant) -> None:
+    account, _ = services.create_service_account(acme, name="ingest", actor=OPERATOR)
+    stale = ServiceAccount.objects.get(pk=account.pk)
+    new_secret = services.rotate_service_account_secret(account, actor=OPERATOR)
+    updated = services.update_service_account(stale, description="orders", actor=OPERATOR)
+    assert updated.description == "orders"
+    assert _token(account.client_id, new_secret).status_code == 200
+
+
+def test_a_role_change_from_a_stale_copy_changes_only_the_role(acme: Tenant) -> None:
+    member = services.invite_member(acme, username="dave", role="viewer", actor=OPERATOR)
+    stale = Membership.objects.get(pk=member.pk)
+    Membership.objects.filter(pk=member.pk).update(email="dave@example.com")
+    changed = services.change_member_role(stale, role="developer", actor=OPERATOR)
+    assert (changed.role, changed.email) == ("developer", "dave@example.com")
+    member.refresh_from_db()
+    assert (member.role, member.email) == ("developer", "dave@example.com")
 
 
 def test_inviting_a_member_twice_is_a_conflict(acme: Tenant, client_for: Any) -> None:

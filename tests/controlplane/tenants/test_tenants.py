@@ -6,8 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from controlplane.accounts.identity import LocalIdentity
+from controlplane.accounts.services import create_service_account, invite_member
 from controlplane.core.actors import Actor
 from controlplane.core.errors import Conflict
 from controlplane.core.models import AuditEvent
@@ -65,7 +68,9 @@ def test_nothing_is_enqueued_when_the_create_fails(
     assert enqueued["provision_tenant"] == []
 
 
-@pytest.mark.parametrize("slug", ["A", "ab", "Acme", "1acme", "acme-", "a" * 40, "ac me"])
+@pytest.mark.parametrize(
+    "slug", ["A", "ab", "Acme", "1acme", "acme-", "a" * 40, "ac me", "acme--prod", "a---b"]
+)
 def test_a_bad_slug_is_a_400(admin_client: Any, slug: str) -> None:
     response = admin_client.post("/api/v1/tenants", {"slug": slug, "name": "x"}, format="json")
     assert "slug" in assert_error(response, 400, "invalid")["details"]
@@ -172,6 +177,38 @@ def test_a_deleting_tenant_takes_no_new_topics(db: None) -> None:
     tenant.refresh_from_db()
     with pytest.raises(Conflict):
         create_topic(tenant, name="late", partitions=1, actor=SYSTEM)
+
+
+def test_every_tenant_owned_create_locks_the_tenant_row_first(
+    db: None, local_identity: LocalIdentity
+) -> None:
+    """``delete_tenant`` locks the same row, so a create never interleaves with it."""
+    make_cluster("local")
+    tenant = make_tenant("acme")
+    creates = {
+        "topic": lambda: create_topic(tenant, name="t", partitions=1, actor=SYSTEM),
+        "service account": lambda: create_service_account(tenant, name="ingest", actor=SYSTEM),
+        "member": lambda: invite_member(tenant, username="bob", role="viewer", actor=SYSTEM),
+    }
+    for what, create in creates.items():
+        with CaptureQueriesContext(connection) as queries:
+            create()
+        writes = [i for i, q in enumerate(queries) if q["sql"].startswith(("INSERT", "UPDATE"))]
+        locks = [
+            i
+            for i, q in enumerate(queries)
+            if 'FROM "tenants_tenant"' in q["sql"] and q["sql"].endswith("FOR UPDATE")
+        ]
+        assert locks, what
+        assert locks[0] < writes[0], what
+
+
+def test_a_deleting_tenant_takes_no_new_topics_over_the_api(db: None, client_for: Any) -> None:
+    make_cluster("local")
+    delete_tenant(make_tenant("acme"), actor=SYSTEM)
+    developer = client_for(roles={"acme": "developer"})
+    response = developer.post("/api/v1/topics", {"name": "late", "partitions": 1}, format="json")
+    assert_error(response, 409, "conflict")
 
 
 def _age(tenant: Tenant, seconds: float) -> None:
