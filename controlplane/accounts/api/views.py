@@ -72,7 +72,9 @@ class MemberViewSet(
         return self.respond(membership, status.HTTP_201_CREATED)
 
     def update_object(self, membership: Membership, data: dict[str, Any]) -> Membership:
-        return services.change_member_role(membership, actor=self.actor, **data)
+        if "role" not in data:  # PATCH with nothing to change
+            return membership
+        return services.change_member_role(membership, actor=self.actor, role=data["role"])
 
     @extend_schema(responses={204: None})
     def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import DataError
 from django.http import Http404
 from rest_framework import exceptions, status
 from rest_framework.response import Response
@@ -50,6 +51,12 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     if isinstance(exc, DjangoValidationError):
         details = exc.message_dict if hasattr(exc, "error_dict") else {"": exc.messages}
         exc = exceptions.ValidationError(details)
+    if isinstance(exc, DataError):
+        # Input no validator caught that the database cannot take (a NUL byte in a
+        # lookup or filter, a number out of the column's range): the caller's error.
+        exc = exceptions.ValidationError(
+            {"": ["a value the database cannot store (a NUL byte, a number out of range)"]}
+        )
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     response = drf_exception_handler(exc, context)

@@ -65,28 +65,8 @@ class TopicSerializer(TopicSummarySerializer):
 
     assignments = AssignmentSerializer(many=True, read_only=True)
 
-    class Meta:
-        model = Topic
-        fields = [
-            "full_name",
-            "tenant",
-            "name",
-            "region",
-            "cluster",
-            "partitions",
-            "retention_ms",
-            "retention_bytes",
-            "max_message_bytes",
-            "durability",
-            "status",
-            "status_reason",
-            "generation",
-            "observed_generation",
-            "assignments",
-            "created_by",
-            "created_at",
-            "updated_at",
-        ]
+    class Meta(TopicSummarySerializer.Meta):
+        fields = [*TopicSummarySerializer.Meta.fields, "assignments"]
         read_only_fields = fields
 
 
