@@ -123,12 +123,15 @@ def remove_member(membership: Membership, *, actor: Actor) -> None:
     """Takes the member's role in the tenant away (the IdP user stays: they may belong
     to other tenants)."""
     tenant = membership.tenant
+    # The IdP first, outside any transaction (no row lock is held through its HTTP
+    # calls): if it fails nothing changed; if the row's delete then fails, the member
+    # has lost access and a retried removal (idempotent at the IdP) finishes the job.
+    get_identity().remove_member(tenant, subject=membership.subject)
     with transaction.atomic():
         audit.record(
             actor, "member.remove", membership, before=audit.snapshot(membership), tenant=tenant
         )
         membership.delete()
-        get_identity().remove_member(tenant, subject=membership.subject)
 
 
 # -- service accounts ---------------------------------------------------------------------
@@ -228,10 +231,11 @@ def update_service_account(
 
 def delete_service_account(account: ServiceAccount, *, actor: Actor) -> None:
     """Removes the account and its IdP client; its tokens stay valid until they expire."""
+    # The IdP first, outside any transaction, as in ``remove_member``.
+    get_identity().delete_service_account(account)
     with transaction.atomic():
         audit.record(
             actor, "service_account.delete", account,
             before=audit.snapshot(account), tenant=account.tenant,
         )  # fmt: skip
         account.delete()
-        get_identity().delete_service_account(account)
