@@ -70,7 +70,9 @@ class LocalProvisioner:
             self._assign_ports(cluster)
         started = []
         for broker in brokers:
-            broker.refresh_from_db(fields=["host", "port", "pid", "data_dir"])
+            broker.refresh_from_db(fields=["host", "port", "pid", "data_dir", "phase"])
+            if broker.phase in (BrokerPhase.STOPPING, BrokerPhase.STOPPED):
+                continue  # being stopped since the caller looked (a cluster deletion)
             if not self.is_running(broker):
                 self._note_restart(broker)
                 started.append((broker, self._launch(broker)))
