@@ -332,6 +332,7 @@ class UpdateMetadataRequest(_message.Message):
     CLUSTER_ID_FIELD_NUMBER: _builtins.int
     BROKERS_FIELD_NUMBER: _builtins.int
     TOPICS_FIELD_NUMBER: _builtins.int
+    QUOTAS_FIELD_NUMBER: _builtins.int
     controller_id: _builtins.str
     controller_epoch: _builtins.int
     cluster_id: _builtins.str
@@ -339,6 +340,10 @@ class UpdateMetadataRequest(_message.Message):
     def brokers(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.BrokerInfo]: ...
     @_builtins.property
     def topics(self) -> _containers.RepeatedCompositeFieldContainer[Global___MetadataTopic]: ...
+    @_builtins.property
+    def quotas(self) -> _containers.RepeatedCompositeFieldContainer[Global___TenantQuota]:
+        """the complete set: a tenant not listed is unlimited"""
+
     def __init__(
         self,
         *,
@@ -347,14 +352,86 @@ class UpdateMetadataRequest(_message.Message):
         cluster_id: _builtins.str = ...,
         brokers: _abc.Iterable[_common_pb2.BrokerInfo] | None = ...,
         topics: _abc.Iterable[Global___MetadataTopic] | None = ...,
+        quotas: _abc.Iterable[Global___TenantQuota] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["brokers", b"brokers", "cluster_id", b"cluster_id", "controller_epoch", b"controller_epoch", "controller_id", b"controller_id", "topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["brokers", b"brokers", "cluster_id", b"cluster_id", "controller_epoch", b"controller_epoch", "controller_id", b"controller_id", "quotas", b"quotas", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___UpdateMetadataRequest: _TypeAlias = UpdateMetadataRequest  # noqa: Y015
+
+@_typing.final
+class TenantQuota(_message.Message):
+    """A tenant's limits as enforced by each broker (rates are per broker, as Kafka's quotas)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TENANT_FIELD_NUMBER: _builtins.int
+    PRODUCE_BYTES_PER_S_FIELD_NUMBER: _builtins.int
+    FETCH_BYTES_PER_S_FIELD_NUMBER: _builtins.int
+    REQUESTS_PER_S_FIELD_NUMBER: _builtins.int
+    STORAGE_EXCEEDED_FIELD_NUMBER: _builtins.int
+    STORAGE_MESSAGE_FIELD_NUMBER: _builtins.int
+    tenant: _builtins.str
+    produce_bytes_per_s: _builtins.int
+    """0: unlimited"""
+    fetch_bytes_per_s: _builtins.int
+    """0: unlimited"""
+    requests_per_s: _builtins.int
+    """0: unlimited"""
+    storage_exceeded: _builtins.bool
+    """produce is refused with QUOTA_EXCEEDED"""
+    storage_message: _builtins.str
+    """why (limit and usage), for the error message"""
+    def __init__(
+        self,
+        *,
+        tenant: _builtins.str = ...,
+        produce_bytes_per_s: _builtins.int = ...,
+        fetch_bytes_per_s: _builtins.int = ...,
+        requests_per_s: _builtins.int = ...,
+        storage_exceeded: _builtins.bool = ...,
+        storage_message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fetch_bytes_per_s", b"fetch_bytes_per_s", "produce_bytes_per_s", b"produce_bytes_per_s", "requests_per_s", b"requests_per_s", "storage_exceeded", b"storage_exceeded", "storage_message", b"storage_message", "tenant", b"tenant"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TenantQuota: _TypeAlias = TenantQuota  # noqa: Y015
+
+@_typing.final
+class AclEntry(_message.Message):
+    """A control-plane policy entry of a topic: when a topic has any, a caller not named by
+    one gets no access to it beyond what its tenant role gives every topic (see auth).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    OPERATIONS_FIELD_NUMBER: _builtins.int
+    principal: _builtins.str
+    """a token's client id (azp) or subject (sub)"""
+    @_builtins.property
+    def operations(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """produce | consume | admin"""
+
+    def __init__(
+        self,
+        *,
+        principal: _builtins.str = ...,
+        operations: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["operations", b"operations", "principal", b"principal"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AclEntry: _TypeAlias = AclEntry  # noqa: Y015
 
 @_typing.final
 class MetadataTopic(_message.Message):
@@ -362,18 +439,30 @@ class MetadataTopic(_message.Message):
 
     NAME_FIELD_NUMBER: _builtins.int
     PARTITIONS_FIELD_NUMBER: _builtins.int
+    MIN_INSYNC_REPLICAS_FIELD_NUMBER: _builtins.int
+    UNCLEAN_LEADER_ELECTION_FIELD_NUMBER: _builtins.int
+    ACLS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
+    min_insync_replicas: _builtins.int
+    """0 means 1"""
+    unclean_leader_election: _builtins.bool
+    """informational for brokers; the controller elects"""
     @_builtins.property
     def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___MetadataPartition]: ...
+    @_builtins.property
+    def acls(self) -> _containers.RepeatedCompositeFieldContainer[Global___AclEntry]: ...
     def __init__(
         self,
         *,
         name: _builtins.str = ...,
         partitions: _abc.Iterable[Global___MetadataPartition] | None = ...,
+        min_insync_replicas: _builtins.int = ...,
+        unclean_leader_election: _builtins.bool = ...,
+        acls: _abc.Iterable[Global___AclEntry] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name", "partitions", b"partitions"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acls", b"acls", "min_insync_replicas", b"min_insync_replicas", "name", b"name", "partitions", b"partitions", "unclean_leader_election", b"unclean_leader_election"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -381,17 +470,27 @@ Global___MetadataTopic: _TypeAlias = MetadataTopic  # noqa: Y015
 
 @_typing.final
 class MetadataPartition(_message.Message):
+    """leader_id -1: no leader (offline). replicas[0] is the preferred leader."""
+
     DESCRIPTOR: _descriptor.Descriptor
 
     PARTITION_FIELD_NUMBER: _builtins.int
     LEADER_ID_FIELD_NUMBER: _builtins.int
     LEADER_EPOCH_FIELD_NUMBER: _builtins.int
     REPLICAS_FIELD_NUMBER: _builtins.int
+    ISR_FIELD_NUMBER: _builtins.int
+    ISR_VERSION_FIELD_NUMBER: _builtins.int
     partition: _builtins.int
     leader_id: _builtins.int
     leader_epoch: _builtins.int
+    isr_version: _builtins.int
+    """grows at every committed ISR change (a partition epoch)"""
     @_builtins.property
     def replicas(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def isr(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """the committed in-sync replica set"""
+
     def __init__(
         self,
         *,
@@ -399,10 +498,12 @@ class MetadataPartition(_message.Message):
         leader_id: _builtins.int = ...,
         leader_epoch: _builtins.int = ...,
         replicas: _abc.Iterable[_builtins.int] | None = ...,
+        isr: _abc.Iterable[_builtins.int] | None = ...,
+        isr_version: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["leader_epoch", b"leader_epoch", "leader_id", b"leader_id", "partition", b"partition", "replicas", b"replicas"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["isr", b"isr", "isr_version", b"isr_version", "leader_epoch", b"leader_epoch", "leader_id", b"leader_id", "partition", b"partition", "replicas", b"replicas"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -421,6 +522,7 @@ class UpdateMetadataResponse(_message.Message):
     HOSTED_BYTES_FIELD_NUMBER: _builtins.int
     UPTIME_MS_FIELD_NUMBER: _builtins.int
     VERSION_FIELD_NUMBER: _builtins.int
+    ISR_PROPOSALS_FIELD_NUMBER: _builtins.int
     broker_id: _builtins.int
     health: _builtins.str
     """ok | degraded (some hosted partition is offline)"""
@@ -432,6 +534,13 @@ class UpdateMetadataResponse(_message.Message):
     hosted_bytes: _builtins.int
     uptime_ms: _builtins.int
     version: _builtins.str
+    @_builtins.property
+    def isr_proposals(self) -> _containers.RepeatedCompositeFieldContainer[Global___IsrProposal]:
+        """The ISR changes this broker, as leader, asks the controller to commit (Kafka's
+        AlterPartition, carried on the heartbeat). Repeated at every push until the push
+        carries an ISR that matches or supersedes them.
+        """
+
     def __init__(
         self,
         *,
@@ -444,11 +553,46 @@ class UpdateMetadataResponse(_message.Message):
         hosted_bytes: _builtins.int = ...,
         uptime_ms: _builtins.int = ...,
         version: _builtins.str = ...,
+        isr_proposals: _abc.Iterable[Global___IsrProposal] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_id", b"broker_id", "controller_epoch", b"controller_epoch", "health", b"health", "hosted_bytes", b"hosted_bytes", "hosted_partitions", b"hosted_partitions", "hosted_topics", b"hosted_topics", "offline_partitions", b"offline_partitions", "uptime_ms", b"uptime_ms", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_id", b"broker_id", "controller_epoch", b"controller_epoch", "health", b"health", "hosted_bytes", b"hosted_bytes", "hosted_partitions", b"hosted_partitions", "hosted_topics", b"hosted_topics", "isr_proposals", b"isr_proposals", "offline_partitions", b"offline_partitions", "uptime_ms", b"uptime_ms", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___UpdateMetadataResponse: _TypeAlias = UpdateMetadataResponse  # noqa: Y015
+
+@_typing.final
+class IsrProposal(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    LEADER_EPOCH_FIELD_NUMBER: _builtins.int
+    ISR_VERSION_FIELD_NUMBER: _builtins.int
+    ISR_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    partition: _builtins.int
+    leader_epoch: _builtins.int
+    """the proposer's: a stale one is ignored"""
+    isr_version: _builtins.int
+    """the committed version the proposal is based on"""
+    @_builtins.property
+    def isr(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        leader_epoch: _builtins.int = ...,
+        isr_version: _builtins.int = ...,
+        isr: _abc.Iterable[_builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["isr", b"isr", "isr_version", b"isr_version", "leader_epoch", b"leader_epoch", "partition", b"partition", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___IsrProposal: _TypeAlias = IsrProposal  # noqa: Y015

@@ -31,8 +31,9 @@ class ProduceRequest(_message.Message):
     PARTITIONS_FIELD_NUMBER: _builtins.int
     CORRELATION_ID_FIELD_NUMBER: _builtins.int
     acks: _builtins.int
-    """0: answered once accepted, before the append; 1: after it"""
+    """0: answered once accepted, before the append; 1: after the"""
     timeout_ms: _builtins.int
+    """leader's append; -1 (all): once every in-sync replica has it"""
     correlation_id: _builtins.int
     """echoed in the response"""
     @_builtins.property
@@ -165,7 +166,7 @@ class FetchRequest(_message.Message):
     max_bytes: _builtins.int
     """bound of the whole response (at least one batch is sent)"""
     replica_id: _builtins.int
-    """-1 for consumers"""
+    """-1 for consumers (replicas use Replication.ReplicaFetch)"""
     @_builtins.property
     def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___FetchPartition]: ...
     def __init__(

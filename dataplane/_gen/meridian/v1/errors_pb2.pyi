@@ -40,6 +40,16 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     """the partition's log directory is offline"""
     BROKER_NOT_AVAILABLE: _ErrorCode.ValueType  # 10
     THROTTLED: _ErrorCode.ValueType  # 11
+    NOT_ENOUGH_REPLICAS: _ErrorCode.ValueType  # 12
+    """fewer in-sync replicas than min_insync_replicas: nothing written"""
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND: _ErrorCode.ValueType  # 13
+    """written by the leader, but the ISR shrank below the minimum before acks=all was met"""
+    FENCED_LEADER_EPOCH: _ErrorCode.ValueType  # 14
+    """the request carries an older leader epoch than this broker's"""
+    UNKNOWN_LEADER_EPOCH: _ErrorCode.ValueType  # 15
+    """the request carries a newer leader epoch than this broker knows"""
+    LEADER_NOT_AVAILABLE: _ErrorCode.ValueType  # 16
+    """no leader right now (election in progress, or offline)"""
     INVALID_REQUEST: _ErrorCode.ValueType  # 100
     """-- not retriable ------------------------------------------------------------------"""
     CORRUPT_MESSAGE: _ErrorCode.ValueType  # 101
@@ -70,6 +80,17 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     POLICY_VIOLATION: _ErrorCode.ValueType  # 123
     STALE_CONTROLLER_EPOCH: _ErrorCode.ValueType  # 124
     """a newer controller has taken over: this one is deposed"""
+    UNAUTHENTICATED: _ErrorCode.ValueType  # 125
+    """no, expired, forged or wrong-audience bearer token"""
+    TOPIC_AUTHORIZATION_FAILED: _ErrorCode.ValueType  # 126
+    """the caller may not do this to this topic (or it is another tenant's)"""
+    GROUP_AUTHORIZATION_FAILED: _ErrorCode.ValueType  # 127
+    """the caller may not use this group (or it is another tenant's)"""
+    CLUSTER_AUTHORIZATION_FAILED: _ErrorCode.ValueType  # 128
+    """an internal RPC (admin, replication) called without the internal role"""
+    QUOTA_EXCEEDED: _ErrorCode.ValueType  # 129
+    """the tenant's storage (or another non-rate) quota is used up"""
+    REASSIGNMENT_IN_PROGRESS: _ErrorCode.ValueType  # 130
 
 class ErrorCode(_ErrorCode, metaclass=_ErrorCodeEnumTypeWrapper):
     """Every failure the data plane reports. Per-partition failures travel in the result's
@@ -97,6 +118,16 @@ STORAGE_ERROR: ErrorCode.ValueType  # 9
 """the partition's log directory is offline"""
 BROKER_NOT_AVAILABLE: ErrorCode.ValueType  # 10
 THROTTLED: ErrorCode.ValueType  # 11
+NOT_ENOUGH_REPLICAS: ErrorCode.ValueType  # 12
+"""fewer in-sync replicas than min_insync_replicas: nothing written"""
+NOT_ENOUGH_REPLICAS_AFTER_APPEND: ErrorCode.ValueType  # 13
+"""written by the leader, but the ISR shrank below the minimum before acks=all was met"""
+FENCED_LEADER_EPOCH: ErrorCode.ValueType  # 14
+"""the request carries an older leader epoch than this broker's"""
+UNKNOWN_LEADER_EPOCH: ErrorCode.ValueType  # 15
+"""the request carries a newer leader epoch than this broker knows"""
+LEADER_NOT_AVAILABLE: ErrorCode.ValueType  # 16
+"""no leader right now (election in progress, or offline)"""
 INVALID_REQUEST: ErrorCode.ValueType  # 100
 """-- not retriable ------------------------------------------------------------------"""
 CORRUPT_MESSAGE: ErrorCode.ValueType  # 101
@@ -127,4 +158,15 @@ INVALID_REQUIRED_ACKS: ErrorCode.ValueType  # 122
 POLICY_VIOLATION: ErrorCode.ValueType  # 123
 STALE_CONTROLLER_EPOCH: ErrorCode.ValueType  # 124
 """a newer controller has taken over: this one is deposed"""
+UNAUTHENTICATED: ErrorCode.ValueType  # 125
+"""no, expired, forged or wrong-audience bearer token"""
+TOPIC_AUTHORIZATION_FAILED: ErrorCode.ValueType  # 126
+"""the caller may not do this to this topic (or it is another tenant's)"""
+GROUP_AUTHORIZATION_FAILED: ErrorCode.ValueType  # 127
+"""the caller may not use this group (or it is another tenant's)"""
+CLUSTER_AUTHORIZATION_FAILED: ErrorCode.ValueType  # 128
+"""an internal RPC (admin, replication) called without the internal role"""
+QUOTA_EXCEEDED: ErrorCode.ValueType  # 129
+"""the tenant's storage (or another non-rate) quota is used up"""
+REASSIGNMENT_IN_PROGRESS: ErrorCode.ValueType  # 130
 Global___ErrorCode: _TypeAlias = ErrorCode  # noqa: Y015
