@@ -37,8 +37,8 @@ from google.protobuf.message import DecodeError
 from dataplane._gen.meridian.v1 import admin_pb2, broker_pb2, broker_pb2_grpc, common_pb2
 from dataplane.broker.config import BrokerConfig, parse_address
 from dataplane.broker.groups import OFFSETS_TOPIC
+from dataplane.broker.outbound import peer_channel
 from dataplane.broker.topics import is_internal
-from dataplane.client.connection import CHANNEL_OPTIONS
 from dataplane.errors import ErrorCode, MeridianError
 
 log = logging.getLogger(__name__)
@@ -156,9 +156,9 @@ class Peer:
     last_ok: float | None = None  # monotonic time of the last answer
     channel: grpc.aio.Channel | None = None
 
-    def stub(self) -> broker_pb2_grpc.BrokerStub:
+    def stub(self, config: BrokerConfig) -> broker_pb2_grpc.BrokerStub:
         if self.channel is None:
-            self.channel = grpc.aio.insecure_channel(self.address, options=CHANNEL_OPTIONS)
+            self.channel = peer_channel(config, self.address)
         return broker_pb2_grpc.BrokerStub(self.channel)
 
 
@@ -232,7 +232,7 @@ class ClusterView:
         timeout = max(0.2, min(2.0, self.config.peer_poll_interval_ms / 1000 * 2))
         request = broker_pb2.MetadataRequest(local_only=True)
         try:
-            response = await peer.stub().Metadata(request, timeout=timeout)
+            response = await peer.stub(self.config).Metadata(request, timeout=timeout)
         except grpc.aio.AioRpcError as exc:
             if peer.last_ok is not None:
                 log.debug("peer %s did not answer: %s", peer.broker_id, exc.code())
