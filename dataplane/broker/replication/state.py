@@ -117,8 +117,8 @@ class ReplicaState:
 
     def desired_isr(self, log: PartitionLog, lag_s: float, now_s: float | None = None) -> list[int]:
         """The ISR this leader would like: the committed one without followers behind
-        for more than ``lag_s``, plus followers that reached the HW and the start of the
-        current epoch."""
+        for more than ``lag_s``, plus followers fetching now that reached the HW and the
+        start of the current epoch."""
         now = time.monotonic() if now_s is None else now_s
         epoch_start = self.epochs.start_offset_of(self.leader_epoch) or 0
         wanted = {self.broker_id}
@@ -131,7 +131,12 @@ class ReplicaState:
             if replica in self.isr:
                 if now - progress.last_caught_up_s <= lag_s:
                     wanted.add(replica)
-            elif progress.log_end_offset >= max(log.high_watermark, epoch_start):
+            elif (
+                progress.log_end_offset >= max(log.high_watermark, epoch_start)
+                and now - progress.last_fetch_s <= lag_s / 2
+            ):
+                # Fetching now (a live follower fetches at least every lag / 3), not
+                # merely caught up at its last fetch before it died.
                 wanted.add(replica)
         return sorted(wanted)
 
