@@ -167,8 +167,11 @@ def _process_view(broker: Broker) -> BrokerProcess:
 
 
 def test_a_change_of_leader_bumps_the_leader_epoch_and_is_pushed(
-    static_brokers: tuple[Cluster, list[BrokerProcess]], region: Region, tmp_path: Path
-) -> None:
+    static_brokers: tuple[Cluster, list[BrokerProcess]], region: Region, tmp_path: Path, settings
+) -> None:  # type: ignore[no-untyped-def]
+    """The preferred replica (replicas[0]) takes leadership back once it is live and in
+    the ISR: a new epoch, pushed to every broker with the replicas and ISR."""
+    settings.PREFERRED_LEADER_DELAY_S = 0
     cluster, processes = static_brokers
     topic = add_topic(cluster, "moves", 1)
     controller = _controller(region, tmp_path)
@@ -177,16 +180,42 @@ def test_a_change_of_leader_bumps_the_leader_epoch_and_is_pushed(
     assert (assignment.leader.broker_id, assignment.leader_epoch) == (1, 0)
 
     second = cluster.brokers.get(broker_id=2)
-    PartitionAssignment.objects.filter(pk=assignment.pk).update(broker=second)
+    PartitionAssignment.objects.filter(pk=assignment.pk).update(replicas=[2, 1], isr=[1, 2])
     controller.tick()
     assignment.refresh_from_db()
     assert (assignment.leader_id, assignment.leader_epoch) == (second.pk, 1)
+    assert assignment.broker_id == second.pk  # the preferred replica's row
     for process in processes:
         (found,) = metadata(process, [topic.full_name]).topics
         assert [(p.leader_id, p.leader_epoch) for p in found.partitions] == [(2, 1)]
     controller.tick()
     assignment.refresh_from_db()
     assert assignment.leader_epoch == 1  # unchanged leader: unchanged epoch
+
+
+def test_a_leader_restarted_within_the_session_timeout_still_loses_leadership(
+    static_brokers: tuple[Cluster, list[BrokerProcess]], region: Region, tmp_path: Path, settings
+) -> None:  # type: ignore[no-untyped-def]
+    """A broker back before it was missed reported a smaller uptime: its partitions get
+    a new leader from the ISR (it may have lost what it held) and it leaves the ISR."""
+    settings.BROKER_SESSION_TIMEOUT_S = 60  # no silence will be noticed
+    settings.PREFERRED_LEADER_DELAY_S = 60
+    cluster, processes = static_brokers
+    topic = add_topic(cluster, "restarts", 1)
+    row = PartitionAssignment.objects.get(topic=topic)
+    PartitionAssignment.objects.filter(pk=row.pk).update(replicas=[1, 2], isr=[1, 2])
+    controller = _controller(region, tmp_path)
+    controller.tick()
+    row.refresh_from_db()
+    assert (row.leader.broker_id, row.leader_epoch) == (1, 0)
+    controller.tick()  # a second answer: the uptime it is compared with
+
+    processes[0].restart()
+    controller.tick()
+    row.refresh_from_db()
+    assert (row.leader.broker_id, row.leader_epoch) == (2, 1)
+    assert (row.isr, row.isr_version) == ([2], 1)
+    assert _phases(cluster) == {1: "ready", 2: "ready"}
 
 
 def test_a_controller_refused_by_a_broker_of_a_newer_controller_steps_down(
