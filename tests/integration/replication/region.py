@@ -90,11 +90,15 @@ class PartitionState:
 class ReplicatedRegion:
     """See the module docstring."""
 
-    def __init__(self, root: Path, region: Region) -> None:
+    def __init__(
+        self, root: Path, region: Region, *, controller_env: dict[str, str] | None = None
+    ) -> None:
         self.root = root
         self.region = region
+        self.controller_env = CONTROLLER_ENV if controller_env is None else controller_env
         self.cluster: Cluster | None = None
-        self.topic: Topic | None = None
+        self.topics: list[Topic] = []
+        self.topic: Topic | None = None  # the last one created
         self.controller: subprocess.Popen[bytes] | None = None
         self.provisioner = LocalProvisioner(root / "data")
 
@@ -117,7 +121,7 @@ class ReplicatedRegion:
                 filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])
             ),
             "PYTHONUNBUFFERED": "1",
-            **CONTROLLER_ENV,
+            **self.controller_env,
         }
         command = [sys.executable, "-m", "controlplane.controller"]
         command += ["--region", self.region.name, "--id", "fault-controller"]
@@ -133,17 +137,20 @@ class ReplicatedRegion:
     def create_topic(
         self, name: str, *, partitions: int, replication_factor: int, min_isr: int
     ) -> Topic:
-        """The topic through ``create_topic`` (replication settings only when RF > 1, so
-        the harness also runs where replication is absent), reconciled onto every replica
-        broker, then elected and fully in sync."""
-        tenant = make_tenant("fault", region=self.region)
+        """The topic through ``create_topic`` (replication settings only where topics
+        have them, so the harness also runs with replication factor 1 where replication
+        is absent), reconciled onto every replica broker, then elected and fully in sync."""
+        tenant = make_tenant(f"t-{name}", region=self.region)
         extra: dict[str, Any] = {}
-        if replication_factor > 1:
+        if any(f.name == "replication_factor" for f in Topic._meta.get_fields()):
             extra = {"replication_factor": replication_factor, "min_insync_replicas": min_isr}
+        else:
+            assert replication_factor == 1, "this control plane has no replication"
         with _eager_celery():  # the reconcile the service enqueues runs here, after commit
             topic = create_topic(tenant, name=name, partitions=partitions, actor=ADMIN, **extra)
         wait_until(lambda: self._reconciled(topic), 60, f"topic {topic.full_name} ready")
         self.topic = Topic.objects.get(pk=topic.pk)
+        self.topics.append(self.topic)
         wait_until(self.all_in_sync, 60, "every partition led, with a full ISR")
         return self.topic
 
@@ -172,18 +179,21 @@ class ReplicatedRegion:
         broker = next(b for b in self.brokers() if b.broker_id == broker_id)
         return broker.pid if self.provisioner.is_running(broker) else None
 
-    def states(self) -> dict[int, PartitionState]:
-        assert self.topic is not None
-        rows = PartitionAssignment.objects.filter(topic=self.topic).select_related(
-            "leader", "broker"
-        )
+    def states(self, topic: Topic | None = None) -> dict[int, PartitionState]:
+        """Partition -> state of ``topic`` (default: the last one created)."""
+        topic = topic or self.topic
+        assert topic is not None
+        rows = PartitionAssignment.objects.filter(topic=topic).select_related("leader", "broker")
         return {row.partition: _state(row, self._ids()) for row in rows}
 
     def _ids(self) -> dict[int, int]:
         return {b.pk: b.broker_id for b in self.brokers()}
 
     def all_in_sync(self) -> bool:
-        return self.brokers_ready() and all(s.full for s in self.states().values())
+        """Every broker up and ready, every partition of every topic led with a full ISR."""
+        return self.brokers_ready() and all(
+            s.full for topic in self.topics for s in self.states(topic).values()
+        )
 
     def partition_dir(self, broker_id: int, partition: int) -> Path:
         assert self.topic is not None
@@ -248,7 +258,7 @@ def _state(row: PartitionAssignment, ids: dict[int, int]) -> PartitionState:
     leader = ids.get(row.leader_id) if row.leader_id is not None else None
     replicas = getattr(row, "replicas", None)
     isr = getattr(row, "isr", None)
-    if replicas is None:
+    if not replicas:
         replicas = [ids[row.broker_id]]
         isr = [leader] if leader is not None else []
     return PartitionState(leader, row.leader_epoch, tuple(replicas), tuple(isr or ()))
