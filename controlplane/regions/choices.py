@@ -3,7 +3,8 @@ from django.db import models
 
 class BrokerPhase(models.TextChoices):
     """pending (desired, not started) -> starting -> ready <-> unreachable;
-    stopping -> stopped."""
+    stopping -> stopped; decommissioning (its replicas are being moved away, it still
+    serves) -> decommissioned (it holds nothing; its process is stopped)."""
 
     PENDING = "pending"
     STARTING = "starting"
@@ -11,6 +12,8 @@ class BrokerPhase(models.TextChoices):
     UNREACHABLE = "unreachable"
     STOPPING = "stopping"
     STOPPED = "stopped"
+    DECOMMISSIONING = "decommissioning"
+    DECOMMISSIONED = "decommissioned"
 
 
 class ProvisionerKind(models.TextChoices):

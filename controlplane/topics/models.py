@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+from typing import Any
+
+from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 
@@ -33,6 +36,16 @@ class Topic(StatusModel):
     durability = models.CharField(
         max_length=16, choices=Durability.choices, default=Durability.INTERVAL
     )
+    # How many brokers hold each partition (fixed at creation; the service picks the
+    # default from the cluster), how many of them must be in sync for an acks=all write,
+    # and whether a replica out of sync may be elected when no in-sync one is left.
+    replication_factor = models.PositiveSmallIntegerField(
+        default=1, validators=[MinValueValidator(1)]
+    )
+    min_insync_replicas = models.PositiveSmallIntegerField(
+        default=1, validators=[MinValueValidator(1)]
+    )
+    unclean_leader_election = models.BooleanField(default=False)
     generation = models.PositiveBigIntegerField(default=1)
     observed_generation = models.PositiveBigIntegerField(default=0)
     created_by = models.CharField(max_length=255, blank=True, default="")
@@ -45,6 +58,17 @@ class Topic(StatusModel):
     def __str__(self) -> str:
         return self.full_name
 
+    def clean(self) -> None:
+        super().clean()
+        if self.min_insync_replicas > self.replication_factor:
+            raise ValidationError(
+                {
+                    "min_insync_replicas": [
+                        f"must be between 1 and the replication factor ({self.replication_factor})"
+                    ]
+                }
+            )
+
     @property
     def storage_bytes(self) -> int:
         """What the topic may hold at most: what counts against the storage quota."""
@@ -52,14 +76,28 @@ class Topic(StatusModel):
 
 
 class PartitionAssignment(TimestampedModel):
-    """Where one partition lives (its leader, while replication factor is 1) and what
-    the broker last reported about it."""
+    """Where one partition lives and what its leader last reported about it.
+
+    ``replicas`` are the ``Broker.broker_id`` of every broker holding the partition, in
+    order: ``replicas[0]`` is the preferred leader and ``broker`` is that broker's row
+    (so code that wants "where the partition is" keeps one answer). ``isr`` is the
+    committed in-sync replica set, ``isr_version`` grows at every committed change of
+    it. ``leader`` (null: no leader yet, or offline) and ``leader_epoch`` (grows at every
+    change of leader, the first election keeps 0) are the controller's.
+
+    A reassignment in progress has ``target_replicas`` (the replicas asked for);
+    ``replicas`` then holds the target ones first and the leaving ones after them until
+    every target replica is in the ISR. ``removing_replicas`` are brokers the partition
+    is still to be deleted from once it no longer lists them."""
 
     topic = models.ForeignKey(Topic, on_delete=models.CASCADE, related_name="assignments")
     partition = models.PositiveIntegerField()
     broker = models.ForeignKey("regions.Broker", on_delete=models.PROTECT, related_name="+")
-    # Elected by the region's controller (with replication factor 1: ``broker``); null
-    # until then. ``leader_epoch`` grows at every change of leader.
+    replicas = models.JSONField(default=list)
+    isr = models.JSONField(default=list)
+    isr_version = models.PositiveIntegerField(default=0)
+    target_replicas = models.JSONField(null=True, blank=True, default=None)
+    removing_replicas = models.JSONField(default=list, blank=True)
     leader = models.ForeignKey(
         "regions.Broker", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -70,6 +108,15 @@ class PartitionAssignment(TimestampedModel):
     size_bytes = models.BigIntegerField(default=0)
     log_end_offset = models.BigIntegerField(default=0)
     observed_at = models.DateTimeField(null=True, blank=True)
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        # A row made without replicas (replication factor 1, older callers) is held by
+        # its ``broker`` alone, which is then its whole ISR.
+        if not self.replicas:
+            self.replicas = [self.broker.broker_id]
+        if not self.isr:
+            self.isr = list(self.replicas)
+        super().save(*args, **kwargs)
 
     class Meta:
         ordering = ["topic", "partition"]

@@ -22,7 +22,7 @@ from controlplane.topics import validation
 from controlplane.topics.choices import TopicStatus
 from controlplane.topics.models import Topic
 
-UPDATABLE_FIELDS = ("partitions", *validation.CONFIG_FIELDS)
+UPDATABLE_FIELDS = ("partitions", *validation.CONFIG_FIELDS, *validation.REPLICATION_FIELDS)
 # Clusters that take no new topics.
 CLOSED_CLUSTER_STATUSES = (TopicStatus.FAILED, TopicStatus.DELETING)
 
@@ -38,13 +38,18 @@ def create_topic(
     retention_bytes: int | None = None,
     max_message_bytes: int | None = None,
     durability: str | None = None,
+    replication_factor: int | None = None,
+    min_insync_replicas: int | None = None,
+    unclean_leader_election: bool | None = None,
     actor: Actor,
 ) -> Topic:
     """A new topic ``<tenant>.<name>`` (status pending) on the least-loaded cluster of
     the region (the given one, the tenant's home region, or the only region), with its
     partitions placed on brokers. Refuses a bad name or config (``InvalidRequest``), a
     name in use or a tenant being deleted (``Conflict``) and a quota overshoot
-    (``QuotaExceeded``)."""
+    (``QuotaExceeded``). The replication factor defaults to
+    ``settings.DEFAULT_REPLICATION_FACTOR`` capped by the cluster's brokers; more
+    replicas than brokers is an ``InvalidRequest``."""
     tenant = lock_open_tenant(tenant)
     validation.validate_name(name)
     validation.validate_partitions(partitions)
@@ -66,15 +71,19 @@ def create_topic(
     # Under the quota lock, so two creates of one name in one tenant cannot both pass.
     if Topic.objects.filter(full_name=full_name).exists():
         raise Conflict(f"topic {full_name!r} already exists", name=[f"{name!r} is in use"])
+    cluster = pick_cluster(tenant, region)
+    replication = _replication_for(cluster, replication_factor, min_insync_replicas,
+                                   unclean_leader_election)  # fmt: skip
     topic = Topic(
         tenant=tenant,
-        cluster=pick_cluster(tenant, region),
+        cluster=cluster,
         name=name,
         full_name=full_name,
         partitions=partitions,
         created_by=actor.name,
         status=TopicStatus.PENDING,
         **config,
+        **replication,
     )
     topic.full_clean()
     topic.save()
@@ -86,9 +95,16 @@ def create_topic(
 
 @transaction.atomic
 def update_topic(topic: Topic, *, actor: Actor, **changes: Any) -> Topic:
-    """Grow the topic's partitions and/or change its configuration. Partitions never
-    shrink (``InvalidRequest``); growth is checked against quotas. A real change bumps
+    """Grow the topic's partitions and/or change its configuration (also
+    ``min_insync_replicas`` and ``unclean_leader_election``). Partitions never shrink
+    (``InvalidRequest``) and the replication factor does not change (``Conflict``; a
+    reassignment moves replicas); growth is checked against quotas. A real change bumps
     ``generation`` and sets the topic pending until the reconciler applies it."""
+    if "replication_factor" in changes:
+        raise Conflict(
+            "replication_factor: cannot be changed after creation",
+            replication_factor=["cannot be changed after creation"],
+        )
     unknown = sorted(set(changes) - set(UPDATABLE_FIELDS))
     if unknown:
         raise InvalidRequest(
@@ -102,10 +118,17 @@ def update_topic(topic: Topic, *, actor: Actor, **changes: Any) -> Topic:
     partitions = topic.partitions if partitions is None else partitions
     validation.validate_partitions(partitions, current=topic.partitions)
     config = validation.resolve_config(changes, _config_of(topic))
-    if partitions == topic.partitions and config == _config_of(topic):
+    replication = validation.resolve_replication(
+        topic.replication_factor, changes, _replication_of(topic)
+    )
+    if (
+        partitions == topic.partitions
+        and config == _config_of(topic)
+        and replication == _replication_of(topic)
+    ):
         return topic
     _check_growth(topic, partitions, config["retention_bytes"])
-    for field, value in {"partitions": partitions, **config}.items():
+    for field, value in {"partitions": partitions, **config, **replication}.items():
         setattr(topic, field, value)
     _mark_changed(topic)
     topic.full_clean()
@@ -200,6 +223,32 @@ def _check_growth(topic: Topic, partitions: int, retention_bytes: int) -> None:
 
 def _config_of(topic: Topic) -> dict[str, Any]:
     return {field: getattr(topic, field) for field in validation.CONFIG_FIELDS}
+
+
+def _replication_of(topic: Topic) -> dict[str, Any]:
+    return {field: getattr(topic, field) for field in validation.REPLICATION_FIELDS}
+
+
+def _replication_for(
+    cluster: Cluster,
+    replication_factor: int | None,
+    min_insync_replicas: int | None,
+    unclean_leader_election: bool | None,
+) -> dict[str, Any]:
+    """A new topic's replication settings on ``cluster`` (see ``create_topic``)."""
+    from controlplane.topics.placement import default_replication_factor, placeable_count
+
+    if replication_factor is None:
+        replication_factor = default_replication_factor(cluster.pk)
+    validation.validate_replication_factor(replication_factor, placeable_count(cluster.pk))
+    changes = {
+        "min_insync_replicas": min_insync_replicas,
+        "unclean_leader_election": unclean_leader_election,
+    }
+    return {
+        "replication_factor": replication_factor,
+        **validation.resolve_replication(replication_factor, changes),
+    }
 
 
 def _mark_changed(topic: Topic) -> None:

@@ -82,6 +82,41 @@ def resolve_config(
     return config
 
 
+REPLICATION_FIELDS = ("min_insync_replicas", "unclean_leader_election")
+
+
+def resolve_replication(
+    replication_factor: int,
+    changes: Mapping[str, Any],
+    base: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The replication settings after ``changes`` for a topic of ``replication_factor``
+    replicas: ``min_insync_replicas`` (default: 2, or 1 with one replica) between 1 and
+    the replication factor, ``unclean_leader_election`` (default False)."""
+    settings_ = (
+        dict(base)
+        if base is not None
+        else {
+            "min_insync_replicas": min(2, replication_factor),
+            "unclean_leader_election": False,
+        }
+    )
+    settings_.update(
+        {k: v for k, v in changes.items() if k in REPLICATION_FIELDS and v is not None}
+    )
+    _check_range("min_insync_replicas", settings_["min_insync_replicas"], 1, replication_factor)
+    if not isinstance(settings_["unclean_leader_election"], bool):
+        _refuse("unclean_leader_election", "true or false")
+    return settings_
+
+
+def validate_replication_factor(replication_factor: int, available: int) -> None:
+    """At least 1, at most the brokers the cluster has to hold replicas."""
+    if available < 1:
+        available = 1
+    _check_range("replication_factor", replication_factor, 1, available)
+
+
 def _defaults(limits: Mapping[str, int]) -> dict[str, Any]:
     return {
         "retention_ms": limits["default_retention_ms"],

@@ -18,15 +18,46 @@ class TopicConfigSerializer(serializers.Serializer[Any]):
     )
     max_message_bytes = serializers.IntegerField(required=False)
     durability = serializers.ChoiceField(choices=Durability.choices, required=False)
+    min_insync_replicas = serializers.IntegerField(
+        required=False, help_text="replicas in sync for an acks=all write; default min(2, RF)"
+    )
+    unclean_leader_election = serializers.BooleanField(
+        required=False, help_text="elect an out-of-sync replica rather than stay offline"
+    )
 
 
 class AssignmentSerializer(serializers.ModelSerializer[PartitionAssignment]):
-    broker_id = serializers.IntegerField(source="broker.broker_id", read_only=True)
+    """A partition's replicas (broker ids, the preferred leader first), its in-sync
+    replicas, its leader (null: none elected yet, or offline) and, while a
+    reassignment moves it, the replicas asked for (``target_replicas``)."""
+
+    broker_id = serializers.IntegerField(
+        source="broker.broker_id", read_only=True, help_text="the preferred leader"
+    )
+    leader_id = serializers.SerializerMethodField()
+    replicas = serializers.ListField(child=serializers.IntegerField(), read_only=True)
+    isr = serializers.ListField(child=serializers.IntegerField(), read_only=True)
+    target_replicas = serializers.ListField(
+        child=serializers.IntegerField(), read_only=True, allow_null=True
+    )
 
     class Meta:
         model = PartitionAssignment
-        fields = ["partition", "broker_id", "leader_epoch", "status"]
+        fields = [
+            "partition",
+            "broker_id",
+            "replicas",
+            "isr",
+            "isr_version",
+            "leader_id",
+            "leader_epoch",
+            "target_replicas",
+            "status",
+        ]
         read_only_fields = fields
+
+    def get_leader_id(self, row: PartitionAssignment) -> int | None:
+        return row.leader.broker_id if row.leader is not None else None
 
 
 class TopicSummarySerializer(serializers.ModelSerializer[Topic]):
@@ -49,6 +80,9 @@ class TopicSummarySerializer(serializers.ModelSerializer[Topic]):
             "retention_bytes",
             "max_message_bytes",
             "durability",
+            "replication_factor",
+            "min_insync_replicas",
+            "unclean_leader_election",
             "status",
             "status_reason",
             "generation",
@@ -79,10 +113,16 @@ class TopicCreateSerializer(TopicConfigSerializer):
     region = serializers.CharField(
         required=False, help_text="region name; default: the tenant's home region"
     )
+    replication_factor = serializers.IntegerField(
+        required=False, help_text="brokers per partition; default: 3, or the cluster's brokers"
+    )
 
 
 class TopicUpdateSerializer(TopicConfigSerializer):
     partitions = serializers.IntegerField(required=False, help_text="may only grow")
+    replication_factor = serializers.IntegerField(
+        required=False, help_text="cannot change after creation (409)"
+    )
 
 
 class DriftFindingSerializer(serializers.ModelSerializer[DriftFinding]):

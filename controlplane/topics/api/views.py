@@ -53,7 +53,7 @@ class TopicViewSet(
         queryset = super().get_queryset()
         if self.action == "list":
             return queryset  # a list shows no assignments: skip loading them
-        return queryset.prefetch_related("assignments__broker")
+        return queryset.prefetch_related("assignments__broker", "assignments__leader")
 
     def get_serializer_class(self) -> type[TopicSummarySerializer]:
         return TopicSummarySerializer if self.action == "list" else TopicSerializer

@@ -20,6 +20,7 @@ from controlplane.topics.placement import (
     NoBrokerAvailable,
     assign_partitions,
     plan_placement,
+    plan_replicas,
 )
 from tests.support.controlplane import make_tenant
 
@@ -155,3 +156,64 @@ def test_assign_partitions_without_brokers_fails(fake_cluster: Cluster) -> None:
     with pytest.raises(NoBrokerAvailable):
         assign_partitions(_topic(fake_cluster, "orders", 1))
     assert not PartitionAssignment.objects.exists()
+
+
+# -- replicas ------------------------------------------------------------------------------
+@given(loads, st.integers(0, 60), st.integers(1, 8))
+def test_each_partition_gets_rf_distinct_brokers(
+    current: list[BrokerLoad], count: int, rf: int
+) -> None:
+    if rf > len(current):
+        if count:
+            with pytest.raises(NoBrokerAvailable):
+                plan_replicas(current, count, rf)
+        return
+    plans = plan_replicas(current, count, rf)
+    assert len(plans) == count
+    known = {load.broker_id for load in current}
+    for replicas in plans:
+        assert len(replicas) == rf == len(set(replicas))
+        assert set(replicas) <= known
+
+
+@given(broker_ids, st.integers(0, 60), st.integers(1, 8))
+def test_on_an_empty_cluster_leaders_and_replicas_spread_evenly(
+    ids: list[int], count: int, rf: int
+) -> None:
+    rf = min(rf, len(ids))
+    plans = plan_replicas([BrokerLoad(b, 0, 0) for b in ids], count, rf)
+    leaders = Counter(r[0] for r in plans)
+    held = Counter(b for r in plans for b in r)
+    assert max(leaders.get(b, 0) for b in ids) - min(leaders.get(b, 0) for b in ids) <= 1
+    assert max(held.get(b, 0) for b in ids) - min(held.get(b, 0) for b in ids) <= 1
+    if len(ids) > 1:
+        assert all(a[0] != b[0] for a, b in pairwise(plans))
+
+
+@given(loads, st.integers(0, 60), st.integers(1, 4))
+def test_replica_plans_are_deterministic_and_rf1_is_the_single_placement(
+    current: list[BrokerLoad], count: int, rf: int
+) -> None:
+    rf = min(rf, len(current))
+    assert plan_replicas(current, count, rf) == plan_replicas(list(reversed(current)), count, rf)
+    assert [r[0] for r in plan_replicas(current, count, 1)] == plan_placement(current, count)
+
+
+def test_three_brokers_rf3_rotate_the_preferred_leader() -> None:
+    plans = plan_replicas([BrokerLoad(b, 0, 0) for b in (1, 2, 3)], 3, 3)
+    assert plans == [[1, 2, 3], [2, 1, 3], [3, 1, 2]]
+
+
+def test_assign_partitions_writes_replicas_and_a_full_isr(fake_cluster: Cluster) -> None:
+    topic = _topic(fake_cluster, "replicated", 3)
+    topic.replication_factor = 3
+    topic.save()
+    assign_partitions(topic)
+    rows = list(topic.assignments.order_by("partition").select_related("broker"))
+    assert [r.replicas for r in rows] == [[1, 2, 3], [2, 1, 3], [3, 1, 2]]
+    assert all(r.isr == r.replicas and r.broker.broker_id == r.replicas[0] for r in rows)
+    too_many = _topic(fake_cluster, "too-many", 1)
+    too_many.replication_factor = 4  # broker 4 is stopped: three can hold replicas
+    too_many.save()
+    with pytest.raises(NoBrokerAvailable):
+        assign_partitions(too_many)

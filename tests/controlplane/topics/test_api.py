@@ -68,6 +68,63 @@ class TestTopicAPI(TenantScopedAPIContract):
         assert (body["partitions"], body["generation"], body["status"]) == (4, 2, "pending")
         assert [a["partition"] for a in body["assignments"]] == [0, 1, 2, 3]
 
+    def test_a_topic_is_replicated_three_times_by_default_with_min_isr_two(self) -> None:
+        response = self.client(Role.DEVELOPER).post(
+            self.url(), {"name": "replicated", "partitions": 3}, format="json"
+        )
+        body = response.json()
+        assert (
+            body["replication_factor"],
+            body["min_insync_replicas"],
+            body["unclean_leader_election"],
+        ) == (3, 2, False)
+        for assignment in body["assignments"]:
+            assert sorted(assignment["replicas"]) == [1, 2, 3]
+            assert assignment["isr"] == assignment["replicas"]
+            assert assignment["broker_id"] == assignment["replicas"][0]
+            assert assignment["leader_id"] is None  # the controller elects
+            assert assignment["target_replicas"] is None
+        assert sorted(a["broker_id"] for a in body["assignments"]) == [1, 2, 3]
+
+    def test_replication_settings_are_chosen_at_creation_and_min_isr_unclean_changed(
+        self,
+    ) -> None:
+        created = self.client(Role.DEVELOPER).post(
+            self.url(),
+            {
+                "name": "pairs",
+                "partitions": 1,
+                "replication_factor": 2,
+                "min_insync_replicas": 1,
+                "unclean_leader_election": True,
+            },
+            format="json",
+        )
+        body = created.json()
+        assert (body["replication_factor"], body["min_insync_replicas"]) == (2, 1)
+        assert body["unclean_leader_election"] is True
+        assert len(body["assignments"][0]["replicas"]) == 2
+        url = self.url(body["full_name"])
+        changed = self.client(Role.DEVELOPER).patch(
+            url, {"min_insync_replicas": 2, "unclean_leader_election": False}, format="json"
+        )
+        assert changed.status_code == 200, changed.content
+        assert (changed.json()["min_insync_replicas"], changed.json()["generation"]) == (2, 2)
+        assert changed.json()["unclean_leader_election"] is False
+        refused = self.client(Role.DEVELOPER).patch(url, {"replication_factor": 3}, format="json")
+        assert_error(refused, 409)
+        too_high = self.client(Role.DEVELOPER).patch(url, {"min_insync_replicas": 3}, format="json")
+        assert "min_insync_replicas" in assert_error(too_high, 400, "invalid")["details"]
+
+    def test_the_default_replication_factor_is_capped_by_the_cluster(self) -> None:
+        self.cluster.brokers.exclude(broker_id=1).update(phase="stopped")
+        response = self.client(Role.DEVELOPER).post(
+            self.url(), {"name": "lonely", "partitions": 2}, format="json"
+        )
+        body = response.json()
+        assert (body["replication_factor"], body["min_insync_replicas"]) == (1, 1)
+        assert [a["replicas"] for a in body["assignments"]] == [[1], [1]]
+
     def test_shrinking_partitions_is_a_400_that_says_why(self) -> None:
         lookup = self.make_object(self.tenant)
         response = self.client(Role.DEVELOPER).patch(
@@ -100,6 +157,14 @@ class TestTopicAPI(TenantScopedAPIContract):
             ({"name": "ok", "partitions": 1, "max_message_bytes": 10}, "max_message_bytes"),
             ({"name": "ok", "partitions": 1, "durability": "sometimes"}, "durability"),
             ({"partitions": 1}, "name"),
+            ({"name": "ok", "partitions": 1, "replication_factor": 4}, "replication_factor"),
+            ({"name": "ok", "partitions": 1, "replication_factor": 0}, "replication_factor"),
+            ({"name": "ok", "partitions": 1, "min_insync_replicas": 4}, "min_insync_replicas"),
+            (
+                {"name": "ok", "partitions": 1, "replication_factor": 2, "min_insync_replicas": 3},
+                "min_insync_replicas",
+            ),
+            ({"name": "ok", "partitions": 1, "min_insync_replicas": 0}, "min_insync_replicas"),
         ],
     )
     def test_invalid_input_is_a_400_naming_the_field(
