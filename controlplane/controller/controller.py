@@ -10,10 +10,16 @@ Every ``tick()`` (the process calls it every ``settings.CONTROLLER_TICK_S``):
    names its epoch (``refresh_controller_seen``, which also marks it alive). Otherwise it
    stops acting at once and is a standby again.
 3. For each cluster of the region (not being deleted): the cluster's provisioner makes
-   sure its brokers run; leaders are elected; ``UpdateMetadata`` is pushed to every
-   broker. A broker that answers is ``ready`` (``last_heartbeat_at``); one silent for
+   sure its brokers run; ``UpdateMetadata`` is pushed to every broker. A broker that
+   answers is ``ready`` (``last_heartbeat_at``); one silent for
    ``settings.BROKER_SESSION_TIMEOUT_S`` (counted from its last heartbeat, or from this
-   controller's takeover) is ``unreachable`` with the reason. A broker that refuses the
+   controller's takeover) is ``unreachable`` with the reason. Then, knowing who is live,
+   the leaders' ISR proposals (carried by their answers) are committed, leaders are
+   elected (``controlplane.controller.election``: failover from the ISR, the dead leave
+   every ISR, preferred leaders come back once live for
+   ``settings.PREFERRED_LEADER_DELAY_S``), reassignments progress
+   (``controlplane.topics.reassignment``); when anything changed, the push is sent
+   again at once so brokers learn it without waiting a tick. A broker that refuses the
    push as STALE_CONTROLLER_EPOCH has accepted a newer epoch: if the region names a
    newer controller, this one steps down; if the region still names this controller's
    epoch, the broker's epoch came from elsewhere (a restored database, a recreated
@@ -31,8 +37,14 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.utils import timezone
 
-from controlplane.controller.leaders import elect_leaders, metadata_request
+from controlplane.controller.leaders import metadata_request
 from controlplane.controller.lease import Lease
+from controlplane.controller.partitions import (
+    Proposal,
+    commit_isr_proposals,
+    elect_leaders,
+    proposals_of,
+)
 from controlplane.controller.push import MetadataPusher, PushOutcome
 from controlplane.core.actors import Actor
 from controlplane.core.choices import ProvisioningStatus
@@ -40,10 +52,16 @@ from controlplane.provisioning import Provisioner, ProvisioningError, get_provis
 from controlplane.regions import services
 from controlplane.regions.choices import BrokerPhase
 from controlplane.regions.models import Broker, Cluster
+from controlplane.topics import reassignment
 
 log = logging.getLogger(__name__)
 
 ACTOR = Actor.system("controller")
+# Brokers the provisioner does not keep running.
+NOT_RUN_PHASES = (BrokerPhase.STOPPING, BrokerPhase.STOPPED, BrokerPhase.DECOMMISSIONED)
+# Brokers being retired: they keep that phase (their liveness is their heartbeats) and
+# their silence is not an outage of the cluster.
+LEAVING_PHASES = (BrokerPhase.DECOMMISSIONING, BrokerPhase.DECOMMISSIONED)
 
 
 class DeposedError(Exception):
@@ -70,6 +88,8 @@ class Controller:
         self.epoch = 0
         self.active = False
         self.active_since: datetime | None = None
+        # Broker pk -> since when this controller has seen it live without a break.
+        self._live_since: dict[int, datetime] = {}
 
     # -- leadership -----------------------------------------------------------------------
     def tick(self) -> None:
@@ -106,6 +126,7 @@ class Controller:
             log.warning("controller %s steps down: %s", self.controller_id, why)
         self.active = False
         self.active_since = None
+        self._live_since.clear()
         self.lease.release()
 
     def close(self) -> None:
@@ -127,15 +148,75 @@ class Controller:
     def _tick_cluster(self, cluster: Cluster) -> None:
         brokers = list(cluster.brokers.select_related("cluster__region"))
         self._ensure_running(cluster, brokers)
-        elect_leaders(cluster, actor=ACTOR)
-        request = metadata_request(
-            cluster, brokers, controller_id=self.controller_id, epoch=self.epoch
-        )
-        outcomes = self.pusher.push(brokers, request)
+        outcomes = self._push(cluster, brokers)
         refused = [b for b in brokers if self._observe(b, outcomes.get(b.pk))]
         self._judge(cluster, brokers)
         if refused:
             self._outrank(refused)
+        if self._replicate(cluster, brokers, outcomes):
+            again = self._push(cluster, brokers)
+            for broker in brokers:  # heartbeats, not a verdict: the next tick judges
+                self._observe(broker, again.get(broker.pk), judge=False)
+        self._after_push(cluster, brokers)
+
+    def _push(self, cluster: Cluster, brokers: list[Broker]) -> dict[int, PushOutcome]:
+        request = metadata_request(
+            cluster, brokers, controller_id=self.controller_id, epoch=self.epoch
+        )
+        return self.pusher.push(brokers, request)
+
+    def _replicate(
+        self, cluster: Cluster, brokers: list[Broker], outcomes: dict[int, PushOutcome]
+    ) -> bool:
+        """Commit ISR proposals, elect leaders, move reassignments on; True when any
+        partition changed."""
+        live = self._live(brokers)
+        settled = self._settled(brokers, live)
+        proposals: list[Proposal] = []
+        for broker in brokers:
+            outcome = outcomes.get(broker.pk)
+            if outcome is not None and outcome.response is not None:
+                proposals += proposals_of(broker.broker_id, outcome.response)
+        changed = commit_isr_proposals(cluster, proposals, live=live, actor=ACTOR)
+        changed += elect_leaders(cluster, live=live, settled=settled, actor=ACTOR)
+        changed += reassignment.progress(cluster, live=live, actor=ACTOR)
+        return changed > 0
+
+    def _after_push(self, cluster: Cluster, brokers: list[Broker]) -> None:
+        """Work that must follow a push: deleting partitions from brokers that are no
+        longer their replicas, finishing decommissions."""
+        reassignment.delete_removed(cluster, live=self._live(brokers))
+        for broker in reassignment.finish_decommissions(cluster, actor=ACTOR):
+            self.provisioner_for(cluster).stop_broker(broker)
+
+    def _live(self, brokers: list[Broker]) -> set[int]:
+        """The broker ids this controller considers live, noting since when."""
+        now = self.clock()
+        live = {b.broker_id for b in brokers if self._is_live(b, now)}
+        for broker in brokers:
+            if broker.broker_id in live:
+                self._live_since.setdefault(broker.pk, now)
+            else:
+                self._live_since.pop(broker.pk, None)
+        return live
+
+    def _is_live(self, broker: Broker, now: datetime) -> bool:
+        if broker.phase == BrokerPhase.READY:
+            return True
+        if broker.phase != BrokerPhase.DECOMMISSIONING or broker.last_heartbeat_at is None:
+            return False
+        silent_s = (now - broker.last_heartbeat_at) / timedelta(seconds=1)
+        return bool(silent_s <= settings.BROKER_SESSION_TIMEOUT_S)
+
+    def _settled(self, brokers: list[Broker], live: set[int]) -> set[int]:
+        """Live brokers seen live for ``settings.PREFERRED_LEADER_DELAY_S`` or more."""
+        now = self.clock()
+        delay = timedelta(seconds=settings.PREFERRED_LEADER_DELAY_S)
+        return {
+            b.broker_id
+            for b in brokers
+            if b.broker_id in live and now - self._live_since[b.pk] >= delay
+        }
 
     def _outrank(self, refused: list[Broker]) -> None:
         names = ", ".join(str(b.broker_id) for b in refused)
@@ -150,7 +231,7 @@ class Controller:
 
     def _ensure_running(self, cluster: Cluster, brokers: list[Broker]) -> None:
         provisioner = self.provisioner_for(cluster)
-        wanted = [b for b in brokers if b.phase not in (BrokerPhase.STOPPING, BrokerPhase.STOPPED)]
+        wanted = [b for b in brokers if b.phase not in NOT_RUN_PHASES]
         try:
             provisioner.ensure_brokers(wanted)
         except ProvisioningError as exc:
@@ -161,8 +242,9 @@ class Controller:
         for broker in brokers:  # the provisioner may have recorded a new process
             broker.refresh_from_db()
 
-    def _observe(self, broker: Broker, outcome: PushOutcome | None) -> bool:
-        """Record a heartbeat or a silence; True when the broker refused the epoch."""
+    def _observe(self, broker: Broker, outcome: PushOutcome | None, judge: bool = True) -> bool:
+        """Record a heartbeat or (``judge``) a silence; True when the broker refused the
+        epoch."""
         if outcome is not None and outcome.response is not None:
             services.record_heartbeat(
                 broker, version=outcome.response.version, at=self.clock(), actor=ACTOR
@@ -170,6 +252,8 @@ class Controller:
             return False
         if outcome is not None and outcome.stale_epoch:
             return True
+        if not judge or broker.phase in LEAVING_PHASES:
+            return False
         silent = self._silent_for(broker)
         if silent <= settings.BROKER_SESSION_TIMEOUT_S:
             return False
@@ -186,7 +270,11 @@ class Controller:
 
     def _judge(self, cluster: Cluster, brokers: list[Broker]) -> None:
         """ready once every broker has answered; a later outage names the brokers."""
-        missing = [b.broker_id for b in brokers if b.phase != BrokerPhase.READY]
+        missing = [
+            b.broker_id
+            for b in brokers
+            if b.phase != BrokerPhase.READY and b.phase not in LEAVING_PHASES
+        ]
         if not missing:
             services.set_cluster_status(cluster, ProvisioningStatus.READY, actor=ACTOR)
             return

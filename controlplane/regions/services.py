@@ -25,6 +25,12 @@ from controlplane.regions.choices import BrokerPhase, ProvisionerKind
 from controlplane.regions.models import Broker, Cluster, Region
 
 MAX_BROKERS_PER_CLUSTER = 64
+KEEP_PHASE_ON_HEARTBEAT = (
+    BrokerPhase.STOPPING,
+    BrokerPhase.STOPPED,
+    BrokerPhase.DECOMMISSIONING,
+    BrokerPhase.DECOMMISSIONED,
+)
 
 
 # -- regions ------------------------------------------------------------------------------
@@ -87,13 +93,14 @@ def create_cluster(
 
 @transaction.atomic
 def update_cluster(cluster: Cluster, *, broker_count: int, actor: Actor) -> Cluster:
-    """Grow a cluster by new brokers (pending); shrinking needs decommissioning, which
-    is not supported yet (``Conflict``)."""
+    """Grow a cluster by new brokers (pending). Shrinking is ``Conflict``: brokers leave
+    one at a time through decommissioning, which moves their replicas first."""
     cluster = Cluster.objects.select_for_update().get(pk=cluster.pk)
     _check_broker_count(broker_count)
     if broker_count < cluster.broker_count:
         raise Conflict(
-            "shrinking a cluster needs broker decommissioning, which is not supported yet",
+            "a cluster does not shrink by its broker count: decommission brokers one by one "
+            "(POST /api/v1/brokers/{id}/decommission) so their replicas move first",
             broker_count=cluster.broker_count,
         )
     before = audit.snapshot(cluster)
@@ -178,15 +185,6 @@ def register_broker(
     return broker
 
 
-def decommission_broker(broker: Broker, *, actor: Actor) -> None:
-    """Not supported yet: moving a broker's partitions away first needs reassignment
-    (with replication, a later issue). Always ``Conflict``."""
-    raise Conflict(
-        f"decommissioning {broker} is not supported yet: its partitions cannot be moved",
-        broker_id=broker.broker_id,
-    )
-
-
 # -- observed state: the controller and the provisioners ------------------------------------
 def record_broker_process(
     broker: Broker, *, host: str, port: int, pid: int | None, data_dir: str
@@ -203,11 +201,13 @@ def record_broker_process(
 
 def record_heartbeat(broker: Broker, *, version: str, at: datetime, actor: Actor) -> None:
     """The broker answered the controller's push at ``at``: it is ready — unless it is
-    being stopped (a cluster deletion), which an answer in flight must not undo."""
+    being stopped (a cluster deletion) or decommissioned, which an answer in flight
+    must not undo."""
     Broker.objects.filter(pk=broker.pk).update(last_heartbeat_at=at, version=version)
     broker.last_heartbeat_at, broker.version = at, version
     current = Broker.objects.filter(pk=broker.pk).values_list("phase", flat=True).first()
-    if current in (BrokerPhase.STOPPING, BrokerPhase.STOPPED):
+    if current in KEEP_PHASE_ON_HEARTBEAT:
+        broker.phase = current
         return
     set_broker_phase(broker, BrokerPhase.READY, actor=actor)
 

@@ -4,13 +4,13 @@
 first, then reads the desired state (reading it second means a partition created by a
 concurrent ``reconcile_topic`` always has its row already). Per broker:
 
-- a partition of a *converged* topic (ready at its generation) missing on its assigned
-  broker is created again: ``DriftFinding(kind=missing, healed=True)``;
+- a partition of a *converged* topic (ready at its generation) missing on one of its
+  replicas' brokers is created again: ``DriftFinding(kind=missing, healed=True)``;
 - one whose config differs from the topic's is altered: ``kind=config``, ``healed=True``;
 - a partition no topic assigns to that broker (internal ``__`` topics aside) is reported
   as ``kind=unknown`` and left alone: deleting data is an operator's decision;
-- what the broker reports (``size_bytes``, ``log_end_offset``) is copied onto the
-  assignments, for quota usage and placement.
+- what the partition's leader reports (``size_bytes``, ``log_end_offset``) is copied
+  onto the assignments, for quota usage and placement.
 
 Topics still converging are not drift: their partitions may be half-made; but a
 partition a topic refused to adopt (``reconcile._strangers``: an open ``unknown``
@@ -128,20 +128,24 @@ def _describe_all(
 
 
 def _desired_state(cluster: Cluster) -> dict[int, _Desired]:
-    """Per broker pk: what it should hold."""
+    """Per broker pk: what it should hold (every replica of every partition)."""
     desired: dict[int, _Desired] = {}
+    pk_of = dict(Broker.objects.filter(cluster=cluster).values_list("broker_id", "pk"))
     rows = PartitionAssignment.objects.filter(topic__cluster=cluster).select_related("topic")
     for row in rows:
         topic = row.topic
-        entry = desired.setdefault(row.broker_id, _Desired())
         key = (topic.full_name, row.partition)
-        entry.assigned[key] = row
         converged = (
             topic.status == ProvisioningStatus.READY
             and topic.observed_generation == topic.generation
         )
-        if converged:
-            entry.converged[key] = _Want(topic.pk, topic.generation, desired_config(topic))
+        for broker_id in row.replicas:
+            if broker_id not in pk_of:
+                continue
+            entry = desired.setdefault(pk_of[broker_id], _Desired())
+            entry.assigned[key] = row
+            if converged:
+                entry.converged[key] = _Want(topic.pk, topic.generation, desired_config(topic))
     return desired
 
 
@@ -166,7 +170,7 @@ def _reconcile_broker(
         for p in state.partitions
         if not p.topic.startswith(INTERNAL_PREFIX)
     }
-    _copy_observed(desired, actual)
+    _copy_observed(broker, desired, actual)
     findings = [
         *_heal(broker, desired, actual),
         *(
@@ -211,13 +215,16 @@ def _describe(state: admin_pb2.PartitionState) -> str:
 
 
 def _copy_observed(
-    desired: _Desired, actual: dict[TopicPartition, admin_pb2.PartitionState]
+    broker: Broker, desired: _Desired, actual: dict[TopicPartition, admin_pb2.PartitionState]
 ) -> None:
+    """Copy what the partition's leader reports (its preferred replica's report while it
+    has no leader): a follower may lag behind."""
     now = timezone.now()
     rows = []
     for key, row in desired.assigned.items():
         state = actual.get(key)
-        if state is None:
+        reporter = row.leader_id if row.leader_id is not None else row.broker_id
+        if state is None or reporter != broker.pk:
             continue
         row.size_bytes, row.log_end_offset, row.observed_at = (
             state.size_bytes,
@@ -284,11 +291,13 @@ def _still_wanted(
     ).first()
     if topic is None:
         return set()
-    assigned = set(
-        PartitionAssignment.objects.filter(topic=topic, broker=broker).values_list(
-            "partition", flat=True
+    assigned = {
+        partition
+        for partition, replicas in PartitionAssignment.objects.filter(topic=topic).values_list(
+            "partition", "replicas"
         )
-    )
+        if broker.broker_id in replicas
+    }
     return {(t, p) for (t, p) in keys if t == topic.full_name and p in assigned}
 
 

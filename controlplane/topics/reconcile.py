@@ -77,10 +77,11 @@ class Outcome(StrEnum):
 
 def reconcile_topic(topic_id: int, *, lock_wait_s: float = DEFAULT_WAIT_S) -> Outcome:
     """Make topic ``topic_id`` true on its brokers: partitions created or altered to the
-    topic's config, then ready; or, for a topic being deleted, its partitions removed
-    from every broker of the cluster and its row deleted. Raises ``BrokerUnavailable``
-    when a broker it needs did not answer (nothing is marked failed then), and
-    ``TopicBusy`` when another run of the topic did not finish within ``lock_wait_s``."""
+    topic's config on every replica, then ready; or, for a topic being deleted, its
+    partitions removed from every broker of the cluster and its row deleted. Raises
+    ``BrokerUnavailable`` when a broker it needs did not answer (nothing is marked
+    failed then), and ``TopicBusy`` when another run of the topic did not finish
+    within ``lock_wait_s``."""
     with topic_lock(topic_id, wait_s=lock_wait_s):
         topic = Topic.objects.select_related("tenant").filter(pk=topic_id).first()
         if topic is None:
@@ -111,7 +112,8 @@ def _apply(topic: Topic) -> Outcome:
         return Outcome.SUPERSEDED
     assign_partitions(topic)  # partitions added since the last placement
     config = desired_config(topic)
-    for broker, rows in _assignments_by_broker(topic):
+    groups = _assignments_by_broker(topic)
+    for broker, rows in groups:
         strangers = _strangers(topic, broker, rows)
         if strangers:
             return _refuse_strangers(topic, generation, broker, strangers)
@@ -126,7 +128,8 @@ def _apply(topic: Topic) -> Outcome:
         except BrokerRefusedError as exc:
             log.warning("topic %s: %s refused: %s", topic.full_name, broker, exc.message)
             return _fail(topic, generation, _refusal(broker, exc))
-        _set_assignment_status(rows, ProvisioningStatus.READY)
+    # Ready once every replica has it (a row is in several groups).
+    _set_assignment_status([r for _, rows in groups for r in rows], ProvisioningStatus.READY)
     return _finish(topic, generation)
 
 
@@ -211,12 +214,13 @@ def _refuse_strangers(
 def _assignments_by_broker(
     topic: Topic,
 ) -> list[tuple[Broker, list[PartitionAssignment]]]:
+    """Per broker holding replicas of the topic (by broker id): the rows it holds."""
     groups: dict[int, list[PartitionAssignment]] = defaultdict(list)
-    by_pk: dict[int, Broker] = {}
-    for row in topic.assignments.select_related("broker").order_by("partition"):
-        groups[row.broker_id].append(row)
-        by_pk[row.broker_id] = row.broker
-    return [(by_pk[pk], groups[pk]) for pk in sorted(groups)]
+    for row in topic.assignments.order_by("partition"):
+        for broker_id in row.replicas:
+            groups[broker_id].append(row)
+    by_id = {b.broker_id: b for b in Broker.objects.filter(cluster_id=topic.cluster_id)}
+    return [(by_id[b], groups[b]) for b in sorted(groups) if b in by_id]
 
 
 def _set_assignment_status(rows: Iterable[PartitionAssignment], status: str) -> None:
@@ -281,7 +285,13 @@ def _delete(topic: Topic) -> Outcome:
     strays are reported as drift later), one that holds an assignment must answer. A
     stranger's partition the topic refused to adopt (see ``_strangers``) is left alone."""
     generation = topic.generation
-    assigned = set(topic.assignments.values_list("broker_id", flat=True))
+    replica_lists = topic.assignments.values_list("replicas", flat=True)
+    held = {b for replicas in replica_lists for b in replicas}
+    assigned = set(
+        Broker.objects.filter(cluster_id=topic.cluster_id, broker_id__in=held).values_list(
+            "pk", flat=True
+        )
+    )
     numbers = set(range(topic.partitions)) | set(
         topic.assignments.values_list("partition", flat=True)
     )

@@ -9,9 +9,12 @@ when the broker already was in the asked state):
   (alter it instead).
 - delete: a missing partition is unchanged; internal topics are refused.
 - alter: only the set fields change; the partition must exist.
-- describe: every hosted partition with its effective configuration and offsets.
-- update metadata: the controller's push (see ``cluster.ControllerMetadata``); the answer,
-  a summary of what this broker hosts and its health, is the controller's heartbeat.
+- describe: every hosted partition with its effective configuration, offsets, role
+  (leader, follower, offline) and leader epoch.
+- update metadata: the controller's push (see ``cluster.ControllerMetadata``), applied to
+  the hosted partitions' roles (``replication.manager``); the answer, a summary of what
+  this broker hosts and its health plus the ISR changes it proposes as a leader, is the
+  controller's heartbeat.
 
 ``validate_only`` runs every check and changes nothing.
 """
@@ -28,10 +31,10 @@ from dataplane._gen.meridian.v1 import admin_pb2, common_pb2
 from dataplane.broker import topics
 from dataplane.broker.cluster import ControllerMetadata
 from dataplane.broker.errors import to_error
-from dataplane.broker.partitions import PartitionRegistry
+from dataplane.broker.partitions import Partition, PartitionRegistry
+from dataplane.broker.replication.manager import ReplicaManager
 from dataplane.errors import ErrorCode, MeridianError
 from dataplane.storage.config import LogConfig
-from dataplane.storage.log import PartitionLog
 
 VERSION = "0.1.0"
 
@@ -44,9 +47,12 @@ class AdminHandler:
         identity: tuple[int, str, str],
         pushed: ControllerMetadata | None = None,
         executor: Executor | None = None,
+        replicas: ReplicaManager | None = None,
     ) -> None:
         """``identity`` is (broker id, region, cluster id); ``pushed`` keeps the
-        controller's metadata (persisted by ``executor``'s threads)."""
+        controller's metadata (persisted by ``executor``'s threads); ``replicas`` applies
+        it to the hosted partitions."""
+        self.replicas = replicas
         self.registry = registry
         self.defaults = defaults
         self.broker_id, self.region, self.cluster_id = identity
@@ -61,6 +67,8 @@ class AdminHandler:
             await _each(spec.topic, spec.partition, self._create(spec, request.validate_only))
             for spec in request.partitions
         ]
+        if self.replicas is not None and any(r.changed for r in results):
+            await self.replicas.apply_current()  # the push may name them already
         return admin_pb2.CreatePartitionsResponse(results=results)
 
     async def _create(self, spec: admin_pb2.PartitionSpec, validate_only: bool) -> bool:
@@ -119,7 +127,7 @@ class AdminHandler:
     def describe(self, request: admin_pb2.DescribeStateRequest) -> admin_pb2.DescribeStateResponse:
         wanted = set(request.topics)
         states = [
-            _state(part.topic, part.index, part.log)
+            _state(part)
             for part in sorted(self.registry.all(), key=lambda p: p.tp)
             if not wanted or part.topic in wanted
         ]
@@ -140,6 +148,8 @@ class AdminHandler:
         if self.pushed is None:
             raise MeridianError(ErrorCode.INVALID_REQUEST, "this broker takes no pushes")
         await self.pushed.accept(request, self._run)
+        if self.replicas is not None:
+            await self.replicas.apply(request)
         return self._heartbeat()
 
     def _run(self, fn: Callable[[], Any]) -> Awaitable[Any]:
@@ -159,21 +169,26 @@ class AdminHandler:
             hosted_bytes=sum(part.log.size_bytes for part in parts),
             uptime_ms=int((time.monotonic() - self._started) * 1000),
             version=VERSION,
+            isr_proposals=self.replicas.proposals() if self.replicas is not None else [],
         )
 
 
-def _state(topic: str, partition: int, log: PartitionLog) -> admin_pb2.PartitionState:
+def _state(part: Partition) -> admin_pb2.PartitionState:
+    """A partition's offsets and configuration; its role and leader epoch from the push
+    (a partition no push named is led here at epoch 0)."""
+    log = part.log
+    state = part.replica
     return admin_pb2.PartitionState(
-        topic=topic,
-        partition=partition,
+        topic=part.topic,
+        partition=part.index,
         config=topics.to_proto(log.config),
         log_start_offset=log.log_start_offset,
         log_end_offset=log.log_end_offset,
         high_watermark=log.high_watermark,
         size_bytes=log.size_bytes,
         segments=len(log.segments),
-        leader_epoch=0,
-        role="leader",
+        leader_epoch=state.leader_epoch if state is not None else 0,
+        role=state.role.value if state is not None else "leader",
         offline=log.is_offline,
     )
 

@@ -27,7 +27,12 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 
-from dataplane._gen.meridian.v1 import admin_pb2_grpc, broker_pb2_grpc, group_pb2_grpc
+from dataplane._gen.meridian.v1 import (
+    admin_pb2_grpc,
+    broker_pb2_grpc,
+    group_pb2_grpc,
+    replication_pb2_grpc,
+)
 from dataplane.broker.admin import AdminHandler
 from dataplane.broker.cluster import ClusterView, ControllerMetadata
 from dataplane.broker.config import BrokerConfig
@@ -37,6 +42,9 @@ from dataplane.broker.metrics import BrokerMetrics
 from dataplane.broker.partitions import PartitionRegistry
 from dataplane.broker.produce import ProduceHandler
 from dataplane.broker.producer_ids import ProducerIdAllocator
+from dataplane.broker.replication.follower import FollowerFetchers
+from dataplane.broker.replication.leader import ReplicaFetchHandler, ReplicationServicer
+from dataplane.broker.replication.manager import ReplicaManager
 from dataplane.broker.services import AdminServicer, BrokerServicer, Readiness
 from dataplane.client.connection import MAX_MESSAGE_BYTES
 from dataplane.storage.log import PartitionLog, wall_clock_ms
@@ -49,7 +57,13 @@ SERVER_OPTIONS = [
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ("grpc.so_reuseport", 0),  # a second broker on the same port must fail, not share it
 ]
-SERVICES = ("", "meridian.v1.Broker", "meridian.v1.Admin", "meridian.v1.GroupCoordinator")
+SERVICES = (
+    "",
+    "meridian.v1.Broker",
+    "meridian.v1.Admin",
+    "meridian.v1.GroupCoordinator",
+    "meridian.v1.Replication",
+)
 
 
 class BrokerApp:
@@ -67,6 +81,15 @@ class BrokerApp:
             max_open_files=config.max_open_files or None,
         )
         self.registry = PartitionRegistry(self.manager, self.executor)
+        self.fetchers = FollowerFetchers(config, self.executor, self._locate)
+        self.replicas = ReplicaManager(
+            config.broker_id,
+            self.registry,
+            self.executor,
+            replica_lag_time_max_ms=config.replica_lag_time_max_ms,
+            on_follow=self.fetchers.update,
+        )
+        self.registry.on_leader_append = self.replicas.update_high_watermark
         self.coordinator = GroupCoordinator(
             broker_id=config.broker_id,
             manager=self.manager,
@@ -124,12 +147,20 @@ class BrokerApp:
         )
         broker_pb2_grpc.add_BrokerServicer_to_server(broker, server)
         identity = (config.broker_id, config.region, config.cluster_id)
-        admin = AdminHandler(self.registry, config.log, identity, self.pushed, self.executor)
+        admin = AdminHandler(
+            self.registry, config.log, identity, self.pushed, self.executor, self.replicas
+        )
         admin_pb2_grpc.add_AdminServicer_to_server(
             AdminServicer(admin, self.metrics, self.readiness), server
         )
         group_pb2_grpc.add_GroupCoordinatorServicer_to_server(
             GroupServicer(self.coordinator, cluster.locate_offsets_partition), server
+        )
+        replica_fetch = ReplicaFetchHandler(
+            self.registry, self.replicas, self.executor, config.fetch_max_bytes
+        )
+        replication_pb2_grpc.add_ReplicationServicer_to_server(
+            ReplicationServicer(replica_fetch, self.readiness), server
         )
         self.metrics.watch(self._hosted_logs, self.coordinator.committed_offsets)
 
@@ -145,11 +176,18 @@ class BrokerApp:
         await self.registry.adopt()
         await self.coordinator.start(self.owned_offsets_partitions())
         await self.registry.adopt()  # the offsets logs the coordinator opened
+        await self.replicas.apply(self.pushed.current)  # roles from the last push
+        self.replicas.start()
 
     def owned_offsets_partitions(self) -> list[int]:
         assert self.cluster is not None
         n = self.config.offsets_topic_partitions
         return [p for p in range(n) if self.cluster.offsets_owner(p) == self.config.broker_id]
+
+    def _locate(self, broker_id: int) -> str | None:
+        """``host:port`` of a broker, from the push or the static peers."""
+        info = self.cluster.broker(broker_id) if self.cluster is not None else None
+        return f"{info.host}:{info.port}" if info is not None and info.port else None
 
     def _local_partitions(self) -> Iterator[tuple[str, int]]:
         for tp in self.manager.logs():
@@ -181,6 +219,8 @@ class BrokerApp:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        await self.fetchers.stop()
+        await self.replicas.stop()
         self.registry.wake_all()
         # Alongside the server's stop, which refuses new calls and waits for those in
         # flight: the coordinator answers the JoinGroup/SyncGroup calls it has parked

@@ -1,12 +1,12 @@
 """The broker's view of the cluster: which broker hosts which partition.
 
-Two sources, merged (the first that knows a partition wins): the partitions this broker
-hosts; the metadata the region's controller last pushed (``ControllerMetadata``: leaders,
-leader epochs, replicas and brokers, kept in the data directory so a restarted broker
-serves it before any controller speaks again); and the static peers
-(``BrokerConfig.peers``), the fallback when no controller has pushed. A partition not in
-the push is led by the broker hosting it (replication comes later: leader epoch 0,
-replicas and ISR are the leader alone). A background task asks each peer for
+Three sources, merged: the metadata the region's controller last pushed
+(``ControllerMetadata``: leaders, leader epochs, replicas, ISR and brokers, kept in the
+data directory so a restarted broker serves it before any controller speaks again) is
+the truth for every partition it names (leader -1: LEADER_NOT_AVAILABLE); a partition it
+does not name is led by the broker hosting it (this one first, leader epoch 0, replicas
+and ISR the leader alone); the static peers (``BrokerConfig.peers``) are the fallback
+when no controller has pushed. A background task asks each peer for
 ``Metadata(local_only=True)`` every ``peer_poll_interval_ms`` and keeps the answers; a
 client's Metadata request waits (at most ``REFRESH_WAIT_S``) for a round begun after it
 arrived, so an admin change completed on any reachable broker before the request is in
@@ -260,20 +260,23 @@ class ClusterView:
         return peer.last_ok is not None and time.monotonic() - peer.last_ok <= expiry
 
     def placement(self, *, local_only: bool = False) -> Placement:
-        """Where every known partition is led: this broker's own partitions win, then the
-        controller's push, then what live static peers host."""
+        """Where every known partition is led: the controller's push for the partitions
+        it names (-1: no leader), this broker for the other partitions it hosts, then
+        what live static peers host. ``local_only``: this broker's partitions alone."""
         found: Placement = {}
+        pushed = self.pushed.leaders()
         if not local_only:
-            for topic, pushed in self.pushed.leaders().items():
-                found[topic] = {p: meta.leader_id for p, meta in pushed.items()}
+            for topic, partitions in pushed.items():
+                found[topic] = {p: meta.leader_id for p, meta in partitions.items()}
             for peer in self.peers.values():
                 if self.is_alive(peer):
-                    for topic, partitions in peer.hosted.items():
+                    for topic, hosted in peer.hosted.items():
                         leaders = found.setdefault(topic, {})
-                        for partition in partitions:
+                        for partition in hosted:
                             leaders.setdefault(partition, peer.broker_id)
         for topic, partition in self._local():
-            found.setdefault(topic, {})[partition] = self.me.id
+            meta = pushed.get(topic, {}).get(partition)
+            found.setdefault(topic, {})[partition] = self.me.id if meta is None else meta.leader_id
         return found
 
     def broker(self, broker_id: int) -> common_pb2.BrokerInfo | None:
@@ -296,7 +299,7 @@ class ClusterView:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self.refresh(time.monotonic()), REFRESH_WAIT_S)
         placement = self.placement(local_only=request.local_only)
-        pushed = {} if request.local_only else self.pushed.leaders()
+        pushed = self.pushed.leaders()
         names = list(dict.fromkeys(request.topics)) if request.topics else sorted(placement)
         return broker_pb2.MetadataResponse(
             cluster_id=self.config.cluster_id,
@@ -325,15 +328,17 @@ def _topic(
 def _partition(
     partition: int, leader: int, pushed: admin_pb2.MetadataPartition | None
 ) -> broker_pb2.PartitionMetadata:
-    """The pushed leader epoch and replicas hold while the push names the same leader."""
+    """The pushed leader, epoch, replicas and ISR hold while the push names the same
+    leader; a pushed leader -1 is LEADER_NOT_AVAILABLE."""
     if pushed is not None and pushed.leader_id == leader:
-        replicas = list(pushed.replicas) or [leader]
+        replicas = list(pushed.replicas) or ([leader] if leader >= 0 else [])
         return broker_pb2.PartitionMetadata(
             partition=partition,
+            error=ErrorCode.LEADER_NOT_AVAILABLE if leader < 0 else ErrorCode.NONE,
             leader_id=leader,
             leader_epoch=pushed.leader_epoch,
             replicas=replicas,
-            isr=[leader],  # replication comes later: the leader alone is in sync
+            isr=list(pushed.isr) or ([leader] if leader >= 0 else []),
         )
     return broker_pb2.PartitionMetadata(
         partition=partition, leader_id=leader, leader_epoch=0, replicas=[leader], isr=[leader]

@@ -12,6 +12,7 @@ A TOML file uses the field names of ``BrokerConfig`` (``id`` for ``broker_id``),
     data_dir = "/var/lib/meridian/1"
     metrics_listen = "0.0.0.0:9100"     # "" disables the metrics endpoint
     max_open_files = 8192               # descriptors for segment files; 0: the default
+    replica_lag_time_max_ms = 10000     # a follower behind this long leaves the ISR
     [peers]
     2 = "broker-2.internal:9092"
     [log]
@@ -66,6 +67,7 @@ class BrokerConfig:
     peer_expiry_ms: int = 5_000  # an unreachable peer's partitions are dropped after this
     producer_snapshot_interval_ms: int = 60_000
     max_open_files: int = 0  # descriptors of open segment files; 0: LogManager's default
+    replica_lag_time_max_ms: int = 10_000  # a follower not caught up this long leaves the ISR
 
     def __post_init__(self) -> None:
         _check(0 <= self.broker_id <= MAX_BROKER_ID, "id", f"must be in [0, {MAX_BROKER_ID}]")
@@ -79,7 +81,12 @@ class BrokerConfig:
         _check(self.offsets_topic_partitions >= 1, "offsets_topic_partitions", "must be >= 1")
         for name in ("max_request_bytes", "fetch_max_bytes", "produce_max_in_flight"):
             _check(getattr(self, name) >= 1, name, "must be >= 1")
-        for name in ("io_threads", "peer_poll_interval_ms", "peer_expiry_ms"):
+        for name in (
+            "io_threads",
+            "peer_poll_interval_ms",
+            "peer_expiry_ms",
+            "replica_lag_time_max_ms",
+        ):
             _check(getattr(self, name) >= 1, name, "must be >= 1")
         _check(self.fetch_max_wait_ms >= 0, "fetch_max_wait_ms", "must be >= 0")
         _check(self.max_open_files >= 0, "max_open_files", "must be >= 0")

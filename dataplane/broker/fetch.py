@@ -1,9 +1,11 @@
 """Fetch and ListOffsets: reads on the I/O pool, long polls woken by appends.
 
 A fetch reads every asked partition (whole batches as stored, up to the high watermark)
-in one pass on the I/O pool. If fewer than ``min_bytes`` came back, no partition failed
-and ``max_wait_ms`` has not passed, it waits until one of its partitions is appended to
-(``Partition.changed``, armed *before* the read so an append during it is not missed),
+in one pass on the I/O pool; a follower answers NOT_LEADER_OR_FOLLOWER and an offline
+partition LEADER_NOT_AVAILABLE (see ``replication``). If fewer than ``min_bytes`` came
+back, no partition failed and ``max_wait_ms`` has not passed, it waits until the high
+watermark of one of its partitions moves (``Partition.changed``, armed *before* the read
+so a change during it is not missed),
 then reads again. Every read is bounded: by ``partition_max_bytes`` and by what is left
 of ``max_bytes`` (the first batch of the response is sent whole, as Kafka does).
 """
@@ -18,7 +20,7 @@ from dataclasses import dataclass
 
 from dataplane._gen.meridian.v1 import broker_pb2
 from dataplane.broker.errors import to_error
-from dataplane.broker.partitions import PartitionRegistry
+from dataplane.broker.partitions import Partition, PartitionRegistry
 from dataplane.errors import ErrorCode, MeridianError
 from dataplane.storage.log import PartitionLog
 from dataplane.storage.records import decode_batches
@@ -105,6 +107,9 @@ class FetchHandler:
         part = self.registry.get(item.topic, item.partition)
         if part is None:
             return _fail(result, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "not hosted here")
+        refused = not_leader(part)
+        if refused is not None:
+            return _fail(result, refused.code, refused.message)
         log = part.log
         limit = min(item.partition_max_bytes or DEFAULT_PARTITION_MAX_BYTES, max(budget, 0))
         try:
@@ -121,6 +126,22 @@ class FetchHandler:
         result.log_start_offset = log.log_start_offset
         result.log_end_offset = log.log_end_offset
         return result
+
+
+def not_leader(part: Partition) -> MeridianError | None:
+    """Why a client may not read ``part`` here: a follower (NOT_LEADER_OR_FOLLOWER) or
+    an offline partition (LEADER_NOT_AVAILABLE); None when this broker leads it."""
+    state = part.replica
+    if state is None or state.is_leader:
+        return None
+    if state.leader_id < 0:
+        return MeridianError(
+            ErrorCode.LEADER_NOT_AVAILABLE, f"{part.topic}-{part.index} has no leader"
+        )
+    return MeridianError(
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        f"{part.topic}-{part.index} is led by broker {state.leader_id}",
+    )
 
 
 def _fail(
@@ -159,6 +180,10 @@ class OffsetsHandler:
         if part is None:
             result.error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             result.error_message = "not hosted here"
+            return result
+        refused = not_leader(part)
+        if refused is not None:
+            result.error, result.error_message = refused.code, refused.message  # type: ignore[assignment]
             return result
         if item.timestamp == LATEST:
             result.offset = part.log.high_watermark

@@ -45,6 +45,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--max-open-files", type=int, help="descriptors for segment files (0: the default)"
     )
+    parser.add_argument(
+        "--replica-lag-time-max-ms",
+        type=int,
+        help="a follower not caught up for this long leaves the ISR (default 10000)",
+    )
     parser.add_argument("--ready-file", type=Path, help="written as JSON once serving")
     parser.add_argument("--log-level", default=os.environ.get("MERIDIAN_LOG_LEVEL", "INFO"))
     return parser.parse_args(argv)
@@ -71,6 +76,7 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         metrics_listen=args.metrics_listen,
         control_plane_url=args.control_plane_url,
         max_open_files=args.max_open_files,
+        replica_lag_time_max_ms=args.replica_lag_time_max_ms,
     )
 
 

@@ -28,6 +28,7 @@ from concurrent.futures import Executor
 from typing import Any, TypeVar
 
 from dataplane.broker.producers import DuplicateBatch, ProducerStateTable
+from dataplane.broker.replication.state import ReplicaState, Role
 from dataplane.errors import ErrorCode, MeridianError
 from dataplane.storage.config import LogConfig
 from dataplane.storage.errors import CorruptBatchError, LogClosedError
@@ -77,6 +78,11 @@ class Partition:
         self._pending: deque[tuple[bytes, asyncio.Future[AppendInfo]]] = deque()
         self._writing = False
         self.deleted = False
+        # Replication (see ``replication.state``): None while no push names this
+        # partition, which then behaves unreplicated (this broker leads, HW = log).
+        self.replica: ReplicaState | None = None
+        self.on_leader_append: Callable[[Partition], None] | None = None
+        self._appended: asyncio.Future[None] | None = None
 
     @property
     def topic(self) -> str:
@@ -132,7 +138,11 @@ class Partition:
                 future.set_exception(outcome)
             else:
                 future.set_result(outcome)
-        self.notify()
+        self.notify_append()
+        if self.replica is None:
+            self.notify()
+        elif self.on_leader_append is not None:
+            self.on_leader_append(self)  # the HW moves with the ISR: it notifies then
         if self._pending:
             self._write_next_burst(loop)
         else:
@@ -143,10 +153,29 @@ class Partition:
         """Append one request's batches after the client and producer checks (blocking)."""
 
         def before_write(base_offset: int, headers: list[BatchHeader]) -> None:
+            self.check_leader(epoch)
             check_client_batches(headers)
             self.producers.check_and_record(base_offset, headers)
 
-        return self.log.append(data, before_write=before_write)
+        epoch = self.leader_epoch_to_stamp()
+        return self.log.append(data, leader_epoch=epoch, before_write=before_write)
+
+    def leader_epoch_to_stamp(self) -> int | None:
+        """The epoch a leader stamps into the batches it appends (None: unreplicated)."""
+        return self.replica.leader_epoch if self.replica is not None else None
+
+    def check_leader(self, epoch: int | None) -> None:
+        """Raise unless this broker still leads at ``epoch`` (under the append lock)."""
+        state = self.replica
+        if state is None:
+            return
+        if not state.is_leader or state.leader_epoch != epoch:
+            code = (
+                ErrorCode.LEADER_NOT_AVAILABLE
+                if state.role is Role.OFFLINE
+                else ErrorCode.NOT_LEADER_OR_FOLLOWER
+            )
+            raise MeridianError(code, f"{self.topic}-{self.index}: not the leader here")
 
     def append_many(self, requests: list[bytes]) -> list[AppendInfo | BaseException]:
         """Append several requests' batches in order, each with its own outcome."""
@@ -172,6 +201,7 @@ class Partition:
         infos: list[AppendInfo] = []
 
         def before_write(base_offset: int, headers: list[BatchHeader]) -> None:
+            self.check_leader(epoch)
             staged: dict[int, Any] = {}
             offset, batches = base_offset, iter(headers)
             for size in sizes:
@@ -185,7 +215,10 @@ class Partition:
                 offset = end
             self.producers.commit(staged, offset)
 
-        combined = self.log.append(b"".join(requests), before_write=before_write)
+        epoch = self.leader_epoch_to_stamp()
+        combined = self.log.append(
+            b"".join(requests), leader_epoch=epoch, before_write=before_write
+        )
         if combined.log_append_time >= 0:
             infos = [
                 dataclasses.replace(i, log_append_time=combined.log_append_time) for i in infos
@@ -203,6 +236,18 @@ class Partition:
         if self._changed is not None and not self._changed.done():
             self._changed.set_result(None)
         self._changed = None
+
+    def appended(self) -> asyncio.Future[None]:
+        """A future resolved at the next ``notify_append`` (an append, a role change):
+        what a waiting ``ReplicaFetch`` waits for (consumers wait for the HW instead)."""
+        if self._appended is None or self._appended.done():
+            self._appended = asyncio.get_running_loop().create_future()
+        return self._appended
+
+    def notify_append(self) -> None:
+        if self._appended is not None and not self._appended.done():
+            self._appended.set_result(None)
+        self._appended = None
 
 
 def _take_batches(batches: Iterator[BatchHeader], size: int) -> list[BatchHeader]:
@@ -241,6 +286,7 @@ class PartitionRegistry:
         self._partitions: dict[tuple[str, int], Partition] = {}
         self.closing = False  # set at shutdown: long polls return at once
         self._lock = asyncio.Lock()
+        self.on_leader_append: Callable[[Partition], None] | None = None  # see Partition
 
     async def _run(self, fn: Callable[[], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
@@ -253,8 +299,13 @@ class PartitionRegistry:
             *(self._run(functools.partial(ProducerStateTable.rebuild, log)) for _, log in new)
         )
         for (tp, log), table in zip(new, tables, strict=True):
-            self._partitions.setdefault(_key(tp), Partition(tp, log, table, self._executor))
+            self._partitions.setdefault(_key(tp), self._wrap(tp, log, table))
         return len(new)
+
+    def _wrap(self, tp: TopicPartition, log: PartitionLog, table: ProducerStateTable) -> Partition:
+        part = Partition(tp, log, table, self._executor)
+        part.on_leader_append = self.on_leader_append
+        return part
 
     def get(self, topic: str, partition: int) -> Partition | None:
         return self._partitions.get((topic, partition))
@@ -270,7 +321,7 @@ class PartitionRegistry:
                 return found
             log = await self._run(lambda: self.manager.get_or_create_log(topic, partition, config))
             table = await self._run(lambda: ProducerStateTable.rebuild(log))
-            created = Partition(TopicPartition(topic, partition), log, table, self._executor)
+            created = self._wrap(TopicPartition(topic, partition), log, table)
             self._partitions[_key(created.tp)] = created
             return created
 
@@ -285,6 +336,7 @@ class PartitionRegistry:
             del self._partitions[_key(found.tp)]
             found.deleted = True
             found.notify()
+            found.notify_append()
             return await self._run(lambda: self.manager.delete_log(topic, partition))
 
     def snapshot_producers(self, *, only_dirty: bool, final: bool = False) -> None:
@@ -304,6 +356,7 @@ class PartitionRegistry:
         self.closing = True
         for part in self._partitions.values():
             part.notify()
+            part.notify_append()
 
 
 def _key(tp: TopicPartition) -> tuple[str, int]:

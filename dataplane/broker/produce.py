@@ -3,7 +3,14 @@
 ``ProduceHandler.submit`` checks a request as a whole (``acks``, size, repeated
 partitions: a ``MeridianError`` fails the request), starts every partition's append at
 once, and returns a future of the response. With ``acks=0`` the response is ready as soon
-as the request is accepted; the appends go on. Every batch is validated by the log before
+as the request is accepted; the appends go on. With ``acks=1`` a partition's result is
+ready once the leader appended; with ``acks=-1`` (all) once the high watermark passed the
+append, i.e. every in-sync replica has it (``NOT_ENOUGH_REPLICAS`` before appending when
+the committed ISR is below the topic's ``min_insync_replicas``; while waiting,
+``REQUEST_TIMED_OUT`` at ``timeout_ms``, ``NOT_LEADER_OR_FOLLOWER`` if the leadership
+moved, ``NOT_ENOUGH_REPLICAS_AFTER_APPEND`` if the ISR shrank below the minimum). A
+follower refuses appends (``NOT_LEADER_OR_FOLLOWER``; ``LEADER_NOT_AVAILABLE`` when the
+partition has no leader). Every batch is validated by the log before
 any byte is written (``PartitionLog.append``), and producer checks run under its append
 lock, so a refused request leaves the log unchanged.
 """
@@ -25,6 +32,7 @@ from dataplane.storage.config import Durability
 from dataplane.storage.log import AppendInfo
 
 DEFAULT_TIMEOUT_MS = 30_000
+ACKS_ALL = -1
 
 
 class ProduceHandler:
@@ -42,11 +50,10 @@ class ProduceHandler:
 
     def check_request(self, request: broker_pb2.ProduceRequest) -> None:
         """Request-level checks; raises ``MeridianError``."""
-        if request.acks not in (0, 1):
+        if request.acks not in (ACKS_ALL, 0, 1):
             raise MeridianError(
                 ErrorCode.INVALID_REQUIRED_ACKS,
-                f"acks={request.acks}: this broker accepts acks 0 or 1; acks=-1 (all) "
-                "comes with replication",
+                f"acks={request.acks}: use -1 (all in-sync replicas), 0 or 1 (the leader)",
             )
         total, seen = 0, set()
         for item in request.partitions:
@@ -66,7 +73,7 @@ class ProduceHandler:
     def submit(self, request: broker_pb2.ProduceRequest) -> Awaitable[broker_pb2.ProduceResponse]:
         """Check ``request`` (raising ``MeridianError``) and start its appends now."""
         self.check_request(request)
-        jobs = [self._start(item) for item in request.partitions]
+        jobs = [self._start(item, request.acks) for item in request.partitions]
         if request.acks == 0:
             for job in jobs:
                 if isinstance(job, asyncio.Future):
@@ -86,7 +93,7 @@ class ProduceHandler:
         return await self.submit(request)
 
     def _start(
-        self, item: broker_pb2.PartitionRecords
+        self, item: broker_pb2.PartitionRecords, acks: int
     ) -> asyncio.Future[AppendInfo] | broker_pb2.PartitionProduceResult:
         part = self.registry.get(item.topic, item.partition)
         if part is None:
@@ -104,6 +111,9 @@ class ProduceHandler:
                     ErrorCode.INVALID_TOPIC, f"{item.topic} is internal: clients cannot write to it"
                 ),
             )
+        refused = _check_replica(part, acks)
+        if refused is not None:
+            return _failed(item, refused)
         future = part.submit(item.records)
         size = len(item.records)
         future.add_done_callback(lambda f: self._appended(part, f, size))
@@ -125,50 +135,101 @@ class ProduceHandler:
     async def _finish(
         self, request: broker_pb2.ProduceRequest, jobs: list[Any]
     ) -> broker_pb2.ProduceResponse:
-        timeout_s = (request.timeout_ms or DEFAULT_TIMEOUT_MS) / 1000
+        deadline = time.monotonic() + (request.timeout_ms or DEFAULT_TIMEOUT_MS) / 1000
         results = []
         for item, job in zip(request.partitions, jobs, strict=True):
             if isinstance(job, broker_pb2.PartitionProduceResult):
                 results.append(job)
                 continue
+            part = self.registry.get(item.topic, item.partition)
+            epoch = part.leader_epoch_to_stamp() if part is not None else None
             try:
                 info = await job
             except DuplicateBatch as dup:
-                results.append(await self._duplicate(item, dup, timeout_s))
+                results.append(await self._duplicate(item, dup, deadline, request.acks))
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # a typed result, never a lost request
                 results.append(_failed(item, to_error(exc)))
             else:
-                part = self.registry.get(item.topic, item.partition)
+                if part is not None and request.acks == ACKS_ALL:
+                    error = await _wait_for_isr(part, info.last_offset, epoch, deadline)
+                    if error is not None:
+                        results.append(_failed(item, error))
+                        continue
                 start = part.log.log_start_offset if part is not None else -1
                 results.append(_result(item, info.base_offset, info.log_append_time, start))
         return _response(request, results)
 
     async def _duplicate(
-        self, item: broker_pb2.PartitionRecords, dup: DuplicateBatch, timeout_s: float
+        self, item: broker_pb2.PartitionRecords, dup: DuplicateBatch, deadline: float, acks: int
     ) -> broker_pb2.PartitionProduceResult:
-        """The original's offset, once readers can see it (``always`` logs sync first)."""
+        """The original's offset, once readers can see it (``always`` logs sync first;
+        with acks=all, once it is below the high watermark)."""
         part = self.registry.get(item.topic, item.partition)
         if part is None:
             return _failed(item, MeridianError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "deleted"))
-        deadline = time.monotonic() + timeout_s
-        while part.log.config.durability is Durability.ALWAYS and (
-            part.log.high_watermark <= dup.last_offset
-        ):
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or part.deleted:
-                return _failed(
-                    item,
-                    MeridianError(
-                        ErrorCode.REQUEST_TIMED_OUT,
-                        f"the original of this retry (offset {dup.base_offset}) is not synced yet",
-                    ),
-                )
-            await asyncio.wait([part.changed()], timeout=remaining)
+        if acks == ACKS_ALL or part.log.config.durability is Durability.ALWAYS:
+            epoch = part.leader_epoch_to_stamp()
+            error = await _wait_for_isr(part, dup.last_offset, epoch, deadline)
+            if error is not None:
+                return _failed(item, error)
         result = _result(item, dup.base_offset, -1, part.log.log_start_offset)
         result.duplicate = True
         return result
+
+
+def _check_replica(part: Partition, acks: int) -> MeridianError | None:
+    """Why ``part`` refuses a client's append now (None: it may append)."""
+    state = part.replica
+    if state is None:
+        return None
+    if not state.is_leader:
+        code = (
+            ErrorCode.LEADER_NOT_AVAILABLE
+            if state.leader_id < 0
+            else ErrorCode.NOT_LEADER_OR_FOLLOWER
+        )
+        return MeridianError(code, f"{part.topic}-{part.index} is led by broker {state.leader_id}")
+    if acks == ACKS_ALL and state.committed_isr_size() < state.min_insync_replicas:
+        return MeridianError(
+            ErrorCode.NOT_ENOUGH_REPLICAS,
+            f"{part.topic}-{part.index}: {state.committed_isr_size()} in-sync replicas "
+            f"{sorted(set(state.isr))}, {state.min_insync_replicas} required",
+        )
+    return None
+
+
+async def _wait_for_isr(
+    part: Partition, last_offset: int, epoch: int | None, deadline: float
+) -> MeridianError | None:
+    """Wait until ``last_offset`` is below the high watermark (None), or say why not:
+    REQUEST_TIMED_OUT at ``deadline`` (monotonic), NOT_LEADER_OR_FOLLOWER when the
+    leadership changed, NOT_ENOUGH_REPLICAS_AFTER_APPEND when the committed ISR shrank
+    below the minimum meanwhile."""
+    while part.log.high_watermark <= last_offset:
+        state = part.replica
+        if part.deleted or (
+            state is not None and (not state.is_leader or state.leader_epoch != epoch)
+        ):
+            return MeridianError(
+                ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                f"{part.topic}-{part.index}: leadership changed before the ISR had the append",
+            )
+        if state is not None and state.committed_isr_size() < state.min_insync_replicas:
+            return MeridianError(
+                ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+                f"{part.topic}-{part.index}: the ISR shrank to {sorted(set(state.isr))} "
+                f"before it had offset {last_offset}",
+            )
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return MeridianError(
+                ErrorCode.REQUEST_TIMED_OUT,
+                f"{part.topic}-{part.index}: offset {last_offset} is not replicated yet",
+            )
+        await asyncio.wait([part.changed()], timeout=remaining)
+    return None
 
 
 def _result(

@@ -172,6 +172,14 @@ class ProducerStateTable:
         staged[pid] = updated
         return None
 
+    def record_replicated(self, headers: list[BatchHeader]) -> None:
+        """Record a follower's copied batches (their offsets are the leader's), without
+        checks: the leader checked them. A follower that becomes leader then knows every
+        producer's last sequences and answers a retry as a duplicate."""
+        for header in headers:
+            self.replay(header.base_offset, header)
+        self.dirty = self.dirty or any(h.producer_id >= 0 for h in headers)
+
     def replay(self, base_offset: int, header: BatchHeader) -> None:
         """Apply a batch already in the log (rebuilding), without checks."""
         with self._lock:

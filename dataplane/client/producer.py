@@ -45,14 +45,12 @@ _NO_HEADERS = b"\x00"
 
 def _acks(acks: object) -> int:
     if acks in ("all", -1, "-1"):
+        return -1
+    if acks not in (0, 1, "0", "1"):
         raise ConfigError(
-            "acks='all' comes with replication, which this cluster does not have yet; "
-            "use acks=1 (the leader stored it) or acks=0 (no acknowledgement)",
-            ErrorCode.INVALID_REQUIRED_ACKS,
+            f"acks must be 'all' (-1), 0 or 1, not {acks!r}", ErrorCode.INVALID_REQUIRED_ACKS
         )
-    if acks not in (0, 1):
-        raise ConfigError(f"acks must be 0 or 1, not {acks!r}", ErrorCode.INVALID_REQUIRED_ACKS)
-    return 1 if acks == 1 else 0
+    return int(acks)
 
 
 def _timestamp(timestamp_ms: object) -> int:
@@ -78,16 +76,20 @@ def _not_negative(**values: float) -> None:
 class Producer:
     """Sends records to a Meridian cluster; thread-safe; see the module docstring.
 
-    Settings: ``acks`` 0 or 1; ``linger_ms`` how long a batch waits for more records;
-    ``batch_bytes`` the size a partition's batch is closed at; ``max_request_bytes`` the
-    bound of one request (and of one record); ``compression`` none, gzip, snappy, lz4 or
-    zstd; ``partitioner`` murmur2, sticky, round_robin or a callable ``(topic, key,
-    partitions) -> partition``; ``enable_idempotence`` (ignored with ``acks=0``, which
-    has no acknowledgement to deduplicate against); ``retries`` and
-    ``delivery_timeout_ms`` bound retries of retriable failures, ``retry_backoff_ms`` the
-    first backoff (doubling, with jitter, up to ``retry_backoff_max_ms``);
-    ``buffer_memory`` bounds the bytes of records not yet acknowledged: when full, ``send``
-    blocks up to ``max_block_ms`` (``block_on_full``) or raises ``BufferFull`` at once;
+    Settings: ``acks`` ``"all"`` (-1: every in-sync replica has the record; the broker
+    refuses it while fewer than the topic's ``min_insync_replicas`` are in sync, and the
+    producer retries), 1 (the leader stored it) or 0 (no acknowledgement); ``linger_ms``
+    how long a batch waits for more records; ``batch_bytes`` the size a partition's
+    batch is closed at; ``max_request_bytes`` the bound of one request (and of one
+    record); ``compression`` none, gzip, snappy, lz4 or zstd; ``partitioner`` murmur2,
+    sticky, round_robin or a callable ``(topic, key, partitions) -> partition``;
+    ``enable_idempotence`` (ignored with ``acks=0``, which has no acknowledgement to
+    deduplicate against); ``retries`` and ``delivery_timeout_ms`` bound retries of
+    retriable failures (a leader moving or failing, too few in-sync replicas), with a
+    metadata refresh when the leader may have changed; ``retry_backoff_ms`` the first
+    backoff (doubling, with jitter, up to ``retry_backoff_max_ms``); ``buffer_memory``
+    bounds the bytes of records not yet acknowledged: when full, ``send`` blocks up to
+    ``max_block_ms`` (``block_on_full``) or raises ``BufferFull`` at once;
     ``request_timeout_ms`` bounds the wait for one answer; ``max_in_flight`` requests
     per broker at once.
     """

@@ -49,7 +49,15 @@ from dataplane.errors import ErrorCode, MeridianError
 log = logging.getLogger(__name__)
 
 MAX_PENDING_PER_PARTITION = 5  # what a broker remembers to deduplicate, as in Kafka
-_REFRESH_CODES = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION})
+_REFRESH_CODES = frozenset(
+    {
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.LEADER_NOT_AVAILABLE,
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.UNKNOWN_LEADER_EPOCH,
+    }
+)
 
 
 class Sender:

@@ -125,12 +125,13 @@ class LogState:
     def update_high_watermark(self, offset: int) -> int:
         """Advance the high watermark of a replicated log, within [log start, LEO].
 
-        It never moves back here; only truncation lowers it.
+        It never moves back here; only truncation lowers it. Takes only the high
+        watermark's lock, never the append lock, so a replica's event loop may call it
+        while an append is being written.
         """
-        with self._lock:
-            self._raise_high_watermark(offset)
-            self._note_activity()
-            return self._high_watermark
+        self._raise_high_watermark(offset)
+        self._note_activity()
+        return self._high_watermark
 
     def _clamp(self, offset: int) -> int:
         return max(self._log_start_offset, min(offset, self._log_end_offset))

@@ -4,6 +4,7 @@ from typing import Any
 
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status
+from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -27,6 +28,7 @@ from controlplane.regions.api.serializers import (
 )
 from controlplane.regions.filtersets import BrokerFilterSet, ClusterFilterSet, RegionFilterSet
 from controlplane.regions.models import Broker, Cluster, Region
+from controlplane.topics import reassignment
 
 
 class RegionViewSet(
@@ -54,7 +56,8 @@ class RegionViewSet(
         return services.create_region(actor=self.actor, **data)
 
     def update_object(self, region: Region, data: dict[str, Any]) -> Region:
-        return services.update_region(region, actor=self.actor, **data)
+        display_name = data.get("display_name", region.display_name)
+        return services.update_region(region, display_name=display_name, actor=self.actor)
 
     @extend_schema(responses={204: None})
     def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
@@ -103,8 +106,10 @@ class BrokerViewSet(
     ServiceViewSet[Broker],
 ):
     """Brokers (platform administrators only): phase, last heartbeat, address. Creating
-    one registers a broker of a ``static`` cluster; decommissioning is not supported yet
-    (409)."""
+    one registers a broker of a ``static`` cluster. Decommissioning one (``POST
+    .../decommission``, or ``DELETE``) moves every replica it holds to other brokers,
+    then stops it: 202 with the broker, ``decommissioning`` until it holds nothing, then
+    ``decommissioned``; 409 when its replicas have nowhere to go."""
 
     queryset = Broker.objects.select_related("cluster__region")
     serializer_class = BrokerSerializer
@@ -117,8 +122,17 @@ class BrokerViewSet(
         cluster = data.pop("cluster")
         return services.register_broker(cluster, actor=self.actor, **data)
 
-    @extend_schema(responses={204: None})
+    @extend_schema(request=None, responses={202: BrokerSerializer})
+    @action(detail=True, methods=["post"])
+    def decommission(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """Move every replica off the broker, then stop it (see the class docstring)."""
+        return self._decommission()
+
+    @extend_schema(responses={202: BrokerSerializer})
     def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        """Decommission a broker: not supported yet (always 409)."""
-        services.decommission_broker(self.get_object(), actor=self.actor)
-        return Response(status=status.HTTP_204_NO_CONTENT)
+        """Decommission the broker (as ``POST .../decommission``)."""
+        return self._decommission()
+
+    def _decommission(self) -> Response:
+        broker = reassignment.decommission_broker(self.get_object(), actor=self.actor)
+        return self.respond(broker, status.HTTP_202_ACCEPTED)

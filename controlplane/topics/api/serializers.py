@@ -125,6 +125,21 @@ class TopicUpdateSerializer(TopicConfigSerializer):
     )
 
 
+class PartitionTargetSerializer(serializers.Serializer[Any]):
+    partition = serializers.IntegerField(min_value=0)
+    replicas = serializers.ListField(
+        child=serializers.IntegerField(min_value=0),
+        min_length=1,
+        help_text="broker ids, the preferred leader first",
+    )
+
+
+class ReassignSerializer(serializers.Serializer[Any]):
+    """The replicas each listed partition moves to (others stay where they are)."""
+
+    partitions = PartitionTargetSerializer(many=True, allow_empty=False)
+
+
 class DriftFindingSerializer(serializers.ModelSerializer[DriftFinding]):
     broker_id = serializers.IntegerField(source="broker.broker_id", read_only=True)
     cluster = serializers.CharField(source="broker.cluster.name", read_only=True)

@@ -3,7 +3,11 @@ from __future__ import annotations
 from typing import Any
 
 from django.db.models import QuerySet
-from rest_framework import mixins, viewsets
+from drf_spectacular.utils import extend_schema
+from rest_framework import mixins, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
 
 from controlplane.core.api.views import (
     ServiceCreateMixin,
@@ -13,9 +17,10 @@ from controlplane.core.api.views import (
 )
 from controlplane.core.permissions import IsPlatformAdmin
 from controlplane.tenants.choices import Role
-from controlplane.topics import services
+from controlplane.topics import reassignment, services
 from controlplane.topics.api.serializers import (
     DriftFindingSerializer,
+    ReassignSerializer,
     TopicCreateSerializer,
     TopicSerializer,
     TopicSummarySerializer,
@@ -41,6 +46,7 @@ class TopicViewSet(
     input_serializer_classes = {
         "create": TopicCreateSerializer,
         "partial_update": TopicUpdateSerializer,
+        "reassign": ReassignSerializer,
     }
     read_role = Role.VIEWER
     write_role = Role.DEVELOPER
@@ -57,6 +63,18 @@ class TopicViewSet(
 
     def get_serializer_class(self) -> type[TopicSummarySerializer]:
         return TopicSummarySerializer if self.action == "list" else TopicSerializer
+
+    @extend_schema(request=ReassignSerializer, responses={202: TopicSerializer})
+    @action(detail=True, methods=["post"], permission_classes=[IsPlatformAdmin])
+    def reassign(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """Move partitions to other brokers without downtime (platform administrators):
+        the new replicas are added and catch up, then the old ones are dropped. 202; each
+        assignment shows ``target_replicas`` until its move is done."""
+        topic = self.get_object()
+        data = self.validated_input()
+        targets = {entry["partition"]: entry["replicas"] for entry in data["partitions"]}
+        topic = reassignment.reassign_partitions(topic, targets, actor=self.actor)
+        return self.respond(self.get_queryset().get(pk=topic.pk), status.HTTP_202_ACCEPTED)
 
     def create_object(self, data: dict[str, Any]) -> Topic:
         tenant = self.tenant_for_write(data.pop("tenant", None))

@@ -167,8 +167,11 @@ def _process_view(broker: Broker) -> BrokerProcess:
 
 
 def test_a_change_of_leader_bumps_the_leader_epoch_and_is_pushed(
-    static_brokers: tuple[Cluster, list[BrokerProcess]], region: Region, tmp_path: Path
-) -> None:
+    static_brokers: tuple[Cluster, list[BrokerProcess]], region: Region, tmp_path: Path, settings
+) -> None:  # type: ignore[no-untyped-def]
+    """The preferred replica (replicas[0]) takes leadership back once it is live and in
+    the ISR: a new epoch, pushed to every broker with the replicas and ISR."""
+    settings.PREFERRED_LEADER_DELAY_S = 0
     cluster, processes = static_brokers
     topic = add_topic(cluster, "moves", 1)
     controller = _controller(region, tmp_path)
@@ -177,10 +180,11 @@ def test_a_change_of_leader_bumps_the_leader_epoch_and_is_pushed(
     assert (assignment.leader.broker_id, assignment.leader_epoch) == (1, 0)
 
     second = cluster.brokers.get(broker_id=2)
-    PartitionAssignment.objects.filter(pk=assignment.pk).update(broker=second)
+    PartitionAssignment.objects.filter(pk=assignment.pk).update(replicas=[2, 1], isr=[1, 2])
     controller.tick()
     assignment.refresh_from_db()
     assert (assignment.leader_id, assignment.leader_epoch) == (second.pk, 1)
+    assert assignment.broker_id == second.pk  # the preferred replica's row
     for process in processes:
         (found,) = metadata(process, [topic.full_name]).topics
         assert [(p.leader_id, p.leader_epoch) for p in found.partitions] == [(2, 1)]

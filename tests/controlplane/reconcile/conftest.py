@@ -31,9 +31,11 @@ def tenant(cluster_row: Cluster) -> Tenant:
 
 @pytest.fixture
 def new_topic(tenant: Tenant) -> Callable[..., Topic]:
-    """``new_topic(name, partitions=3, **config)`` through the topic service (placed)."""
+    """``new_topic(name, partitions=3, **config)`` through the topic service (placed);
+    one replica per partition unless ``replication_factor`` says otherwise."""
 
     def create(name: str, partitions: int = 3, **config: object) -> Topic:
+        config.setdefault("replication_factor", 1)
         topic: Topic = services.create_topic(
             tenant, name=name, partitions=partitions, actor=OPERATOR, **config
         )

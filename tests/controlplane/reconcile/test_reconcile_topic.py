@@ -140,3 +140,18 @@ def test_a_newer_desired_change_is_not_marked_ready_by_an_older_run(
 
     topic.refresh_from_db()
     assert (topic.status, topic.generation, topic.observed_generation) == ("pending", 2, 0)
+
+
+def test_every_replica_of_a_replicated_topic_is_created_and_deleted(
+    cluster: list[BrokerProcess], cluster_row: Cluster, new_topic: NewTopic
+) -> None:
+    topic = new_topic("replicated", partitions=2, replication_factor=3)
+    assert reconcile_topic(topic.pk) == Outcome.READY
+    for broker in cluster:
+        assert sorted(admin.hosted(broker, "acme.replicated")) == [
+            ("acme.replicated", 0),
+            ("acme.replicated", 1),
+        ]
+    services.delete_topic(topic, actor=OPERATOR)
+    assert reconcile_topic(topic.pk) == Outcome.DELETED
+    assert all(not admin.hosted(b, "acme.replicated") for b in cluster)

@@ -127,7 +127,7 @@ def test_a_cluster_grows_but_does_not_shrink(admin_client: APIClient, region: Re
     assert sorted(cluster.brokers.values_list("broker_id", flat=True)) == [1, 2, 3]
     shrunk = admin_client.patch(path, {"broker_count": 1}, format="json")
     assert shrunk.status_code == 409
-    assert "not supported" in shrunk.json()["error"]["message"]
+    assert "decommission" in shrunk.json()["error"]["message"]
 
 
 def test_a_cluster_with_topics_cannot_be_deleted(admin_client: APIClient, region: Region) -> None:
@@ -204,17 +204,31 @@ def test_brokers_of_local_clusters_are_not_registered(
     assert not Broker.objects.filter(cluster=local, broker_id=2).exists()
 
 
-def test_decommissioning_a_broker_is_not_supported_yet(
+def test_decommissioning_a_broker_moves_its_replicas_away(
     admin_client: APIClient, region: Region
 ) -> None:
+    from controlplane.topics.models import Topic
+    from controlplane.topics.services import create_topic
+    from tests.support.controlplane import make_tenant
+
     cluster = services.create_cluster(
-        region, name="main", provisioner="static", broker_count=1, actor=ADMIN
+        region, name="main", provisioner="static", broker_count=3, actor=ADMIN
     )
-    broker = cluster.brokers.get()
-    response = admin_client.delete(f"/api/v1/brokers/{broker.pk}")
-    assert response.status_code == 409
-    assert "not supported" in response.json()["error"]["message"]
-    assert Broker.objects.filter(pk=broker.pk).exists()
+    tenant = make_tenant("acme", region=region)
+    topic = create_topic(tenant, name="orders", partitions=3, replication_factor=2, actor=ADMIN)
+    broker = cluster.brokers.get(broker_id=1)
+    response = admin_client.post(f"/api/v1/brokers/{broker.pk}/decommission")
+    assert response.status_code == 202, response.content
+    assert response.json()["phase"] == "decommissioning"
+    for row in Topic.objects.get(pk=topic.pk).assignments.all():
+        assert 1 not in (row.target_replicas if 1 in row.replicas else row.replicas)
+    again = admin_client.delete(f"/api/v1/brokers/{broker.pk}")  # the same, idempotent
+    assert (again.status_code, again.json()["phase"]) == (202, "decommissioning")
+    # The other two brokers hold every partition already: nowhere to move 2's replicas.
+    other = cluster.brokers.get(broker_id=2)
+    refused = admin_client.post(f"/api/v1/brokers/{other.pk}/decommission")
+    assert refused.status_code == 409
+    assert Broker.objects.get(pk=other.pk).phase == "pending"
 
 
 def test_brokers_filter_by_phase(admin_client: APIClient, region: Region) -> None:

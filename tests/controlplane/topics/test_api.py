@@ -125,6 +125,26 @@ class TestTopicAPI(TenantScopedAPIContract):
         assert (body["replication_factor"], body["min_insync_replicas"]) == (1, 1)
         assert [a["replicas"] for a in body["assignments"]] == [[1], [1]]
 
+    def test_platform_admins_reassign_partitions_and_see_the_move(self) -> None:
+        lookup = create_topic(
+            self.tenant, name="moving", partitions=1, replication_factor=2, actor=SYSTEM
+        ).full_name
+        url = self.url(lookup) + "/reassign"
+        body = {"partitions": [{"partition": 0, "replicas": [3, 1]}]}
+        refused = self.client(Role.TENANT_ADMIN).post(url, body, format="json")
+        assert refused.status_code == 403  # tenant admins do not move replicas
+        response = self.client_for(platform_admin=True, username="operator").post(
+            url, body, format="json"
+        )
+        assert response.status_code == 202, response.content
+        (assignment,) = response.json()["assignments"]
+        assert assignment["target_replicas"] == [3, 1]
+        assert assignment["replicas"][:2] == [3, 1]
+        assert len(assignment["replicas"]) == 3
+        again = {"partitions": [{"partition": 0, "replicas": [2, 1]}]}
+        operator = self.client_for(platform_admin=True, username="operator")
+        assert_error(operator.post(url, again, format="json"), 409)  # in progress
+
     def test_shrinking_partitions_is_a_400_that_says_why(self) -> None:
         lookup = self.make_object(self.tenant)
         response = self.client(Role.DEVELOPER).patch(

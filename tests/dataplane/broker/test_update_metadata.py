@@ -76,7 +76,7 @@ def test_metadata_is_served_from_the_push_merged_with_hosted_partitions(
                 ("acme.remote", 0): (2, 4),
                 ("acme.remote", 1): (3, 0),
                 ("acme.local", 0): (1, 7),
-                ("acme.moved", 0): (2, 1),  # hosted here too: the broker's own copy wins
+                ("acme.moved", 0): (2, 1),  # hosted here too: the push still decides
             },
             brokers={1: broker.port, 2: 50002, 3: 50003},
         )
@@ -86,7 +86,7 @@ def test_metadata_is_served_from_the_push_merged_with_hosted_partitions(
         ("acme.remote", 0): (2, 4),
         ("acme.remote", 1): (3, 0),
         ("acme.local", 0): (1, 7),
-        ("acme.moved", 0): (1, 0),
+        ("acme.moved", 0): (2, 1),
     }
     response = metadata(broker)
     assert sorted((b.id, b.port) for b in response.brokers) == [

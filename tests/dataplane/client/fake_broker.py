@@ -40,6 +40,7 @@ class FakeBroker(broker_pb2_grpc.BrokerServicer):
         self.script: deque[int] = deque()
         self.lost = 0
         self.attempts = 0  # partition batches received
+        self.acks_seen: set[int] = set()
         self.metadata_calls = 0
         self.producer_ids = 0
         self.stall = threading.Event()
@@ -119,6 +120,7 @@ class FakeBroker(broker_pb2_grpc.BrokerServicer):
             time.sleep(0.01)
         results = []
         with self.lock:
+            self.acks_seen.add(request.acks)
             for part in request.partitions:
                 self.attempts += 1
                 results.append(self._append(part, request.acks))

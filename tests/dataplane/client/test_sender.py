@@ -125,9 +125,16 @@ def test_acks_zero_reports_no_offsets(fake: FakeBroker) -> None:
     assert metadata.partition == 0
 
 
-def test_acks_all_asks_for_replication() -> None:
-    with pytest.raises(ConfigError, match="replication") as info:
-        Producer("127.0.0.1:1", acks="all")
+def test_acks_all_is_sent_as_minus_one(fake: FakeBroker) -> None:
+    with producer(fake, acks="all") as p:
+        metadata = p.send(TOPIC, b"replicated", partition=0).result(5)
+    assert metadata.offset == 0
+    assert fake.acks_seen == {-1}
+
+
+def test_unknown_acks_are_refused() -> None:
+    with pytest.raises(ConfigError, match="all") as info:
+        Producer("127.0.0.1:1", acks=2)
     assert info.value.code == ErrorCode.INVALID_REQUIRED_ACKS
 
 

@@ -1,0 +1,250 @@
+"""``ReplicaManager``: applies the controller's push to the hosted partitions.
+
+For every hosted partition the push names (``apply``, after each accepted push and at
+start from the persisted one):
+
+- ``leader_id`` is this broker: it leads at ``leader_epoch``. Becoming leader records
+  (epoch, LEO) in the partition's leader-epoch cache, marks the log replicated (the HW
+  moves only with the ISR) and forgets followers' progress;
+- another broker: this broker follows it (``FollowerFetchers`` pulls from it);
+- ``leader_id`` -1: offline, serving nothing.
+
+A push with a leader epoch older than the one applied is ignored for that partition;
+one with the same epoch only updates the committed ISR (a newer ``isr_version`` ends the
+proposal it answers). A partition the push does not name is left as it is (unreplicated
+unless a push named it before). A push naming a partition this broker does not host yet
+applies when ``CreatePartitions`` creates it (``apply_current``).
+
+The leader moves the high watermark (``update_high_watermark``) when a follower fetches
+or it appends, and wakes consumers and acks=all waiters (``Partition.notify``) when it
+moves. A periodic check proposes ISR shrinks (a follower behind for
+``replica_lag_time_max_ms``); ``proposals`` are sent back on every heartbeat.
+
+Thread safety: event-loop only; blocking work goes to the I/O pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+from collections.abc import Callable
+from concurrent.futures import Executor
+from typing import TypeVar
+
+from dataplane._gen.meridian.v1 import admin_pb2
+from dataplane.broker.partitions import Partition, PartitionRegistry
+from dataplane.broker.producers import ProducerStateTable, scan_headers
+from dataplane.broker.replication.state import FollowerProgress, ReplicaState, Role
+from dataplane.storage.leader_epoch import LeaderEpochCache
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class ReplicaManager:
+    def __init__(
+        self,
+        broker_id: int,
+        registry: PartitionRegistry,
+        executor: Executor,
+        *,
+        replica_lag_time_max_ms: int,
+        on_follow: Callable[[Partition], None] | None = None,
+    ) -> None:
+        """``on_follow(part)`` is told whenever a partition's role or leader changed
+        (the follower fetchers re-read who to pull from)."""
+        self.broker_id = broker_id
+        self.registry = registry
+        self._executor = executor
+        self.lag_s = replica_lag_time_max_ms / 1000
+        self.on_follow = on_follow
+        self._current: admin_pb2.UpdateMetadataRequest | None = None
+        self._lock = asyncio.Lock()
+        self._task: asyncio.Task[None] | None = None
+
+    async def _run(self, fn: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
+
+    # -- lifecycle ----------------------------------------------------------------------
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._check_isr_forever(), name="isr-check")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _check_isr_forever(self) -> None:
+        interval = max(0.05, self.lag_s / 4)
+        while True:
+            await asyncio.sleep(interval)
+            for part in self.registry.all():
+                if part.replica is not None and part.replica.is_leader:
+                    self.maybe_change_isr(part)
+
+    # -- applying pushes ----------------------------------------------------------------
+    async def apply(self, push: admin_pb2.UpdateMetadataRequest | None) -> None:
+        """Apply ``push`` (None: nothing pushed yet) to every hosted partition it names."""
+        async with self._lock:
+            if push is not None:
+                self._current = push
+            if self._current is None:
+                return
+            for topic in self._current.topics:
+                min_isr = max(1, topic.min_insync_replicas)
+                for meta in topic.partitions:
+                    part = self.registry.get(topic.name, meta.partition)
+                    if part is not None and not part.deleted:
+                        await self._apply_one(part, meta, min_isr)
+
+    async def apply_current(self) -> None:
+        """Apply the last push again (partitions created since may be named by it)."""
+        await self.apply(None)
+
+    async def _apply_one(
+        self, part: Partition, meta: admin_pb2.MetadataPartition, min_isr: int
+    ) -> None:
+        state = part.replica
+        if state is None:
+            epochs = await self._run(functools.partial(_load_epochs, part))
+            state = ReplicaState(self.broker_id, epochs)
+        if meta.leader_epoch < state.leader_epoch:
+            return  # an older leadership than the one applied
+        state.min_insync_replicas = min_isr
+        if meta.leader_id == -1:
+            role = Role.OFFLINE
+        elif meta.leader_id == self.broker_id:
+            role = Role.LEADER
+        else:
+            role = Role.FOLLOWER
+        same = (
+            part.replica is state
+            and state.role is role
+            and state.leader_epoch == meta.leader_epoch
+            and state.leader_id == meta.leader_id
+        )
+        if same:
+            self._update_isr(part, state, meta)
+            return
+        await self._run(functools.partial(self._change_role, part, state, meta, role))
+        part.replica = state
+        log.info(
+            "%s-%s: %s at leader epoch %d (leader %d, isr %s)",
+            part.topic,
+            part.index,
+            role.value,
+            meta.leader_epoch,
+            meta.leader_id,
+            list(meta.isr),
+        )
+        if role is Role.LEADER:
+            self.update_high_watermark(part)
+        part.notify()  # acks=all waiters and fetches look at the new role
+        part.notify_append()  # a waiting ReplicaFetch answers with it too
+        if self.on_follow is not None:
+            self.on_follow(part)
+
+    def _change_role(
+        self,
+        part: Partition,
+        state: ReplicaState,
+        meta: admin_pb2.MetadataPartition,
+        role: Role,
+    ) -> None:
+        """Blocking, under the state's lock: no follower append overlaps it."""
+        with state.lock:
+            part.log.replicated = True
+            state.role = role
+            state.leader_id = meta.leader_id
+            state.leader_epoch = meta.leader_epoch
+            state.replicas = list(meta.replicas)
+            state.isr = list(meta.isr)
+            state.isr_version = meta.isr_version
+            state.proposal = None
+            if role is Role.LEADER:
+                state.epochs.assign(meta.leader_epoch, part.log.log_end_offset)
+                state.start_leading()
+
+    def _update_isr(
+        self, part: Partition, state: ReplicaState, meta: admin_pb2.MetadataPartition
+    ) -> None:
+        state.replicas = list(meta.replicas)
+        if meta.isr_version <= state.isr_version:
+            return
+        state.isr = list(meta.isr)
+        state.isr_version = meta.isr_version
+        state.proposal = None
+        if state.is_leader:
+            for replica in state.replicas:
+                state.followers.setdefault(replica, _fresh_progress())
+            self.update_high_watermark(part)
+            self.maybe_change_isr(part)
+        part.notify()  # acks=all waiters re-check the committed ISR
+
+    # -- the leader's high watermark and ISR --------------------------------------------
+    def update_high_watermark(self, part: Partition) -> None:
+        """Raise the HW to what the maximal ISR allows; wake readers if it moved."""
+        state = part.replica
+        if state is None or not state.is_leader:
+            return
+        before = part.log.high_watermark
+        if part.log.update_high_watermark(state.high_watermark(part.log)) > before:
+            part.notify()
+
+    def follower_fetched(self, part: Partition, replica: int, fetch_offset: int) -> None:
+        state = part.replica
+        if state is None or not state.is_leader:
+            return
+        state.follower_fetched(replica, fetch_offset, part.log.log_end_offset)
+        if replica not in state.maximal_isr():
+            self.maybe_change_isr(part)
+        self.update_high_watermark(part)
+
+    def maybe_change_isr(self, part: Partition) -> None:
+        state = part.replica
+        if state is None or not state.is_leader:
+            return
+        if state.update_proposal(state.desired_isr(part.log, self.lag_s)):
+            log.info(
+                "%s-%s: proposing isr %s (committed %s, version %d)",
+                part.topic,
+                part.index,
+                state.proposal,
+                state.isr,
+                state.isr_version,
+            )
+            self.update_high_watermark(part)
+
+    def proposals(self) -> list[admin_pb2.IsrProposal]:
+        """The ISR changes this broker asks the controller to commit (heartbeat)."""
+        found = []
+        for part in self.registry.all():
+            state = part.replica
+            if state is not None and state.is_leader and state.proposal is not None:
+                found.append(
+                    admin_pb2.IsrProposal(
+                        topic=part.topic,
+                        partition=part.index,
+                        leader_epoch=state.leader_epoch,
+                        isr_version=state.isr_version,
+                        isr=state.proposal,
+                    )
+                )
+        return found
+
+
+def _fresh_progress() -> FollowerProgress:
+    return FollowerProgress()
+
+
+def _load_epochs(part: Partition) -> LeaderEpochCache:
+    log_ = part.log
+    return LeaderEpochCache.load(log_.directory, scan_headers(log_, log_.log_start_offset))
+
+
+def rebuild_producers(part: Partition) -> None:
+    """After a truncation: the producer table from what is left of the log (blocking)."""
+    part.producers = ProducerStateTable.rebuild(part.log)
