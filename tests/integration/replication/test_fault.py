@@ -74,6 +74,7 @@ def test_acknowledged_records_survive_kills_and_partitions(region: ReplicatedReg
         replication_factor=REPLICATION_FACTOR,
         min_isr=MIN_INSYNC_REPLICAS,
     )
+    epochs_before = {p: s.leader_epoch for p, s in region.states().items()}
     acks = "all" if REPLICATION_FACTOR > 1 else 1
     load = ProducerLoad(region.bootstrap, topic.full_name, PARTITIONS, acks=acks).start()
     chaos = Chaos(region, load, seed=seed, replicated=REPLICATION_FACTOR > 1)
@@ -87,6 +88,10 @@ def test_acknowledged_records_survive_kills_and_partitions(region: ReplicatedReg
     print(summary(chaos.faults))
     print(f"{load.sent} records sent, {load.count()} acknowledged, {len(load.failures)} failed")
     assert len(chaos.faults) >= FAULTS
+    epochs_after = {p: s.leader_epoch for p, s in region.states().items()}
+    print(f"leader epochs: before {epochs_before}, after {epochs_after}")
+    if REPLICATION_FACTOR > 1 and FAULTS >= 5:  # leaders really moved: these were failovers
+        assert sum(epochs_after.values()) > sum(epochs_before.values()), epochs_after
 
     wait_until(region.all_in_sync, 60, "every ISR full after the producers stopped")
     high_watermarks = _high_watermarks(region.bootstrap, topic.full_name)
