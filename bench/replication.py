@@ -19,10 +19,13 @@ to stdout.
 2. **Latency**: the same three cases paced at ``--rate`` records/s for a few seconds;
    p50/p99 of send-to-acknowledgement per record.
 3. **Failover**: ``--kills`` times, the broker leading a partition of the RF=3 ``acks=all``
-   topic is SIGKILLed while a paced producer writes to every partition; the failover time
-   is from the kill to the first acknowledgement of a record sent after it, on the
-   partitions that broker led (the slowest of them). The controller's provisioner
-   restarts the broker; the next kill waits until every ISR is full again.
+   topic is SIGKILLed while a paced producer (300 records/s, ``request_timeout_ms=5000``)
+   writes to every partition; the failover time is from the kill to the first
+   acknowledgement of a record sent after it, on the partitions that broker led (the
+   slowest of them). The controller's provisioner restarts the broker; the next fault
+   waits until every ISR is full again. Then ``--pauses`` times the leader is SIGSTOPped
+   instead (a hung or partitioned broker: its process still exists, so only its silence
+   tells the controller), and SIGCONTed once writes have resumed.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import signal
 import statistics
 import subprocess
 import sys
@@ -59,6 +63,20 @@ def log(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
+@dataclass(frozen=True)
+class Cpu:
+    """CPU-seconds spent during one run: the brokers, this process (the producer), and
+    the whole machine (every CPU's busy time, from /proc/stat)."""
+
+    brokers_s: float
+    client_s: float
+    machine_s: float
+
+    @property
+    def others_s(self) -> float:
+        return max(0.0, self.machine_s - self.brokers_s - self.client_s)
+
+
 @dataclass
 class Case:
     name: str
@@ -66,6 +84,7 @@ class Case:
     acks: int | str
     replication_factor: int
     seconds: list[float] = field(default_factory=list)  # one per throughput round
+    cpu: list[Cpu] = field(default_factory=list)  # one per throughput round
     latencies_ms: list[float] = field(default_factory=list)  # paced run
 
 
@@ -78,6 +97,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--rate", type=float, default=1000.0, help="paced latency run, rec/s")
     parser.add_argument("--latency-s", type=float, default=6.0)
     parser.add_argument("--kills", type=int, default=10)
+    parser.add_argument("--pauses", type=int, default=3, help="leader SIGSTOPs (after kills)")
     parser.add_argument(
         "--session-timeout-s",
         type=float,
@@ -86,7 +106,8 @@ def parse_args() -> argparse.Namespace:
     )
     args = parser.parse_args()
     if args.quick:
-        args.records, args.rounds, args.kills, args.latency_s = 20_000, 1, 3, 3.0
+        args.records, args.rounds, args.kills, args.pauses = 20_000, 1, 3, 1
+        args.latency_s = 3.0
     return args
 
 
@@ -149,17 +170,35 @@ def producer_for(bootstrap: str, case: Case) -> Any:
     return producer
 
 
-def throughput_run(bootstrap: str, case: Case, records: int, value: bytes) -> float:
-    """Seconds from the first send to the end of ``flush`` for ``records`` records."""
-    producer = producer_for(bootstrap, case)
+def throughput_run(region: Any, case: Case, records: int, value: bytes) -> None:
+    """Time ``records`` records from the first send to the end of ``flush``, and the
+    CPU the brokers, the producer and the machine spent meanwhile."""
+    producer = producer_for(region.bootstrap, case)
     try:
+        before = cpu_now(region)
         started = time.perf_counter()
         for i in range(records):
             producer.send(case.topic, value, partition=i % PARTITIONS)
         producer.flush(300)
-        return time.perf_counter() - started
+        case.seconds.append(time.perf_counter() - started)
+        after = cpu_now(region)
+        case.cpu.append(Cpu(*(b - a for a, b in zip(before, after, strict=True))))
     finally:
         producer.close(30)
+
+
+def cpu_now(region: Any) -> tuple[float, float, float]:
+    """(brokers, this process, machine busy) CPU-seconds so far."""
+    tick = os.sysconf("SC_CLK_TCK")
+    brokers = 0.0
+    for broker in region.brokers():
+        if broker.pid:
+            fields = Path(f"/proc/{broker.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            brokers += (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    busy = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    # user nice system idle iowait irq softirq steal: busy = all but idle and iowait
+    machine = sum(int(busy[i]) for i in (0, 1, 2, 5, 6, 7)) / tick
+    return brokers, time.process_time(), machine
 
 
 def latency_run(bootstrap: str, case: Case, rate: float, seconds: float, value: bytes) -> None:
@@ -190,10 +229,10 @@ def percentile(values: list[float], q: float) -> float:
 
 
 # -- 3: failover ----------------------------------------------------------------------------
-def failovers(region: Any, case: Case, kills: int) -> list[tuple[int, list[int], float]]:
-    """(killed broker, partitions it led, failover seconds) per kill."""
-    import signal
-
+def failovers(region: Any, case: Case, kinds: list[str]) -> list[tuple[str, int, list[int], float]]:
+    """(kind, broker, partitions it led, failover seconds) per fault, one after the
+    other: ``kill`` SIGKILLs the leader of a partition (the provisioner restarts it);
+    ``pause`` SIGSTOPs it until writes resume elsewhere, then SIGCONTs it."""
     from tests.integration.replication.load import ProducerLoad
     from tests.integration.replication.region import wait_until
 
@@ -204,28 +243,32 @@ def failovers(region: Any, case: Case, kills: int) -> list[tuple[int, list[int],
     try:
         wait_until(lambda: all(load.first_ack_after(p, 0.0) for p in range(PARTITIONS)), 30,
                    "the failover producer's first acknowledgements")  # fmt: skip
-        for number in range(kills):
-            wait_until(region.all_in_sync, 120, "every ISR full before a kill")
+        for number, kind in enumerate(kinds):
+            wait_until(region.all_in_sync, 120, "every ISR full before a fault")
             states = region.states(topic)
             victim = states[number % PARTITIONS].leader
             led = sorted(p for p, s in states.items() if s.leader == victim)
             pid = region.pid(victim)
-            killed_at = time.monotonic()
-            os.kill(pid, signal.SIGKILL)
-            resumed_at = wait_until(
-                lambda at=killed_at, led=led: _resumed(load, led, at),
-                120,
-                f"writes to {led} after killing broker {victim}",
-            )
-            took = resumed_at - killed_at
-            results.append((victim, led, took))
-            log(
-                f"kill {number + 1}: broker {victim} (led {led}); writes resumed after {took:.2f} s"
-            )
+            took = _fault(load, kind, pid, led)
+            results.append((kind, victim, led, took))
+            log(f"{kind} {number + 1}: broker {victim} (led {led}); writes resumed in {took:.2f} s")
     finally:
         load.stop()
     log(f"failover producer: {load.sent} sent, {load.count()} acked, {len(load.failures)} failed")
     return results
+
+
+def _fault(load: Any, kind: str, pid: int, led: list[int]) -> float:
+    from tests.integration.replication.region import wait_until
+
+    at = time.monotonic()
+    os.kill(pid, signal.SIGKILL if kind == "kill" else signal.SIGSTOP)
+    try:
+        resumed_at = wait_until(lambda: _resumed(load, led, at), 120, f"writes to {led}")
+    finally:
+        if kind == "pause":
+            os.kill(pid, signal.SIGCONT)
+    return float(resumed_at - at)
 
 
 def _resumed(load: Any, partitions: list[int], since: float) -> float | None:
@@ -251,43 +294,65 @@ def machine() -> list[str]:
     ]
 
 
-def report(
-    cases: list[Case], kills: list[tuple[int, list[int], float]], args: argparse.Namespace
-) -> None:
+Faults = list[tuple[str, int, list[int], float]]
+
+
+def report(cases: list[Case], faults: Faults, args: argparse.Namespace) -> None:
     print("Meridian replication benchmark")
     print("\n".join(machine()))
     print(f"  controller:   session timeout {args.session_timeout_s or 'default (6 s)'}")
+    report_throughput(cases, args)
+    report_latency(cases, args)
+    report_failover(faults)
+    base = args.records / statistics.median(cases[0].seconds)
+    ratio = (args.records / statistics.median(cases[2].seconds)) / base
+    print("\nAims (reported, never enforced)")
+    print(f"  RF=3 acks=all >= {AIM_RATIO:.0%} of RF=1 throughput: {ratio:.0%} "
+          f"{'PASS' if ratio >= AIM_RATIO else 'MISS'}")  # fmt: skip
+    kills = sorted(t for kind, _, _, t in faults if kind == "kill")
+    if kills:
+        ok = kills[-1] < AIM_FAILOVER_S
+        print(f"  failover (leader SIGKILL) < {AIM_FAILOVER_S:.0f} s: max {kills[-1]:.2f} s "
+              f"{'PASS' if ok else 'MISS'}")  # fmt: skip
+
+
+def report_throughput(cases: list[Case], args: argparse.Namespace) -> None:
     print(f"\n1. Produce throughput, SDK Producer, {args.value_bytes} B values, "
           f"{args.records:,} records per run, {PARTITIONS} partitions, "
           f"median of {args.rounds}")  # fmt: skip
-    print(f"{'case':<15} {'records/s':>10} {'MB/s':>7} {'runs (s)':>24} {'vs RF=1':>8}")
+    header = f"{'case':<15} {'records/s':>10} {'MB/s':>6} {'vs RF=1':>8} {'runs (s)':>20}"
+    print(f"{header} {'brokers CPU-s':>13} {'client CPU-s':>12} {'others CPU-s':>12}")
     base = args.records / statistics.median(cases[0].seconds)
     for case in cases:
         rate = args.records / statistics.median(case.seconds)
         runs = ", ".join(f"{s:.2f}" for s in case.seconds)
-        print(f"{case.name:<15} {rate:>10,.0f} {rate * args.value_bytes / 1e6:>7.1f} "
-              f"{runs:>24} {rate / base:>7.0%}")  # fmt: skip
+        cpu = [statistics.median(getattr(c, f) for c in case.cpu)
+               for f in ("brokers_s", "client_s", "others_s")]  # fmt: skip
+        print(f"{case.name:<15} {rate:>10,.0f} {rate * args.value_bytes / 1e6:>6.1f} "
+              f"{rate / base:>8.0%} {runs:>20} {cpu[0]:>13.2f} {cpu[1]:>12.2f} "
+              f"{cpu[2]:>12.2f}")  # fmt: skip
+    print("  CPU-s: CPU-seconds per run (median) of the three broker processes, of this")
+    print("  process (the producer), and of everything else on the machine meanwhile.")
+
+
+def report_latency(cases: list[Case], args: argparse.Namespace) -> None:
     print(f"\n2. Latency, paced at {args.rate:,.0f} records/s for {args.latency_s:.0f} s")
     print(f"{'case':<15} {'n':>6} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8}")
     for case in cases:
         lat = case.latencies_ms
         print(f"{case.name:<15} {len(lat):>6} {percentile(lat, 0.5):>8.2f} "
               f"{percentile(lat, 0.99):>8.2f} {max(lat, default=float('nan')):>8.2f}")  # fmt: skip
-    print(f"\n3. Failover, {len(kills)} leader kills (SIGKILL) of the RF=3 acks=all topic")
-    for victim, led, took in kills:
-        print(f"  broker {victim} (led {led}): {took:.2f} s")
-    times = sorted(t for _, _, t in kills)
-    if times:
-        print(f"  p50 {percentile(times, 0.5):.2f} s, max {times[-1]:.2f} s")
-    ratio = (args.records / statistics.median(cases[2].seconds)) / base
-    print("\nAims (reported, never enforced)")
-    print(f"  RF=3 acks=all >= {AIM_RATIO:.0%} of RF=1 throughput: {ratio:.0%} "
-          f"{'PASS' if ratio >= AIM_RATIO else 'MISS'}")  # fmt: skip
-    if times:
-        ok = times[-1] < AIM_FAILOVER_S
-        print(
-            f"  failover < {AIM_FAILOVER_S:.0f} s: max {times[-1]:.2f} s {'PASS' if ok else 'MISS'}"
-        )
+
+
+def report_failover(faults: Faults) -> None:
+    print("\n3. Failover of the RF=3 acks=all topic: leader faulted -> first ack after it")
+    for kind, victim, led, took in faults:
+        print(f"  {kind:<5} broker {victim} (led {led}): {took:.2f} s")
+    for kind in ("kill", "pause"):
+        times = sorted(t for k, _, _, t in faults if k == kind)
+        if times:
+            print(f"  {kind}: n={len(times)} p50 {percentile(times, 0.5):.2f} s, "
+                  f"max {times[-1]:.2f} s")  # fmt: skip
 
 
 def main() -> int:
@@ -303,14 +368,14 @@ def main() -> int:
             cases = make_cases(region)
             for round_number in range(args.rounds):
                 for case in cases:
-                    seconds = throughput_run(region.bootstrap, case, args.records, value)
-                    case.seconds.append(seconds)
-                    log(f"round {round_number + 1} {case.name}: {args.records / seconds:,.0f}/s")
+                    throughput_run(region, case, args.records, value)
+                    rate = args.records / case.seconds[-1]
+                    log(f"round {round_number + 1} {case.name}: {rate:,.0f}/s")
             for case in cases:
                 latency_run(region.bootstrap, case, args.rate, args.latency_s, value)
                 log(f"latency {case.name}: p99 {percentile(case.latencies_ms, 0.99):.1f} ms")
-            kills = failovers(region, cases[2], args.kills)
-            report(cases, kills, args)
+            faults = failovers(region, cases[2], ["kill"] * args.kills + ["pause"] * args.pauses)
+            report(cases, faults, args)
         finally:
             if region is not None:
                 region.kill_all()

@@ -3,7 +3,8 @@
 Each fault is one of
 - ``kill``: SIGKILL the broker's process (the controller's local provisioner starts it
   again, on the same data directory and port);
-- ``pause``: SIGSTOP it for ``pause_s`` seconds, then SIGCONT — a network partition as
+- ``pause``: SIGSTOP it for ``pause_s`` seconds (3-5 s: longer than the test's controller
+  takes to declare a silent broker dead), then SIGCONT — a network partition as
   the rest of the cluster sees it: it neither answers nor sends, then comes back with
   whatever it believed before;
 
@@ -73,7 +74,7 @@ class Chaos:
         *,
         seed: int,
         replicated: bool = True,
-        pause_s: tuple[float, float] = (2.0, 4.0),
+        pause_s: tuple[float, float] = (3.0, 5.0),
     ) -> None:
         self.region, self.load = region, load
         self.rng = random.Random(seed)
