@@ -2,8 +2,11 @@
 
 Each fault is one of
 - ``kill``: SIGKILL the broker's process (the controller's local provisioner starts it
-  again, on the same data directory and port);
-- ``pause``: SIGSTOP it for ``pause_s`` seconds (3-5 s: longer than the test's controller
+  again at its next tick, on the same data directory and port);
+- ``down``: SIGKILL it and keep it down for ``pause_s`` seconds (its data directory's
+  lock is held, so each restart the provisioner tries fails at once) — a host that stays
+  down: the controller must move leadership to a follower; then it comes back;
+- ``pause``: SIGSTOP it for ``pause_s`` seconds (2.5-4 s: longer than the test's controller
   takes to declare a silent broker dead), then SIGCONT — a network partition as
   the rest of the cluster sees it: it neither answers nor sends, then comes back with
   whatever it believed before;
@@ -34,7 +37,7 @@ RECOVERY_TIMEOUT_S = 60.0
 @dataclass
 class Fault:
     number: int
-    kind: str  # kill | pause
+    kind: str  # kill | down | pause
     role: str  # leader | follower (of ``partition``)
     partition: int
     broker_id: int
@@ -43,6 +46,7 @@ class Fault:
     pause_s: float = 0.0
     resumed_s: dict[int, float] = field(default_factory=dict)  # partition -> s to first ack
     recovered_s: float = 0.0  # until the whole cluster was back in sync
+    after: dict[int, tuple[int | None, int]] = field(default_factory=dict)  # p -> leader, epoch
 
     @property
     def failover_s(self) -> float | None:
@@ -51,16 +55,17 @@ class Fault:
         return max(led) if led else None
 
     def describe(self) -> str:
-        held = f" for {self.pause_s:.1f} s" if self.kind == "pause" else ""
+        held = f" for {self.pause_s:.1f} s" if self.pause_s else ""
         led = ",".join(f"p{p}" for p in self.led) or "none"
         failover = self.failover_s
         took = "" if failover is None else f"; failover (first ack on p{self.led}) {failover:.2f} s"
         stalls = " ".join(f"p{p}:{s:.2f}" for p, s in sorted(self.resumed_s.items()))
+        moved = " ".join(f"p{p}->{self.after[p][0]}@e{self.after[p][1]}" for p in self.led)
         return (
             f"fault {self.number:2d}: {self.kind:5s}{held} broker {self.broker_id} "
             f"({self.role} of p{self.partition}; led {led}){took}; "
             f"first ack after the fault per partition (s): {stalls}; "
-            f"cluster in sync after {self.recovered_s:.2f} s"
+            f"cluster in sync after {self.recovered_s:.2f} s; its partitions now: {moved or '-'}"
         )
 
 
@@ -74,7 +79,7 @@ class Chaos:
         *,
         seed: int,
         replicated: bool = True,
-        pause_s: tuple[float, float] = (3.0, 5.0),
+        pause_s: tuple[float, float] = (2.5, 4.0),
     ) -> None:
         self.region, self.load = region, load
         self.rng = random.Random(seed)
@@ -94,7 +99,7 @@ class Chaos:
     # -- one fault --------------------------------------------------------------------------
     def _inject(self, number: int) -> Fault:
         states = self.region.states()
-        kind = self.rng.choice(["kill", "pause"])
+        kind = self.rng.choice(["kill", "down", "pause"])
         role = self.rng.choice(["leader", "follower"]) if self.replicated else "leader"
         partition = self.rng.randrange(len(states))
         target = self._target(states[partition], role)
@@ -104,6 +109,11 @@ class Chaos:
         fault = Fault(number, kind, role, partition, target, led, time.monotonic())
         if kind == "kill":
             os.kill(pid, signal.SIGKILL)
+        elif kind == "down":
+            fault.pause_s = self.rng.uniform(*self.pause_s)
+            os.kill(pid, signal.SIGKILL)
+            with self.region.held_down(target):
+                time.sleep(fault.pause_s)
         else:
             fault.pause_s = self.rng.uniform(*self.pause_s)
             self._pause(pid, fault.pause_s)
@@ -142,6 +152,8 @@ class Chaos:
                         fault.resumed_s[p] = acked_at - fault.at
             if len(fault.resumed_s) == len(partitions) and self.region.all_in_sync():
                 fault.recovered_s = time.monotonic() - fault.at
+                states = self.region.states()
+                fault.after = {p: (s.leader, s.leader_epoch) for p, s in states.items()}
                 return
             if time.monotonic() > deadline:
                 raise AssertionError(
@@ -162,7 +174,7 @@ class Chaos:
 def summary(faults: list[Fault]) -> str:
     """Failover times of the faults that hit a leader: count, p50, max."""
     times = sorted(f.failover_s for f in faults if f.failover_s is not None)
-    kinds = {k: sum(1 for f in faults if f.kind == k) for k in ("kill", "pause")}
+    kinds = {k: sum(1 for f in faults if f.kind == k) for k in ("kill", "down", "pause")}
     roles = {r: sum(1 for f in faults if f.role == r) for r in ("leader", "follower")}
     if not times:
         return f"{len(faults)} faults {kinds} {roles}; none hit a partition leader"

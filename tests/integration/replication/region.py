@@ -17,6 +17,7 @@ it; ``kill_all`` finds them by the pids in Postgres.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import signal
 import subprocess
@@ -208,6 +209,30 @@ class ReplicatedRegion:
             text = path.read_text(errors="replace")[-tail_bytes:]
             parts.append(f"===== {path.name} =====\n{text}")
         return "\n".join(parts)
+
+    @contextlib.contextmanager
+    def held_down(self, broker_id: int, timeout_s: float = 10.0) -> Iterator[None]:
+        """Keep a killed broker from starting again while inside: hold the lock of its
+        data directory (``LogManager`` takes it with ``flock``), so every restart the
+        provisioner tries exits at once and the controller must fail its partitions
+        over, as when a host stays down. Waits (up to ``timeout_s``) for the killed
+        process to release the lock first."""
+        broker = next(b for b in self.brokers() if b.broker_id == broker_id)
+        path = self.provisioner.paths(broker).data_dir / ".lock"
+        descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            deadline = time.monotonic() + timeout_s
+            while True:
+                try:
+                    fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise AssertionError(f"broker {broker_id} still holds {path}") from None
+                    time.sleep(0.005)
+            yield
+        finally:
+            os.close(descriptor)  # releases the lock
 
     # -- stopping ---------------------------------------------------------------------------
     def stop_controller(self) -> None:
