@@ -26,7 +26,8 @@ from typing import Any
 import grpc
 
 from dataplane._gen.meridian.v1 import admin_pb2, common_pb2
-from dataplane.client.connection import ConnectionPool
+from dataplane.client.auth import Credentials
+from dataplane.client.connection import ChannelSecurity, ConnectionPool, Tls
 from dataplane.client.metadata import BrokerAddress, ClusterMetadata
 from dataplane.client.offsets import list_offsets, offset_spec
 from dataplane.client.types import TopicPartition
@@ -128,9 +129,13 @@ class Admin:
         *,
         client_id: str = "meridian-admin",
         request_timeout_ms: float = 30_000,
+        credentials: Credentials = None,
+        tls: Tls = None,
     ) -> None:
         self._timeout_s = request_timeout_ms / 1000
-        self._pool = ConnectionPool(bootstrap, client_id=client_id)
+        self._pool = ConnectionPool(
+            bootstrap, client_id=client_id, security=ChannelSecurity.of(credentials, tls)
+        )
         self.metadata = ClusterMetadata(self._pool, timeout_s=self._timeout_s)
 
     # -- topics --------------------------------------------------------------------------
