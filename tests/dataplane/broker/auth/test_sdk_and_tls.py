@@ -59,9 +59,11 @@ def test_the_sdk_surfaces_a_refusal_as_a_typed_error(
     secured_broker: BrokerProcess, issuer: TestIssuer
 ) -> None:
     token = issuer.token(tenants={"acme": "developer"})
-    with Producer(secured_broker.address, credentials=token, retries=0) as producer:
-        with pytest.raises(MeridianError) as raised:
-            producer.send("beta.secret", b"nope")  # its metadata is refused: fatal at once
+    with (
+        Producer(secured_broker.address, credentials=token, retries=0) as producer,
+        pytest.raises(MeridianError) as raised,
+    ):
+        producer.send("beta.secret", b"nope")  # its metadata is refused: fatal at once
     assert raised.value.code == ErrorCode.TOPIC_AUTHORIZATION_FAILED
 
 
