@@ -16,7 +16,8 @@ topic or group exists — so a refusal tells another tenant nothing.
 - Internal calls (Admin, Replication, peer Metadata) need the internal role; the
   internal role needs nothing else (brokers and the controller act for every tenant).
 
-With authentication off (no principal) everything is allowed.
+With authentication off (``ALLOW_ALL``) everything is allowed. With it on, a call that
+somehow runs without a principal is treated as a caller holding no role: refused.
 """
 
 from __future__ import annotations
@@ -46,17 +47,29 @@ def tenant_of(name: str) -> str | None:
     return tenant if dot and tenant and rest else None
 
 
-class Authorizer:
-    """See the module docstring. ``acls(topic)`` returns the topic's pushed ACL entries."""
+_NOBODY = Principal(subject="")
 
-    def __init__(self, acls: AclLookup | None = None) -> None:
+
+class Authorizer:
+    """See the module docstring. ``acls(topic)`` returns the topic's pushed ACL entries;
+    ``enabled=False`` allows everything (authentication is off)."""
+
+    def __init__(self, acls: AclLookup | None = None, *, enabled: bool = True) -> None:
         self._acls = acls or (lambda topic: ())
+        self.enabled = enabled
+
+    def _caller(self) -> Principal | None:
+        """The caller to check; None when every call is allowed."""
+        if not self.enabled:
+            return None
+        principal = current() or _NOBODY
+        return None if principal.internal else principal
 
     # -- topics -------------------------------------------------------------------------
     def topic_error(self, topic: str, operation: str) -> MeridianError | None:
         """None when the caller may do ``operation`` on ``topic``; else the refusal."""
-        principal = current()
-        if principal is None or principal.internal:
+        principal = self._caller()
+        if principal is None:
             return None
         if self._topic_allowed(principal, topic, operation):
             return None
@@ -88,8 +101,8 @@ class Authorizer:
     # -- groups -------------------------------------------------------------------------
     def group_error(self, group_id: str, operation: str) -> MeridianError | None:
         """None when the caller may do ``operation`` on group ``group_id``."""
-        principal = current()
-        if principal is None or principal.internal:
+        principal = self._caller()
+        if principal is None:
             return None
         tenant = tenant_of(group_id)
         role = principal.role_in(tenant) if tenant is not None else None
@@ -109,8 +122,7 @@ class Authorizer:
     # -- the cluster --------------------------------------------------------------------
     def check_internal(self, what: str) -> None:
         """Raise CLUSTER_AUTHORIZATION_FAILED unless the caller holds the internal role."""
-        principal = current()
-        if principal is not None and not principal.internal:
+        if self._caller() is not None:
             raise MeridianError(
                 ErrorCode.CLUSTER_AUTHORIZATION_FAILED, f"{what} is internal to the cluster"
             )
@@ -118,8 +130,8 @@ class Authorizer:
     def check_producer(self) -> None:
         """Raise CLUSTER_AUTHORIZATION_FAILED unless the caller may produce somewhere
         (a producer id is only useful to a producer)."""
-        principal = current()
-        if principal is None or principal.internal:
+        principal = self._caller()
+        if principal is None:
             return
         if not any(PRODUCE in ROLE_OPERATIONS[role] for role in principal.roles.values()):
             raise MeridianError(
@@ -128,4 +140,4 @@ class Authorizer:
             )
 
 
-ALLOW_ALL = Authorizer()
+ALLOW_ALL = Authorizer(enabled=False)

@@ -246,3 +246,21 @@ def test_client_tokens_cannot_replica_fetch(
             assert error.code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED
         else:
             raise AssertionError("ReplicaFetch succeeded with a client token")
+
+
+def test_the_produce_stream_is_authorized_request_by_request(
+    secured_broker: BrokerProcess, issuer: TestIssuer
+) -> None:
+    requests = [
+        produce_request("acme.audit", 0, build_batch([b"streamed"])),
+        produce_request("beta.secret", 0, build_batch([b"smuggled"])),
+    ]
+    for i, request in enumerate(requests):
+        request.correlation_id = i + 1
+    with caller(secured_broker.address, issuer.token(tenants={"acme": "developer"})) as c:
+        responses = list(c.broker.ProduceStream(iter(requests), timeout=15))
+    assert [r.correlation_id for r in responses] == [1, 2]
+    assert [errors_by_topic(r.results) for r in responses] == [
+        {"acme.audit": "NONE"},
+        {"beta.secret": TOPIC_DENIED},
+    ]
