@@ -9,8 +9,10 @@ from pathlib import Path
 
 import grpc
 import pytest
+from typer.testing import CliRunner
 
 from dataplane._gen.meridian.v1 import broker_pb2
+from dataplane.cli import app
 from dataplane.client import Admin, Consumer, Producer, TopicPartition
 from dataplane.client.auth import ClientCredentials
 from dataplane.errors import ErrorCode, MeridianError
@@ -151,3 +153,29 @@ def test_brokers_call_each_other_with_their_own_credentials_over_tls(
         assert leaders == {0: 2}, brokers[0].log_text()[-3000:]
     finally:
         stop_all(brokers)
+
+
+def test_the_cli_takes_a_token_or_client_credentials(
+    secured_broker: BrokerProcess, issuer: TestIssuer
+) -> None:
+    runner = CliRunner()
+    base = ["--bootstrap", secured_broker.address]
+    anonymous = runner.invoke(app, [*base, "topics", "list"])
+    assert anonymous.exit_code == 1
+    assert "UNAUTHENTICATED" in anonymous.stderr
+    token = issuer.token(tenants={"acme": "viewer"})
+    listed = runner.invoke(app, [*base, "--token", token, "topics", "list"])
+    assert listed.exit_code == 0, listed.stderr
+    assert "acme.orders" in listed.stdout
+    assert "beta" not in listed.stdout
+    issuer.add_client("acme--cli", "cli-secret", tenants={"acme": "developer"})
+    flags = ["--token-url", issuer.token_url, "--client-id", "acme--cli"]
+    produced = runner.invoke(
+        app,
+        [*base, *flags, "--client-secret", "cli-secret", "produce", "acme.audit"],
+        input="from the cli\n",
+    )
+    assert produced.exit_code == 0, produced.stderr
+    half = runner.invoke(app, [*base, *flags, "topics", "list"])
+    assert half.exit_code == 1
+    assert "--client-secret" in half.stderr
