@@ -86,6 +86,8 @@ class BrokerApp:
         self.authorizer = Authorizer(self._topic_acls) if self.authenticator else ALLOW_ALL
         if self.authenticator is None:
             log.warning("authentication is off: no jwks_url configured; any caller may do all")
+        elif config.peers and not config.token_url:
+            log.warning("no token_url/client_id: peers with authentication will refuse us")
 
     def _topic_acls(self, topic: str) -> list[Any]:
         """The ACL entries the controller last pushed for ``topic`` (indexed per push)."""

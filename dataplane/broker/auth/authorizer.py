@@ -35,6 +35,7 @@ ROLE_OPERATIONS = {
     VIEWER: frozenset({CONSUME, DESCRIBE}),
 }
 _VERBS = {PRODUCE: "produce to", CONSUME: "consume from", ADMIN: "administer", DESCRIBE: "describe"}
+_GROUP_VERBS = {CONSUME: "use", ADMIN: "delete", DESCRIBE: "describe"}
 
 AclLookup = Callable[[str], Sequence[Any]]  # topic -> its AclEntry list (may be empty)
 
@@ -112,7 +113,7 @@ class Authorizer:
             return None
         return MeridianError(
             ErrorCode.GROUP_AUTHORIZATION_FAILED,
-            f"not authorized to {_VERBS[operation]} group {group_id!r}"
+            f"not authorized to {_GROUP_VERBS.get(operation, operation)} group {group_id!r}"
             " (group ids start with '<tenant>.')",
         )
 
