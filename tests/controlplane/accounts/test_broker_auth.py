@@ -24,6 +24,7 @@ from controlplane.accounts.identity import LocalIdentity, get_identity
 from controlplane.accounts.keycloak_setup import internal_client_secret
 from controlplane.accounts.tokens import InvalidToken
 from controlplane.core.actors import Actor
+from controlplane.provisioning.local import LocalProvisioner
 from dataplane._gen.meridian.v1 import admin_pb2, admin_pb2_grpc, common_pb2
 from dataplane.client import Consumer, Producer
 from dataplane.client.auth import ClientCredentials, StaticToken
@@ -32,6 +33,7 @@ from dataplane.errors import ErrorCode, MeridianError, error_from_rpc
 from tests.controlplane.accounts.test_keycloak import _tenant, keycloak, keycloak_realm
 from tests.controlplane.api_base import make_tenant
 from tests.support.brokers import BrokerProcess
+from tests.support.tls import make_tls_files
 
 __all__ = ["keycloak", "keycloak_realm"]  # fixtures this module uses
 
@@ -200,3 +202,38 @@ def test_bootstrap_gives_the_internal_clients_the_internal_role(
         claims = get_identity().verify(token)
         assert django_settings.INTERNAL_ROLE in claims["realm_access"]["roles"]
         assert claims["azp"] == client_id
+
+
+def test_the_control_plane_reaches_tls_brokers_with_the_configured_ca(
+    settings: Any, tmp_path: Path
+) -> None:
+    files = make_tls_files(tmp_path / "tls")
+    broker = BrokerProcess(tmp_path / "broker", extra_args=files.broker_args()).start()
+    try:
+        settings.BROKER_TLS_CA_FILE = str(files.ca_file)
+        with internal.broker_channel(broker.address, None) as channel:
+            state = admin_pb2_grpc.AdminStub(channel).DescribeState(
+                admin_pb2.DescribeStateRequest(), timeout=10
+            )
+        assert state.broker_id == 1
+    finally:
+        broker.kill()
+
+
+def test_local_brokers_start_with_the_auth_and_tls_settings(
+    db: None, local_identity: LocalIdentity, broker_auth: None, settings: Any, tmp_path: Path
+) -> None:
+    settings.BROKER_TLS_CERT_FILE, settings.BROKER_TLS_KEY_FILE = "/c.pem", "/k.pem"
+    settings.BROKER_TLS_CA_FILE = "/ca.pem"
+    args = LocalProvisioner(tmp_path / "brokers").security_args()
+    flags = dict(zip(args[::2], args[1::2], strict=True))
+    assert flags["--jwks-url"] == f"{settings.API_BASE_URL}/api/v1/auth/jwks.json"
+    assert flags["--token-issuer"] == settings.LOCAL_ISSUER
+    assert flags["--client-id"] == internal.BROKER_CLIENT_ID
+    assert (flags["--tls-cert-file"], flags["--tls-ca-file"]) == ("/c.pem", "/ca.pem")
+    secret_file = Path(flags["--client-secret-file"])
+    assert secret_file.read_text().strip() == internal.local_internal_secret()
+    assert secret_file.stat().st_mode & 0o777 == 0o600
+    settings.BROKER_AUTH = False
+    settings.BROKER_TLS_CERT_FILE = settings.BROKER_TLS_CA_FILE = ""
+    assert LocalProvisioner(tmp_path / "brokers").security_args() == []
