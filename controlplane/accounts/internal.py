@@ -160,6 +160,13 @@ def controller_tokens() -> TokenSource:
         return _tokens
 
 
+def reset_controller_tokens() -> None:
+    """Forget the token source (tests that switch settings)."""
+    global _tokens
+    with _tokens_lock:
+        _tokens = None
+
+
 def broker_security() -> ChannelSecurity:
     """TLS and credentials of the control plane's channels to brokers."""
     tokens = controller_tokens() if settings.BROKER_AUTH else None

@@ -130,7 +130,7 @@ def broker_auth(settings: Any, tmp_path: Path) -> Iterator[None]:
     settings.BROKER_AUTH = True
     settings.INTERNAL_CLIENT_SECRET_FILE = str(tmp_path / "internal-secret")
     yield
-    internal._tokens = None  # the next test builds the source for its own settings
+    internal.reset_controller_tokens()  # the next test builds one for its own settings
 
 
 def test_local_issuer_tokens_work_on_brokers(
