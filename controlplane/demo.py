@@ -299,8 +299,8 @@ Try:
   # brokers require a token: --token (or MERIDIAN_TOKEN), or client credentials
   .venv/bin/meridian --token "$TOKEN" topics describe {TENANT}.{TOPIC}
   echo hello | .venv/bin/meridian --token "$TOKEN" produce {TENANT}.{TOPIC}
-  .venv/bin/meridian --token-url {url}/api/v1/auth/token --client-id {account["client_id"]} \
-       --client-secret {account["client_secret"]} \
+  .venv/bin/meridian --token-url {url}/api/v1/auth/token --client-id {account["client_id"]} \\
+       --client-secret {account["client_secret"]} \\
        consume {TENANT}.{TOPIC} --from-beginning --max-messages 5
   .venv/bin/meridian --token "$TOKEN" groups describe {TENANT}.billing
 """
