@@ -12,7 +12,8 @@ never blocking), so an asyncio caller fetches off its event loop only when neede
 
 Every call then carries ``authorization: Bearer <token>`` metadata, added by the client
 interceptors below (gRPC refuses call credentials on plaintext channels, interceptors
-work on both).
+work on both). When no token can be had, the call fails as if the broker had refused it
+(UNAUTHENTICATED, or BROKER_NOT_AVAILABLE when the issuer is unreachable).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Any, Protocol
 import grpc
 import grpc.aio
 
-from dataplane.errors import ErrorCode, MeridianError
+from dataplane.errors import ERROR_METADATA_KEY, ErrorCode, MeridianError
 
 AUTHORIZATION_KEY = "authorization"
 DEFAULT_REFRESH_MARGIN_S = 30.0
@@ -157,6 +158,41 @@ def token_source(credentials: Credentials) -> TokenSource | None:
     return credentials
 
 
+class CredentialsError(grpc.RpcError):  # type: ignore[misc]
+    """A call that never left: its token could not be had. Shaped like a failed call
+    (``code()``, ``details()``, ``trailing_metadata()`` naming the ``ErrorCode``), so
+    every caller's handling of failed calls applies."""
+
+    def __init__(self, error: MeridianError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+    def code(self) -> grpc.StatusCode:
+        return self.error.grpc_status
+
+    def details(self) -> str:
+        return self.error.message
+
+    def trailing_metadata(self) -> tuple[tuple[str, str], ...]:
+        return ((ERROR_METADATA_KEY, self.error.code_name),)
+
+
+def _fetch_token(source: TokenSource) -> str:
+    try:
+        return source.token()
+    except MeridianError as exc:
+        raise CredentialsError(exc) from None
+
+
+def _aio_failure(error: MeridianError) -> grpc.aio.AioRpcError:
+    return grpc.aio.AioRpcError(
+        error.grpc_status,
+        grpc.aio.Metadata(),
+        grpc.aio.Metadata((ERROR_METADATA_KEY, error.code_name)),
+        details=error.message,
+    )
+
+
 def bearer(token: str) -> tuple[str, str]:
     return (AUTHORIZATION_KEY, f"Bearer {token}")
 
@@ -189,7 +225,7 @@ class BearerInterceptor(
         self.source = source
 
     def _details(self, details: Any) -> Any:
-        return _CallDetails(details, _with_token(details.metadata, self.source.token()))
+        return _CallDetails(details, _with_token(details.metadata, _fetch_token(self.source)))
 
     def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
         return continuation(self._details(details), request)
@@ -206,10 +242,14 @@ class BearerInterceptor(
 
 # -- asyncio channels -----------------------------------------------------------------------
 async def current_token(source: TokenSource) -> str:
-    """The source's token, fetched in a thread when a new one is needed."""
+    """The source's token, fetched in a thread when a new one is needed; a failure to
+    get one raises ``grpc.aio.AioRpcError`` like a failed call."""
     token = source.cached()
     if token is None:
-        token = await asyncio.get_running_loop().run_in_executor(None, source.token)
+        try:
+            token = await asyncio.get_running_loop().run_in_executor(None, source.token)
+        except MeridianError as exc:
+            raise _aio_failure(exc) from None
     return token
 
 

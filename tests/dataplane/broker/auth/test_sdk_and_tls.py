@@ -11,12 +11,13 @@ import grpc
 import pytest
 from typer.testing import CliRunner
 
-from dataplane._gen.meridian.v1 import broker_pb2
+from dataplane._gen.meridian.v1 import broker_pb2, broker_pb2_grpc
 from dataplane.cli import app
 from dataplane.client import Admin, Consumer, Producer, TopicPartition
 from dataplane.client.auth import ClientCredentials
-from dataplane.errors import ErrorCode, MeridianError
-from tests.support.brokers import BrokerProcess, start_cluster, stop_all
+from dataplane.client.connection import ChannelSecurity
+from dataplane.errors import ErrorCode, MeridianError, error_from_rpc
+from tests.support.brokers import BrokerProcess, free_ports, start_cluster, stop_all
 from tests.support.issuer import TestIssuer
 from tests.support.tls import TlsFiles, make_tls_files
 
@@ -179,3 +180,43 @@ def test_the_cli_takes_a_token_or_client_credentials(
     half = runner.invoke(app, [*base, *flags, "topics", "list"])
     assert half.exit_code == 1
     assert "--client-secret" in half.stderr
+
+
+def test_refused_client_credentials_fail_calls_as_unauthenticated(
+    secured_broker: BrokerProcess, issuer: TestIssuer
+) -> None:
+    credentials = ClientCredentials(issuer.token_url, "acme--nobody", "wrong")
+    with ChannelSecurity.of(credentials).channel(secured_broker.address) as channel:
+        stub = broker_pb2_grpc.BrokerStub(channel)
+        with pytest.raises(grpc.RpcError) as raised:
+            stub.Metadata(broker_pb2.MetadataRequest(), timeout=10)
+    assert error_from_rpc(raised.value).code == ErrorCode.UNAUTHENTICATED
+    with (
+        Producer(secured_broker.address, credentials=credentials, max_block_ms=2000) as producer,
+        pytest.raises(MeridianError) as refused,
+    ):
+        producer.send("acme.orders", b"x")
+    assert refused.value.code == ErrorCode.UNAUTHENTICATED
+
+
+def test_a_broker_whose_issuer_is_unreachable_still_answers_clients(
+    tmp_path: Path, issuer: TestIssuer
+) -> None:
+    secret_file = tmp_path / "secret"
+    secret_file.write_text("s")
+    (dead_port,) = free_ports(1)
+    args = [
+        *issuer.broker_args(),
+        "--token-url", f"http://127.0.0.1:{dead_port}/token",
+        "--client-id", "meridian-broker",
+        "--client-secret-file", str(secret_file),
+    ]  # fmt: skip
+    brokers = start_cluster(tmp_path, 2, extra_args=args)
+    try:
+        token = issuer.token(tenants={"acme": "viewer"})
+        with caller(brokers[0].address, token) as c:
+            for _ in range(3):  # each waits for a round of (failing) peer calls
+                response = c.broker.Metadata(broker_pb2.MetadataRequest(), timeout=10)
+                assert sorted(b.id for b in response.brokers) == [1, 2]
+    finally:
+        stop_all(brokers)
