@@ -8,7 +8,8 @@ never blocking), so an asyncio caller fetches off its event loop only when neede
 - ``ClientCredentials(token_url, client_id, client_secret)``: the OAuth 2 client
   credentials grant (Keycloak's ``.../protocol/openid-connect/token`` or the control
   plane's ``/api/v1/auth/token``); a token is reused until ``refresh_margin_s`` before it
-  expires, then a new one is fetched. Thread-safe.
+  expires, then a new one is fetched (should that fail, the old one serves while it is
+  valid, and the issuer is asked again every ``RETRY_AFTER_FAILURE_S``). Thread-safe.
 
 Every call then carries ``authorization: Bearer <token>`` metadata, added by the client
 interceptors below (gRPC refuses call credentials on plaintext channels, interceptors
@@ -36,6 +37,7 @@ from dataplane.errors import ERROR_METADATA_KEY, ErrorCode, MeridianError
 AUTHORIZATION_KEY = "authorization"
 DEFAULT_REFRESH_MARGIN_S = 30.0
 TOKEN_REQUEST_TIMEOUT_S = 10.0
+RETRY_AFTER_FAILURE_S = 5.0
 
 
 class TokenSource(Protocol):
@@ -90,10 +92,13 @@ class ClientCredentials:
         self._lock = threading.Lock()
         self._token: str | None = None
         self._expires_at = 0.0
+        self._retry_at = 0.0  # after a failed refresh, the current token serves until then
 
     def cached(self) -> str | None:
-        token = self._token
-        if token is not None and self._clock() < self._expires_at - self._margin_s:
+        token, now = self._token, self._clock()
+        if token is None or now >= self._expires_at:
+            return None
+        if now < self._expires_at - self._margin_s or now < self._retry_at:
             return token
         return None
 
@@ -103,7 +108,15 @@ class ClientCredentials:
             if current is not None:
                 return current
             started = self._clock()
-            token, expires_in_s = self._fetch()
+            try:
+                token, expires_in_s = self._fetch()
+            except MeridianError:
+                if self._token is None or started >= self._expires_at:
+                    raise
+                # The issuer failed but the token in hand is still valid: use it, and ask
+                # again only after a pause rather than on every call.
+                self._retry_at = started + RETRY_AFTER_FAILURE_S
+                return self._token
             # Half the lifetime at most as margin, so short-lived tokens are still reused.
             self._expires_at = started + expires_in_s
             self._margin_s = min(self._margin_s, expires_in_s / 2)
@@ -128,11 +141,8 @@ class ClientCredentials:
                 answer: dict[str, Any] = json.loads(response.read())
         except urllib.error.HTTPError as exc:
             detail = exc.read()[:300].decode(errors="replace")
-            code = (
-                ErrorCode.UNAUTHENTICATED
-                if exc.code in (400, 401, 403)
-                else (ErrorCode.BROKER_NOT_AVAILABLE)
-            )
+            refused = exc.code in (400, 401, 403)
+            code = ErrorCode.UNAUTHENTICATED if refused else ErrorCode.BROKER_NOT_AVAILABLE
             raise MeridianError(
                 code, f"token request for {self.client_id!r} refused ({exc.code}): {detail}"
             ) from None

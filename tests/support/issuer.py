@@ -100,6 +100,7 @@ class TestIssuer:
             "aud": AUDIENCE,
             "iat": now,
             "exp": now + ttl_s,
+            "jti": uuid.uuid4().hex,
             "azp": client_id,
             "preferred_username": f"service-account-{client_id}",
             "groups": [f"/tenants/{slug}/{role}" for slug, role in (tenants or {}).items()],

@@ -220,3 +220,21 @@ def test_a_broker_whose_issuer_is_unreachable_still_answers_clients(
                 assert sorted(b.id for b in response.brokers) == [1, 2]
     finally:
         stop_all(brokers)
+
+
+def test_client_credentials_refresh_and_ride_out_an_issuer_outage() -> None:
+    now = [0.0]
+    with TestIssuer() as own:
+        own.add_client("acme--app", "s", tenants={"acme": "developer"})
+        credentials = ClientCredentials(own.token_url, "acme--app", "s", clock=lambda: now[0])
+        first = credentials.token()
+        now[0] = 580.0  # within the refresh margin of the 600 s token: a new one is fetched
+        second = credentials.token()
+        assert second != first
+        now[0] = 1160.0
+    # The issuer is gone: the token in hand serves until it expires, then calls fail.
+    assert credentials.token() == second
+    now[0] = 1181.0
+    with pytest.raises(MeridianError) as raised:
+        credentials.token()
+    assert raised.value.code == ErrorCode.BROKER_NOT_AVAILABLE
