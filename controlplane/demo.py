@@ -3,10 +3,11 @@
 Starts the control plane (SQLite, its own token issuer), a Celery worker on kombu's
 filesystem transport (with beat for the periodic reconcile), the controller of region
 ``local``, and the API server; then, through the REST API, creates a region with one
-cluster of three local brokers (the controller's local provisioner starts them), a tenant
-``demo``, the topic ``demo.orders`` (three replicas per partition) and a service account;
-produces to the topic (acks=all) and consumes it with the SDK, and prints the API URL,
-tokens and CLI commands. Everything runs until Ctrl-C (``--exit``: stop at once).
+cluster of three local brokers (the controller's local provisioner starts them, with
+authentication on: they verify the local issuer's tokens), a tenant ``demo``, the topic
+``demo.orders`` (three replicas per partition) and a service account; produces to the
+topic (acks=all) and consumes it with the SDK as that service account, and prints the API
+URL, tokens and CLI commands. Everything runs until Ctrl-C (``--exit``: stop at once).
 """
 
 from __future__ import annotations
@@ -56,6 +57,8 @@ class Platform:
             "MERIDIAN_DATA_DIR": str(self.data_dir / "brokers"),
             "MERIDIAN_API_BASE_URL": self.api_url,
             "MERIDIAN_RECONCILE_INTERVAL_S": "15",
+            # Brokers verify every call's token against the local issuer's JWKS.
+            "MERIDIAN_BROKER_AUTH": "1",
         }
 
     def spawn(self, name: str, *args: str) -> None:
@@ -233,20 +236,30 @@ def service_token(api_url: str, account: dict[str, Any]) -> str:
         return str(json.loads(response.read())["access_token"])
 
 
-def exercise_topic(bootstrap: str, records: int) -> tuple[float, int]:
-    """Produce ``records`` keyed records (acks=all) and consume them with a group;
-    (seconds, consumed)."""
+def exercise_topic(
+    bootstrap: str, records: int, api_url: str, account: dict[str, Any]
+) -> tuple[float, int]:
+    """Produce ``records`` keyed records (acks=all) and consume them with a group, as the
+    service account (client credentials at the local issuer); (seconds, consumed)."""
     from dataplane.client import Consumer, Producer
+    from dataplane.client.auth import ClientCredentials
 
+    credentials = ClientCredentials(
+        api_url + "/api/v1/auth/token", account["client_id"], account["client_secret"]
+    )
     topic = f"{TENANT}.{TOPIC}"
     started = time.monotonic()
-    with Producer(bootstrap, acks="all") as producer:  # every replica of the RF=3 topic
+    # acks=all: every in-sync replica of the RF=3 topic has a record before it is acked
+    with Producer(bootstrap, acks="all", credentials=credentials) as producer:
         for i in range(records):
             producer.send(topic, value=f"order-{i}".encode(), key=f"customer-{i % 97}".encode())
         producer.flush()
     seen = 0
     with Consumer(
-        bootstrap, group_id=f"{TENANT}.billing", auto_offset_reset="earliest"
+        bootstrap,
+        group_id=f"{TENANT}.billing",
+        auto_offset_reset="earliest",
+        credentials=credentials,
     ) as consumer:
         consumer.subscribe([topic])
         deadline = time.monotonic() + 60
@@ -288,10 +301,13 @@ Try:
   curl -s -d grant_type=client_credentials -d client_id={account["client_id"]} \\
        -d client_secret={account["client_secret"]} {url}/api/v1/auth/token
   export MERIDIAN_BOOTSTRAP={bootstrap}
-  .venv/bin/meridian topics describe {TENANT}.{TOPIC}
-  echo hello | .venv/bin/meridian produce {TENANT}.{TOPIC}
-  .venv/bin/meridian consume {TENANT}.{TOPIC} --from-beginning --max-messages 5
-  .venv/bin/meridian groups describe {TENANT}.billing
+  # brokers require a token: --token (or MERIDIAN_TOKEN), or client credentials
+  .venv/bin/meridian --token "$TOKEN" topics describe {TENANT}.{TOPIC}
+  echo hello | .venv/bin/meridian --token "$TOKEN" produce {TENANT}.{TOPIC}
+  .venv/bin/meridian --token-url {url}/api/v1/auth/token --client-id {account["client_id"]} \\
+       --client-secret {account["client_secret"]} \\
+       consume {TENANT}.{TOPIC} --from-beginning --max-messages 5
+  .venv/bin/meridian --token "$TOKEN" groups describe {TENANT}.billing
 """
     )
 
@@ -323,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{built['topic_ready_s']:.2f} s, service account {client_id}")  # fmt: skip
         app_token = service_token(platform.api_url, built["account"])
         bootstrap = broker_addresses(api)
-        seconds, seen = exercise_topic(bootstrap, args.records)
+        seconds, seen = exercise_topic(bootstrap, args.records, platform.api_url, built["account"])
         print(f"==> produced {args.records:,} records and consumed {seen:,} with group "
               f"{TENANT}.billing in {seconds:.2f} s")  # fmt: skip
         if seen != args.records:

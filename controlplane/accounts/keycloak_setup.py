@@ -10,6 +10,7 @@ from django.conf import settings
 from keycloak import KeycloakAdmin
 from keycloak.exceptions import KeycloakError
 
+from controlplane.accounts.internal import INTERNAL_CLIENT_IDS
 from controlplane.accounts.keycloak import admin_for, idp_errors
 from controlplane.tenants.choices import PLATFORM_ADMIN_ROLE
 
@@ -21,7 +22,10 @@ def bootstrap_realm(realm: str | None = None) -> list[str]:
     """Creates (or completes) the realm: the realm role ``platform-admin``; a default
     client scope putting ``settings.TOKEN_AUDIENCE`` in ``aud`` and the full group paths
     in ``groups`` of every client's tokens; the ``/tenants`` group; the public client
-    ``meridian-cli`` with direct access grants. Returns what it did, step by step."""
+    ``meridian-cli`` with direct access grants; the realm role ``settings.INTERNAL_ROLE``
+    and the confidential clients ``meridian-controller`` and ``meridian-broker`` whose
+    service accounts hold it (the cluster's own callers, see ``accounts/internal.py``).
+    Returns what it did, step by step."""
     realm = realm or settings.KEYCLOAK_REALM
     done: list[str] = []
     with idp_errors(f"bootstrap realm {realm}"):
@@ -36,6 +40,7 @@ def bootstrap_realm(realm: str | None = None) -> list[str]:
         admin.create_group({"name": "tenants"}, skip_exists=True)
         done.append("group /tenants")
         _ensure_cli_client(admin, scope, done)
+        _ensure_internal_clients(admin, scope, done)
     return done
 
 
@@ -127,6 +132,49 @@ def _ensure_cli_client(admin: KeycloakAdmin, scope_id: str, done: list[str]) -> 
     if not any(s["id"] == scope_id for s in admin.get_client_default_client_scopes(client)):
         admin.add_client_default_client_scope(client, scope_id, {})
     done.append(f"client {CLI_CLIENT_ID}")
+
+
+def _ensure_internal_clients(admin: KeycloakAdmin, scope_id: str, done: list[str]) -> None:
+    admin.create_realm_role(
+        {"name": settings.INTERNAL_ROLE, "description": "Meridian's own services"},
+        skip_exists=True,
+    )
+    role = admin.get_realm_role(settings.INTERNAL_ROLE)
+    for client_id in INTERNAL_CLIENT_IDS:
+        admin.create_client(_internal_client_payload(client_id), skip_exists=True)
+        client = admin.get_client_id(client_id)  # create returns the id only when it creates
+        if client is None:
+            raise KeycloakError(f"client {client_id} vanished while being set up")
+        if not any(s["id"] == scope_id for s in admin.get_client_default_client_scopes(client)):
+            admin.add_client_default_client_scope(client, scope_id, {})
+        user = admin.get_client_service_account_user(client)
+        admin.assign_realm_roles(str(user["id"]), [role])
+        done.append(f"client {client_id} (service account with {settings.INTERNAL_ROLE})")
+
+
+def _internal_client_payload(client_id: str) -> dict[str, Any]:
+    return {
+        "clientId": client_id,
+        "name": f"Meridian {client_id.removeprefix('meridian-')}",
+        "enabled": True,
+        "protocol": "openid-connect",
+        "publicClient": False,
+        "clientAuthenticatorType": "client-secret",
+        "serviceAccountsEnabled": True,
+        "standardFlowEnabled": False,
+        "implicitFlowEnabled": False,
+        "directAccessGrantsEnabled": False,
+    }
+
+
+def internal_client_secret(client_id: str, realm: str | None = None) -> str:
+    """The secret of internal client ``client_id`` (``bootstrap_realm`` made it)."""
+    admin = admin_for(realm or settings.KEYCLOAK_REALM)
+    with idp_errors(f"read the secret of {client_id}"):
+        client = admin.get_client_id(client_id)
+        if client is None:
+            raise KeycloakError(f"client {client_id} is missing: run bootstrap_identity")
+        return str(admin.get_client_secrets(client)["value"])
 
 
 def create_platform_admin(

@@ -18,6 +18,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from django.conf import settings
 from django.db import transaction
 
+from controlplane.accounts import internal
 from controlplane.accounts.tokens import InvalidToken, JwksCache, verify_rs256
 
 if TYPE_CHECKING:
@@ -135,6 +136,8 @@ class LocalIdentity:
         from controlplane.accounts.models import ServiceAccount
         from controlplane.core.choices import ProvisioningStatus
 
+        if client_id in internal.INTERNAL_CLIENT_IDS:
+            return self._internal_token(client_id, client_secret)
         account = (
             ServiceAccount.objects.select_related("tenant")
             .filter(client_id=client_id, status=ProvisioningStatus.READY)
@@ -153,6 +156,14 @@ class LocalIdentity:
             extra={"azp": account.client_id, "client_id": account.client_id},
         )
         return token, ttl_s
+
+    def _internal_token(self, client_id: str, client_secret: str) -> tuple[str, int]:
+        """A token with the internal role for the controller's or the brokers' client."""
+        expected = internal.local_internal_secret()
+        if not hmac.compare_digest(client_secret.encode(), expected.encode()):
+            raise InvalidToken("unknown client or wrong secret")
+        ttl_s = int(settings.LOCAL_TOKEN_TTL_S)
+        return internal.issue_local_internal_token(client_id, ttl_s), ttl_s
 
     # -- tenants, members, service accounts (the database is the directory) -------------
     def provision_tenant(self, tenant: Tenant) -> str:

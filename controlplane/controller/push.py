@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import grpc
 
+from controlplane.accounts.internal import broker_channel
 from controlplane.regions.models import Broker
 from dataplane._gen.meridian.v1 import admin_pb2, admin_pb2_grpc
 from dataplane.client.connection import CHANNEL_OPTIONS
@@ -65,7 +66,7 @@ class MetadataPusher:
 
     def _stub(self, address: str) -> admin_pb2_grpc.AdminStub:
         if address not in self._stubs:
-            channel = grpc.insecure_channel(address, options=_OPTIONS)
+            channel = broker_channel(address, _OPTIONS)
             self._stubs[address] = (channel, admin_pb2_grpc.AdminStub(channel))
         return self._stubs[address][1]
 

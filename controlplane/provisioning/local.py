@@ -3,7 +3,9 @@
 Broker ``N`` of cluster ``C`` in region ``R`` runs as
 ``python -m dataplane.broker --id N --data-dir <DATA_DIR>/R/C/broker-N
 --listen 127.0.0.1:<port> --peer M=127.0.0.1:<port of M> ... --region R --cluster-id C``;
-its ready file (``broker-N.ready``, JSON with its ``pid``) and its log (``broker-N.log``,
+plus, with ``BROKER_AUTH``, the issuer's JWKS and the broker client's credentials, and
+TLS flags when configured (``security_args``); its ready file (``broker-N.ready``, JSON
+with its ``pid``) and its log (``broker-N.log``,
 stdout and stderr, appended) sit next to the data directory. Ports are chosen once, for
 every broker of the cluster before any starts (each needs the others' addresses), and
 kept in the rows, so a restarted broker comes back at the same address. Processes get a
@@ -28,6 +30,7 @@ from pathlib import Path
 from django.conf import settings
 
 import controlplane
+from controlplane.accounts import internal
 from controlplane.core.actors import Actor
 from controlplane.provisioning.base import ProvisioningError
 from controlplane.regions import services
@@ -119,6 +122,26 @@ class LocalProvisioner:
         args += ["--ready-file", str(paths.ready_file), "--metrics-listen", f"{HOST}:0"]
         for peer in cluster.brokers.exclude(pk=broker.pk).exclude(port__isnull=True):
             args += ["--peer", f"{peer.broker_id}={peer.host}:{peer.port}"]
+        return args + self.security_args()
+
+    def security_args(self) -> list[str]:
+        """Authentication (``BROKER_AUTH``: the issuer's JWKS, and the broker client's
+        credentials for calls to peers, its secret in a 0600 file) and TLS flags."""
+        args: list[str] = []
+        if settings.BROKER_AUTH:
+            secret_file = self.data_root / "broker-client-secret"
+            _write_private(secret_file, internal.client_secret(internal.BROKER_CLIENT_ID))
+            args += ["--jwks-url", internal.jwks_url(), "--token-issuer", internal.issuer()]
+            args += ["--token-audience", settings.TOKEN_AUDIENCE]
+            args += ["--internal-role", settings.INTERNAL_ROLE]
+            args += ["--token-url", internal.token_url()]
+            args += ["--client-id", internal.BROKER_CLIENT_ID]
+            args += ["--client-secret-file", str(secret_file)]
+        if settings.BROKER_TLS_CERT_FILE:
+            args += ["--tls-cert-file", settings.BROKER_TLS_CERT_FILE]
+            args += ["--tls-key-file", settings.BROKER_TLS_KEY_FILE]
+        if settings.BROKER_TLS_CA_FILE:
+            args += ["--tls-ca-file", settings.BROKER_TLS_CA_FILE]
         return args
 
     def _note_restart(self, broker: Broker) -> None:
@@ -205,6 +228,16 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def _write_private(path: Path, secret: str) -> None:
+    """``secret`` in ``path``, readable by this user only (replaced atomically)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as file:
+        file.write(secret + "\n")
+    os.replace(tmp, path)
 
 
 def _free_ports(count: int) -> list[int]:

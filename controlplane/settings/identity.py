@@ -1,7 +1,7 @@
 """Identity: Keycloak (``MERIDIAN_IDENTITY=keycloak``) or the control plane's own
 issuer (``local``, the embedded demo). Both hand out RS256 tokens with the same claims."""
 
-from controlplane.settings.env import env
+from controlplane.settings.env import as_bool, env
 
 IDENTITY_PROVIDER = env("MERIDIAN_IDENTITY", "local")
 # Audience every API (and, later, broker) token must carry.
@@ -16,3 +16,21 @@ KEYCLOAK_ADMIN_PASSWORD = env("MERIDIAN_KEYCLOAK_ADMIN_PASSWORD", "admin")
 # The local issuer's name (its tokens' ``iss``); its keys live in the database.
 LOCAL_ISSUER = env("MERIDIAN_LOCAL_ISSUER", "meridian-local")
 LOCAL_TOKEN_TTL_S = env("MERIDIAN_LOCAL_TOKEN_TTL_S", 3600, int)
+
+# The cluster's own callers (the controller, the reconciler, brokers calling brokers) hold
+# this realm role; brokers accept their Admin, Replication and peer Metadata calls only.
+INTERNAL_ROLE = env("MERIDIAN_INTERNAL_ROLE", "meridian-internal")
+# Whether brokers authenticate calls: the control plane then sends internal tokens on its
+# broker channels and starts local brokers with the issuer's JWKS.
+BROKER_AUTH = env("MERIDIAN_BROKER_AUTH", False, as_bool)
+# Secrets of the internal clients (meridian-controller, meridian-broker). Keycloak: read
+# from the realm when unset. Local issuer: one secret in this file (default
+# <DATA_DIR>/internal-client-secret), made on first use.
+CONTROLLER_CLIENT_SECRET = env("MERIDIAN_CONTROLLER_CLIENT_SECRET", "")
+BROKER_CLIENT_SECRET = env("MERIDIAN_BROKER_CLIENT_SECRET", "")
+INTERNAL_CLIENT_SECRET_FILE = env("MERIDIAN_INTERNAL_CLIENT_SECRET_FILE", "")
+# TLS towards brokers: the CA their certificates are checked with ("": plaintext), and
+# the certificate and key local brokers serve with.
+BROKER_TLS_CA_FILE = env("MERIDIAN_BROKER_TLS_CA_FILE", "")
+BROKER_TLS_CERT_FILE = env("MERIDIAN_BROKER_TLS_CERT_FILE", "")
+BROKER_TLS_KEY_FILE = env("MERIDIAN_BROKER_TLS_KEY_FILE", "")

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import grpc
 from django.conf import settings
 
+from controlplane.accounts.internal import broker_channel
 from controlplane.core.errors import DomainError, Unavailable
 from dataplane._gen.meridian.v1 import admin_pb2, admin_pb2_grpc, common_pb2
 from dataplane.client.connection import CHANNEL_OPTIONS
@@ -109,7 +110,7 @@ def admin_stub(address: str) -> admin_pb2_grpc.AdminStub:
     with _lock:
         channel = _channels.get(key)
         if channel is None:
-            channel = _channels[key] = grpc.insecure_channel(address, options=_OPTIONS)
+            channel = _channels[key] = broker_channel(address, _OPTIONS)
     return admin_pb2_grpc.AdminStub(channel)
 
 

@@ -21,6 +21,7 @@ import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -34,6 +35,7 @@ from dataplane._gen.meridian.v1 import (
     replication_pb2_grpc,
 )
 from dataplane.broker.admin import AdminHandler
+from dataplane.broker.auth import ALLOW_ALL, AuthInterceptor, Authorizer, build_authenticator
 from dataplane.broker.cluster import ClusterView, ControllerMetadata
 from dataplane.broker.config import BrokerConfig
 from dataplane.broker.fetch import FetchHandler, FetchLimits, OffsetsHandler
@@ -102,14 +104,31 @@ class BrokerApp:
         self._produce: ProduceHandler | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._opened = False
+        self.authenticator = build_authenticator(config)
+        self._acl_index: tuple[Any, dict[str, list[Any]]] = (None, {})
+        self.authorizer = Authorizer(self._topic_acls) if self.authenticator else ALLOW_ALL
+        if self.authenticator is None:
+            log.warning("authentication is off: no jwks_url configured; any caller may do all")
+        elif config.peers and not config.token_url:
+            log.warning("no token_url/client_id: peers with authentication will refuse us")
+
+    def _topic_acls(self, topic: str) -> list[Any]:
+        """The ACL entries the controller last pushed for ``topic`` (indexed per push)."""
+        current = self.pushed.current
+        if current is None:
+            return []
+        if self._acl_index[0] is not current:
+            self._acl_index = (current, {t.name: list(t.acls) for t in current.topics if t.acls})
+        return self._acl_index[1].get(topic, [])
 
     # -- start ----------------------------------------------------------------------------
     async def start(self) -> None:
         """Bind, load, serve; raises if the port or the data directory is unavailable."""
         await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
-        server = self._server = grpc.aio.server(options=SERVER_OPTIONS)
+        interceptors = [AuthInterceptor(self.authenticator)] if self.authenticator else []
+        server = self._server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=interceptors)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
-        self.port = server.add_insecure_port(self.config.listen)
+        self.port = self._bind(server)
         if not self.port:
             raise OSError(f"cannot listen on {self.config.listen}")
         self.cluster = ClusterView(self.config, self._local_partitions, self.port, self.pushed)
@@ -123,6 +142,14 @@ class BrokerApp:
         self.readiness.ready = True
         await self._set_health(health_pb2.HealthCheckResponse.SERVING)
         log.info("broker %s serving on port %s", self.config.broker_id, self.port)
+
+    def _bind(self, server: grpc.aio.Server) -> int:
+        if not self.config.tls_enabled:
+            return int(server.add_insecure_port(self.config.listen))
+        key = Path(self.config.tls_key_file).read_bytes()
+        cert = Path(self.config.tls_cert_file).read_bytes()
+        credentials = grpc.ssl_server_credentials([(key, cert)])
+        return int(server.add_secure_port(self.config.listen, credentials))
 
     def _add_services(self, server: grpc.aio.Server, cluster: ClusterView) -> None:
         config = self.config
@@ -144,6 +171,7 @@ class BrokerApp:
             self.metrics,
             self.readiness,
             max_in_flight=config.produce_max_in_flight,
+            authorizer=self.authorizer,
         )
         broker_pb2_grpc.add_BrokerServicer_to_server(broker, server)
         identity = (config.broker_id, config.region, config.cluster_id)
@@ -154,7 +182,8 @@ class BrokerApp:
             AdminServicer(admin, self.metrics, self.readiness), server
         )
         group_pb2_grpc.add_GroupCoordinatorServicer_to_server(
-            GroupServicer(self.coordinator, cluster.locate_offsets_partition), server
+            GroupServicer(self.coordinator, cluster.locate_offsets_partition, self.authorizer),
+            server,
         )
         replica_fetch = ReplicaFetchHandler(
             self.registry, self.replicas, self.executor, config.fetch_max_bytes
@@ -241,6 +270,8 @@ class BrokerApp:
             )
         await loop.run_in_executor(self.executor, self.manager.close)
         self.executor.shutdown(wait=True)
+        if self.authenticator is not None:
+            self.authenticator.close()
         self.metrics.close()
         log.info("broker %s stopped", self.config.broker_id)
 

@@ -13,6 +13,14 @@ A TOML file uses the field names of ``BrokerConfig`` (``id`` for ``broker_id``),
     metrics_listen = "0.0.0.0:9100"     # "" disables the metrics endpoint
     max_open_files = 8192               # descriptors for segment files; 0: the default
     replica_lag_time_max_ms = 10000     # a follower behind this long leaves the ISR
+    jwks_url = "https://keycloak/realms/meridian/protocol/openid-connect/certs"
+    token_issuer = "https://keycloak/realms/meridian"   # auth is off without jwks_url
+    token_url = "https://keycloak/realms/meridian/protocol/openid-connect/token"
+    client_id = "meridian-broker"       # this broker's credentials for calls to peers
+    client_secret_file = "/etc/meridian/broker-secret"
+    tls_cert_file = "/etc/meridian/tls.crt"   # with tls_key_file: TLS on the listener
+    tls_key_file = "/etc/meridian/tls.key"
+    tls_ca_file = "/etc/meridian/ca.crt"      # what peers' certificates are checked with
     [peers]
     2 = "broker-2.internal:9092"
     [log]
@@ -68,6 +76,20 @@ class BrokerConfig:
     producer_snapshot_interval_ms: int = 60_000
     max_open_files: int = 0  # descriptors of open segment files; 0: LogManager's default
     replica_lag_time_max_ms: int = 10_000  # a follower not caught up this long leaves the ISR
+    # Authentication (dataplane/broker/auth): on when jwks_url names the issuer's JWKS.
+    jwks_url: str = ""
+    token_issuer: str = ""  # required with jwks_url: the tokens' ``iss``
+    token_audience: str = "meridian"
+    internal_role: str = "meridian-internal"  # realm role of the cluster's own callers
+    # This broker's own client credentials (calls to peers), when peers require tokens.
+    token_url: str = ""
+    client_id: str = ""
+    client_secret_file: str = ""
+    # TLS: the listener serves with cert and key; peers are reached over TLS, trusting
+    # tls_ca_file (the system's roots when empty).
+    tls_cert_file: str = ""
+    tls_key_file: str = ""
+    tls_ca_file: str = ""
 
     def __post_init__(self) -> None:
         _check(0 <= self.broker_id <= MAX_BROKER_ID, "id", f"must be in [0, {MAX_BROKER_ID}]")
@@ -91,6 +113,24 @@ class BrokerConfig:
         _check(self.fetch_max_wait_ms >= 0, "fetch_max_wait_ms", "must be >= 0")
         _check(self.max_open_files >= 0, "max_open_files", "must be >= 0")
         _check(self.producer_snapshot_interval_ms >= 1, "producer_snapshot_interval_ms", ">= 1")
+        self._check_security()
+
+    def _check_security(self) -> None:
+        if self.jwks_url:
+            _check(bool(self.token_issuer), "token_issuer", "required with jwks_url")
+            _check(bool(self.token_audience), "token_audience", "required with jwks_url")
+        own = (self.token_url, self.client_id, self.client_secret_file)
+        _check(all(own) or not any(own), "token_url", "needs client_id and client_secret_file")
+        tls = (self.tls_cert_file, self.tls_key_file)
+        _check(all(tls) or not any(tls), "tls_cert_file", "needs tls_key_file (and back)")
+
+    @property
+    def auth_enabled(self) -> bool:
+        return bool(self.jwks_url)
+
+    @property
+    def tls_enabled(self) -> bool:
+        return bool(self.tls_cert_file)
 
     @property
     def listen_host(self) -> str:

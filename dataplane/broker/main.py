@@ -26,6 +26,18 @@ from dataplane.broker.app import BrokerApp
 from dataplane.broker.config import BrokerConfig, ConfigError, load_config
 
 log = logging.getLogger("dataplane.broker")
+SECURITY_FLAGS = (
+    "jwks_url",
+    "token_issuer",
+    "token_audience",
+    "internal_role",
+    "token_url",
+    "client_id",
+    "client_secret_file",
+    "tls_cert_file",
+    "tls_key_file",
+    "tls_ca_file",
+)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -50,6 +62,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=int,
         help="a follower not caught up for this long leaves the ISR (default 10000)",
     )
+    for flag, what in (
+        ("--jwks-url", "the token issuer's JWKS (turns authentication on)"),
+        ("--token-issuer", "the tokens' iss"),
+        ("--token-audience", "the tokens' aud"),
+        ("--internal-role", "realm role of the cluster's own callers"),
+        ("--token-url", "where this broker gets its own token (client credentials)"),
+        ("--client-id", "this broker's client id"),
+        ("--client-secret-file", "file holding this broker's client secret"),
+        ("--tls-cert-file", "certificate (PEM) of the TLS listener"),
+        ("--tls-key-file", "private key (PEM) of the TLS listener"),
+        ("--tls-ca-file", "CA (PEM) peers' certificates are checked with"),
+    ):
+        parser.add_argument(flag, help=what)
     parser.add_argument("--ready-file", type=Path, help="written as JSON once serving")
     parser.add_argument("--log-level", default=os.environ.get("MERIDIAN_LOG_LEVEL", "INFO"))
     return parser.parse_args(argv)
@@ -77,6 +102,7 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         control_plane_url=args.control_plane_url,
         max_open_files=args.max_open_files,
         replica_lag_time_max_ms=args.replica_lag_time_max_ms,
+        **{name: getattr(args, name) for name in SECURITY_FLAGS},
     )
 
 

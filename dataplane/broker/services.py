@@ -19,6 +19,7 @@ import grpc
 
 from dataplane._gen.meridian.v1 import admin_pb2, admin_pb2_grpc, broker_pb2, broker_pb2_grpc
 from dataplane.broker.admin import AdminHandler
+from dataplane.broker.auth import ALLOW_ALL, Authorizer, guard
 from dataplane.broker.cluster import ClusterView
 from dataplane.broker.errors import abort, to_error
 from dataplane.broker.fetch import FetchHandler, OffsetsHandler
@@ -85,8 +86,10 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer, _Instrumented):
         readiness: Readiness,
         *,
         max_in_flight: int,
+        authorizer: Authorizer = ALLOW_ALL,
     ) -> None:
         super().__init__(metrics, readiness)
+        self._authz = authorizer
         self._produce = produce
         self._fetch = fetch
         self._offsets = offsets
@@ -95,7 +98,8 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer, _Instrumented):
         self._max_in_flight = max_in_flight
 
     async def Produce(self, request: broker_pb2.ProduceRequest, context: Any) -> Any:
-        return await self._call("Produce", context, self._produce.produce(request))
+        work = guard.produce(self._authz, request, self._produce.produce)
+        return await self._call("Produce", context, work)
 
     async def ProduceStream(
         self, request_iterator: AsyncIterator[broker_pb2.ProduceRequest], context: Any
@@ -131,7 +135,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer, _Instrumented):
             async for request in requests:
                 started = time.perf_counter()
                 try:
-                    future = self._produce.submit(request)
+                    future = guard.submit_produce(self._authz, request, self._produce.submit)
                 except MeridianError as exc:
                     await pending.put(exc)
                     return
@@ -141,13 +145,16 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer, _Instrumented):
         await pending.put(None)
 
     async def Fetch(self, request: broker_pb2.FetchRequest, context: Any) -> Any:
-        return await self._call("Fetch", context, self._fetch.fetch(request))
+        work = guard.fetch(self._authz, request, self._fetch.fetch)
+        return await self._call("Fetch", context, work)
 
     async def ListOffsets(self, request: broker_pb2.ListOffsetsRequest, context: Any) -> Any:
-        return await self._call("ListOffsets", context, self._offsets.list_offsets(request))
+        work = guard.list_offsets(self._authz, request, self._offsets.list_offsets)
+        return await self._call("ListOffsets", context, work)
 
     async def Metadata(self, request: broker_pb2.MetadataRequest, context: Any) -> Any:
-        return await self._call("Metadata", context, self._cluster.metadata(request))
+        work = guard.metadata(self._authz, request, self._cluster.metadata)
+        return await self._call("Metadata", context, work)
 
     async def InitProducerId(self, request: broker_pb2.InitProducerIdRequest, context: Any) -> Any:
         return await self._call("InitProducerId", context, self._init_producer(request))
@@ -155,6 +162,7 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer, _Instrumented):
     async def _init_producer(
         self, request: broker_pb2.InitProducerIdRequest
     ) -> broker_pb2.InitProducerIdResponse:
+        self._authz.check_producer()
         loop = asyncio.get_running_loop()
         try:
             pid, epoch = await loop.run_in_executor(

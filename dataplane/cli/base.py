@@ -1,4 +1,4 @@
-"""What every ``meridian`` command shares: the bootstrap option, error reporting, output.
+"""What every ``meridian`` command shares: the connection options, error reporting, output.
 
 A command raises ``MeridianError`` for anything the platform refuses (the SDK's typed
 errors, and the CLI's own checks of its input); ``reporting`` turns it into one line on
@@ -21,6 +21,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from dataplane.client.auth import ClientCredentials, StaticToken, TokenSource
 from dataplane.errors import ErrorCode, MeridianError, error_from_rpc
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
@@ -33,9 +34,35 @@ R = TypeVar("R")
 
 @dataclass(frozen=True)
 class Settings:
-    """Global options, kept on the typer context."""
+    """Global options, kept on the typer context: where the brokers are, and how to
+    reach them (``credentials``: a token or a client-credentials source; ``tls``: a CA
+    file, or None for plaintext)."""
 
     bootstrap: str
+    credentials: TokenSource | None = None
+    tls: str | None = None
+
+    @property
+    def connect(self) -> dict[str, Any]:
+        """The SDK's connection keywords (``credentials``, ``tls``)."""
+        return {"credentials": self.credentials, "tls": self.tls}
+
+
+def credentials_from(
+    token: str | None, token_url: str | None, client_id: str | None, client_secret: str | None
+) -> TokenSource | None:
+    """``--token``, or ``--token-url`` with ``--client-id`` and ``--client-secret``."""
+    if token and token_url:
+        raise invalid("give --token or --token-url, not both", ErrorCode.INVALID_CONFIG)
+    if token:
+        return StaticToken(token)
+    if token_url or client_id or client_secret:
+        if not (token_url and client_id and client_secret):
+            raise invalid(
+                "--token-url needs --client-id and --client-secret", ErrorCode.INVALID_CONFIG
+            )
+        return ClientCredentials(token_url, client_id, client_secret)
+    return None
 
 
 def settings(ctx: typer.Context) -> Settings:

@@ -11,7 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
-from dataplane.cli.base import invalid, settings, stderr
+from dataplane.cli.base import Settings, invalid, settings, stderr
 from dataplane.client import Consumer, ConsumerRecord, TopicPartition
 from dataplane.errors import ErrorCode
 
@@ -53,7 +53,7 @@ def consume(
     """Print the records of TOPIC, one per line, until --max-messages or Ctrl-C."""
     if offset is not None and partition is None:
         raise typer.BadParameter("--offset needs --partition")
-    consumer = _open(settings(ctx).bootstrap, topic, group, from_beginning, partition, offset)
+    consumer = _open(settings(ctx), topic, group, from_beginning, partition, offset)
     printed = 0
     try:
         printed = _print_records(consumer, fmt, max_messages, timeout_ms)
@@ -65,7 +65,7 @@ def consume(
 
 
 def _open(
-    bootstrap: str,
+    options: Settings,
     topic: str,
     group: str | None,
     from_beginning: bool,
@@ -75,11 +75,12 @@ def _open(
     """A consumer positioned as asked: a group member (committed offsets, else the start
     or the end), or the topic's partitions assigned by hand."""
     consumer = Consumer(
-        bootstrap,
+        options.bootstrap,
         group_id=group,
         auto_offset_reset="earliest" if from_beginning else "latest",
         enable_auto_commit=False,  # commits follow what was printed (_commit)
         client_id="meridian-cli",
+        **options.connect,
     )
     try:
         if group is not None and partition is None:

@@ -13,7 +13,7 @@ from dataplane.errors import ErrorCode, MeridianError
 
 def list_groups(ctx: typer.Context) -> None:
     """List the consumer groups of the cluster."""
-    with Admin(settings(ctx).bootstrap, client_id="meridian-cli") as admin:
+    with Admin(settings(ctx).bootstrap, client_id="meridian-cli", **settings(ctx).connect) as admin:
         groups = admin.list_groups()
     rows = sorted([g.group_id, g.state, g.protocol_type or "-"] for g in groups)
     stdout().print(table(None, ["group", "state", "protocol type"], rows))
@@ -22,7 +22,7 @@ def list_groups(ctx: typer.Context) -> None:
 def describe(ctx: typer.Context, group: Annotated[str, typer.Argument(help="Group id.")]) -> None:
     """Show GROUP's members and assignment, and per partition the committed offset, the
     end offset and the lag."""
-    with Admin(settings(ctx).bootstrap, client_id="meridian-cli") as admin:
+    with Admin(settings(ctx).bootstrap, client_id="meridian-cli", **settings(ctx).connect) as admin:
         description = admin.describe_group(group)
         lags = admin.group_lag(group)
     if description.state == "Dead" and not description.members and not lags:

@@ -8,10 +8,11 @@ from typing import Annotated
 import typer
 
 from dataplane.cli import groups, topics
-from dataplane.cli.base import DEFAULT_BOOTSTRAP, Settings, reporting
+from dataplane.cli.base import DEFAULT_BOOTSTRAP, Settings, credentials_from, fail, reporting
 from dataplane.cli.consume import consume
 from dataplane.cli.offsets import offsets
 from dataplane.cli.produce import produce
+from dataplane.errors import MeridianError
 
 app = typer.Typer(
     name="meridian",
@@ -36,8 +37,34 @@ def options(
             help="Broker addresses, host:port[,host:port...].",
         ),
     ] = DEFAULT_BOOTSTRAP,
+    token: Annotated[
+        str | None,
+        typer.Option(envvar="MERIDIAN_TOKEN", help="Bearer token for the brokers."),
+    ] = None,
+    token_url: Annotated[
+        str | None,
+        typer.Option(
+            envvar="MERIDIAN_TOKEN_URL",
+            help="Token endpoint for client credentials (with --client-id/--client-secret).",
+        ),
+    ] = None,
+    client_id: Annotated[
+        str | None, typer.Option(envvar="MERIDIAN_CLIENT_ID", help="Service account client id.")
+    ] = None,
+    client_secret: Annotated[
+        str | None,
+        typer.Option(envvar="MERIDIAN_CLIENT_SECRET", help="Service account client secret."),
+    ] = None,
+    tls_ca: Annotated[
+        str | None,
+        typer.Option(envvar="MERIDIAN_TLS_CA", help="CA file: reach the brokers over TLS."),
+    ] = None,
 ) -> None:
-    ctx.obj = Settings(bootstrap)
+    try:
+        credentials = credentials_from(token, token_url, client_id, client_secret)
+    except MeridianError as exc:
+        fail(exc)
+    ctx.obj = Settings(bootstrap, credentials, tls_ca)
 
 
 app.command("produce")(reporting(produce))

@@ -38,7 +38,7 @@ def offsets(
 ) -> None:
     """Print the offset of each partition of TOPIC at --time."""
     spec = parse_time(time)
-    with Admin(settings(ctx).bootstrap, client_id="meridian-cli") as admin:
+    with Admin(settings(ctx).bootstrap, client_id="meridian-cli", **settings(ctx).connect) as admin:
         partitions = admin.metadata.partitions_for(topic)
         found = admin.list_offsets({TopicPartition(topic, p): spec for p in partitions})
     rows = []

@@ -103,6 +103,7 @@ def produce(
         compression=compression.value,
         linger_ms=linger_ms,
         client_id="meridian-cli",
+        **settings(ctx).connect,
     )
     tally = Tally()
     started = time.perf_counter()

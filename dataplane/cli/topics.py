@@ -22,7 +22,7 @@ def list_topics(
     ] = False,
 ) -> None:
     """List the topics of the cluster with their partition counts."""
-    with Admin(settings(ctx).bootstrap, client_id="meridian-cli") as admin:
+    with Admin(settings(ctx).bootstrap, client_id="meridian-cli", **settings(ctx).connect) as admin:
         topics = admin.list_topics(internal=internal)
     stdout().print(table(None, ["topic", "partitions"], sorted(topics.items())))
 
@@ -38,7 +38,7 @@ def create(
 ) -> None:
     """Create topic NAME with --partitions partitions and optional --config settings."""
     settings_ = typed_config(parse_pairs(config or [], "config"))
-    with Admin(settings(ctx).bootstrap, client_id="meridian-cli") as admin:
+    with Admin(settings(ctx).bootstrap, client_id="meridian-cli", **settings(ctx).connect) as admin:
         if name in admin.list_topics(internal=True):
             raise MeridianError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
         placement = admin.create_topic(name, partitions, settings_)
@@ -66,7 +66,7 @@ def typed_config(values: dict[str, str]) -> dict[str, Any]:
 
 def describe(ctx: typer.Context, name: Annotated[str, typer.Argument(help="Topic name.")]) -> None:
     """Show the partitions of topic NAME (leader, offsets, size) and its configuration."""
-    with Admin(settings(ctx).bootstrap, client_id="meridian-cli") as admin:
+    with Admin(settings(ctx).bootstrap, client_id="meridian-cli", **settings(ctx).connect) as admin:
         topic = admin.describe_topic(name)
     out = stdout()
     out.print(
@@ -95,7 +95,7 @@ def describe(ctx: typer.Context, name: Annotated[str, typer.Argument(help="Topic
 
 def delete(ctx: typer.Context, name: Annotated[str, typer.Argument(help="Topic name.")]) -> None:
     """Delete topic NAME and all its records."""
-    with Admin(settings(ctx).bootstrap, client_id="meridian-cli") as admin:
+    with Admin(settings(ctx).bootstrap, client_id="meridian-cli", **settings(ctx).connect) as admin:
         if name not in admin.list_topics(internal=True):
             raise MeridianError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name!r}")
         admin.delete_topic(name)

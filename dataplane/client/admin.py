@@ -26,7 +26,8 @@ from typing import Any
 import grpc
 
 from dataplane._gen.meridian.v1 import admin_pb2, common_pb2
-from dataplane.client.connection import ConnectionPool
+from dataplane.client.auth import Credentials
+from dataplane.client.connection import ChannelSecurity, ConnectionPool, Tls
 from dataplane.client.metadata import BrokerAddress, ClusterMetadata
 from dataplane.client.offsets import list_offsets, offset_spec
 from dataplane.client.types import TopicPartition
@@ -128,9 +129,13 @@ class Admin:
         *,
         client_id: str = "meridian-admin",
         request_timeout_ms: float = 30_000,
+        credentials: Credentials = None,
+        tls: Tls = None,
     ) -> None:
         self._timeout_s = request_timeout_ms / 1000
-        self._pool = ConnectionPool(bootstrap, client_id=client_id)
+        self._pool = ConnectionPool(
+            bootstrap, client_id=client_id, security=ChannelSecurity.of(credentials, tls)
+        )
         self.metadata = ClusterMetadata(self._pool, timeout_s=self._timeout_s)
 
     # -- topics --------------------------------------------------------------------------
@@ -202,7 +207,15 @@ class Admin:
         """Partitions with leaders, offsets, sizes and configuration, from the brokers."""
         snapshot = self.metadata.refresh([name])
         leaders = snapshot.leaders.get(name, {})
-        hosted = {s.partition: (b, s) for b, states in self._hosted(name).items() for s in states}
+        try:
+            by_broker = self._hosted(name)
+        except MeridianError as exc:
+            # Brokers with authentication keep DescribeState to the cluster's own callers:
+            # a client gets the offsets (ListOffsets) but not sizes and configuration.
+            if exc.code != ErrorCode.CLUSTER_AUTHORIZATION_FAILED or not leaders:
+                raise
+            return self._describe_by_offsets(name, leaders)
+        hosted = {s.partition: (b, s) for b, states in by_broker.items() for s in states}
         if not leaders and not hosted:
             raise MeridianError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name!r}")
         partitions = []
@@ -225,6 +238,22 @@ class Admin:
                     _config_dict(state.config),
                 )
             )
+        return TopicDescription(name, partitions)
+
+    def _describe_by_offsets(self, name: str, leaders: Mapping[int, int]) -> TopicDescription:
+        tps = [TopicPartition(name, p) for p in sorted(leaders)]
+        earliest = self.list_offsets(dict.fromkeys(tps, "earliest"))
+        latest = self.list_offsets(dict.fromkeys(tps, "latest"))
+        partitions = [
+            PartitionDescription(
+                tp.partition,
+                leaders[tp.partition],
+                log_start_offset=earliest[tp][0],
+                log_end_offset=latest[tp][0],
+                high_watermark=latest[tp][0],
+            )
+            for tp in tps
+        ]
         return TopicDescription(name, partitions)
 
     def list_topics(self, *, internal: bool = False) -> dict[str, int]:

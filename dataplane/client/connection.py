@@ -2,6 +2,10 @@
 
 A ``Connection`` bundles the stubs of one broker; a ``ConnectionPool`` opens them lazily
 and reuses them. Messages up to ``MAX_MESSAGE_BYTES`` pass both ways.
+
+``ChannelSecurity`` is how every channel to a broker is opened: TLS (``tls``: a CA file
+path, or True for the system's roots; None/False: plaintext) and the bearer token of a
+token source (``dataplane.client.auth``) on every call.
 """
 
 from __future__ import annotations
@@ -9,10 +13,15 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import grpc
+import grpc.aio
 
 from dataplane._gen.meridian.v1 import admin_pb2_grpc, broker_pb2_grpc, group_pb2_grpc
+from dataplane.client.auth import BearerInterceptor, Credentials, TokenSource, aio_interceptors
+from dataplane.client.auth import token_source as as_token_source
 from dataplane.errors import ErrorCode, MeridianError
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
@@ -22,6 +31,58 @@ CHANNEL_OPTIONS = [
     ("grpc.keepalive_time_ms", 30_000),
     ("grpc.enable_retries", 0),
 ]
+
+
+Tls = str | Path | bool | None
+
+
+@dataclass(frozen=True)
+class ChannelSecurity:
+    """Transport security and credentials of channels to brokers (see the module
+    docstring). ``ChannelSecurity.of(credentials, tls)`` checks and reads them once."""
+
+    tokens: TokenSource | None = None
+    root_certificates: bytes | None = None
+    tls: bool = False
+
+    @classmethod
+    def of(cls, credentials: Credentials = None, tls: Tls = None) -> ChannelSecurity:
+        roots = None
+        if isinstance(tls, str | Path):
+            try:
+                roots = Path(tls).read_bytes()
+            except OSError as exc:
+                raise MeridianError(
+                    ErrorCode.INVALID_CONFIG, f"cannot read the TLS CA file {tls}: {exc}"
+                ) from None
+        return cls(as_token_source(credentials), roots, bool(tls))
+
+    def _credentials(self) -> grpc.ChannelCredentials:
+        return grpc.ssl_channel_credentials(root_certificates=self.root_certificates)
+
+    def channel(self, address: str, options: Any = None) -> grpc.Channel:
+        """A blocking channel to ``address``."""
+        options = CHANNEL_OPTIONS if options is None else options
+        if self.tls:
+            channel = grpc.secure_channel(address, self._credentials(), options=options)
+        else:
+            channel = grpc.insecure_channel(address, options=options)
+        if self.tokens is not None:
+            channel = grpc.intercept_channel(channel, BearerInterceptor(self.tokens))
+        return channel
+
+    def aio_channel(self, address: str, options: Any = None) -> grpc.aio.Channel:
+        """An asyncio channel to ``address`` (open it on the loop that uses it)."""
+        options = CHANNEL_OPTIONS if options is None else options
+        interceptors = aio_interceptors(self.tokens) if self.tokens is not None else None
+        if self.tls:
+            return grpc.aio.secure_channel(
+                address, self._credentials(), options=options, interceptors=interceptors
+            )
+        return grpc.aio.insecure_channel(address, options=options, interceptors=interceptors)
+
+
+PLAINTEXT = ChannelSecurity()
 
 
 @dataclass(frozen=True)
@@ -49,9 +110,16 @@ def parse_bootstrap(bootstrap: str | Iterable[str]) -> list[str]:
 class ConnectionPool:
     """One channel per broker address, opened on first use; thread-safe."""
 
-    def __init__(self, bootstrap: str | Iterable[str], *, client_id: str = "meridian") -> None:
+    def __init__(
+        self,
+        bootstrap: str | Iterable[str],
+        *,
+        client_id: str = "meridian",
+        security: ChannelSecurity = PLAINTEXT,
+    ) -> None:
         self.bootstrap = parse_bootstrap(bootstrap)
         self.client_id = client_id
+        self.security = security
         self._lock = threading.Lock()
         self._connections: dict[str, Connection] = {}
         self._retired: list[Connection] = []  # dropped by forget(), closed by close()
@@ -63,7 +131,7 @@ class ConnectionPool:
                 raise MeridianError(ErrorCode.INVALID_REQUEST, "the client is closed")
             conn = self._connections.get(address)
             if conn is None:
-                channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+                channel = self.security.channel(address)
                 conn = Connection(
                     address,
                     channel,

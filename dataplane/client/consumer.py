@@ -31,7 +31,8 @@ import time
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
-from dataplane.client.connection import ConnectionPool
+from dataplane.client.auth import Credentials
+from dataplane.client.connection import ChannelSecurity, ConnectionPool, Tls
 from dataplane.client.errors import ConfigError
 from dataplane.client.fetcher import FetchConfig, Fetcher, FetchState, PartitionState
 from dataplane.client.metadata import ClusterMetadata
@@ -74,6 +75,8 @@ class Consumer:
         request_timeout_ms: float = 30_000,
         retry_backoff_ms: float = 100,
         check_crcs: bool = True,
+        credentials: Credentials = None,
+        tls: Tls = None,
     ) -> None:
         if auto_offset_reset not in _RESETS:
             raise ConfigError(
@@ -104,7 +107,9 @@ class Consumer:
             "client_id": client_id,
             "group_instance_id": group_instance_id,
         }
-        self._pool = ConnectionPool(bootstrap, client_id=client_id)
+        self._pool = ConnectionPool(
+            bootstrap, client_id=client_id, security=ChannelSecurity.of(credentials, tls)
+        )
         self._metadata = ClusterMetadata(self._pool, timeout_s=self._request_timeout_s)
         self._state = FetchState()
         self._fetcher = Fetcher(

@@ -22,7 +22,7 @@ import grpc.aio
 
 from dataplane._gen.meridian.v1 import broker_pb2, broker_pb2_grpc
 from dataplane.client.batch import ProducerBatch
-from dataplane.client.connection import CHANNEL_OPTIONS
+from dataplane.client.connection import PLAINTEXT, ChannelSecurity
 from dataplane.errors import ErrorCode, MeridianError, error_from_rpc
 
 log = logging.getLogger(__name__)
@@ -43,9 +43,14 @@ FailureHandler = Callable[["BrokerLink", InFlight, MeridianError], None]
 
 class BrokerLink:
     def __init__(
-        self, address: str, on_response: ResponseHandler, on_failure: FailureHandler
+        self,
+        address: str,
+        on_response: ResponseHandler,
+        on_failure: FailureHandler,
+        security: ChannelSecurity = PLAINTEXT,
     ) -> None:
         self.address = address
+        self.security = security
         self._on_response = on_response
         self._on_failure = on_failure
         self._channel: grpc.aio.Channel | None = None
@@ -60,7 +65,7 @@ class BrokerLink:
     @property
     def stub(self) -> broker_pb2_grpc.BrokerStub:
         if self._channel is None:
-            self._channel = grpc.aio.insecure_channel(self.address, options=CHANNEL_OPTIONS)
+            self._channel = self.security.aio_channel(self.address)
         return broker_pb2_grpc.BrokerStub(self._channel)
 
     def free_slots(self, max_in_flight: int, now: float) -> int:

@@ -27,8 +27,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from dataplane.client.accumulator import RecordAccumulator, TopicQueues
+from dataplane.client.auth import Credentials
 from dataplane.client.batch import HeadersLike, as_bytes, encode_headers
-from dataplane.client.connection import ConnectionPool
+from dataplane.client.connection import ChannelSecurity, ConnectionPool, Tls
 from dataplane.client.errors import ConfigError
 from dataplane.client.future import DeliveryCallback, DeliveryFuture
 from dataplane.client.inflight import SenderConfig
@@ -91,7 +92,9 @@ class Producer:
     bounds the bytes of records not yet acknowledged: when full, ``send`` blocks up to
     ``max_block_ms`` (``block_on_full``) or raises ``BufferFull`` at once;
     ``request_timeout_ms`` bounds the wait for one answer; ``max_in_flight`` requests
-    per broker at once.
+    per broker at once. ``credentials`` (a token source of ``dataplane.client.auth`` or a
+    token string) authenticate every call; ``tls`` is a CA file path, or True for the
+    system's roots.
     """
 
     def __init__(
@@ -115,6 +118,8 @@ class Producer:
         max_block_ms: float = 60_000,
         request_timeout_ms: float = 30_000,
         max_in_flight: int = 5,
+        credentials: Credentials = None,
+        tls: Tls = None,
     ) -> None:
         ack_level = _acks(acks)
         codec = _CODECS.get(str(compression).lower())
@@ -140,7 +145,9 @@ class Producer:
             raise ConfigError(str(err)) from None
         self.client_id = client_id
         self._max_block_s = max_block_ms / 1000
-        self._pool = ConnectionPool(bootstrap, client_id=client_id)
+        self._pool = ConnectionPool(
+            bootstrap, client_id=client_id, security=ChannelSecurity.of(credentials, tls)
+        )
         self._metadata = ClusterMetadata(self._pool)
         self._acc = RecordAccumulator(
             chosen,

@@ -271,7 +271,9 @@ class Sender:
     def _link(self, address: str) -> BrokerLink:
         link = self._links.get(address)
         if link is None:
-            link = self._links[address] = BrokerLink(address, self._on_response, self._on_failure)
+            security = self._metadata.pool.security
+            link = BrokerLink(address, self._on_response, self._on_failure, security)
+            self._links[address] = link
         return link
 
     def _stamp(self, batch: ProducerBatch) -> None:

@@ -73,7 +73,8 @@ def test_demo_runs_the_platform_and_what_it_prints_works(tmp_path: Path) -> None
         # The service account's token sees its tenant and nothing else.
         tenants = _get(f"{api}/tenants", token.group(1))
         assert [t["slug"] for t in tenants["results"]] == ["demo"]  # type: ignore[index]
-        cli = [str(Path(sys.executable).parent / "meridian")]
+        meridian = str(Path(sys.executable).parent / "meridian")
+        cli = [meridian, "--token", token.group(1)]
         cli_env = {**env, "MERIDIAN_BOOTSTRAP": bootstrap.group(1)}
         produced = subprocess.run(
             [*cli, "produce", "demo.orders"], input="from-the-cli\n", env=cli_env,
@@ -86,6 +87,13 @@ def test_demo_runs_the_platform_and_what_it_prints_works(tmp_path: Path) -> None
         )  # fmt: skip
         assert described.returncode == 0, described.stderr
         assert "demo.orders" in described.stdout
+        # The brokers authenticate: without a token the same command is refused.
+        anonymous = subprocess.run(
+            [meridian, "topics", "describe", "demo.orders"], env=cli_env,
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert anonymous.returncode == 1
+        assert "UNAUTHENTICATED" in anonymous.stderr
     finally:
         process.send_signal(signal.SIGINT)
         try:

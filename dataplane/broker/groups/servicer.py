@@ -12,13 +12,14 @@ no broker does), which FindCoordinator returns.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TypeVar
 
 import grpc
 from google.protobuf.message import DecodeError
 
 from dataplane._gen.meridian.v1 import common_pb2, group_pb2, group_pb2_grpc
+from dataplane.broker.auth.authorizer import ADMIN, ALLOW_ALL, CONSUME, DESCRIBE, Authorizer
 from dataplane.broker.errors import abort, to_error
 from dataplane.broker.groups.codec import OffsetAndMetadata
 from dataplane.broker.groups.coordinator import (
@@ -57,13 +58,25 @@ class GroupServicer(group_pb2_grpc.GroupCoordinatorServicer):
         self,
         coordinator: GroupCoordinator,
         locate: Callable[[int], common_pb2.BrokerInfo | None],
+        authorizer: Authorizer = ALLOW_ALL,
     ) -> None:
         self.coordinator = coordinator
         self.locate = locate
+        self.authz = authorizer
+
+    async def _authorize(
+        self, context: grpc.aio.ServicerContext, group_id: str, operation: str = CONSUME
+    ) -> None:
+        """End the call with GROUP_AUTHORIZATION_FAILED unless the caller may do it."""
+        error = self.authz.group_error(group_id, operation)
+        if error is not None:
+            await abort(context, error)
 
     async def FindCoordinator(  # noqa: N802
         self, request: group_pb2.FindCoordinatorRequest, context: grpc.aio.ServicerContext
     ) -> group_pb2.FindCoordinatorResponse:
+        await self._authorize(context, request.group_id, DESCRIBE)
+
         async def find() -> group_pb2.FindCoordinatorResponse:
             check_group_id(request.group_id)
             partition = self.coordinator.partition_for(request.group_id)
@@ -80,6 +93,7 @@ class GroupServicer(group_pb2_grpc.GroupCoordinatorServicer):
     async def JoinGroup(  # noqa: N802
         self, request: group_pb2.JoinGroupRequest, context: grpc.aio.ServicerContext
     ) -> group_pb2.JoinGroupResponse:
+        await self._authorize(context, request.group_id)
         join = JoinRequest(
             group_id=request.group_id,
             member_id=request.member_id,
@@ -110,6 +124,7 @@ class GroupServicer(group_pb2_grpc.GroupCoordinatorServicer):
     async def SyncGroup(  # noqa: N802
         self, request: group_pb2.SyncGroupRequest, context: grpc.aio.ServicerContext
     ) -> group_pb2.SyncGroupResponse:
+        await self._authorize(context, request.group_id)
         assignments = {a.member_id: a.assignment for a in request.assignments}
         work = self.coordinator.sync(
             request.group_id, request.generation_id, request.member_id, assignments
@@ -122,6 +137,7 @@ class GroupServicer(group_pb2_grpc.GroupCoordinatorServicer):
     async def Heartbeat(  # noqa: N802
         self, request: group_pb2.HeartbeatRequest, context: grpc.aio.ServicerContext
     ) -> group_pb2.HeartbeatResponse:
+        await self._authorize(context, request.group_id)
         work = self.coordinator.heartbeat(
             request.group_id, request.generation_id, request.member_id
         )
@@ -131,20 +147,24 @@ class GroupServicer(group_pb2_grpc.GroupCoordinatorServicer):
     async def LeaveGroup(  # noqa: N802
         self, request: group_pb2.LeaveGroupRequest, context: grpc.aio.ServicerContext
     ) -> group_pb2.LeaveGroupResponse:
+        await self._authorize(context, request.group_id)
         await _answer(context, self.coordinator.leave(request.group_id, request.member_id))
         return group_pb2.LeaveGroupResponse()
 
     async def OffsetCommit(  # noqa: N802
         self, request: group_pb2.OffsetCommitRequest, context: grpc.aio.ServicerContext
     ) -> group_pb2.OffsetCommitResponse:
+        await self._authorize(context, request.group_id)
         commits = [
             OffsetCommit(p.topic, p.partition, p.offset, p.metadata, p.leader_epoch)
             for p in request.partitions
         ]
+        refused = self._refused_topics((c.topic, c.partition) for c in commits)
+        commits = [c for c in commits if (c.topic, c.partition) not in refused]
         work = self.coordinator.commit_offsets(
             request.group_id, request.generation_id, request.member_id, commits
         )
-        results = await _answer(context, work)
+        results = {**await _answer(context, work), **refused}
         return group_pb2.OffsetCommitResponse(
             results=[
                 group_pb2.OffsetCommitResult(
@@ -160,9 +180,15 @@ class GroupServicer(group_pb2_grpc.GroupCoordinatorServicer):
     async def OffsetFetch(  # noqa: N802
         self, request: group_pb2.OffsetFetchRequest, context: grpc.aio.ServicerContext
     ) -> group_pb2.OffsetFetchResponse:
+        await self._authorize(context, request.group_id)
         wanted = [(tp.topic, tp.partition) for tp in request.partitions] or None
         offsets = await _answer(context, self.coordinator.fetch_offsets(request.group_id, wanted))
-        return group_pb2.OffsetFetchResponse(results=_offset_results(offsets))
+        # Offsets of topics the caller may not read are not shown (as if none were stored).
+        refused = self._refused_topics(offsets)
+        shown = {tp: (None if tp in refused else value) for tp, value in offsets.items()}
+        if wanted is None:
+            shown = {tp: value for tp, value in shown.items() if tp not in refused}
+        return group_pb2.OffsetFetchResponse(results=_offset_results(shown))
 
     async def DescribeGroups(  # noqa: N802
         self, request: group_pb2.DescribeGroupsRequest, context: grpc.aio.ServicerContext
@@ -172,6 +198,14 @@ class GroupServicer(group_pb2_grpc.GroupCoordinatorServicer):
         )
 
     def _describe(self, group_id: str) -> group_pb2.GroupDescription:
+        refusal = self.authz.group_error(group_id, DESCRIBE)
+        if refusal is not None:
+            return group_pb2.GroupDescription(
+                group_id=group_id,
+                error=_code(refusal),
+                error_message=refusal.message,
+                state="Dead",
+            )
         try:
             summary = self.coordinator.describe(group_id)
         except MeridianError as exc:
@@ -183,7 +217,8 @@ class GroupServicer(group_pb2_grpc.GroupCoordinatorServicer):
     async def ListGroups(  # noqa: N802
         self, request: group_pb2.ListGroupsRequest, context: grpc.aio.ServicerContext
     ) -> group_pb2.ListGroupsResponse:
-        listed = self.coordinator.list_groups()
+        allowed = self.authz.may_describe_group
+        listed = [g for g in self.coordinator.list_groups() if allowed(g.group_id)]
         return group_pb2.ListGroupsResponse(
             groups=[
                 group_pb2.ListedGroup(
@@ -196,7 +231,14 @@ class GroupServicer(group_pb2_grpc.GroupCoordinatorServicer):
     async def DeleteGroups(  # noqa: N802
         self, request: group_pb2.DeleteGroupsRequest, context: grpc.aio.ServicerContext
     ) -> group_pb2.DeleteGroupsResponse:
-        outcomes = await _answer(context, self.coordinator.delete_groups(request.group_ids))
+        refused = {
+            group_id: error
+            for group_id in request.group_ids
+            if (error := self.authz.group_error(group_id, ADMIN)) is not None
+        }
+        allowed = [g for g in request.group_ids if g not in refused]
+        deleted = await _answer(context, self.coordinator.delete_groups(allowed))
+        outcomes = {**deleted, **refused}
         return group_pb2.DeleteGroupsResponse(
             results=[
                 group_pb2.DeleteGroupsResult(
@@ -207,6 +249,15 @@ class GroupServicer(group_pb2_grpc.GroupCoordinatorServicer):
                 for group_id, error in outcomes.items()
             ]
         )
+
+    def _refused_topics(
+        self, partitions: Iterable[tuple[str, int]]
+    ) -> dict[tuple[str, int], MeridianError]:
+        refused: dict[tuple[str, int], MeridianError] = {}
+        for topic, partition in partitions:
+            if (error := self.authz.topic_error(topic, CONSUME)) is not None:
+                refused[(topic, partition)] = error
+        return refused
 
 
 def _code(error: MeridianError | None) -> ErrorCode.ValueType:

@@ -1,0 +1,41 @@
+"""Authentication and authorization in the broker (DESIGN decision 7).
+
+``interceptor``: every call's bearer token is verified (``verifier``) into a
+``Principal`` (``principal.current()``); ``authorizer``: tenant-scoped names, roles and
+the controller's ACLs decide what it may do; ``guard``: the checks around the handlers.
+``build_authenticator(config)`` is None when the config names no ``jwks_url`` (auth off).
+"""
+
+from __future__ import annotations
+
+import functools
+
+from dataplane.broker.auth.authorizer import ALLOW_ALL, Authorizer
+from dataplane.broker.auth.interceptor import Authenticator, AuthInterceptor
+from dataplane.broker.auth.principal import Principal, current
+from dataplane.broker.auth.verifier import JwksKeys, TokenVerifier, fetch_jwks
+from dataplane.broker.config import BrokerConfig
+
+
+def build_authenticator(config: BrokerConfig) -> Authenticator | None:
+    if not config.jwks_url:
+        return None
+    keys = JwksKeys(functools.partial(fetch_jwks, config.jwks_url))
+    verifier = TokenVerifier(
+        keys,
+        issuer=config.token_issuer,
+        audience=config.token_audience,
+        internal_role=config.internal_role,
+    )
+    return Authenticator(verifier)
+
+
+__all__ = [
+    "ALLOW_ALL",
+    "AuthInterceptor",
+    "Authenticator",
+    "Authorizer",
+    "Principal",
+    "build_authenticator",
+    "current",
+]
