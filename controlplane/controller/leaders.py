@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from controlplane.core import audit
 from controlplane.core.actors import Actor
+from controlplane.quotas.services import tenant_quotas
 from controlplane.regions.models import Broker, Cluster
 from controlplane.topics.choices import TopicStatus
 from controlplane.topics.models import PartitionAssignment
@@ -59,8 +60,8 @@ def _elect(row: PartitionAssignment, actor: Actor) -> int:
 def metadata_request(
     cluster: Cluster, brokers: list[Broker], *, controller_id: str, epoch: int
 ) -> admin_pb2.UpdateMetadataRequest:
-    """The push for ``cluster``: its addressed brokers and the leaders of every topic
-    not being deleted."""
+    """The push for ``cluster``: its addressed brokers, the leaders of every topic not
+    being deleted, and its tenants' quotas."""
     region = cluster.region.name
     infos = [
         common_pb2.BrokerInfo(id=b.broker_id, host=b.host, port=b.port, region=region, rack=b.rack)
@@ -86,4 +87,5 @@ def metadata_request(
         cluster_id=cluster.name,
         brokers=infos,
         topics=[admin_pb2.MetadataTopic(name=n, partitions=p) for n, p in topics.items()],
+        quotas=tenant_quotas(cluster),
     )
