@@ -76,7 +76,11 @@ class BrokerApp:
             clock_ms=wall_clock_ms,
         )
         self.pushed = ControllerMetadata(config.data_dir, config.cluster_id)
-        self.quotas = QuotaManager(lambda: self.pushed.current, registry=self.metrics.registry)
+        self.quotas = QuotaManager(
+            lambda: self.pushed.current,
+            registry=self.metrics.registry,
+            max_hold_ms=config.quota_max_hold_ms,
+        )
         self.cluster: ClusterView | None = None
         self._server: grpc.aio.Server | None = None
         self._produce: ProduceHandler | None = None

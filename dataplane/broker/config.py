@@ -66,6 +66,7 @@ class BrokerConfig:
     peer_expiry_ms: int = 5_000  # an unreachable peer's partitions are dropped after this
     producer_snapshot_interval_ms: int = 60_000
     max_open_files: int = 0  # descriptors of open segment files; 0: LogManager's default
+    quota_max_hold_ms: int = 10_000  # longest a throttled response is held (quotas.py)
 
     def __post_init__(self) -> None:
         _check(0 <= self.broker_id <= MAX_BROKER_ID, "id", f"must be in [0, {MAX_BROKER_ID}]")
@@ -83,6 +84,7 @@ class BrokerConfig:
             _check(getattr(self, name) >= 1, name, "must be >= 1")
         _check(self.fetch_max_wait_ms >= 0, "fetch_max_wait_ms", "must be >= 0")
         _check(self.max_open_files >= 0, "max_open_files", "must be >= 0")
+        _check(self.quota_max_hold_ms >= 0, "quota_max_hold_ms", "must be >= 0")
         _check(self.producer_snapshot_interval_ms >= 1, "producer_snapshot_interval_ms", ">= 1")
 
     @property

@@ -11,8 +11,9 @@ Usage is charged *after* the work (the bytes appended or returned, one request p
 call); the bucket may go into debt, and ``debt / rate`` is the call's throttle time: the
 broker holds the response that long (an ``asyncio`` sleep of that call alone: other
 tenants' calls are never delayed, nothing is dropped) and reports it as ``throttle_ms``
-in Produce and Fetch responses. A response is held at most ``MAX_HOLD_MS``, below the
-SDK's 30 s request timeout, so a held answer never times out at a default client; the
+in Produce and Fetch responses. A response is held at most ``max_hold_ms`` (the
+broker's ``quota_max_hold_ms``, ``MAX_HOLD_MS`` by default), below the SDK's 30 s request
+timeout, so a held answer never times out at a default client; the
 debt stays, so the next calls are held too, and ``throttle_ms`` carries the whole
 throttle time. ``throttle_ms`` counts from when the request was *sent*: the broker has
 already held the response for it, so a client honouring it waits only for what a capped
@@ -53,7 +54,7 @@ from dataplane.broker.topics import is_internal
 from dataplane.errors import ErrorCode, MeridianError
 
 BURST_S = 1.0  # a full bucket holds one second of its rate
-MAX_HOLD_MS = 10_000  # longest time one response is held; the rest is left to the debt
+MAX_HOLD_MS = 10_000  # default longest time one response is held; the rest stays owed
 PRODUCE, FETCH, REQUESTS = "produce", "fetch", "requests"
 KINDS = (PRODUCE, FETCH, REQUESTS)
 
@@ -121,10 +122,6 @@ class Throttle:
     def ms(self) -> int:
         return min(2**31 - 1, int(self.seconds * 1000 + 0.999))  # rounded up
 
-    @property
-    def hold_s(self) -> float:
-        return min(self.seconds, MAX_HOLD_MS / 1000)
-
 
 class QuotaMetrics:
     def __init__(self, registry: CollectorRegistry | None) -> None:
@@ -159,9 +156,11 @@ class QuotaManager:
         registry: CollectorRegistry | None = None,
         clock: Clock = time.monotonic,
         sleep: Callable[[float], Any] = asyncio.sleep,
+        max_hold_ms: int = MAX_HOLD_MS,
     ) -> None:
         """``pushed()`` returns the controller's last accepted push (or None)."""
         self._pushed = pushed
+        self._max_hold_s = max_hold_ms / 1000
         self._clock = clock
         self._sleep = sleep
         self._applied: object = None
@@ -222,14 +221,18 @@ class QuotaManager:
             if seconds > worst.seconds:
                 worst = Throttle(seconds, tenant, kind)
         if worst.seconds > 0:
-            self.metrics.throttle_seconds.labels(worst.tenant).inc(worst.hold_s)
+            self.metrics.throttle_seconds.labels(worst.tenant).inc(self.hold_s(worst))
             self.metrics.throttled.labels(worst.tenant, worst.kind).inc()
         return worst
+
+    def hold_s(self, throttle: Throttle) -> float:
+        """How long a response with ``throttle`` is held (the throttle time, capped)."""
+        return min(throttle.seconds, self._max_hold_s)
 
     async def hold(self, throttle: Throttle) -> None:
         """Delay the caller (one call) by ``throttle``'s hold time."""
         if throttle.seconds > 0:
-            await self._sleep(throttle.hold_s)
+            await self._sleep(self.hold_s(throttle))
 
     def bucket(self, tenant: str, kind: str) -> TokenBucket | None:
         return self._buckets.get((tenant, kind))
