@@ -1,16 +1,32 @@
 """The quotas the controller pushes: each tenant of the cluster with its rates, and the
-storage flag from what the brokers reported, over every cluster the tenant uses."""
+storage flag from what the brokers reported, over every cluster the tenant uses; and,
+through a controller tick, a real broker refusing a tenant over its storage quota."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import pytest
+
+from controlplane.controller.controller import Controller
 from controlplane.controller.leaders import metadata_request
+from controlplane.controller.lease import FileLease
+from controlplane.controller.push import MetadataPusher
 from controlplane.core.actors import Actor
+from controlplane.provisioning import get_provisioner
 from controlplane.quotas.models import Quota
+from controlplane.regions import services as regions
+from controlplane.regions.models import Cluster
 from controlplane.topics.models import PartitionAssignment
 from controlplane.topics.services import create_topic
+from dataplane._gen.meridian.v1 import broker_pb2, broker_pb2_grpc
+from dataplane.errors import ErrorCode
+from dataplane.storage.builder import build_batch
 from tests.controlplane.api_base import make_cluster, make_tenant
+from tests.controlplane.controller.conftest import ADMIN, add_topic, create_partitions
+from tests.support.brokers import BrokerProcess, stop_all
 
 SYSTEM = Actor.system("tests")
 
@@ -75,3 +91,61 @@ def test_the_quotas_of_a_push_are_in_a_stable_order(db: None) -> None:
     assert first.SerializeToString(deterministic=True) == again.SerializeToString(
         deterministic=True
     )
+
+
+# -- through the controller, to a real broker ------------------------------------------
+@pytest.fixture
+def far_broker(db: None, tmp_path: Path) -> Iterator[tuple[Cluster, BrokerProcess]]:
+    """A ``static`` cluster ``far`` of one broker process, registered by address."""
+    region = regions.create_region(name="quota-region", actor=ADMIN)
+    cluster = regions.create_cluster(
+        region, name="far", provisioner="static", broker_count=1, actor=ADMIN
+    )
+    process = BrokerProcess(tmp_path / "b1", broker_id=1, extra_args=["--cluster-id", "far"])
+    try:
+        process.start()
+        regions.register_broker(
+            cluster, broker_id=1, host="127.0.0.1", port=process.port, actor=ADMIN
+        )
+        yield cluster, process
+    finally:
+        stop_all([process])
+
+
+def produce_one(process: BrokerProcess, topic: str) -> Any:
+    request = broker_pb2.ProduceRequest(
+        acks=1,
+        partitions=[
+            broker_pb2.PartitionRecords(topic=topic, partition=0, records=build_batch([b"r"]))
+        ],
+    )
+    with process.channel() as channel:
+        (result,) = broker_pb2_grpc.BrokerStub(channel).Produce(request, timeout=10).results
+    return result
+
+
+def test_a_tenant_over_its_storage_quota_is_refused_by_the_brokers_after_a_tick(
+    far_broker: tuple[Cluster, BrokerProcess], tmp_path: Path
+) -> None:
+    cluster, process = far_broker
+    acme = make_tenant("acme")
+    topic = add_topic(cluster, "full", 1)
+    create_partitions(topic)
+    controller = Controller(
+        cluster.region.name,
+        "c1",
+        FileLease(tmp_path / "quota.lock"),
+        provisioner_for=get_provisioner,
+        pusher=MetadataPusher(timeout_s=5.0),
+    )
+    Quota.objects.filter(tenant=acme).update(max_storage_bytes=100)
+    PartitionAssignment.objects.filter(topic=topic).update(size_bytes=101)
+    controller.tick()
+    refused = produce_one(process, topic.full_name)
+    assert refused.error == ErrorCode.QUOTA_EXCEEDED
+    assert "max_storage_bytes quota of 100" in refused.error_message
+
+    Quota.objects.filter(tenant=acme).update(max_storage_bytes=10**9)
+    controller.tick()
+    assert produce_one(process, topic.full_name).error == ErrorCode.NONE
+    controller.close()
