@@ -6,6 +6,7 @@ Leadership itself is decided in ``controlplane.controller.election`` and written
 
 from __future__ import annotations
 
+from controlplane.quotas.services import tenant_quotas
 from controlplane.regions.models import Broker, Cluster
 from controlplane.topics.choices import TopicStatus
 from controlplane.topics.models import PartitionAssignment
@@ -19,7 +20,8 @@ def metadata_request(
 ) -> admin_pb2.UpdateMetadataRequest:
     """The push for ``cluster``: its addressed brokers and, for every topic not being
     deleted, its partitions' leaders (``NO_LEADER`` when none), replicas and ISR, and
-    the topic's ``min_insync_replicas`` and unclean election flag."""
+    the topic's ``min_insync_replicas`` and unclean election flag; and its tenants'
+    quotas."""
     region = cluster.region.name
     infos = [
         common_pb2.BrokerInfo(id=b.broker_id, host=b.host, port=b.port, region=region, rack=b.rack)
@@ -58,4 +60,5 @@ def metadata_request(
         cluster_id=cluster.name,
         brokers=infos,
         topics=list(topics.values()),
+        quotas=tenant_quotas(cluster),
     )

@@ -7,8 +7,10 @@ from controlplane.core.models import TimestampedModel
 
 
 class Quota(TimestampedModel):
-    """A tenant's limits (DESIGN decision 8). Counts and storage are enforced by the
-    control plane when topics are created or grown; rates by the brokers."""
+    """A tenant's limits (DESIGN decision 8). Counts and reserved storage are enforced by
+    the control plane when topics are created or grown; rates (0: unlimited) and the
+    stored bytes the brokers report are pushed to the brokers, which throttle and refuse
+    produce past ``max_storage_bytes`` (``services.tenant_quotas``)."""
 
     tenant = models.OneToOneField("tenants.Tenant", on_delete=models.CASCADE, related_name="quota")
     max_topics = models.PositiveIntegerField(validators=[MinValueValidator(0)])

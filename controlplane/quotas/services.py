@@ -1,5 +1,6 @@
-"""A tenant's quota: reading its usage, changing its limits, and the one check that
-count and storage quotas hold (DESIGN decision 8). Rates are the brokers' business."""
+"""A tenant's quota: reading its usage, changing its limits, the one check that count
+and storage quotas hold (DESIGN decision 8), and the quotas pushed to a cluster's
+brokers, which enforce rates and refuse produce past the storage quota."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from controlplane.core import audit
 from controlplane.core.actors import Actor
 from controlplane.core.errors import Conflict, InvalidRequest, QuotaExceeded
 from controlplane.quotas.models import Quota
+from controlplane.regions.models import Cluster
 from controlplane.tenants.models import Tenant
 from controlplane.topics.models import PartitionAssignment, Topic
+from dataplane._gen.meridian.v1 import admin_pb2
 
 LIMIT_FIELDS = (
     "max_topics",
@@ -56,6 +59,47 @@ def quota_usage(tenant: Tenant) -> dict[str, int]:
         total=Sum("size_bytes")
     )["total"]
     return {**reserved_usage(tenant), "stored_bytes": stored or 0}
+
+
+def tenant_quotas(cluster: Cluster) -> list[admin_pb2.TenantQuota]:
+    """The quotas to push to ``cluster``'s brokers (``UpdateMetadataRequest.quotas``): one
+    per tenant with a topic on the cluster, by slug. Rates are copied (0 stays 0:
+    unlimited, as the brokers read it); ``storage_exceeded`` is set when the bytes the
+    brokers last reported for all the tenant's partitions, in every cluster, pass
+    ``max_storage_bytes``, with a message naming the limit and the usage. A partition
+    counts once (the one reported size of its assignment), not once per replica."""
+    quotas = (
+        Quota.objects.filter(tenant__topics__cluster=cluster)
+        .select_related("tenant")
+        .distinct()
+        .order_by("tenant__slug")
+    )
+    stored = dict(
+        PartitionAssignment.objects.filter(topic__tenant__in=[q.tenant_id for q in quotas])
+        .values_list("topic__tenant_id")
+        .annotate(total=Sum("size_bytes"))
+        .values_list("topic__tenant_id", "total")
+    )
+    return [_tenant_quota(quota, stored.get(quota.tenant_id) or 0) for quota in quotas]
+
+
+def _tenant_quota(quota: Quota, stored_bytes: int) -> admin_pb2.TenantQuota:
+    exceeded = stored_bytes > quota.max_storage_bytes
+    message = (
+        f"tenant {quota.tenant.slug!r} stores {stored_bytes} bytes, over its "
+        f"max_storage_bytes quota of {quota.max_storage_bytes}: produce is refused until "
+        "retention or deleted topics free space, or the quota is raised"
+        if exceeded
+        else ""
+    )
+    return admin_pb2.TenantQuota(
+        tenant=quota.tenant.slug,
+        produce_bytes_per_s=quota.produce_bytes_per_s,
+        fetch_bytes_per_s=quota.fetch_bytes_per_s,
+        requests_per_s=quota.requests_per_s,
+        storage_exceeded=exceeded,
+        storage_message=message,
+    )
 
 
 def lock_quota(tenant: Tenant) -> Quota:

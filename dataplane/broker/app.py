@@ -44,10 +44,12 @@ from dataplane.broker.metrics import BrokerMetrics
 from dataplane.broker.partitions import PartitionRegistry
 from dataplane.broker.produce import ProduceHandler
 from dataplane.broker.producer_ids import ProducerIdAllocator
+from dataplane.broker.quotas import QuotaManager
 from dataplane.broker.replication.follower import FollowerFetchers
 from dataplane.broker.replication.leader import ReplicaFetchHandler, ReplicationServicer
 from dataplane.broker.replication.manager import ReplicaManager
 from dataplane.broker.services import AdminServicer, BrokerServicer, Readiness
+from dataplane.broker.throttling import QuotaInterceptor
 from dataplane.client.connection import MAX_MESSAGE_BYTES
 from dataplane.storage.log import PartitionLog, wall_clock_ms
 from dataplane.storage.manager import LogManager
@@ -99,6 +101,11 @@ class BrokerApp:
             clock_ms=wall_clock_ms,
         )
         self.pushed = ControllerMetadata(config.data_dir, config.cluster_id)
+        self.quotas = QuotaManager(
+            lambda: self.pushed.current,
+            registry=self.metrics.registry,
+            max_hold_ms=config.quota_max_hold_ms,
+        )
         self.cluster: ClusterView | None = None
         self._server: grpc.aio.Server | None = None
         self._produce: ProduceHandler | None = None
@@ -125,7 +132,10 @@ class BrokerApp:
     async def start(self) -> None:
         """Bind, load, serve; raises if the port or the data directory is unavailable."""
         await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
-        interceptors = [AuthInterceptor(self.authenticator)] if self.authenticator else []
+        interceptors: list[grpc.aio.ServerInterceptor] = []
+        if self.authenticator:  # authenticate first: quotas see only admitted calls
+            interceptors.append(AuthInterceptor(self.authenticator))
+        interceptors.append(QuotaInterceptor(self.quotas))
         server = self._server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=interceptors)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
         self.port = self._bind(server)
@@ -157,6 +167,7 @@ class BrokerApp:
             self.registry,
             max_request_bytes=config.max_request_bytes,
             on_bytes_in=self.metrics.add_bytes_in,
+            refuse=self.quotas.storage_refusal,
         )
         limits = FetchLimits(config.fetch_max_bytes, config.fetch_max_wait_ms)
         fetch = FetchHandler(self.registry, self.executor, limits, self.metrics.add_bytes_out)

@@ -90,6 +90,7 @@ class BrokerConfig:
     tls_cert_file: str = ""
     tls_key_file: str = ""
     tls_ca_file: str = ""
+    quota_max_hold_ms: int = 10_000  # longest a throttled response is held (quotas.py)
 
     def __post_init__(self) -> None:
         _check(0 <= self.broker_id <= MAX_BROKER_ID, "id", f"must be in [0, {MAX_BROKER_ID}]")
@@ -112,6 +113,7 @@ class BrokerConfig:
             _check(getattr(self, name) >= 1, name, "must be >= 1")
         _check(self.fetch_max_wait_ms >= 0, "fetch_max_wait_ms", "must be >= 0")
         _check(self.max_open_files >= 0, "max_open_files", "must be >= 0")
+        _check(self.quota_max_hold_ms >= 0, "quota_max_hold_ms", "must be >= 0")
         _check(self.producer_snapshot_interval_ms >= 1, "producer_snapshot_interval_ms", ">= 1")
         self._check_security()
 

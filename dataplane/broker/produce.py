@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from dataplane._gen.meridian.v1 import broker_pb2
@@ -42,10 +42,14 @@ class ProduceHandler:
         *,
         max_request_bytes: int,
         on_bytes_in: Any = None,
+        refuse: Callable[[str], MeridianError | None] | None = None,
     ) -> None:
+        """``refuse(topic)``: an error refusing appends to ``topic`` (the tenant's storage
+        quota, see ``quotas.QuotaManager.storage_refusal``), or None."""
         self.registry = registry
         self._max_request_bytes = max_request_bytes
         self._on_bytes_in = on_bytes_in  # Callable[[str, int], None] | None
+        self._refuse = refuse
         self._background: set[asyncio.Future[Any]] = set()
 
     def check_request(self, request: broker_pb2.ProduceRequest) -> None:
@@ -114,6 +118,9 @@ class ProduceHandler:
         refused = _check_replica(part, acks)
         if refused is not None:
             return _failed(item, refused)
+        refusal = self._refuse(item.topic) if self._refuse is not None else None
+        if refusal is not None:
+            return _failed(item, refusal)
         future = part.submit(item.records)
         size = len(item.records)
         future.add_done_callback(lambda f: self._appended(part, f, size))

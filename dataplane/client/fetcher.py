@@ -12,6 +12,10 @@ wakeups from ``poll`` (buffer space freed, a seek, a new assignment). A response
 batches are checked and decompressed here (``decoder.split_batches``) and queued as a
 ``CompletedFetch``; ``poll`` decodes records from it as it returns them.
 
+A response's ``throttle_ms`` (the broker held it for the tenant's fetch quota) keeps
+the next fetch from that broker until ``throttle_ms`` after the request was sent: a
+broker that held the whole time costs no further wait.
+
 Errors: ``OFFSET_OUT_OF_RANGE`` marks the partition for its reset policy (applied by
 ``poll``); a retriable code or a transport failure refreshes the metadata and retries
 the partition after a backoff; any other code is kept and raised by the next ``poll``.
@@ -197,6 +201,7 @@ class Fetcher:
         self._config = config
         self._events: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._in_flight: set[str] = set()
+        self._throttled_until: dict[str, float] = {}  # address -> monotonic time
         self._closed = False
         self._refresh_wanted = False
         self._last_refresh = 0.0
@@ -264,6 +269,7 @@ class Fetcher:
                 ],
             )
             self._in_flight.add(address)
+            sent_at = time.monotonic()
             timeout = self._config.max_wait_ms / 1000 + self._config.request_timeout_s
             try:
                 call = self._metadata.pool.get(address).broker.Fetch.future(
@@ -272,7 +278,9 @@ class Fetcher:
             except MeridianError:  # the pool is closed: the consumer is closing
                 self._in_flight.discard(address)
                 return
-            call.add_done_callback(lambda f, a=address, o=offsets: self._events.put((a, o, f)))
+            call.add_done_callback(
+                lambda f, a=address, o=offsets, t=sent_at: self._events.put((a, o, f, t))
+            )
 
     def _plan(self) -> dict[str, dict[PartitionState, tuple[int, int]]]:
         """Fetchable partitions by leader address (skipping leaders already polled)."""
@@ -292,6 +300,8 @@ class Fetcher:
                     continue
                 if broker.address in self._in_flight:
                     continue
+                if self._throttled_until.get(broker.address, 0.0) > now:
+                    continue
                 assert state.fetch_offset is not None
                 plan = plans.setdefault(broker.address, {})
                 plan[state] = (state.fetch_offset, state.generation)
@@ -300,7 +310,11 @@ class Fetcher:
 
     # -- responses -----------------------------------------------------------------------
     def _completed(
-        self, address: str, sent: dict[PartitionState, tuple[int, int]], call: grpc.Future
+        self,
+        address: str,
+        sent: dict[PartitionState, tuple[int, int]],
+        call: grpc.Future,
+        sent_at: float,
     ) -> None:
         self._in_flight.discard(address)
         try:
@@ -308,6 +322,8 @@ class Fetcher:
         except grpc.RpcError as exc:
             self._transport_failure(address, sent, error_from_rpc(exc))
             return
+        if response.throttle_ms > 0:
+            self._throttled_until[address] = sent_at + response.throttle_ms / 1000
         by_tp = {state.tp: state for state in sent}
         for result in response.results:
             state = by_tp.pop(TopicPartition(result.topic, result.partition), None)

@@ -320,8 +320,8 @@ class Sender:
         self, link: BrokerLink, entry: InFlight, response: broker_pb2.ProduceResponse
     ) -> None:
         link.failures = 0
-        if response.throttle_ms > 0:
-            link.ready_at = max(link.ready_at, time.monotonic() + response.throttle_ms / 1000)
+        if response.throttle_ms > 0:  # counted from the send: the broker held the answer
+            link.ready_at = max(link.ready_at, entry.sent_at + response.throttle_ms / 1000)
         for result in response.results:
             batch = entry.batches.pop((result.topic, result.partition), None)
             if batch is None or batch.result.done():

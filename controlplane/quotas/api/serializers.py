@@ -8,6 +8,8 @@ from rest_framework import serializers
 from controlplane.quotas.models import Quota
 from controlplane.quotas.services import LIMIT_FIELDS, quota_usage
 
+RATE_HELP = "enforced by each broker separately (as Kafka's quotas); 0: unlimited"
+
 
 class QuotaUsageSerializer(serializers.Serializer[dict[str, Any]]):
     topics = serializers.IntegerField()
@@ -38,8 +40,14 @@ class QuotaUpdateSerializer(serializers.Serializer[Any]):
     max_topics = serializers.IntegerField(min_value=0, max_value=2**31 - 1, required=False)
     max_partitions = serializers.IntegerField(min_value=0, max_value=2**31 - 1, required=False)
     max_storage_bytes = serializers.IntegerField(min_value=0, max_value=2**63 - 1, required=False)
-    produce_bytes_per_s = serializers.IntegerField(min_value=0, max_value=2**63 - 1, required=False)
-    fetch_bytes_per_s = serializers.IntegerField(min_value=0, max_value=2**63 - 1, required=False)
-    requests_per_s = serializers.IntegerField(min_value=0, max_value=2**31 - 1, required=False)
+    produce_bytes_per_s = serializers.IntegerField(
+        min_value=0, max_value=2**63 - 1, required=False, help_text=RATE_HELP
+    )
+    fetch_bytes_per_s = serializers.IntegerField(
+        min_value=0, max_value=2**63 - 1, required=False, help_text=RATE_HELP
+    )
+    requests_per_s = serializers.IntegerField(
+        min_value=0, max_value=2**31 - 1, required=False, help_text=RATE_HELP
+    )
     max_lanes = serializers.IntegerField(min_value=0, max_value=2**31 - 1, required=False)
     max_mirrors = serializers.IntegerField(min_value=0, max_value=2**31 - 1, required=False)

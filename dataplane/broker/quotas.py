@@ -1,0 +1,238 @@
+"""Tenant quotas in the broker (DESIGN decision 8): rates by token buckets, storage by refusal.
+
+Quotas come in the controller's push (``UpdateMetadataRequest.quotas``, the complete set:
+a tenant not listed, and a rate of 0, are unlimited). ``QuotaManager`` reads the push it
+is given on every use and re-applies the quotas whenever a new push was accepted, so the
+persisted push loaded at start applies too. Rates are per broker, as Kafka's quotas.
+
+Rates. Per tenant and per kind (``produce`` bytes, ``fetch`` bytes, ``requests``) a
+``TokenBucket`` holds at most ``BURST_S`` seconds of its rate and refills continuously.
+Usage is charged *after* the work (the bytes appended or returned, one request per
+call); the bucket may go into debt, and ``debt / rate`` is the call's throttle time: the
+broker holds the response that long (an ``asyncio`` sleep of that call alone: other
+tenants' calls are never delayed, nothing is dropped) and reports it as ``throttle_ms``
+in Produce and Fetch responses. A response is held at most ``max_hold_ms`` (the
+broker's ``quota_max_hold_ms``, ``MAX_HOLD_MS`` by default), below the SDK's 30 s request
+timeout, so a held answer never times out at a default client; the
+debt stays, so the next calls are held too, and ``throttle_ms`` carries the whole
+throttle time. ``throttle_ms`` counts from when the request was *sent*: the broker has
+already held the response for it, so a client honouring it waits only for what a capped
+hold left (``sent_at + throttle_ms``), never twice.
+
+The tenant of a topic or group is the prefix of its name (``<tenant>.<name>``); internal
+topics (``__*``) have none. Only calls of the client-facing services are throttled
+(``QuotaInterceptor``); Admin, Replication and health calls never are. A tenant is
+charged only for what succeeded: bytes of partitions without error, one request per call
+for each tenant with at least one partition (or group) answered without error, so a
+call naming another tenant's topics and refused cannot spend that tenant's quota.
+
+Storage. When the push says a tenant's ``storage_exceeded``, Produce to its partitions
+is answered per partition with ``QUOTA_EXCEEDED`` and the push's ``storage_message``
+(not retriable); nothing is written (``storage_refusal``, checked before the append).
+
+Metrics (on the broker's Prometheus registry):
+``meridian_broker_throttle_seconds_total{tenant}`` (time responses were held),
+``meridian_broker_throttled_requests_total{tenant,quota}`` (responses held, by the quota
+that decided it) and ``meridian_broker_quota_refusals_total{tenant}`` (partitions
+refused for storage).
+
+Thread safety: event-loop only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter
+
+from dataplane._gen.meridian.v1 import admin_pb2
+from dataplane.broker.topics import is_internal
+from dataplane.errors import ErrorCode, MeridianError
+
+BURST_S = 1.0  # a full bucket holds one second of its rate
+MAX_HOLD_MS = 10_000  # default longest time one response is held; the rest stays owed
+PRODUCE, FETCH, REQUESTS = "produce", "fetch", "requests"
+KINDS = (PRODUCE, FETCH, REQUESTS)
+
+Clock = Callable[[], float]  # monotonic seconds
+PushSource = Callable[[], "admin_pb2.UpdateMetadataRequest | None"]
+
+
+def tenant_of(name: str) -> str | None:
+    """The tenant owning topic or group ``name`` (``<tenant>.<rest>``), or None for
+    internal topics and names without a tenant prefix."""
+    if is_internal(name):
+        return None
+    tenant, dot, rest = name.partition(".")
+    return tenant if dot and tenant and rest else None
+
+
+class TokenBucket:
+    """``rate_per_s`` tokens per second, at most ``burst_s`` seconds of them stored.
+
+    ``charge(amount)`` takes tokens whether or not there are enough (the balance may go
+    negative: debt) and returns the seconds until the balance is back to zero (0 when
+    none is owed). A new rate keeps the balance (capped to the new burst).
+    """
+
+    def __init__(self, rate_per_s: float, clock: Clock, burst_s: float = BURST_S) -> None:
+        if rate_per_s <= 0:
+            raise ValueError(f"rate_per_s must be > 0, got {rate_per_s}")
+        self._clock = clock
+        self._burst_s = burst_s
+        self.rate_per_s = float(rate_per_s)
+        self.tokens = self.capacity
+        self._updated = clock()
+
+    @property
+    def capacity(self) -> float:
+        return self.rate_per_s * self._burst_s
+
+    def _refill(self) -> None:
+        now = self._clock()
+        elapsed = max(0.0, now - self._updated)
+        self.tokens = min(self.capacity, self.tokens + elapsed * self.rate_per_s)
+        self._updated = now
+
+    def charge(self, amount: float) -> float:
+        """Take ``amount`` tokens; the throttle time in seconds (debt / rate)."""
+        self._refill()
+        self.tokens -= amount
+        return max(0.0, -self.tokens) / self.rate_per_s
+
+    def set_rate(self, rate_per_s: float) -> None:
+        self._refill()
+        self.rate_per_s = float(rate_per_s)
+        self.tokens = min(self.tokens, self.capacity)
+
+
+@dataclass(frozen=True)
+class Throttle:
+    """The outcome of charging one call: how long to hold it, and why."""
+
+    seconds: float = 0.0
+    tenant: str = ""
+    kind: str = ""
+
+    @property
+    def ms(self) -> int:
+        return min(2**31 - 1, int(self.seconds * 1000 + 0.999))  # rounded up
+
+
+class QuotaMetrics:
+    def __init__(self, registry: CollectorRegistry | None) -> None:
+        kwargs: dict[str, Any] = {"registry": registry}
+        self.throttle_seconds = Counter(
+            "meridian_broker_throttle_seconds",
+            "Time responses were held for a tenant's rate quota",
+            ["tenant"],
+            **kwargs,
+        )
+        self.throttled = Counter(
+            "meridian_broker_throttled_requests",
+            "Responses held for a tenant's rate quota, by the quota that decided",
+            ["tenant", "quota"],
+            **kwargs,
+        )
+        self.refusals = Counter(
+            "meridian_broker_quota_refusals",
+            "Partitions of produce requests refused because the tenant's storage is full",
+            ["tenant"],
+            **kwargs,
+        )
+
+
+class QuotaManager:
+    """The quotas of the last accepted push, their buckets, and the holds they impose."""
+
+    def __init__(
+        self,
+        pushed: PushSource,
+        *,
+        registry: CollectorRegistry | None = None,
+        clock: Clock = time.monotonic,
+        sleep: Callable[[float], Any] = asyncio.sleep,
+        max_hold_ms: int = MAX_HOLD_MS,
+    ) -> None:
+        """``pushed()`` returns the controller's last accepted push (or None)."""
+        self._pushed = pushed
+        self._max_hold_s = max_hold_ms / 1000
+        self._clock = clock
+        self._sleep = sleep
+        self._applied: object = None
+        self.quotas: dict[str, admin_pb2.TenantQuota] = {}
+        self._buckets: dict[tuple[str, str], TokenBucket] = {}
+        self.metrics = QuotaMetrics(registry)
+
+    # -- the push ----------------------------------------------------------------------
+    def _sync(self) -> None:
+        current = self._pushed()
+        if current is not self._applied:
+            self._applied = current
+            self.apply(current.quotas if current is not None else ())
+
+    def apply(self, quotas: Iterable[admin_pb2.TenantQuota]) -> None:
+        """Make ``quotas`` the complete set: buckets of unlisted tenants and of rates
+        now unlimited go; a changed rate keeps its bucket's balance."""
+        self.quotas = {q.tenant: q for q in quotas}
+        for (tenant, kind), bucket in list(self._buckets.items()):
+            rate = self._rate(tenant, kind)
+            if rate <= 0:
+                del self._buckets[(tenant, kind)]
+            elif rate != bucket.rate_per_s:
+                bucket.set_rate(rate)
+
+    def _rate(self, tenant: str, kind: str) -> int:
+        quota = self.quotas.get(tenant)
+        if quota is None:
+            return 0
+        return int(getattr(quota, f"{kind}_bytes_per_s" if kind != REQUESTS else "requests_per_s"))
+
+    # -- storage ---------------------------------------------------------------------
+    def storage_refusal(self, topic: str) -> MeridianError | None:
+        """``QUOTA_EXCEEDED`` when ``topic``'s tenant is over its storage quota."""
+        self._sync()
+        tenant = tenant_of(topic)
+        quota = self.quotas.get(tenant) if tenant is not None else None
+        if quota is None or not quota.storage_exceeded:
+            return None
+        self.metrics.refusals.labels(tenant).inc()
+        message = quota.storage_message or f"tenant {tenant!r} is over its storage quota"
+        return MeridianError(ErrorCode.QUOTA_EXCEEDED, message)
+
+    # -- rates -----------------------------------------------------------------------
+    def charge(self, usage: dict[tuple[str, str], int]) -> Throttle:
+        """Charge ``usage`` ((tenant, kind) -> amount) and return the longest throttle
+        it caused; records it in the metrics when there is one."""
+        self._sync()
+        worst = Throttle()
+        for (tenant, kind), amount in usage.items():
+            rate = self._rate(tenant, kind)
+            if rate <= 0 or amount <= 0:
+                continue
+            bucket = self._buckets.get((tenant, kind))
+            if bucket is None:
+                bucket = self._buckets[(tenant, kind)] = TokenBucket(rate, self._clock)
+            seconds = bucket.charge(amount)
+            if seconds > worst.seconds:
+                worst = Throttle(seconds, tenant, kind)
+        if worst.seconds > 0:
+            self.metrics.throttle_seconds.labels(worst.tenant).inc(self.hold_s(worst))
+            self.metrics.throttled.labels(worst.tenant, worst.kind).inc()
+        return worst
+
+    def hold_s(self, throttle: Throttle) -> float:
+        """How long a response with ``throttle`` is held (the throttle time, capped)."""
+        return min(throttle.seconds, self._max_hold_s)
+
+    async def hold(self, throttle: Throttle) -> None:
+        """Delay the caller (one call) by ``throttle``'s hold time."""
+        if throttle.seconds > 0:
+            await self._sleep(self.hold_s(throttle))
+
+    def bucket(self, tenant: str, kind: str) -> TokenBucket | None:
+        return self._buckets.get((tenant, kind))

@@ -1,0 +1,156 @@
+"""``QuotaInterceptor``: where the broker charges tenants' rate quotas and holds responses.
+
+A gRPC server interceptor wraps the handlers of the client-facing services
+(``meridian.v1.Broker`` and ``meridian.v1.GroupCoordinator``); every other service
+(Admin, Replication, health) passes through untouched. A wrapped call runs as before;
+once it has its response, what it used is charged (``usage_of``, see
+``dataplane.broker.quotas``), the response's ``throttle_ms`` is set where the message has
+one (Produce, Fetch), and the response is held for the throttle time. ProduceStream
+charges and holds each response in turn, so they still leave in request order, and a
+stream's later requests keep being read and appended meanwhile (the servicer's pipeline
+bound applies). A call that fails is not charged.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+
+from dataplane.broker.quotas import FETCH, PRODUCE, REQUESTS, QuotaManager, tenant_of
+
+THROTTLED_SERVICES = ("/meridian.v1.Broker/", "/meridian.v1.GroupCoordinator/")
+Usage = dict[tuple[str, str], int]
+Sizes = dict[tuple[str, int], int]
+
+
+def _add(usage: Usage, tenant: str | None, kind: str, amount: int) -> None:
+    if tenant is not None:
+        usage[(tenant, kind)] = usage.get((tenant, kind), 0) + amount
+
+
+def _requests(usage: Usage, tenants: set[str | None]) -> Usage:
+    for tenant in tenants:
+        _add(usage, tenant, REQUESTS, 1)
+    return usage
+
+
+def produce_sizes(request: Any) -> Sizes:
+    """Record bytes per (topic, partition) of a ProduceRequest."""
+    return {(p.topic, p.partition): len(p.records) for p in request.partitions}
+
+
+def produce_usage(sizes: Sizes, response: Any) -> Usage:
+    """Bytes of the partitions the response accepted, and one request per tenant."""
+    usage: Usage = {}
+    tenants: set[str | None] = set()
+    for result in response.results:
+        if not result.error:
+            tenant = tenant_of(result.topic)
+            _add(usage, tenant, PRODUCE, sizes.get((result.topic, result.partition), 0))
+            tenants.add(tenant)
+    return _requests(usage, tenants)
+
+
+def usage_of(request: Any, response: Any) -> Usage:
+    """What a successful unary call of a throttled service used, by tenant and kind."""
+    name = type(response).__name__
+    if name == "ProduceResponse":
+        return produce_usage(produce_sizes(request), response)
+    usage: Usage = {}
+    if name == "FetchResponse":
+        for result in response.results:
+            if not result.error:
+                _add(usage, tenant_of(result.topic), FETCH, len(result.records))
+        return _requests(usage, {tenant_of(r.topic) for r in response.results if not r.error})
+    if name == "MetadataResponse":  # a tenant is known only from the topics asked for
+        asked = set(request.topics)
+        return _requests(usage, {tenant_of(t.name) for t in response.topics if t.name in asked})
+    results = getattr(response, "results", None)
+    if results is not None and name != "OffsetCommitResponse" and name != "OffsetFetchResponse":
+        named = [r for r in results if not getattr(r, "error", 0)]
+        return _requests(usage, {tenant_of(_name_of(r)) for r in named})
+    return _requests(usage, {tenant_of(g) for g in _groups(request)})
+
+
+def _name_of(result: Any) -> str:
+    return str(getattr(result, "topic", "") or getattr(result, "group_id", ""))
+
+
+def _groups(request: Any) -> list[str]:
+    fields = request.DESCRIPTOR.fields_by_name
+    if "group_id" in fields:
+        return [request.group_id]
+    if "group_ids" in fields:
+        return list(request.group_ids)
+    return []
+
+
+class QuotaInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """See the module docstring."""
+
+    def __init__(self, quotas: QuotaManager) -> None:
+        self.quotas = quotas
+        self._wrapped: dict[str, tuple[grpc.RpcMethodHandler, grpc.RpcMethodHandler]] = {}
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        method = handler_call_details.method
+        if handler is None or not method.startswith(THROTTLED_SERVICES):
+            return handler
+        cached = self._wrapped.get(method)
+        if cached is None or cached[0] is not handler:
+            cached = self._wrapped[method] = (handler, self._wrap(handler))
+        return cached[1]
+
+    def _wrap(self, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        options = {
+            "request_deserializer": handler.request_deserializer,
+            "response_serializer": handler.response_serializer,
+        }
+        if handler.unary_unary is not None:
+            return grpc.unary_unary_rpc_method_handler(self._unary(handler.unary_unary), **options)
+        if handler.stream_stream is not None:
+            return grpc.stream_stream_rpc_method_handler(
+                self._produce_stream(handler.stream_stream), **options
+            )
+        return handler  # no other shapes are served
+
+    def _unary(self, behavior: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
+        async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            response = behavior(request, context)
+            if inspect.isawaitable(response):
+                response = await response
+            await self._settle(usage_of(request, response), response)
+            return response
+
+        return call
+
+    def _produce_stream(self, behavior: Callable[..., Any]) -> Callable[..., AsyncIterator[Any]]:
+        async def call(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
+            sent: deque[Sizes] = deque()  # one entry per request, answered in order
+
+            async def tapped() -> AsyncIterator[Any]:
+                async for request in requests:
+                    sent.append(produce_sizes(request))
+                    yield request
+
+            async for response in behavior(tapped(), context):
+                sizes = sent.popleft() if sent else {}
+                await self._settle(produce_usage(sizes, response), response)
+                yield response
+
+        return call
+
+    async def _settle(self, usage: Usage, response: Any) -> None:
+        throttle = self.quotas.charge(usage)
+        if throttle.seconds > 0 and "throttle_ms" in response.DESCRIPTOR.fields_by_name:
+            response.throttle_ms = throttle.ms
+        await self.quotas.hold(throttle)

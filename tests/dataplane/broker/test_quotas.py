@@ -1,0 +1,228 @@
+"""Quota bookkeeping without a server: the token bucket against an injected clock, the
+manager's view of the push, and what each call is charged."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from dataplane._gen.meridian.v1 import admin_pb2, broker_pb2, group_pb2
+from dataplane.broker.quotas import (
+    FETCH,
+    MAX_HOLD_MS,
+    PRODUCE,
+    REQUESTS,
+    QuotaManager,
+    TokenBucket,
+    tenant_of,
+)
+from dataplane.broker.throttling import usage_of
+from dataplane.errors import ErrorCode
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def push(*quotas: admin_pb2.TenantQuota, epoch: int = 1) -> admin_pb2.UpdateMetadataRequest:
+    return admin_pb2.UpdateMetadataRequest(
+        cluster_id="meridian", controller_epoch=epoch, quotas=list(quotas)
+    )
+
+
+def manager_with(
+    current: list[admin_pb2.UpdateMetadataRequest | None], clock: FakeClock
+) -> QuotaManager:
+    return QuotaManager(lambda: current[0], registry=CollectorRegistry(), clock=clock)
+
+
+# -- the bucket -------------------------------------------------------------------------
+def test_a_full_bucket_absorbs_one_second_of_its_rate_then_owes() -> None:
+    clock = FakeClock()
+    bucket = TokenBucket(1000, clock)
+    assert bucket.charge(1000) == 0.0  # the burst
+    assert bucket.charge(500) == pytest.approx(0.5)  # 500 owed at 1000/s
+    assert bucket.charge(500) == pytest.approx(1.0)  # the debt adds up
+
+
+def test_debt_is_repaid_by_time_and_tokens_never_exceed_the_burst() -> None:
+    clock = FakeClock()
+    bucket = TokenBucket(1000, clock)
+    bucket.charge(3000)  # 2 s of debt
+    clock.advance(1.5)
+    assert bucket.charge(0) == pytest.approx(0.5)
+    clock.advance(60)  # idle far longer than the burst
+    assert bucket.charge(0) == 0
+    assert bucket.tokens == pytest.approx(1000)
+    assert bucket.charge(1001) == pytest.approx(0.001)
+
+
+def test_over_a_long_run_the_charged_rate_converges_to_the_rate() -> None:
+    """A client that waits out every throttle time gets rate * elapsed (+ one burst)."""
+    clock = FakeClock()
+    bucket = TokenBucket(10_000, clock)
+    start, sent = clock.now, 0
+    while clock.now - start < 100:
+        throttle = bucket.charge(4_096)
+        sent += 4_096
+        clock.advance(throttle + 0.0001)
+    elapsed = clock.now - start
+    assert sent / elapsed == pytest.approx(10_000, rel=0.02)
+
+
+def test_a_new_rate_keeps_the_debt_and_caps_the_balance() -> None:
+    clock = FakeClock()
+    bucket = TokenBucket(1000, clock)
+    bucket.charge(2000)  # 1000 owed
+    bucket.set_rate(500)
+    assert bucket.charge(0) == pytest.approx(2.0)  # same debt, half the rate
+    fresh = TokenBucket(1000, clock)
+    fresh.set_rate(100)
+    assert fresh.tokens == pytest.approx(100)
+
+
+def test_a_bucket_needs_a_positive_rate() -> None:
+    with pytest.raises(ValueError, match="rate_per_s"):
+        TokenBucket(0, FakeClock())
+
+
+# -- tenants ----------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("name", "tenant"),
+    [
+        ("acme.orders", "acme"),
+        ("acme.orders~ppe", "acme"),
+        ("acme.billing", "acme"),
+        ("__consumer_offsets", None),
+        ("__acme.x", None),
+        ("orders", None),
+        (".orders", None),
+        ("acme.", None),
+    ],
+)
+def test_the_tenant_is_the_prefix_of_a_name(name: str, tenant: str | None) -> None:
+    assert tenant_of(name) == tenant
+
+
+# -- the manager ------------------------------------------------------------------------
+def test_only_listed_tenants_with_a_rate_are_throttled() -> None:
+    clock = FakeClock()
+    current = [push(admin_pb2.TenantQuota(tenant="acme", produce_bytes_per_s=100))]
+    quotas = manager_with(current, clock)  # type: ignore[arg-type]
+    first = quotas.charge({("acme", PRODUCE): 300, ("other", PRODUCE): 10**9})
+    assert first.tenant == "acme"
+    assert first.kind == PRODUCE
+    assert first.seconds == pytest.approx(2.0)
+    assert quotas.charge({("acme", FETCH): 10**9, ("acme", REQUESTS): 10**6}).seconds == 0
+
+
+def test_a_new_push_changes_rates_and_drops_tenants_no_longer_listed() -> None:
+    clock = FakeClock()
+    current = [push(admin_pb2.TenantQuota(tenant="acme", produce_bytes_per_s=100))]
+    quotas = manager_with(current, clock)  # type: ignore[arg-type]
+    assert quotas.charge({("acme", PRODUCE): 300}).seconds == pytest.approx(2.0)
+    current[0] = push(admin_pb2.TenantQuota(tenant="acme", produce_bytes_per_s=200), epoch=2)
+    assert quotas.charge({("acme", PRODUCE): 0}).seconds == 0  # a zero charge owes nothing new
+    bucket = quotas.bucket("acme", PRODUCE)
+    assert bucket is not None
+    assert bucket.rate_per_s == 200
+    assert bucket.charge(0) == pytest.approx(1.0)  # the 200 owed, now repaid at 200/s
+    current[0] = push(epoch=3)
+    assert quotas.charge({("acme", PRODUCE): 10**9}).seconds == 0
+    assert quotas.bucket("acme", PRODUCE) is None
+    current[0] = None
+    assert quotas.charge({("acme", PRODUCE): 10**9}).seconds == 0
+
+
+def test_storage_refusal_names_the_pushed_message_and_counts() -> None:
+    registry = CollectorRegistry()
+    current = [
+        push(
+            admin_pb2.TenantQuota(
+                tenant="acme", storage_exceeded=True, storage_message="acme stores 2 GiB of 1 GiB"
+            )
+        )
+    ]
+    quotas = QuotaManager(lambda: current[0], registry=registry)
+    refusal = quotas.storage_refusal("acme.orders")
+    assert refusal is not None
+    assert refusal.code == ErrorCode.QUOTA_EXCEEDED
+    assert not refusal.retriable
+    assert refusal.message == "acme stores 2 GiB of 1 GiB"
+    assert quotas.storage_refusal("other.orders") is None
+    assert quotas.storage_refusal("__consumer_offsets") is None
+    value = registry.get_sample_value("meridian_broker_quota_refusals_total", {"tenant": "acme"})
+    assert value == 1
+
+
+def test_a_hold_is_capped_but_the_throttle_time_is_reported_whole() -> None:
+    slept: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    clock = FakeClock()
+    current = [push(admin_pb2.TenantQuota(tenant="acme", requests_per_s=1))]
+    quotas = QuotaManager(
+        lambda: current[0], registry=CollectorRegistry(), clock=clock, sleep=sleep
+    )
+    throttle = quotas.charge({("acme", REQUESTS): 61})  # 60 requests owed at 1/s
+    assert throttle.ms == 60_000
+    asyncio.run(quotas.hold(throttle))
+    assert slept == [MAX_HOLD_MS / 1000]
+
+
+# -- what a call is charged -------------------------------------------------------------
+def test_produce_is_charged_the_bytes_of_accepted_partitions_and_one_request_per_tenant() -> None:
+    request = broker_pb2.ProduceRequest(
+        partitions=[
+            broker_pb2.PartitionRecords(topic="acme.a", partition=0, records=b"x" * 100),
+            broker_pb2.PartitionRecords(topic="acme.a", partition=1, records=b"x" * 50),
+            broker_pb2.PartitionRecords(topic="globex.b", partition=0, records=b"x" * 70),
+            broker_pb2.PartitionRecords(topic="__consumer_offsets", partition=0, records=b"x"),
+        ]
+    )
+    response = broker_pb2.ProduceResponse(
+        results=[
+            broker_pb2.PartitionProduceResult(topic="acme.a", partition=0),
+            broker_pb2.PartitionProduceResult(topic="acme.a", partition=1),
+            broker_pb2.PartitionProduceResult(
+                topic="globex.b", partition=0, error=ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            ),
+            broker_pb2.PartitionProduceResult(topic="__consumer_offsets", partition=0),
+        ]
+    )
+    assert usage_of(request, response) == {("acme", PRODUCE): 150, ("acme", REQUESTS): 1}
+
+
+def test_fetch_metadata_and_group_calls_are_charged_to_the_named_tenant() -> None:
+    fetch = broker_pb2.FetchResponse(
+        results=[
+            broker_pb2.FetchPartitionResult(topic="acme.a", partition=0, records=b"y" * 30),
+            broker_pb2.FetchPartitionResult(topic="acme.a", partition=1, records=b"y" * 12),
+        ]
+    )
+    assert usage_of(broker_pb2.FetchRequest(), fetch) == {
+        ("acme", FETCH): 42,
+        ("acme", REQUESTS): 1,
+    }
+    metadata = broker_pb2.MetadataResponse(
+        topics=[broker_pb2.TopicMetadata(name="acme.a"), broker_pb2.TopicMetadata(name="b.c")]
+    )
+    assert usage_of(broker_pb2.MetadataRequest(topics=["acme.a"]), metadata) == {
+        ("acme", REQUESTS): 1
+    }
+    assert usage_of(broker_pb2.MetadataRequest(), metadata) == {}  # no tenant named
+    heartbeat = group_pb2.HeartbeatRequest(group_id="acme.billing")
+    assert usage_of(heartbeat, group_pb2.HeartbeatResponse()) == {("acme", REQUESTS): 1}
+    commit = group_pb2.OffsetCommitRequest(group_id="acme.billing")
+    assert usage_of(commit, group_pb2.OffsetCommitResponse()) == {("acme", REQUESTS): 1}
