@@ -240,3 +240,24 @@ def test_the_persisted_push_applies_quotas_after_a_restart(broker: BrokerProcess
         refused = produce(s, "acme.kept", 0, values_batch([b"x"]))
     assert refused.error == ErrorCode.QUOTA_EXCEEDED
     assert refused.error_message == "full"
+
+
+def test_a_new_push_changes_a_tenants_rate(broker: BrokerProcess) -> None:
+    push = Pusher(broker)
+    push(admin_pb2.TenantQuota(tenant="acme", requests_per_s=1))
+    asked = broker_pb2.MetadataRequest(topics=["acme.rated"])
+    with stubs(broker) as s:
+        create(s, "acme.rated")
+        for _ in range(3):
+            s.broker.Metadata(asked, timeout=TIMEOUT_S)
+        throttled = scrape(broker, "meridian_broker_throttled_requests_total", tenant="acme")
+        assert throttled >= 1
+        push(admin_pb2.TenantQuota(tenant="acme", requests_per_s=0))  # unlimited now
+        for _ in range(20):
+            s.broker.Metadata(asked, timeout=TIMEOUT_S)
+        after = scrape(broker, "meridian_broker_throttled_requests_total", tenant="acme")
+        assert after == throttled
+        push(admin_pb2.TenantQuota(tenant="acme", requests_per_s=1))  # limited again
+        for _ in range(3):
+            s.broker.Metadata(asked, timeout=TIMEOUT_S)
+    assert scrape(broker, "meridian_broker_throttled_requests_total", tenant="acme") > after
