@@ -11,13 +11,14 @@ Usage is charged *after* the work (the bytes appended or returned, one request p
 call); the bucket may go into debt, and ``debt / rate`` is the call's throttle time: the
 broker holds the response that long (an ``asyncio`` sleep of that call alone: other
 tenants' calls are never delayed, nothing is dropped) and reports it as ``throttle_ms``
-in Produce and Fetch responses. A response is held at most ``max_hold_ms`` (the
-broker's ``quota_max_hold_ms``, ``MAX_HOLD_MS`` by default), below the SDK's 30 s request
-timeout, so a held answer never times out at a default client; the
+in Produce and Fetch responses. As with Kafka's muted connections, later responses of
+the same ProduceStream wait behind a held one (they leave in order). A response is held
+at most ``max_hold_ms`` (the broker's ``quota_max_hold_ms``, 10 s by default), below the
+SDK's 30 s request timeout, so a held answer never times out at a default client; the
 debt stays, so the next calls are held too, and ``throttle_ms`` carries the whole
 throttle time. ``throttle_ms`` counts from when the request was *sent*: the broker has
 already held the response for it, so a client honouring it waits only for what a capped
-hold left (``sent_at + throttle_ms``), never twice.
+hold left (until ``sent_at + throttle_ms``), never twice.
 
 The tenant of a topic or group is the prefix of its name (``<tenant>.<name>``); internal
 topics (``__*``) have none. Only calls of the client-facing services are throttled

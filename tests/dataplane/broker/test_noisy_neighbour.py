@@ -39,7 +39,7 @@ WARM_UP_S = 4.0
 WINDOW_S = 8.0
 B_SAMPLES = 400
 B_INTERVAL_S = 0.01
-ROUNDS = 3
+ROUNDS = 6
 SETTLE_S = 0.3
 
 
@@ -160,7 +160,7 @@ def test_a_tenant_over_its_quota_is_held_to_it_and_does_not_slow_another(
     rate = (acked_end - acked_start) / (window_end - window_start)
     p50_ratio = statistics.median(loaded) / statistics.median(unloaded)
     p99_ratio = percentile(loaded, 0.99) / percentile(unloaded, 0.99)
-    print(
+    figures = (
         f"\nnoisy tenant: unthrottled {free_rate / MIB:.2f} MiB/s; quota "
         f"{QUOTA_BYTES_PER_S / MIB:.2f} MiB/s, acknowledged {rate / MIB:.3f} MiB/s over "
         f"{window_end - window_start:.1f} s ({rate / QUOTA_BYTES_PER_S:.1%} of the quota)"
@@ -169,8 +169,9 @@ def test_a_tenant_over_its_quota_is_held_to_it_and_does_not_slow_another(
         f" ms; loaded p50 {statistics.median(loaded) * 1000:.2f} ms p99 "
         f"{percentile(loaded, 0.99) * 1000:.2f} ms; ratios p50 {p50_ratio:.2f} p99 {p99_ratio:.2f}"
     )
-    assert free_rate >= 3 * QUOTA_BYTES_PER_S  # A asks far more than its quota
-    assert window_end - window_start >= WINDOW_S * 0.9
-    assert abs(rate - QUOTA_BYTES_PER_S) <= 0.10 * QUOTA_BYTES_PER_S
-    assert p50_ratio <= 2.0
-    assert p99_ratio <= 2.0
+    print(figures)
+    assert free_rate >= 3 * QUOTA_BYTES_PER_S, figures  # A asks far more than its quota
+    assert window_end - window_start >= WINDOW_S * 0.9, figures
+    assert abs(rate - QUOTA_BYTES_PER_S) <= 0.10 * QUOTA_BYTES_PER_S, figures
+    assert p50_ratio <= 2.0, figures
+    assert p99_ratio <= 2.0, figures

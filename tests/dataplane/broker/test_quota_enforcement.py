@@ -95,8 +95,8 @@ def test_produce_over_quota_is_held_for_its_throttle_time_and_others_are_not(
             assert other.results[0].error == 0
             response, elapsed_s = held.result()
     assert response.results[0].error == 0  # held, not refused: nothing is dropped
-    # Less only by what the bucket refilled between the two calls.
-    assert owed_s * 1000 - 1000 <= response.throttle_ms <= owed_s * 1000 + 1
+    # Less only by what the bucket refilled between the two calls (well under 2 s).
+    assert owed_s * 1000 - 2000 <= response.throttle_ms <= owed_s * 1000 + 1
     assert elapsed_s >= response.throttle_ms / 1000 * 0.95
     assert scrape(broker, "meridian_broker_throttled_requests_total", tenant="acme") == 1
     assert scrape(broker, "meridian_broker_throttle_seconds_total", tenant="acme") >= 6
@@ -210,16 +210,16 @@ def test_admin_calls_and_internal_topics_are_never_throttled(broker: BrokerProce
         asked = broker_pb2.MetadataRequest(topics=["acme.t0"])
         s.broker.Metadata(asked, timeout=TIMEOUT_S)
         _, elapsed_s = timed(s.broker.Metadata, asked)
-    assert elapsed_s >= 0.9
+    assert elapsed_s >= 0.5  # about 1 s owed, less what refilled between the two calls
     assert scrape(broker, "meridian_broker_throttled_requests_total", tenant="acme") == 1
 
 
 def test_group_calls_count_against_the_groups_tenant(broker: BrokerProcess) -> None:
     push = Pusher(broker)
-    push(admin_pb2.TenantQuota(tenant="acme", requests_per_s=2))
+    push(admin_pb2.TenantQuota(tenant="acme", requests_per_s=1))
     with broker.channel() as channel:
         groups = group_pb2_grpc.GroupCoordinatorStub(channel)
-        for _ in range(4):
+        for _ in range(3):
             groups.FindCoordinator(
                 group_pb2.FindCoordinatorRequest(group_id="acme.billing"), timeout=TIMEOUT_S
             )
@@ -240,3 +240,24 @@ def test_the_persisted_push_applies_quotas_after_a_restart(broker: BrokerProcess
         refused = produce(s, "acme.kept", 0, values_batch([b"x"]))
     assert refused.error == ErrorCode.QUOTA_EXCEEDED
     assert refused.error_message == "full"
+
+
+def test_a_new_push_changes_a_tenants_rate(broker: BrokerProcess) -> None:
+    push = Pusher(broker)
+    push(admin_pb2.TenantQuota(tenant="acme", requests_per_s=1))
+    asked = broker_pb2.MetadataRequest(topics=["acme.rated"])
+    with stubs(broker) as s:
+        create(s, "acme.rated")
+        for _ in range(3):
+            s.broker.Metadata(asked, timeout=TIMEOUT_S)
+        throttled = scrape(broker, "meridian_broker_throttled_requests_total", tenant="acme")
+        assert throttled >= 1
+        push(admin_pb2.TenantQuota(tenant="acme", requests_per_s=0))  # unlimited now
+        for _ in range(20):
+            s.broker.Metadata(asked, timeout=TIMEOUT_S)
+        after = scrape(broker, "meridian_broker_throttled_requests_total", tenant="acme")
+        assert after == throttled
+        push(admin_pb2.TenantQuota(tenant="acme", requests_per_s=1))  # limited again
+        for _ in range(3):
+            s.broker.Metadata(asked, timeout=TIMEOUT_S)
+    assert scrape(broker, "meridian_broker_throttled_requests_total", tenant="acme") > after

@@ -226,3 +226,25 @@ def test_fetch_metadata_and_group_calls_are_charged_to_the_named_tenant() -> Non
     assert usage_of(heartbeat, group_pb2.HeartbeatResponse()) == {("acme", REQUESTS): 1}
     commit = group_pb2.OffsetCommitRequest(group_id="acme.billing")
     assert usage_of(commit, group_pb2.OffsetCommitResponse()) == {("acme", REQUESTS): 1}
+
+
+def test_list_offsets_and_group_deletes_are_charged_only_for_answered_names() -> None:
+    offsets = broker_pb2.ListOffsetsResponse(
+        results=[
+            broker_pb2.ListOffsetsResult(topic="acme.a", partition=0),
+            broker_pb2.ListOffsetsResult(
+                topic="globex.b", partition=0, error=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            ),
+        ]
+    )
+    assert usage_of(broker_pb2.ListOffsetsRequest(), offsets) == {("acme", REQUESTS): 1}
+    deleted = group_pb2.DeleteGroupsResponse(
+        results=[
+            group_pb2.DeleteGroupsResult(group_id="acme.g"),
+            group_pb2.DeleteGroupsResult(
+                group_id="globex.g", error=ErrorCode.GROUP_AUTHORIZATION_FAILED
+            ),
+        ]
+    )
+    request = group_pb2.DeleteGroupsRequest(group_ids=["acme.g", "globex.g"])
+    assert usage_of(request, deleted) == {("acme", REQUESTS): 1}
