@@ -3,7 +3,14 @@
 ``ProduceHandler.submit`` checks a request as a whole (``acks``, size, repeated
 partitions: a ``MeridianError`` fails the request), starts every partition's append at
 once, and returns a future of the response. With ``acks=0`` the response is ready as soon
-as the request is accepted; the appends go on. Every batch is validated by the log before
+as the request is accepted; the appends go on. With ``acks=1`` a partition's result is
+ready once the leader appended; with ``acks=-1`` (all) once the high watermark passed the
+append, i.e. every in-sync replica has it (``NOT_ENOUGH_REPLICAS`` before appending when
+the committed ISR is below the topic's ``min_insync_replicas``; while waiting,
+``REQUEST_TIMED_OUT`` at ``timeout_ms``, ``NOT_LEADER_OR_FOLLOWER`` if the leadership
+moved, ``NOT_ENOUGH_REPLICAS_AFTER_APPEND`` if the ISR shrank below the minimum). A
+follower refuses appends (``NOT_LEADER_OR_FOLLOWER``; ``LEADER_NOT_AVAILABLE`` when the
+partition has no leader). Every batch is validated by the log before
 any byte is written (``PartitionLog.append``), and producer checks run under its append
 lock, so a refused request leaves the log unchanged.
 """
