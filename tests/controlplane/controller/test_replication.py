@@ -8,8 +8,8 @@
 - with every in-sync replica dead, a topic without unclean election stays offline
   (leader -1) until an in-sync replica returns, one that opted in elects a live
   out-of-sync replica;
-- decommissioning a broker through the API moves its replicas away (new ones added
-  first, caught up, then the old ones deleted) without losing a record.
+- reassigning a partition and decommissioning a broker through the API move replicas
+  (new ones added first, caught up, then the old ones deleted) without losing a record.
 """
 
 from __future__ import annotations
@@ -247,7 +247,7 @@ def test_unclean_election_only_for_the_topic_that_opted_in(
     wait_until(lambda: three.leader(clean) == last, 15, "the in-sync replica elected on return")
 
 
-def test_decommission_moves_every_replica_without_losing_records(
+def test_reassignment_and_decommission_move_replicas_without_losing_records(
     four: Replicated, client_for: ClientFactory, admin_client: APIClient
 ) -> None:
     client = client_for(roles={four.tenant.slug: "developer"})
@@ -256,6 +256,24 @@ def test_decommission_moves_every_replica_without_losing_records(
         wait_until(lambda p=partition: four.leader(topic, p) is not None, 10, "leaders")
     values = [b"v-%d" % i for i in range(80)]
     _produce(four.bootstrap, topic, values, partitions=2)
+
+    # A reassignment first: partition 0's preferred leader is replaced by the spare broker.
+    old = four.row(topic, 0).replicas
+    (spare,) = set(four.brokers) - set(old)
+    target = [spare, *old[1:]]
+    body = {"partitions": [{"partition": 0, "replicas": target}]}
+    moved = admin_client.post(f"/api/v1/topics/{topic}/reassign", body, format="json")
+    assert moved.status_code == 202, moved.content
+    wait_until(
+        lambda: (r := four.row(topic, 0)).target_replicas is None and not r.removing_replicas,
+        60,
+        "reassignment done",
+    )
+    row = four.row(topic, 0)
+    assert (row.replicas, four.leader(topic, 0)) == (target, spare)
+    assert 0 not in _state(four.brokers[old[0]], topic)  # deleted on the broker it left
+    assert _state(four.brokers[spare], topic)[0].log_end_offset == 40  # caught up
+
     holders = {b for p in (0, 1) for b in four.row(topic, p).replicas}
     leaving = min(holders)
     broker = Broker.objects.get(cluster=four.cluster, broker_id=leaving)
