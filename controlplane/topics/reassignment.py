@@ -101,7 +101,8 @@ def _start(
         return False
     row.target_replicas = target
     row.replicas = target + [b for b in row.replicas if b not in target]
-    row.save(update_fields=["target_replicas", "replicas", "updated_at"])
+    row.broker = Broker.objects.get(cluster_id=row.broker.cluster_id, broker_id=target[0])
+    row.save(update_fields=["target_replicas", "replicas", "broker", "updated_at"])
     return True
 
 
