@@ -176,6 +176,13 @@ def test_followers_and_offline_partitions_refuse_clients(replicas: Replicas) -> 
         )
         (result,) = s.broker.Fetch(fetch, timeout=10).results
         assert result.error == ErrorCode.NOT_LEADER_OR_FOLLOWER
+        offsets = broker_pb2.ListOffsetsRequest(
+            partitions=[broker_pb2.ListOffsetsPartition(topic=TOPIC, partition=0, timestamp=-1)]
+        )
+        (listed,) = s.broker.ListOffsets(offsets, timeout=10).results
+        assert listed.error == ErrorCode.NOT_LEADER_OR_FOLLOWER
+    state = _state(replicas[2], TOPIC)
+    assert (state.role, state.leader_epoch) == ("follower", 1)
     controller.elect(TOPIC, 0, leader=-1)
     with stubs(replicas[1]) as s:
         refused = produce(s, TOPIC, 0, values_batch([b"x"]), acks=1)
