@@ -4,9 +4,9 @@ Starts the control plane (SQLite, its own token issuer), a Celery worker on komb
 filesystem transport (with beat for the periodic reconcile), the controller of region
 ``local``, and the API server; then, through the REST API, creates a region with one
 cluster of three local brokers (the controller's local provisioner starts them), a tenant
-``demo``, the topic ``demo.orders`` and a service account; produces to the topic and
-consumes it with the SDK, and prints the API URL, tokens and CLI commands. Everything runs
-until Ctrl-C (``--exit``: stop at once).
+``demo``, the topic ``demo.orders`` (three replicas per partition) and a service account;
+produces to the topic (acks=all) and consumes it with the SDK, and prints the API URL,
+tokens and CLI commands. Everything runs until Ctrl-C (``--exit``: stop at once).
 """
 
 from __future__ import annotations
@@ -190,7 +190,11 @@ def build_platform(platform: Platform, api: Api) -> dict[str, Any]:
     api.call("POST", "/api/v1/tenants", {"slug": TENANT, "name": "Demo", "home_region": REGION})
     wait_for("tenant ready", lambda: _status(api, f"/api/v1/tenants/{TENANT}") == "ready", platform)
     started = time.monotonic()
-    api.call("POST", "/api/v1/topics", {"tenant": TENANT, "name": TOPIC, "partitions": 6})
+    api.call(
+        "POST",
+        "/api/v1/topics",
+        {"tenant": TENANT, "name": TOPIC, "partitions": 6, "replication_factor": 3},
+    )
     path = f"/api/v1/topics/{TENANT}.{TOPIC}"
     wait_for("topic ready", lambda: _status(api, path) == "ready", platform)
     ready_s = time.monotonic() - started
@@ -230,12 +234,13 @@ def service_token(api_url: str, account: dict[str, Any]) -> str:
 
 
 def exercise_topic(bootstrap: str, records: int) -> tuple[float, int]:
-    """Produce ``records`` keyed records and consume them with a group; (seconds, consumed)."""
+    """Produce ``records`` keyed records (acks=all) and consume them with a group;
+    (seconds, consumed)."""
     from dataplane.client import Consumer, Producer
 
     topic = f"{TENANT}.{TOPIC}"
     started = time.monotonic()
-    with Producer(bootstrap) as producer:
+    with Producer(bootstrap, acks="all") as producer:  # every replica of the RF=3 topic
         for i in range(records):
             producer.send(topic, value=f"order-{i}".encode(), key=f"customer-{i % 97}".encode())
         producer.flush()

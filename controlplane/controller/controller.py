@@ -9,22 +9,25 @@ Every ``tick()`` (the process calls it every ``settings.CONTROLLER_TICK_S``):
 2. The active one checks it is still the one: its lease is held and the region still
    names its epoch (``refresh_controller_seen``, which also marks it alive). Otherwise it
    stops acting at once and is a standby again.
-3. For each cluster of the region (not being deleted): the cluster's provisioner makes
-   sure its brokers run; ``UpdateMetadata`` is pushed to every broker. A broker that
-   answers is ``ready`` (``last_heartbeat_at``); one silent for
-   ``settings.BROKER_SESSION_TIMEOUT_S`` (counted from its last heartbeat, or from this
-   controller's takeover) is ``unreachable`` with the reason. Then, knowing who is live,
-   the leaders' ISR proposals (carried by their answers) are committed, leaders are
-   elected (``controlplane.controller.election``: failover from the ISR, the dead leave
-   every ISR, preferred leaders come back once live for
+3. For each cluster of the region (not being deleted): the cluster's provisioner
+   makes sure its brokers run; ``UpdateMetadata`` is pushed to every broker. A broker
+   that answers is ``ready`` (``last_heartbeat_at``); one silent for
+   ``settings.BROKER_SESSION_TIMEOUT_S`` (counted from its last heartbeat, or from
+   this controller's takeover) is ``unreachable`` with the reason. Then, knowing who
+   is live, the leaders' ISR proposals (carried by their answers) are committed,
+   leaders are elected (``controlplane.controller.election``: failover from the ISR,
+   the dead leave every ISR, preferred leaders come back once live for
    ``settings.PREFERRED_LEADER_DELAY_S``), reassignments progress
    (``controlplane.topics.reassignment``); when anything changed, the push is sent
-   again at once so brokers learn it without waiting a tick. A broker that refuses the
-   push as STALE_CONTROLLER_EPOCH has accepted a newer epoch: if the region names a
-   newer controller, this one steps down; if the region still names this controller's
-   epoch, the broker's epoch came from elsewhere (a restored database, a recreated
-   region), so the controller advances its epoch by one per tick until the brokers
-   accept it. Either way the other brokers and clusters of the tick are still served.
+   again at once so brokers learn it without waiting a tick. A broker whose answer
+   shows it restarted (a smaller uptime) counts as dead for that tick, however short
+   its outage: it gives up its leaderships and ISR places and rejoins as a follower.
+   A broker that refuses the push as STALE_CONTROLLER_EPOCH has accepted a newer
+   epoch: if the region names a newer controller, this one steps down; if the region
+   still names this controller's epoch, the broker's epoch came from elsewhere (a
+   restored database, a recreated region), so the controller advances its epoch by
+   one per tick until the brokers accept it. Either way the other brokers and
+   clusters of the tick are still served.
 """
 
 from __future__ import annotations
@@ -90,6 +93,8 @@ class Controller:
         self.active_since: datetime | None = None
         # Broker pk -> since when this controller has seen it live without a break.
         self._live_since: dict[int, datetime] = {}
+        # Broker pk -> the uptime it last reported: a smaller one means it restarted.
+        self._uptime_ms: dict[int, int] = {}
 
     # -- leadership -----------------------------------------------------------------------
     def tick(self) -> None:
@@ -127,6 +132,7 @@ class Controller:
         self.active = False
         self.active_since = None
         self._live_since.clear()
+        self._uptime_ms.clear()
         self.lease.release()
 
     def close(self) -> None:
@@ -170,7 +176,8 @@ class Controller:
     ) -> bool:
         """Commit ISR proposals, elect leaders, move reassignments on; True when any
         partition changed."""
-        live = self._live(brokers)
+        restarted = self._restarted(brokers, outcomes)
+        live = self._live(brokers) - restarted
         settled = self._settled(brokers, live)
         proposals: list[Proposal] = []
         for broker in brokers:
@@ -187,7 +194,28 @@ class Controller:
         longer their replicas, finishing decommissions."""
         reassignment.delete_removed(cluster, live=self._live(brokers))
         for broker in reassignment.finish_decommissions(cluster, actor=ACTOR):
-            self.provisioner_for(cluster).stop_broker(broker)
+            try:
+                self.provisioner_for(cluster).stop_broker(broker)
+            except ProvisioningError as exc:  # it holds nothing: stopping can wait
+                log.error("stopping decommissioned %s: %s", broker, exc)
+
+    def _restarted(self, brokers: list[Broker], outcomes: dict[int, PushOutcome]) -> set[int]:
+        """Brokers that restarted since their previous answer (a smaller uptime), even
+        within the session timeout: for this tick they count as dead, so they lose the
+        leadership and ISR places they held (what they hold may be behind what they
+        acknowledged before) and rejoin as followers that catch up."""
+        restarted = set()
+        for broker in brokers:
+            outcome = outcomes.get(broker.pk)
+            if outcome is None or outcome.response is None:
+                continue
+            uptime_ms = outcome.response.uptime_ms
+            if uptime_ms < self._uptime_ms.get(broker.pk, 0):
+                log.warning("broker %s restarted (uptime %d ms)", broker, uptime_ms)
+                restarted.add(broker.broker_id)
+                self._live_since[broker.pk] = self.clock()
+            self._uptime_ms[broker.pk] = uptime_ms
+        return restarted
 
     def _live(self, brokers: list[Broker]) -> set[int]:
         """The broker ids this controller considers live, noting since when."""

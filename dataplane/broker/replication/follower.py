@@ -10,7 +10,8 @@ the partition still follows the same leader at the same epoch:
 - records: appended as the leader wrote them (``assign_offsets=False``); a batch with a
   newer ``partition_leader_epoch`` adds a leader-epoch cache entry, and every batch is
   recorded in the producer table without checks (so this broker deduplicates retries if
-  it becomes leader); then the HW becomes min(leader's HW, own LEO);
+  it becomes leader); then the HW becomes min(leader's HW, own LEO), and the log start
+  follows the leader's (within the HW: retention or deletions on the leader);
 - ``diverging_epoch``: truncate to min(its end offset, this log's own end of that
   epoch), trim the epoch cache, rebuild the producer table, fetch again;
 - OFFSET_OUT_OF_RANGE below the leader's log start: restart the log empty at it; above
@@ -240,6 +241,8 @@ def _apply(
         log_ = part.log
         before = log_.high_watermark
         after = log_.update_high_watermark(min(result.high_watermark, log_.log_end_offset))
+        if result.log_start_offset > log_.log_start_offset:
+            log_.advance_log_start_offset(result.log_start_offset)  # bounded by the HW
         return _HW_MOVED if after != before else _NOTHING
 
 

@@ -12,8 +12,9 @@ start from the persisted one):
 A push with a leader epoch older than the one applied is ignored for that partition;
 one with the same epoch only updates the committed ISR (a newer ``isr_version`` ends the
 proposal it answers). A partition the push does not name is left as it is (unreplicated
-unless a push named it before). A push naming a partition this broker does not host yet
-applies when ``CreatePartitions`` creates it (``apply_current``).
+unless a push named it before); internal topics (``__consumer_offsets``) are never
+replicated. A push naming a partition this broker does not host yet applies when
+``CreatePartitions`` creates it (``apply_current``).
 
 The leader moves the high watermark (``update_high_watermark``) when a follower fetches
 or it appends, and wakes consumers and acks=all waiters (``Partition.notify``) when it
@@ -37,6 +38,7 @@ from dataplane._gen.meridian.v1 import admin_pb2
 from dataplane.broker.partitions import Partition, PartitionRegistry
 from dataplane.broker.producers import ProducerStateTable, scan_headers
 from dataplane.broker.replication.state import FollowerProgress, ReplicaState, Role
+from dataplane.broker.topics import is_internal
 from dataplane.storage.leader_epoch import LeaderEpochCache
 
 log = logging.getLogger(__name__)
@@ -94,6 +96,8 @@ class ReplicaManager:
             if self._current is None:
                 return
             for topic in self._current.topics:
+                if is_internal(topic.name):
+                    continue  # __consumer_offsets stays with its static owner, unreplicated
                 min_isr = max(1, topic.min_insync_replicas)
                 for meta in topic.partitions:
                     part = self.registry.get(topic.name, meta.partition)

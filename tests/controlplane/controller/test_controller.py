@@ -193,6 +193,31 @@ def test_a_change_of_leader_bumps_the_leader_epoch_and_is_pushed(
     assert assignment.leader_epoch == 1  # unchanged leader: unchanged epoch
 
 
+def test_a_leader_restarted_within_the_session_timeout_still_loses_leadership(
+    static_brokers: tuple[Cluster, list[BrokerProcess]], region: Region, tmp_path: Path, settings
+) -> None:  # type: ignore[no-untyped-def]
+    """A broker back before it was missed reported a smaller uptime: its partitions get
+    a new leader from the ISR (it may have lost what it held) and it leaves the ISR."""
+    settings.BROKER_SESSION_TIMEOUT_S = 60  # no silence will be noticed
+    settings.PREFERRED_LEADER_DELAY_S = 60
+    cluster, processes = static_brokers
+    topic = add_topic(cluster, "restarts", 1)
+    row = PartitionAssignment.objects.get(topic=topic)
+    PartitionAssignment.objects.filter(pk=row.pk).update(replicas=[1, 2], isr=[1, 2])
+    controller = _controller(region, tmp_path)
+    controller.tick()
+    row.refresh_from_db()
+    assert (row.leader.broker_id, row.leader_epoch) == (1, 0)
+    controller.tick()  # a second answer: the uptime it is compared with
+
+    processes[0].restart()
+    controller.tick()
+    row.refresh_from_db()
+    assert (row.leader.broker_id, row.leader_epoch) == (2, 1)
+    assert (row.isr, row.isr_version) == ([2], 1)
+    assert _phases(cluster) == {1: "ready", 2: "ready"}
+
+
 def test_a_controller_refused_by_a_broker_of_a_newer_controller_steps_down(
     static_brokers: tuple[Cluster, list[BrokerProcess]], region: Region, tmp_path: Path
 ) -> None:

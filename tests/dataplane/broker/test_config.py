@@ -111,3 +111,13 @@ def test_the_app_gives_max_open_files_to_its_log_manager(tmp_path, configured, p
         assert app.manager.max_open_files == passed
     finally:
         app.executor.shutdown()
+
+
+def test_replica_lag_time_comes_from_the_file_or_the_flag(tmp_path):
+    path = write(tmp_path, 'id = 1\ndata_dir = "d"\nreplica_lag_time_max_ms = 3000')
+    assert load_config(path).replica_lag_time_max_ms == 3000
+    args = parse_args(["--config", str(path), "--replica-lag-time-max-ms", "700"])
+    assert config_from_args(args).replica_lag_time_max_ms == 700
+    assert load_config(broker_id=1, data_dir="d").replica_lag_time_max_ms == 10_000
+    with pytest.raises(ConfigError, match="replica_lag_time_max_ms"):
+        load_config(broker_id=1, data_dir="d", replica_lag_time_max_ms=0)

@@ -8,7 +8,14 @@ from typing import Any
 from dataplane._gen.meridian.v1 import admin_pb2, broker_pb2
 from dataplane.errors import ErrorCode
 from dataplane.storage.log import PartitionLog
-from tests.dataplane.broker.support import fetch_records, produce, stubs, values_batch, wait_for
+from tests.dataplane.broker.support import (
+    end_offset,
+    fetch_records,
+    produce,
+    stubs,
+    values_batch,
+    wait_for,
+)
 from tests.support.brokers import BrokerProcess
 from tests.support.replication import pause, resume
 
@@ -90,7 +97,11 @@ def test_acks_all_waits_for_the_isr_and_a_paused_follower_leaves_and_rejoins(
             controller.wait_for_proposal(TOPIC, 0, [1, 2])
             # Proposed, not committed: broker 3 still counts, so the append is not acked.
             assert not call.done()
-            assert _state(replicas[1], TOPIC).high_watermark == 1
+            state = _state(replicas[1], TOPIC)
+            assert (state.log_end_offset, state.high_watermark) == (2, 1)
+            # Consumers see nothing above the high watermark.
+            assert [r.value for r in fetch_records(s, TOPIC)] == [b"before"]
+            assert end_offset(s, TOPIC) == 1
             assert controller.commit(TOPIC, 0) == [1, 2]
             (result,) = call.result(timeout=15).results
             assert (result.error, result.base_offset) == (0, 1)
