@@ -5,13 +5,15 @@ A real controller process (Postgres lease) starts three brokers through its loca
 provisioner; a topic with replication factor 3 and ``min_insync_replicas=2`` is created
 through the control plane's services. Idempotent SDK producers with ``acks="all"`` write
 sequence-numbered records without pause and log every acknowledged (partition, offset,
-payload). The chaos loop (``chaos.py``) SIGKILLs or SIGSTOPs/SIGCONTs a leader or a
-follower at random, ``FAULTS`` times, letting the cluster recover in between, and prints
-how long each failover took. Then: producers stop; every ISR is full again; a consumer
-reads every partition up to its high watermark, and every acknowledged record must be
-there exactly once, at its acknowledged offset, in send order; the controller and the
-brokers stop cleanly, and every replica of each partition must hold the same bytes up to
-the high watermark (read with ``PartitionLog``).
+payload). The chaos loop (``chaos.py``) faults a leader or a follower at random,
+``FAULTS`` times — SIGKILL (restarted at once by the provisioner, or kept down for a few
+seconds) or SIGSTOP then SIGCONT (a network partition) — letting the cluster recover in
+between, and prints how long each failover took and who leads afterwards. Then:
+producers stop; every ISR is full again; a consumer reads every partition up to its high
+watermark, and every acknowledged record must be there exactly once, at its acknowledged
+offset, in send order; the controller and the brokers stop cleanly, and every replica of
+each partition must hold the same bytes up to the high watermark (read with
+``PartitionLog``).
 
 Environment, to replay or vary a run: ``MERIDIAN_FAULT_SEED`` (the seed is printed),
 ``MERIDIAN_FAULT_COUNT`` (faults, default 20), ``MERIDIAN_FAULT_RF`` (3; with 1 the
