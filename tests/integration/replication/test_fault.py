@@ -32,6 +32,7 @@ import pytest
 
 from controlplane.regions import services
 from dataplane.client import Admin, Consumer, TopicPartition
+from dataplane.errors import MeridianError
 from tests.integration.replication.chaos import Chaos, summary
 from tests.integration.replication.load import ProducerLoad
 from tests.integration.replication.region import ADMIN, ReplicatedRegion, wait_until
@@ -84,6 +85,10 @@ def test_acknowledged_records_survive_kills_and_partitions(region: ReplicatedReg
         wait_until(lambda: all(load.first_ack_after(p, 0.0) for p in range(PARTITIONS)), 30,
                    "a first acknowledgement on every partition")  # fmt: skip
         chaos.run(FAULTS)
+    except AssertionError as stuck:  # the cluster did not recover: say what was lost too
+        chaos.resume_all()
+        load.stop()
+        raise AssertionError(f"seed {seed}: {stuck}\n{_diagnose(region, load)}") from None
     finally:
         chaos.resume_all()
         load.stop()
@@ -107,10 +112,29 @@ def test_acknowledged_records_survive_kills_and_partitions(region: ReplicatedReg
     assert not problems, f"seed {seed}: {len(problems)} problems:\n" + "\n".join(problems)
 
 
-def _high_watermarks(bootstrap: str, topic: str) -> dict[int, int]:
+def _diagnose(region: ReplicatedRegion, load: ProducerLoad) -> str:
+    """What the partitions still readable hold against the acknowledgements, for a run
+    whose cluster did not recover (best effort: a partition without a leader is named)."""
+    assert region.topic is not None
+    lines = []
+    for p in range(PARTITIONS):
+        try:
+            high_watermark = _high_watermarks(region.bootstrap, region.topic.full_name, [p])
+            records = _consume(region.bootstrap, region.topic.full_name, high_watermark, 15.0)
+            lines += check_partition(p, load.acked().get(p, []), records[p],
+                                     high_watermark=high_watermark[p])  # fmt: skip
+        except (AssertionError, MeridianError) as exc:
+            lines.append(f"p{p}: not readable: {exc}")
+    return "\n".join(lines) or "every readable partition holds every acknowledged record"
+
+
+def _high_watermarks(
+    bootstrap: str, topic: str, partitions: list[int] | None = None
+) -> dict[int, int]:
     admin = Admin(bootstrap, request_timeout_ms=10_000)
     try:
-        wanted = {TopicPartition(topic, p): "latest" for p in range(PARTITIONS)}
+        chosen = range(PARTITIONS) if partitions is None else partitions
+        wanted = {TopicPartition(topic, p): "latest" for p in chosen}
         return {tp.partition: offset for tp, (offset, _) in admin.list_offsets(wanted).items()}
     finally:
         admin.close()
@@ -132,14 +156,18 @@ def _check_consumed(
 
 
 def _consume(
-    bootstrap: str, topic: str, high_watermarks: dict[int, int]
+    bootstrap: str,
+    topic: str,
+    high_watermarks: dict[int, int],
+    timeout_s: float = CONSUME_TIMEOUT_S,
 ) -> dict[int, list[tuple[int, bytes | None]]]:
+    """Every record of the partitions in ``high_watermarks`` below their watermark."""
     consumer = Consumer(
         bootstrap, auto_offset_reset="earliest", enable_auto_commit=False, max_poll_records=5000
     )
-    records: dict[int, list[tuple[int, bytes | None]]] = {p: [] for p in range(PARTITIONS)}
+    records: dict[int, list[tuple[int, bytes | None]]] = {p: [] for p in high_watermarks}
     try:
-        tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+        tps = [TopicPartition(topic, p) for p in high_watermarks]
         consumer.assign(tps)
         consumer.seek_to_beginning(tps)
 
@@ -149,9 +177,7 @@ def _consume(
                     records[record.partition].append((record.offset, record.value))
             return all(consumer.position(tp) >= high_watermarks[tp.partition] for tp in tps)
 
-        wait_until(
-            done, CONSUME_TIMEOUT_S, f"consuming up to the high watermarks {high_watermarks}"
-        )
+        wait_until(done, timeout_s, f"consuming up to the high watermarks {high_watermarks}")
     finally:
         consumer.close()
     return records
