@@ -13,8 +13,11 @@ class Durability(models.TextChoices):
 
 class DriftKind(models.TextChoices):
     """What the reconciler found: a desired partition missing on its broker (healed),
-    a partition whose config differs (healed), or one no topic wants (reported only)."""
+    a partition whose config differs (healed), one no topic wants (reported only), or
+    a replica whose role or leader epoch is not the controller's (reported only: the
+    controller's next push is what corrects it)."""
 
     MISSING = "missing"
     CONFIG = "config"
     UNKNOWN = "unknown"
+    ROLE = "role"

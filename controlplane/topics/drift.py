@@ -9,6 +9,8 @@ concurrent ``reconcile_topic`` always has its row already). Per broker:
 - one whose config differs from the topic's is altered: ``kind=config``, ``healed=True``;
 - a partition no topic assigns to that broker (internal ``__`` topics aside) is reported
   as ``kind=unknown`` and left alone: deleting data is an operator's decision;
+- a replica whose role (leader, follower, offline) or leader epoch is not the
+  controller's is reported as ``kind=role``: the controller's pushes correct it;
 - what the partition's leader reports (``size_bytes``, ``log_end_offset``) is copied
   onto the assignments, for quota usage and placement.
 
@@ -179,6 +181,7 @@ def _reconcile_broker(
             if (t, p) not in desired.assigned
         ),
         *_refused(broker, desired, actual),
+        *_roles(broker, desired, actual),
     ]
     report.findings.extend(findings)
     report.resolved += record_findings(broker, findings)
@@ -208,6 +211,35 @@ def _refused(
         for t, p, detail in sorted(rows)
         if (t, p) in unconfirmed
     ]
+
+
+def _roles(
+    broker: Broker,
+    desired: _Desired,
+    actual: dict[TopicPartition, admin_pb2.PartitionState],
+) -> list[Finding]:
+    """Replicas of converged topics whose reported role or leader epoch is not what
+    the controller committed (a broker that missed or refused its pushes). Partitions
+    never elected yet are not judged."""
+    findings = []
+    for key in sorted(desired.converged):
+        row, state = desired.assigned[key], actual.get(key)
+        if state is None or (row.leader_id is None and row.leader_epoch == 0):
+            continue
+        role = (
+            "offline"
+            if row.leader_id is None
+            else "leader"
+            if row.leader_id == broker.pk
+            else "follower"
+        )
+        if (state.role, state.leader_epoch) != (role, row.leader_epoch):
+            detail = (
+                f"reports {state.role or 'no role'} at leader epoch {state.leader_epoch}; "
+                f"the controller's: {role} at {row.leader_epoch}"
+            )
+            findings.append(Finding(DriftKind.ROLE, key[0], key[1], detail))
+    return findings
 
 
 def _describe(state: admin_pb2.PartitionState) -> str:

@@ -132,7 +132,7 @@ def assign_partitions(topic: Topic) -> list[PartitionAssignment]:
         missing = [p for p in range(topic.partitions) if p not in assigned]
         if not missing:
             return []
-        brokers = placeable_brokers(topic)
+        brokers = prefer_answering(placeable_brokers(topic), topic.replication_factor)
         plans = plan_replicas(broker_loads(brokers), len(missing), topic.replication_factor)
         pk_of = {b.broker_id: b.pk for b in brokers}
         rows = [
@@ -147,6 +147,13 @@ def assign_partitions(topic: Topic) -> list[PartitionAssignment]:
         ]
         PartitionAssignment.objects.bulk_create(rows)
         return rows
+
+
+def prefer_answering(brokers: list[Broker], needed: int) -> list[Broker]:
+    """``brokers`` without the unreachable ones when at least ``needed`` remain: a new
+    replica on a broker that does not answer would keep its topic from becoming ready."""
+    answering = [b for b in brokers if b.phase != BrokerPhase.UNREACHABLE]
+    return answering if len(answering) >= needed else brokers
 
 
 def placeable_count(cluster_id: int) -> int:

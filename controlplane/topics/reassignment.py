@@ -40,7 +40,7 @@ from controlplane.regions.models import Broker, Cluster
 from controlplane.topics import brokers as broker_rpc
 from controlplane.topics.choices import TopicStatus
 from controlplane.topics.models import PartitionAssignment, Topic
-from controlplane.topics.placement import broker_loads, placeable_brokers
+from controlplane.topics.placement import broker_loads, placeable_brokers, prefer_answering
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +101,8 @@ def _start(
         return False
     row.target_replicas = target
     row.replicas = target + [b for b in row.replicas if b not in target]
-    row.save(update_fields=["target_replicas", "replicas", "updated_at"])
+    row.broker = Broker.objects.get(cluster_id=row.broker.cluster_id, broker_id=target[0])
+    row.save(update_fields=["target_replicas", "replicas", "broker", "updated_at"])
     return True
 
 
@@ -151,7 +152,7 @@ def _targets_without(topic: Topic, broker_id: int) -> dict[int, list[int]]:
     """Per partition of ``topic`` held by ``broker_id``: its replicas with that broker
     replaced by the least-loaded placeable broker not holding the partition (the
     preferred leader's place is kept, so leadership spreads as before)."""
-    brokers = placeable_brokers(topic)
+    brokers = prefer_answering(placeable_brokers(topic), topic.replication_factor)
     loads = {load.broker_id: load for load in broker_loads(brokers)}
     targets: dict[int, list[int]] = {}
     for row in topic.assignments.order_by("partition"):

@@ -10,6 +10,7 @@ and offsets they are given.
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 from collections.abc import Callable
 
@@ -19,6 +20,8 @@ from dataplane.storage.records import BatchHeader, TimestampType
 from dataplane.storage.segment_files import PlacedBatch
 
 _INT64 = struct.Struct(">q")
+_INT32 = struct.Struct(">i")
+_EPOCH_AT = records.PARTITION_LEADER_EPOCH_OFFSET
 
 
 def validate_batches(
@@ -72,18 +75,25 @@ def prepare_write(
 
     Also returns the LogAppendTime stamped into the batches (-1 unless
     ``timestamp_type`` asks for it; ``clock_ms`` is read only then). The base offset is
-    written as its own 8-byte buffer in front of the rest of the batch (``pwritev``), so
-    the caller's bytes are never copied — unless a header field must be rewritten
-    (LogAppendTime, ``leader_epoch``), which takes one copy of the whole request.
+    written as its own 8-byte buffer in front of the rest of the batch (``pwritev``), and
+    so is a ``leader_epoch`` (4 bytes, outside the CRC), so the caller's bytes are never
+    copied — unless LogAppendTime must be stamped (inside the CRC), which takes one copy
+    of the whole request.
     """
-    if timestamp_type == TimestampType.LOG_APPEND_TIME or leader_epoch is not None:
+    if timestamp_type == TimestampType.LOG_APPEND_TIME:
         return _prepare_rewritten(view, headers, base, leader_epoch, timestamp_type, clock_ms)
     buffers: list[bytes | memoryview] = []
     placed: list[PlacedBatch] = []
     next_base = base
     for position, header in headers:
         buffers.append(_INT64.pack(next_base))
-        buffers.append(view[position + 8 : position + header.size])
+        if leader_epoch is None:
+            buffers.append(view[position + 8 : position + header.size])
+        else:  # the epoch is its own buffer too: still no copy of the records
+            buffers.append(view[position + 8 : position + _EPOCH_AT])
+            buffers.append(_INT32.pack(leader_epoch))
+            buffers.append(view[position + _EPOCH_AT + 4 : position + header.size])
+            header = dataclasses.replace(header, partition_leader_epoch=leader_epoch)
         placed.append((position, next_base, header))
         next_base += header.last_offset_delta + 1
     return buffers, placed, -1

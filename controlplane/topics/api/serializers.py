@@ -29,7 +29,8 @@ class TopicConfigSerializer(serializers.Serializer[Any]):
 class AssignmentSerializer(serializers.ModelSerializer[PartitionAssignment]):
     """A partition's replicas (broker ids, the preferred leader first), its in-sync
     replicas, its leader (null: none elected yet, or offline) and, while a
-    reassignment moves it, the replicas asked for (``target_replicas``)."""
+    reassignment moves it, the replicas asked for (``target_replicas``) and then the
+    brokers it is still to be deleted from (``removing_replicas``)."""
 
     broker_id = serializers.IntegerField(
         source="broker.broker_id", read_only=True, help_text="the preferred leader"
@@ -39,6 +40,11 @@ class AssignmentSerializer(serializers.ModelSerializer[PartitionAssignment]):
     isr = serializers.ListField(child=serializers.IntegerField(), read_only=True)
     target_replicas = serializers.ListField(
         child=serializers.IntegerField(), read_only=True, allow_null=True
+    )
+    removing_replicas = serializers.ListField(
+        child=serializers.IntegerField(),
+        read_only=True,
+        help_text="brokers the partition is still to be deleted from after a move",
     )
 
     class Meta:
@@ -52,6 +58,7 @@ class AssignmentSerializer(serializers.ModelSerializer[PartitionAssignment]):
             "leader_id",
             "leader_epoch",
             "target_replicas",
+            "removing_replicas",
             "status",
         ]
         read_only_fields = fields

@@ -38,6 +38,7 @@ from dataplane.broker.partitions import Partition
 from dataplane.broker.replication.manager import rebuild_producers
 from dataplane.broker.replication.state import Role
 from dataplane.errors import ErrorCode
+from dataplane.storage.errors import LogClosedError
 from dataplane.storage.records import BatchHeader
 
 log = logging.getLogger(__name__)
@@ -210,6 +211,8 @@ def _apply_all(
     for (part, epoch, offset), result in zip(sent, results, strict=False):
         try:
             outcomes.append(_apply(part, epoch, offset, result))
+        except LogClosedError:  # deleted, or the broker is stopping
+            outcomes.append(_BACK_OFF)
         except Exception:  # one partition's failure must not stop the others
             log.exception("%s-%s: applying a replica fetch failed", part.topic, part.index)
             outcomes.append(_BACK_OFF)

@@ -8,8 +8,8 @@
 - with every in-sync replica dead, a topic without unclean election stays offline
   (leader -1) until an in-sync replica returns, one that opted in elects a live
   out-of-sync replica;
-- decommissioning a broker through the API moves its replicas away (new ones added
-  first, caught up, then the old ones deleted) without losing a record.
+- reassigning a partition and decommissioning a broker through the API move replicas
+  (new ones added first, caught up, then the old ones deleted) without losing a record.
 """
 
 from __future__ import annotations
@@ -120,6 +120,14 @@ def _produce(bootstrap: str, topic: str, values: list[bytes], partitions: int = 
             future.result(1)
 
 
+def _send_all(producer: Producer, topic: str, values: list[bytes]) -> None:
+    """Send ``values`` to partition 0 and wait until every one is acknowledged."""
+    futures = [producer.send(topic, v, partition=0) for v in values]
+    producer.flush(60)
+    for future in futures:
+        future.result(1)
+
+
 def _consume(bootstrap: str, topic: str, count: int, partitions: int = 1) -> dict[int, list[bytes]]:
     consumer = Consumer(bootstrap, auto_offset_reset="earliest", enable_auto_commit=False)
     seen: dict[int, list[bytes]] = {p: [] for p in range(partitions)}
@@ -167,25 +175,33 @@ def test_an_rf3_topic_fails_over_from_the_isr_and_its_preferred_leader_comes_bac
     assert sorted(row.replicas) == [1, 2, 3]
     wait_until(lambda: three.leader(topic) == preferred, 10, "the preferred replica leads")
 
-    first = [b"before-%d" % i for i in range(50)]
-    _produce(three.bootstrap, topic, first)
-    wait_until(lambda: _in_sync_everywhere(three, topic, {1, 2, 3}, 50), 15, "followers in sync")
-    roles = {b: _state(three.brokers[b], topic)[0].role for b in (1, 2, 3)}
-    assert roles == {b: "leader" if b == preferred else "follower" for b in (1, 2, 3)}
+    producer = Producer(three.bootstrap, acks="all", max_block_ms=30_000,
+                        delivery_timeout_ms=60_000)  # fmt: skip
+    try:
+        first = [b"before-%d" % i for i in range(50)]
+        _send_all(producer, topic, first)
+        wait_until(lambda: _in_sync_everywhere(three, topic, {1, 2, 3}, 50), 15, "in sync")
+        roles = {b: _state(three.brokers[b], topic)[0].role for b in (1, 2, 3)}
+        assert roles == {b: "leader" if b == preferred else "follower" for b in (1, 2, 3)}
 
-    epoch = three.row(topic).leader_epoch
-    three.brokers[preferred].kill()
-    killed = time.monotonic()
-    new_leader = wait_until(
-        lambda: (lead := three.leader(topic)) not in (None, preferred) and lead, 15, "failover"
-    )
-    print(f"failover: a new leader elected {time.monotonic() - killed:.2f} s after SIGKILL")
-    row = three.row(topic)
-    assert new_leader in row.replicas[1:]
-    assert row.leader_epoch == epoch + 1
-    assert preferred not in row.isr
-    second = [b"after-%d" % i for i in range(50)]
-    _produce(three.bootstrap, topic, second)  # min ISR 2 of the two live replicas
+        epoch = three.row(topic).leader_epoch
+        three.brokers[preferred].kill()
+        killed = time.monotonic()
+        new_leader = wait_until(
+            lambda: (lead := three.leader(topic)) not in (None, preferred) and lead,
+            15,
+            "failover",
+        )
+        print(f"failover: a new leader elected {time.monotonic() - killed:.2f} s after SIGKILL")
+        row = three.row(topic)
+        assert new_leader in row.replicas[1:]
+        assert row.leader_epoch == epoch + 1
+        assert preferred not in row.isr
+        # The same producer goes on (min ISR 2 of the two live replicas).
+        second = [b"after-%d" % i for i in range(50)]
+        _send_all(producer, topic, second)
+    finally:
+        producer.close()
 
     three.brokers[preferred].start()
     wait_until(lambda: preferred in three.row(topic).isr, 30, "the old leader back in the ISR")
@@ -231,7 +247,7 @@ def test_unclean_election_only_for_the_topic_that_opted_in(
     wait_until(lambda: three.leader(clean) == last, 15, "the in-sync replica elected on return")
 
 
-def test_decommission_moves_every_replica_without_losing_records(
+def test_reassignment_and_decommission_move_replicas_without_losing_records(
     four: Replicated, client_for: ClientFactory, admin_client: APIClient
 ) -> None:
     client = client_for(roles={four.tenant.slug: "developer"})
@@ -240,6 +256,24 @@ def test_decommission_moves_every_replica_without_losing_records(
         wait_until(lambda p=partition: four.leader(topic, p) is not None, 10, "leaders")
     values = [b"v-%d" % i for i in range(80)]
     _produce(four.bootstrap, topic, values, partitions=2)
+
+    # A reassignment first: partition 0's preferred leader is replaced by the spare broker.
+    old = four.row(topic, 0).replicas
+    (spare,) = set(four.brokers) - set(old)
+    target = [spare, *old[1:]]
+    body = {"partitions": [{"partition": 0, "replicas": target}]}
+    moved = admin_client.post(f"/api/v1/topics/{topic}/reassign", body, format="json")
+    assert moved.status_code == 202, moved.content
+    wait_until(
+        lambda: (r := four.row(topic, 0)).target_replicas is None and not r.removing_replicas,
+        60,
+        "reassignment done",
+    )
+    row = four.row(topic, 0)
+    assert (row.replicas, four.leader(topic, 0)) == (target, spare)
+    assert 0 not in _state(four.brokers[old[0]], topic)  # deleted on the broker it left
+    assert _state(four.brokers[spare], topic)[0].log_end_offset == 40  # caught up
+
     holders = {b for p in (0, 1) for b in four.row(topic, p).replicas}
     leaving = min(holders)
     broker = Broker.objects.get(cluster=four.cluster, broker_id=leaving)

@@ -124,3 +124,43 @@ def test_a_broker_down_is_skipped_and_the_others_are_checked(
     assert report.unreachable == [str(cluster_row.brokers.get(broker_id=1))]
     assert report.brokers_checked == 2
     assert ("acme.orders", 1) in admin.hosted(survivor, "acme.orders")
+
+
+def test_every_replica_is_checked_and_a_replica_in_the_wrong_role_is_reported(
+    cluster: list[BrokerProcess], cluster_row: Cluster, new_topic: NewTopic
+) -> None:
+    from controlplane.controller.leaders import metadata_request
+    from controlplane.controller.push import MetadataPusher
+
+    topic = new_topic("replicated", partitions=1, replication_factor=3)
+    reconcile_topic(topic.pk)
+    follower = next(b for b in cluster if b.broker_id == topic.assignments.get().replicas[1])
+    admin.delete(follower, "acme.replicated", 0)
+    row = topic.assignments.get()
+    PartitionAssignment.objects.filter(pk=row.pk).update(leader=row.broker)  # elected, epoch 0
+
+    reconcile_cluster(cluster_row.pk)
+
+    assert ("acme.replicated", 0) in admin.hosted(follower, "acme.replicated")  # re-created
+    missing = DriftFinding.objects.get(kind="missing")
+    assert missing.broker.broker_id == follower.broker_id
+    # No push told the followers: each believes it leads its copy (the copy re-created
+    # in this pass is judged in the next one).
+    wrong = DriftFinding.objects.filter(kind="role", resolved_at__isnull=True)
+    assert [f.broker.broker_id for f in wrong] == [row.replicas[2]]
+    assert "reports leader at leader epoch 0; the controller's: follower at 0" in wrong[0].detail
+    reconcile_cluster(cluster_row.pk)
+    wrong = DriftFinding.objects.filter(kind="role", resolved_at__isnull=True)
+    assert sorted(f.broker.broker_id for f in wrong) == sorted(row.replicas[1:])
+
+    brokers = list(cluster_row.brokers.all())
+    request = metadata_request(cluster_row, brokers, controller_id="test", epoch=1)
+    request.cluster_id = "meridian"  # the test brokers' own cluster id
+    pusher = MetadataPusher(timeout_s=5)
+    try:
+        outcomes = pusher.push(brokers, request)
+    finally:
+        pusher.close()
+    assert all(o.response is not None for o in outcomes.values()), outcomes
+    reconcile_cluster(cluster_row.pk)
+    assert not DriftFinding.objects.filter(kind="role", resolved_at__isnull=True).exists()

@@ -217,3 +217,22 @@ def test_assign_partitions_writes_replicas_and_a_full_isr(fake_cluster: Cluster)
     too_many.save()
     with pytest.raises(NoBrokerAvailable):
         assign_partitions(too_many)
+
+
+def test_unreachable_brokers_get_no_new_replicas_while_enough_others_answer(
+    fake_cluster: Cluster,
+) -> None:
+    Broker.objects.filter(cluster=fake_cluster, broker_id=4).update(phase=BrokerPhase.READY)
+    Broker.objects.filter(cluster=fake_cluster, broker_id=2).update(phase=BrokerPhase.UNREACHABLE)
+    topic = _topic(fake_cluster, "avoids-2", 4)
+    topic.replication_factor = 3
+    topic.save()
+    assign_partitions(topic)
+    assert all(2 not in r.replicas for r in topic.assignments.all())
+    # Three replicas and only two other brokers answering: the unreachable one is used.
+    Broker.objects.filter(cluster=fake_cluster, broker_id=4).update(phase=BrokerPhase.STOPPED)
+    needs_all = _topic(fake_cluster, "needs-2", 1)
+    needs_all.replication_factor = 3
+    needs_all.save()
+    assign_partitions(needs_all)
+    assert sorted(needs_all.assignments.get().replicas) == [1, 2, 3]

@@ -23,7 +23,6 @@ from tests.support.brokers import free_ports
         (["consume", "cli.never-created", "--max-messages", "1"], "UNKNOWN_TOPIC_OR_PARTITION"),
         (["offsets", "cli.never-created"], "UNKNOWN_TOPIC_OR_PARTITION"),
         (["groups", "describe", "cli-never-joined"], "GROUP_ID_NOT_FOUND"),
-        (["produce", "cli.x", "--acks", "all"], "INVALID_REQUIRED_ACKS"),
     ],
 )
 def test_refused_input_is_a_typed_error(cli: Cli, args: list[str], code: str) -> None:

@@ -50,6 +50,15 @@ def test_text_format_prints_values_one_per_line(cli: Cli, topic: str, tmp_path: 
     assert "consumed 3 records" in result.stderr
 
 
+def test_acks_all_is_accepted(cli: Cli, topic: str) -> None:
+    """--acks all: acknowledged once every in-sync replica (here the leader) has it."""
+    cli.ok("produce", topic, "--partition", "0", "--acks", "all", input="x\ny\n")
+
+    records = consume_json(cli, topic, 2, "--partition", "0", "--offset", "0")
+
+    assert [r["value"] for r in records] == ["x", "y"]
+
+
 def test_partition_and_offset_start_where_asked(cli: Cli, topic: str) -> None:
     """--partition P --offset O reads P from offset O."""
     lines = "".join(f"v{i}\n" for i in range(10))

@@ -322,6 +322,26 @@ def test_leader_epoch_is_stamped_into_batches(open_log, small_config):
     assert header.partition_leader_epoch == 7
 
 
+def test_leader_epoch_is_stamped_into_every_batch_without_touching_the_callers_bytes(
+    open_log, small_config
+):
+    log = open_log(small_config)
+    log.append(make_batch([b"first"]))
+    request = make_batch([b"a", b"b"]) + make_batch([b"c"]) + make_batch([b"d", b"e", b"f"])
+    sent = bytes(request)
+    info = log.append(request, leader_epoch=9)
+    assert (info.base_offset, info.last_offset, info.batch_count) == (1, 6, 3)
+    assert request == sent
+    data = log.read(1, 1 << 20).data
+    epochs, position = [], 0
+    while position < len(data):
+        header = records.validate_batch(data, position)  # the CRC still holds
+        epochs.append((header.base_offset, header.partition_leader_epoch))
+        position += header.size
+    assert epochs == [(1, 9), (3, 9), (4, 9)]
+    assert [r.value for r in records.decode_batches(data)] == [b"a", b"b", b"c", b"d", b"e", b"f"]
+
+
 def test_reopen_after_clean_close_restores_everything(tmp_path, small_config, clock):
     log = PartitionLog.open(tmp_path / "t-0", small_config, clock_ms=clock)
     fill(log, 50)

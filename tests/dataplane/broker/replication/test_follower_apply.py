@@ -1,0 +1,154 @@
+"""A follower applying ReplicaFetch answers to a real partition log, and the leader's
+high watermark and ISR bookkeeping (``ReplicaState``), without broker processes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from dataplane._gen.meridian.v1 import replication_pb2
+from dataplane.broker.partitions import Partition
+from dataplane.broker.producers import ProducerStateTable
+from dataplane.broker.replication.follower import _apply
+from dataplane.broker.replication.state import ReplicaState, Role
+from dataplane.errors import ErrorCode
+from dataplane.storage.builder import build_batch
+from dataplane.storage.leader_epoch import LeaderEpochCache
+from dataplane.storage.log import PartitionLog
+from dataplane.storage.manager import TopicPartition
+
+
+@pytest.fixture
+def follower(tmp_path: Path) -> Iterator[Partition]:
+    log = PartitionLog.open(tmp_path / "t-0", replicated=True)
+    executor = ThreadPoolExecutor(1)
+    part = Partition(TopicPartition("t", 0), log, ProducerStateTable(), executor)
+    part.replica = ReplicaState(
+        2, LeaderEpochCache(log.directory), role=Role.FOLLOWER, leader_id=1, leader_epoch=5
+    )
+    try:
+        yield part
+    finally:
+        log.close()
+        executor.shutdown()
+
+
+def _leader_batches(base: int, epoch: int, count: int, producer_id: int = -1) -> bytes:
+    """A batch as a leader stored it: its offsets and leader epoch set."""
+    kwargs = {"producer_id": producer_id, "producer_epoch": 0, "base_sequence": base}
+    return build_batch(
+        [b"v%d" % i for i in range(count)],
+        base_offset=base,
+        partition_leader_epoch=epoch,
+        **(kwargs if producer_id >= 0 else {}),
+    )
+
+
+def _answer(**fields: object) -> replication_pb2.ReplicaFetchResult:
+    return replication_pb2.ReplicaFetchResult(topic="t", partition=0, **fields)  # type: ignore[arg-type]
+
+
+def test_copied_batches_record_epochs_producers_and_the_leaders_hw(follower: Partition) -> None:
+    records = _leader_batches(0, 3, 2, producer_id=77) + _leader_batches(2, 5, 3, producer_id=77)
+    _apply(follower, 5, 0, _answer(records=records, high_watermark=4, log_end_offset=5))
+    log = follower.log
+    assert (log.log_end_offset, log.high_watermark) == (5, 4)
+    assert follower.replica is not None
+    assert follower.replica.epochs.entries == [(3, 0), (5, 2)]
+    entry = follower.producers.get(77)
+    assert entry is not None
+    assert [(b.first_seq, b.base_offset) for b in entry.batches] == [(0, 0), (2, 2)]
+    # The leader's HW beyond this log's end is capped at it.
+    _apply(follower, 5, 5, _answer(high_watermark=9, log_end_offset=9))
+    assert log.high_watermark == 5
+
+
+def test_a_diverging_epoch_truncates_to_where_it_ended(follower: Partition) -> None:
+    records = _leader_batches(0, 3, 2, producer_id=8) + _leader_batches(2, 4, 3, producer_id=8)
+    _apply(follower, 5, 0, _answer(records=records, high_watermark=2, log_end_offset=5))
+    answer = _answer(high_watermark=2, log_end_offset=3)
+    answer.diverging_epoch.epoch, answer.diverging_epoch.end_offset = 3, 2
+    _apply(follower, 5, 5, answer)
+    assert follower.log.log_end_offset == 2
+    assert follower.replica is not None
+    assert follower.replica.epochs.entries == [(3, 0)]
+    entry = follower.producers.get(8)  # rebuilt from what is left
+    assert entry is not None
+    assert [b.base_offset for b in entry.batches] == [0]
+
+
+def test_a_fetch_below_the_leaders_log_start_restarts_the_log_there(follower: Partition) -> None:
+    _apply(follower, 5, 0, _answer(records=_leader_batches(0, 3, 2), high_watermark=2))
+    answer = _answer(error=ErrorCode.OFFSET_OUT_OF_RANGE, log_start_offset=40, log_end_offset=60)
+    _apply(follower, 5, 2, answer)
+    log = follower.log
+    assert (log.log_start_offset, log.log_end_offset, log.high_watermark) == (40, 40, 40)
+    assert follower.replica is not None
+    assert follower.replica.epochs.entries == []
+
+
+def test_an_answer_for_an_older_epoch_or_position_is_ignored(follower: Partition) -> None:
+    records = _leader_batches(0, 3, 2)
+    _apply(follower, 4, 0, _answer(records=records, high_watermark=2))  # epoch moved on
+    _apply(follower, 5, 7, _answer(records=records, high_watermark=2))  # log moved on
+    assert follower.log.log_end_offset == 0
+
+
+def test_the_hw_is_the_lowest_leo_of_the_maximal_isr(tmp_path: Path) -> None:
+    log = PartitionLog.open(tmp_path / "t-0", replicated=True)
+    try:
+        log.append(build_batch([b"x"] * 10))
+        state = ReplicaState(
+            1,
+            LeaderEpochCache(log.directory),
+            role=Role.LEADER,
+            leader_id=1,
+            leader_epoch=1,
+            replicas=[1, 2, 3],
+            isr=[1, 2],
+        )
+        state.start_leading(now_s=100.0)
+        assert state.high_watermark(log) == -1  # broker 2 has not fetched yet
+        state.follower_fetched(2, 6, log.log_end_offset)
+        state.follower_fetched(3, 2, log.log_end_offset)
+        assert state.high_watermark(log) == 6  # broker 3 is not in the ISR
+        state.proposal = [1, 2, 3]  # a proposed addition counts at once
+        assert state.high_watermark(log) == 2
+        state.proposal = [1]  # a proposed removal: broker 2 still bounds the HW
+        assert state.high_watermark(log) == 6
+        assert state.committed_isr_size() == 2
+    finally:
+        log.close()
+
+
+def test_isr_shrinks_for_lagging_members_and_grows_for_fetching_caught_up_ones(
+    tmp_path: Path,
+) -> None:
+    log = PartitionLog.open(tmp_path / "t-0", replicated=True)
+    try:
+        log.append(build_batch([b"x"] * 4))
+        log.update_high_watermark(4)
+        state = ReplicaState(
+            1,
+            LeaderEpochCache(log.directory),
+            role=Role.LEADER,
+            leader_id=1,
+            leader_epoch=1,
+            replicas=[1, 2, 3],
+            isr=[1, 2],
+        )
+        state.epochs.assign(1, 0)
+        state.start_leading(now_s=0.0)  # long ago: broker 2 has not caught up since
+        assert state.desired_isr(log, lag_s=10) == [1]
+        state.follower_fetched(2, 4, 4)  # caught up now
+        state.follower_fetched(3, 4, 4)  # fetching and at the HW: may join
+        assert state.desired_isr(log, lag_s=10) == [1, 2, 3]
+        assert state.update_proposal([1, 2, 3])
+        assert state.proposal == [1, 2, 3]
+        assert state.update_proposal([1, 2])  # back to the committed ISR: nothing to ask
+        assert state.proposal is None
+    finally:
+        log.close()
