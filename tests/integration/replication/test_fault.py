@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import random
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -94,6 +95,9 @@ def test_acknowledged_records_survive_kills_and_partitions(region: ReplicatedReg
         load.stop()
     print(summary(chaos.faults))
     print(f"{load.sent} records sent, {load.count()} acknowledged, {len(load.failures)} failed")
+    if load.failures:  # not acknowledged: allowed, but say why (the exception, not the record)
+        reasons = Counter(error[:80] for _, error in load.failures)
+        print("failed sends:", dict(reasons.most_common(5)))
     assert len(chaos.faults) >= FAULTS
     epochs_after = {p: s.leader_epoch for p, s in region.states().items()}
     print(f"leader epochs: before {epochs_before}, after {epochs_after}")
