@@ -60,7 +60,9 @@ class Fault:
         failover = self.failover_s
         took = "" if failover is None else f"; failover (first ack on p{self.led}) {failover:.2f} s"
         stalls = " ".join(f"p{p}:{s:.2f}" for p, s in sorted(self.resumed_s.items()))
-        moved = " ".join(f"p{p}->{self.after[p][0]}@e{self.after[p][1]}" for p in self.led)
+        moved = " ".join(
+            f"p{p}->{self.after[p][0]}@e{self.after[p][1]}" for p in self.led if p in self.after
+        )
         return (
             f"fault {self.number:2d}: {self.kind:5s}{held} broker {self.broker_id} "
             f"({self.role} of p{self.partition}; led {led}){took}; "

@@ -20,7 +20,7 @@ from dataplane.client import Producer
 from tests.integration.replication.verify import Ack, payload
 
 PAD_BYTES = 64
-CLOSE_TIMEOUT_S = 90.0
+CLOSE_TIMEOUT_S = 30.0
 
 
 class ProducerLoad:

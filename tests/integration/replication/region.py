@@ -52,6 +52,7 @@ CONTROLLER_ENV = {
     "MERIDIAN_BROKER_SESSION_TIMEOUT_S": "1.5",
     "MERIDIAN_BROKER_TIMEOUT_S": "1.5",
     "MERIDIAN_BROKER_RPC_TIMEOUT_S": "1",
+    "MERIDIAN_LOG_LEVEL": "INFO",  # elections and ISR changes, for a failure's report
 }
 STOP_TIMEOUT_S = 30.0
 
@@ -201,12 +202,15 @@ class ReplicatedRegion:
         broker = next(b for b in self.brokers() if b.broker_id == broker_id)
         return self.provisioner.paths(broker).data_dir / f"{self.topic.full_name}-{partition}"
 
-    def logs(self, tail_bytes: int = 6000) -> str:
+    def logs(self, tail_bytes: int = 30_000) -> str:
         parts = []
         for path in sorted(self.root.rglob("*.log")):
             if path.parent.name.endswith(tuple(f"-{i}" for i in range(100))):
                 continue  # a partition's segment files, not a process log
-            text = path.read_text(errors="replace")[-tail_bytes:]
+            lines = path.read_text(errors="replace").splitlines(keepends=True)
+            # Request logs of Django and Celery say nothing about replication.
+            text = "".join(x for x in lines if "celery" not in x and "HTTP" not in x)
+            text = text[-tail_bytes:]
             parts.append(f"===== {path.name} =====\n{text}")
         return "\n".join(parts)
 

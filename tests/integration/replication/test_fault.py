@@ -5,13 +5,15 @@ A real controller process (Postgres lease) starts three brokers through its loca
 provisioner; a topic with replication factor 3 and ``min_insync_replicas=2`` is created
 through the control plane's services. Idempotent SDK producers with ``acks="all"`` write
 sequence-numbered records without pause and log every acknowledged (partition, offset,
-payload). The chaos loop (``chaos.py``) SIGKILLs or SIGSTOPs/SIGCONTs a leader or a
-follower at random, ``FAULTS`` times, letting the cluster recover in between, and prints
-how long each failover took. Then: producers stop; every ISR is full again; a consumer
-reads every partition up to its high watermark, and every acknowledged record must be
-there exactly once, at its acknowledged offset, in send order; the controller and the
-brokers stop cleanly, and every replica of each partition must hold the same bytes up to
-the high watermark (read with ``PartitionLog``).
+payload). The chaos loop (``chaos.py``) faults a leader or a follower at random,
+``FAULTS`` times — SIGKILL (restarted at once by the provisioner, or kept down for a few
+seconds) or SIGSTOP then SIGCONT (a network partition) — letting the cluster recover in
+between, and prints how long each failover took and who leads afterwards. Then:
+producers stop; every ISR is full again; a consumer reads every partition up to its high
+watermark, and every acknowledged record must be there exactly once, at its acknowledged
+offset, in send order; the controller and the brokers stop cleanly, and every replica of
+each partition must hold the same bytes up to the high watermark (read with
+``PartitionLog``).
 
 Environment, to replay or vary a run: ``MERIDIAN_FAULT_SEED`` (the seed is printed),
 ``MERIDIAN_FAULT_COUNT`` (faults, default 20), ``MERIDIAN_FAULT_RF`` (3; with 1 the
@@ -23,6 +25,7 @@ from __future__ import annotations
 import os
 import random
 import time
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,6 +33,7 @@ import pytest
 
 from controlplane.regions import services
 from dataplane.client import Admin, Consumer, TopicPartition
+from dataplane.errors import MeridianError
 from tests.integration.replication.chaos import Chaos, summary
 from tests.integration.replication.load import ProducerLoad
 from tests.integration.replication.region import ADMIN, ReplicatedRegion, wait_until
@@ -82,11 +86,18 @@ def test_acknowledged_records_survive_kills_and_partitions(region: ReplicatedReg
         wait_until(lambda: all(load.first_ack_after(p, 0.0) for p in range(PARTITIONS)), 30,
                    "a first acknowledgement on every partition")  # fmt: skip
         chaos.run(FAULTS)
+    except AssertionError as stuck:  # the cluster did not recover: say what was lost too
+        chaos.resume_all()
+        load.stop()
+        raise AssertionError(f"seed {seed}: {stuck}\n{_diagnose(region, load)}") from None
     finally:
         chaos.resume_all()
         load.stop()
     print(summary(chaos.faults))
     print(f"{load.sent} records sent, {load.count()} acknowledged, {len(load.failures)} failed")
+    if load.failures:  # not acknowledged: allowed, but say why (the exception, not the record)
+        reasons = Counter(error[:80] for _, error in load.failures)
+        print("failed sends:", dict(reasons.most_common(5)))
     assert len(chaos.faults) >= FAULTS
     epochs_after = {p: s.leader_epoch for p, s in region.states().items()}
     print(f"leader epochs: before {epochs_before}, after {epochs_after}")
@@ -105,10 +116,29 @@ def test_acknowledged_records_survive_kills_and_partitions(region: ReplicatedReg
     assert not problems, f"seed {seed}: {len(problems)} problems:\n" + "\n".join(problems)
 
 
-def _high_watermarks(bootstrap: str, topic: str) -> dict[int, int]:
+def _diagnose(region: ReplicatedRegion, load: ProducerLoad) -> str:
+    """What the partitions still readable hold against the acknowledgements, for a run
+    whose cluster did not recover (best effort: a partition without a leader is named)."""
+    assert region.topic is not None
+    lines = []
+    for p in range(PARTITIONS):
+        try:
+            high_watermark = _high_watermarks(region.bootstrap, region.topic.full_name, [p])
+            records = _consume(region.bootstrap, region.topic.full_name, high_watermark, 15.0)
+            lines += check_partition(p, load.acked().get(p, []), records[p],
+                                     high_watermark=high_watermark[p])  # fmt: skip
+        except (AssertionError, MeridianError) as exc:
+            lines.append(f"p{p}: not readable: {exc}")
+    return "\n".join(lines) or "every readable partition holds every acknowledged record"
+
+
+def _high_watermarks(
+    bootstrap: str, topic: str, partitions: list[int] | None = None
+) -> dict[int, int]:
     admin = Admin(bootstrap, request_timeout_ms=10_000)
     try:
-        wanted = {TopicPartition(topic, p): "latest" for p in range(PARTITIONS)}
+        chosen = range(PARTITIONS) if partitions is None else partitions
+        wanted = {TopicPartition(topic, p): "latest" for p in chosen}
         return {tp.partition: offset for tp, (offset, _) in admin.list_offsets(wanted).items()}
     finally:
         admin.close()
@@ -130,14 +160,18 @@ def _check_consumed(
 
 
 def _consume(
-    bootstrap: str, topic: str, high_watermarks: dict[int, int]
+    bootstrap: str,
+    topic: str,
+    high_watermarks: dict[int, int],
+    timeout_s: float = CONSUME_TIMEOUT_S,
 ) -> dict[int, list[tuple[int, bytes | None]]]:
+    """Every record of the partitions in ``high_watermarks`` below their watermark."""
     consumer = Consumer(
         bootstrap, auto_offset_reset="earliest", enable_auto_commit=False, max_poll_records=5000
     )
-    records: dict[int, list[tuple[int, bytes | None]]] = {p: [] for p in range(PARTITIONS)}
+    records: dict[int, list[tuple[int, bytes | None]]] = {p: [] for p in high_watermarks}
     try:
-        tps = [TopicPartition(topic, p) for p in range(PARTITIONS)]
+        tps = [TopicPartition(topic, p) for p in high_watermarks]
         consumer.assign(tps)
         consumer.seek_to_beginning(tps)
 
@@ -147,9 +181,7 @@ def _consume(
                     records[record.partition].append((record.offset, record.value))
             return all(consumer.position(tp) >= high_watermarks[tp.partition] for tp in tps)
 
-        wait_until(
-            done, CONSUME_TIMEOUT_S, f"consuming up to the high watermarks {high_watermarks}"
-        )
+        wait_until(done, timeout_s, f"consuming up to the high watermarks {high_watermarks}")
     finally:
         consumer.close()
     return records
