@@ -208,7 +208,16 @@ class BrokerApp:
         loop = asyncio.get_running_loop()
         self.config.data_dir.mkdir(parents=True, exist_ok=True)
         await loop.run_in_executor(self.executor, self.pushed.load)
-        reports = await loop.run_in_executor(self.executor, self.manager.open)
+        # A partition the saved push names is replicated: reopened at its checkpointed
+        # high watermark, never its recovered log end, so a retried duplicate or a reader
+        # cannot see a tail that no follower acknowledged before the crash.
+        named = self.pushed.leaders()
+        reports = await loop.run_in_executor(
+            self.executor,
+            lambda: self.manager.open(
+                replicated=lambda tp: tp.partition in named.get(tp.topic, {})
+            ),
+        )
         self._opened = True
         self.manager.start()
         repaired = [r for r in reports if not r.clean_shutdown or r.repaired]

@@ -121,7 +121,9 @@ class PartitionLog(LogRetention):
         self._sync_recovered(loaded.recovered, loaded.segments)
         self._committer.reset(self._log_end_offset)
         stored_hw = loaded.high_watermark
-        self._high_watermark = self._clamp(self._log_end_offset if stored_hw is None else stored_hw)
+        if stored_hw is None:  # no checkpoint: a replicated log knows nothing is committed
+            stored_hw = self._log_start_offset if replicated else self._log_end_offset
+        self._high_watermark = self._clamp(stored_hw)
         self._publish()
         self._record_open_state(loaded.checkpoint, loaded.config, changed=loaded.changed)
         if new_directory:

@@ -132,8 +132,15 @@ class LogManager:
         self.recovery_reports: list[RecoveryReport] = []
 
     # -- lifecycle ----------------------------------------------------------------------
-    def open(self) -> list[RecoveryReport]:
-        """Lock the data directory and open (recovering as needed) every log in it."""
+    def open(
+        self, replicated: Callable[[TopicPartition], bool] | None = None
+    ) -> list[RecoveryReport]:
+        """Lock the data directory and open (recovering as needed) every log in it.
+
+        ``replicated(tp)`` names the logs whose high watermark their owner moves (see
+        ``PartitionLog``): they reopen at their checkpointed high watermark rather than at
+        their log end, so a recovered tail no follower acknowledged stays invisible.
+        """
         self.data_dir.mkdir(parents=True, exist_ok=True)
         _raise_open_file_limit()
         SEGMENT_FILES.set_max_open_files(self.max_open_files or default_max_open_files())
@@ -141,7 +148,11 @@ class LogManager:
         self._remove_deleted_dirs()
         found = sorted(self._partition_dirs())
         with ThreadPoolExecutor(max_workers=max(1, self._recovery_threads)) as pool:
-            opened = list(pool.map(self._open_existing, found))
+            opened = list(
+                pool.map(
+                    lambda tp: self._open_existing(tp, bool(replicated and replicated(tp))), found
+                )
+            )
         for tp, partition_log in opened:
             self._logs[tp] = partition_log
             partition_log.set_activity_listener(self._note_active)
@@ -170,8 +181,13 @@ class LogManager:
                 if match and entry.is_dir():
                     yield TopicPartition(match["topic"], int(match["partition"]))
 
-    def _open_existing(self, tp: TopicPartition) -> tuple[TopicPartition, PartitionLog]:
-        return tp, PartitionLog.open(self.data_dir / tp.dir_name, clock_ms=self._clock_ms)
+    def _open_existing(
+        self, tp: TopicPartition, replicated: bool
+    ) -> tuple[TopicPartition, PartitionLog]:
+        partition_log = PartitionLog.open(
+            self.data_dir / tp.dir_name, replicated=replicated, clock_ms=self._clock_ms
+        )
+        return tp, partition_log
 
     def start(self) -> None:
         """Start the housekeeping thread."""

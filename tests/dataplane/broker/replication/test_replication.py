@@ -191,3 +191,33 @@ def test_followers_and_offline_partitions_refuse_clients(replicas: Replicas) -> 
         (partition,) = response.topics[0].partitions
         assert (partition.error, partition.leader_id) == (ErrorCode.LEADER_NOT_AVAILABLE, -1)
     assert _state(replicas[1], TOPIC).role == "offline"
+
+
+def test_a_restarted_leader_keeps_its_unreplicated_tail_invisible(replicas: Replicas) -> None:
+    """A leader SIGKILLed with a tail no follower has comes back (the saved push still
+    names it) at its checkpointed high watermark, not its recovered log end: readers and
+    acks=all retries cannot take that tail for committed."""
+    controller = replicas.controller
+    controller.create_topic(TOPIC, [1, 2, 3], min_isr=2)
+    with stubs(replicas[1]) as s:
+        assert produce(s, TOPIC, 0, values_batch([b"a", b"b"]), acks=-1).error == 0
+        pause(replicas[2])
+        pause(replicas[3])
+        try:
+            assert produce(s, TOPIC, 0, values_batch([b"tail"]), acks=1).error == 0
+            state = _state(replicas[1], TOPIC)
+            assert (state.log_end_offset, state.high_watermark) == (3, 2)
+            replicas[1].kill()
+            replicas[1].start()
+            restarted = _state(replicas[1], TOPIC)
+            assert restarted.log_end_offset == 3  # the tail is still on disk
+            assert restarted.high_watermark <= 2
+        finally:
+            resume(replicas[2])
+            resume(replicas[3])
+    with stubs(replicas[1]) as s:
+        # Once the followers copy the tail, it is committed like any record.
+        assert wait_for(
+            lambda: [r.value for r in fetch_records(s, TOPIC)] == [b"a", b"b", b"tail"],
+            timeout_s=15,
+        )
