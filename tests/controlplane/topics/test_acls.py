@@ -18,12 +18,8 @@ from controlplane.tenants.models import Tenant
 from controlplane.topics.acls import grant_topic_acl, revoke_topic_acl, update_topic_acl
 from controlplane.topics.models import Topic, TopicAcl
 from controlplane.topics.services import create_topic, delete_topic
-from tests.controlplane.api_base import (
-    TenantScopedAPIContract,
-    assert_error,
-    make_cluster,
-    make_tenant,
-)
+from tests.controlplane.api_base import TenantScopedAPIContract, assert_error, make_cluster
+from tests.support.controlplane import make_tenant
 
 SYSTEM = Actor.system("tests")
 _subjects = itertools.count()
@@ -146,7 +142,7 @@ class TestTopicAclAPI(TenantScopedAPIContract):
         self.client(Role.TENANT_ADMIN).patch(url, {"operations": ["produce"]}, format="json")
         assert self.client(Role.TENANT_ADMIN).delete(url).status_code == 204
         events = AuditEvent.objects.filter(object_id=str(created["id"]), tenant_slug="acme")
-        trail = [(e.action, e.before, e.after) for e in events.order_by("id")]
+        trail = [(e.action, e.before or {}, e.after or {}) for e in events.order_by("id")]
         assert [action for action, _, _ in trail] == [
             "topic_acl.grant",
             "topic_acl.update",
