@@ -7,7 +7,12 @@ topic's entries (``MetadataTopic.acls``) on its next tick, and brokers enforce t
 A principal containing ``--`` is a service account's client id and must name an
 account of the topic's tenant (else ``InvalidRequest``, the same whether or not another
 tenant has such an account); any other principal is a user's subject, taken as given
-(roles may come from the identity provider's groups without a member row here)."""
+(roles may come from the identity provider's groups without a member row here).
+
+Deleting a service account leaves the entries naming it: revoking them could leave a
+topic without entries, which would widen it to every role at once (the deleted
+account's tokens included, until they expire). An account created later under the same
+name is named by them again; revoke them first when that is not wanted."""
 
 from __future__ import annotations
 

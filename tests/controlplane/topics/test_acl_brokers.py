@@ -4,6 +4,7 @@ narrows what the tenant's developer service accounts may do on the topic."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from controlplane.regions.models import Cluster
 from controlplane.topics.acls import grant_topic_acl, revoke_topic_acl
 from controlplane.topics.models import Topic, TopicAcl
 from dataplane._gen.meridian.v1 import broker_pb2, broker_pb2_grpc
+from dataplane.client import Consumer
 from dataplane.client.auth import ClientCredentials, StaticToken
 from dataplane.client.connection import ChannelSecurity
 from dataplane.errors import ErrorCode, error_from_rpc
@@ -97,6 +99,23 @@ def _fetch(broker: BrokerProcess, token: str, topic: str) -> tuple[str, int]:
     return ErrorCode.Name(result.error), result.high_watermark if result.records else 0
 
 
+def _consume(broker: BrokerProcess, credentials: Any, topic: str) -> list[bytes]:
+    """What the SDK's consumer reads from the start in a group of the topic's tenant."""
+    with Consumer(
+        broker.address,
+        group_id=topic.split(".")[0] + ".readers",
+        auto_offset_reset="earliest",
+        credentials=credentials,
+    ) as consumer:
+        consumer.subscribe([topic])
+        seen: list[bytes] = []
+        deadline = time.monotonic() + 30
+        while len(seen) < RECORDS and time.monotonic() < deadline:
+            seen += [record.value for record in consumer.poll(timeout_ms=200)]
+        consumer.commit()
+    return seen
+
+
 @pytest.fixture
 def served_topic(
     api_url: str, local_identity: LocalIdentity, settings: Any, broker_auth: None, tmp_path: Path
@@ -149,6 +168,7 @@ def test_acl_entries_narrow_developer_accounts_on_the_broker_until_revoked(
 
     assert _produce(broker, reader_token, name) == "TOPIC_AUTHORIZATION_FAILED"
     assert _fetch(broker, reader_token, name) == ("NONE", RECORDS)
+    assert len(_consume(broker, StaticToken(reader_token), name)) == RECORDS  # group and all
     # Listed nowhere, once the topic has an entry: refused both, whatever its role.
     assert _produce(broker, other_token, name) == "TOPIC_AUTHORIZATION_FAILED"
     assert _fetch(broker, other_token, name)[0] == "TOPIC_AUTHORIZATION_FAILED"

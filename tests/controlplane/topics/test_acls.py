@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from controlplane.accounts.services import create_service_account
+from controlplane.accounts.models import ServiceAccount
+from controlplane.accounts.services import create_service_account, delete_service_account
 from controlplane.controller.leaders import metadata_request
 from controlplane.core.actors import Actor
 from controlplane.core.models import AuditEvent
@@ -213,3 +214,13 @@ def test_a_deleting_topics_entries_are_not_pushed(
     grant_topic_acl(orders, principal="acme--reader", operations=["consume"], actor=SYSTEM)
     delete_topic(orders, actor=SYSTEM)
     assert "acme.orders" not in pushed_acls(cluster)
+
+
+def test_deleting_a_service_account_leaves_the_topic_narrowed(
+    acme_topics: tuple[Cluster, Topic, Topic],
+) -> None:
+    """Revoking its entries could leave the topic with none: open to every role."""
+    cluster, orders, _ = acme_topics
+    grant_topic_acl(orders, principal="acme--reader", operations=["consume"], actor=SYSTEM)
+    delete_service_account(ServiceAccount.objects.get(client_id="acme--reader"), actor=SYSTEM)
+    assert pushed_acls(cluster)["acme.orders"] == [("acme--reader", ["consume"])]
