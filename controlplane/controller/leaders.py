@@ -9,7 +9,7 @@ from __future__ import annotations
 from controlplane.quotas.services import tenant_quotas
 from controlplane.regions.models import Broker, Cluster
 from controlplane.topics.choices import TopicStatus
-from controlplane.topics.models import PartitionAssignment
+from controlplane.topics.models import PartitionAssignment, TopicAcl
 from dataplane._gen.meridian.v1 import admin_pb2, common_pb2
 
 NO_LEADER = -1  # MetadataPartition.leader_id of a partition without a leader
@@ -20,8 +20,8 @@ def metadata_request(
 ) -> admin_pb2.UpdateMetadataRequest:
     """The push for ``cluster``: its addressed brokers and, for every topic not being
     deleted, its partitions' leaders (``NO_LEADER`` when none), replicas and ISR, and
-    the topic's ``min_insync_replicas`` and unclean election flag; and its tenants'
-    quotas."""
+    the topic's ``min_insync_replicas``, unclean election flag and ACL entries (by
+    principal); and its tenants' quotas."""
     region = cluster.region.name
     infos = [
         common_pb2.BrokerInfo(id=b.broker_id, host=b.host, port=b.port, region=region, rack=b.rack)
@@ -34,6 +34,7 @@ def metadata_request(
         .select_related("topic", "leader")
         .order_by("topic__full_name", "partition")
     )
+    acls = topic_acls(cluster)
     topics: dict[str, admin_pb2.MetadataTopic] = {}
     for row in rows:
         topic = row.topic
@@ -43,6 +44,7 @@ def metadata_request(
                 name=topic.full_name,
                 min_insync_replicas=topic.min_insync_replicas,
                 unclean_leader_election=topic.unclean_leader_election,
+                acls=acls.get(topic.pk, []),
             )
         entry.partitions.append(
             admin_pb2.MetadataPartition(
@@ -62,3 +64,19 @@ def metadata_request(
         topics=list(topics.values()),
         quotas=tenant_quotas(cluster),
     )
+
+
+def topic_acls(cluster: Cluster) -> dict[int, list[admin_pb2.AclEntry]]:
+    """The ACL entries of the cluster's topics by topic pk, each topic's ordered by
+    principal (an unchanged push encodes the same bytes)."""
+    entries: dict[int, list[admin_pb2.AclEntry]] = {}
+    rows = (
+        TopicAcl.objects.filter(topic__cluster=cluster)
+        .order_by("topic_id", "principal")
+        .values_list("topic_id", "principal", "operations")
+    )
+    for topic_id, principal, operations in rows:
+        entries.setdefault(topic_id, []).append(
+            admin_pb2.AclEntry(principal=principal, operations=operations)
+        )
+    return entries

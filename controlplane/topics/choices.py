@@ -21,3 +21,12 @@ class DriftKind(models.TextChoices):
     CONFIG = "config"
     UNKNOWN = "unknown"
     ROLE = "role"
+
+
+class AclOperation(models.TextChoices):
+    """What a topic ACL entry allows its principal (brokers' operations): write
+    records, read them and commit offsets, alter and delete the topic."""
+
+    PRODUCE = "produce"
+    CONSUME = "consume"
+    ADMIN = "admin"

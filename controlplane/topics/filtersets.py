@@ -3,7 +3,7 @@ from __future__ import annotations
 import django_filters
 
 from controlplane.topics.choices import DriftKind, TopicStatus
-from controlplane.topics.models import DriftFinding, Topic
+from controlplane.topics.models import DriftFinding, Topic, TopicAcl
 
 
 class TopicFilterSet(django_filters.FilterSet):
@@ -31,3 +31,13 @@ class DriftFindingFilterSet(django_filters.FilterSet):
     class Meta:
         model = DriftFinding
         fields = ["kind", "healed", "open", "topic", "broker", "cluster"]
+
+
+class TopicAclFilterSet(django_filters.FilterSet):
+    tenant = django_filters.CharFilter(field_name="topic__tenant__slug", help_text="tenant slug")
+    topic = django_filters.CharFilter(field_name="topic__full_name", help_text="full topic name")
+    principal = django_filters.CharFilter(help_text="client id or subject, exactly")
+
+    class Meta:
+        model = TopicAcl
+        fields = ["tenant", "topic", "principal"]

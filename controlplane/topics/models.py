@@ -8,13 +8,18 @@ from django.db import models
 
 from controlplane.core.choices import ProvisioningStatus
 from controlplane.core.models import StatusModel, TimestampedModel
-from controlplane.topics.choices import DriftKind, Durability
+from controlplane.topics.choices import AclOperation, DriftKind, Durability
 
 # The part after "<tenant>.": DESIGN decision 9 (no '~', which marks lane topics).
 TOPIC_NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$"
 topic_name_validator = RegexValidator(
     TOPIC_NAME_RE,
     "1-200 characters: letters, digits, '.', '_' and '-', starting with a letter or digit",
+)
+
+# A token's ``azp`` or ``sub``: printable, no whitespace.
+principal_validator = RegexValidator(
+    r"\A[!-~]{1,255}\Z", "a client id or subject: printable ASCII, no spaces"
 )
 
 
@@ -123,6 +128,44 @@ class PartitionAssignment(TimestampedModel):
         constraints = [
             models.UniqueConstraint(fields=["topic", "partition"], name="assignment_unique")
         ]
+
+
+class TopicAcl(TimestampedModel):
+    """One principal's operations on one topic. Once a topic has entries, brokers let a
+    caller that is not a tenant-admin do only the operations of the entries naming its
+    token's client id (``azp``) or subject (``sub``), within what its role allows.
+
+    ``principal`` is a service account's client id (``<tenant>--<name>``, of the
+    topic's tenant) or a user's subject; ``operations`` is a non-empty subset of
+    ``AclOperation``, kept in that order."""
+
+    topic = models.ForeignKey(Topic, on_delete=models.CASCADE, related_name="acls")
+    principal = models.CharField(max_length=255, validators=[principal_validator])
+    operations = models.JSONField(default=list)
+    created_by = models.CharField(max_length=255, blank=True, default="")
+
+    class Meta:
+        ordering = ["topic", "principal"]
+        constraints = [
+            models.UniqueConstraint(fields=["topic", "principal"], name="topic_acl_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.topic.full_name} {self.principal}"
+
+    def clean(self) -> None:
+        super().clean()
+        operations = self.operations
+        if not isinstance(operations, list) or not operations:
+            raise ValidationError({"operations": ["name at least one operation"]})
+        unknown = sorted({str(op) for op in operations} - set(AclOperation.values))
+        if unknown:
+            choices = ", ".join(AclOperation.values)
+            raise ValidationError(
+                {"operations": [f"unknown: {', '.join(unknown)}; one of {choices}"]}
+            )
+        if len(set(operations)) != len(operations):
+            raise ValidationError({"operations": ["an operation is named twice"]})
 
 
 class DriftFinding(TimestampedModel):

@@ -1,7 +1,8 @@
 """Tenant isolation across every endpoint of the API, read from the OpenAPI document so
 that a new endpoint is covered the day it is added.
 
-Tenant ``acme`` owns a topic, a service account, a member, audit events and a quota.
+Tenant ``acme`` owns a topic, a topic ACL entry, a service account, a member, audit
+events and a quota.
 A tenant-admin of ``beta`` (the strongest tenant role) then calls every operation:
 - no list answer names anything of ``acme``, with or without ``?tenant=acme``;
 - every operation on an ``acme`` object answers exactly as it does for an object that
@@ -25,7 +26,8 @@ from controlplane.core.audit import snapshot
 from controlplane.core.models import AuditEvent
 from controlplane.quotas.models import Quota
 from controlplane.tenants.models import Membership
-from controlplane.topics.models import Topic
+from controlplane.topics.acls import grant_topic_acl
+from controlplane.topics.models import Topic, TopicAcl
 from controlplane.topics.services import create_topic
 from tests.controlplane.api_base import make_cluster, make_tenant
 from tests.controlplane.conftest import token_for
@@ -45,6 +47,8 @@ def world(db: None, local_identity: Any) -> dict[str, Any]:
     operator = Actor.system("test")
     topic = create_topic(acme, name=SECRET_TOPIC, partitions=3, actor=operator)
     account, _ = accounts.create_service_account(acme, name=SECRET_ACCOUNT, actor=operator)
+    acl = grant_topic_acl(topic, principal=account.client_id, operations=["consume"],
+                          actor=operator)  # fmt: skip
     member = accounts.invite_member(
         acme, username=SECRET_MEMBER, email="secret@acme.test", role="viewer", actor=operator
     )
@@ -55,6 +59,7 @@ def world(db: None, local_identity: Any) -> dict[str, Any]:
             "tenants": "acme",
             "quotas": "acme",
             "topics": topic.full_name,
+            "topic-acls": str(acl.pk),
             "service-accounts": str(account.pk),
             "members": str(member.pk),
             "audit-events": str(event.pk),
@@ -63,6 +68,7 @@ def world(db: None, local_identity: Any) -> dict[str, Any]:
             "tenants": "zzzz",
             "quotas": "zzzz",
             "topics": "zzzz.nothing",
+            "topic-acls": "999999",
             "service-accounts": "999999",
             "members": "999999",
             "audit-events": "999999",
@@ -106,6 +112,7 @@ def _acme_state() -> Any:
         [snapshot(t) for t in Topic.objects.filter(tenant__slug="acme")],
         [snapshot(m) for m in Membership.objects.filter(tenant__slug="acme")],
         [snapshot(q) for q in Quota.objects.filter(tenant__slug="acme")],
+        [snapshot(a) for a in TopicAcl.objects.filter(topic__tenant__slug="acme")],
         sorted(
             accounts.ServiceAccount.objects.filter(tenant__slug="acme").values_list(
                 "client_id", "role", "secret_hash"
@@ -124,7 +131,16 @@ def test_no_endpoint_lets_one_tenant_learn_or_touch_another_tenants_objects(
     client = Client()
     token = world["token"]
     before = _acme_state()
-    body = {"tenant": "acme", "name": "x", "partitions": 1, "role": "viewer", "username": "x"}
+    body = {
+        "tenant": "acme",
+        "name": "x",
+        "partitions": 1,
+        "role": "viewer",
+        "username": "x",
+        "topic": "x",
+        "principal": "x",
+        "operations": ["consume"],
+    }
     checked = 0
     for method, path in _operations(client):
         if path.endswith("/auth/token"):

@@ -28,6 +28,7 @@ from controlplane.accounts.identity import LocalIdentity
 from controlplane.core.actors import Actor
 from controlplane.regions import services as regions
 from controlplane.tenants.choices import Role
+from controlplane.topics.acls import grant_topic_acl
 from controlplane.topics.services import create_topic
 from tests.controlplane.api_base import make_cluster, make_tenant
 from tests.controlplane.conftest import token_for
@@ -36,6 +37,7 @@ SCHEMA_URL = "/api/v1/openapi.json"
 PATHS = (
     "/api/v1/tenants",
     "/api/v1/topics",
+    "/api/v1/topic-acls",
     "/api/v1/quotas",
     "/api/v1/audit-events",
     "/api/v1/drift-findings",
@@ -105,8 +107,9 @@ def test_every_operation_answers_as_documented(
     regions.register_broker(static, broker_id=1, host="127.0.0.1", port=1, actor=actor)
     acme = make_tenant("acme")
     make_tenant("globex")
-    create_topic(acme, name="orders", partitions=2, actor=actor)
-    accounts.create_service_account(acme, name="ci-app", actor=actor)
+    orders = create_topic(acme, name="orders", partitions=2, actor=actor)
+    account, _ = accounts.create_service_account(acme, name="ci-app", actor=actor)
+    grant_topic_acl(orders, principal=account.client_id, operations=["consume"], actor=actor)
     accounts.invite_member(acme, username="alice", email="a@acme.test", role="viewer", actor=actor)
     callers = {
         "platform admin": token_for(local_identity, platform_admin=True),

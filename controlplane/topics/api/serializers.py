@@ -4,8 +4,8 @@ from typing import Any
 
 from rest_framework import serializers
 
-from controlplane.topics.choices import Durability
-from controlplane.topics.models import DriftFinding, PartitionAssignment, Topic
+from controlplane.topics.choices import AclOperation, Durability
+from controlplane.topics.models import DriftFinding, PartitionAssignment, Topic, TopicAcl
 
 
 class TopicConfigSerializer(serializers.Serializer[Any]):
@@ -169,3 +169,54 @@ class DriftFindingSerializer(serializers.ModelSerializer[DriftFinding]):
             "created_at",
         ]
         read_only_fields = fields
+
+
+class TopicAclSerializer(serializers.ModelSerializer[TopicAcl]):
+    """Who (``principal``: a service account's client id or a user's subject) may do
+    what (``operations``) on a topic; once a topic has entries, its non-admin callers
+    may do only what an entry naming them lists."""
+
+    tenant = serializers.CharField(source="topic.tenant.slug", read_only=True)
+    topic = serializers.CharField(source="topic.full_name", read_only=True)
+    operations = serializers.ListField(
+        child=serializers.ChoiceField(choices=AclOperation.choices), read_only=True
+    )
+
+    class Meta:
+        model = TopicAcl
+        fields = [
+            "id",
+            "tenant",
+            "topic",
+            "principal",
+            "operations",
+            "created_by",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = fields
+
+
+class TopicAclCreateSerializer(serializers.Serializer[Any]):
+    """Types only: the rules (a non-empty list, a principal of the topic's tenant) are
+    the model's and ``topics.acls``'s."""
+
+    tenant = serializers.CharField(
+        max_length=32, required=False, help_text="tenant slug; default: the topic's"
+    )
+    topic = serializers.CharField(max_length=240, help_text="full topic name")
+    principal = serializers.CharField(
+        max_length=255, help_text="a service account's client id (<tenant>--<name>) or a subject"
+    )
+    operations = serializers.ListField(
+        child=serializers.ChoiceField(choices=AclOperation.choices),
+        help_text="what the principal may do (non-empty)",
+    )
+
+
+class TopicAclUpdateSerializer(serializers.Serializer[Any]):
+    operations = serializers.ListField(
+        child=serializers.ChoiceField(choices=AclOperation.choices),
+        required=False,
+        help_text="replaces the entry's operations (non-empty)",
+    )

@@ -15,19 +15,23 @@ from controlplane.core.api.views import (
     ServiceUpdateMixin,
     TenantScopedViewSet,
 )
+from controlplane.core.errors import NotFound
 from controlplane.core.permissions import IsPlatformAdmin
 from controlplane.tenants.choices import Role
-from controlplane.topics import reassignment, services
+from controlplane.topics import acls, reassignment, services
 from controlplane.topics.api.serializers import (
     DriftFindingSerializer,
     ReassignSerializer,
+    TopicAclCreateSerializer,
+    TopicAclSerializer,
+    TopicAclUpdateSerializer,
     TopicCreateSerializer,
     TopicSerializer,
     TopicSummarySerializer,
     TopicUpdateSerializer,
 )
-from controlplane.topics.filtersets import DriftFindingFilterSet, TopicFilterSet
-from controlplane.topics.models import DriftFinding, Topic
+from controlplane.topics.filtersets import DriftFindingFilterSet, TopicAclFilterSet, TopicFilterSet
+from controlplane.topics.models import DriftFinding, Topic, TopicAcl
 
 
 class TopicViewSet(
@@ -85,6 +89,50 @@ class TopicViewSet(
 
     def delete_object(self, topic: Topic) -> Topic:
         return services.delete_topic(topic, actor=self.actor)
+
+
+class TopicAclViewSet(
+    mixins.ListModelMixin,
+    mixins.RetrieveModelMixin,
+    ServiceCreateMixin[TopicAcl],
+    ServiceUpdateMixin[TopicAcl],
+    TenantScopedViewSet[TopicAcl],
+):
+    """Topic ACL entries, by id (filter with ``?topic=<tenant>.<name>``). The tenant's
+    members read; its tenant admins grant, change and revoke. Brokers enforce them
+    from the controller's next push."""
+
+    queryset = TopicAcl.objects.select_related("topic__tenant")
+    serializer_class = TopicAclSerializer
+    input_serializer_classes = {
+        "create": TopicAclCreateSerializer,
+        "partial_update": TopicAclUpdateSerializer,
+    }
+    tenant_path = "topic__tenant"
+    write_role = Role.TENANT_ADMIN
+    filterset_class = TopicAclFilterSet
+    ordering_fields = ["principal", "created_at"]
+
+    def create_object(self, data: dict[str, Any]) -> TopicAcl:
+        name = data["topic"]
+        # A topic's full name starts with its tenant's slug (slugs hold no dots).
+        tenant = self.tenant_for_write(data.get("tenant") or name.partition(".")[0])
+        topic = Topic.objects.filter(tenant=tenant, full_name=name).first()
+        if topic is None:
+            raise NotFound(f"topic {name!r} not found in tenant {tenant.slug!r}", field="topic")
+        return acls.grant_topic_acl(
+            topic, principal=data["principal"], operations=data["operations"], actor=self.actor
+        )
+
+    def update_object(self, acl: TopicAcl, data: dict[str, Any]) -> TopicAcl:
+        if "operations" not in data:  # PATCH with nothing to change
+            return acl
+        return acls.update_topic_acl(acl, operations=data["operations"], actor=self.actor)
+
+    @extend_schema(responses={204: None})
+    def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        acls.revoke_topic_acl(self.get_object(), actor=self.actor)
+        return Response(status=status.HTTP_204_NO_CONTENT)
 
 
 class DriftFindingViewSet(viewsets.ReadOnlyModelViewSet[DriftFinding]):

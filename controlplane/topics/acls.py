@@ -1,0 +1,112 @@
+"""Topic ACLs: which principals may do which operations on a topic.
+
+Each function is atomic, takes the acting ``Actor`` and writes its audit event in the
+same transaction. Nothing is sent to brokers from here: the controller pushes every
+topic's entries (``MetadataTopic.acls``) on its next tick, and brokers enforce them.
+
+A principal containing ``--`` is a service account's client id and must name an
+account of the topic's tenant (else ``InvalidRequest``, the same whether or not another
+tenant has such an account); any other principal is a user's subject, taken as given
+(roles may come from the identity provider's groups without a member row here).
+
+Deleting a service account leaves the entries naming it: revoking them could leave a
+topic without entries, which would widen it to every role at once (the deleted
+account's tokens included, until they expire). An account created later under the same
+name is named by them again; revoke them first when that is not wanted."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from django.db import IntegrityError, transaction
+
+from controlplane.accounts.models import ServiceAccount
+from controlplane.accounts.services import CLIENT_ID_SEPARATOR
+from controlplane.core import audit
+from controlplane.core.actors import Actor
+from controlplane.core.errors import Conflict, InvalidRequest, NotFound
+from controlplane.tenants.models import Tenant
+from controlplane.tenants.services import lock_open_tenant
+from controlplane.topics.choices import AclOperation, TopicStatus
+from controlplane.topics.models import Topic, TopicAcl
+
+
+@transaction.atomic
+def grant_topic_acl(
+    topic: Topic, *, principal: str, operations: Iterable[str], actor: Actor
+) -> TopicAcl:
+    """A new entry letting ``principal`` do ``operations`` on ``topic``. A bad
+    principal or operation list is an ``InvalidRequest``; an entry for the principal
+    already there, or a topic or tenant being deleted, a ``Conflict``."""
+    lock_open_tenant(topic.tenant)
+    topic = _lock_topic(topic)
+    acl = TopicAcl(
+        topic=topic, principal=principal, operations=list(operations), created_by=actor.name
+    )
+    acl.full_clean(validate_unique=False, validate_constraints=False)
+    _check_principal(topic.tenant, principal)
+    if TopicAcl.objects.filter(topic=topic, principal=principal).exists():
+        raise _exists(topic, principal)
+    acl.operations = canonical_operations(acl.operations)
+    try:
+        with transaction.atomic():
+            acl.save()
+    except IntegrityError as exc:
+        raise _exists(topic, principal) from exc
+    audit.record(actor, "topic_acl.grant", acl, after=audit.snapshot(acl), tenant=topic.tenant)
+    return acl
+
+
+@transaction.atomic
+def update_topic_acl(acl: TopicAcl, *, operations: Iterable[str], actor: Actor) -> TopicAcl:
+    """Replaces the entry's operations (``InvalidRequest`` for a bad list)."""
+    topic = _lock_topic(acl.topic)
+    locked = TopicAcl.objects.select_for_update().filter(pk=acl.pk).first()
+    if locked is None:
+        raise NotFound(f"topic ACL {acl.pk} not found")
+    before = audit.snapshot(locked)
+    locked.operations = list(operations)
+    locked.full_clean(validate_unique=False, validate_constraints=False)
+    locked.operations = canonical_operations(locked.operations)
+    locked.save(update_fields=["operations", "updated_at"])
+    audit.record(
+        actor, "topic_acl.update", locked, before=before,
+        after=audit.snapshot(locked), tenant=topic.tenant,
+    )  # fmt: skip
+    return locked
+
+
+@transaction.atomic
+def revoke_topic_acl(acl: TopicAcl, *, actor: Actor) -> None:
+    """Removes the entry; when it was the topic's last, brokers fall back to roles."""
+    tenant = acl.topic.tenant
+    audit.record(actor, "topic_acl.revoke", acl, before=audit.snapshot(acl), tenant=tenant)
+    acl.delete()
+
+
+def canonical_operations(operations: Iterable[str]) -> list[str]:
+    """``operations`` in ``AclOperation`` order (a push then encodes the same bytes)."""
+    given = set(operations)
+    return [op for op in AclOperation.values if op in given]
+
+
+def _lock_topic(topic: Topic) -> Topic:
+    """The topic's row, locked until the transaction ends (a concurrent delete waits);
+    a ``Conflict`` if it is being deleted."""
+    locked = Topic.objects.select_for_update().select_related("tenant").get(pk=topic.pk)
+    if locked.status == TopicStatus.DELETING:
+        raise Conflict(f"topic {locked.full_name!r} is being deleted", status=locked.status)
+    return locked
+
+
+def _check_principal(tenant: Tenant, principal: str) -> None:
+    if CLIENT_ID_SEPARATOR not in principal:
+        return
+    if not ServiceAccount.objects.filter(tenant=tenant, client_id=principal).exists():
+        message = f"{principal!r} is not a service account of tenant {tenant.slug!r}"
+        raise InvalidRequest(f"principal: {message}", principal=[message])
+
+
+def _exists(topic: Topic, principal: str) -> Conflict:
+    message = f"{principal!r} already has an entry on {topic.full_name!r}; change it instead"
+    return Conflict(message, principal=[message])
