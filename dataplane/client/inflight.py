@@ -38,14 +38,13 @@ class SenderConfig:
 class PartitionState:
     """Sequences and the batches sent and not yet acknowledged, of one partition."""
 
-    __slots__ = ("fatal", "next_sequence", "pending", "retry_at", "tp")
+    __slots__ = ("next_sequence", "pending", "retry_at", "tp")
 
     def __init__(self, tp: TopicPartition) -> None:
         self.tp = tp
         self.next_sequence = 0
         self.pending: list[ProducerBatch] = []
         self.retry_at = 0.0
-        self.fatal: MeridianError | None = None
 
     def in_flight(self) -> int:
         return sum(1 for batch in self.pending if batch.in_flight)

@@ -13,12 +13,14 @@ the broker sees the partition's batches in order. With idempotence (the default)
 batch carries the producer id, epoch and a base sequence, assigned when it is first
 sent and kept on retries, so the broker answers a batch it already stored as a
 duplicate with its original offset. ``OUT_OF_ORDER_SEQUENCE_NUMBER`` for a batch that
-follows one being retried is expected and retried too; otherwise it is fatal for the
-partition. When a batch fails for good and the broker did not store it, the sequences
-of the partition's later batches move down to close the gap. When the outcome of a
-sent batch is unknown (the stream broke and the batch then ran out of time), the
-later batches of its partition fail with it and the producer asks for a new epoch,
-which restarts every partition's sequences, once nothing is left in flight.
+follows one being retried is expected and retried too; for the first unacknowledged
+batch it is retried after a metadata refresh (the broker that answered may be a former
+leader whose log is behind); at the last attempt it fails like a batch whose outcome
+is unknown (below). When a batch fails for good and the broker did not store it, the
+sequences of the partition's later batches move down to close the gap. When the
+outcome of a sent batch is unknown (the stream broke and the batch then ran out of
+time), the later batches of its partition fail with it and the producer asks for a new
+epoch, which restarts every partition's sequences, once nothing is left in flight.
 """
 
 from __future__ import annotations
@@ -215,18 +217,13 @@ class Sender:
         planner = Planner(self._metadata.snapshot(), self._link, self._config, now)
         for state in list(self._resend):
             self._plan_resend(state, now, planner)
-        doomed: list[ProducerBatch] = []
         if not self._bump_wanted:
 
             def take(tp: TopicPartition, batch: ProducerBatch) -> bool:
-                return self._place(tp, batch, planner, doomed)
+                return self._place(tp, batch, planner)
 
             for batch in self._acc.drain(now, take):
-                if batch not in doomed:
-                    self._stamp(batch)
-        for batch in doomed:
-            state = self._states[batch.tp]
-            self._acc.complete(batch, -1, error=state.fatal)
+                self._stamp(batch)
         self._refresh_wanted |= planner.leaderless
         for plan in planner.plans.values():
             for batches in plan.requests:
@@ -247,17 +244,8 @@ class Sender:
                 self._seal(batch, batch.base_sequence)
         self._resend.discard(state)
 
-    def _place(
-        self,
-        tp: TopicPartition,
-        batch: ProducerBatch,
-        planner: Planner,
-        doomed: list[ProducerBatch],
-    ) -> bool:
+    def _place(self, tp: TopicPartition, batch: ProducerBatch, planner: Planner) -> bool:
         state = self._state(tp)
-        if state.fatal is not None:
-            doomed.append(batch)
-            return True
         if state in self._resend:
             return False
         if self._config.idempotent and len(state.pending) >= MAX_PENDING_PER_PARTITION:
@@ -363,11 +351,17 @@ class Sender:
         state = self._states[batch.tp]
         code = error.code
         retriable = error.retriable
+        gap = False
         if code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER and self._config.idempotent:
-            if not (batch.resequenced or state.pending.index(batch) > 0):
-                self._fence_partition(state, error)
-                return
+            # For the first unacknowledged batch this is a gap at the broker that
+            # answered, which may not lead any more: a broker restarted from the
+            # leadership it saved, or resumed after a pause, answers from a log behind
+            # the real leader's until the controller reaches it. So retry it after a
+            # metadata refresh, as Kafka's idempotent producer does; only a gap that
+            # outlives every attempt gives up (see below).
+            gap = not (batch.resequenced or state.pending.index(batch) > 0)
             retriable = True
+            self._refresh_wanted = True
         elif code == ErrorCode.INVALID_PRODUCER_EPOCH:
             self._fatal(error)
             return
@@ -381,7 +375,9 @@ class Sender:
         now = time.monotonic()
         out_of_time = now - batch.created > self._config.delivery_timeout_s
         if not retriable or batch.attempts > self._config.retries or out_of_time:
-            self._give_up(state, batch, error, unknown=stored is None)
+            # A gap that outlived every attempt is the real leader's: the later batches
+            # fail too and a new epoch restarts the sequences (Kafka's KIP-360).
+            self._give_up(state, batch, error, unknown=stored is None or gap)
             return
         batch.retry_at = now + self._backoff(batch.attempts)
         state.retry_at = max(state.retry_at, batch.retry_at)
@@ -412,17 +408,6 @@ class Sender:
             self._acc.complete(other, -1, error=reason)
         self._resend.discard(state)
         self._bump_wanted = True
-
-    def _fence_partition(self, state: PartitionState, error: MeridianError) -> None:
-        state.fatal = MeridianError(
-            error.code,
-            f"{error.message}; {state.tp.topic}/{state.tp.partition} takes no more records "
-            "from this producer (create a new one)",
-        )
-        for batch in state.pending:
-            self._acc.complete(batch, -1, error=state.fatal)
-        state.pending.clear()
-        self._resend.discard(state)
 
     def _expire(self, now: float) -> None:
         timeout = self._config.delivery_timeout_s

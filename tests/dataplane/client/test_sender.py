@@ -74,16 +74,34 @@ def test_order_is_kept_when_an_early_batch_is_retried(fake: FakeBroker) -> None:
     assert [v[:4] for v in fake.values(TOPIC, 1)] == [b"%04d" % i for i in range(40)]
 
 
-def test_out_of_order_sequence_is_fatal_for_the_partition(fake: FakeBroker) -> None:
+def test_out_of_order_for_the_first_batch_is_retried_after_a_metadata_refresh(
+    fake: FakeBroker,
+) -> None:
+    """A former leader whose log is behind answers a gap: the batch goes again, once the
+    metadata names the partition's leader anew, and lands once."""
     with producer(fake) as p:
-        fake.fail(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
-        with pytest.raises(MeridianError, match="create a new one") as info:
+        p.send(TOPIC, b"warm-up", partition=0).result(5)
+        calls = fake.metadata_calls
+        fake.fail(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, times=2)
+        metadata = p.send(TOPIC, b"after a gap", partition=0).result(5)
+        assert p.send(TOPIC, b"next", partition=0).result(5).offset == 2
+    assert metadata.offset == 1
+    assert fake.values(TOPIC) == [b"warm-up", b"after a gap", b"next"]
+    assert fake.metadata_calls > calls
+
+
+def test_a_gap_that_outlives_every_attempt_fails_and_a_new_epoch_follows(
+    fake: FakeBroker,
+) -> None:
+    with producer(fake, retries=2) as p:
+        p.send(TOPIC, b"warm-up", partition=0).result(5)
+        fake.fail(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER, times=3)
+        with pytest.raises(MeridianError) as info:
             p.send(TOPIC, b"gap", partition=0).result(5)
         assert info.value.code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
-        with pytest.raises(MeridianError) as later:
-            p.send(TOPIC, b"after", partition=0).result(5)
-        assert later.value.code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+        assert p.send(TOPIC, b"after", partition=0).result(5).offset == 1
         assert p.send(TOPIC, b"other partition", partition=1).result(5).offset == 0
+    assert fake.values(TOPIC) == [b"warm-up", b"after"]
 
 
 def test_retries_are_bounded(fake: FakeBroker) -> None:
