@@ -20,6 +20,13 @@ throttle time. ``throttle_ms`` counts from when the request was *sent*: the brok
 already held the response for it, so a client honouring it waits only for what a capped
 hold left (until ``sent_at + throttle_ms``), never twice.
 
+A call is also held *before* it runs while a bucket it claims is in debt (``admit``:
+the produce bytes of its request and one request, for each tenant it names and the
+caller acts for), counting calls admitted but not yet charged, so many concurrent calls
+of one tenant are let in one after another at its rate rather than all doing their work
+at once. What a call waited there shortens its response's hold (the two together are at
+most ``max_hold_ms``) and is part of its ``throttle_ms``.
+
 The tenant of a topic or group is the prefix of its name (``<tenant>.<name>``); internal
 topics (``__*``) have none. Only calls of the client-facing services are throttled
 (``QuotaInterceptor``); Admin, Replication and health calls never are. A tenant is
@@ -105,6 +112,12 @@ class TokenBucket:
         self.tokens -= amount
         return max(0.0, -self.tokens) / self.rate_per_s
 
+    def owed_s(self, pending: float = 0.0) -> float:
+        """Seconds until the balance, less ``pending`` tokens not yet charged, is back to
+        zero (0 when nothing is owed); takes nothing."""
+        self._refill()
+        return max(0.0, pending - self.tokens) / self.rate_per_s
+
     def set_rate(self, rate_per_s: float) -> None:
         self._refill()
         self.rate_per_s = float(rate_per_s)
@@ -167,6 +180,7 @@ class QuotaManager:
         self._applied: object = None
         self.quotas: dict[str, admin_pb2.TenantQuota] = {}
         self._buckets: dict[tuple[str, str], TokenBucket] = {}
+        self._pending: dict[tuple[str, str], float] = {}  # admitted, not yet charged
         self.metrics = QuotaMetrics(registry)
 
     # -- the push ----------------------------------------------------------------------
@@ -206,9 +220,52 @@ class QuotaManager:
         return MeridianError(ErrorCode.QUOTA_EXCEEDED, message)
 
     # -- rates -----------------------------------------------------------------------
-    def charge(self, usage: dict[tuple[str, str], int]) -> Throttle:
+    async def admit(self, claims: dict[tuple[str, str], int]) -> float:
+        """Hold a call before it runs while a bucket it claims ((tenant, kind) -> the
+        amount it expects to use) is in debt, counting calls admitted but not yet charged
+        (so calls arriving together are let in one after another, at the rate); at most
+        ``max_hold_ms`` in all. Then reserve the claims until ``release``. Returns the
+        seconds waited."""
+        self._sync()
+        waited_s, owing = 0.0, ""
+        while waited_s < self._max_hold_s:
+            owed_s, tenant = self._owed(claims)
+            if owed_s <= 0:
+                break
+            step_s = min(owed_s, self._max_hold_s - waited_s)
+            owing = tenant
+            await self._sleep(step_s)
+            waited_s += step_s
+            self._sync()
+        for key, amount in claims.items():
+            self._pending[key] = self._pending.get(key, 0.0) + amount
+        if waited_s > 0:
+            self.metrics.throttle_seconds.labels(owing).inc(waited_s)
+        return waited_s
+
+    def _owed(self, claims: dict[tuple[str, str], int]) -> tuple[float, str]:
+        worst, owing = 0.0, ""
+        for key in claims:
+            bucket = self._buckets.get(key)
+            if bucket is not None:
+                owed_s = bucket.owed_s(self._pending.get(key, 0.0))
+                if owed_s > worst:
+                    worst, owing = owed_s, key[0]
+        return worst, owing
+
+    def release(self, claims: dict[tuple[str, str], int]) -> None:
+        """Drop the reservation ``admit`` made for ``claims`` (the call is done)."""
+        for key, amount in claims.items():
+            left = self._pending.get(key, 0.0) - amount
+            if left > 1e-9:
+                self._pending[key] = left
+            else:
+                self._pending.pop(key, None)
+
+    def charge(self, usage: dict[tuple[str, str], int], waited_s: float = 0.0) -> Throttle:
         """Charge ``usage`` ((tenant, kind) -> amount) and return the longest throttle
-        it caused; records it in the metrics when there is one."""
+        it caused; records it in the metrics when there is one. ``waited_s``: how long
+        ``admit`` already held the call (it shortens the response's hold)."""
         self._sync()
         worst = Throttle()
         for (tenant, kind), amount in usage.items():
@@ -222,18 +279,21 @@ class QuotaManager:
             if seconds > worst.seconds:
                 worst = Throttle(seconds, tenant, kind)
         if worst.seconds > 0:
-            self.metrics.throttle_seconds.labels(worst.tenant).inc(self.hold_s(worst))
+            self.metrics.throttle_seconds.labels(worst.tenant).inc(self.hold_s(worst, waited_s))
             self.metrics.throttled.labels(worst.tenant, worst.kind).inc()
         return worst
 
-    def hold_s(self, throttle: Throttle) -> float:
-        """How long a response with ``throttle`` is held (the throttle time, capped)."""
-        return min(throttle.seconds, self._max_hold_s)
+    def hold_s(self, throttle: Throttle, waited_s: float = 0.0) -> float:
+        """How long a response with ``throttle`` is held: the throttle time, capped so
+        that with the ``waited_s`` the call was held before running it is at most
+        ``max_hold_ms``."""
+        return max(0.0, min(throttle.seconds, self._max_hold_s - waited_s))
 
-    async def hold(self, throttle: Throttle) -> None:
+    async def hold(self, throttle: Throttle, waited_s: float = 0.0) -> None:
         """Delay the caller (one call) by ``throttle``'s hold time."""
-        if throttle.seconds > 0:
-            await self._sleep(self.hold_s(throttle))
+        hold_s = self.hold_s(throttle, waited_s)
+        if hold_s > 0:
+            await self._sleep(hold_s)
 
     def bucket(self, tenant: str, kind: str) -> TokenBucket | None:
         return self._buckets.get((tenant, kind))

@@ -2,13 +2,17 @@
 
 A gRPC server interceptor wraps the handlers of the client-facing services
 (``meridian.v1.Broker`` and ``meridian.v1.GroupCoordinator``); every other service
-(Admin, Replication, health) passes through untouched. A wrapped call runs as before;
-once it has its response, what it used is charged (``usage_of``, see
-``dataplane.broker.quotas``), the response's ``throttle_ms`` is set where the message has
-one (Produce, Fetch), and the response is held for the throttle time. ProduceStream
-charges and holds each response in turn, so they still leave in request order, and a
-stream's later requests keep being read and appended meanwhile (the servicer's pipeline
-bound applies). A call that fails is not charged.
+(Admin, Replication, health) passes through untouched. Before a wrapped call runs, it is
+held while a bucket of a tenant it names (and the caller acts for) is in debt
+(``claims_of``, ``QuotaManager.admit``), so a tenant's many concurrent calls do their
+work at its rate, not only get their answers late. Once it has its response, what it
+used is charged (``usage_of``, see ``dataplane.broker.quotas``), the response's
+``throttle_ms`` is set where the message has one (Produce, Fetch), and the response is
+held for the throttle time. ProduceStream holds each request before the servicer reads it
+the same way, and charges and holds each response in turn, so they still leave in request
+order, and a stream's later requests keep being read and appended meanwhile (the
+servicer's pipeline bound applies). A call that fails is not charged. The hold before and
+the hold after together are at most ``max_hold_ms``; ``throttle_ms`` counts both.
 """
 
 from __future__ import annotations
@@ -20,7 +24,15 @@ from typing import Any
 
 import grpc
 
-from dataplane.broker.quotas import FETCH, PRODUCE, REQUESTS, QuotaManager, tenant_of
+from dataplane.broker.auth import principal
+from dataplane.broker.quotas import (
+    FETCH,
+    PRODUCE,
+    REQUESTS,
+    QuotaManager,
+    Throttle,
+    tenant_of,
+)
 
 THROTTLED_SERVICES = ("/meridian.v1.Broker/", "/meridian.v1.GroupCoordinator/")
 Usage = dict[tuple[str, str], int]
@@ -56,7 +68,11 @@ def produce_usage(sizes: Sizes, response: Any) -> Usage:
 
 
 def usage_of(request: Any, response: Any) -> Usage:
-    """What a successful unary call of a throttled service used, by tenant and kind."""
+    """What a successful unary call of a throttled service used, by tenant and kind.
+
+    Only what was answered without error counts: a topic, partition or group the broker
+    refused (another tenant's, unauthorized, unknown) charges its tenant nothing.
+    """
     name = type(response).__name__
     if name == "ProduceResponse":
         return produce_usage(produce_sizes(request), response)
@@ -68,12 +84,48 @@ def usage_of(request: Any, response: Any) -> Usage:
         return _requests(usage, {tenant_of(r.topic) for r in response.results if not r.error})
     if name == "MetadataResponse":  # a tenant is known only from the topics asked for
         asked = set(request.topics)
-        return _requests(usage, {tenant_of(t.name) for t in response.topics if t.name in asked})
+        answered = {tenant_of(t.name) for t in response.topics if t.name in asked and not t.error}
+        return _requests(usage, answered)
+    if name == "DescribeGroupsResponse":
+        return _requests(usage, {tenant_of(g.group_id) for g in response.groups if not g.error})
+    if name == "ListGroupsResponse":
+        return usage  # names no tenant of its own: not charged
+    if getattr(response, "error", 0):
+        return usage  # refused as a whole (e.g. GROUP_AUTHORIZATION_FAILED)
     results = getattr(response, "results", None)
     if results is not None and name != "OffsetCommitResponse" and name != "OffsetFetchResponse":
         named = [r for r in results if not getattr(r, "error", 0)]
         return _requests(usage, {tenant_of(_name_of(r)) for r in named})
     return _requests(usage, {tenant_of(g) for g in _groups(request)})
+
+
+def claims_of(request: Any) -> Usage:
+    """What a call is expected to use, from its request alone (before it runs): the
+    produce bytes and one request for each tenant it names (fetch bytes are unknown until
+    read, so a Fetch claims only its tenants' fetch buckets). Only tenants the caller
+    acts for are claimed (every tenant when authentication is off), so a call naming
+    another tenant's topics neither waits on nor reserves that tenant's quota."""
+    claims: Usage = {}
+    name = type(request).__name__
+    if name == "ProduceRequest":
+        for (topic, _), size in produce_sizes(request).items():
+            _add(claims, tenant_of(topic), PRODUCE, size)
+        tenants = {tenant_of(p.topic) for p in request.partitions}
+    elif name == "FetchRequest":
+        tenants = {tenant_of(p.topic) for p in request.partitions}
+        for tenant in tenants:
+            _add(claims, tenant, FETCH, 0)
+    elif name == "MetadataRequest":
+        tenants = {tenant_of(t) for t in request.topics}
+    else:
+        fields = request.DESCRIPTOR.fields_by_name
+        topics = [p.topic for p in request.partitions] if "partitions" in fields else []
+        tenants = {tenant_of(n) for n in [*_groups(request), *topics] if isinstance(n, str)}
+    claims = _requests(claims, tenants)
+    caller = principal.current()
+    if caller is None or caller.internal:
+        return claims
+    return {key: amount for key, amount in claims.items() if caller.role_in(key[0])}
 
 
 def _name_of(result: Any) -> str:
@@ -125,32 +177,47 @@ class QuotaInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
     def _unary(self, behavior: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
         async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            response = behavior(request, context)
-            if inspect.isawaitable(response):
-                response = await response
-            await self._settle(usage_of(request, response), response)
+            claims = claims_of(request)
+            waited_s = await self.quotas.admit(claims)
+            try:
+                response = behavior(request, context)
+                if inspect.isawaitable(response):
+                    response = await response
+            finally:
+                self.quotas.release(claims)
+            await self._settle(usage_of(request, response), response, waited_s)
             return response
 
         return call
 
     def _produce_stream(self, behavior: Callable[..., Any]) -> Callable[..., AsyncIterator[Any]]:
         async def call(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> Any:
-            sent: deque[Sizes] = deque()  # one entry per request, answered in order
+            # One entry per request admitted, answered in order: its sizes, its claims and
+            # how long it was held before the servicer read it.
+            sent: deque[tuple[Sizes, Usage, float]] = deque()
 
             async def tapped() -> AsyncIterator[Any]:
                 async for request in requests:
-                    sent.append(produce_sizes(request))
+                    claims = claims_of(request)
+                    waited_s = await self.quotas.admit(claims)
+                    sent.append((produce_sizes(request), claims, waited_s))
                     yield request
 
-            async for response in behavior(tapped(), context):
-                sizes = sent.popleft() if sent else {}
-                await self._settle(produce_usage(sizes, response), response)
-                yield response
+            try:
+                async for response in behavior(tapped(), context):
+                    sizes, claims, waited_s = sent.popleft() if sent else ({}, {}, 0.0)
+                    self.quotas.release(claims)
+                    await self._settle(produce_usage(sizes, response), response, waited_s)
+                    yield response
+            finally:
+                for _, claims, _ in sent:
+                    self.quotas.release(claims)
 
         return call
 
-    async def _settle(self, usage: Usage, response: Any) -> None:
-        throttle = self.quotas.charge(usage)
-        if throttle.seconds > 0 and "throttle_ms" in response.DESCRIPTOR.fields_by_name:
-            response.throttle_ms = throttle.ms
-        await self.quotas.hold(throttle)
+    async def _settle(self, usage: Usage, response: Any, waited_s: float = 0.0) -> None:
+        throttle = self.quotas.charge(usage, waited_s)
+        total = Throttle(waited_s + throttle.seconds, throttle.tenant, throttle.kind)
+        if total.seconds > 0 and "throttle_ms" in response.DESCRIPTOR.fields_by_name:
+            response.throttle_ms = total.ms  # from when the request was sent: both holds
+        await self.quotas.hold(throttle, waited_s)

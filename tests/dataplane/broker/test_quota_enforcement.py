@@ -10,10 +10,12 @@ from __future__ import annotations
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from dataplane._gen.meridian.v1 import admin_pb2, broker_pb2, group_pb2, group_pb2_grpc
 from dataplane.errors import ErrorCode
+from tests.dataplane.broker.auth.support import caller, create_topic, outcome
 from tests.dataplane.broker.support import (
     TIMEOUT_S,
     create,
@@ -24,6 +26,7 @@ from tests.dataplane.broker.support import (
     values_batch,
 )
 from tests.support.brokers import BrokerProcess
+from tests.support.issuer import TestIssuer
 
 KIB = 1024
 
@@ -261,3 +264,89 @@ def test_a_new_push_changes_a_tenants_rate(broker: BrokerProcess) -> None:
         for _ in range(3):
             s.broker.Metadata(asked, timeout=TIMEOUT_S)
     assert scrape(broker, "meridian_broker_throttled_requests_total", tenant="acme") > after
+
+
+def test_calls_refused_for_naming_another_tenant_charge_that_tenant_nothing(
+    tmp_path: Path,
+) -> None:
+    """With authentication on, acme's Metadata, DescribeGroups and group calls naming
+    beta's topic and group are refused; beta (1 request/s, a one-request burst) is
+    charged none of them: its own next call is not held, the one after it is."""
+    with TestIssuer() as issuer:
+        broker = BrokerProcess(tmp_path / "broker-1", broker_id=1, extra_args=issuer.broker_args())
+        broker.start()
+        try:
+            with caller(broker.address, issuer.internal_token()) as internal:
+                create_topic(internal, "beta.orders")
+                internal.admin.UpdateMetadata(
+                    admin_pb2.UpdateMetadataRequest(
+                        controller_id="test",
+                        controller_epoch=1,
+                        cluster_id="meridian",
+                        quotas=[admin_pb2.TenantQuota(tenant="beta", requests_per_s=1)],
+                    ),
+                    timeout=TIMEOUT_S,
+                )
+            metadata = broker_pb2.MetadataRequest(topics=["beta.orders"])
+            described = group_pb2.DescribeGroupsRequest(group_ids=["beta.g"])
+            with caller(broker.address, issuer.token(tenants={"acme": "developer"})) as acme:
+                for _ in range(10):
+                    (topic,) = acme.broker.Metadata(metadata, timeout=TIMEOUT_S).topics
+                    assert topic.error == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                    (group,) = acme.group.DescribeGroups(described, timeout=TIMEOUT_S).groups
+                    assert group.error == ErrorCode.GROUP_AUTHORIZATION_FAILED
+                    coordinator = group_pb2.FindCoordinatorRequest(group_id="beta.g")
+                    assert "GROUP_AUTHORIZATION_FAILED" in outcome(
+                        acme.group.FindCoordinator, coordinator
+                    )
+            assert scrape(broker, "meridian_broker_throttled_requests_total") == 0
+            assert scrape(broker, "meridian_broker_throttle_seconds_total") == 0
+            with caller(broker.address, issuer.token(tenants={"beta": "developer"})) as beta:
+                (topic,) = beta.broker.Metadata(metadata, timeout=TIMEOUT_S).topics
+                assert topic.error == 0
+                assert scrape(broker, "meridian_broker_throttled_requests_total") == 0
+                beta.broker.Metadata(metadata, timeout=TIMEOUT_S)  # over its one request/s
+            assert scrape(broker, "meridian_broker_throttled_requests_total", tenant="beta") == 1
+        finally:
+            broker.kill()
+
+
+def test_concurrent_unary_produces_of_a_tenant_over_quota_are_admitted_at_its_rate(
+    broker: BrokerProcess,
+) -> None:
+    """Twenty produces sent at once, five times the one-second burst in all: the broker
+    appends them about as fast as the rate refills the bucket (not all at once, their
+    answers held later). Bytes accepted are sampled from the log end offset; each sample
+    is compared with what the quota allows by then (the burst, the rate times the time
+    since sending, and one call admitted ahead), as a ratio."""
+    rate_bytes_per_s, calls = 16 * KIB, 20
+    push = Pusher(broker)
+    push(admin_pb2.TenantQuota(tenant="burst", produce_bytes_per_s=rate_bytes_per_s))
+    records = batch_of(4 * KIB)
+    per_call = 4 * KIB // 1000  # records in one batch
+    samples: list[tuple[float, int]] = []
+    with stubs(broker) as s:
+        create(s, "burst.orders")
+        started = time.monotonic()
+        with ThreadPoolExecutor(calls) as pool:
+            sent = [
+                pool.submit(s.broker.Produce, produce_request("burst.orders", records), 30)
+                for _ in range(calls)
+            ]
+            while not all(f.done() for f in sent):
+                accepted = end_offset(s, "burst.orders") // per_call * len(records)
+                samples.append((time.monotonic() - started, accepted))
+                time.sleep(0.1)
+            responses = [f.result() for f in sent]
+        finished_s = time.monotonic() - started
+        assert end_offset(s, "burst.orders") == calls * per_call
+    assert all(r.results[0].error == 0 for r in responses)
+    ratios = [
+        accepted / (rate_bytes_per_s + rate_bytes_per_s * at_s + len(records))
+        for at_s, accepted in samples
+    ]
+    # Unthrottled work would be all 80 KiB within the first samples: a ratio near 3.
+    assert max(ratios) <= 1.5, samples
+    # And not starved: the whole lot at a third of the rate at least.
+    total_bytes = calls * len(records)
+    assert total_bytes / (rate_bytes_per_s + rate_bytes_per_s * finished_s) >= 0.33, samples

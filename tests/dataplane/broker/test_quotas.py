@@ -18,7 +18,7 @@ from dataplane.broker.quotas import (
     TokenBucket,
     tenant_of,
 )
-from dataplane.broker.throttling import usage_of
+from dataplane.broker.throttling import claims_of, usage_of
 from dataplane.errors import ErrorCode
 
 
@@ -248,3 +248,90 @@ def test_list_offsets_and_group_deletes_are_charged_only_for_answered_names() ->
     )
     request = group_pb2.DeleteGroupsRequest(group_ids=["acme.g", "globex.g"])
     assert usage_of(request, deleted) == {("acme", REQUESTS): 1}
+
+
+def test_names_the_broker_refused_charge_their_tenant_nothing() -> None:
+    refused = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    metadata = broker_pb2.MetadataResponse(
+        topics=[
+            broker_pb2.TopicMetadata(name="victim.orders", error=refused),
+            broker_pb2.TopicMetadata(name="acme.a"),
+        ]
+    )
+    asked = broker_pb2.MetadataRequest(topics=["victim.orders", "acme.a"])
+    assert usage_of(asked, metadata) == {("acme", REQUESTS): 1}
+    described = group_pb2.DescribeGroupsResponse(
+        groups=[
+            group_pb2.GroupDescription(
+                group_id="victim.g", error=ErrorCode.GROUP_AUTHORIZATION_FAILED
+            ),
+            group_pb2.GroupDescription(group_id="acme.g"),
+        ]
+    )
+    request = group_pb2.DescribeGroupsRequest(group_ids=["victim.g", "acme.g"])
+    assert usage_of(request, described) == {("acme", REQUESTS): 1}
+    group_refused = ErrorCode.GROUP_AUTHORIZATION_FAILED
+    for call, response in [
+        (group_pb2.JoinGroupRequest(group_id="victim.g"), group_pb2.JoinGroupResponse()),
+        (group_pb2.HeartbeatRequest(group_id="victim.g"), group_pb2.HeartbeatResponse()),
+        (
+            group_pb2.FindCoordinatorRequest(group_id="victim.g"),
+            group_pb2.FindCoordinatorResponse(),
+        ),
+        (group_pb2.OffsetCommitRequest(group_id="victim.g"), group_pb2.OffsetCommitResponse()),
+        (group_pb2.OffsetFetchRequest(group_id="victim.g"), group_pb2.OffsetFetchResponse()),
+    ]:
+        assert usage_of(call, response) == {("victim", REQUESTS): 1}  # answered: charged
+        response.error = group_refused
+        assert usage_of(call, response) == {}, type(call).__name__
+    assert usage_of(group_pb2.ListGroupsRequest(), group_pb2.ListGroupsResponse()) == {}
+
+
+def test_claims_name_the_produce_bytes_and_a_request_of_each_tenant() -> None:
+    produce = broker_pb2.ProduceRequest(
+        partitions=[
+            broker_pb2.PartitionRecords(topic="acme.a", partition=0, records=b"x" * 100),
+            broker_pb2.PartitionRecords(topic="acme.a", partition=1, records=b"x" * 20),
+            broker_pb2.PartitionRecords(topic="__consumer_offsets", partition=0, records=b"x"),
+        ]
+    )
+    assert claims_of(produce) == {("acme", PRODUCE): 120, ("acme", REQUESTS): 1}
+    fetch = broker_pb2.FetchRequest(partitions=[broker_pb2.FetchPartition(topic="acme.a")])
+    assert claims_of(fetch) == {("acme", FETCH): 0, ("acme", REQUESTS): 1}
+    join = group_pb2.JoinGroupRequest(group_id="globex.g")
+    assert claims_of(join) == {("globex", REQUESTS): 1}
+
+
+def test_a_call_of_a_tenant_in_debt_waits_before_running_and_calls_queue_at_the_rate() -> None:
+    clock = FakeClock()
+    slept: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        clock.advance(seconds)
+
+    current = [push(admin_pb2.TenantQuota(tenant="acme", produce_bytes_per_s=1000))]
+    quotas = QuotaManager(
+        lambda: current[0], registry=CollectorRegistry(), clock=clock, sleep=sleep
+    )
+    claim = {("acme", PRODUCE): 500}
+    assert asyncio.run(quotas.admit(claim)) == 0.0  # no bucket yet: nothing owed
+    quotas.release(claim)
+    quotas.charge({("acme", PRODUCE): 3000})  # 2 s owed
+    assert asyncio.run(quotas.admit(claim)) == pytest.approx(2.0)
+    # Admitted but not yet charged: the next call waits for it too (0.5 s of bytes).
+    assert asyncio.run(quotas.admit(claim)) == pytest.approx(0.5)
+    quotas.release(claim)
+    quotas.release(claim)
+    # What was waited shortens the response's hold, within the cap in all.
+    throttle = quotas.charge({("acme", PRODUCE): 1000}, waited_s=0.5)  # 500 refilled
+    assert throttle.seconds == pytest.approx(0.5)
+    assert quotas.hold_s(throttle) == pytest.approx(0.5)
+    assert quotas.hold_s(throttle, waited_s=MAX_HOLD_MS / 1000 - 0.1) == pytest.approx(0.1)
+    # A debt beyond the cap: the wait stops at the cap; the call runs then.
+    quotas.charge({("acme", PRODUCE): 60_000})
+    slept.clear()
+    assert asyncio.run(quotas.admit({("acme", PRODUCE): 1})) == MAX_HOLD_MS / 1000
+    assert sum(slept) == MAX_HOLD_MS / 1000
+    assert quotas.bucket("globex", PRODUCE) is None
+    assert asyncio.run(quotas.admit({("globex", PRODUCE): 10**9})) == 0.0  # unlimited
