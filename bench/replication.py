@@ -143,6 +143,7 @@ def start_region(root: Path, args: argparse.Namespace) -> Any:
             "MERIDIAN_BROKER_TIMEOUT_S": str(args.session_timeout_s),
             "MERIDIAN_CONTROLLER_TICK_S": "0.2",
             "MERIDIAN_BROKER_RPC_TIMEOUT_S": "1",
+            "MERIDIAN_METADATA_PUSH_TIMEOUT_S": "1",
         }
     row = services.create_region(name="bench", actor=ADMIN)
     return ReplicatedRegion(root, row, controller_env=env).start(brokers=3)

@@ -86,7 +86,7 @@ class Controller:
         self.controller_id = controller_id
         self.lease = lease
         self.provisioner_for = provisioner_for
-        self.pusher = pusher or MetadataPusher(settings.BROKER_RPC_TIMEOUT_S)
+        self.pusher = pusher or MetadataPusher(settings.METADATA_PUSH_TIMEOUT_S)
         self.clock = clock
         self.epoch = 0
         self.active = False

@@ -29,6 +29,9 @@ CONTROLLER_TICK_S = env("MERIDIAN_CONTROLLER_TICK_S", 1.0, float)
 # A broker that has missed heartbeats this long is unreachable.
 BROKER_SESSION_TIMEOUT_S = env("MERIDIAN_BROKER_SESSION_TIMEOUT_S", 6.0, float)
 BROKER_RPC_TIMEOUT_S = env("MERIDIAN_BROKER_RPC_TIMEOUT_S", 5.0, float)
+# The controller's metadata push (its heartbeat) waits this long for each broker: a
+# hung broker must not stretch every tick, which would delay its own detection.
+METADATA_PUSH_TIMEOUT_S = env("MERIDIAN_METADATA_PUSH_TIMEOUT_S", 1.5, float)
 # A new topic's replication factor unless it names one (at most the cluster's brokers).
 DEFAULT_REPLICATION_FACTOR = env("MERIDIAN_DEFAULT_REPLICATION_FACTOR", 3, int)
 # How long a preferred leader must have been live (and in sync) before the controller

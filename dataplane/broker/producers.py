@@ -227,8 +227,13 @@ class ProducerStateTable:
         """Load a snapshot; the offset to scan from (0 when there is none usable)."""
         try:
             data = json.loads(path.read_bytes())
-            if data["version"] != _SNAPSHOT_VERSION or int(data["offset"]) > log_end_offset:
-                return 0  # from another version, or the log was cut below it: rescan
+            if data["version"] != _SNAPSHOT_VERSION:
+                return 0  # from another version: rescan
+            if int(data["offset"]) > log_end_offset:
+                # The log was truncated below it: it describes batches that are gone, and
+                # once the log grows past its offset again it would look valid.
+                path.unlink(missing_ok=True)
+                return 0
             producers = {
                 int(pid): ProducerEntry(
                     int(e["epoch"]),

@@ -40,6 +40,11 @@ class ClusterSnapshot:
     fetched_at: float = 0.0
 
 
+# One broker's Metadata answer takes milliseconds (at most ~0.5 s while it asks its
+# peers); a hung broker must not hold a failover for the whole refresh timeout.
+ATTEMPT_TIMEOUT_S = 2.0
+
+
 class ClusterMetadata:
     """Thread-safe metadata cache over a ``ConnectionPool``."""
 
@@ -59,7 +64,9 @@ class ClusterMetadata:
         last: MeridianError | None = None
         for address in self._candidates():
             try:
-                response = self.pool.get(address).broker.Metadata(request, timeout=self.timeout_s)
+                response = self.pool.get(address).broker.Metadata(
+                    request, timeout=min(self.timeout_s, ATTEMPT_TIMEOUT_S)
+                )
             except grpc.RpcError as exc:
                 last = error_from_rpc(exc)
                 self.pool.forget(address)

@@ -75,6 +75,7 @@ class Fleet:
             "MERIDIAN_CONTROLLER_TICK_S": str(TICK_S),
             "MERIDIAN_BROKER_SESSION_TIMEOUT_S": str(SESSION_TIMEOUT_S),
             "MERIDIAN_BROKER_RPC_TIMEOUT_S": "1",
+            "MERIDIAN_METADATA_PUSH_TIMEOUT_S": "1",
             "MERIDIAN_PREFERRED_LEADER_DELAY_S": "1",
             "PYTHONPATH": str(REPO_ROOT),
             "PYTHONUNBUFFERED": "1",

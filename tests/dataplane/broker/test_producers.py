@@ -119,3 +119,18 @@ def test_an_unusable_snapshot_means_a_full_scan(log, damage):
     table = ProducerStateTable.rebuild(log)
     assert table.get(PID).last_seq == 1
     assert table.get(99) is None
+
+
+def test_a_snapshot_beyond_a_truncation_is_never_used_again(log):
+    """Truncated below a snapshot, then grown past it: the snapshot describes batches
+    that are gone, so the next rebuild must not take it."""
+    append(log, 0, 4)
+    append(log, 4, 4)
+    ProducerStateTable.rebuild(log).snapshot(log.directory, log.log_end_offset)  # at 8
+    log.truncate_to(4)
+    assert ProducerStateTable.rebuild(log).get(PID).last_seq == 3
+    append(log, 4, 2, pid=7)  # another producer's batch where PID's second one was
+    append(log, 0, 4, pid=7)
+    assert log.log_end_offset >= 8
+    table = ProducerStateTable.rebuild(log)
+    assert table.get(PID).last_seq == 3, "PID's truncated batch is not remembered"
