@@ -167,7 +167,7 @@ class ReplicaManager:
             state.replicas = list(meta.replicas)
             state.isr = list(meta.isr)
             state.isr_version = meta.isr_version
-            state.proposal = None
+            state.forget_proposal()
             if role is Role.LEADER:
                 state.epochs.assign(meta.leader_epoch, part.log.log_end_offset)
                 state.start_leading()
@@ -180,7 +180,7 @@ class ReplicaManager:
             return
         state.isr = list(meta.isr)
         state.isr_version = meta.isr_version
-        state.proposal = None
+        state.forget_proposal()
         if state.is_leader:
             for replica in state.replicas:
                 state.followers.setdefault(replica, _fresh_progress())
@@ -223,11 +223,13 @@ class ReplicaManager:
             self.update_high_watermark(part)
 
     def proposals(self) -> list[admin_pb2.IsrProposal]:
-        """The ISR changes this broker asks the controller to commit (heartbeat)."""
+        """The ISR changes this broker asks the controller to commit (heartbeat); each
+        returned one counts as reported (its additions are never withdrawn)."""
         found = []
         for part in self.registry.all():
             state = part.replica
             if state is not None and state.is_leader and state.proposal is not None:
+                state.mark_reported()
                 found.append(
                     admin_pb2.IsrProposal(
                         topic=part.topic,

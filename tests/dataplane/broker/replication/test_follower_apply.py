@@ -152,3 +152,47 @@ def test_isr_shrinks_for_lagging_members_and_grows_for_fetching_caught_up_ones(
         assert state.proposal is None
     finally:
         log.close()
+
+
+def test_a_reported_addition_is_never_withdrawn_before_the_controller_answers(
+    tmp_path: Path,
+) -> None:
+    """The controller may commit a proposal it was sent whatever the leader thinks later:
+    a replica proposed for the ISR that falls behind keeps bounding the HW (and stays in
+    the proposal) until a push with a newer isr_version answers."""
+    log = PartitionLog.open(tmp_path / "t-0", replicated=True)
+    try:
+        log.append(build_batch([b"x"] * 10))
+        log.update_high_watermark(10)
+        state = ReplicaState(
+            1,
+            LeaderEpochCache(log.directory),
+            role=Role.LEADER,
+            leader_id=1,
+            leader_epoch=5,
+            replicas=[1, 2, 3],
+            isr=[1, 2],
+            isr_version=7,
+        )
+        state.epochs.assign(5, 0)
+        state.start_leading(now_s=0.0)
+        state.follower_fetched(2, 10, 10)
+        state.follower_fetched(3, 10, 10)
+        assert state.update_proposal(state.desired_isr(log, lag_s=1.0))
+        assert state.proposal == [1, 2, 3]
+        state.mark_reported()  # sent in a heartbeat
+        log.append(build_batch([b"y"] * 10))
+        state.follower_fetched(2, 20, 20)  # broker 3 stops fetching
+        quiet = state.desired_isr(log, lag_s=1.0, now_s=state.followers[3].last_fetch_s + 0.6)
+        assert quiet == [1, 2]
+        state.update_proposal(quiet)
+        assert state.proposal == [1, 2, 3]  # still asked: it may be committed anyway
+        assert state.high_watermark(log) == 10  # broker 3 has only 10 records
+        # A push answering with a newer ISR version ends it.
+        state.isr_version = 8
+        state.forget_proposal()
+        assert state.update_proposal(quiet) is False
+        assert state.proposal is None
+        assert state.high_watermark(log) == 20
+    finally:
+        log.close()
