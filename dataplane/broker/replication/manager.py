@@ -158,19 +158,26 @@ class ReplicaManager:
         meta: admin_pb2.MetadataPartition,
         role: Role,
     ) -> None:
-        """Blocking, under the state's lock: no follower append overlaps it."""
-        with state.lock:
+        """Blocking, under the state's lock and the log's append lock: no follower or
+        client append overlaps it (a client append checks the role and epoch under the
+        append lock). A new leader records (epoch, LEO) and forgets followers' progress
+        before it takes the role; a broker that stops leading drops the role first (the
+        event loop reads the state without locks)."""
+        with state.lock, part.log.append_lock():
             part.log.replicated = True
-            state.role = role
+            if role is not Role.LEADER:
+                state.role = role
+            else:
+                state.epochs.assign(meta.leader_epoch, part.log.log_end_offset)
             state.leader_id = meta.leader_id
-            state.leader_epoch = meta.leader_epoch
             state.replicas = list(meta.replicas)
             state.isr = list(meta.isr)
             state.isr_version = meta.isr_version
             state.forget_proposal()
             if role is Role.LEADER:
-                state.epochs.assign(meta.leader_epoch, part.log.log_end_offset)
                 state.start_leading()
+            state.leader_epoch = meta.leader_epoch
+            state.role = role
 
     def _update_isr(
         self, part: Partition, state: ReplicaState, meta: admin_pb2.MetadataPartition

@@ -3,16 +3,19 @@ high watermark and ISR bookkeeping (``ReplicaState``), without broker processes.
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from dataplane._gen.meridian.v1 import replication_pb2
+from dataplane._gen.meridian.v1 import admin_pb2, replication_pb2
 from dataplane.broker.partitions import Partition
 from dataplane.broker.producers import ProducerStateTable
 from dataplane.broker.replication.follower import _apply
+from dataplane.broker.replication.manager import ReplicaManager
 from dataplane.broker.replication.state import ReplicaState, Role
 from dataplane.errors import ErrorCode
 from dataplane.storage.builder import build_batch
@@ -196,3 +199,48 @@ def test_a_reported_addition_is_never_withdrawn_before_the_controller_answers(
         assert state.high_watermark(log) == 20
     finally:
         log.close()
+
+
+def test_no_append_interleaves_with_becoming_leader(tmp_path: Path) -> None:
+    """An append in flight when a push makes this broker leader at a new epoch lands
+    before the new epoch's entry: the epoch starts after it (no batch stamped with the
+    old epoch past the new epoch's start offset)."""
+    log = PartitionLog.open(tmp_path / "t-0", replicated=True)
+    executor = ThreadPoolExecutor(2)
+    part = Partition(TopicPartition("t", 0), log, ProducerStateTable(), executor)
+    state = ReplicaState(
+        1,
+        LeaderEpochCache(log.directory),
+        role=Role.LEADER,
+        leader_id=1,
+        leader_epoch=5,
+        replicas=[1, 2],
+        isr=[1, 2],
+    )
+    state.epochs.assign(5, 0)
+    part.replica = state
+    manager = ReplicaManager(1, None, executor, replica_lag_time_max_ms=1000)  # type: ignore[arg-type]
+    writing, release = threading.Event(), threading.Event()
+
+    def held(base_offset: int, headers: object) -> None:
+        writing.set()
+        release.wait(10)
+
+    meta = admin_pb2.MetadataPartition(
+        partition=0, leader_id=1, leader_epoch=6, replicas=[1, 2], isr=[1, 2], isr_version=1
+    )
+    try:
+        append = executor.submit(log.append, build_batch([b"x"]), leader_epoch=5, before_write=held)
+        assert writing.wait(10)
+        change = executor.submit(manager._change_role, part, state, meta, Role.LEADER)
+        with contextlib.suppress(TimeoutError):
+            change.result(timeout=0.5)  # it must wait for the append under way
+        release.set()
+        append.result(timeout=10)
+        change.result(timeout=10)
+        assert state.epochs.entries == [(5, 0), (6, 1)]
+        assert (state.role, state.leader_epoch) == (Role.LEADER, 6)
+    finally:
+        release.set()
+        log.close()
+        executor.shutdown()
