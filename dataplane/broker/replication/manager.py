@@ -162,8 +162,18 @@ class ReplicaManager:
         client append overlaps it (a client append checks the role and epoch under the
         append lock). A new leader records (epoch, LEO) and forgets followers' progress
         before it takes the role; a broker that stops leading drops the role first (the
-        event loop reads the state without locks)."""
-        with state.lock, part.log.append_lock():
+        event loop reads the state without locks). A follower knowing no epoch drops
+        the records it holds (``_drop_unstamped``)."""
+        with state.lock:
+            self._take_role(part, state, meta, role)
+            if role is Role.FOLLOWER and not state.epochs.entries:
+                _drop_unstamped(part)
+
+    @staticmethod
+    def _take_role(
+        part: Partition, state: ReplicaState, meta: admin_pb2.MetadataPartition, role: Role
+    ) -> None:
+        with part.log.append_lock():
             part.log.replicated = True
             if role is not Role.LEADER:
                 state.role = role
@@ -261,3 +271,20 @@ def _load_epochs(part: Partition) -> LeaderEpochCache:
 def rebuild_producers(part: Partition) -> None:
     """After a truncation: the producer table from what is left of the log (blocking)."""
     part.producers = ProducerStateTable.rebuild(part.log)
+
+
+def _drop_unstamped(part: Partition) -> None:
+    """A follower knowing no epoch: whatever its log holds was appended without one
+    (before any push named the partition) and cannot be compared with the leader's;
+    it restarts from its log start (blocking, under the state's lock)."""
+    log_ = part.log
+    if log_.log_end_offset > log_.log_start_offset:
+        log.info(
+            "%s-%s: following with records of no leader epoch: truncating %d -> %d",
+            part.topic,
+            part.index,
+            log_.log_end_offset,
+            log_.log_start_offset,
+        )
+        log_.truncate_to(log_.log_start_offset)
+        rebuild_producers(part)

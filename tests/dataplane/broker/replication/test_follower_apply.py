@@ -15,6 +15,7 @@ from dataplane._gen.meridian.v1 import admin_pb2, replication_pb2
 from dataplane.broker.partitions import Partition
 from dataplane.broker.producers import ProducerStateTable
 from dataplane.broker.replication.follower import _apply
+from dataplane.broker.replication.leader import ReplicaFetchHandler
 from dataplane.broker.replication.manager import ReplicaManager
 from dataplane.broker.replication.state import ReplicaState, Role
 from dataplane.errors import ErrorCode
@@ -244,3 +245,65 @@ def test_no_append_interleaves_with_becoming_leader(tmp_path: Path) -> None:
         release.set()
         log.close()
         executor.shutdown()
+
+
+def test_records_of_no_epoch_are_not_kept_by_a_follower(tmp_path: Path) -> None:
+    """Before any push every replica accepted produce without an epoch: such records
+    cannot be compared with the leader's. A follower knowing no epoch drops them when it
+    starts following, and a leader tells one fetching past the start of its first epoch
+    to truncate to its log start."""
+    executor = ThreadPoolExecutor(2)
+    logs = [PartitionLog.open(tmp_path / f"b{i}" / "t-0", replicated=True) for i in (1, 2)]
+    leader, follower = (
+        Partition(TopicPartition("t", 0), log, ProducerStateTable(), executor) for log in logs
+    )
+    try:
+        leader.log.append(build_batch([b"leader"] * 2))  # unstamped, before any push
+        follower.log.append(build_batch([b"own"] * 5))  # the follower's own, unstamped
+        manager = ReplicaManager(1, None, executor, replica_lag_time_max_ms=1000)  # type: ignore[arg-type]
+        lead = admin_pb2.MetadataPartition(
+            partition=0, leader_id=1, leader_epoch=1, replicas=[1, 2], isr=[1], isr_version=1
+        )
+        leader.replica = ReplicaState(1, LeaderEpochCache(leader.log.directory))
+        manager._change_role(leader, leader.replica, lead, Role.LEADER)
+        leader.log.append(build_batch([b"stamped"]), leader_epoch=1)
+        assert leader.replica.epochs.entries == [(1, 2)]
+
+        handler = ReplicaFetchHandler(_One(leader), manager, executor, 1 << 20)  # type: ignore[arg-type]
+
+        def ask(fetch_offset: int) -> replication_pb2.ReplicaFetchResult:
+            item = replication_pb2.ReplicaFetchPartition(
+                topic="t",
+                partition=0,
+                current_leader_epoch=1,
+                fetch_offset=fetch_offset,
+                last_fetched_epoch=-1,
+            )
+            found = handler._check(2, item)[1]
+            return found if found is not None else _answer()
+
+        assert ask(3).diverging_epoch.epoch == -1  # past the leader's first epoch start
+        assert ask(3).diverging_epoch.end_offset == 0
+        assert not ask(2).HasField("diverging_epoch")  # copying the unstamped prefix
+
+        follower.replica = ReplicaState(2, LeaderEpochCache(follower.log.directory))
+        follow = admin_pb2.MetadataPartition(
+            partition=0, leader_id=1, leader_epoch=1, replicas=[1, 2], isr=[1], isr_version=1
+        )
+        manager._change_role(follower, follower.replica, follow, Role.FOLLOWER)
+        assert follower.log.log_end_offset == 0  # its own records are gone
+    finally:
+        for log in logs:
+            log.close()
+        executor.shutdown()
+
+
+class _One:
+    """A registry of one partition (``get``), for the leader's fetch checks."""
+
+    def __init__(self, part: Partition) -> None:
+        self.part = part
+        self.closing = False
+
+    def get(self, topic: str, partition: int) -> Partition | None:
+        return self.part if (topic, partition) == (self.part.topic, self.part.index) else None
