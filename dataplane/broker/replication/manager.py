@@ -9,6 +9,10 @@ start from the persisted one):
 - another broker: this broker follows it (``FollowerFetchers`` pulls from it);
 - ``leader_id`` -1: offline, serving nothing.
 
+At start the persisted push is applied with this broker's leaderships of partitions with
+more than one replica offline until the first live push (the controller may have moved
+them while this broker was down); single-replica partitions lead at once.
+
 A push with a leader epoch older than the one applied is ignored for that partition;
 one with the same epoch only updates the committed ISR (a newer ``isr_version`` ends the
 proposal it answers). A partition the push does not name is left as it is (unreplicated
@@ -63,6 +67,7 @@ class ReplicaManager:
         self.lag_s = replica_lag_time_max_ms / 1000
         self.on_follow = on_follow
         self._current: admin_pb2.UpdateMetadataRequest | None = None
+        self._live = False  # a push arrived since start (not only the saved one)
         self._lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
 
@@ -88,11 +93,19 @@ class ReplicaManager:
                     self.maybe_change_isr(part)
 
     # -- applying pushes ----------------------------------------------------------------
-    async def apply(self, push: admin_pb2.UpdateMetadataRequest | None) -> None:
-        """Apply ``push`` (None: nothing pushed yet) to every hosted partition it names."""
+    async def apply(
+        self, push: admin_pb2.UpdateMetadataRequest | None, *, saved: bool = False
+    ) -> None:
+        """Apply ``push`` (None: the last one again) to every hosted partition it names.
+        ``saved``: the push persisted before a restart, applied at start; until a live
+        push arrives, the leaderships it names of partitions with more than one replica
+        are offline (the controller may have moved them meanwhile: leading at the old
+        epoch would accept appends a newer leader never sees); single-replica ones lead,
+        so a broker keeps serving them across its restart with no controller running."""
         async with self._lock:
             if push is not None:
                 self._current = push
+                self._live = self._live or not saved
             if self._current is None:
                 return
             for topic in self._current.topics:
@@ -102,7 +115,17 @@ class ReplicaManager:
                 for meta in topic.partitions:
                     part = self.registry.get(topic.name, meta.partition)
                     if part is not None and not part.deleted:
-                        await self._apply_one(part, meta, min_isr)
+                        await self._apply_one(part, self._restrained(meta), min_isr)
+
+    def _restrained(self, meta: admin_pb2.MetadataPartition) -> admin_pb2.MetadataPartition:
+        """``meta`` as applied now: a leadership of this broker from the saved push,
+        of a partition with more than one replica, is offline until a live push."""
+        if self._live or meta.leader_id != self.broker_id or len(set(meta.replicas)) <= 1:
+            return meta
+        offline = admin_pb2.MetadataPartition()
+        offline.CopyFrom(meta)
+        offline.leader_id = -1
+        return offline
 
     async def apply_current(self) -> None:
         """Apply the last push again (partitions created since may be named by it)."""
