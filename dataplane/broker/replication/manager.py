@@ -9,6 +9,9 @@ start from the persisted one):
 - another broker: this broker follows it (``FollowerFetchers`` pulls from it);
 - ``leader_id`` -1: offline, serving nothing.
 
+A partition of a topic the push names with more than one replica, created before the
+push names it, is offline until it does.
+
 At start the persisted push is applied with this broker's leaderships of partitions with
 more than one replica offline until the first live push (the controller may have moved
 them while this broker was down); single-replica partitions lead at once.
@@ -108,6 +111,10 @@ class ReplicaManager:
                 self._live = self._live or not saved
             if self._current is None:
                 return
+            unreplicated: dict[str, list[Partition]] = {}
+            for hosted in self.registry.all():
+                if hosted.replica is None and not hosted.deleted:
+                    unreplicated.setdefault(hosted.topic, []).append(hosted)
             for topic in self._current.topics:
                 if is_internal(topic.name):
                     continue  # __consumer_offsets stays with its static owner, unreplicated
@@ -116,6 +123,23 @@ class ReplicaManager:
                     part = self.registry.get(topic.name, meta.partition)
                     if part is not None and not part.deleted:
                         await self._apply_one(part, self._restrained(meta), min_isr)
+                await self._hold_unnamed(topic, unreplicated.get(topic.name, []), min_isr)
+
+    async def _hold_unnamed(
+        self, topic: admin_pb2.MetadataTopic, parts: list[Partition], min_isr: int
+    ) -> None:
+        """Partitions of a replicated topic the push does not name yet (created ahead of
+        it) are offline until it does: leading unreplicated, each replica would accept
+        appends of its own."""
+        if not any(len(set(meta.replicas)) > 1 for meta in topic.partitions):
+            return
+        named = {meta.partition for meta in topic.partitions}
+        for part in parts:
+            if part.index not in named and part.replica is None and not part.deleted:
+                unnamed = admin_pb2.MetadataPartition(
+                    partition=part.index, leader_id=-1, leader_epoch=-1
+                )
+                await self._apply_one(part, unnamed, min_isr)
 
     def _restrained(self, meta: admin_pb2.MetadataPartition) -> admin_pb2.MetadataPartition:
         """``meta`` as applied now: a leadership of this broker from the saved push,

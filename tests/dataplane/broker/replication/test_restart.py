@@ -3,9 +3,10 @@ controller may have moved the leadership while it was down."""
 
 from __future__ import annotations
 
+from dataplane._gen.meridian.v1 import admin_pb2
 from dataplane.errors import ErrorCode
 from tests.dataplane.broker.support import produce, stubs, values_batch
-from tests.support.replication import TestController
+from tests.support.replication import PartitionPlan, TestController
 
 from .conftest import Replicas
 
@@ -35,3 +36,26 @@ def test_a_restarted_leader_waits_for_a_live_push_before_leading(replicas: Repli
             assert produce(s, TOPIC, 0, values_batch([b"d"]), acks=-1).error == 0
     finally:
         again.stop()
+
+
+def test_a_partition_created_ahead_of_the_push_naming_it_is_offline(replicas: Replicas) -> None:
+    """A new partition of a replicated topic, created on its replicas before the push
+    names it, does not lead unreplicated on each of them meanwhile."""
+    controller = replicas.controller
+    controller.create_topic(TOPIC, [1, 2, 3], min_isr=2)
+    for broker_id in (1, 2, 3):
+        with stubs(replicas[broker_id]) as s:
+            created = s.admin.CreatePartitions(
+                admin_pb2.CreatePartitionsRequest(
+                    partitions=[admin_pb2.PartitionSpec(topic=TOPIC, partition=1)]
+                ),
+                timeout=15,
+            )
+            assert not created.results[0].error
+            refused = produce(s, TOPIC, 1, values_batch([b"own"]), acks=1)
+            assert refused.error == ErrorCode.LEADER_NOT_AVAILABLE
+    with controller._lock:
+        controller.topics[TOPIC].partitions[1] = PartitionPlan(1, 1, [1, 2, 3], [1, 2, 3])
+    controller.push()
+    with stubs(replicas[1]) as s:
+        assert produce(s, TOPIC, 1, values_batch([b"named"]), acks=-1).error == 0
