@@ -225,7 +225,8 @@ class BrokerApp:
         await self.registry.adopt()
         await self.coordinator.start(self.owned_offsets_partitions())
         await self.registry.adopt()  # the offsets logs the coordinator opened
-        await self.replicas.apply(self.pushed.current)  # roles from the last push
+        # Roles from the last push; replicated leaderships wait for a live one.
+        await self.replicas.apply(self.pushed.current, saved=True)
         self.replicas.start()
 
     def owned_offsets_partitions(self) -> list[int]:

@@ -158,7 +158,10 @@ class Partition:
             self.producers.check_and_record(base_offset, headers)
 
         epoch = self.leader_epoch_to_stamp()
-        return self.log.append(data, leader_epoch=epoch, before_write=before_write)
+        info = self.log.append(data, leader_epoch=epoch, before_write=before_write)
+        # check_leader passed at ``epoch`` under the append lock: the epoch these
+        # offsets hold, which an acks=all wait must still see (``produce``).
+        return dataclasses.replace(info, leader_epoch=epoch)
 
     def leader_epoch_to_stamp(self) -> int | None:
         """The epoch a leader stamps into the batches it appends (None: unreplicated)."""
@@ -219,11 +222,10 @@ class Partition:
         combined = self.log.append(
             b"".join(requests), leader_epoch=epoch, before_write=before_write
         )
-        if combined.log_append_time >= 0:
-            infos = [
-                dataclasses.replace(i, log_append_time=combined.log_append_time) for i in infos
-            ]
-        return infos
+        append_time = combined.log_append_time
+        return [
+            dataclasses.replace(i, log_append_time=append_time, leader_epoch=epoch) for i in infos
+        ]
 
     # -- waiting for appends (event loop) -------------------------------------------------
     def changed(self) -> asyncio.Future[None]:

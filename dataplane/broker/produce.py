@@ -149,7 +149,6 @@ class ProduceHandler:
                 results.append(job)
                 continue
             part = self.registry.get(item.topic, item.partition)
-            epoch = part.leader_epoch_to_stamp() if part is not None else None
             try:
                 info = await job
             except DuplicateBatch as dup:
@@ -160,7 +159,9 @@ class ProduceHandler:
                 results.append(_failed(item, to_error(exc)))
             else:
                 if part is not None and request.acks == ACKS_ALL:
-                    error = await _wait_for_isr(part, info.last_offset, epoch, deadline)
+                    # The epoch the append was stamped with, not the current one: the
+                    # offsets may have been truncated and reused under a later epoch.
+                    error = await _wait_for_isr(part, info.last_offset, info.leader_epoch, deadline)
                     if error is not None:
                         results.append(_failed(item, error))
                         continue
@@ -212,13 +213,16 @@ async def _wait_for_isr(
 ) -> MeridianError | None:
     """Wait until ``last_offset`` is below the high watermark (None), or say why not:
     REQUEST_TIMED_OUT at ``deadline`` (monotonic), NOT_LEADER_OR_FOLLOWER when the
-    leadership changed, NOT_ENOUGH_REPLICAS_AFTER_APPEND when the committed ISR shrank
-    below the minimum meanwhile."""
-    while part.log.high_watermark <= last_offset:
+    leadership changed (``epoch``, the one the append was stamped with, is not the
+    current leader epoch: the offset may since hold another leader's record, even below
+    the HW), NOT_ENOUGH_REPLICAS_AFTER_APPEND when the committed ISR shrank below the
+    minimum meanwhile."""
+    while True:
         state = part.replica
-        if part.deleted or (
-            state is not None and (not state.is_leader or state.leader_epoch != epoch)
-        ):
+        moved = state is not None and state.leader_epoch != epoch
+        if not moved and part.log.high_watermark > last_offset:
+            return None
+        if moved or part.deleted or (state is not None and not state.is_leader):
             return MeridianError(
                 ErrorCode.NOT_LEADER_OR_FOLLOWER,
                 f"{part.topic}-{part.index}: leadership changed before the ISR had the append",
@@ -236,7 +240,6 @@ async def _wait_for_isr(
                 f"{part.topic}-{part.index}: offset {last_offset} is not replicated yet",
             )
         await asyncio.wait([part.changed()], timeout=remaining)
-    return None
 
 
 def _result(

@@ -71,6 +71,9 @@ class AppendInfo:
     size_bytes: int
     max_timestamp: int
     log_append_time: int  # -1 unless the log stamps LogAppendTime
+    # The partition leader epoch stamped into the batches (None: unreplicated); set by
+    # the broker's ``Partition``, which captured it under the append lock.
+    leader_epoch: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -92,6 +92,11 @@ class LogState:
         self._active = False  # changed since the last ``settle``
         self.recovery = RecoveryReport(directory, clean_shutdown=True)
 
+    def append_lock(self) -> threading.RLock:
+        """The lock every append holds while it checks (``before_write``) and writes:
+        holding it, no append interleaves (reentrant)."""
+        return self._lock
+
     # -- offsets ------------------------------------------------------------------------
     @property
     def log_start_offset(self) -> int:

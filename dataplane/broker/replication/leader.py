@@ -9,7 +9,10 @@ broker):
   UNKNOWN_LEADER_EPOCH (this broker has not seen that push yet);
 - divergence (KIP-595): the leader looks up the end of ``last_fetched_epoch`` in its
   leader-epoch cache; when the follower's ``fetch_offset`` is past it, or the epoch is
-  not known, it answers ``diverging_epoch`` {epoch, end_offset} and no records;
+  not known, it answers ``diverging_epoch`` {epoch, end_offset} and no records. A
+  follower knowing no epoch (``last_fetched_epoch`` -1) past the start of the leader's
+  first epoch holds records written without an epoch (before any push named the
+  partition, every replica accepted produce): {-1, log start} truncates them;
 - ``fetch_offset`` outside [log start, LEO]: OFFSET_OUT_OF_RANGE with the leader's log
   start and LEO (the follower restarts at the log start, or truncates to the LEO);
 - otherwise the fetch offset is the follower's LEO (``ReplicaManager.follower_fetched``
@@ -31,6 +34,7 @@ from dataplane._gen.meridian.v1 import replication_pb2, replication_pb2_grpc
 from dataplane.broker.errors import abort, to_error
 from dataplane.broker.partitions import Partition, PartitionRegistry
 from dataplane.broker.replication.manager import ReplicaManager
+from dataplane.broker.replication.state import ReplicaState
 from dataplane.errors import ErrorCode
 
 DEFAULT_PARTITION_MAX_BYTES = 1024 * 1024
@@ -116,6 +120,13 @@ class ReplicaFetchHandler:
             )
         log = part.log
         leo, start = log.log_end_offset, log.log_start_offset
+        if item.last_fetched_epoch < 0 and item.fetch_offset > _first_stamped(state, leo, start):
+            # The follower knows no epoch, yet holds records the leader stamped: they
+            # were written without one (before any push), and cannot be compared.
+            result = _base(item, part)
+            result.diverging_epoch.epoch = -1
+            result.diverging_epoch.end_offset = start
+            return None, result
         if item.last_fetched_epoch >= 0 and item.fetch_offset > start:
             epoch, end = state.epochs.end_offset_for(item.last_fetched_epoch, leo)
             if epoch < 0 or epoch < item.last_fetched_epoch or end < item.fetch_offset:
@@ -130,6 +141,13 @@ class ReplicaFetchHandler:
             return None, result
         self.manager.follower_fetched(part, replica_id, item.fetch_offset)
         return part, None
+
+
+def _first_stamped(state: ReplicaState, leo: int, start: int) -> int:
+    """Where the leader's first known epoch starts (its LEO if it knows none): records
+    below it carry no epoch (appended before any push)."""
+    entries = state.epochs.entries
+    return max(entries[0][1], start) if entries else leo
 
 
 def _still_leads(part: Partition, item: replication_pb2.ReplicaFetchPartition) -> bool:

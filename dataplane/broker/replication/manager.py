@@ -9,6 +9,13 @@ start from the persisted one):
 - another broker: this broker follows it (``FollowerFetchers`` pulls from it);
 - ``leader_id`` -1: offline, serving nothing.
 
+A partition of a topic the push names with more than one replica, created before the
+push names it, is offline until it does.
+
+At start the persisted push is applied with this broker's leaderships of partitions with
+more than one replica offline until the first live push (the controller may have moved
+them while this broker was down); single-replica partitions lead at once.
+
 A push with a leader epoch older than the one applied is ignored for that partition;
 one with the same epoch only updates the committed ISR (a newer ``isr_version`` ends the
 proposal it answers). A partition the push does not name is left as it is (unreplicated
@@ -63,6 +70,7 @@ class ReplicaManager:
         self.lag_s = replica_lag_time_max_ms / 1000
         self.on_follow = on_follow
         self._current: admin_pb2.UpdateMetadataRequest | None = None
+        self._live = False  # a push arrived since start (not only the saved one)
         self._lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
 
@@ -88,13 +96,25 @@ class ReplicaManager:
                     self.maybe_change_isr(part)
 
     # -- applying pushes ----------------------------------------------------------------
-    async def apply(self, push: admin_pb2.UpdateMetadataRequest | None) -> None:
-        """Apply ``push`` (None: nothing pushed yet) to every hosted partition it names."""
+    async def apply(
+        self, push: admin_pb2.UpdateMetadataRequest | None, *, saved: bool = False
+    ) -> None:
+        """Apply ``push`` (None: the last one again) to every hosted partition it names.
+        ``saved``: the push persisted before a restart, applied at start; until a live
+        push arrives, the leaderships it names of partitions with more than one replica
+        are offline (the controller may have moved them meanwhile: leading at the old
+        epoch would accept appends a newer leader never sees); single-replica ones lead,
+        so a broker keeps serving them across its restart with no controller running."""
         async with self._lock:
             if push is not None:
                 self._current = push
+                self._live = self._live or not saved
             if self._current is None:
                 return
+            unreplicated: dict[str, list[Partition]] = {}
+            for hosted in self.registry.all():
+                if hosted.replica is None and not hosted.deleted:
+                    unreplicated.setdefault(hosted.topic, []).append(hosted)
             for topic in self._current.topics:
                 if is_internal(topic.name):
                     continue  # __consumer_offsets stays with its static owner, unreplicated
@@ -102,7 +122,34 @@ class ReplicaManager:
                 for meta in topic.partitions:
                     part = self.registry.get(topic.name, meta.partition)
                     if part is not None and not part.deleted:
-                        await self._apply_one(part, meta, min_isr)
+                        await self._apply_one(part, self._restrained(meta), min_isr)
+                await self._hold_unnamed(topic, unreplicated.get(topic.name, []), min_isr)
+
+    async def _hold_unnamed(
+        self, topic: admin_pb2.MetadataTopic, parts: list[Partition], min_isr: int
+    ) -> None:
+        """Partitions of a replicated topic the push does not name yet (created ahead of
+        it) are offline until it does: leading unreplicated, each replica would accept
+        appends of its own."""
+        if not any(len(set(meta.replicas)) > 1 for meta in topic.partitions):
+            return
+        named = {meta.partition for meta in topic.partitions}
+        for part in parts:
+            if part.index not in named and part.replica is None and not part.deleted:
+                unnamed = admin_pb2.MetadataPartition(
+                    partition=part.index, leader_id=-1, leader_epoch=-1
+                )
+                await self._apply_one(part, unnamed, min_isr)
+
+    def _restrained(self, meta: admin_pb2.MetadataPartition) -> admin_pb2.MetadataPartition:
+        """``meta`` as applied now: a leadership of this broker from the saved push,
+        of a partition with more than one replica, is offline until a live push."""
+        if self._live or meta.leader_id != self.broker_id or len(set(meta.replicas)) <= 1:
+            return meta
+        offline = admin_pb2.MetadataPartition()
+        offline.CopyFrom(meta)
+        offline.leader_id = -1
+        return offline
 
     async def apply_current(self) -> None:
         """Apply the last push again (partitions created since may be named by it)."""
@@ -158,19 +205,36 @@ class ReplicaManager:
         meta: admin_pb2.MetadataPartition,
         role: Role,
     ) -> None:
-        """Blocking, under the state's lock: no follower append overlaps it."""
+        """Blocking, under the state's lock and the log's append lock: no follower or
+        client append overlaps it (a client append checks the role and epoch under the
+        append lock). A new leader records (epoch, LEO) and forgets followers' progress
+        before it takes the role; a broker that stops leading drops the role first (the
+        event loop reads the state without locks). A follower knowing no epoch drops
+        the records it holds (``_drop_unstamped``)."""
         with state.lock:
+            self._take_role(part, state, meta, role)
+            if role is Role.FOLLOWER and not state.epochs.entries:
+                _drop_unstamped(part)
+
+    @staticmethod
+    def _take_role(
+        part: Partition, state: ReplicaState, meta: admin_pb2.MetadataPartition, role: Role
+    ) -> None:
+        with part.log.append_lock():
             part.log.replicated = True
-            state.role = role
+            if role is not Role.LEADER:
+                state.role = role
+            else:
+                state.epochs.assign(meta.leader_epoch, part.log.log_end_offset)
             state.leader_id = meta.leader_id
-            state.leader_epoch = meta.leader_epoch
             state.replicas = list(meta.replicas)
             state.isr = list(meta.isr)
             state.isr_version = meta.isr_version
-            state.proposal = None
+            state.forget_proposal()
             if role is Role.LEADER:
-                state.epochs.assign(meta.leader_epoch, part.log.log_end_offset)
                 state.start_leading()
+            state.leader_epoch = meta.leader_epoch
+            state.role = role
 
     def _update_isr(
         self, part: Partition, state: ReplicaState, meta: admin_pb2.MetadataPartition
@@ -180,7 +244,7 @@ class ReplicaManager:
             return
         state.isr = list(meta.isr)
         state.isr_version = meta.isr_version
-        state.proposal = None
+        state.forget_proposal()
         if state.is_leader:
             for replica in state.replicas:
                 state.followers.setdefault(replica, _fresh_progress())
@@ -223,11 +287,13 @@ class ReplicaManager:
             self.update_high_watermark(part)
 
     def proposals(self) -> list[admin_pb2.IsrProposal]:
-        """The ISR changes this broker asks the controller to commit (heartbeat)."""
+        """The ISR changes this broker asks the controller to commit (heartbeat); each
+        returned one counts as reported (its additions are never withdrawn)."""
         found = []
         for part in self.registry.all():
             state = part.replica
             if state is not None and state.is_leader and state.proposal is not None:
+                state.mark_reported()
                 found.append(
                     admin_pb2.IsrProposal(
                         topic=part.topic,
@@ -252,3 +318,20 @@ def _load_epochs(part: Partition) -> LeaderEpochCache:
 def rebuild_producers(part: Partition) -> None:
     """After a truncation: the producer table from what is left of the log (blocking)."""
     part.producers = ProducerStateTable.rebuild(part.log)
+
+
+def _drop_unstamped(part: Partition) -> None:
+    """A follower knowing no epoch: whatever its log holds was appended without one
+    (before any push named the partition) and cannot be compared with the leader's;
+    it restarts from its log start (blocking, under the state's lock)."""
+    log_ = part.log
+    if log_.log_end_offset > log_.log_start_offset:
+        log.info(
+            "%s-%s: following with records of no leader epoch: truncating %d -> %d",
+            part.topic,
+            part.index,
+            log_.log_end_offset,
+            log_.log_start_offset,
+        )
+        log_.truncate_to(log_.log_start_offset)
+        rebuild_producers(part)

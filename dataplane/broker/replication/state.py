@@ -14,7 +14,12 @@ On the leader (as Kafka):
   ``durability=always``); it only moves forward;
 - ISR changes are proposals (``proposal``) the controller commits by pushing a newer
   ``isr_version``; until then a shrink is not applied (the lagging follower still holds
-  the high watermark back) and the min-ISR check uses the committed ISR.
+  the high watermark back) and the min-ISR check uses the committed ISR;
+- once a proposal was reported to the controller (``mark_reported``), the controller may
+  commit it whatever the leader thinks later: its additions (``reported_additions``) stay
+  in the maximal ISR and in every later proposal until a push brings a newer
+  ``isr_version`` or leader epoch (``forget_proposal``), so a replica that may enter the
+  ISR has every record the HW covers.
 
 Thread safety: event-loop only, except ``lock``, which serialises role changes with a
 follower's appends (both run on the I/O pool).
@@ -60,6 +65,7 @@ class ReplicaState:
     isr_version: int = 0
     min_insync_replicas: int = 1
     proposal: list[int] | None = None  # the ISR asked of the controller, if any
+    reported_additions: set[int] = field(default_factory=set)  # may be committed
     followers: dict[int, FollowerProgress] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -69,7 +75,7 @@ class ReplicaState:
 
     def maximal_isr(self) -> set[int]:
         """The committed ISR plus the proposed additions: whose LEO bounds the HW."""
-        members = set(self.isr)
+        members = set(self.isr) | self.reported_additions
         if self.proposal is not None:
             members |= set(self.proposal)
         members.add(self.broker_id)
@@ -88,7 +94,7 @@ class ReplicaState:
             for replica in self.replicas
             if replica != self.broker_id
         }
-        self.proposal = None
+        self.forget_proposal()
 
     def follower_fetched(self, replica: int, fetch_offset: int, leader_leo: int) -> None:
         now = time.monotonic()
@@ -141,9 +147,22 @@ class ReplicaState:
         return sorted(wanted)
 
     def update_proposal(self, desired: list[int]) -> bool:
-        """Set (or drop) the proposal for ``desired``; True when it changed."""
-        new = None if set(desired) == set(self.isr) | {self.broker_id} else desired
+        """Set (or drop) the proposal for ``desired``; True when it changed. Additions
+        already reported are never withdrawn: the controller may commit them."""
+        wanted = set(desired) | self.reported_additions
+        new = None if wanted == set(self.isr) | {self.broker_id} else sorted(wanted)
         if new == self.proposal:
             return False
         self.proposal = new
         return True
+
+    def mark_reported(self) -> None:
+        """The current proposal was sent to the controller (it may commit it)."""
+        if self.proposal is not None:
+            self.reported_additions |= set(self.proposal) - set(self.isr)
+
+    def forget_proposal(self) -> None:
+        """A push answered (newer ``isr_version`` or leader epoch): earlier proposals
+        can no longer be committed."""
+        self.proposal = None
+        self.reported_additions = set()

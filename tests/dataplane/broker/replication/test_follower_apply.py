@@ -3,16 +3,20 @@ high watermark and ISR bookkeeping (``ReplicaState``), without broker processes.
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from dataplane._gen.meridian.v1 import replication_pb2
+from dataplane._gen.meridian.v1 import admin_pb2, replication_pb2
 from dataplane.broker.partitions import Partition
 from dataplane.broker.producers import ProducerStateTable
 from dataplane.broker.replication.follower import _apply
+from dataplane.broker.replication.leader import ReplicaFetchHandler
+from dataplane.broker.replication.manager import ReplicaManager
 from dataplane.broker.replication.state import ReplicaState, Role
 from dataplane.errors import ErrorCode
 from dataplane.storage.builder import build_batch
@@ -152,3 +156,154 @@ def test_isr_shrinks_for_lagging_members_and_grows_for_fetching_caught_up_ones(
         assert state.proposal is None
     finally:
         log.close()
+
+
+def test_a_reported_addition_is_never_withdrawn_before_the_controller_answers(
+    tmp_path: Path,
+) -> None:
+    """The controller may commit a proposal it was sent whatever the leader thinks later:
+    a replica proposed for the ISR that falls behind keeps bounding the HW (and stays in
+    the proposal) until a push with a newer isr_version answers."""
+    log = PartitionLog.open(tmp_path / "t-0", replicated=True)
+    try:
+        log.append(build_batch([b"x"] * 10))
+        log.update_high_watermark(10)
+        state = ReplicaState(
+            1,
+            LeaderEpochCache(log.directory),
+            role=Role.LEADER,
+            leader_id=1,
+            leader_epoch=5,
+            replicas=[1, 2, 3],
+            isr=[1, 2],
+            isr_version=7,
+        )
+        state.epochs.assign(5, 0)
+        state.start_leading(now_s=0.0)
+        state.follower_fetched(2, 10, 10)
+        state.follower_fetched(3, 10, 10)
+        assert state.update_proposal(state.desired_isr(log, lag_s=1.0))
+        assert state.proposal == [1, 2, 3]
+        state.mark_reported()  # sent in a heartbeat
+        log.append(build_batch([b"y"] * 10))
+        state.follower_fetched(2, 20, 20)  # broker 3 stops fetching
+        quiet = state.desired_isr(log, lag_s=1.0, now_s=state.followers[3].last_fetch_s + 0.6)
+        assert quiet == [1, 2]
+        state.update_proposal(quiet)
+        assert state.proposal == [1, 2, 3]  # still asked: it may be committed anyway
+        assert state.high_watermark(log) == 10  # broker 3 has only 10 records
+        # A push answering with a newer ISR version ends it.
+        state.isr_version = 8
+        state.forget_proposal()
+        assert state.update_proposal(quiet) is False
+        assert state.proposal is None
+        assert state.high_watermark(log) == 20
+    finally:
+        log.close()
+
+
+def test_no_append_interleaves_with_becoming_leader(tmp_path: Path) -> None:
+    """An append in flight when a push makes this broker leader at a new epoch lands
+    before the new epoch's entry: the epoch starts after it (no batch stamped with the
+    old epoch past the new epoch's start offset)."""
+    log = PartitionLog.open(tmp_path / "t-0", replicated=True)
+    executor = ThreadPoolExecutor(2)
+    part = Partition(TopicPartition("t", 0), log, ProducerStateTable(), executor)
+    state = ReplicaState(
+        1,
+        LeaderEpochCache(log.directory),
+        role=Role.LEADER,
+        leader_id=1,
+        leader_epoch=5,
+        replicas=[1, 2],
+        isr=[1, 2],
+    )
+    state.epochs.assign(5, 0)
+    part.replica = state
+    manager = ReplicaManager(1, None, executor, replica_lag_time_max_ms=1000)  # type: ignore[arg-type]
+    writing, release = threading.Event(), threading.Event()
+
+    def held(base_offset: int, headers: object) -> None:
+        writing.set()
+        release.wait(10)
+
+    meta = admin_pb2.MetadataPartition(
+        partition=0, leader_id=1, leader_epoch=6, replicas=[1, 2], isr=[1, 2], isr_version=1
+    )
+    try:
+        append = executor.submit(log.append, build_batch([b"x"]), leader_epoch=5, before_write=held)
+        assert writing.wait(10)
+        change = executor.submit(manager._change_role, part, state, meta, Role.LEADER)
+        with contextlib.suppress(TimeoutError):
+            change.result(timeout=0.5)  # it must wait for the append under way
+        release.set()
+        append.result(timeout=10)
+        change.result(timeout=10)
+        assert state.epochs.entries == [(5, 0), (6, 1)]
+        assert (state.role, state.leader_epoch) == (Role.LEADER, 6)
+    finally:
+        release.set()
+        log.close()
+        executor.shutdown()
+
+
+def test_records_of_no_epoch_are_not_kept_by_a_follower(tmp_path: Path) -> None:
+    """Before any push every replica accepted produce without an epoch: such records
+    cannot be compared with the leader's. A follower knowing no epoch drops them when it
+    starts following, and a leader tells one fetching past the start of its first epoch
+    to truncate to its log start."""
+    executor = ThreadPoolExecutor(2)
+    logs = [PartitionLog.open(tmp_path / f"b{i}" / "t-0", replicated=True) for i in (1, 2)]
+    leader, follower = (
+        Partition(TopicPartition("t", 0), log, ProducerStateTable(), executor) for log in logs
+    )
+    try:
+        leader.log.append(build_batch([b"leader"] * 2))  # unstamped, before any push
+        follower.log.append(build_batch([b"own"] * 5))  # the follower's own, unstamped
+        manager = ReplicaManager(1, None, executor, replica_lag_time_max_ms=1000)  # type: ignore[arg-type]
+        lead = admin_pb2.MetadataPartition(
+            partition=0, leader_id=1, leader_epoch=1, replicas=[1, 2], isr=[1], isr_version=1
+        )
+        leader.replica = ReplicaState(1, LeaderEpochCache(leader.log.directory))
+        manager._change_role(leader, leader.replica, lead, Role.LEADER)
+        leader.log.append(build_batch([b"stamped"]), leader_epoch=1)
+        assert leader.replica.epochs.entries == [(1, 2)]
+
+        handler = ReplicaFetchHandler(_One(leader), manager, executor, 1 << 20)  # type: ignore[arg-type]
+
+        def ask(fetch_offset: int) -> replication_pb2.ReplicaFetchResult:
+            item = replication_pb2.ReplicaFetchPartition(
+                topic="t",
+                partition=0,
+                current_leader_epoch=1,
+                fetch_offset=fetch_offset,
+                last_fetched_epoch=-1,
+            )
+            found = handler._check(2, item)[1]
+            return found if found is not None else _answer()
+
+        assert ask(3).diverging_epoch.epoch == -1  # past the leader's first epoch start
+        assert ask(3).diverging_epoch.end_offset == 0
+        assert not ask(2).HasField("diverging_epoch")  # copying the unstamped prefix
+
+        follower.replica = ReplicaState(2, LeaderEpochCache(follower.log.directory))
+        follow = admin_pb2.MetadataPartition(
+            partition=0, leader_id=1, leader_epoch=1, replicas=[1, 2], isr=[1], isr_version=1
+        )
+        manager._change_role(follower, follower.replica, follow, Role.FOLLOWER)
+        assert follower.log.log_end_offset == 0  # its own records are gone
+    finally:
+        for log in logs:
+            log.close()
+        executor.shutdown()
+
+
+class _One:
+    """A registry of one partition (``get``), for the leader's fetch checks."""
+
+    def __init__(self, part: Partition) -> None:
+        self.part = part
+        self.closing = False
+
+    def get(self, topic: str, partition: int) -> Partition | None:
+        return self.part if (topic, partition) == (self.part.topic, self.part.index) else None

@@ -215,6 +215,8 @@ def test_a_restarted_leader_keeps_its_unreplicated_tail_invisible(replicas: Repl
         finally:
             resume(replicas[2])
             resume(replicas[3])
+    # It leads again once the controller's next push confirms it (not from the saved one).
+    assert wait_for(lambda: _state(replicas[1], TOPIC).role == "leader")
     with stubs(replicas[1]) as s:
         # Once the followers copy the tail, it is committed like any record.
         assert wait_for(
