@@ -123,9 +123,14 @@ def commit_proposal(
     """The state with the proposed ISR committed (``isr_version`` + 1), or None when
     the proposal must be ignored: the proposer is not the current leader, its leader
     epoch or the ISR version it is based on is not the stored one (a stale proposal),
-    the new ISR is not a subset of the replicas, lacks the leader, or adds a broker the
-    controller considers dead (it would be removed again at once), or it changes
-    nothing."""
+    the new ISR is not a subset of the replicas or lacks the leader, or it changes
+    nothing.
+
+    A current proposal that adds a broker the controller considers dead is refused in a
+    way the leader sees: the ISR stays as it is under the next ``isr_version``. The
+    leader keeps a reported addition in its high watermark until a newer version
+    answers it (the addition might have been committed), so without this answer its
+    high watermark would wait for the dead broker."""
     proposed = set(isr)
     valid = (
         state.leader == proposer
@@ -133,10 +138,11 @@ def commit_proposal(
         and isr_version == state.isr_version
         and proposed <= set(state.replicas)
         and proposer in proposed
-        and all(b in live for b in proposed - set(state.isr))
     )
     if not valid or proposed == set(state.isr):
         return None
+    if any(b not in live for b in proposed - set(state.isr)):
+        return replace(state, isr_version=state.isr_version + 1)
     return state.with_isr(proposed)
 
 

@@ -155,7 +155,13 @@ def test_stale_or_invalid_proposals_are_ignored() -> None:
     assert _propose(state, isr=(2, 3)) is None  # without the leader
     assert _propose(state, isr=(1, 4)) is None  # not a replica
     assert _propose(state, isr=(1, 2, 3)) is None  # changes nothing
-    assert _propose(_state(isr=(1,)), isr=(1, 2), live={1}) is None  # adds a dead broker
+
+
+def test_a_proposal_adding_a_dead_broker_is_answered_with_the_same_isr_at_a_new_version() -> None:
+    """The leader waits for a reported addition until a newer ISR version answers it."""
+    refused = _propose(_state(isr=(1,)), isr=(1, 2), live={1})
+    assert refused is not None
+    assert (refused.isr, refused.isr_version, refused.leader_epoch) == ((1,), 8, 4)
 
 
 def test_a_reassignment_finishes_only_when_every_target_replica_is_in_sync() -> None:
