@@ -1,18 +1,24 @@
 """The whole platform on one machine with embedded defaults (``./dev run``).
 
 Starts the control plane (SQLite, its own token issuer), a Celery worker on kombu's
-filesystem transport (with beat for the periodic reconcile), the controller of region
-``local``, and the API server; then, through the REST API, creates a region with one
-cluster of three local brokers (the controller's local provisioner starts them, with
-authentication on: they verify the local issuer's tokens), a tenant ``demo``, the topic
-``demo.orders`` (three replicas per partition) and a service account; produces to the
-topic (acks=all) and consumes it with the SDK as that service account, and prints the API
-URL, tokens and CLI commands. Everything runs until Ctrl-C (``--exit``: stop at once).
+filesystem transport (with beat for the periodic reconcile), two controllers of region
+``local`` (one active, one standby), and the API server; then, through the REST API,
+creates a region with one cluster of three local brokers (the controller's local
+provisioner starts them, with authentication on: they verify the local issuer's tokens),
+a tenant ``demo``, the topic ``demo.orders`` (three replicas per partition) and a service
+account; produces to the topic (acks=all) and consumes it with the SDK as that service
+account, and prints the API URL, tokens and CLI commands.
+
+Everything runs until Ctrl-C, SIGTERM or SIGHUP (``--exit``: stop at once). A child that
+exits meanwhile is started again (the standby controller takes over while the active one
+restarts). Every process the demo started stops with it, even when the demo itself is
+SIGKILLed (``dataplane/lifeline.py``).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -27,20 +33,42 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from dataplane import lifeline
+
 T = TypeVar("T")
 REGION = "local"
 CLUSTER = "main"
 TENANT = "demo"
 TOPIC = "orders"
+CONTROLLERS = ("controller-1", "controller-2")
+
+
+RESTARTS_PER_MINUTE = 5
+
+
+@dataclass
+class Child:
+    """A process of the demo: how to start it again, and when it was restarted."""
+
+    args: tuple[str, ...]
+    process: subprocess.Popen[bytes]
+    restarts: list[float] = field(default_factory=list)
 
 
 @dataclass
 class Platform:
-    """The child processes of the demo and where their logs go."""
+    """The child processes of the demo and where their logs go.
+
+    Every child runs through ``dataplane.lifeline`` (brokers get the lifeline from the
+    controller's provisioner), so all of them stop when the demo ends, even by SIGKILL.
+    Once the platform is up, ``supervise()`` restarts a child that exited (the standby
+    controller takes over meanwhile); one exiting more than ``RESTARTS_PER_MINUTE`` times
+    a minute stops the demo with its log.
+    """
 
     data_dir: Path
     api_port: int
-    children: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    children: dict[str, Child] = field(default_factory=dict)
 
     @property
     def api_url(self) -> str:
@@ -61,35 +89,62 @@ class Platform:
             "MERIDIAN_BROKER_AUTH": "1",
         }
 
-    def spawn(self, name: str, *args: str) -> None:
+    def spawn(self, name: str, module: str, *args: str) -> None:
+        """Run ``python -m module *args`` as ``name``, watching the lifeline."""
+        self.children[name] = Child((module, *args), self._start(name, (module, *args)))
+
+    def _start(self, name: str, args: tuple[str, ...]) -> subprocess.Popen[bytes]:
         logs = self.data_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         with open(logs / f"{name}.log", "ab") as log:
-            self.children[name] = subprocess.Popen(
-                [sys.executable, *args],
+            return subprocess.Popen(
+                [sys.executable, "-m", "dataplane.lifeline", *args],
                 env=self.env(),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                pass_fds=lifeline.pass_fds(),
             )
 
+    def pid(self, name: str) -> int:
+        return self.children[name].process.pid
+
     def check_children(self) -> None:
+        """While the platform starts, any child exiting stops the demo with its log."""
         for name, child in self.children.items():
-            if child.poll() is not None:
-                log = self.data_dir / "logs" / f"{name}.log"
-                tail = log.read_text(errors="replace")[-3000:]
-                raise SystemExit(f"{name} exited with {child.returncode}:\n{tail}")
+            if child.process.poll() is not None:
+                raise SystemExit(self._exited(name, child))
+
+    def supervise(self) -> None:
+        """Once the platform runs: restart children that exited."""
+        for name, child in self.children.items():
+            if child.process.poll() is None:
+                continue
+            now = time.monotonic()
+            child.restarts = [t for t in child.restarts if now - t < 60] + [now]
+            if len(child.restarts) > RESTARTS_PER_MINUTE:
+                raise SystemExit(self._exited(name, child) + "\n(restarting too often)")
+            print(f"==> {name} exited with {child.process.returncode}; restarting it", flush=True)
+            child.process = self._start(name, child.args)
+
+    def _exited(self, name: str, child: Child) -> str:
+        log = self.data_dir / "logs" / f"{name}.log"
+        tail = log.read_text(errors="replace")[-3000:]
+        return f"{name} exited with {child.process.returncode}:\n{tail}"
 
     def stop(self) -> None:
-        for child in self.children.values():
-            if child.poll() is None:
-                os.killpg(child.pid, signal.SIGTERM)
-        for child in self.children.values():
+        processes = [child.process for child in self.children.values()]
+        for process in processes:
+            if process.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGTERM)
+        for process in processes:
             try:
-                child.wait(timeout=15)
+                process.wait(timeout=15)
             except subprocess.TimeoutExpired:
-                os.killpg(child.pid, signal.SIGKILL)
-                child.wait()
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
 
 
 class Api:
@@ -156,7 +211,6 @@ def start_processes(platform: Platform) -> None:
     (platform.data_dir / "celery-queue").mkdir(exist_ok=True)
     platform.spawn(
         "api",
-        "-m",
         "waitress",
         "--host=127.0.0.1",
         f"--port={platform.api_port}",
@@ -166,7 +220,6 @@ def start_processes(platform: Platform) -> None:
     schedule = platform.data_dir / "celerybeat-schedule"
     platform.spawn(
         "worker",
-        "-m",
         "celery",
         "-A",
         "controlplane",
@@ -182,13 +235,16 @@ def start_processes(platform: Platform) -> None:
 def build_platform(platform: Platform, api: Api) -> dict[str, Any]:
     """Region, cluster, tenant, topic and service account, all through the REST API."""
     api.call("POST", "/api/v1/regions", {"name": REGION, "display_name": "this machine"})
-    platform.spawn("controller", "-m", "controlplane.controller", "--region", REGION)
+    # Two controllers: one holds the region's lease, the other stands by to take over.
+    for name in CONTROLLERS:
+        platform.spawn(name, "controlplane.controller", "--region", REGION, "--id", name)
     api.call(
         "POST",
         "/api/v1/clusters",
         {"region": REGION, "name": CLUSTER, "provisioner": "local", "broker_count": 3},
     )
-    print("==> region 'local' with its controller; cluster 'main' of 3 local brokers ...")
+    print("==> region 'local' with two controllers (active and standby); cluster 'main' of 3 "
+          "local brokers ...")  # fmt: skip
     wait_for("3 ready brokers", lambda: _ready_brokers(api) == 3, platform)
     api.call("POST", "/api/v1/tenants", {"slug": TENANT, "name": "Demo", "home_region": REGION})
     wait_for("tenant ready", lambda: _status(api, f"/api/v1/tenants/{TENANT}") == "ready", platform)
@@ -279,12 +335,16 @@ def print_summary(
 ) -> None:
     account = built["account"]
     url = platform.api_url
+    controllers = ", ".join(f"{name} (pid {platform.pid(name)})" for name in CONTROLLERS)
     print(
         f"""
 Meridian is running.
   API            {url}/api/v1/            (OpenAPI: {url}/api/v1/openapi.json)
   brokers        {bootstrap}
   data and logs  {platform.data_dir}
+  controllers    {controllers}
+                 (one active, one standby: kill the active one and the other takes over;
+                 the demo starts the dead one again as the new standby)
 
 Platform-admin token (local issuer, 7 days):
   export ADMIN_TOKEN={admin_token}
@@ -326,6 +386,9 @@ def main(argv: list[str] | None = None) -> int:
     data_dir = args.data_dir or Path(tempfile.mkdtemp(prefix="meridian-"))
     data_dir.mkdir(parents=True, exist_ok=True)
     platform = Platform(data_dir.resolve(), args.api_port)
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.default_int_handler)  # stop as Ctrl-C does
+    lifeline.cut_on_exit()
     print(f"==> control plane in {platform.data_dir} (SQLite, local token issuer)")
     admin_token = prepare_database(platform)
     try:
@@ -348,11 +411,13 @@ def main(argv: list[str] | None = None) -> int:
         if not args.exit:
             print("Ctrl-C stops everything.")
             while True:
-                platform.check_children()
+                platform.supervise()
                 time.sleep(1)
     except KeyboardInterrupt:
         pass
     finally:
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, signal.SIG_IGN)  # a second signal must not cut the cleanup
         print("==> stopping")
         platform.stop()
         _stop_brokers(platform)

@@ -11,6 +11,8 @@ every broker of the cluster before any starts (each needs the others' addresses)
 kept in the rows, so a restarted broker comes back at the same address. Processes get a
 session of their own: they outlive the controller that started them, which is how
 brokers keep serving while no controller runs; the next controller finds them by pid.
+They inherit the lifeline of ``./dev run`` when there is one (``dataplane/lifeline.py``),
+so they stop with the demo however it ends.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from controlplane.provisioning.base import ProvisioningError
 from controlplane.regions import services
 from controlplane.regions.choices import BrokerPhase
 from controlplane.regions.models import Broker, Cluster
+from dataplane import lifeline
 
 HOST = "127.0.0.1"
 READY_TIMEOUT_S = 60.0
@@ -162,7 +165,12 @@ class LocalProvisioner:
             log_file.write(f"--- start: {' '.join(command)}\n".encode())
             log_file.flush()
             process = subprocess.Popen(
-                command, stdout=log_file, stderr=subprocess.STDOUT, env=env, start_new_session=True
+                command,
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                pass_fds=lifeline.pass_fds(),
             )
         self._children[process.pid] = process
         return process

@@ -22,6 +22,7 @@ import signal
 import sys
 from pathlib import Path
 
+from dataplane import lifeline
 from dataplane.broker.app import BrokerApp
 from dataplane.broker.config import BrokerConfig, ConfigError, load_config
 
@@ -147,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"meridian-broker: invalid configuration: {exc}", file=sys.stderr)
         return 2
+    lifeline.watch()  # started by ./dev run: stop when it does, even if it was SIGKILLed
     try:
         asyncio.run(serve(config, args.ready_file))
     except Exception as exc:

@@ -1,6 +1,7 @@
 """The README's run command: the whole platform with embedded defaults (SQLite, the
-local issuer, a Celery worker on the filesystem transport, the controller and three
-local brokers), then what it prints must work."""
+local issuer, a Celery worker on the filesystem transport, two controllers and three
+local brokers), then what it prints must work, a controller's death must not end it, and
+however the demo ends, everything it started ends too."""
 
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ def _get(url: str, token: str) -> dict[str, object]:
         return json.loads(response.read())  # type: ignore[no-any-return]
 
 
-def test_demo_runs_the_platform_and_what_it_prints_works(tmp_path: Path) -> None:
+def _start_demo(data_dir: Path, records: int) -> tuple[subprocess.Popen[str], int, dict[str, str]]:
     (api_port,) = free_ports(1)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MERIDIAN_", "DJANGO_"))}
     process = subprocess.Popen(
@@ -47,11 +48,11 @@ def test_demo_runs_the_platform_and_what_it_prints_works(tmp_path: Path) -> None
             "-m",
             "controlplane.demo",
             "--data-dir",
-            str(tmp_path / "demo"),
+            str(data_dir),
             "--api-port",
             str(api_port),
             "--records",
-            "2000",
+            str(records),
         ],
         cwd=REPO_ROOT,
         env=env,
@@ -59,6 +60,60 @@ def test_demo_runs_the_platform_and_what_it_prints_works(tmp_path: Path) -> None
         stderr=subprocess.STDOUT,
         text=True,
     )
+    return process, api_port, env
+
+
+def _processes_of(data_dir: Path) -> list[str]:
+    """Every process whose command line or environment names ``data_dir`` (the demo's
+    children all do: brokers by their data directory, the others by their database)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        try:
+            seen = (proc / "cmdline").read_bytes() + (proc / "environ").read_bytes()
+        except OSError:
+            continue  # gone meanwhile, or not ours to read
+        if str(data_dir).encode() in seen:
+            found.append(f"{proc.name}: {(proc / 'cmdline').read_bytes()[:200]!r}")
+    return found
+
+
+def _wait_gone(data_dir: Path, timeout_s: float) -> list[str]:
+    deadline = time.monotonic() + timeout_s
+    while (left := _processes_of(data_dir)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return left
+
+
+def _controller_pids(output: str) -> dict[str, int]:
+    return {m[0]: int(m[1]) for m in re.findall(r"(controller-\d) \(pid (\d+)\)", output)}
+
+
+def _post(url: str, token: str, body: dict[str, object]) -> dict[str, object]:
+    request = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read())  # type: ignore[no-any-return]
+
+
+def _wait_ready(url: str, token: str, timeout_s: float) -> dict[str, object]:
+    deadline = time.monotonic() + timeout_s
+    while (topic := _get(url, token))["status"] != "ready" and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return topic
+
+
+def test_demo_runs_the_platform_and_what_it_prints_works(tmp_path: Path) -> None:
+    """What the demo prints works; it survives each controller's SIGKILL (the standby
+    takes over and the dead one is started again); SIGTERM stops every process it
+    started."""
+    data_dir = tmp_path / "demo"
+    process, api_port, env = _start_demo(data_dir, records=2000)
     try:
         output = _read_until(process, "Ctrl-C stops everything", timeout_s=180)
         assert "consumed 2,000 with group demo.billing" in output
@@ -94,8 +149,30 @@ def test_demo_runs_the_platform_and_what_it_prints_works(tmp_path: Path) -> None
         )  # fmt: skip
         assert anonymous.returncode == 1
         assert "UNAUTHENTICATED" in anonymous.stderr
+        # Killing each controller in turn kills the active one once: the platform goes on,
+        # a topic created after each kill is placed, led and served.
+        controllers = _controller_pids(output)
+        assert sorted(controllers) == ["controller-1", "controller-2"], output
+        admin = re.search(r"export ADMIN_TOKEN=(\S+)", output)
+        assert admin is not None, output
+        for n, (name, pid) in enumerate(sorted(controllers.items())):
+            os.kill(pid, signal.SIGKILL)
+            restarted = _read_until(process, f"{name} exited", timeout_s=30)
+            assert "restarting it" in restarted
+            topic_name = f"after-kill-{n}"
+            _post(f"{api}/topics", admin.group(1),
+                  {"tenant": "demo", "name": topic_name, "partitions": 2,
+                   "replication_factor": 3})  # fmt: skip
+            topic = _wait_ready(f"{api}/topics/demo.{topic_name}", token.group(1), 60)
+            assert topic["status"] == "ready", topic
+            sent = subprocess.run(
+                [*cli, "produce", f"demo.{topic_name}"], input="after the kill\n",
+                env=cli_env, capture_output=True, text=True, timeout=60,
+            )  # fmt: skip
+            assert sent.returncode == 0, sent.stderr
+        assert process.poll() is None
     finally:
-        process.send_signal(signal.SIGINT)
+        process.send_signal(signal.SIGTERM)
         try:
             rest = process.communicate(timeout=60)[0]
         except subprocess.TimeoutExpired:
@@ -103,7 +180,18 @@ def test_demo_runs_the_platform_and_what_it_prints_works(tmp_path: Path) -> None
             raise
     assert process.returncode == 0, rest
     assert "stopping" in rest
-    leftovers = subprocess.run(
-        ["pgrep", "-f", str(tmp_path / "demo")], capture_output=True, text=True
-    ).stdout.split()
-    assert leftovers == [], f"processes of the demo still running: {leftovers}"
+    assert _processes_of(data_dir) == [], "processes of the demo still running"
+
+
+def test_demo_killed_with_sigkill_takes_everything_with_it(tmp_path: Path) -> None:
+    """The demo's children notice its death through the lifeline and stop cleanly."""
+    data_dir = tmp_path / "demo"
+    process, _, _ = _start_demo(data_dir, records=100)
+    try:
+        _read_until(process, "Ctrl-C stops everything", timeout_s=180)
+        assert len(_processes_of(data_dir)) >= 7  # api, worker, 2 controllers, 3 brokers
+    finally:
+        process.kill()
+        process.communicate(timeout=30)
+    left = _wait_gone(data_dir, timeout_s=60)
+    assert left == [], f"processes of the demo still running: {left}"
