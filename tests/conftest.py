@@ -14,6 +14,11 @@ from pathlib import Path
 import pytest
 
 from tests.support.brokers import BrokerProcess, start_cluster, stop_all, wait_for_cluster
+from tests.support.tiers import mark_tiers
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    mark_tiers(items)
 
 
 @pytest.hookimpl(hookwrapper=True)
