@@ -11,5 +11,8 @@ urlpatterns = [
     path("api/v1/", include("controlplane.accounts.api.urls")),
 ]
 
+# What Django answers outside any view, in the API's error shape.
+handler400 = "controlplane.core.api.errors.bad_request_view"
+handler403 = "controlplane.core.api.errors.permission_denied_view"
 handler404 = "controlplane.core.api.errors.not_found_view"
 handler500 = "controlplane.core.api.errors.server_error_view"

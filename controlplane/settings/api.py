@@ -16,7 +16,9 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "controlplane.core.api.schema.AutoSchema",
     "EXCEPTION_HANDLER": "controlplane.core.api.errors.exception_handler",
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    # DRF's JSON parser with a bound on nesting depth (bodies are bounded in size by
+    # DATA_UPLOAD_MAX_MEMORY_SIZE, Django's default of 2.5 MiB).
+    "DEFAULT_PARSER_CLASSES": ["controlplane.core.api.parsers.JSONParser"],
     "UNAUTHENTICATED_USER": None,
 }
 

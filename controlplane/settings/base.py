@@ -26,6 +26,8 @@ MIDDLEWARE = [
 ]
 
 ROOT_URLCONF = "controlplane.urls"
+# Refusals Django makes itself answer in the API's error shape (as handler400-500 do).
+CSRF_FAILURE_VIEW = "controlplane.core.api.errors.csrf_failure_view"
 WSGI_APPLICATION = "controlplane.wsgi.application"
 USE_TZ = True
 TIME_ZONE = "UTC"

@@ -12,7 +12,7 @@ from django.conf import settings
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, status
 from rest_framework.decorators import action
-from rest_framework.parsers import FormParser, JSONParser
+from rest_framework.parsers import FormParser
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -38,6 +38,7 @@ from controlplane.accounts.keycloak import realm_url
 from controlplane.accounts.models import ServiceAccount
 from controlplane.core.actors import Actor
 from controlplane.core.api.errors import error_body
+from controlplane.core.api.parsers import JSONParser
 from controlplane.core.api.schema import ErrorSerializer
 from controlplane.core.api.views import ServiceUpdateMixin, TenantScopedViewSet
 from controlplane.core.errors import NotFound

@@ -1,14 +1,27 @@
 """Every error the API returns has one JSON shape:
 ``{"error": {"code": "...", "message": "...", "details": {...}}}``.
-This is the one table from exceptions to HTTP statuses."""
+This is the one table from exceptions to HTTP statuses.
+
+``exception_handler`` answers what a view raises (DRF calls it); the ``*_view``
+functions answer what Django refuses before or around any view (``handler400/403/404/500``
+in ``controlplane.urls``, ``CSRF_FAILURE_VIEW``): a disallowed ``Host``, a body over
+``DATA_UPLOAD_MAX_MEMORY_SIZE`` read by a middleware, an unknown URL, a bug."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
+from django.core.exceptions import (
+    DisallowedHost,
+    RequestDataTooBig,
+    SuspiciousOperation,
+    TooManyFieldsSent,
+    TooManyFilesSent,
+)
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import DataError
-from django.http import Http404
+from django.http import Http404, HttpRequest, JsonResponse
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -23,6 +36,10 @@ STATUS_BY_ERROR: list[tuple[type[errors.DomainError], int]] = [
     (errors.Conflict, status.HTTP_409_CONFLICT),
     (errors.Unavailable, status.HTTP_503_SERVICE_UNAVAILABLE),
 ]
+
+
+# Django's refusals of a request body: each is the caller's 413, wherever it is raised.
+_BODY_LIMITS = (RequestDataTooBig, TooManyFieldsSent, TooManyFilesSent)
 
 _DRF_CODES = {
     exceptions.ValidationError: "invalid",
@@ -59,6 +76,10 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         )
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
+    if isinstance(exc, SuspiciousOperation):
+        # Raised when a view first reads the body or the host (Django checks its limits
+        # lazily), so inside DRF: the same answers as Django's own handler400 below.
+        return _suspicious_response(exc)
     response = drf_exception_handler(exc, context)
     if response is None:
         return None  # a bug: Django's 500 handler logs it
@@ -82,15 +103,53 @@ def _first_message(detail: Any) -> str:
     return str(detail)
 
 
-def not_found_view(request: Any, exception: Exception | None = None) -> Any:
-    """Django's 404 for a URL no route matches, in the API's JSON error shape."""
-    from django.http import JsonResponse
+def _suspicious_response(exc: SuspiciousOperation) -> Response:
+    status_code, body = _suspicious_error(exc)
+    return Response(body, status=status_code)
 
+
+def _suspicious_error(exc: Exception | None) -> tuple[int, dict[str, Any]]:
+    """The status and body for a request Django refused as malformed or over a limit.
+    Django's own message is not echoed: it can name settings (``ALLOWED_HOSTS``)."""
+    if isinstance(exc, _BODY_LIMITS):
+        limits = (
+            f"{settings.DATA_UPLOAD_MAX_MEMORY_SIZE} bytes, "
+            f"{settings.DATA_UPLOAD_MAX_NUMBER_FIELDS} fields, "
+            f"{settings.DATA_UPLOAD_MAX_NUMBER_FILES} files"
+        )
+        message = f"the request body is over this server's limits ({limits})"
+        return 413, error_body("too_large", message)
+    if isinstance(exc, DisallowedHost):
+        return 400, error_body("bad_request", "the Host header names no host this server serves")
+    return 400, error_body("bad_request", "the request is malformed")
+
+
+def bad_request_view(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
+    """Django's 400 (``handler400``): a request refused before any view answered it."""
+    status_code, body = _suspicious_error(exception)
+    return JsonResponse(body, status=status_code)
+
+
+def permission_denied_view(
+    request: HttpRequest, exception: Exception | None = None
+) -> JsonResponse:
+    """Django's 403 (``handler403``): ``PermissionDenied`` raised outside DRF."""
+    return JsonResponse(error_body("permission_denied", "permission denied"), status=403)
+
+
+def csrf_failure_view(request: HttpRequest, reason: str = "") -> JsonResponse:
+    """Django's CSRF refusal (``CSRF_FAILURE_VIEW``). The API authenticates with bearer
+    tokens, which a browser never sends by itself, so its views are exempt; this answers
+    any other view that checks."""
+    message = f"CSRF verification failed: {reason}" if reason else "CSRF verification failed"
+    return JsonResponse(error_body("permission_denied", message), status=403)
+
+
+def not_found_view(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
+    """Django's 404 (``handler404``) for a URL no route matches."""
     return JsonResponse(error_body("not_found", f"no such endpoint: {request.path}"), status=404)
 
 
-def server_error_view(request: Any) -> Any:
-    """Django's 500, in the API's JSON error shape (the error itself is logged)."""
-    from django.http import JsonResponse
-
+def server_error_view(request: HttpRequest) -> JsonResponse:
+    """Django's 500 (``handler500``); the error itself is logged."""
     return JsonResponse(error_body("server_error", "internal server error"), status=500)
