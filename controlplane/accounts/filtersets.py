@@ -4,11 +4,12 @@ import django_filters
 
 from controlplane.accounts.models import ServiceAccount
 from controlplane.core.choices import ProvisioningStatus
+from controlplane.core.filtersets import FilterSet
 from controlplane.tenants.choices import Role
 from controlplane.tenants.models import Membership
 
 
-class MemberFilterSet(django_filters.FilterSet):
+class MemberFilterSet(FilterSet):
     tenant = django_filters.CharFilter(field_name="tenant__slug", help_text="tenant slug")
     role = django_filters.ChoiceFilter(choices=Role.choices)
     username = django_filters.CharFilter(lookup_expr="icontains", help_text="username contains")
@@ -18,7 +19,7 @@ class MemberFilterSet(django_filters.FilterSet):
         fields = ["tenant", "role", "username"]
 
 
-class ServiceAccountFilterSet(django_filters.FilterSet):
+class ServiceAccountFilterSet(FilterSet):
     tenant = django_filters.CharFilter(field_name="tenant__slug", help_text="tenant slug")
     role = django_filters.ChoiceFilter(choices=Role.choices)
     status = django_filters.ChoiceFilter(choices=ProvisioningStatus.choices)

@@ -2,11 +2,12 @@ from __future__ import annotations
 
 import django_filters
 
+from controlplane.core.filtersets import FilterSet
 from controlplane.topics.choices import DriftKind, TopicStatus
 from controlplane.topics.models import DriftFinding, Topic, TopicAcl
 
 
-class TopicFilterSet(django_filters.FilterSet):
+class TopicFilterSet(FilterSet):
     tenant = django_filters.CharFilter(field_name="tenant__slug", help_text="tenant slug")
     status = django_filters.ChoiceFilter(choices=TopicStatus.choices)
     name = django_filters.CharFilter(lookup_expr="icontains", help_text="name contains")
@@ -18,7 +19,7 @@ class TopicFilterSet(django_filters.FilterSet):
         fields = ["tenant", "status", "name", "region", "cluster"]
 
 
-class DriftFindingFilterSet(django_filters.FilterSet):
+class DriftFindingFilterSet(FilterSet):
     kind = django_filters.ChoiceFilter(choices=DriftKind.choices)
     healed = django_filters.BooleanFilter()
     open = django_filters.BooleanFilter(
@@ -33,7 +34,7 @@ class DriftFindingFilterSet(django_filters.FilterSet):
         fields = ["kind", "healed", "open", "topic", "broker", "cluster"]
 
 
-class TopicAclFilterSet(django_filters.FilterSet):
+class TopicAclFilterSet(FilterSet):
     tenant = django_filters.CharFilter(field_name="topic__tenant__slug", help_text="tenant slug")
     topic = django_filters.CharFilter(field_name="topic__full_name", help_text="full topic name")
     principal = django_filters.CharFilter(help_text="client id or subject, exactly")

@@ -16,6 +16,7 @@ from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
 from controlplane.core.actors import Actor
+from controlplane.core.filtersets import FilterSet
 from controlplane.core.models import AuditEvent
 from controlplane.tenants.choices import Role
 
@@ -56,7 +57,7 @@ class UtcDateTimeFilter(django_filters.IsoDateTimeFilter):
         return super().filter(qs, value)
 
 
-class AuditEventFilterSet(django_filters.FilterSet):
+class AuditEventFilterSet(FilterSet):
     action = django_filters.CharFilter(help_text="e.g. topic.create")
     object_type = django_filters.CharFilter(help_text="e.g. topics.topic")
     object_id = django_filters.CharFilter()
