@@ -9,6 +9,7 @@ from django.db import models
 from controlplane.core.choices import ProvisioningStatus
 from controlplane.core.models import StatusModel, TimestampedModel
 from controlplane.topics.choices import AclOperation, DriftKind, Durability
+from dataplane.broker.topics import MAX_TOPIC_LENGTH
 
 # The part after "<tenant>.": DESIGN decision 9 (no '~', which marks lane topics).
 TOPIC_NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$"
@@ -16,6 +17,19 @@ topic_name_validator = RegexValidator(
     TOPIC_NAME_RE,
     "1-200 characters: letters, digits, '.', '_' and '-', starting with a letter or digit",
 )
+
+
+def full_name_problem(tenant_slug: str, name: str) -> str | None:
+    """Why ``<tenant_slug>.<name>`` cannot name a topic on the brokers, whose limit is on
+    the full name (``MAX_TOPIC_LENGTH``), or None."""
+    room = MAX_TOPIC_LENGTH - len(tenant_slug) - 1
+    if len(name) > room:
+        return (
+            f"at most {room} characters in tenant {tenant_slug!r}: the full name "
+            f"'<tenant>.<name>' has at most {MAX_TOPIC_LENGTH}"
+        )
+    return None
+
 
 # A token's ``azp`` or ``sub``: printable, no whitespace.
 principal_validator = RegexValidator(
@@ -65,6 +79,9 @@ class Topic(StatusModel):
 
     def clean(self) -> None:
         super().clean()
+        name_problem = self.tenant_id and full_name_problem(self.tenant.slug, self.name)
+        if name_problem:
+            raise ValidationError({"name": [name_problem]})
         if self.min_insync_replicas > self.replication_factor:
             raise ValidationError(
                 {

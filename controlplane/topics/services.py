@@ -51,7 +51,7 @@ def create_topic(
     ``settings.DEFAULT_REPLICATION_FACTOR`` capped by the cluster's brokers; more
     replicas than brokers is an ``InvalidRequest``."""
     tenant = lock_open_tenant(tenant)
-    validation.validate_name(name)
+    validation.validate_name(name, tenant.slug)
     validation.validate_partitions(partitions)
     config = validation.resolve_config(
         {

@@ -12,7 +12,7 @@ from django.conf import settings
 
 from controlplane.core.errors import InvalidRequest
 from controlplane.topics.choices import Durability
-from controlplane.topics.models import TOPIC_NAME_RE
+from controlplane.topics.models import TOPIC_NAME_RE, full_name_problem
 
 LANE_SEPARATOR = "~"  # <tenant>.<topic>~<lane> names a lane topic
 INTERNAL_PREFIX = "__"  # internal topics; never a tenant's
@@ -26,9 +26,10 @@ def full_name(tenant_slug: str, name: str) -> str:
     return f"{tenant_slug}.{name}"
 
 
-def validate_name(name: str) -> None:
+def validate_name(name: str, tenant_slug: str) -> None:
     """A tenant may name a topic with letters, digits, ``.``, ``_`` and ``-``; ``~`` is
-    reserved for lane topics and a leading ``__`` for internal ones."""
+    reserved for lane topics and a leading ``__`` for internal ones; with the tenant's
+    prefix the name must fit the brokers' limit (``Topic.clean`` holds the same rule)."""
     if LANE_SEPARATOR in name:
         _refuse("name", f"'{LANE_SEPARATOR}' is reserved for lane topics")
     if name.startswith(INTERNAL_PREFIX):
@@ -38,6 +39,9 @@ def validate_name(name: str) -> None:
             "name",
             "1-200 characters: letters, digits, '.', '_' and '-', starting with a letter or digit",
         )
+    problem = full_name_problem(tenant_slug, name)
+    if problem is not None:
+        _refuse("name", problem)
 
 
 def validate_partitions(partitions: int, *, current: int | None = None) -> None:
