@@ -17,7 +17,6 @@ every call when ``BROKER_AUTH`` is on.
 
 from __future__ import annotations
 
-import os
 import secrets
 import threading
 import time
@@ -27,6 +26,7 @@ from typing import Any
 import grpc
 from django.conf import settings
 
+from controlplane.core.private_files import read_or_create_private
 from dataplane.client.auth import ClientCredentials, TokenSource
 from dataplane.client.connection import ChannelSecurity
 
@@ -43,21 +43,14 @@ def internal_secret_file() -> Path:
 
 
 def local_internal_secret() -> str:
-    """The internal clients' secret of the local issuer, made (0600) on first use."""
-    path = internal_secret_file()
-    try:
-        return path.read_text().strip()
-    except FileNotFoundError:
-        pass
-    path.parent.mkdir(parents=True, exist_ok=True)
-    secret = secrets.token_urlsafe(32)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:  # another process made it first: theirs counts
-        return path.read_text().strip()
-    with os.fdopen(fd, "w") as file:
-        file.write(secret + "\n")
-    return secret
+    """The internal clients' secret of the local issuer, made (0600, in a private
+    directory) on first use; the first process to make it wins."""
+    made = read_or_create_private(internal_secret_file(), _new_internal_secret)
+    return made.decode().strip()
+
+
+def _new_internal_secret() -> bytes:
+    return secrets.token_urlsafe(32).encode() + b"\n"
 
 
 def client_secret(client_id: str) -> str:

@@ -34,6 +34,7 @@ from django.conf import settings
 import controlplane
 from controlplane.accounts import internal
 from controlplane.core.actors import Actor
+from controlplane.core.private_files import private_dir, write_private
 from controlplane.provisioning.base import ProvisioningError
 from controlplane.regions import services
 from controlplane.regions.choices import BrokerPhase
@@ -133,7 +134,8 @@ class LocalProvisioner:
         args: list[str] = []
         if settings.BROKER_AUTH:
             secret_file = self.data_root / "broker-client-secret"
-            _write_private(secret_file, internal.client_secret(internal.BROKER_CLIENT_ID))
+            secret = internal.client_secret(internal.BROKER_CLIENT_ID)
+            write_private(secret_file, secret.encode() + b"\n")
             args += ["--jwks-url", internal.jwks_url(), "--token-issuer", internal.issuer()]
             args += ["--token-audience", settings.TOKEN_AUDIENCE]
             args += ["--internal-role", settings.INTERNAL_ROLE]
@@ -154,7 +156,7 @@ class LocalProvisioner:
 
     def _launch(self, broker: Broker) -> subprocess.Popen[bytes]:
         paths = self.paths(broker)
-        paths.data_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(paths.data_dir)  # tenants' records: readable by this user only
         paths.ready_file.unlink(missing_ok=True)
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         env["PYTHONPATH"] = os.pathsep.join(
@@ -236,16 +238,6 @@ def _pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def _write_private(path: Path, secret: str) -> None:
-    """``secret`` in ``path``, readable by this user only (replaced atomically)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as file:
-        file.write(secret + "\n")
-    os.replace(tmp, path)
 
 
 def _free_ports(count: int) -> list[int]:

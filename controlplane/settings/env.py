@@ -10,6 +10,8 @@ from urllib.parse import unquote, urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
+from controlplane.core.private_files import private_file
+
 T = TypeVar("T")
 REQUIRED: Any = object()
 
@@ -51,12 +53,14 @@ def as_list(raw: str) -> list[str]:
 
 def database_from_url(url: str) -> dict[str, Any]:
     """A Django DATABASES entry from ``postgres://user:pass@host:port/name`` or
-    ``sqlite:///absolute/path.db``."""
+    ``sqlite:///absolute/path.db``. A SQLite file and the directories made for it are
+    private (``0600``/``0700``), created so before SQLite opens it: it holds the
+    desired state and the digests of service-account secrets."""
     parts = urlsplit(url)
     if parts.scheme == "sqlite":
         path = unquote(parts.path) or ":memory:"
         if path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            _private_sqlite_file(Path(path))
         return {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": path,
@@ -79,3 +83,13 @@ def database_from_url(url: str) -> dict[str, Any]:
             "CONN_HEALTH_CHECKS": True,
         }
     raise ImproperlyConfigured(f"unsupported database URL scheme {parts.scheme!r}")
+
+
+def _private_sqlite_file(path: Path) -> None:
+    """SQLite gives its ``-wal`` and ``-shm`` files the database file's mode when it
+    makes them; ones left from before are narrowed here too."""
+    private_file(path)
+    for suffix in ("-wal", "-shm"):
+        companion = path.with_name(path.name + suffix)
+        if companion.exists():
+            private_file(companion)
