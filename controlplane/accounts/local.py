@@ -1,5 +1,6 @@
 """The control plane's own issuer (DESIGN decision 7, the embedded demo where no
-Keycloak runs). Its RSA keys live in the database (``SigningKey``); its JWKS is served at
+Keycloak runs). Its RSA keys live in the database (``SigningKey``), their private half
+sealed under a key-encryption key kept outside it (``signing_keys``); its JWKS is served at
 ``/api/v1/auth/jwks.json``; service accounts get tokens from ``/api/v1/auth/token`` with
 the client-credentials grant. Tokens carry the same claims as Keycloak's."""
 
@@ -13,12 +14,10 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 import jwt
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import rsa
 from django.conf import settings
 from django.db import transaction
 
-from controlplane.accounts import internal
+from controlplane.accounts import internal, signing_keys
 from controlplane.accounts.tokens import InvalidToken, JwksCache, verify_rs256
 
 if TYPE_CHECKING:
@@ -59,7 +58,7 @@ class LocalIdentity:
         key = SigningKey.objects.filter(active=True).first()
         if key is None:
             key = self._create_key()
-        return str(key.kid), serialization.load_pem_private_key(key.private_pem.encode(), None)
+        return str(key.kid), signing_keys.private_key(key.kid, key.sealed_private_key)
 
     def rotate_signing_key(self, *, keep: int = 2) -> str:
         """Start signing with a new key; the ``keep - 1`` previous keys stay in the JWKS so
@@ -76,13 +75,10 @@ class LocalIdentity:
     def _create_key(self) -> Any:
         from controlplane.accounts.models import SigningKey
 
-        private = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-        pem = private.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        ).decode()
-        return SigningKey.objects.create(kid=uuid.uuid4().hex, private_pem=pem)
+        new = signing_keys.generate(uuid.uuid4().hex)
+        return SigningKey.objects.create(
+            kid=new.kid, sealed_private_key=new.sealed_private_key, public_pem=new.public_pem
+        )
 
     def jwks(self) -> dict[str, Any]:
         """The public half of every active key, as a JWKS document."""
@@ -92,9 +88,8 @@ class LocalIdentity:
             self.signing_key()
         keys = []
         for key in SigningKey.objects.filter(active=True):
-            private = serialization.load_pem_private_key(key.private_pem.encode(), None)
-            assert isinstance(private, rsa.RSAPrivateKey)
-            jwk = jwt.algorithms.RSAAlgorithm.to_jwk(private.public_key(), as_dict=True)
+            public = signing_keys.public_key(key.public_pem)
+            jwk = jwt.algorithms.RSAAlgorithm.to_jwk(public, as_dict=True)
             keys.append({**jwk, "kid": key.kid, "use": "sig", "alg": "RS256"})
         return {"keys": keys}
 

@@ -36,10 +36,13 @@ class ServiceAccount(StatusModel):
 
 class SigningKey(TimestampedModel):
     """An RSA key of the local issuer (the embedded demo's stand-in for Keycloak). The
-    newest active key signs; every active key is in the JWKS."""
+    newest active key signs; every active key is in the JWKS. The private half is stored
+    only sealed under a key-encryption key kept outside the database
+    (``accounts.signing_keys``)."""
 
     kid = models.CharField(max_length=64, unique=True)
-    private_pem = models.TextField()
+    sealed_private_key = models.TextField()
+    public_pem = models.TextField()
     active = models.BooleanField(default=True)
 
     class Meta:

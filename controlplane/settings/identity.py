@@ -13,8 +13,11 @@ KEYCLOAK_REALM = env("MERIDIAN_KEYCLOAK_REALM", "meridian")
 KEYCLOAK_ADMIN_USER = env("MERIDIAN_KEYCLOAK_ADMIN_USER", "admin")
 KEYCLOAK_ADMIN_PASSWORD = env("MERIDIAN_KEYCLOAK_ADMIN_PASSWORD", "admin")
 
-# The local issuer's name (its tokens' ``iss``); its keys live in the database.
+# The local issuer's name (its tokens' ``iss``); its keys live in the database, their
+# private half sealed with the key-encryption key in this file (default
+# <DATA_DIR>/local-issuer-kek, made 0600 on first use): keep it out of database backups.
 LOCAL_ISSUER = env("MERIDIAN_LOCAL_ISSUER", "meridian-local")
+LOCAL_ISSUER_KEY_FILE = env("MERIDIAN_LOCAL_ISSUER_KEY_FILE", "")
 LOCAL_TOKEN_TTL_S = env("MERIDIAN_LOCAL_TOKEN_TTL_S", 3600, int)
 
 # The cluster's own callers (the controller, the reconciler, brokers calling brokers) hold
