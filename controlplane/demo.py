@@ -22,6 +22,7 @@ import contextlib
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -33,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from controlplane.core.private_files import private_dir
 from dataplane import lifeline
 
 T = TypeVar("T")
@@ -82,6 +84,11 @@ class Platform:
             "MERIDIAN_CELERY_BROKER_URL": "filesystem://",
             "MERIDIAN_CELERY_QUEUE_DIR": str(self.data_dir / "celery-queue"),
             "MERIDIAN_IDENTITY": "local",
+            # Keys and secrets apart from the database a backup would copy.
+            "MERIDIAN_LOCAL_ISSUER_KEY_FILE": str(self.data_dir / "secrets" / "local-issuer-kek"),
+            "MERIDIAN_INTERNAL_CLIENT_SECRET_FILE": str(
+                self.data_dir / "secrets" / "internal-client-secret"
+            ),
             "MERIDIAN_DATA_DIR": str(self.data_dir / "brokers"),
             "MERIDIAN_API_BASE_URL": self.api_url,
             "MERIDIAN_RECONCILE_INTERVAL_S": "15",
@@ -381,11 +388,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def private_data_dir(path: Path) -> Path:
+    """The demo's data directory, made or narrowed to 0700: it holds the database, the
+    issuer's keys and the tenants' records. A shared directory (sticky, like ``/tmp``,
+    or another user's) is refused rather than narrowed."""
+    info = private_dir(path).stat()
+    if info.st_mode & stat.S_ISVTX or info.st_uid != os.getuid():
+        raise SystemExit(f"--data-dir {path} is a shared directory: name one of its own")
+    os.chmod(path, 0o700)
+    return path.resolve()
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    # Everything the demo and its children write is this user's alone, whatever the
+    # caller's umask: logs, queues and records as well as keys.
+    os.umask(0o077)
     data_dir = args.data_dir or Path(tempfile.mkdtemp(prefix="meridian-"))
-    data_dir.mkdir(parents=True, exist_ok=True)
-    platform = Platform(data_dir.resolve(), args.api_port)
+    platform = Platform(private_data_dir(data_dir), args.api_port)
     for signum in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(signum, signal.default_int_handler)  # stop as Ctrl-C does
     lifeline.cut_on_exit()
