@@ -54,6 +54,19 @@ def test_deeply_nested_inside_a_valid_object_is_400(raw_admin: APIClient) -> Non
     assert_error(response, 400, "malformed")
 
 
+def test_depth_counts_brackets_outside_strings_only() -> None:
+    from controlplane.core.api.parsers import MAX_JSON_DEPTH, json_depth_exceeds
+
+    deepest = MAX_JSON_DEPTH
+    assert not json_depth_exceeds("[" * deepest + "]" * deepest)
+    assert json_depth_exceeds("[" * (deepest + 1) + "]" * (deepest + 1))
+    assert json_depth_exceeds('{"a": ' * (deepest + 1) + "1" + "}" * (deepest + 1))
+    assert not json_depth_exceeds('["' + "[{" * 100 + '"]')
+    assert not json_depth_exceeds('["\\"' + "[" * 100 + '"]')  # \" does not end a string
+    assert json_depth_exceeds('["\\\\", ' + "[" * 100 + "]" * 100 + "]")  # \\ then " does
+    assert not json_depth_exceeds("[]" * 1000)  # many brackets, shallow
+
+
 def test_brackets_inside_strings_do_not_count_as_depth(raw_admin: APIClient) -> None:
     make_cluster("local")
     make_tenant("acme")
