@@ -1,6 +1,5 @@
 """The control plane's own issuer (DESIGN decision 7, the embedded demo where no
-Keycloak runs). Its RSA keys live in the database (``SigningKey``), their private half
-sealed under a key-encryption key kept outside it (``signing_keys``); its JWKS is served at
+Keycloak runs). Its RSA keys live in the database (``SigningKey``); its JWKS is served at
 ``/api/v1/auth/jwks.json``; service accounts get tokens from ``/api/v1/auth/token`` with
 the client-credentials grant. Tokens carry the same claims as Keycloak's."""
 
