@@ -27,7 +27,7 @@ class ErrorSerializer(serializers.Serializer[dict[str, Any]]):
 
 # What can go wrong, by kind of operation (every operation authenticates).
 _ANY = ("400", "401", "403", "404")
-_WRITE = ("409", "503")
+_WRITE = ("409", "413", "503")  # 413: a body over DATA_UPLOAD_MAX_MEMORY_SIZE
 
 
 # The success status of each write a ``ServiceViewSet`` declares.

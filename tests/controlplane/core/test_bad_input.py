@@ -83,6 +83,19 @@ def test_a_json_body_over_the_upload_limit_is_413(raw_admin: APIClient) -> None:
     assert_error(response, 413, "too_large")
 
 
+def test_the_413_is_documented_for_every_write(anonymous_client: APIClient) -> None:
+    paths = anonymous_client.get("/api/v1/openapi.json").json()["paths"]
+    writes = [
+        (path, method, operation)
+        for path, item in paths.items()
+        for method, operation in item.items()
+        if method in ("post", "patch", "put", "delete")
+    ]
+    assert len(writes) > 10
+    missing = [(path, method) for path, method, op in writes if "413" not in op["responses"]]
+    assert missing == []
+
+
 @override_settings(DATA_UPLOAD_MAX_MEMORY_SIZE=10_000)
 def test_a_form_body_over_the_upload_limit_is_413(
     raw_anonymous: APIClient, local_identity: Any
