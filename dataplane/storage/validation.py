@@ -11,6 +11,7 @@ checks every record of every batch a client sends, before it stores any of them
   reader applies (``records.MAX_UNCOMPRESSED_BYTES``), so nothing stored is refused by
   a reader, and a few bytes cannot expand into a memory bomb (``UncompressedSizeError``);
 - each record's length varint is 0..2**31 - 1 and the record ends inside the batch; its
+  attributes byte is 0 (Kafka defines no record attribute); its
   key, value and headers fill exactly that length; every varint is at most 5 bytes (10
   for the timestamp delta) and its value fits its Java type, as Kafka's
   ``ByteUtils.readVarint``/``readVarlong`` require; key and value lengths are -1 (null)
@@ -104,7 +105,8 @@ def validate_records(
     except _RecordFaultError as fault:
         if fault.delta is not None:
             raise OffsetDeltaError(fault.index, fault.delta, fault.index, **where) from None
-        raise MalformedRecordError(fault.reason, record_index=fault.index, **where) from None
+        reason = f"record {fault.index} has {fault.reason}"
+        raise MalformedRecordError(reason, record_index=fault.index, **where) from None
     if count != header.record_count:
         raise RecordCountMismatchError(header.record_count, count, **where)
     if header.last_offset_delta != count - 1:
@@ -142,13 +144,14 @@ def _scan(data: bytes, pos: int, end: int) -> tuple[int, int, int]:
     """Walk the records in ``data[pos:end]``: ``(count, lowest, highest timestamp delta)``.
 
     Raises ``_RecordFaultError`` at the first bad record. Written for the interpreter like
-    ``records._decode_records``: every varint inline in its one- and two-byte forms,
-    nothing allocated per record. Reads past ``end`` (into a following batch) are
-    harmless: a record must end exactly at its own length, checked against ``end``.
+    ``records._decode_records``: every varint inline in its one- and two-byte forms
+    (three for the offset delta, which passes 8,191 in big batches), nothing allocated
+    per record. Reads past ``end`` (into a following batch) are harmless: a record must
+    end exactly at its own length, checked against ``end``.
     """
     zigzag, slow32, seen = ZIGZAG, _uvarint32, set[bytes]()
-    index, low, high = 0, _UINT64_LIMIT, -_UINT64_LIMIT  # beyond any varlong delta
-    expected = 0  # the raw (zigzag) varint of the next offset delta: 2 * index
+    low, high = _UINT64_LIMIT, -_UINT64_LIMIT  # beyond any varlong delta
+    expected = 0  # the raw (zigzag) offset delta of the next record: twice its index
     try:
         while pos < end:
             u = data[pos]
@@ -160,11 +163,11 @@ def _scan(data: bytes, pos: int, end: int) -> tuple[int, int, int]:
                 u, pos = slow32(data, pos)
             stop = pos + (u >> 1)
             if u & 1 or stop > end:
-                length = (u >> 1) ^ -(u & 1)
                 raise _RecordFaultError(
-                    index, f"record {index} has length {length}, {end - pos} left"
+                    expected >> 1, f"length {(u >> 1) ^ -(u & 1)}, {end - pos} bytes left"
                 )
-            # data[pos] holds the record attributes, which Kafka defines none of.
+            if data[pos]:  # record attributes: Kafka defines none (kafka-python reads a varint)
+                raise _RecordFaultError(expected >> 1, f"attributes {data[pos]}, not 0")
             u = data[pos + 1]
             if u < 0x80:
                 delta = zigzag[u]
@@ -184,10 +187,12 @@ def _scan(data: bytes, pos: int, end: int) -> tuple[int, int, int]:
                 pos += 1
             elif (b := data[pos + 1]) < 0x80:
                 u, pos = u - 0x80 + (b << 7), pos + 2
+            elif (c := data[pos + 2]) < 0x80:
+                u, pos = u - 0x80 + ((b - 0x80) << 7) + (c << 14), pos + 3
             else:
                 u, pos = slow32(data, pos)
             if u != expected:
-                raise _RecordFaultError(index, "offset delta", delta=(u >> 1) ^ -(u & 1))
+                raise _RecordFaultError(expected >> 1, "offset delta", delta=(u >> 1) ^ -(u & 1))
             u = data[pos]  # key length
             if u < 0x80:
                 pos += 1
@@ -198,7 +203,7 @@ def _scan(data: bytes, pos: int, end: int) -> tuple[int, int, int]:
             if not u & 1:
                 pos += u >> 1
             elif u != 1:
-                raise _RecordFaultError(index, f"record {index} has key length {(u >> 1) ^ -1}")
+                raise _RecordFaultError(expected >> 1, f"key length {(u >> 1) ^ -1}")
             u = data[pos]  # value length
             if u < 0x80:
                 pos += 1
@@ -209,20 +214,19 @@ def _scan(data: bytes, pos: int, end: int) -> tuple[int, int, int]:
             if not u & 1:
                 pos += u >> 1
             elif u != 1:
-                raise _RecordFaultError(index, f"record {index} has value length {(u >> 1) ^ -1}")
+                raise _RecordFaultError(expected >> 1, f"value length {(u >> 1) ^ -1}")
             if data[pos] == 0:  # no headers
                 pos += 1
             else:
-                pos = _scan_headers(data, pos, stop, index, seen)
+                pos = _scan_headers(data, pos, stop, expected >> 1, seen)
             if pos != stop:
-                raise _RecordFaultError(index, f"record {index}'s fields do not fill its length")
-            index += 1
+                raise _RecordFaultError(expected >> 1, "fields that do not fill its length")
             expected += 2
     except IndexError:
-        raise _RecordFaultError(index, f"record {index} runs past the end of the batch") from None
+        raise _RecordFaultError(expected >> 1, "fields past the end of the batch") from None
     except ValueError as err:  # a varint too long or out of range
-        raise _RecordFaultError(index, f"record {index}: {err}") from None
-    return index, low, high
+        raise _RecordFaultError(expected >> 1, str(err)) from None
+    return expected >> 1, low, high
 
 
 def _scan_headers(data: bytes, pos: int, stop: int, index: int, seen: set[bytes]) -> int:
@@ -238,9 +242,7 @@ def _scan_headers(data: bytes, pos: int, stop: int, index: int, seen: set[bytes]
     u, pos = _uvarint32(data, pos)
     count = (u >> 1) ^ -(u & 1)
     if not 0 <= count <= (stop - pos) // 2:  # each header takes two bytes at least
-        raise _RecordFaultError(
-            index, f"record {index} has header count {count}, {stop - pos} left"
-        )
+        raise _RecordFaultError(index, f"header count {count}, {stop - pos} bytes left")
     for _ in range(count):
         u = data[pos]
         if u < 0x80:
@@ -248,7 +250,7 @@ def _scan_headers(data: bytes, pos: int, stop: int, index: int, seen: set[bytes]
         else:
             u, pos = _uvarint32(data, pos)
         if u & 1:
-            raise _RecordFaultError(index, f"record {index} has header key length {(u >> 1) ^ -1}")
+            raise _RecordFaultError(index, f"header key length {(u >> 1) ^ -1}")
         key = data[pos : pos + (u >> 1)]
         pos += u >> 1
         if key not in _VALID_KEYS:
@@ -261,9 +263,7 @@ def _scan_headers(data: bytes, pos: int, stop: int, index: int, seen: set[bytes]
         if not u & 1:
             pos += u >> 1
         elif u != 1:
-            raise _RecordFaultError(
-                index, f"record {index} has header value length {(u >> 1) ^ -1}"
-            )
+            raise _RecordFaultError(index, f"header value length {(u >> 1) ^ -1}")
     if pos == stop and len(seen) < _HEADER_SETS_KEPT:
         seen.add(raw)
     return pos
@@ -273,9 +273,7 @@ def _check_key(raw: bytes, index: int) -> None:
     try:
         raw.decode()
     except UnicodeDecodeError:
-        raise _RecordFaultError(
-            index, f"record {index} has a header key that is not UTF-8"
-        ) from None
+        raise _RecordFaultError(index, "a header key that is not UTF-8") from None
     if len(raw) <= _KEY_BYTES_KEPT and len(_VALID_KEYS) < _KEYS_KEPT:
         _VALID_KEYS.add(raw)
 
@@ -290,9 +288,9 @@ def _uvarint32(data: bytes, pos: int) -> tuple[int, int]:
         result |= (b & 0x7F) << shift
         if b < 0x80:
             if result >= _UINT32_LIMIT:
-                raise ValueError(f"varint {result} overflows an int32")
+                raise ValueError(f"a varint {result} past int32")
             return result, pos
-    raise ValueError("varint longer than 5 bytes")
+    raise ValueError("a varint longer than 5 bytes")
 
 
 def _uvarint64(data: bytes, pos: int) -> tuple[int, int]:
@@ -304,6 +302,6 @@ def _uvarint64(data: bytes, pos: int) -> tuple[int, int]:
         result |= (b & 0x7F) << shift
         if b < 0x80:
             if result >= _UINT64_LIMIT:
-                raise ValueError(f"varlong {result} overflows an int64")
+                raise ValueError(f"a varlong {result} past int64")
             return result, pos
-    raise ValueError("varlong longer than 10 bytes")
+    raise ValueError("a varlong longer than 10 bytes")
