@@ -422,10 +422,11 @@ def decode_batch(
     """Validate, decompress and decode the batch at ``position``.
 
     Raises what ``validate_batch`` raises (the CRC check only with ``verify_crc``);
-    ``CorruptBatchError`` when the records do not decompress or would exceed
-    ``max_uncompressed_bytes``; ``TruncatedRecordError`` when a record overruns its
-    declared length or the batch, has a negative length other than -1, a varint longer
-    than 10 bytes, a header key that is not UTF-8, or bytes trail the last record;
+    ``CorruptBatchError`` when the records do not decompress, ``UncompressedSizeError``
+    when they would exceed ``max_uncompressed_bytes``; ``TruncatedRecordError`` when a
+    record overruns its declared length or the batch, has a negative length other than
+    -1, a varint longer than 10 bytes, a header key that is not UTF-8, or bytes trail
+    the last record;
     ``InvalidRecordCountError`` when the number of records differs from the header's.
 
     ``Record.offset`` is base offset + offset delta; ``Record.timestamp`` is base

@@ -10,31 +10,32 @@ checks every record of every batch a client sends, before it stores any of them
 - compressed records decompress to at most ``max_uncompressed_bytes``: the bound every
   reader applies (``records.MAX_UNCOMPRESSED_BYTES``), so nothing stored is refused by
   a reader, and a few bytes cannot expand into a memory bomb (``UncompressedSizeError``);
-- each record's length varint is 0..2**31 - 1 and the record ends inside the batch; its
-  attributes byte is 0 (Kafka defines no record attribute); its
-  key, value and headers fill exactly that length; every varint is at most 5 bytes (10
-  for the timestamp delta) and its value fits its Java type, as Kafka's
-  ``ByteUtils.readVarint``/``readVarlong`` require; key and value lengths are -1 (null)
-  or within the record; the header count is 0 or more and no more than the bytes
-  left could hold; a header key is not null and is UTF-8; nothing follows the last
-  record (``MalformedRecordError``, naming the record);
+- each record's length varint is 0..2**31 - 1 and the record ends inside the batch;
+  its attributes byte is 0 (Kafka defines none; kafka-python reads it as a varint);
+  its key, value and headers fill exactly that length; every varint is at most 5 bytes
+  (10 for the timestamp delta) and its value fits its Java type, as Kafka's
+  ``ByteUtils.readVarint``/``readVarlong`` require; key and value lengths are -1
+  (null) or within the record; the header count is 0 or more and no more than the
+  bytes left could hold; a header key is not null and is UTF-8 (our readers decode
+  it); nothing follows the last record (``MalformedRecordError``, naming the record);
 - the header's record count equals the records present (``RecordCountMismatchError``);
 - offset deltas are 0, 1, 2, ... in order, so last offset delta = count - 1
   (``OffsetDeltaError``): offsets are assigned here, densely;
 - every record timestamp (base timestamp + delta) is an int64 and, for a create-time
   batch appended to a create-time log, the header's max timestamp is the largest of
-  them, as Kafka makes it (``MaxTimestampError``). Time lookups and retention trust
-  the max timestamp.
+  them (``MaxTimestampError``; Kafka rewrites a wrong one, Meridian never re-encodes a
+  batch). Time lookups and retention trust the max timestamp.
 
 A follower does not repeat this: it copies bytes its leader validated, and its CRC
 check proves they are those bytes (Kafka's replica appends skip the validator too).
 
 The scan builds no object per record: it walks the varints in place (one- and two-byte
-forms inline, as ``records._decode_records`` does) and slices only header keys it has
-not seen (their UTF-8 check).
+forms inline, as ``records._decode_records`` does); it slices only a record's header
+bytes (headers already seen in the batch are not scanned again) and header keys not
+yet known to be UTF-8.
 
-Thread safety: pure functions; the header-key cache they share with the decoder only
-grows, by whole entries.
+Thread safety: pure functions; the cache of header keys found to be UTF-8 is shared by
+all threads, bounded, and only grows, by whole entries.
 """
 
 from __future__ import annotations
@@ -239,7 +240,11 @@ def _scan_headers(data: bytes, pos: int, stop: int, index: int, seen: set[bytes]
     raw = data[pos:stop]
     if raw in seen:
         return stop
-    u, pos = _uvarint32(data, pos)
+    u = data[pos]
+    if u < 0x80:
+        pos += 1
+    else:
+        u, pos = _uvarint32(data, pos)
     count = (u >> 1) ^ -(u & 1)
     if not 0 <= count <= (stop - pos) // 2:  # each header takes two bytes at least
         raise _RecordFaultError(index, f"header count {count}, {stop - pos} bytes left")
