@@ -17,6 +17,8 @@ from hypothesis import strategies as st
 from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
+from dataplane.client.decoder import decode_records, split_batches
+from dataplane.client.types import RecordSource
 from dataplane.storage.builder import BatchBuilder
 from dataplane.storage.compression import compress
 from dataplane.storage.config import Durability, LogConfig
@@ -49,12 +51,23 @@ def check(batch: bytes, **kwargs: Any) -> None:
 
 
 def readers_agree(batch: bytes) -> int:
-    """Every reader decodes the whole batch; the record count they agree on."""
-    ours = decode_batch(batch)[1]
-    theirs = list(MemoryRecords(batch).next_batch())
-    assert [(r.offset, r.key, r.value) for r in ours] == [
-        (r.offset, r.key, r.value) for r in theirs
+    """Every reader (storage's, the SDK consumer's, kafka-python's) decodes the whole
+    batch, headers included, alike; the record count they agree on."""
+    ours = [
+        (r.offset, r.timestamp, r.key, r.value, list(r.headers)) for r in decode_batch(batch)[1]
     ]
+    sdk = []
+    for fetched in split_batches(batch, 0, ("t", 0)):
+        source = RecordSource("t", 0, (fetched.attributes >> 3) & 1)
+        sdk += [
+            (r.offset, r.timestamp, r.key, r.value, list(r.headers))
+            for r in decode_records(fetched, source)
+        ]
+    theirs = [
+        (r.offset, r.timestamp, r.key, r.value, list(r.headers))
+        for r in MemoryRecords(batch).next_batch()
+    ]
+    assert ours == sdk == theirs
     return len(ours)
 
 
