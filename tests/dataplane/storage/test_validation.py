@@ -281,10 +281,9 @@ def test_the_log_refuses_a_lying_batch_and_stores_nothing_of_the_request(open_lo
 def test_a_followers_copy_is_not_scanned() -> None:
     """A follower copies bytes its leader validated: only header and CRC are checked."""
     view = memoryview(frame(record(0), count=1, max_timestamp=3))
-    kinds = {"max_batch_bytes": 1 << 20, "check_max_timestamp": True}
-    validate_batches(view, client=False, **kinds)
+    validate_batches(view, max_batch_bytes=1 << 20, client=False, check_max_timestamp=True)
     with pytest.raises(MaxTimestampError):
-        validate_batches(view, client=True, **kinds)
+        validate_batches(view, max_batch_bytes=1 << 20, client=True, check_max_timestamp=True)
 
 
 def test_a_log_append_time_log_accepts_any_max_timestamp(open_log) -> None:
