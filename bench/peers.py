@@ -70,6 +70,8 @@ def require(binary: str) -> str:
 
 
 def server_version(binary: str) -> str:
+    if shutil.which(binary) is None:  # only the peers part needs it
+        return "not installed"
     out = subprocess.run([binary, "--version"], capture_output=True, text=True, check=False)
     return (out.stdout or out.stderr).strip().splitlines()[0] if out.returncode == 0 else "?"
 

@@ -22,9 +22,12 @@ the same run on the same file system, and as a ratio to it:
    decoded records.
 6. Record decoding, what a consumer does with fetched bytes: ``records.decode_batches``
    over about 10,000 records in 16 KiB batches, for several record shapes and codecs
-   (records/s of one thread). ``--decode-only`` runs this section alone; it only uses
-   ``decode_batches`` and ``BatchBuilder``, so it also runs against older code (see
-   ``bench/README.md`` for the before/after comparison).
+   (records/s of one thread); and, on the same bytes, the record validation a leader
+   runs on a client's batches before appending them (``log_append.validate_batches``
+   with the record scan of ``validation.py``). ``--decode-only`` runs this section
+   alone; it only uses ``decode_batches`` and ``BatchBuilder`` (and the validation where
+   the code has it), so it also runs against older code (see ``bench/README.md`` for the
+   before/after comparison).
 
 Throughput is in decimal MB/s (10**6 bytes); sizes in KiB/MiB. Where a measurement is
 repeated, the median is printed with the min-max range; a ceiling and the engine figure
@@ -39,6 +42,8 @@ import contextlib
 import datetime
 import gc
 import hashlib
+import importlib
+import importlib.util
 import itertools
 import math
 import os
@@ -932,6 +937,7 @@ class DecodeResult:
     records: int  # per decode_batches call
     payload_bytes: int  # the batches' bytes, as fetched
     runs: Series = field(default_factory=Series)
+    validated: Series = field(default_factory=Series)  # empty in code without validation
 
 
 def decode_input(value_bytes: int, headers: str, codec: Compression) -> tuple[bytes, int]:
@@ -953,21 +959,44 @@ def decode_input(value_bytes: int, headers: str, codec: Compression) -> tuple[by
     return b"".join(parts), count
 
 
+def client_validator() -> Callable[[bytes], object] | None:
+    """What a leader runs on a client's batches before appending them, or None in code
+    older than record validation (``--decode-only`` runs against older code too)."""
+    if importlib.util.find_spec("dataplane.storage.validation") is None:
+        return None
+    validate_batches = importlib.import_module("dataplane.storage.log_append").validate_batches
+
+    def validate(data: bytes) -> object:
+        view = memoryview(data)
+        return validate_batches(
+            view, max_batch_bytes=len(data), client=True, check_max_timestamp=True
+        )
+
+    return validate
+
+
 def run_decoding(reps: int) -> list[DecodeResult]:
-    results = []
+    results, validate = [], client_validator()
     for label, value_bytes, headers, codec in DECODE_SHAPES:
         data, count = decode_input(value_bytes, headers, codec)
         assert len(decode_batches(data)) == count
         result = DecodeResult(label, count, len(data))
         for _ in range(reps):
-            calls, started = 0, time.perf_counter()
-            while time.perf_counter() - started < DECODE_RUN_S:
-                decode_batches(data)
-                calls += 1
-            elapsed = time.perf_counter() - started
-            result.runs.runs.append(Run(elapsed, calls * len(data), calls * count))
+            result.runs.runs.append(time_repeated(decode_batches, data, count))
+            if validate is not None:
+                result.validated.runs.append(time_repeated(validate, data, count))
         results.append(result)
     return results
+
+
+def time_repeated(call: Callable[[bytes], object], data: bytes, count: int) -> Run:
+    """``call(data)`` repeated for ``DECODE_RUN_S``; ``count`` records per call."""
+    calls, started = 0, time.perf_counter()
+    while time.perf_counter() - started < DECODE_RUN_S:
+        call(data)
+        calls += 1
+    elapsed = time.perf_counter() - started
+    return Run(elapsed, calls * len(data), calls * count)
 
 
 def report_decoding(results: list[DecodeResult]) -> bool:
@@ -980,15 +1009,19 @@ def report_decoding(results: list[DecodeResult]) -> bool:
                 num(r.runs.median("records_s")),
                 r.runs.spread("records_s"),
                 num(r.runs.median("mb_s")),
+                num(r.validated.median("records_s")) if r.validated.runs else "-",
+                r.validated.spread("records_s") if r.validated.runs else "-",
             ]
         )
     print_table(
         "6. Record decoding, one thread (records.decode_batches)",
-        ["records", "per call", "records/s", "range", "MB/s in"],
+        ["records", "per call", "records/s", "range", "MB/s in", "validated/s", "range"],
         rows,
     )
     note(f"{DECODE_BATCHES} batches of up to 16 KiB (before compression) per call, keys of")
     note("10 bytes; each run repeats the call for 0.3 s; MB/s in = batch bytes as fetched.")
+    note("validated/s: the same bytes through log_append.validate_batches(client=True),")
+    note("  the record scan a leader runs on a client's batches before appending them.")
     first = results[0].runs.median("records_s")
     return first >= AIM_DECODE_RECORDS_S
 

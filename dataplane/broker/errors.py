@@ -20,11 +20,15 @@ from dataplane.storage.errors import (
     InvalidConfigError,
     InvalidOffsetError,
     InvalidRecordCountError,
+    InvalidTimestampError,
     LogClosedError,
     LogDirOfflineError,
+    MalformedRecordError,
+    MaxTimestampError,
     OffsetOutOfRangeError,
     OversizeBatchError,
     StorageError,
+    UncompressedSizeError,
     UnsupportedCodecError,
 )
 
@@ -33,8 +37,15 @@ log = logging.getLogger(__name__)
 # Most specific first: the first class an exception is an instance of decides.
 STORAGE_ERRORS: tuple[tuple[type[BaseException], int], ...] = (
     (OversizeBatchError, ErrorCode.MESSAGE_TOO_LARGE),
+    (UncompressedSizeError, ErrorCode.MESSAGE_TOO_LARGE),
     (UnsupportedCodecError, ErrorCode.UNSUPPORTED_COMPRESSION_TYPE),
+    # Well-formed records the log does not accept: a count, offsets or timestamps that
+    # disagree with the records (Kafka's INVALID_RECORD).
     (InvalidRecordCountError, ErrorCode.INVALID_RECORD),
+    (InvalidTimestampError, ErrorCode.INVALID_RECORD),
+    (MaxTimestampError, ErrorCode.INVALID_RECORD),
+    # Bytes that do not parse as records: lengths, varints or headers that lie.
+    (MalformedRecordError, ErrorCode.CORRUPT_MESSAGE),
     (CorruptBatchError, ErrorCode.CORRUPT_MESSAGE),
     (InvalidOffsetError, ErrorCode.INVALID_RECORD),
     (OffsetOutOfRangeError, ErrorCode.OFFSET_OUT_OF_RANGE),

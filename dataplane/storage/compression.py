@@ -52,7 +52,8 @@ def compress(codec: Compression, data: bytes) -> bytes:
 
 
 def decompress(codec: Compression, payload: memoryview, limit: int) -> bytes:
-    """``payload`` decompressed; raises one of ``DECOMPRESSION_ERRORS`` past ``limit``."""
+    """``payload`` decompressed; raises ``DecompressionLimitError`` past ``limit`` bytes
+    and another of ``DECOMPRESSION_ERRORS`` when ``payload`` is not valid ``codec``."""
     return _DECOMPRESSORS[codec](payload, limit)
 
 
@@ -160,9 +161,17 @@ def _zstd_context() -> zstandard.ZstdDecompressor:
     return context
 
 
+class DecompressionLimitError(ValueError):
+    """The records would decompress to more than ``limit`` bytes (a bomb, or too big)."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"records decompress to more than {limit} bytes")
+        self.limit = limit
+
+
 def _check_limit(size: int, limit: int) -> None:
     if size > limit:
-        raise ValueError(f"records decompress to more than {limit} bytes")
+        raise DecompressionLimitError(limit)
 
 
 # What the codec libraries raise on bad input, and what our framing checks raise.

@@ -64,12 +64,86 @@ class BatchLengthError(CorruptBatchError):
         self.available = available
 
 
-class TruncatedRecordError(CorruptBatchError):
-    """A record inside the batch ends before its declared fields do."""
+class MalformedRecordError(CorruptBatchError):
+    """A record inside the batch breaks the format: a length or varint out of bounds, a
+    header count or length that does not fit, a header key that is not UTF-8, fields
+    that do not fill the record's length, or bytes after the last record.
+
+    ``record_index`` is the record's place in the batch (0 for the first), when known.
+    """
+
+    def __init__(
+        self, reason: str, *, record_index: int | None = None, **where: int | None
+    ) -> None:
+        super().__init__(reason, **where)
+        self.record_index = record_index
+
+
+class TruncatedRecordError(MalformedRecordError):
+    """A record inside the batch ends before its declared fields do (found reading)."""
 
 
 class InvalidRecordCountError(CorruptBatchError):
     """The header's record count or offset delta disagrees with the records."""
+
+
+class RecordCountMismatchError(InvalidRecordCountError):
+    """The header declares another number of records than the batch holds."""
+
+    def __init__(self, declared: int, present: int, **where: int | None) -> None:
+        super().__init__(f"header declares {declared} records, {present} present", **where)
+        self.declared = declared
+        self.present = present
+
+
+class OffsetDeltaError(InvalidRecordCountError):
+    """Offset deltas are not 0, 1, 2, ... (required where the log assigns offsets).
+
+    ``record_index`` is the record whose delta is out of order, or None when the
+    header's last offset delta disagrees with the record count; ``delta`` the value
+    found and ``expected`` the one required.
+    """
+
+    def __init__(
+        self, record_index: int | None, delta: int, expected: int, **where: int | None
+    ) -> None:
+        what = "last offset delta" if record_index is None else f"record {record_index}'s"
+        suffix = "" if record_index is None else " offset delta"
+        super().__init__(
+            f"{what}{suffix} is {delta}, expected {expected}: offset deltas must be dense",
+            **where,
+        )
+        self.record_index = record_index
+        self.delta = delta
+        self.expected = expected
+
+
+class InvalidTimestampError(CorruptBatchError):
+    """A record's timestamp (base timestamp + delta) does not fit an int64."""
+
+    def __init__(self, timestamp: int, **where: int | None) -> None:
+        super().__init__(f"a record has timestamp {timestamp}, outside int64", **where)
+        self.timestamp = timestamp
+
+
+class MaxTimestampError(CorruptBatchError):
+    """A create-time batch's max timestamp is not the largest of its records'."""
+
+    def __init__(self, declared: int, computed: int, **where: int | None) -> None:
+        super().__init__(
+            f"header max timestamp {declared}, but the records' largest is {computed}", **where
+        )
+        self.declared = declared
+        self.computed = computed
+
+
+class UncompressedSizeError(CorruptBatchError):
+    """Compressed records would decompress to more than the allowed bytes."""
+
+    def __init__(self, codec: str, max_bytes: int, **where: int | None) -> None:
+        super().__init__(f"{codec} records decompress to more than {max_bytes} bytes", **where)
+        self.codec = codec
+        self.max_bytes = max_bytes
 
 
 class OversizeBatchError(CorruptBatchError):

@@ -49,7 +49,7 @@ from dataplane.storage.flush import BACKGROUND_FLUSHER
 from dataplane.storage.log_append import check_follower_offsets, prepare_write, validate_batches
 from dataplane.storage.log_retention import LogRetention
 from dataplane.storage.log_state import wall_clock_ms as wall_clock_ms
-from dataplane.storage.records import BatchHeader
+from dataplane.storage.records import BatchHeader, TimestampType
 from dataplane.storage.recovery import RecoveryReport, load_log
 from dataplane.storage.scan import CorruptRegion
 from dataplane.storage.segment import LogSegment, PlacedBatch, fsync_directory
@@ -167,10 +167,11 @@ class PartitionLog(LogRetention):
         """Validate and append one or more concatenated batches.
 
         Every batch is validated (structure, magic, codec, CRC, ``max_batch_bytes``; and,
-        when offsets are assigned here, that its offset deltas are dense) before any byte
-        is written, so a bad request leaves the log untouched. With ``assign_offsets`` (a
-        leader) the batches get ``[LEO, LEO + n)``; without it (a follower copying a
-        leader) their offsets must start at the LEO. ``leader_epoch`` stamps the partition
+        when offsets are assigned here, every record as Kafka's log validator does, see
+        ``validation.py``) before any byte is written, so a bad request leaves the log
+        untouched. With ``assign_offsets`` (a leader) the batches get ``[LEO, LEO + n)``;
+        without it (a follower copying a leader's validated bytes) their offsets must
+        start at the LEO. ``leader_epoch`` stamps the partition
         leader epoch into each batch header. Returns after the bytes are written and, with
         ``durability=always``, synced.
 
@@ -181,7 +182,12 @@ class PartitionLog(LogRetention):
         """
         view = memoryview(data).cast("B") if not isinstance(data, bytes) else memoryview(data)
         limit = self.config.max_batch_bytes
-        headers = validate_batches(view, max_batch_bytes=limit, dense=assign_offsets)
+        headers = validate_batches(
+            view,
+            max_batch_bytes=limit,
+            client=assign_offsets,
+            check_max_timestamp=self.config.timestamp_type == TimestampType.CREATE_TIME,
+        )
 
         def write() -> tuple[AppendInfo, int]:  # under the append lock
             self._check_writable()

@@ -15,9 +15,10 @@ import struct
 from collections.abc import Callable
 
 from dataplane.storage import records
-from dataplane.storage.errors import CorruptBatchError, InvalidOffsetError, InvalidRecordCountError
+from dataplane.storage.errors import CorruptBatchError, InvalidOffsetError, OffsetDeltaError
 from dataplane.storage.records import BatchHeader, TimestampType
 from dataplane.storage.segment_files import PlacedBatch
+from dataplane.storage.validation import validate_records
 
 _INT64 = struct.Struct(">q")
 _INT32 = struct.Struct(">i")
@@ -25,29 +26,44 @@ _EPOCH_AT = records.PARTITION_LEADER_EPOCH_OFFSET
 
 
 def validate_batches(
-    view: memoryview, *, max_batch_bytes: int, dense: bool
+    view: memoryview, *, max_batch_bytes: int, client: bool, check_max_timestamp: bool
 ) -> list[tuple[int, BatchHeader]]:
     """The position and header of every batch in ``view``, each one validated.
 
-    ``dense`` (offsets assigned by this log) also requires each batch's offset deltas to
-    be dense. Raises on the first invalid batch, or when there is none.
+    Every batch goes through ``records.validate_batch`` (length, magic, size, CRC,
+    codec). ``client`` (a leader appending a client's batches, offsets assigned here)
+    also checks every record (``validation.validate_records``: count, lengths and
+    varints, dense offset deltas, timestamps, ``check_max_timestamp`` for a create-time
+    log); a follower's copies of its leader's batches skip that. Raises on the first
+    invalid batch, or when there is none.
     """
     headers: list[tuple[int, BatchHeader]] = []
     position = 0
     while position < len(view):
         header = records.validate_batch(view, position, max_batch_bytes=max_batch_bytes)
-        if dense and header.last_offset_delta != header.record_count - 1:
-            raise InvalidRecordCountError(
-                f"{header.record_count} records with last offset delta "
-                f"{header.last_offset_delta}: offsets must be dense",
-                position=position,
-                offset=header.base_offset,
-            )
+        if client:
+            _check_client_batch(view, position, header, check_max_timestamp)
         headers.append((position, header))
         position += header.size
     if not headers:
         raise CorruptBatchError("no batch to append", position=0)
     return headers
+
+
+def _check_client_batch(
+    view: memoryview, position: int, header: BatchHeader, check_max_timestamp: bool
+) -> None:
+    # The header alone already refuses a batch claiming more offsets than records
+    # (the cheap test first: it needs no scan of the records).
+    if header.last_offset_delta != header.record_count - 1:
+        raise OffsetDeltaError(
+            None,
+            header.last_offset_delta,
+            header.record_count - 1,
+            position=position,
+            offset=header.base_offset,
+        )
+    validate_records(view, position, header, check_max_timestamp=check_max_timestamp)
 
 
 def check_follower_offsets(headers: list[tuple[int, BatchHeader]], log_end_offset: int) -> None:

@@ -53,7 +53,11 @@ from typing import Any, Final, NamedTuple, TypeAlias
 
 from crc32c import crc32c
 
-from dataplane.storage.compression import DECOMPRESSION_ERRORS, decompress
+from dataplane.storage.compression import (
+    DECOMPRESSION_ERRORS,
+    DecompressionLimitError,
+    decompress,
+)
 from dataplane.storage.compression import Compression as Compression  # re-exported
 from dataplane.storage.errors import (
     BatchLengthError,
@@ -63,6 +67,7 @@ from dataplane.storage.errors import (
     InvalidRecordCountError,
     OversizeBatchError,
     TruncatedRecordError,
+    UncompressedSizeError,
     UnsupportedCodecError,
 )
 
@@ -417,10 +422,11 @@ def decode_batch(
     """Validate, decompress and decode the batch at ``position``.
 
     Raises what ``validate_batch`` raises (the CRC check only with ``verify_crc``);
-    ``CorruptBatchError`` when the records do not decompress or would exceed
-    ``max_uncompressed_bytes``; ``TruncatedRecordError`` when a record overruns its
-    declared length or the batch, has a negative length other than -1, a varint longer
-    than 10 bytes, a header key that is not UTF-8, or bytes trail the last record;
+    ``CorruptBatchError`` when the records do not decompress, ``UncompressedSizeError``
+    when they would exceed ``max_uncompressed_bytes``; ``TruncatedRecordError`` when a
+    record overruns its declared length or the batch, has a negative length other than
+    -1, a varint longer than 10 bytes, a header key that is not UTF-8, or bytes trail
+    the last record;
     ``InvalidRecordCountError`` when the number of records differs from the header's.
 
     ``Record.offset`` is base offset + offset delta; ``Record.timestamp`` is base
@@ -430,7 +436,7 @@ def decode_batch(
     if verify_crc:
         _check_crc(buf, position, header)
     _check_fields(header, position)
-    data = _records_bytes(buf, position, header, max_uncompressed_bytes)
+    data = records_bytes(buf, position, header, max_uncompressed_bytes)
     records: list[Record] = []
     _decode_into(records, data, position, header, {})
     return header, records
@@ -451,7 +457,7 @@ def decode_batches(buf: ReadableBuffer) -> list[Record]:
             records += decode_batch(buf, position)[1]
             header = read_header(buf, position)
         else:
-            data = _records_bytes(buf, position, header, MAX_UNCOMPRESSED_BYTES)
+            data = records_bytes(buf, position, header, MAX_UNCOMPRESSED_BYTES)
             _decode_into(records, data, position, header, header_sets)
         position += header.batch_length + LOG_OVERHEAD
     return records
@@ -499,7 +505,7 @@ def first_offset_at_or_after(
         first = max(base_offset, min_offset)
         found = header.max_timestamp >= timestamp and first <= header.last_offset
         return first if found else None
-    data = _records_bytes(buf, position, header, MAX_UNCOMPRESSED_BYTES)
+    data = records_bytes(buf, position, header, MAX_UNCOMPRESSED_BYTES)
     base_timestamp, slow = header.base_timestamp, _read_uvarint
     pos, end = 0, len(data)
     try:
@@ -532,7 +538,12 @@ def first_offset_at_or_after(
     return None
 
 
-def _records_bytes(buf: ReadableBuffer, position: int, header: BatchHeader, limit: int) -> bytes:
+def records_bytes(buf: ReadableBuffer, position: int, header: BatchHeader, limit: int) -> bytes:
+    """The records of the batch at ``position``, decompressed to at most ``limit`` bytes.
+
+    Raises ``UncompressedSizeError`` past ``limit``, ``CorruptBatchError`` when the
+    records do not decompress.
+    """
     with memoryview(buf) as view:
         payload = view[position + RECORDS_OFFSET : position + header.size]
         if not header.attributes & COMPRESSION_MASK:
@@ -540,6 +551,10 @@ def _records_bytes(buf: ReadableBuffer, position: int, header: BatchHeader, limi
         codec = header.compression
         try:
             return decompress(codec, payload, limit)
+        except DecompressionLimitError as err:
+            raise UncompressedSizeError(
+                codec.name.lower(), err.limit, position=position, offset=header.base_offset
+            ) from None
         except DECOMPRESSION_ERRORS as err:
             raise CorruptBatchError(
                 f"cannot decompress {codec.name.lower()} records: {err}",
@@ -548,7 +563,7 @@ def _records_bytes(buf: ReadableBuffer, position: int, header: BatchHeader, limi
             ) from None
 
 
-_ZIGZAG: Final = tuple((u >> 1) ^ -(u & 1) for u in range(1 << 14))
+ZIGZAG: Final = tuple((u >> 1) ^ -(u & 1) for u in range(1 << 14))
 """Zigzag decoding of every one- and two-byte varint value (index: the raw value)."""
 _HEADER_SETS_KEPT: Final = 256
 
@@ -571,7 +586,7 @@ def _decode_records(
     ``header_sets`` maps the raw bytes of a record's headers, once decoded, to their
     (immutable, hence shareable) tuple, so repeated ones are not decoded again.
     """
-    zigzag, slow, new, add, cls = _ZIGZAG, _read_uvarint, tuple.__new__, out.append, Record
+    zigzag, slow, new, add, cls = ZIGZAG, _read_uvarint, tuple.__new__, out.append, Record
     pos, end, first = 0, len(data), len(out)
     try:
         while pos < end:

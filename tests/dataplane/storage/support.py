@@ -1,14 +1,25 @@
-"""Helpers for storage tests: deterministic batches, a manual clock, crash copies."""
+"""Helpers for storage tests: deterministic batches, hand-framed batches that lie, a
+manual clock, crash copies."""
 
 from __future__ import annotations
 
+import struct
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from crc32c import crc32c
+from kafka.record.util import encode_varint
+
 from dataplane.storage.builder import BatchBuilder
 from dataplane.storage.log import PartitionLog
-from dataplane.storage.records import Compression, Record, decode_batches
+from dataplane.storage.records import (
+    HEADER_SIZE,
+    LOG_OVERHEAD,
+    Compression,
+    Record,
+    decode_batches,
+)
 
 
 class ManualClock:
@@ -67,3 +78,57 @@ def crash_copy(log: PartitionLog, target: Path) -> Path:
 
     shutil.copytree(log.directory, target)
     return target
+
+
+# --- hand-framed batches: each field honest unless a test makes it lie ----------------
+
+BASE_TS = 1_700_000_000_000
+INT32_MAX = 2**31 - 1
+
+
+def varint(value: int) -> bytes:
+    out = bytearray()
+    encode_varint(value, out.append)
+    return bytes(out)
+
+
+def record(
+    offset_delta: int,
+    *,
+    ts_delta: int = 0,
+    key: bytes | None = None,
+    value: bytes | None = b"v",
+    headers: bytes = b"\x00",
+    length: int | None = None,
+) -> bytes:
+    """One record: its fields encoded honestly unless given raw (``headers``, ``length``)."""
+    body = b"\x00" + varint(ts_delta) + varint(offset_delta)
+    for field in (key, value):
+        body += varint(-1) if field is None else varint(len(field)) + field
+    body += headers
+    return varint(len(body) if length is None else length) + body
+
+
+def frame(
+    payload: bytes,
+    *,
+    count: int,
+    last_offset_delta: int | None = None,
+    max_timestamp: int | None = None,
+    base_timestamp: int = BASE_TS,
+    attributes: int = 0,
+) -> bytes:
+    """A batch around ``payload`` (raw record bytes) with the given header and a valid CRC."""
+    fields = (
+        attributes,
+        count - 1 if last_offset_delta is None else last_offset_delta,
+        base_timestamp,
+        base_timestamp if max_timestamp is None else max_timestamp,
+        -1,
+        -1,
+        -1,
+        count,
+    )
+    covered = struct.pack(">hiqqqhii", *fields) + payload
+    length = HEADER_SIZE - LOG_OVERHEAD + len(payload)
+    return struct.pack(">qiibI", 0, length, -1, 2, crc32c(covered)) + covered
