@@ -141,12 +141,16 @@ def client_with(roles: dict[str, str] | None = None, admin: bool = False) -> Any
     from django.test import Client
 
     from controlplane.accounts.identity import get_identity
+    from controlplane.accounts.local import group_path
+    from controlplane.tenants.models import Tenant
 
     identity: Any = get_identity()
     token = identity.issue_token(
         subject=f"bench-{'admin' if admin else 'dev'}",
         username="bench-admin" if admin else "bench-dev",
-        groups=[f"/tenants/{slug}/{role}" for slug, role in (roles or {}).items()],
+        groups=[
+            group_path(Tenant.objects.get(slug=slug), role) for slug, role in (roles or {}).items()
+        ],
         realm_roles=["platform-admin"] if admin else [],
     )
     return Client(HTTP_AUTHORIZATION=f"Bearer {token}")

@@ -1,11 +1,15 @@
 """Keycloak as the identity provider (DESIGN decision 7), through python-keycloak.
 
-Layout in the realm ``settings.KEYCLOAK_REALM``: a group ``/tenants/<slug>`` per tenant
-with subgroups ``tenant-admin``, ``developer`` and ``viewer``; a member is a user in one
-of them; a service account is a confidential client ``<slug>--<name>`` (client
-credentials only, tagged with the attribute ``meridian.tenant``) whose service-account
-user sits in the role's group. The realm itself is set up by ``bootstrap_identity``
-(``controlplane.accounts.keycloak_setup``)."""
+Layout in the realm ``settings.KEYCLOAK_REALM``: a group ``/tenants/<slug>@<tenant uid>``
+per tenant (the tenant's immutable id in the name, so the ``groups`` claim names the
+tenant for ever, not just its slug) with subgroups ``tenant-admin``, ``developer`` and
+``viewer``; a member is a user in one of them; a service account is a confidential
+client ``<slug>--<name>`` (client credentials only, tagged with the attributes
+``meridian.tenant`` and ``meridian.tenant_id``, and a hard-coded ``account_id`` claim:
+the account's immutable id) whose service-account user sits in the role's group.
+Deprovisioning a tenant deletes its clients (with their service-account users) and its
+group (every member loses the roles). The realm itself is set up by
+``bootstrap_identity`` (``controlplane.accounts.keycloak_setup``)."""
 
 from __future__ import annotations
 
@@ -29,6 +33,8 @@ if TYPE_CHECKING:
     from controlplane.tenants.models import Tenant
 
 TENANT_ATTRIBUTE = "meridian.tenant"
+TENANT_ID_ATTRIBUTE = "meridian.tenant_id"
+ACCOUNT_CLAIM = "account_id"
 NEW_USER_ACTIONS = ["VERIFY_EMAIL", "UPDATE_PASSWORD"]
 HTTP_TIMEOUT_S = 10
 
@@ -164,14 +170,17 @@ class KeycloakIdentity:
 
     def deprovision_tenant(self, tenant: Tenant) -> None:
         """Deletes the tenant's service-account clients and its groups (members lose
-        their role there; the users stay, they may belong to other tenants)."""
+        their role there; the users stay, they may belong to other tenants). A client
+        tagged with the slug but another tenant's id is left alone; one tagged with the
+        slug alone (made before ids) is the tenant's."""
         with self.admin(f"deprovision tenant {tenant.slug}") as admin:
             for client in admin.get_clients():
-                if (client.get("attributes") or {}).get(TENANT_ATTRIBUTE) == tenant.slug:
+                if _client_of(client, tenant):
                     self._delete_client(admin, str(client["id"]))
-            group = self._group_id(admin, tenant_group_path(tenant))
-            if group is not None:
-                self._delete_group(admin, group)
+            for path in (tenant_group_path(tenant), LEGACY_GROUP_PREFIX + tenant.slug):
+                group = self._group_id(admin, path)
+                if group is not None:
+                    self._delete_group(admin, group)
 
     @staticmethod
     def _delete_group(admin: KeycloakAdmin, group_id: str) -> None:
@@ -242,7 +251,11 @@ class KeycloakIdentity:
             "standardFlowEnabled": False,
             "implicitFlowEnabled": False,
             "directAccessGrantsEnabled": False,
-            "attributes": {TENANT_ATTRIBUTE: account.tenant.slug},
+            "attributes": {
+                TENANT_ATTRIBUTE: account.tenant.slug,
+                TENANT_ID_ATTRIBUTE: str(account.tenant.uid),
+            },
+            "protocolMappers": [_account_claim_mapper(account)],
         }
 
     def rotate_service_account_secret(self, account: ServiceAccount) -> str:
@@ -268,3 +281,33 @@ class KeycloakIdentity:
         except KeycloakError as exc:
             if not is_not_found(exc):
                 raise
+
+
+LEGACY_GROUP_PREFIX = "/tenants/"  # + slug: a tenant's group before ids were in its name
+
+
+def _client_of(client: dict[str, Any], tenant: Tenant) -> bool:
+    """Whether a Keycloak client is one of ``tenant``'s service accounts."""
+    attributes = client.get("attributes") or {}
+    if attributes.get(TENANT_ATTRIBUTE) != tenant.slug:
+        return False
+    tenant_id = attributes.get(TENANT_ID_ATTRIBUTE)
+    return tenant_id is None or tenant_id == str(tenant.uid)
+
+
+def _account_claim_mapper(account: ServiceAccount) -> dict[str, Any]:
+    """Puts the account's immutable id in its access tokens (``account_id``): the API
+    and the brokers refuse the token once the account is gone."""
+    return {
+        "name": "meridian-account-id",
+        "protocol": "openid-connect",
+        "protocolMapper": "oidc-hardcoded-claim-mapper",
+        "config": {
+            "claim.name": ACCOUNT_CLAIM,
+            "claim.value": str(account.uid),
+            "jsonType.label": "String",
+            "access.token.claim": "true",
+            "id.token.claim": "false",
+            "userinfo.token.claim": "false",
+        },
+    }

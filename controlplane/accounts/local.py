@@ -1,7 +1,8 @@
 """The control plane's own issuer (DESIGN decision 7, the embedded demo where no
 Keycloak runs). Its RSA keys live in the database (``SigningKey``); its JWKS is served at
 ``/api/v1/auth/jwks.json``; service accounts get tokens from ``/api/v1/auth/token`` with
-the client-credentials grant. Tokens carry the same claims as Keycloak's."""
+the client-credentials grant. Tokens carry the same claims as Keycloak's
+(``dataplane.client.claims``); a service account's also its ``account_id``."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from django.db import transaction
 
 from controlplane.accounts import internal, signing_keys
 from controlplane.accounts.tokens import InvalidToken, JwksCache, verify_rs256
+from dataplane.client.claims import tenant_group
 
 if TYPE_CHECKING:
     from controlplane.accounts.models import ServiceAccount
@@ -147,7 +149,11 @@ class LocalIdentity:
             username=SERVICE_ACCOUNT_USER_PREFIX + account.client_id,
             groups=[group_path(account.tenant, account.role)],
             ttl_s=ttl_s,
-            extra={"azp": account.client_id, "client_id": account.client_id},
+            extra={
+                "azp": account.client_id,
+                "client_id": account.client_id,
+                "account_id": str(account.uid),
+            },
         )
         return token, ttl_s
 
@@ -215,7 +221,8 @@ def secret_matches(secret: str, stored: str) -> bool:
 
 
 def tenant_group_path(tenant: Tenant) -> str:
-    return f"/tenants/{tenant.slug}"
+    """``/tenants/<slug>@<uid>``: the slug for people, the immutable id for the checks."""
+    return tenant_group(tenant.slug, str(tenant.uid))
 
 
 def group_path(tenant: Tenant, role: str) -> str:

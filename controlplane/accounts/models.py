@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import uuid
+
 from django.db import models
 
 from controlplane.core.models import StatusModel, TimestampedModel
@@ -11,12 +13,15 @@ class ServiceAccount(StatusModel):
     """A tenant's machine identity: an OAuth client-credentials client in the IdP
     (``client_id`` ``<tenant>--<name>``). The secret is shown once, at creation and at
     rotation; the control plane keeps only its SHA-256 digest (local issuer) or nothing
-    (Keycloak)."""
+    (Keycloak). ``uid`` is the account's immutable id, the ``account_id`` claim of its
+    tokens: a later account of the same name has another, so a deleted account's tokens
+    never pass for it."""
 
     tenant = models.ForeignKey(
         "tenants.Tenant", on_delete=models.CASCADE, related_name="service_accounts"
     )
     name = models.CharField(max_length=32, validators=[slug_validator])
+    uid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     description = models.CharField(max_length=500, blank=True, default="")
     role = models.CharField(max_length=16, choices=Role.choices, default=Role.DEVELOPER)
     client_id = models.CharField(max_length=80, unique=True, editable=False)

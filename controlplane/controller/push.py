@@ -4,6 +4,11 @@ Calls run concurrently (gRPC futures) with a deadline each; an answer is the bro
 heartbeat, a failure a typed ``MeridianError``. Channels are kept per address and
 reconnect quickly: a restarted broker is heard from at the next tick rather than after
 gRPC's default reconnect backoff (up to two minutes).
+
+Every push also lists the platform's live identities (``with_identities``): each tenant
+not being deleted, with its immutable id and its service accounts' ids, so the brokers
+refuse a deleted tenant's or service account's tokens from the next push on (within a
+controller tick) rather than when the tokens expire.
 """
 
 from __future__ import annotations
@@ -14,7 +19,10 @@ from dataclasses import dataclass
 import grpc
 
 from controlplane.accounts.internal import broker_channel
+from controlplane.accounts.models import ServiceAccount
+from controlplane.core.choices import ProvisioningStatus
 from controlplane.regions.models import Broker
+from controlplane.tenants.models import Tenant
 from dataplane._gen.meridian.v1 import admin_pb2, admin_pb2_grpc
 from dataplane.client.connection import CHANNEL_OPTIONS
 from dataplane.errors import ErrorCode, MeridianError, error_from_rpc
@@ -48,7 +56,9 @@ class MetadataPusher:
     def push(
         self, brokers: Iterable[Broker], request: admin_pb2.UpdateMetadataRequest
     ) -> dict[int, PushOutcome]:
-        """``request`` to every addressed broker; outcomes by ``Broker.pk``."""
+        """``request`` (with the live identities) to every addressed broker; outcomes by
+        ``Broker.pk``."""
+        with_identities(request)
         calls = {
             broker.pk: self._stub(broker.address).UpdateMetadata.future(
                 request, timeout=self.timeout_s
@@ -74,3 +84,22 @@ class MetadataPusher:
         for channel, _ in self._stubs.values():
             channel.close()
         self._stubs.clear()
+
+
+def with_identities(request: admin_pb2.UpdateMetadataRequest) -> None:
+    """Set ``request``'s live identities (``tenants``, ``identities_listed``), ordered
+    so that an unchanged push encodes the same bytes."""
+    accounts: dict[int, list[str]] = {}
+    for tenant_id, uid in ServiceAccount.objects.order_by("uid").values_list("tenant_id", "uid"):
+        accounts.setdefault(tenant_id, []).append(str(uid))
+    tenants = (
+        Tenant.objects.exclude(status=ProvisioningStatus.DELETING)
+        .order_by("slug")
+        .values_list("pk", "slug", "uid")
+    )
+    del request.tenants[:]
+    request.tenants.extend(
+        admin_pb2.TenantIdentity(slug=slug, id=str(uid), service_accounts=accounts.get(pk, []))
+        for pk, slug, uid in tenants
+    )
+    request.identities_listed = True

@@ -2,21 +2,26 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from controlplane.tenants.choices import PLATFORM_ADMIN_ROLE, Role
+from dataplane.client.claims import TokenClaims
 
-TENANT_GROUP_PREFIX = "/tenants/"
 _RANK = {Role.VIEWER: 1, Role.DEVELOPER: 2, Role.TENANT_ADMIN: 3}
 
 
 @dataclass(frozen=True)
 class Actor:
     """An authenticated caller. ``roles`` maps tenant slug to the caller's role there,
-    read from the token's ``groups`` claim (``/tenants/<slug>/<role>``); platform admins
-    hold the realm role ``platform-admin``."""
+    read from the token's ``groups`` claim (``/tenants/<slug>@<tenant uid>/<role>``,
+    ``dataplane.client.claims``), and ``tenant_ids`` the same slugs to the tenant ids the
+    token names; platform admins hold the realm role ``platform-admin``; ``account_id``
+    is the service account a token was issued to. ``from_claims`` raises
+    ``MalformedClaims`` when a claim has the wrong type; the authentication keeps only
+    the roles of live tenants (``only_in``)."""
 
     subject: str
     name: str
@@ -24,6 +29,8 @@ class Actor:
     platform_admin: bool = False
     kind: str = "user"  # user | service | system
     claims: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    tenant_ids: Mapping[str, str] = field(default_factory=dict)
+    account_id: str = ""
 
     is_authenticated = True  # what DRF asks of request.user
 
@@ -33,27 +40,29 @@ class Actor:
 
     @classmethod
     def from_claims(cls, claims: Mapping[str, Any]) -> Actor:
-        roles: dict[str, str] = {}
-        for group in claims.get("groups") or []:
-            if not isinstance(group, str) or not group.startswith(TENANT_GROUP_PREFIX):
-                continue
-            parts = group[len(TENANT_GROUP_PREFIX) :].split("/")
-            if len(parts) == 2 and parts[1] in _RANK:
-                slug, role = parts
-                current = roles.get(slug)
-                if current is None or _RANK[Role(role)] > _RANK[Role(current)]:
-                    roles[slug] = role
-        realm_roles = (claims.get("realm_access") or {}).get("roles") or []
-        username = claims.get("preferred_username") or claims.get("azp") or claims["sub"]
-        is_service = str(username).startswith("service-account-") or "client_id" in claims
+        parsed = TokenClaims.parse(claims)
+        username = parsed.username or parsed.client_id or parsed.subject
+        is_service = username.startswith("service-account-") or "client_id" in claims
         return cls(
-            subject=str(claims["sub"]),
-            name=str(username),
-            roles=roles,
-            platform_admin=PLATFORM_ADMIN_ROLE in realm_roles,
-            kind="service" if is_service else "user",
+            subject=parsed.subject,
+            name=username,
+            roles={slug: held.role for slug, held in parsed.tenants.items()},
+            platform_admin=PLATFORM_ADMIN_ROLE in parsed.realm_roles,
+            kind="service" if is_service or parsed.account_id else "user",
             claims=claims,
+            tenant_ids={slug: held.tenant_id for slug, held in parsed.tenants.items()},
+            account_id=parsed.account_id,
         )
+
+    def only_in(self, tenants: Mapping[str, str]) -> Actor:
+        """This actor with the roles of the tenants whose id is not the one ``tenants``
+        (slug -> live tenant uid) gives dropped."""
+        roles = {
+            slug: role
+            for slug, role in self.roles.items()
+            if tenants.get(slug) == self.tenant_ids.get(slug)
+        }
+        return self if len(roles) == len(self.roles) else dataclasses.replace(self, roles=roles)
 
     def role_in(self, tenant_slug: str) -> str | None:
         return self.roles.get(tenant_slug)

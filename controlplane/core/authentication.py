@@ -1,7 +1,16 @@
 """``Authorization: Bearer <jwt>``: verified offline against the identity provider's
 JWKS (Keycloak's, or the local issuer's); the request's user becomes an ``Actor``.
-A refused token is a 401; an issuer whose keys cannot be fetched at all is a 503
-(``Unavailable``, raised through)."""
+
+The token must also still name live identities, checked in the database at every
+request: a role counts only in a tenant that exists (not being deleted) with the id the
+token names (a deleted tenant's tokens never act in a later tenant of the same slug),
+and a service account's token (``account_id``) only while its account exists. A token
+whose every tenant is so dropped, or whose account is gone, is refused, with one message
+whether the tenant was deleted, replaced or never existed.
+
+A refused token — forged, expired, a claim of the wrong type, no live identity — is a
+401; an issuer whose keys cannot be fetched at all is a 503 (``Unavailable``, raised
+through)."""
 
 from __future__ import annotations
 
@@ -11,6 +20,11 @@ from rest_framework import authentication, exceptions
 from rest_framework.request import Request
 
 from controlplane.core.actors import Actor
+from controlplane.core.choices import ProvisioningStatus
+from dataplane.client.claims import MalformedClaims
+
+NO_LIVE_TENANT = "invalid token: the token names no live tenant"
+NO_LIVE_ACCOUNT = "invalid token: the token's service account no longer exists"
 
 
 class BearerTokenAuthentication(authentication.BaseAuthentication):
@@ -27,9 +41,31 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
 
         try:
             claims: dict[str, Any] = get_identity().verify(token.strip())
-        except InvalidToken as exc:
+            actor = Actor.from_claims(claims)
+        except (InvalidToken, MalformedClaims) as exc:
             raise exceptions.AuthenticationFailed(f"invalid token: {exc}") from exc
-        return Actor.from_claims(claims), token
+        return live_actor(actor), token
 
     def authenticate_header(self, request: Request) -> str:
         return f'{self.keyword} realm="meridian"'
+
+
+def live_actor(actor: Actor) -> Actor:
+    """``actor`` with only its live tenants' roles; ``AuthenticationFailed`` when its
+    service account is gone or it named tenants and none is live."""
+    from controlplane.accounts.models import ServiceAccount
+    from controlplane.tenants.models import Tenant
+
+    if actor.account_id and not ServiceAccount.objects.filter(uid=actor.account_id).exists():
+        raise exceptions.AuthenticationFailed(NO_LIVE_ACCOUNT)
+    if not actor.roles:
+        return actor
+    live = (
+        Tenant.objects.filter(slug__in=list(actor.roles))
+        .exclude(status=ProvisioningStatus.DELETING)
+        .values_list("slug", "uid")
+    )
+    bound = actor.only_in({slug: str(uid) for slug, uid in live})
+    if not bound.roles and not actor.platform_admin:
+        raise exceptions.AuthenticationFailed(NO_LIVE_TENANT)
+    return bound

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import uuid
+
 from django.core.validators import RegexValidator
 from django.db import models
 
@@ -18,9 +20,13 @@ slug_validator = RegexValidator(
 
 
 class Tenant(StatusModel):
-    """A customer of the platform. Its slug prefixes every topic name (``<slug>.<topic>``)."""
+    """A customer of the platform. Its slug prefixes every topic name (``<slug>.<topic>``);
+    its ``uid`` is what identifies it for ever: every credential names it (the IdP group
+    ``/tenants/<slug>@<uid>``), so a later tenant that takes the slug of a deleted one
+    shares none of its credentials."""
 
     slug = models.CharField(max_length=32, unique=True, validators=[slug_validator])
+    uid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     name = models.CharField(max_length=200)
     home_region = models.ForeignKey(
         "regions.Region", null=True, blank=True, on_delete=models.PROTECT, related_name="tenants"

@@ -111,7 +111,7 @@ class BrokerApp:
         self._produce: ProduceHandler | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._opened = False
-        self.authenticator = build_authenticator(config)
+        self.authenticator = build_authenticator(config, lambda: self.pushed.current)
         self._acl_index: tuple[Any, dict[str, list[Any]]] = (None, {})
         self.authorizer = Authorizer(self._topic_acls) if self.authenticator else ALLOW_ALL
         if self.authenticator is None:

@@ -16,6 +16,7 @@ from rest_framework.test import APIClient
 
 from controlplane.accounts.identity import LocalIdentity, get_identity, reset_identity
 from controlplane.tenants.choices import PLATFORM_ADMIN_ROLE
+from dataplane.client.claims import tenant_group
 
 ClientFactory = Callable[..., APIClient]
 
@@ -30,6 +31,14 @@ def local_identity(settings) -> LocalIdentity:  # type: ignore[no-untyped-def]
     reset_identity()
 
 
+def tenant_uid(slug: str) -> str:
+    """The id of the live tenant ``slug``; a made-up one when there is none."""
+    from controlplane.tenants.models import Tenant
+
+    uid = Tenant.objects.filter(slug=slug).values_list("uid", flat=True).first()
+    return str(uid or uuid.uuid4())
+
+
 def token_for(
     identity: LocalIdentity,
     *,
@@ -39,7 +48,9 @@ def token_for(
     **kwargs: object,
 ) -> str:
     username = username or f"user-{uuid.uuid4().hex[:8]}"
-    groups = [f"/tenants/{slug}/{role}" for slug, role in (roles or {}).items()]
+    groups = [
+        f"{tenant_group(slug, tenant_uid(slug))}/{role}" for slug, role in (roles or {}).items()
+    ]
     return identity.issue_token(
         subject=str(uuid.uuid5(uuid.NAMESPACE_URL, username)),
         username=username,

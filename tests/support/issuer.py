@@ -1,6 +1,7 @@
 """A token issuer for broker tests: real RSA keys, a JWKS and a client-credentials token
 endpoint served over HTTP on 127.0.0.1, tokens in the control plane's claim layout
-(``groups`` ``/tenants/<slug>/<role>``, ``realm_access.roles``, ``azp``).
+(``groups`` ``/tenants/<slug>@<tenant id>/<role>``, ``realm_access.roles``, ``azp``;
+a tenant's id is ``tenant_id(slug)`` unless a test names another).
 
     with TestIssuer() as issuer:
         issuer.jwks_url, issuer.token_url, issuer.issuer
@@ -30,8 +31,15 @@ import jwt
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from dataplane.client.claims import tenant_group
+
 AUDIENCE = "meridian"
 INTERNAL_ROLE = "meridian-internal"
+
+
+def tenant_id(slug: str) -> str:
+    """The id ``TestIssuer`` gives tenant ``slug`` by default (the same every run)."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"meridian-tenant:{slug}"))
 
 
 def new_key() -> rsa.RSAPrivateKey:
@@ -92,8 +100,11 @@ class TestIssuer:
         subject: str | None = None,
         realm_roles: list[str] | None = None,
         ttl_s: int = 600,
+        tenant_ids: dict[str, str] | None = None,
+        account_id: str | None = None,
     ) -> dict[str, Any]:
         now = int(time.time())
+        ids = {slug: tenant_id(slug) for slug in tenants or {}} | (tenant_ids or {})
         return {
             "iss": self.issuer,
             "sub": subject or str(uuid.uuid5(uuid.NAMESPACE_URL, client_id)),
@@ -103,8 +114,11 @@ class TestIssuer:
             "jti": uuid.uuid4().hex,
             "azp": client_id,
             "preferred_username": f"service-account-{client_id}",
-            "groups": [f"/tenants/{slug}/{role}" for slug, role in (tenants or {}).items()],
+            "groups": [
+                f"{tenant_group(slug, ids[slug])}/{role}" for slug, role in (tenants or {}).items()
+            ],
             "realm_access": {"roles": realm_roles or []},
+            **({"account_id": account_id} if account_id else {}),
         }
 
     def sign(self, claims: dict[str, Any], key: Any = None, kid: str | None = None) -> str:

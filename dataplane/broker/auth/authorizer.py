@@ -25,7 +25,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from dataplane.broker.auth.principal import DEVELOPER, TENANT_ADMIN, VIEWER, Principal, current
+from dataplane.broker.auth.principal import Principal, current
+from dataplane.client.claims import DEVELOPER, TENANT_ADMIN, VIEWER
 from dataplane.errors import ErrorCode, MeridianError
 
 PRODUCE, CONSUME, ADMIN, DESCRIBE = "produce", "consume", "admin", "describe"

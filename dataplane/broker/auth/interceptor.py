@@ -22,6 +22,7 @@ from typing import Any
 import grpc
 import grpc.aio
 
+from dataplane.broker.auth.identities import LiveIdentities
 from dataplane.broker.auth.principal import Principal, reset_current, set_current
 from dataplane.broker.auth.verifier import InvalidToken, JwksUnavailable, TokenVerifier
 from dataplane.broker.errors import abort
@@ -50,8 +51,14 @@ def bearer_token(metadata: Any) -> str:
 class Authenticator:
     """Verifies a call's token into a ``Principal`` (see the module docstring)."""
 
-    def __init__(self, verifier: TokenVerifier, threads: int = 2) -> None:
+    def __init__(
+        self,
+        verifier: TokenVerifier,
+        threads: int = 2,
+        identities: Callable[[], LiveIdentities | None] = lambda: None,
+    ) -> None:
         self.verifier = verifier
+        self.identities = identities
         self._executor = ThreadPoolExecutor(threads, thread_name_prefix="broker-auth")
 
     async def authenticate(self, method: str, metadata: Any) -> Principal:
@@ -65,6 +72,7 @@ class Authenticator:
                 raise MeridianError(ErrorCode.UNAUTHENTICATED, str(exc)) from None
             except JwksUnavailable as exc:
                 raise MeridianError(ErrorCode.BROKER_NOT_AVAILABLE, str(exc)) from None
+        principal = self._bind(principal)
         if method.startswith(INTERNAL_SERVICES) and not principal.internal:
             raise MeridianError(
                 ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
@@ -72,6 +80,17 @@ class Authenticator:
                 " lacks the internal role",
             )
         return principal
+
+    def _bind(self, principal: Principal) -> Principal:
+        """The principal as the live identities admit it (every call: a deletion takes
+        effect at the next push, although the verified token stays cached)."""
+        live = self.identities()
+        if live is None:
+            return principal
+        try:
+            return live.bind(principal)
+        except InvalidToken as exc:
+            raise MeridianError(ErrorCode.UNAUTHENTICATED, str(exc)) from None
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)

@@ -1,11 +1,13 @@
 """Who is calling a broker: the ``Principal`` a verified token describes.
 
-The claim layout is the control plane's (``controlplane/core/actors.py``), the same for
-Keycloak's tokens and the local issuer's: ``groups`` holds ``/tenants/<slug>/<role>``
-paths (roles ``tenant-admin``, ``developer``, ``viewer``), ``realm_access.roles`` holds
-``platform-admin`` for operators and the internal role (``meridian-internal`` by default)
-for the control plane's and the brokers' own service accounts; ``azp`` names the client
-that obtained the token.
+The claim layout is ``dataplane.client.claims`` (the control plane's, the same for
+Keycloak's tokens and the local issuer's): ``groups`` holds
+``/tenants/<slug>@<tenant id>/<role>`` paths (roles ``tenant-admin``, ``developer``,
+``viewer``), ``realm_access.roles`` holds ``platform-admin`` for operators and the
+internal role (``meridian-internal`` by default) for the control plane's and the
+brokers' own service accounts; ``azp`` names the client that obtained the token and
+``account_id`` the service account it was issued to. A claim of the wrong type is
+``MalformedClaims``.
 
 The principal of the call being served lives in a context variable (``current()``);
 None means authentication is off.
@@ -14,20 +16,20 @@ None means authentication is off.
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-TENANT_GROUP_PREFIX = "/tenants/"
-PLATFORM_ADMIN_ROLE = "platform-admin"
-TENANT_ADMIN, DEVELOPER, VIEWER = "tenant-admin", "developer", "viewer"
-_RANK = {VIEWER: 1, DEVELOPER: 2, TENANT_ADMIN: 3}
+from dataplane.client.claims import PLATFORM_ADMIN_ROLE, TokenClaims
 
 
 @dataclass(frozen=True)
 class Principal:
     """An authenticated caller. ``roles`` maps tenant slug to the strongest role held
-    there; ``expires_at`` is the token's ``exp`` (seconds since the epoch)."""
+    there and ``tenant_ids`` the same slugs to the tenant ids the token names;
+    ``account_id`` is the service account's id (empty for people and internal clients);
+    ``expires_at`` is the token's ``exp`` (seconds since the epoch)."""
 
     subject: str
     client_id: str = ""
@@ -35,41 +37,43 @@ class Principal:
     platform_admin: bool = False
     internal: bool = False
     expires_at: float = 0.0
+    tenant_ids: Mapping[str, str] = field(default_factory=dict)
+    account_id: str = ""
 
     @classmethod
     def from_claims(cls, claims: Mapping[str, Any], *, internal_role: str) -> Principal:
-        realm_roles = (claims.get("realm_access") or {}).get("roles") or []
+        """``MalformedClaims`` when a claim has the wrong type."""
+        parsed = TokenClaims.parse(claims)
         return cls(
-            subject=str(claims["sub"]),
-            client_id=str(claims.get("azp") or claims.get("client_id") or ""),
-            roles=tenant_roles(claims.get("groups") or []),
-            platform_admin=PLATFORM_ADMIN_ROLE in realm_roles,
-            internal=internal_role in realm_roles,
-            expires_at=float(claims["exp"]),
+            subject=parsed.subject,
+            client_id=parsed.client_id,
+            roles={slug: held.role for slug, held in parsed.tenants.items()},
+            platform_admin=PLATFORM_ADMIN_ROLE in parsed.realm_roles,
+            internal=internal_role in parsed.realm_roles,
+            expires_at=parsed.expires_at,
+            tenant_ids={slug: held.tenant_id for slug, held in parsed.tenants.items()},
+            account_id=parsed.account_id,
         )
 
     def role_in(self, tenant: str) -> str | None:
         return self.roles.get(tenant)
 
+    def only_in(self, tenants: Mapping[str, str]) -> Principal:
+        """This principal with the roles of the tenants whose id is not the one
+        ``tenants`` (slug -> live tenant id) gives dropped."""
+        roles = {
+            slug: role
+            for slug, role in self.roles.items()
+            if tenants.get(slug) == self.tenant_ids.get(slug)
+        }
+        if len(roles) == len(self.roles):
+            return self
+        return dataclasses.replace(self, roles=roles)
+
     @property
     def names(self) -> tuple[str, ...]:
         """What an ACL entry's ``principal`` may name: the client id or the subject."""
         return tuple(name for name in (self.client_id, self.subject) if name)
-
-
-def tenant_roles(groups: Any) -> dict[str, str]:
-    """Tenant slug -> strongest role, from ``/tenants/<slug>/<role>`` group paths."""
-    roles: dict[str, str] = {}
-    for group in groups:
-        if not isinstance(group, str) or not group.startswith(TENANT_GROUP_PREFIX):
-            continue
-        parts = group[len(TENANT_GROUP_PREFIX) :].split("/")
-        if len(parts) == 2 and parts[1] in _RANK:
-            slug, role = parts
-            current = roles.get(slug)
-            if current is None or _RANK[role] > _RANK[current]:
-                roles[slug] = role
-    return roles
 
 
 _current: contextvars.ContextVar[Principal | None] = contextvars.ContextVar(

@@ -4,8 +4,9 @@
 RS256 (``none``, HS256 and every other algorithm are refused before any key is looked
 up) and a ``kid`` the JWKS has; the signature checks out; ``exp``, ``iat``, ``sub``,
 ``iss`` and ``aud`` are present, ``iss`` is the configured issuer, ``aud`` contains the
-configured audience and the token has not expired (``LEEWAY_S`` of clock skew).
-Anything else raises ``InvalidToken`` with a message saying why.
+configured audience and the token has not expired (``LEEWAY_S`` of clock skew); every
+claim has its type (``dataplane.client.claims``: ``realm_access`` an object, ``groups`` a
+list of strings...). Anything else raises ``InvalidToken`` with a message saying why.
 
 Keys (``JwksKeys``) are fetched from ``jwks_url`` when first needed, kept ``ttl_s``, and
 fetched again when a token names an unknown ``kid`` (a key rotation), at most once per
@@ -30,6 +31,7 @@ from typing import Any
 import jwt
 
 from dataplane.broker.auth.principal import Principal
+from dataplane.client.claims import MalformedClaims
 
 log = logging.getLogger(__name__)
 
@@ -147,7 +149,7 @@ class TokenVerifier:
         claims = self._decode(token)
         try:
             principal = Principal.from_claims(claims, internal_role=self.internal_role)
-        except (KeyError, TypeError, ValueError) as exc:
+        except MalformedClaims as exc:
             raise InvalidToken(f"malformed claims: {exc}") from None
         self._remember(token, principal)
         return principal

@@ -252,12 +252,16 @@ def test_a_service_account_name_with_a_double_hyphen_is_a_400(
 
 
 def test_nothing_is_created_in_a_tenant_being_deleted(acme: Tenant, client_for: Any) -> None:
+    """The tenant's own credentials die with the deletion (401); a platform admin's
+    create is refused by the service (409)."""
+    tenant_admin = client_for(roles={"acme": "tenant-admin"})
     delete_tenant(acme, actor=OPERATOR)
-    admin = client_for(roles={"acme": "tenant-admin"})
-    account = admin.post("/api/v1/service-accounts", {"name": "late"}, format="json")
-    assert_error(account, 409, "conflict")
-    member = admin.post("/api/v1/members", {"username": "bob", "role": "viewer"}, format="json")
-    assert_error(member, 409, "conflict")
+    late = {"name": "late", "tenant": "acme"}
+    assert_error(tenant_admin.post("/api/v1/service-accounts", late, format="json"), 401)
+    admin = client_for(platform_admin=True)
+    assert_error(admin.post("/api/v1/service-accounts", late, format="json"), 409, "conflict")
+    bob = {"username": "bob", "role": "viewer", "tenant": "acme"}
+    assert_error(admin.post("/api/v1/members", bob, format="json"), 409, "conflict")
     assert not ServiceAccount.objects.exists()
     assert not Membership.objects.exists()
 

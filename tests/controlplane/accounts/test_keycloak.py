@@ -23,6 +23,7 @@ from controlplane.accounts import services
 from controlplane.accounts.identity import KeycloakIdentity, get_identity
 from controlplane.accounts.keycloak import admin_for
 from controlplane.accounts.keycloak_setup import delete_realm
+from controlplane.accounts.local import group_path, tenant_group_path
 from controlplane.accounts.models import ServiceAccount
 from controlplane.core.actors import Actor
 from controlplane.core.errors import Conflict, Unavailable
@@ -123,7 +124,8 @@ def _user_accepts_invite(admin: KeycloakAdmin, user_id: str, password: str) -> N
 
 def test_provisioning_a_tenant_creates_its_groups_once(db: None, keycloak: KeycloakAdmin) -> None:
     tenant = _tenant("acme")
-    path = f"/tenants/{tenant.slug}"
+    path = tenant_group_path(tenant)
+    assert path == f"/tenants/{tenant.slug}@{tenant.uid}"
     assert keycloak.get_group_by_path(path)["id"] == tenant.identity_ref
     assert _group_names(keycloak, path) == {"tenant-admin", "developer", "viewer"}
     assert get_identity().provision_tenant(tenant) == tenant.identity_ref  # reused
@@ -142,7 +144,7 @@ def test_an_invited_member_logs_in_and_sees_only_their_tenant(
     user = keycloak.get_user(member["subject"])
     assert set(user["requiredActions"]) == {"VERIFY_EMAIL", "UPDATE_PASSWORD"}
     assert [g["path"] for g in keycloak.get_user_groups(member["subject"])] == [
-        f"/tenants/{tenant.slug}/developer"
+        group_path(tenant, "developer")
     ]
 
     _user_accepts_invite(keycloak, member["subject"], "alice-password")
@@ -211,7 +213,7 @@ def test_deprovisioning_removes_groups_and_clients(db: None, keycloak: KeycloakA
     get_identity().deprovision_tenant(tenant)  # idempotent
     assert keycloak.get_client_id(account.client_id) is None
     with pytest.raises(KeycloakError) as gone:
-        keycloak.get_group_by_path(f"/tenants/{tenant.slug}")
+        keycloak.get_group_by_path(tenant_group_path(tenant))
     assert gone.value.response_code == 404
 
 

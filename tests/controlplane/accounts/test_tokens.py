@@ -14,6 +14,7 @@ from rest_framework.test import APIClient
 from controlplane.accounts.identity import InvalidToken, LocalIdentity
 from controlplane.accounts.tokens import JwksCache
 from controlplane.core.errors import Unavailable
+from tests.controlplane.api_base import make_tenant
 from tests.controlplane.conftest import token_for
 
 WHOAMI = "/api/v1/auth/whoami"
@@ -47,6 +48,7 @@ def _signed(identity: LocalIdentity, claims: dict[str, object]) -> str:
 
 
 def test_a_valid_token_names_the_caller(db: None, local_identity: LocalIdentity) -> None:
+    make_tenant("acme")
     token = token_for(local_identity, roles={"acme": "developer"}, username="alice")
     code, body = _call(token)
     assert code == 200

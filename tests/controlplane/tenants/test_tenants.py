@@ -204,11 +204,16 @@ def test_every_tenant_owned_create_locks_the_tenant_row_first(
 
 
 def test_a_deleting_tenant_takes_no_new_topics_over_the_api(db: None, client_for: Any) -> None:
+    """Its own credentials died with the deletion (401); a platform admin's create is
+    refused (409)."""
     make_cluster("local")
-    delete_tenant(make_tenant("acme"), actor=SYSTEM)
+    acme = make_tenant("acme")
     developer = client_for(roles={"acme": "developer"})
-    response = developer.post("/api/v1/topics", {"name": "late", "partitions": 1}, format="json")
-    assert_error(response, 409, "conflict")
+    delete_tenant(acme, actor=SYSTEM)
+    late = {"name": "late", "partitions": 1, "tenant": "acme"}
+    assert_error(developer.post("/api/v1/topics", late, format="json"), 401)
+    admin = client_for(platform_admin=True)
+    assert_error(admin.post("/api/v1/topics", late, format="json"), 409, "conflict")
 
 
 def _age(tenant: Tenant, seconds: float) -> None:
