@@ -117,3 +117,29 @@ def test_a_token_missing_a_required_claim_is_refused(
 
 def test_garbage_is_refused(secured_broker: BrokerProcess) -> None:
     _unauthenticated(secured_broker, "not-a-jwt")
+
+
+@pytest.mark.parametrize(
+    ("claim", "value"),
+    [
+        ("realm_access", ["platform-admin"]),
+        ("realm_access", "platform-admin"),
+        ("realm_access", {"roles": "platform-admin"}),
+        ("realm_access", {"roles": [1, 2]}),
+        ("groups", "/tenants/acme/developer"),
+        ("groups", [{"path": "/tenants/acme"}]),
+        ("preferred_username", ["alice"]),
+        ("azp", 42),
+        ("client_id", {"id": "acme--app"}),
+        ("account_id", 7),
+        ("account_id", "not-a-uuid"),
+        ("sub", 12345),
+        ("exp", "tomorrow"),
+    ],
+)
+def test_a_claim_of_the_wrong_type_is_refused(
+    secured_broker: BrokerProcess, issuer: TestIssuer, claim: str, value: Any
+) -> None:
+    """A misconfigured mapper's token is an authentication failure, not a crash."""
+    claims = {**issuer.claims(tenants=ACME_DEV), claim: value}
+    _unauthenticated(secured_broker, issuer.sign(claims))

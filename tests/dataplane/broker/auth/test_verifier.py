@@ -11,8 +11,9 @@ from dataplane._gen.meridian.v1 import admin_pb2
 from dataplane.broker.auth.authorizer import CONSUME, PRODUCE, Authorizer, tenant_of
 from dataplane.broker.auth.principal import Principal, reset_current, set_current
 from dataplane.broker.auth.verifier import InvalidToken, JwksKeys, JwksUnavailable, TokenVerifier
+from dataplane.client.claims import tenant_group
 from dataplane.errors import ErrorCode
-from tests.support.issuer import TestIssuer, new_key
+from tests.support.issuer import TestIssuer, new_key, tenant_id
 
 
 class Clock:
@@ -105,9 +106,12 @@ def test_claims_become_a_principal(issuer: TestIssuer) -> None:
     claims = issuer.claims(
         tenants={"acme": "viewer"}, client_id="acme--x", realm_roles=["platform-admin"]
     )
-    claims["groups"] += ["/tenants/acme/developer", "/elsewhere/x", "/tenants/beta/owner"]
+    acme, beta = tenant_group("acme", tenant_id("acme")), tenant_group("beta", tenant_id("beta"))
+    claims["groups"] += [f"{acme}/developer", "/elsewhere/x", f"{beta}/owner"]
+    claims["groups"] += ["/tenants/gamma/tenant-admin"]  # no tenant id: no role
     principal = Principal.from_claims(claims, internal_role="internal")
     assert principal.roles == {"acme": "developer"}  # the strongest; unknown roles ignored
+    assert principal.tenant_ids == {"acme": tenant_id("acme")}
     assert principal.platform_admin
     assert not principal.internal
     assert principal.names == ("acme--x", claims["sub"])
