@@ -7,9 +7,10 @@
   with RSA keys in the database and a JWKS at ``/api/v1/auth/jwks.json``.
 
 Both issue RS256 JWTs with the same claims: ``sub``, ``preferred_username``, ``aud``
-(``TOKEN_AUDIENCE``), ``groups`` (``/tenants/<slug>/<role>``) and
-``realm_access.roles`` (``platform-admin`` for operators), so the API and the brokers
-verify either offline, the same way (``controlplane.accounts.tokens``).
+(``TOKEN_AUDIENCE``), ``groups`` (``/tenants/<slug>@<tenant uid>/<role>``),
+``realm_access.roles`` (``platform-admin`` for operators) and, for a service account,
+``account_id`` (``dataplane.client.claims``), so the API and the brokers verify either
+offline, the same way (``controlplane.accounts.tokens``).
 """
 
 from __future__ import annotations
@@ -42,12 +43,13 @@ class IdentityProvider(Protocol):
         ...
 
     def provision_tenant(self, tenant: Tenant) -> str:
-        """Creates the tenant's group ``/tenants/<slug>`` and role subgroups, reusing
+        """Creates the tenant's group ``/tenants/<slug>@<uid>`` and role subgroups, reusing
         what exists; returns the IdP's reference of the tenant group."""
         ...
 
     def deprovision_tenant(self, tenant: Tenant) -> None:
-        """Removes the tenant's groups and service-account clients; idempotent."""
+        """Removes the tenant's groups and service-account clients (every credential of
+        the tenant at the IdP); idempotent."""
         ...
 
     def invite_member(self, tenant: Tenant, *, username: str, email: str, role: str) -> str:

@@ -159,7 +159,7 @@ class KeycloakIdentity:
 
     # -- tenants ------------------------------------------------------------------------
     def provision_tenant(self, tenant: Tenant) -> str:
-        """Creates ``/tenants/<slug>`` and its role subgroups (reusing what exists);
+        """Creates ``/tenants/<slug>@<uid>`` and its role subgroups (reusing what exists);
         returns the tenant group's id."""
         with self.admin(f"provision tenant {tenant.slug}") as admin:
             root = self._ensure_group(admin, "/tenants", None)

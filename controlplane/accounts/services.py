@@ -230,7 +230,9 @@ def update_service_account(
 
 
 def delete_service_account(account: ServiceAccount, *, actor: Actor) -> None:
-    """Removes the account and its IdP client; its tokens stay valid until they expire."""
+    """Removes the account and its IdP client. Its tokens already issued name the
+    account's id: the API refuses them from now on, the brokers from the controller's
+    next push."""
     # The IdP first, outside any transaction, as in ``remove_member``.
     get_identity().delete_service_account(account)
     with transaction.atomic():

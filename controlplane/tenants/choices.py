@@ -2,7 +2,7 @@ from django.db import models
 
 
 class Role(models.TextChoices):
-    """A member's role in one tenant (Keycloak group ``/tenants/<slug>/<role>``)."""
+    """A member's role in one tenant (Keycloak group ``/tenants/<slug>@<uid>/<role>``)."""
 
     TENANT_ADMIN = "tenant-admin"
     DEVELOPER = "developer"

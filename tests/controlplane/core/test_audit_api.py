@@ -49,6 +49,7 @@ def test_tenant_admins_see_only_their_tenants_events(db: None, client_for: Any) 
 
 
 def test_other_roles_cannot_read_the_audit_log(db: None, client_for: Any) -> None:
+    make_tenant("acme")
     client = client_for(roles={"acme": Role.DEVELOPER})
     assert_error(client.get("/api/v1/audit-events"), 403, "permission_denied")
 
@@ -81,6 +82,7 @@ def test_drift_findings_are_for_platform_admins(
     db: None, admin_client: Any, client_for: Any
 ) -> None:
     cluster = make_cluster("local")
+    make_tenant("acme")
     broker = Broker.objects.get(cluster=cluster, broker_id=2)
     now = timezone.now()
     DriftFinding.objects.create(

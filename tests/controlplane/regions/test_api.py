@@ -13,6 +13,7 @@ from controlplane.regions import services
 from controlplane.regions.choices import BrokerPhase
 from controlplane.regions.models import Broker, Cluster, Region
 from controlplane.topics.models import Topic
+from tests.support.controlplane import make_tenant
 
 pytestmark = pytest.mark.django_db
 ADMIN = Actor.system("test")
@@ -25,6 +26,7 @@ def region() -> Region:
 
 @pytest.fixture
 def tenant_client(client_for) -> APIClient:  # type: ignore[no-untyped-def]
+    make_tenant("acme")  # a role counts only in a live tenant
     return client_for(roles={"acme": "tenant-admin"})
 
 
@@ -209,7 +211,6 @@ def test_decommissioning_a_broker_moves_its_replicas_away(
 ) -> None:
     from controlplane.topics.models import Topic
     from controlplane.topics.services import create_topic
-    from tests.support.controlplane import make_tenant
 
     cluster = services.create_cluster(
         region, name="main", provisioner="static", broker_count=3, actor=ADMIN
