@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 TENANT_ATTRIBUTE = "meridian.tenant"
 TENANT_ID_ATTRIBUTE = "meridian.tenant_id"
 ACCOUNT_CLAIM = "account_id"
+ACCOUNT_MAPPER_NAME = "meridian-account-id"
 NEW_USER_ACTIONS = ["VERIFY_EMAIL", "UPDATE_PASSWORD"]
 HTTP_TIMEOUT_S = 10
 
@@ -182,6 +183,37 @@ class KeycloakIdentity:
                 if group is not None:
                     self._delete_group(admin, group)
 
+    def adopt_legacy_layout(self, tenant: Tenant) -> list[str]:
+        """Bring a tenant provisioned before tenant ids were in the layout into it: its
+        group ``/tenants/<slug>`` is renamed ``<slug>@<uid>`` (members keep their
+        roles, now in tokens the API and brokers accept) and each of its service
+        accounts' clients gets the tenant id attribute and the ``account_id`` claim.
+        Idempotent; returns what it changed."""
+        from controlplane.accounts.models import ServiceAccount
+
+        changed: list[str] = []
+        with self.admin(f"adopt the layout of tenant {tenant.slug}") as admin:
+            legacy = self._group_id(admin, LEGACY_GROUP_PREFIX + tenant.slug)
+            if legacy is not None and self._group_id(admin, tenant_group_path(tenant)) is None:
+                admin.update_group(legacy, {"name": tenant_group_path(tenant).rsplit("/", 1)[1]})
+                changed.append(f"group {LEGACY_GROUP_PREFIX + tenant.slug} renamed")
+            for account in ServiceAccount.objects.filter(tenant=tenant).select_related("tenant"):
+                if self._adopt_client(admin, account):
+                    changed.append(f"client {account.client_id} names its ids")
+        return changed
+
+    @staticmethod
+    def _adopt_client(admin: KeycloakAdmin, account: ServiceAccount) -> bool:
+        names = {m.get("name") for m in admin.get_mappers_from_client(account.identity_ref)}
+        if ACCOUNT_MAPPER_NAME in names:
+            return False
+        client = admin.get_client(account.identity_ref)
+        attributes = {**(client.get("attributes") or {})}
+        attributes[TENANT_ID_ATTRIBUTE] = str(account.tenant.uid)
+        admin.update_client(account.identity_ref, {**client, "attributes": attributes})
+        admin.add_mapper_to_client(account.identity_ref, _account_claim_mapper(account))
+        return True
+
     @staticmethod
     def _delete_group(admin: KeycloakAdmin, group_id: str) -> None:
         try:
@@ -299,7 +331,7 @@ def _account_claim_mapper(account: ServiceAccount) -> dict[str, Any]:
     """Puts the account's immutable id in its access tokens (``account_id``): the API
     and the brokers refuse the token once the account is gone."""
     return {
-        "name": "meridian-account-id",
+        "name": ACCOUNT_MAPPER_NAME,
         "protocol": "openid-connect",
         "protocolMapper": "oidc-hardcoded-claim-mapper",
         "config": {
