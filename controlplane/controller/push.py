@@ -5,27 +5,36 @@ heartbeat, a failure a typed ``MeridianError``. Channels are kept per address an
 reconnect quickly: a restarted broker is heard from at the next tick rather than after
 gRPC's default reconnect backoff (up to two minutes).
 
-Every push also lists the platform's live identities (``with_identities``): each tenant
-not being deleted, with its immutable id and its service accounts' ids, so the brokers
-refuse a deleted tenant's or service account's tokens from the next push on (within a
-controller tick) rather than when the tokens expire.
+Every push also lists the platform's identities (``with_identities``): each tenant not
+being deleted, with its immutable id, and the ids of the service accounts deleted within
+``REVOKED_ACCOUNT_RETENTION`` (from their audit events), so the brokers refuse a deleted
+tenant's or service account's tokens from the next push on (within a controller tick)
+rather than when the tokens expire.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import timedelta
 
 import grpc
+from django.utils import timezone
 
 from controlplane.accounts.internal import broker_channel
-from controlplane.accounts.models import ServiceAccount
 from controlplane.core.choices import ProvisioningStatus
+from controlplane.core.models import AuditEvent
 from controlplane.regions.models import Broker
 from controlplane.tenants.models import Tenant
 from dataplane._gen.meridian.v1 import admin_pb2, admin_pb2_grpc
 from dataplane.client.connection import CHANNEL_OPTIONS
 from dataplane.errors import ErrorCode, MeridianError, error_from_rpc
+
+# Longer than any access token lives (the local issuer's MERIDIAN_LOCAL_TOKEN_TTL_S, 1 h;
+# Keycloak's access token lifespan, minutes): a deleted account's tokens have all expired
+# before its id leaves the push.
+REVOKED_ACCOUNT_RETENTION = timedelta(days=1)
+ACCOUNT_DELETED = "service_account.delete"
 
 _OPTIONS = [
     *CHANNEL_OPTIONS,
@@ -87,19 +96,27 @@ class MetadataPusher:
 
 
 def with_identities(request: admin_pb2.UpdateMetadataRequest) -> None:
-    """Set ``request``'s live identities (``tenants``, ``identities_listed``), ordered
-    so that an unchanged push encodes the same bytes."""
-    accounts: dict[int, list[str]] = {}
-    for tenant_id, uid in ServiceAccount.objects.order_by("uid").values_list("tenant_id", "uid"):
-        accounts.setdefault(tenant_id, []).append(str(uid))
+    """Set ``request``'s identities (``tenants``, ``identities_listed``,
+    ``revoked_accounts``), ordered so that an unchanged push encodes the same bytes."""
     tenants = (
         Tenant.objects.exclude(status=ProvisioningStatus.DELETING)
         .order_by("slug")
-        .values_list("pk", "slug", "uid")
+        .values_list("slug", "uid")
     )
     del request.tenants[:]
     request.tenants.extend(
-        admin_pb2.TenantIdentity(slug=slug, id=str(uid), service_accounts=accounts.get(pk, []))
-        for pk, slug, uid in tenants
+        admin_pb2.TenantIdentity(slug=slug, id=str(uid)) for slug, uid in tenants
     )
     request.identities_listed = True
+    del request.revoked_accounts[:]
+    request.revoked_accounts.extend(revoked_accounts())
+
+
+def revoked_accounts() -> list[str]:
+    """The ids of the service accounts deleted within ``REVOKED_ACCOUNT_RETENTION``, from
+    the audit events their deletion wrote (in the same transaction), sorted."""
+    since = timezone.now() - REVOKED_ACCOUNT_RETENTION
+    deleted = AuditEvent.objects.filter(action=ACCOUNT_DELETED, created_at__gte=since).values_list(
+        "before", flat=True
+    )
+    return sorted({str(before["uid"]) for before in deleted if before and before.get("uid")})

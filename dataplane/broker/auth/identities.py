@@ -2,16 +2,19 @@
 
 A token is signed once and lives until it expires, but the tenant or the service account
 it names may be deleted meanwhile, and a tenant's slug taken again by a new tenant. The
-controller's push (``UpdateMetadataRequest.tenants`` with ``identities_listed``) lists
-every live tenant with its immutable id and the ids of its live service accounts, at
-every controller tick, so a broker learns of a deletion within a tick. ``LiveIdentities``
-binds each call's principal to it:
+controller's push, at every tick, lists every live tenant with its immutable id
+(``UpdateMetadataRequest.tenants`` with ``identities_listed``) and the ids of the service
+accounts deleted lately (``revoked_accounts``: for longer than any token lives), so a
+broker learns of a deletion within a tick. ``LiveIdentities`` binds each call's
+principal to it:
 
 - a role in a tenant counts only if the tenant is listed with the id the token names; a
   token whose every tenant role is so dropped (the tenant was deleted, or the slug now
   belongs to another tenant, or never was one) is refused, with one message for all of
   these, so the refusal says nothing about which tenants exist;
-- a service account's token (``account_id``) is refused once its account is not listed.
+- a service account's token (``account_id``) is refused once its account is revoked.
+  A denylist rather than the live accounts, so that an account's tokens work at once,
+  before the next push.
 
 Refusals raise ``InvalidToken`` (UNAUTHENTICATED). Without a push listing identities (a
 broker no controller manages) tokens are taken as signed. Thread safety: event-loop only.
@@ -33,10 +36,10 @@ NO_LIVE_ACCOUNT = "the token's service account no longer exists"
 
 @dataclass(frozen=True)
 class LiveIdentities:
-    """Live tenants (slug -> id) and live service accounts (ids), from one push."""
+    """Live tenants (slug -> id) and revoked service accounts (ids), from one push."""
 
     tenants: Mapping[str, str]
-    accounts: frozenset[str]
+    revoked_accounts: frozenset[str]
 
     @classmethod
     def of(cls, push: admin_pb2.UpdateMetadataRequest | None) -> LiveIdentities | None:
@@ -45,15 +48,15 @@ class LiveIdentities:
             return None
         return cls(
             tenants={t.slug: t.id for t in push.tenants},
-            accounts=frozenset(a for t in push.tenants for a in t.service_accounts),
+            revoked_accounts=frozenset(push.revoked_accounts),
         )
 
     def bind(self, principal: Principal) -> Principal:
         """``principal`` with only its live tenants' roles; ``InvalidToken`` when its
-        account is gone or it named tenants and none is live."""
+        account is revoked or it named tenants and none is live."""
         if principal.internal:
             return principal
-        if principal.account_id and principal.account_id not in self.accounts:
+        if principal.account_id in self.revoked_accounts:
             raise InvalidToken(NO_LIVE_ACCOUNT)
         bound = principal.only_in(self.tenants)
         if principal.roles and not bound.roles and not principal.platform_admin:

@@ -209,8 +209,10 @@ def test_a_deleted_service_accounts_token_is_refused_within_a_tick(platform: Pla
     assert _produce_refusal(platform.broker, token, topic) == NO_LIVE_ACCOUNT
     assert _metadata(platform.broker, token, topic) == NO_LIVE_ACCOUNT
 
-    # A new account of the same name is another identity: the old token stays dead.
+    # A new account of the same name is another identity: its token works at once (no
+    # push needed), the old one stays dead.
     _, new_token = _account_token(platform, tenant, "app")
+    assert _produce(platform.broker, new_token, topic) == "NONE"
     platform.controller.tick()
     assert _api(token).get("/api/v1/auth/whoami").status_code == 401
     assert _produce(platform.broker, token, topic) == "UNAUTHENTICATED"

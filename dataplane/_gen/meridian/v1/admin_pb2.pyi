@@ -335,6 +335,7 @@ class UpdateMetadataRequest(_message.Message):
     QUOTAS_FIELD_NUMBER: _builtins.int
     TENANTS_FIELD_NUMBER: _builtins.int
     IDENTITIES_LISTED_FIELD_NUMBER: _builtins.int
+    REVOKED_ACCOUNTS_FIELD_NUMBER: _builtins.int
     controller_id: _builtins.str
     controller_epoch: _builtins.int
     cluster_id: _builtins.str
@@ -349,13 +350,16 @@ class UpdateMetadataRequest(_message.Message):
 
     @_builtins.property
     def tenants(self) -> _containers.RepeatedCompositeFieldContainer[Global___TenantIdentity]:
-        """The platform's live identities. When identities_listed, tenants is the complete set
-        of live tenants: a token's role in a tenant counts only if the tenant is listed with
-        the id the token names, and a service account's token is refused (UNAUTHENTICATED)
-        unless its account is listed. Unset (a broker no controller manages): the token's
-        roles count as signed.
+        """The platform's identities. When identities_listed, tenants is the complete set of
+        live tenants: a token's role in a tenant counts only if the tenant is listed with the
+        id the token names. Unset (a broker no controller manages): the token's roles count
+        as signed. A token whose account_id is in revoked_accounts (service accounts deleted
+        lately: longer ago than any token lives, none can be valid) is refused
+        (UNAUTHENTICATED).
         """
 
+    @_builtins.property
+    def revoked_accounts(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     def __init__(
         self,
         *,
@@ -367,10 +371,11 @@ class UpdateMetadataRequest(_message.Message):
         quotas: _abc.Iterable[Global___TenantQuota] | None = ...,
         tenants: _abc.Iterable[Global___TenantIdentity] | None = ...,
         identities_listed: _builtins.bool = ...,
+        revoked_accounts: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["brokers", b"brokers", "cluster_id", b"cluster_id", "controller_epoch", b"controller_epoch", "controller_id", b"controller_id", "identities_listed", b"identities_listed", "quotas", b"quotas", "tenants", b"tenants", "topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["brokers", b"brokers", "cluster_id", b"cluster_id", "controller_epoch", b"controller_epoch", "controller_id", b"controller_id", "identities_listed", b"identities_listed", "quotas", b"quotas", "revoked_accounts", b"revoked_accounts", "tenants", b"tenants", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -378,29 +383,25 @@ Global___UpdateMetadataRequest: _TypeAlias = UpdateMetadataRequest  # noqa: Y015
 
 @_typing.final
 class TenantIdentity(_message.Message):
-    """A live tenant: its slug (the prefix of its topic names), its immutable id (a UUID, in
-    its tokens' groups) and the ids of its live service accounts (their tokens' account_id).
+    """A live tenant: its slug (the prefix of its topic names) and its immutable id (a UUID,
+    in its tokens' groups).
     """
 
     DESCRIPTOR: _descriptor.Descriptor
 
     SLUG_FIELD_NUMBER: _builtins.int
     ID_FIELD_NUMBER: _builtins.int
-    SERVICE_ACCOUNTS_FIELD_NUMBER: _builtins.int
     slug: _builtins.str
     id: _builtins.str
-    @_builtins.property
-    def service_accounts(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     def __init__(
         self,
         *,
         slug: _builtins.str = ...,
         id: _builtins.str = ...,
-        service_accounts: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "service_accounts", b"service_accounts", "slug", b"slug"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "slug", b"slug"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
