@@ -220,7 +220,10 @@ def test_a_delete_waiting_for_a_broker_is_not_enqueued_again_by_the_drift_pass(
 def test_a_permanent_refusal_names_the_broker_by_its_id_and_keeps_its_address_out(
     cluster: list[BrokerProcess], cluster_row: Cluster, new_topic: NewTopic
 ) -> None:
-    topic = new_topic("x" * 199, partitions=1)  # too long for the broker
+    topic = new_topic("refused", partitions=1)
+    # A name the brokers refuse for good (over 200 characters in all): the API refuses it
+    # too now, but a row written before that rule, or by hand, may hold one.
+    Topic.objects.filter(pk=topic.pk).update(name="x" * 199, full_name="acme." + "x" * 199)
 
     assert reconcile_topic(topic.pk) == Outcome.FAILED
 

@@ -109,8 +109,10 @@ def test_a_broker_down_is_transient_and_the_topic_is_not_failed(
 def test_a_permanent_refusal_fails_the_topic_with_the_reason(
     cluster: list[BrokerProcess], cluster_row: Cluster, new_topic: NewTopic
 ) -> None:
-    # Valid for the control plane, too long for the broker (200 characters at most).
-    topic = new_topic("x" * 199, partitions=1)
+    topic = new_topic("refused", partitions=1)
+    # A name the brokers refuse for good (over 200 characters in all): the API refuses it
+    # too now, but a row written before that rule, or by hand, may hold one.
+    Topic.objects.filter(pk=topic.pk).update(name="x" * 199, full_name="acme." + "x" * 199)
 
     assert reconcile_topic(topic.pk) == Outcome.FAILED
 
