@@ -7,7 +7,9 @@ ones in a thread of their own) and the call runs with its ``Principal`` as
 call with UNAUTHENTICATED (``meridian-error: UNAUTHENTICATED``) and a message saying
 why. The internal services (``INTERNAL_SERVICES``: Admin, Replication) also require the
 internal role: anyone else gets CLUSTER_AUTHORIZATION_FAILED, whatever their tenant
-roles — only the control plane and the brokers call them.
+roles — only the control plane and the brokers call them; the one exception is
+``Admin.DescribeState`` (``CLIENT_ADMIN_METHODS``), which answers a client about the
+topics it may describe and nothing else.
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ log = logging.getLogger(__name__)
 
 OPEN_SERVICES = ("/grpc.health.v1.Health/",)
 INTERNAL_SERVICES = ("/meridian.v1.Admin/", "/meridian.v1.Replication/")
+# Calls of the internal services a client may make too: the servicer answers a client
+# only about the topics it may describe (``guard.describe_state``).
+CLIENT_ADMIN_METHODS = ("/meridian.v1.Admin/DescribeState",)
 _BEARER = "bearer "
 
 
@@ -73,7 +78,8 @@ class Authenticator:
             except JwksUnavailable as exc:
                 raise MeridianError(ErrorCode.BROKER_NOT_AVAILABLE, str(exc)) from None
         principal = self._bind(principal)
-        if method.startswith(INTERNAL_SERVICES) and not principal.internal:
+        internal_only = method.startswith(INTERNAL_SERVICES) and method not in CLIENT_ADMIN_METHODS
+        if internal_only and not principal.internal:
             raise MeridianError(
                 ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                 f"{method} is internal to the cluster; {principal.client_id or 'the caller'}"
