@@ -58,11 +58,17 @@ class ClusterMetadata:
         self._snapshot = ClusterSnapshot()
 
     # -- refreshing -----------------------------------------------------------------------
-    def refresh(self, topics: Iterable[str] = ()) -> ClusterSnapshot:
-        """Ask one reachable broker (known brokers first, then bootstrap) for metadata."""
+    def refresh(self, topics: Iterable[str] = (), *, avoid: Iterable[str] = ()) -> ClusterSnapshot:
+        """Ask one reachable broker (known brokers first, then bootstrap) for metadata;
+        the addresses in ``avoid`` (brokers that seem hung) are asked last, so a silent
+        one costs no attempt timeout while another can answer."""
         request = broker_pb2.MetadataRequest(topics=sorted(set(topics)))
         last: MeridianError | None = None
-        for address in self._candidates():
+        suspects = set(avoid)
+        candidates = self._candidates()
+        ordered = [a for a in candidates if a not in suspects]
+        ordered += [a for a in candidates if a in suspects]
+        for address in ordered:
             try:
                 response = self.pool.get(address).broker.Metadata(
                     request, timeout=min(self.timeout_s, ATTEMPT_TIMEOUT_S)
