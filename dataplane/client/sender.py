@@ -64,7 +64,7 @@ MAX_PENDING_PER_PARTITION = 5  # what a broker remembers to deduplicate, as in K
 # An acks=all answer takes milliseconds unless a replica is slow or the leader hangs:
 # past this, look for a new leader (a refresh is one small RPC to another broker).
 STALLED_AFTER_S = 1.0
-STALLED_REFRESH_S = 0.5
+STALLED_REFRESH_S = 0.25
 _REFRESH_CODES = frozenset(
     {
         ErrorCode.NOT_LEADER_OR_FOLLOWER,
