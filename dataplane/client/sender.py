@@ -183,13 +183,16 @@ class Sender:
         for link in self._links.values():
             if link.inflight:
                 deadlines.append(link.inflight[0].sent_at + self._config.request_timeout_s)
-                deadlines.append(link.inflight[0].sent_at + STALLED_AFTER_S)
+                stalled_at = link.inflight[0].sent_at + STALLED_AFTER_S
+                if stalled_at > now:
+                    deadlines.append(stalled_at)
             if link.ready_at > now:
                 deadlines.append(link.ready_at)
         if self._acc.incomplete:
             deadlines.append(now + 0.05)  # a leader may appear, a backoff may end
-        if self._stalled(now):
-            deadlines.append(self._last_refresh + STALLED_REFRESH_S)
+        refresh_at = self._last_refresh + STALLED_REFRESH_S
+        if refresh_at > now and self._stalled(now):
+            deadlines.append(refresh_at)
         return max(0.0, min(deadlines) - now)
 
     def _housekeeping(self, now: float) -> None:
