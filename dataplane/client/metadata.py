@@ -61,6 +61,7 @@ class ClusterMetadata:
         self.timeout_s = timeout_s
         self._lock = threading.Lock()
         self._snapshot = ClusterSnapshot()
+        self._silent: set[str] = set()  # left the last refresh unanswered
 
     # -- refreshing -----------------------------------------------------------------------
     def refresh(self, topics: Iterable[str] = (), *, avoid: Iterable[str] = ()) -> ClusterSnapshot:
@@ -68,10 +69,10 @@ class ClusterMetadata:
 
         Hedged: a broker silent for ``HEDGE_AFTER_S`` (hung, or waiting for a hung
         peer) does not hold the refresh for its whole attempt timeout: the next one is
-        asked too, and the first answer wins. The addresses in ``avoid`` (brokers that
-        seem hung) are asked last."""
+        asked too, and the first answer wins. Brokers in ``avoid`` (whose requests seem
+        stuck) and those that left the last refresh unanswered are asked last."""
         request = broker_pb2.MetadataRequest(topics=sorted(set(topics)))
-        suspects = set(avoid)
+        suspects = set(avoid) | self._silent
         candidates = self._candidates()
         ordered = [a for a in candidates if a not in suspects]
         ordered += [a for a in candidates if a in suspects]
@@ -86,7 +87,7 @@ class ClusterMetadata:
             if answer is not None:
                 return self._merge(answer, full=not request.topics)
         finally:
-            asking.cancel()
+            self._silent = asking.cancel()
         raise asking.last or MeridianError(ErrorCode.BROKER_NOT_AVAILABLE, "no broker reachable")
 
     def _candidates(self) -> list[str]:
@@ -167,28 +168,26 @@ class _Hedge:
         self._request = request
         self._timeout_s = timeout_s
         self._done: queue.Queue[tuple[str, Any]] = queue.Queue()
-        self._calls: list[Any] = []
-        self.waiting = 0
+        self._calls: dict[str, Any] = {}  # the calls not answered yet
         self.last: MeridianError | None = None
 
     def ask(self, address: str) -> None:
         call = self._pool.get(address).broker.Metadata.future(
             self._request, timeout=self._timeout_s
         )
-        self._calls.append(call)
-        self.waiting += 1
+        self._calls[address] = call
         call.add_done_callback(lambda done: self._done.put((address, done)))
 
     def first_answer(self, within_s: float) -> broker_pb2.MetadataResponse | None:
         """The first answer within ``within_s``; None when every call asked so far
         failed (``last``) or none answered in time."""
         deadline = time.monotonic() + within_s
-        while self.waiting:
+        while self._calls:
             try:
                 address, call = self._done.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
                 return None
-            self.waiting -= 1
+            del self._calls[address]
             try:
                 return call.result()  # type: ignore[no-any-return]
             except grpc.RpcError as exc:
@@ -196,6 +195,8 @@ class _Hedge:
                 self._pool.forget(address)
         return None
 
-    def cancel(self) -> None:
-        for call in self._calls:
+    def cancel(self) -> set[str]:
+        """Cancel the calls still running; returns their addresses."""
+        for call in self._calls.values():
             call.cancel()
+        return set(self._calls)
