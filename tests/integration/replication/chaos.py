@@ -14,8 +14,7 @@ Each fault is one of
   another at random), two replicas of every partition: the controller shrinks the ISRs
   to the one left, below ``min_insync_replicas=2``, so acks=all must answer no record
   sent meanwhile before one of the two is back (``violations``, checked with
-  ``verify.acked_while_short``); a replicated run has one of each, and a third from
-  15 faults on;
+  ``verify.acked_while_short``); a replicated run has one of each;
 
 aimed at the ``leader`` of a random partition or at a ``follower`` of one (a replica in
 its ISR that does not lead it). After each fault the loop waits until the cluster has
@@ -119,13 +118,13 @@ class Chaos:
         return self.faults
 
     def _kinds(self, faults: int) -> list[str]:
-        """A kind per fault: single-broker kinds at random, and when replicated a few
-        two-broker ones at random places (``down2``, ``pause2``, then either) -- two
-        replicas down is what min ISR exists for; few, as each takes twice as long."""
+        """A kind per fault: single-broker kinds at random, and when replicated one of
+        each two-broker kind at a random place -- two replicas down is what min ISR
+        exists for; no more, as each takes about twice as long as a single fault."""
         kinds = [self.rng.choice(SINGLE_KINDS) for _ in range(faults)]
         if not self.replicated or faults < 2:
             return kinds
-        doubles = ["down2", "pause2"] + [self.rng.choice(DOUBLE_KINDS)] * (faults >= 15)
+        doubles = list(DOUBLE_KINDS)
         for index, double in zip(
             self.rng.sample(range(faults), len(doubles)), doubles, strict=True
         ):
