@@ -7,7 +7,7 @@ gRPC's default reconnect backoff (up to two minutes).
 
 Every push also lists the platform's identities (``with_identities``): each tenant not
 being deleted, with its immutable id, and the ids of the service accounts deleted within
-``REVOKED_ACCOUNT_RETENTION`` (from their audit events), so the brokers refuse a deleted
+``MAX_TOKEN_LIFETIME_S`` (from their audit events), so the brokers refuse a deleted
 tenant's or service account's tokens from the next push on (within a controller tick)
 rather than when the tokens expire.
 """
@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 import grpc
+from django.conf import settings
 from django.utils import timezone
 
 from controlplane.accounts.internal import broker_channel
@@ -30,10 +31,6 @@ from dataplane._gen.meridian.v1 import admin_pb2, admin_pb2_grpc
 from dataplane.client.connection import CHANNEL_OPTIONS
 from dataplane.errors import ErrorCode, MeridianError, error_from_rpc
 
-# Longer than any access token lives (the local issuer's MERIDIAN_LOCAL_TOKEN_TTL_S, 1 h;
-# Keycloak's access token lifespan, minutes): a deleted account's tokens have all expired
-# before its id leaves the push.
-REVOKED_ACCOUNT_RETENTION = timedelta(days=1)
 ACCOUNT_DELETED = "service_account.delete"
 
 _OPTIONS = [
@@ -113,9 +110,10 @@ def with_identities(request: admin_pb2.UpdateMetadataRequest) -> None:
 
 
 def revoked_accounts() -> list[str]:
-    """The ids of the service accounts deleted within ``REVOKED_ACCOUNT_RETENTION``, from
-    the audit events their deletion wrote (in the same transaction), sorted."""
-    since = timezone.now() - REVOKED_ACCOUNT_RETENTION
+    """The ids of the service accounts deleted within ``MAX_TOKEN_LIFETIME_S`` (longer
+    than any of their tokens lives), from the audit events their deletion wrote (in the
+    same transaction), sorted."""
+    since = timezone.now() - timedelta(seconds=settings.MAX_TOKEN_LIFETIME_S)
     deleted = AuditEvent.objects.filter(action=ACCOUNT_DELETED, created_at__gte=since).values_list(
         "before", flat=True
     )

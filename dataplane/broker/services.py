@@ -142,6 +142,9 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer, _Instrumented):
                 await pending.put((started, future))
         except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
             pass  # the client went away; the writer ends with what it has
+        except MeridianError as exc:  # the stream's credentials no longer hold
+            await pending.put(exc)
+            return
         await pending.put(None)
 
     async def Fetch(self, request: broker_pb2.FetchRequest, context: Any) -> Any:

@@ -372,6 +372,13 @@ class Sender:
         link.failures += 1
         link.ready_at = time.monotonic() + self._backoff(link.failures)
         self._refresh_wanted = True
+        if error.code == ErrorCode.UNAUTHENTICATED and link.failures == 1:
+            # A broker ends a stream whose token expired (or whose account is gone) before
+            # reading its next request: the next stream carries the token source's
+            # current token. Refused again right away, the credentials are dead: final.
+            error = MeridianError(
+                ErrorCode.BROKER_NOT_AVAILABLE, f"reopening the stream: {error.message}"
+            )
         for batch in entry.batches.values():
             if not batch.result.done():
                 self._failed(batch, error, stored=None if error.retriable else False)

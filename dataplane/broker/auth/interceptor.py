@@ -87,6 +87,17 @@ class Authenticator:
             )
         return principal
 
+    async def recheck(self, method: str, metadata: Any, principal: Principal) -> None:
+        """For each request of a client stream: UNAUTHENTICATED once the stream's token
+        expired, its account or tenant was deleted, or its roles changed since the
+        stream opened (the client opens a new stream with a fresh token)."""
+        again = await self.authenticate(method, metadata)
+        if again != principal:
+            raise MeridianError(
+                ErrorCode.UNAUTHENTICATED,
+                "the stream's credentials changed since it opened: open a new stream",
+            )
+
     def _bind(self, principal: Principal) -> Principal:
         """The principal as the live identities admit it (every call: a deletion takes
         effect at the next push, although the verified token stays cached)."""
@@ -117,7 +128,13 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         method = handler_call_details.method
         if handler is None or method.startswith(OPEN_SERVICES):
             return handler
-        return _wrap(handler, lambda context: self._principal(method, context))
+        return _wrap(
+            handler,
+            lambda context: self._principal(method, context),
+            lambda context, principal: self.authenticator.recheck(
+                method, context.invocation_metadata(), principal
+            ),
+        )
 
     async def _principal(self, method: str, context: grpc.aio.ServicerContext) -> Principal:
         try:
@@ -128,9 +145,12 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
 
 Authenticate = Callable[[grpc.aio.ServicerContext], Awaitable[Principal]]
+Recheck = Callable[[grpc.aio.ServicerContext, Principal], Awaitable[None]]
 
 
-def _wrap(handler: grpc.RpcMethodHandler, authenticate: Authenticate) -> grpc.RpcMethodHandler:
+def _wrap(
+    handler: grpc.RpcMethodHandler, authenticate: Authenticate, recheck: Recheck
+) -> grpc.RpcMethodHandler:
     serializers = {
         "request_deserializer": handler.request_deserializer,
         "response_serializer": handler.response_serializer,
@@ -148,7 +168,7 @@ def _wrap(handler: grpc.RpcMethodHandler, authenticate: Authenticate) -> grpc.Rp
             _streaming(handler.unary_stream, authenticate), **serializers
         )
     return grpc.stream_stream_rpc_method_handler(
-        _streaming(handler.stream_stream, authenticate), **serializers
+        _streaming(handler.stream_stream, authenticate, recheck), **serializers
     )
 
 
@@ -164,9 +184,24 @@ def _unary(behavior: Any, authenticate: Authenticate) -> Any:
     return run
 
 
-def _streaming(behavior: Any, authenticate: Authenticate) -> Any:
+def _streaming(behavior: Any, authenticate: Authenticate, recheck: Recheck | None = None) -> Any:
+    """A streaming call runs as the principal it opened with; with ``recheck`` (client
+    streams), every request it reads is checked again first, so a stream outlives
+    neither its token nor its account (``MeridianError`` from the request iterator)."""
+
+    async def checked(
+        requests: AsyncIterator[Any], context: grpc.aio.ServicerContext, principal: Principal
+    ) -> AsyncIterator[Any]:
+        assert recheck is not None
+        async for request in requests:
+            await recheck(context, principal)
+            yield request
+
     async def run(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-        token = set_current(await authenticate(context))
+        principal = await authenticate(context)
+        token = set_current(principal)
+        if recheck is not None:
+            request = checked(request, context, principal)
         try:
             async for response in behavior(request, context):
                 yield response
