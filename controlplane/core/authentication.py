@@ -21,10 +21,7 @@ from rest_framework.request import Request
 
 from controlplane.core.actors import Actor
 from controlplane.core.choices import ProvisioningStatus
-from dataplane.client.claims import MalformedClaims
-
-NO_LIVE_TENANT = "invalid token: the token names no live tenant"
-NO_LIVE_ACCOUNT = "invalid token: the token's service account no longer exists"
+from dataplane.client.claims import NO_LIVE_ACCOUNT, NO_LIVE_TENANT, MalformedClaims
 
 
 class BearerTokenAuthentication(authentication.BaseAuthentication):
@@ -57,7 +54,7 @@ def live_actor(actor: Actor) -> Actor:
     from controlplane.tenants.models import Tenant
 
     if actor.account_id and not ServiceAccount.objects.filter(uid=actor.account_id).exists():
-        raise exceptions.AuthenticationFailed(NO_LIVE_ACCOUNT)
+        raise exceptions.AuthenticationFailed(f"invalid token: {NO_LIVE_ACCOUNT}")
     if not actor.roles:
         return actor
     live = (
@@ -67,5 +64,5 @@ def live_actor(actor: Actor) -> Actor:
     )
     bound = actor.only_in({slug: str(uid) for slug, uid in live})
     if not bound.roles and not actor.platform_admin:
-        raise exceptions.AuthenticationFailed(NO_LIVE_TENANT)
+        raise exceptions.AuthenticationFailed(f"invalid token: {NO_LIVE_TENANT}")
     return bound
