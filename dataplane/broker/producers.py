@@ -15,9 +15,10 @@ checked against it under the log's append lock (``PartitionLog.append``'s
   ``UNKNOWN_PRODUCER_ID`` (its state was lost, e.g. to retention: it must re-initialise).
 
 Persistence: ``snapshot`` writes ``producer-state.json`` into the partition directory
-(atomically), recording the offset it covers; ``rebuild`` loads it and scans the batch
-headers (never the records) from that offset to the log end — the whole log without a
-usable snapshot. So the table survives clean and unclean restarts.
+(whole and durably, ``dataplane.files.replace_file``), recording the offset it covers;
+``rebuild`` loads it and scans the batch headers (never the records) from that offset to
+the log end — the whole log without a usable snapshot. So the table survives clean and
+unclean restarts.
 
 Thread safety: every method takes the table's lock; ``check_and_record`` is meant to run
 under the log's append lock, which orders it with the write.
@@ -34,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dataplane.errors import ErrorCode, MeridianError
+from dataplane.files import replace_file
 from dataplane.storage.log import PartitionLog
 from dataplane.storage.records import HEADER_SIZE, BatchHeader, read_header
 
@@ -210,7 +212,7 @@ class ProducerStateTable:
                 },
             }
             self.dirty = False
-        _write_atomically(directory / SNAPSHOT_FILE, json.dumps(data).encode())
+        replace_file(directory / SNAPSHOT_FILE, json.dumps(data).encode())
 
     @classmethod
     def rebuild(cls, log: PartitionLog) -> ProducerStateTable:
@@ -273,14 +275,3 @@ def scan_headers(log: PartitionLog, start_offset: int) -> Iterator[tuple[int, Ba
 
 def _batch_list(batch: CachedBatch) -> list[int]:
     return [batch.first_seq, batch.last_seq, batch.base_offset, batch.last_offset]
-
-
-def _write_atomically(path: Path, payload: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, payload)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)

@@ -43,6 +43,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from dataplane.files import fsync_directory
 from dataplane.storage.config import Durability, LogConfig
 from dataplane.storage.errors import LogClosedError, OffsetOutOfRangeError, StorageError
 from dataplane.storage.flush import BACKGROUND_FLUSHER
@@ -52,7 +53,7 @@ from dataplane.storage.log_state import wall_clock_ms as wall_clock_ms
 from dataplane.storage.records import BatchHeader, TimestampType
 from dataplane.storage.recovery import RecoveryReport, load_log
 from dataplane.storage.scan import CorruptRegion
-from dataplane.storage.segment import LogSegment, PlacedBatch, fsync_directory
+from dataplane.storage.segment import LogSegment, PlacedBatch
 
 log = logging.getLogger(__name__)
 
