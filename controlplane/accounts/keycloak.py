@@ -24,7 +24,7 @@ from keycloak import KeycloakAdmin
 from keycloak.exceptions import KeycloakConnectionError, KeycloakError
 
 from controlplane.accounts.local import group_path, tenant_group_path
-from controlplane.accounts.tokens import JwksCache, verify_rs256
+from controlplane.accounts.tokens import JwksKeys, verify_token
 from controlplane.core.errors import Conflict, InvalidRequest, NotFound, Unavailable
 from controlplane.tenants.choices import Role
 
@@ -87,24 +87,17 @@ class KeycloakIdentity:
     def __init__(self, realm: str | None = None) -> None:
         self.realm: str = realm or settings.KEYCLOAK_REALM
         self.issuer: str = realm_url(self.realm)
-        self._keys = JwksCache(self._fetch_jwks, ttl_s=settings.JWKS_CACHE_S)
+        self._keys = JwksKeys.from_url(
+            f"{self.issuer}/protocol/openid-connect/certs",
+            ttl_s=settings.JWKS_CACHE_S,
+            timeout_s=HTTP_TIMEOUT_S,
+        )
         self._admin: KeycloakAdmin | None = None
         self._admin_lock = threading.RLock()
 
     # -- tokens -------------------------------------------------------------------------
-    def _fetch_jwks(self) -> dict[str, Any]:
-        try:
-            response = requests.get(
-                f"{self.issuer}/protocol/openid-connect/certs", timeout=HTTP_TIMEOUT_S
-            )
-            response.raise_for_status()
-            document: dict[str, Any] = response.json()
-        except (requests.RequestException, ValueError) as exc:
-            raise Unavailable(f"cannot fetch Keycloak's signing keys: {exc}") from exc
-        return document
-
     def verify(self, token: str) -> dict[str, Any]:
-        return verify_rs256(token, self._keys, issuer=self.issuer)
+        return verify_token(token, self._keys, issuer=self.issuer)
 
     # -- admin plumbing -----------------------------------------------------------------
     @contextmanager

@@ -18,7 +18,7 @@ from django.conf import settings
 from django.db import transaction
 
 from controlplane.accounts import internal, signing_keys
-from controlplane.accounts.tokens import InvalidToken, JwksCache, verify_rs256
+from controlplane.accounts.tokens import InvalidToken, JwksKeys, verify_token
 from dataplane.client.claims import tenant_group
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ class LocalIdentity:
 
     def __init__(self) -> None:
         self.issuer: str = settings.LOCAL_ISSUER
-        self._keys = JwksCache(self.jwks, ttl_s=settings.JWKS_CACHE_S)
+        self._keys = JwksKeys(self.jwks, ttl_s=settings.JWKS_CACHE_S)
 
     # -- keys ---------------------------------------------------------------------------
     def signing_key(self) -> tuple[str, Any]:
@@ -123,7 +123,7 @@ class LocalIdentity:
         return jwt.encode(claims, private, algorithm="RS256", headers={"kid": kid})
 
     def verify(self, token: str) -> dict[str, Any]:
-        return verify_rs256(token, self._keys, issuer=self.issuer)
+        return verify_token(token, self._keys, issuer=self.issuer)
 
     def token_for_client(self, client_id: str, client_secret: str) -> tuple[str, int]:
         """``(access token, expires_in)`` for a service account's client credentials;

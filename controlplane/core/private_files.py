@@ -5,7 +5,7 @@ never widens them and a restrictive one never makes them unusable to their owner
 Directories are ``0700`` and files ``0600`` when these functions create them. An
 existing directory is left as it is (it may be shared on purpose, like ``/tmp``); an
 existing file handed to ``private_file`` or read by ``read_or_create_private`` is
-narrowed to ``0600``."""
+narrowed to ``0600``. Files are written whole and durably by ``dataplane.files``."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ import contextlib
 import os
 from collections.abc import Callable
 from pathlib import Path
+
+from dataplane.files import create_file, replace_file
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
@@ -51,26 +53,17 @@ def write_private(path: Path, data: bytes) -> None:
     """``data`` in ``path`` (``0600``, in a private directory), replaced atomically: a
     reader sees the old content or the new, never a part."""
     private_dir(path.parent)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    _write_new(tmp, data)
-    os.replace(tmp, path)
+    replace_file(path, data, private=True)
 
 
 def read_or_create_private(path: Path, make: Callable[[], bytes]) -> bytes:
     """The content of ``path``; when it is missing, ``make()`` stored there (``0600``,
     in a private directory) by whichever process gets there first: the file appears
-    whole (published with a hard link), and every process returns the same bytes."""
+    whole, and every process returns the same bytes (another's, if it published first)."""
     with contextlib.suppress(FileNotFoundError):
         return _read_narrowed(path)
     private_dir(path.parent)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.new")
-    _write_new(tmp, make())
-    try:
-        os.link(tmp, path)
-    except FileExistsError:
-        pass  # another process published first: its content counts
-    finally:
-        tmp.unlink()
+    create_file(path, make(), private=True)
     return path.read_bytes()
 
 
@@ -81,12 +74,3 @@ def _read_narrowed(path: Path) -> bytes:
         if os.fstat(file.fileno()).st_mode & 0o077:
             os.fchmod(file.fileno(), FILE_MODE)
         return file.read()
-
-
-def _write_new(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, FILE_MODE)
-    with os.fdopen(fd, "wb") as file:
-        os.fchmod(file.fileno(), FILE_MODE)
-        file.write(data)
-        file.flush()
-        os.fsync(file.fileno())

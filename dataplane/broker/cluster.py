@@ -25,7 +25,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -40,6 +39,7 @@ from dataplane.broker.groups import OFFSETS_TOPIC
 from dataplane.broker.outbound import peer_channel
 from dataplane.broker.topics import is_internal
 from dataplane.errors import ErrorCode, MeridianError
+from dataplane.files import replace_file
 
 log = logging.getLogger(__name__)
 
@@ -54,12 +54,12 @@ class ControllerMetadata:
     """The last ``UpdateMetadataRequest`` this broker accepted, in memory and on disk.
 
     On disk: ``<data_dir>/controller-metadata.bin``, the request's protobuf encoding,
-    replaced atomically (temporary file, fsync, rename, fsync of the directory), so a
-    crash leaves the old push or the new one. An unreadable file is logged and ignored
-    (the broker falls back to its static peers until the next push) rather than stopping
-    the broker. ``accept`` fences deposed controllers: a push with a lower
-    ``controller_epoch`` than the accepted one is refused with STALE_CONTROLLER_EPOCH,
-    also after a restart. Thread safety: event-loop only; ``accept`` calls are serialised.
+    replaced whole and durably (``dataplane.files.replace_file``), so a crash leaves the
+    old push or the new one. An unreadable file is logged and ignored (the broker falls
+    back to its static peers until the next push) rather than stopping the broker.
+    ``accept`` fences deposed controllers: a push with a lower ``controller_epoch`` than
+    the accepted one is refused with STALE_CONTROLLER_EPOCH, also after a restart. Thread
+    safety: event-loop only; ``accept`` calls are serialised.
     """
 
     def __init__(self, data_dir: os.PathLike[str] | str, cluster_id: str) -> None:
@@ -113,7 +113,7 @@ class ControllerMetadata:
                 )
             encoded = request.SerializeToString(deterministic=True)
             if encoded != self._encoded:  # an unchanged push costs no fsync
-                write = asyncio.ensure_future(run(lambda: _write_atomically(self.path, encoded)))
+                write = asyncio.ensure_future(run(lambda: replace_file(self.path, encoded)))
                 try:
                     await asyncio.shield(write)
                 except asyncio.CancelledError:
@@ -131,20 +131,6 @@ class ControllerMetadata:
 
     def brokers(self) -> list[common_pb2.BrokerInfo]:
         return list(self.current.brokers) if self.current is not None else []
-
-
-def _write_atomically(path: str, data: bytes) -> None:
-    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
-    with open(tmp, "wb") as file:
-        file.write(data)
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(tmp, path)
-    directory = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
 
 
 @dataclass

@@ -119,6 +119,8 @@ class BrokerConfig:
 
     def _check_security(self) -> None:
         if self.jwks_url:
+            scheme = self.jwks_url.partition("://")[0].lower()
+            _check(scheme in ("http", "https"), "jwks_url", "must be an http or https URL")
             _check(bool(self.token_issuer), "token_issuer", "required with jwks_url")
             _check(bool(self.token_audience), "token_audience", "required with jwks_url")
         own = (self.token_url, self.client_id, self.client_secret_file)

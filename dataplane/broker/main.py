@@ -25,6 +25,7 @@ from pathlib import Path
 from dataplane import lifeline
 from dataplane.broker.app import BrokerApp
 from dataplane.broker.config import BrokerConfig, ConfigError, load_config
+from dataplane.files import replace_file
 
 log = logging.getLogger("dataplane.broker")
 SECURITY_FLAGS = (
@@ -108,16 +109,14 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
 
 
 def write_ready_file(path: Path, app: BrokerApp) -> None:
-    """Atomically: a reader sees either no file or the whole JSON."""
+    """Whole: a reader sees either no file or the whole JSON (``replace_file``)."""
     payload = {
         "broker_id": app.config.broker_id,
         "port": app.port,
         "metrics_port": app.metrics_port,
         "pid": os.getpid(),
     }
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(payload))
-    os.replace(tmp, path)
+    replace_file(path, json.dumps(payload).encode())
 
 
 async def serve(config: BrokerConfig, ready_file: Path | None) -> None:

@@ -12,11 +12,11 @@ Thread safety: ``next_id`` may be called from any thread.
 from __future__ import annotations
 
 import json
-import os
 import threading
 from pathlib import Path
 
 from dataplane.errors import ErrorCode, MeridianError
+from dataplane.files import replace_file
 
 COUNTER_BITS = 40
 BLOCK_SIZE = 1000
@@ -53,19 +53,7 @@ class ProducerIdAllocator:
     def _reserve(self, end: int) -> None:
         if end >= 1 << COUNTER_BITS:
             raise MeridianError(ErrorCode.UNKNOWN_SERVER_ERROR, "producer ids are exhausted")
-        tmp = self._path.with_name(STATE_FILE + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, json.dumps({"next_block": end}).encode())
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self._path)
-        dir_fd = os.open(self._path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        replace_file(self._path, json.dumps({"next_block": end}).encode())
         self._reserved_end = end
 
     def init_producer(self, producer_id: int, epoch: int) -> tuple[int, int]:

@@ -15,9 +15,10 @@ checked against it under the log's append lock (``PartitionLog.append``'s
   ``UNKNOWN_PRODUCER_ID`` (its state was lost, e.g. to retention: it must re-initialise).
 
 Persistence: ``snapshot`` writes ``producer-state.json`` into the partition directory
-(atomically), recording the offset it covers; ``rebuild`` loads it and scans the batch
-headers (never the records) from that offset to the log end — the whole log without a
-usable snapshot. So the table survives clean and unclean restarts.
+(whole and durably, ``dataplane.files.replace_file``), recording the offset it covers;
+``rebuild`` loads it and reads the batch headers (never the records) from that offset to
+the log end through ``PartitionLog.batch_headers`` — the whole log without a usable
+snapshot. So the table survives clean and unclean restarts.
 
 Thread safety: every method takes the table's lock; ``check_and_record`` is meant to run
 under the log's append lock, which orders it with the write.
@@ -26,16 +27,15 @@ under the log's append lock, which orders it with the write.
 from __future__ import annotations
 
 import json
-import os
 import threading
 from collections import deque
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from dataplane.errors import ErrorCode, MeridianError
+from dataplane.files import replace_file
 from dataplane.storage.log import PartitionLog
-from dataplane.storage.records import HEADER_SIZE, BatchHeader, read_header
+from dataplane.storage.records import BatchHeader
 
 CACHED_BATCHES = 5
 SNAPSHOT_FILE = "producer-state.json"
@@ -210,7 +210,7 @@ class ProducerStateTable:
                 },
             }
             self.dirty = False
-        _write_atomically(directory / SNAPSHOT_FILE, json.dumps(data).encode())
+        replace_file(directory / SNAPSHOT_FILE, json.dumps(data).encode())
 
     @classmethod
     def rebuild(cls, log: PartitionLog) -> ProducerStateTable:
@@ -218,7 +218,7 @@ class ProducerStateTable:
         table = cls()
         start = table._load(log.directory / SNAPSHOT_FILE, log.log_end_offset)
         start = max(start, log.log_start_offset)
-        for base_offset, header in scan_headers(log, start):
+        for base_offset, header in log.batch_headers(start):
             table.replay(base_offset, header)
         table.covered_offset = max(table.covered_offset, log.log_end_offset)
         return table
@@ -250,37 +250,5 @@ class ProducerStateTable:
         return self.covered_offset
 
 
-def scan_headers(log: PartitionLog, start_offset: int) -> Iterator[tuple[int, BatchHeader]]:
-    """(base offset, header) of every batch ending at or after ``start_offset``, reading
-    only the 61 header bytes of each batch of each segment, up to the log end offset."""
-    end_offset = log.log_end_offset
-    for segment in log.segments:
-        if segment.next_offset <= start_offset:
-            continue
-        fd = os.open(segment.log_path, os.O_RDONLY)
-        try:
-            position, size = 0, segment.size_bytes
-            while position + HEADER_SIZE <= size:
-                header = read_header(os.pread(fd, HEADER_SIZE, position))
-                if header.base_offset >= end_offset or header.size < HEADER_SIZE:
-                    break
-                if header.last_offset >= start_offset:
-                    yield header.base_offset, header
-                position += header.size
-        finally:
-            os.close(fd)
-
-
 def _batch_list(batch: CachedBatch) -> list[int]:
     return [batch.first_seq, batch.last_seq, batch.base_offset, batch.last_offset]
-
-
-def _write_atomically(path: Path, payload: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, payload)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)

@@ -17,18 +17,18 @@ checkpoint that still describes it exactly.
 closed, so that opening needs no read to know where the log ends (the segment's size is
 checked against the directory listing). Older checkpoints lack it; it is optional.
 
-The file is written to a temporary name, fsynced, renamed over the old one and the
-directory fsynced, so a crash leaves either the old or the new checkpoint, never a mix.
+The file is replaced whole and durably (``dataplane.files.replace_file``), so a crash
+leaves either the old or the new checkpoint, never a mix.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dataplane.files import replace_file
 from dataplane.storage.config import LogConfig
 from dataplane.storage.errors import CheckpointError, InvalidConfigError
 
@@ -127,18 +127,5 @@ def read_checkpoint(directory: Path) -> PartitionCheckpoint | None:
 
 
 def write_checkpoint(directory: Path, checkpoint: PartitionCheckpoint) -> None:
-    path = directory / CHECKPOINT_FILE
-    tmp = directory / (CHECKPOINT_FILE + ".tmp")
     payload = json.dumps(checkpoint.to_json(), sort_keys=True).encode()
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, payload)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    dir_fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    replace_file(directory / CHECKPOINT_FILE, payload)

@@ -7,8 +7,8 @@ entry when a batch it copies carries an epoch newer than the last one. Replicas 
 their caches to find where their logs diverge (``end_offset_for``), as Kafka does.
 
 On disk: ``leader-epoch-checkpoint`` in the partition directory, text (a version line,
-the entry count, then one ``epoch start_offset`` line per entry), replaced atomically
-(temporary file, fsync, rename, fsync of the directory). A missing or unreadable file is
+the entry count, then one ``epoch start_offset`` line per entry), replaced whole and
+durably (``dataplane.files.replace_file``). A missing or unreadable file is
 rebuilt from the ``partition_leader_epoch`` of the log's batch headers
 (``rebuild_from``).
 
@@ -18,11 +18,11 @@ Thread safety: every method takes the cache's lock.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Iterable
 from pathlib import Path
 
+from dataplane.files import replace_file
 from dataplane.storage.records import BatchHeader
 
 log = logging.getLogger(__name__)
@@ -136,7 +136,7 @@ class LeaderEpochCache:
     def _persist(self) -> None:
         lines = [str(_VERSION), str(len(self._entries))]
         lines += [f"{epoch} {start}" for epoch, start in self._entries]
-        _write_atomically(self.path, ("\n".join(lines) + "\n").encode())
+        replace_file(self.path, ("\n".join(lines) + "\n").encode())
 
 
 def _parse(text: str) -> list[tuple[int, int]]:
@@ -151,19 +151,3 @@ def _parse(text: str) -> list[tuple[int, int]]:
     if len(entries) != count:
         raise ValueError(f"{len(entries)} entries, {count} announced")
     return entries
-
-
-def _write_atomically(path: Path, payload: bytes) -> None:
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, payload)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)

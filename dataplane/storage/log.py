@@ -39,10 +39,11 @@ from __future__ import annotations
 import logging
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from dataplane.files import fsync_directory
 from dataplane.storage.config import Durability, LogConfig
 from dataplane.storage.errors import LogClosedError, OffsetOutOfRangeError, StorageError
 from dataplane.storage.flush import BACKGROUND_FLUSHER
@@ -52,7 +53,7 @@ from dataplane.storage.log_state import wall_clock_ms as wall_clock_ms
 from dataplane.storage.records import BatchHeader, TimestampType
 from dataplane.storage.recovery import RecoveryReport, load_log
 from dataplane.storage.scan import CorruptRegion
-from dataplane.storage.segment import LogSegment, PlacedBatch, fsync_directory
+from dataplane.storage.segment import LogSegment, PlacedBatch
 
 log = logging.getLogger(__name__)
 
@@ -295,6 +296,15 @@ class PartitionLog(LogRetention):
             payload = chunks[0] if len(chunks) == 1 else b"".join(chunks)
             return ReadResult(payload, next_offset, start, end, self._high_watermark)
         raise StorageError(f"log {self.directory} kept changing under {_READ_RETRIES} reads")
+
+    def batch_headers(self, start_offset: int) -> Iterator[tuple[int, BatchHeader]]:
+        """(base offset, header) of every batch holding offsets from ``start_offset`` up
+        to the log end offset at the call, read without the records (rebuilding producer
+        state or a leader-epoch cache needs no more). Segments are read one at a time
+        under a pin, within the descriptor budget; batches that retention or a truncation
+        removes meanwhile may be left out."""
+        headers = self._view.batch_headers(start_offset, self._log_end_offset)
+        return ((header.base_offset, header) for header in headers)
 
     def offset_for_timestamp(self, timestamp: int) -> int | None:
         """The first offset below the high watermark whose timestamp is >= ``timestamp``.

@@ -16,10 +16,16 @@ sizes, ends and max timestamps; the log calls them under its append lock.
 from __future__ import annotations
 
 import bisect
+import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 
+from dataplane.storage.errors import CorruptBatchError
+from dataplane.storage.records import BatchHeader
 from dataplane.storage.scan import CorruptRegion
 from dataplane.storage.segment import LogSegment
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +73,26 @@ class LogSegments:
                 break
             i += 1
         return chunks, next_offset
+
+    def batch_headers(self, start: int, upper: int) -> Iterator[BatchHeader]:
+        """Headers of the batches holding offsets in [``start``, ``upper``), segment after
+        segment, each read under a pin (so within the descriptor budget). A segment
+        deleted meanwhile is skipped: its batches left the log. A corrupt one (recovery
+        does not rescan sealed segments) ends its own scan, with a warning."""
+        for segment in self.segments[self.floor_index(start) :]:
+            if segment.base_offset >= upper:
+                return
+            try:
+                with segment.pin():
+                    first = max(start, segment.base_offset)
+                    for header in segment.batch_headers(first, segment.size_bytes):
+                        if header.base_offset >= upper:
+                            return
+                        yield header
+            except FileNotFoundError:
+                continue
+            except CorruptBatchError as exc:
+                log.warning("batch headers of %s end early: %s", segment.log_path, exc)
 
     def offset_for_timestamp(self, timestamp: int, start: int, end: int) -> int | None:
         """The first offset in [``start``, ``end``) whose timestamp is >= ``timestamp``."""

@@ -52,13 +52,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from dataplane.files import fsync_directory
 from dataplane.storage.config import LogConfig
 from dataplane.storage.errors import LogClosedError, StorageError
 from dataplane.storage.filecache import SEGMENT_FILES, default_max_open_files
 from dataplane.storage.log import PartitionLog, wall_clock_ms
 from dataplane.storage.recovery import RecoveryReport
 from dataplane.storage.scan import CorruptRegion
-from dataplane.storage.segment import fsync_directory
 
 log = logging.getLogger(__name__)
 

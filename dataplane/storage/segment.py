@@ -49,6 +49,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from dataplane.files import fsync_directory
 from dataplane.storage.config import LogConfig
 from dataplane.storage.segment_files import INDEX_SUFFIX as INDEX_SUFFIX
 from dataplane.storage.segment_files import LOG_SUFFIX as LOG_SUFFIX
@@ -60,7 +61,6 @@ from dataplane.storage.segment_files import (
     pwritev_all,
     segment_file_name,
 )
-from dataplane.storage.segment_files import fsync_directory as fsync_directory
 from dataplane.storage.segment_read import SegmentReads
 
 

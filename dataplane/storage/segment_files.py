@@ -135,11 +135,3 @@ def pwritev_all(fd: int, buffers: list[bytes | memoryview], position: int) -> in
 def create_empty(path: Path) -> None:
     """Create ``path`` empty (truncating what a failed earlier attempt left)."""
     os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
-
-
-def fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

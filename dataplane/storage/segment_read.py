@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterator
 
 from dataplane.storage import records
 from dataplane.storage.errors import CorruptBatchError
@@ -80,6 +81,14 @@ class SegmentReads(SegmentRecovery):
         if key not in self._reported and len(self._reported) < 1024:
             self._reported.add(key)
             log.error("corrupt data in %s: %s", self.log_path, exc)
+
+    def batch_headers(self, offset: int, end: int) -> Iterator[BatchHeader]:
+        """The header of each batch from the one holding ``offset`` up to byte ``end``,
+        read without the records and without CRC checks. Call it under a pin."""
+        found = self.find_batch(offset, end)
+        if found is not None:
+            for _, header in self._walk(found[0], end, verify_crc=False):
+                yield header
 
     def _read(
         self, offset: int, max_bytes: int, max_offset: int, min_one_batch: bool

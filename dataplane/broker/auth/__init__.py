@@ -10,13 +10,11 @@ names no ``jwks_url`` (auth off).
 
 from __future__ import annotations
 
-import functools
-
 from dataplane.broker.auth.authorizer import ALLOW_ALL, Authorizer
 from dataplane.broker.auth.identities import PushedIdentities, PushSource
 from dataplane.broker.auth.interceptor import Authenticator, AuthInterceptor
 from dataplane.broker.auth.principal import Principal, current
-from dataplane.broker.auth.verifier import JwksKeys, TokenVerifier, fetch_jwks
+from dataplane.broker.auth.verifier import JwksKeys, TokenVerifier
 from dataplane.broker.config import BrokerConfig
 
 
@@ -26,7 +24,7 @@ def build_authenticator(
     """``pushed()`` returns the controller's last accepted push (or None)."""
     if not config.jwks_url:
         return None
-    keys = JwksKeys(functools.partial(fetch_jwks, config.jwks_url))
+    keys = JwksKeys.from_url(config.jwks_url)
     verifier = TokenVerifier(
         keys,
         issuer=config.token_issuer,

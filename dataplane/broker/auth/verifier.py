@@ -1,31 +1,36 @@
-"""Offline verification of bearer tokens against the issuer's JWKS (DESIGN decision 7).
+"""Offline verification of RS256 bearer tokens against the issuer's JWKS (DESIGN
+decision 7): the one verifier of the brokers and the control plane, for Keycloak's tokens
+and the local issuer's alike.
 
-``TokenVerifier.verify(token)`` returns the token's ``Principal`` once: the header names
-RS256 (``none``, HS256 and every other algorithm are refused before any key is looked
-up) and a ``kid`` the JWKS has; the signature checks out; ``exp``, ``iat``, ``sub``,
-``iss`` and ``aud`` are present, ``iss`` is the configured issuer, ``aud`` contains the
-configured audience and the token has not expired (``LEEWAY_S`` of clock skew); every
-claim has its type (``dataplane.client.claims``: ``realm_access`` an object, ``groups`` a
-list of strings...). Anything else raises ``InvalidToken`` with a message saying why.
-
-Keys (``JwksKeys``) are fetched from ``jwks_url`` when first needed, kept ``ttl_s``, and
-fetched again when a token names an unknown ``kid`` (a key rotation), at most once per
-``min_refresh_interval_s`` so made-up kids cannot hammer the issuer. When the issuer
-cannot be reached, the keys already known keep serving. Verified tokens are cached until
+``verify_rs256(token, keys, issuer=, audience=)`` returns the token's claims once: the
+header names RS256 (``none``, HS256 and every other algorithm are refused before any key
+is looked up) and a ``kid`` the JWKS has; the signature checks out; ``exp``, ``iat``,
+``sub``, ``iss`` and ``aud`` are present, ``iss`` is the issuer, ``aud`` contains the
+audience and the token has not expired (``LEEWAY_S`` of clock skew). Anything else
+raises ``InvalidToken`` with a message saying why. ``TokenVerifier`` (the broker's) also
+checks every claim's type (``dataplane.client.claims``: ``realm_access`` an object,
+``groups`` a list of strings...) into a ``Principal``, and caches verified tokens until
 they expire (bounded by ``max_cached_tokens``), so a client's every call costs one dict
-lookup instead of an RSA verification. Blocking (HTTP, RSA): call it off the event loop.
-Thread-safe.
+lookup instead of an RSA verification.
+
+Keys (``JwksKeys``) are fetched with PyJWT's ``PyJWKClient`` (``JwksKeys.from_url``; or
+by any function returning a JWKS document, as the local issuer reads its own database)
+and parsed by PyJWT; the cache policy on top is ours, since ``PyJWKClient``'s own drops
+every key on an outage and waits out a cooldown after every fetch before a rotated key is
+looked up. Only RSA signing keys for RS256 are kept. They are fetched when first needed,
+kept ``ttl_s``, and fetched again when a token names an unknown ``kid`` (a key rotation),
+at most once per ``min_refresh_interval_s`` so made-up kids cannot hammer the issuer.
+When the issuer cannot be reached, the keys already known keep serving, so an outage
+logs no one out; with none known, ``JwksUnavailable`` (not a bad token: retry later).
+Blocking (HTTP, RSA): call it off the event loop. Thread-safe.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
-import urllib.error
-import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jwt
@@ -38,7 +43,12 @@ log = logging.getLogger(__name__)
 LEEWAY_S = 5
 REQUIRED_CLAIMS = ["exp", "iat", "sub", "aud", "iss"]
 JWKS_TIMEOUT_S = 5.0
-MAX_JWKS_BYTES = 1024 * 1024
+# What a fetch raises when the issuer cannot be reached or answers nonsense: PyJWKClient
+# raises PyJWKClientError subclasses, and a fetch function may raise OSError (network)
+# or ValueError (a document that is not JSON).
+FETCH_ERRORS = (jwt.PyJWKClientError, OSError, ValueError)
+
+Fetch = Callable[[], Mapping[str, Any]]
 
 
 class InvalidToken(Exception):  # noqa: N818 (the name the control plane uses too)
@@ -49,21 +59,12 @@ class JwksUnavailable(Exception):  # noqa: N818
     """The JWKS could not be fetched and no key is known yet."""
 
 
-def fetch_jwks(url: str) -> dict[str, Any]:
-    """The JWKS document at ``url``; raises ``OSError``/``ValueError`` on failure."""
-    with urllib.request.urlopen(url, timeout=JWKS_TIMEOUT_S) as response:
-        document = json.loads(response.read(MAX_JWKS_BYTES))
-    if not isinstance(document, dict):
-        raise ValueError("the JWKS is not a JSON object")
-    return document
-
-
 class JwksKeys:
     """RSA signing keys by ``kid``, from ``fetch()``; see the module docstring."""
 
     def __init__(
         self,
-        fetch: Callable[[], dict[str, Any]],
+        fetch: Fetch,
         *,
         ttl_s: float = 300.0,
         min_refresh_interval_s: float = 1.0,
@@ -74,12 +75,21 @@ class JwksKeys:
         self._min_refresh_interval_s = min_refresh_interval_s
         self._clock = clock
         self._lock = threading.Lock()
-        self._keys: dict[str, Any] = {}
+        self._keys: dict[str, jwt.PyJWK] = {}
         self._loaded_at: float | None = None
-        self._forced_at = float("-inf")
+        self._forced_at = float("-inf")  # the last refresh an unknown kid caused
 
-    def key(self, kid: str) -> Any:
-        """The public key named ``kid``; ``InvalidToken`` if the issuer has none."""
+    @classmethod
+    def from_url(
+        cls, url: str, *, ttl_s: float = 300.0, timeout_s: float = JWKS_TIMEOUT_S
+    ) -> JwksKeys:
+        """Keys from the JWKS at ``url`` (http or https; redirects are not followed)."""
+        client = jwt.PyJWKClient(url, cache_jwk_set=False, timeout=timeout_s)
+        return cls(client.fetch_data, ttl_s=ttl_s)
+
+    def key(self, kid: str) -> jwt.PyJWK:
+        """The public key named ``kid``; ``InvalidToken`` if the issuer has none,
+        ``JwksUnavailable`` if it cannot be asked and no key is known."""
         with self._lock:
             now = self._clock()
             if self._loaded_at is None or now - self._loaded_at > self._ttl_s:
@@ -88,28 +98,71 @@ class JwksKeys:
                 self._forced_at = now
                 self._load(now)
             if kid not in self._keys:
-                raise InvalidToken(f"the issuer has no signing key {kid!r}")
+                raise InvalidToken(f"unknown signing key {kid!r}")
             return self._keys[kid]
+
+    def invalidate(self) -> None:
+        """Fetch the keys again at the next lookup (the issuer rotated them)."""
+        with self._lock:
+            self._loaded_at = None
 
     def _load(self, now: float) -> None:
         try:
             document = self._fetch()
-        except (OSError, ValueError) as exc:
+        except FETCH_ERRORS as exc:
             if not self._keys:
                 raise JwksUnavailable(f"cannot fetch the issuer's keys: {exc}") from exc
             log.warning("cannot refresh the JWKS (%s); verifying with the keys known", exc)
             self._loaded_at = now
             return
-        self._keys = {
-            str(jwk["kid"]): jwt.algorithms.RSAAlgorithm.from_jwk(jwk)
-            for jwk in document.get("keys", [])
-            if isinstance(jwk, dict)
-            and jwk.get("kty") == "RSA"
-            and jwk.get("use", "sig") == "sig"
-            and jwk.get("alg", "RS256") == "RS256"
-            and "kid" in jwk
-        }
+        self._keys = _rs256_signing_keys(document)
         self._loaded_at = now
+
+
+def _rs256_signing_keys(document: Mapping[str, Any]) -> dict[str, jwt.PyJWK]:
+    try:
+        jwk_set = jwt.PyJWKSet.from_dict(dict(document))
+    except jwt.PyJWKSetError:
+        return {}  # no usable key at all: every kid is unknown
+    return {
+        key.key_id: key
+        for key in jwk_set.keys
+        if key.key_id
+        and key.key_type == "RSA"
+        and key.public_key_use in ("sig", None)
+        and key.algorithm_name == "RS256"
+    }
+
+
+def verify_rs256(token: str, keys: JwksKeys, *, issuer: str, audience: str) -> dict[str, Any]:
+    """The token's claims; ``InvalidToken`` or ``JwksUnavailable`` (see the module
+    docstring)."""
+    try:
+        header = jwt.get_unverified_header(token)
+        if header.get("alg") != "RS256":
+            raise InvalidToken(f"algorithm {header.get('alg')!r} is not accepted (RS256)")
+        kid = header.get("kid")
+        if not isinstance(kid, str) or not kid:
+            raise InvalidToken("the token names no signing key ('kid')")
+        return jwt.decode(
+            token,
+            keys.key(kid),
+            algorithms=["RS256"],
+            audience=audience,
+            issuer=issuer,
+            leeway=LEEWAY_S,
+            options={"require": REQUIRED_CLAIMS},
+        )
+    except jwt.ExpiredSignatureError:
+        raise InvalidToken("the token has expired") from None
+    except jwt.InvalidAudienceError:
+        raise InvalidToken(f"the token is not for audience {audience!r}") from None
+    except jwt.InvalidIssuerError:
+        raise InvalidToken(f"the token is not from issuer {issuer!r}") from None
+    except jwt.InvalidSignatureError:
+        raise InvalidToken("the token's signature does not verify") from None
+    except jwt.PyJWTError as exc:
+        raise InvalidToken(f"invalid token: {exc}") from None
 
 
 class TokenVerifier:
@@ -146,41 +199,13 @@ class TokenVerifier:
         principal = self.cached(token)
         if principal is not None:
             return principal
-        claims = self._decode(token)
+        claims = verify_rs256(token, self.keys, issuer=self.issuer, audience=self.audience)
         try:
             principal = Principal.from_claims(claims, internal_role=self.internal_role)
         except MalformedClaims as exc:
             raise InvalidToken(f"malformed claims: {exc}") from None
         self._remember(token, principal)
         return principal
-
-    def _decode(self, token: str) -> dict[str, Any]:
-        try:
-            header = jwt.get_unverified_header(token)
-            if header.get("alg") != "RS256":
-                raise InvalidToken(f"algorithm {header.get('alg')!r} is not accepted (RS256)")
-            kid = header.get("kid")
-            if not isinstance(kid, str) or not kid:
-                raise InvalidToken("the token names no signing key ('kid')")
-            return jwt.decode(
-                token,
-                self.keys.key(kid),
-                algorithms=["RS256"],
-                audience=self.audience,
-                issuer=self.issuer,
-                leeway=LEEWAY_S,
-                options={"require": REQUIRED_CLAIMS},
-            )
-        except jwt.ExpiredSignatureError:
-            raise InvalidToken("the token has expired") from None
-        except jwt.InvalidAudienceError:
-            raise InvalidToken(f"the token is not for audience {self.audience!r}") from None
-        except jwt.InvalidIssuerError:
-            raise InvalidToken(f"the token is not from issuer {self.issuer!r}") from None
-        except jwt.InvalidSignatureError:
-            raise InvalidToken("the token's signature does not verify") from None
-        except jwt.PyJWTError as exc:
-            raise InvalidToken(f"invalid token: {exc}") from None
 
     def _remember(self, token: str, principal: Principal) -> None:
         with self._lock:

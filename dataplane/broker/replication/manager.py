@@ -43,7 +43,7 @@ from typing import TypeVar
 
 from dataplane._gen.meridian.v1 import admin_pb2
 from dataplane.broker.partitions import Partition, PartitionRegistry
-from dataplane.broker.producers import ProducerStateTable, scan_headers
+from dataplane.broker.producers import ProducerStateTable
 from dataplane.broker.replication.state import FollowerProgress, ReplicaState, Role
 from dataplane.broker.topics import is_internal
 from dataplane.storage.leader_epoch import LeaderEpochCache
@@ -312,7 +312,7 @@ def _fresh_progress() -> FollowerProgress:
 
 def _load_epochs(part: Partition) -> LeaderEpochCache:
     log_ = part.log
-    return LeaderEpochCache.load(log_.directory, scan_headers(log_, log_.log_start_offset))
+    return LeaderEpochCache.load(log_.directory, log_.batch_headers(log_.log_start_offset))
 
 
 def rebuild_producers(part: Partition) -> None:

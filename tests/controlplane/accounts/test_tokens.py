@@ -12,7 +12,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from rest_framework.test import APIClient
 
 from controlplane.accounts.identity import InvalidToken, LocalIdentity
-from controlplane.accounts.tokens import JwksCache
+from controlplane.accounts.tokens import JwksKeys, verify_token
 from controlplane.core.errors import Unavailable
 from tests.controlplane.api_base import make_tenant
 from tests.controlplane.conftest import token_for
@@ -171,7 +171,7 @@ def test_jwks_refresh_for_unknown_kids_is_rate_limited() -> None:
         fetched.append(1)
         return {"keys": []}
 
-    cache = JwksCache(fetch, ttl_s=300, min_refresh_interval_s=1.0, clock=lambda: now[0])
+    cache = JwksKeys(fetch, ttl_s=300, min_refresh_interval_s=1.0, clock=lambda: now[0])
     for _ in range(5):
         with pytest.raises(InvalidToken):
             cache.key("made-up")
@@ -191,22 +191,23 @@ def test_jwks_endpoint_serves_the_public_keys_only(db: None, local_identity: Loc
     assert not any("d" in k or "p" in k for k in keys)  # no private parts
 
 
-def test_an_issuer_outage_keeps_the_known_keys() -> None:
+def test_an_issuer_outage_keeps_the_known_keys(db: None, local_identity: LocalIdentity) -> None:
     """The JWKS cannot be fetched: known keys keep verifying; with none, 503's error."""
     now = [0.0]
     up = [True]
 
     def fetch() -> dict[str, object]:
         if not up[0]:
-            raise Unavailable("issuer down")
+            raise OSError("issuer down")
         return {"keys": [_public_jwk("k1")]}
 
-    cache = JwksCache(fetch, ttl_s=10, clock=lambda: now[0])
+    cache = JwksKeys(fetch, ttl_s=10, clock=lambda: now[0])
     assert cache.key("k1") is not None
     up[0], now[0] = False, 60.0  # past the TTL, the refresh fails
     assert cache.key("k1") is not None
+    token = token_for(local_identity)
     with pytest.raises(Unavailable):
-        JwksCache(fetch, ttl_s=10).key("k1")
+        verify_token(token, JwksKeys(fetch, ttl_s=10), issuer=local_identity.issuer)
 
 
 def _public_jwk(kid: str) -> dict[str, object]:

@@ -15,6 +15,7 @@ from dataplane.broker.producers import (
 from dataplane.errors import ErrorCode, MeridianError
 from dataplane.storage.builder import build_batch
 from dataplane.storage.config import Durability, LogConfig
+from dataplane.storage.filecache import MIN_OPEN_FILES, SEGMENT_FILES
 from dataplane.storage.log import PartitionLog
 from dataplane.storage.records import read_header
 
@@ -94,6 +95,24 @@ def test_a_rebuild_scans_the_whole_log_without_a_snapshot(log):
     assert table.get(PID).last_seq == 19
     assert table.get(7).last_seq == 0
     assert table.covered_offset == log.log_end_offset == 21
+
+
+def test_a_rebuild_reads_every_segment_through_the_descriptor_budget(tmp_path):
+    """The header scan opens each segment through the process's segment file cache
+    (counted, and evicting others to stay within the budget), not behind its back."""
+    config = LogConfig(max_segment_bytes=1024, durability=Durability.NEVER)
+    log = PartitionLog.open(tmp_path / "acme.s-0", config)
+    try:
+        for seq in range(300):
+            append(log, seq)
+        assert len(log.segments) > MIN_OPEN_FILES
+        SEGMENT_FILES.close_idle(0)
+        opened = SEGMENT_FILES.opened
+        assert ProducerStateTable.rebuild(log).get(PID).last_seq == 299
+        assert SEGMENT_FILES.opened - opened >= len(log.segments)
+        assert SEGMENT_FILES.open_files <= SEGMENT_FILES.max_open_files
+    finally:
+        log.close()
 
 
 def test_a_rebuild_starts_from_the_snapshot_and_scans_only_what_follows(log):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import threading
 from pathlib import Path
 
@@ -523,6 +524,37 @@ def test_a_read_bounded_inside_a_later_segment_stops_before_the_bound(tmp_path, 
     assert result.next_offset == 4
     assert [r.offset for r in decode_batches(result.data)] == [0, 1, 2, 3]
     log.close()
+
+
+def test_batch_headers_are_those_of_the_batches_from_an_offset_to_the_end(open_log):
+    """Against an oracle of (base offset, last offset) per batch, from several offsets
+    (batch starts, batch middles, segment boundaries), across many segments."""
+    log = open_log(LogConfig(max_segment_bytes=1024, durability=Durability.NEVER))
+    rng = random.Random(5)
+    batches = []
+    for _ in range(60):
+        info = log.append(make_batch([b"x" * rng.randint(1, 120)] * rng.randint(1, 4)))
+        batches.append((info.base_offset, info.last_offset))
+    assert len(log.segments) > 3
+    starts = [0, 1, log.segments[2].base_offset, log.log_end_offset - 1, log.log_end_offset]
+    for start in starts + [rng.randrange(log.log_end_offset) for _ in range(10)]:
+        expected = [(base, last) for base, last in batches if last >= start]
+        found = [(base, h.last_offset) for base, h in log.batch_headers(start)]
+        assert found == expected, start
+
+
+def test_batch_headers_skip_segments_deleted_while_they_are_read(open_log):
+    """A truncation deletes the segments a scan has not reached yet: the scan ends with
+    what is left, without an error."""
+    log = open_log(LogConfig(max_segment_bytes=1024, durability=Durability.NEVER))
+    for _ in range(12):
+        log.append(make_batch([b"x" * 300]))
+    assert len(log.segments) >= 3
+    second = log.segments[1].base_offset
+    headers = log.batch_headers(0)
+    assert next(headers)[0] == 0
+    log.truncate_to(second)
+    assert [base for base, _ in headers] == list(range(1, second))
 
 
 def test_a_batch_claiming_more_offsets_than_records_is_refused(open_log, small_config):

@@ -38,6 +38,7 @@ def test_auth_is_off_without_a_jwks_url(tmp_path: Path) -> None:
     ("settings", "field"),
     [
         ({"jwks_url": "http://issuer/jwks"}, "token_issuer"),
+        ({"jwks_url": "file:///etc/jwks.json", "token_issuer": "i"}, "jwks_url"),
         ({"token_url": "http://issuer/token", "client_id": "b"}, "token_url"),
         ({"tls_cert_file": "/c.pem"}, "tls_cert_file"),
         ({"tls_key_file": "/k.pem"}, "tls_cert_file"),

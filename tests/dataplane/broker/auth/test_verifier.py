@@ -86,6 +86,20 @@ def test_without_any_key_an_outage_is_not_a_bad_token(issuer: TestIssuer) -> Non
         _verifier(jwks, Clock()).verify(issuer.token())
 
 
+def test_keys_fetched_over_http_keep_serving_once_the_issuer_stops() -> None:
+    """``JwksKeys.from_url`` (PyJWT's JWKS client) against a live issuer; ttl 0, so every
+    lookup fetches again: once the issuer is gone, the key already known still verifies,
+    and a cache that never reached it reports the outage, not a bad token."""
+    issuer = TestIssuer().start()
+    keys = JwksKeys.from_url(issuer.jwks_url, ttl_s=0.0)
+    verifier = TokenVerifier(keys, issuer="test-issuer", audience="meridian", internal_role="r")
+    verifier.verify(issuer.token())
+    issuer.stop()
+    assert verifier.verify(issuer.token(client_id="later")).client_id == "later"
+    with pytest.raises(JwksUnavailable):
+        JwksKeys.from_url(issuer.jwks_url).key(issuer.kid)
+
+
 def test_a_verified_token_is_served_from_the_cache_until_it_expires(issuer: TestIssuer) -> None:
     jwks = Jwks(issuer)
     keys = JwksKeys(jwks)
