@@ -25,8 +25,8 @@ from keycloak.exceptions import KeycloakConnectionError, KeycloakError
 
 from controlplane.accounts.local import group_path, tenant_group_path
 from controlplane.accounts.tokens import JwksCache, verify_rs256
+from controlplane.core.choices import Role
 from controlplane.core.errors import Conflict, InvalidRequest, NotFound, Unavailable
-from controlplane.tenants.choices import Role
 
 if TYPE_CHECKING:
     from controlplane.accounts.models import ServiceAccount

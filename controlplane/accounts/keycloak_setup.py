@@ -12,7 +12,7 @@ from keycloak.exceptions import KeycloakError
 
 from controlplane.accounts.internal import INTERNAL_CLIENT_IDS
 from controlplane.accounts.keycloak import admin_for, idp_errors
-from controlplane.tenants.choices import PLATFORM_ADMIN_ROLE
+from controlplane.core.choices import PLATFORM_ADMIN_ROLE
 
 CLI_CLIENT_ID = "meridian-cli"
 SCOPE_NAME = "meridian"

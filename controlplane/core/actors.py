@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from controlplane.tenants.choices import PLATFORM_ADMIN_ROLE, Role
+from controlplane.core.choices import PLATFORM_ADMIN_ROLE, Role
 from dataplane.client.claims import TokenClaims
 
 _RANK = {Role.VIEWER: 1, Role.DEVELOPER: 2, Role.TENANT_ADMIN: 3}

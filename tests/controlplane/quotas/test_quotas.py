@@ -10,11 +10,11 @@ import pytest
 from django.db import connection
 
 from controlplane.core.actors import Actor
+from controlplane.core.choices import Role
 from controlplane.core.errors import QuotaExceeded
 from controlplane.core.models import AuditEvent
 from controlplane.quotas.models import Quota
 from controlplane.quotas.services import quota_usage
-from controlplane.tenants.choices import Role
 from controlplane.topics.models import PartitionAssignment, Topic
 from controlplane.topics.services import create_topic
 from tests.controlplane.api_base import assert_error, make_cluster, make_tenant
