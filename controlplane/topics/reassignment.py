@@ -39,7 +39,9 @@ from controlplane.regions.choices import BrokerPhase
 from controlplane.regions.models import Broker, Cluster
 from controlplane.topics import brokers as broker_rpc
 from controlplane.topics.choices import TopicStatus
+from controlplane.topics.election import finish_reassignment
 from controlplane.topics.models import PartitionAssignment, Topic
+from controlplane.topics.partitions import save_state, state_of
 from controlplane.topics.placement import broker_loads, placeable_brokers, prefer_answering
 
 log = logging.getLogger(__name__)
@@ -190,9 +192,6 @@ def progress(cluster: Cluster, *, live: Collection[int], actor: Actor) -> int:
     """Finish the reassignments of ``cluster`` whose target replicas are all in the ISR
     (the topic ready, so every replica has been created) and a target replica can lead;
     returns how many partitions changed."""
-    from controlplane.controller.election import finish_reassignment
-    from controlplane.controller.partitions import save_state, state_of
-
     pairs = list(Broker.objects.filter(cluster=cluster).values_list("pk", "broker_id"))
     broker_ids, pk_of = dict(pairs), {b: pk for pk, b in pairs}
     rows = (
