@@ -10,9 +10,8 @@ secrets come from the settings or from the realm. With the local issuer they sha
 secret kept in a file (``internal_secret_file()``), and the local issuer's token endpoint
 hands them tokens like Keycloak's; the control plane itself signs its own without HTTP.
 
-``broker_security()`` is how the control plane opens channels to brokers
-(``broker_channel``): TLS when ``BROKER_TLS_CA_FILE`` is set, the controller's token on
-every call when ``BROKER_AUTH`` is on.
+``controller_tokens()`` is the control plane's token source; the channels that carry
+it to brokers are opened by ``controlplane.gateway.channels``.
 """
 
 from __future__ import annotations
@@ -23,12 +22,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-import grpc
 from django.conf import settings
 
 from controlplane.core.private_files import read_or_create_private
 from dataplane.client.auth import ClientCredentials, TokenSource
-from dataplane.client.connection import ChannelSecurity
 
 CONTROLLER_CLIENT_ID = "meridian-controller"
 BROKER_CLIENT_ID = "meridian-broker"
@@ -158,14 +155,3 @@ def reset_controller_tokens() -> None:
     global _tokens
     with _tokens_lock:
         _tokens = None
-
-
-def broker_security() -> ChannelSecurity:
-    """TLS and credentials of the control plane's channels to brokers."""
-    tokens = controller_tokens() if settings.BROKER_AUTH else None
-    return ChannelSecurity.of(tokens, settings.BROKER_TLS_CA_FILE or None)
-
-
-def broker_channel(address: str, options: Any) -> grpc.Channel:
-    """A blocking channel from the control plane to the broker at ``address``."""
-    return broker_security().channel(address, options)

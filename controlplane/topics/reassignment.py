@@ -34,10 +34,11 @@ from controlplane.core import audit
 from controlplane.core.actors import Actor
 from controlplane.core.choices import ProvisioningStatus
 from controlplane.core.errors import Conflict, InvalidRequest
+from controlplane.gateway import admin as broker_rpc
+from controlplane.gateway.errors import BrokerRefusedError, BrokerUnavailable
 from controlplane.regions import services as regions
 from controlplane.regions.choices import BrokerPhase
 from controlplane.regions.models import Broker, Cluster
-from controlplane.topics import brokers as broker_rpc
 from controlplane.topics.choices import TopicStatus
 from controlplane.topics.election import finish_reassignment
 from controlplane.topics.models import PartitionAssignment, Topic
@@ -248,7 +249,7 @@ def delete_removed(cluster: Cluster, *, live: Collection[int]) -> int:
             try:
                 broker_rpc.delete_partitions(broker.address, [(row.topic.full_name, row.partition)])
                 deleted += 1
-            except (broker_rpc.BrokerUnavailable, broker_rpc.BrokerRefusedError) as exc:
+            except (BrokerUnavailable, BrokerRefusedError) as exc:
                 log.warning("deleting %s-%s from %s failed: %s", row.topic.full_name,
                             row.partition, broker, exc.message)  # fmt: skip
                 remaining.append(broker_id)
