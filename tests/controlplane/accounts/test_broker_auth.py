@@ -21,7 +21,7 @@ from django.db import connections
 
 from controlplane.accounts import internal, services
 from controlplane.accounts.identity import LocalIdentity, get_identity
-from controlplane.accounts.keycloak_setup import internal_client_secret
+from controlplane.accounts.keycloak import internal_client_secret
 from controlplane.accounts.tokens import InvalidToken
 from controlplane.core.actors import Actor
 from controlplane.gateway.channels import open_channel
