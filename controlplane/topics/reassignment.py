@@ -44,6 +44,7 @@ from controlplane.topics.election import finish_reassignment
 from controlplane.topics.models import PartitionAssignment, Topic
 from controlplane.topics.partitions import save_state, state_of
 from controlplane.topics.placement import broker_loads, placeable_brokers, prefer_answering
+from controlplane.topics.tasks import reconcile_topic
 
 log = logging.getLogger(__name__)
 
@@ -122,8 +123,6 @@ def _check_target(field: str, target: list[int], size: int, valid: set[int]) -> 
 
 def _reconcile_after_commit(topic_id: int) -> None:
     def enqueue() -> None:
-        from controlplane.topics.tasks import reconcile_topic
-
         reconcile_topic.delay(topic_id)
 
     transaction.on_commit(enqueue, robust=True)
