@@ -28,6 +28,9 @@ to stdout.
    ``--restarts`` plain SIGKILLs (the provisioner restarts the broker at its next tick)
    and ``--pauses`` SIGSTOPs (a hung or partitioned broker: its process still exists, so
    only its silence tells the controller; SIGCONT once writes have resumed).
+   ``--failover-only`` runs this part alone; ``--request-timeout-ms`` sets the failover
+   producer's (5000 by default, the SDK's own is 30000), which bounds a hung leader's
+   stall for a producer that does not notice the leadership move.
 """
 
 from __future__ import annotations
@@ -102,6 +105,15 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--kills", type=int, default=10, help="leader SIGKILLs, kept down")
     parser.add_argument("--restarts", type=int, default=3, help="leader SIGKILLs, restarted")
     parser.add_argument("--pauses", type=int, default=3, help="leader SIGSTOPs (after kills)")
+    parser.add_argument(
+        "--failover-only", action="store_true", help="skip the throughput and latency runs"
+    )
+    parser.add_argument(
+        "--request-timeout-ms",
+        type=float,
+        default=5_000,
+        help="the failover producer's request_timeout_ms (the SDK's default is 30000)",
+    )
     parser.add_argument(
         "--session-timeout-s",
         type=float,
@@ -241,6 +253,7 @@ class Failover:
     led: list[int]
     seconds: float
     leaders_after: dict[int, tuple[int | None, int]]  # led partition -> (leader, epoch)
+    moved_s: float | None = None  # when the controller had elected others for all of led
 
     @property
     def moved(self) -> bool:
@@ -248,7 +261,9 @@ class Failover:
         return all(self.leaders_after[p][0] not in (None, self.broker) for p in self.led)
 
 
-def failovers(region: Any, case: Case, kinds: list[str]) -> list[Failover]:
+def failovers(
+    region: Any, case: Case, kinds: list[str], request_timeout_ms: float
+) -> list[Failover]:
     """One fault after the other on the leader of partition ``i mod 3``: ``down``
     SIGKILLs it and keeps it from restarting until writes have resumed; ``kill``
     SIGKILLs it (the provisioner restarts it at once); ``pause`` SIGSTOPs it until writes
@@ -258,7 +273,8 @@ def failovers(region: Any, case: Case, kinds: list[str]) -> list[Failover]:
 
     topic = next(t for t in region.topics if t.full_name == case.topic)
     load = ProducerLoad(region.bootstrap, case.topic, PARTITIONS, acks=case.acks, producers=1,
-                        rate_per_s=300.0).start()  # fmt: skip
+                        rate_per_s=300.0, request_timeout_ms=request_timeout_ms)  # fmt: skip
+    load.start()
     results = []
     try:
         wait_until(lambda: all(load.first_ack_after(p, 0.0) for p in range(PARTITIONS)), 30,
@@ -268,33 +284,48 @@ def failovers(region: Any, case: Case, kinds: list[str]) -> list[Failover]:
             states = region.states(topic)
             victim = states[number % PARTITIONS].leader
             led = sorted(p for p, s in states.items() if s.leader == victim)
-            took = _fault(region, load, kind, victim, led)
+            took, moved = _fault(region, topic, load, kind, victim, led)
             after = {p: (s.leader, s.leader_epoch) for p, s in region.states(topic).items()}
-            result = Failover(kind, victim, led, took, {p: after[p] for p in led})
+            result = Failover(kind, victim, led, took, {p: after[p] for p in led}, moved)
             results.append(result)
             log(f"{kind} {number + 1}: broker {victim} (led {led}); writes resumed in "
-                f"{took:.2f} s; leaders now {result.leaders_after}")  # fmt: skip
+                f"{took:.2f} s (leaders moved at {_seconds(moved)}); "
+                f"leaders now {result.leaders_after}")  # fmt: skip
     finally:
         load.stop()
     log(f"failover producer: {load.sent} sent, {load.count()} acked, {len(load.failures)} failed")
     return results
 
 
-def _fault(region: Any, load: Any, kind: str, victim: int, led: list[int]) -> float:
-    """Seconds from the fault to the first ack on every partition in ``led``."""
+def _fault(
+    region: Any, topic: Any, load: Any, kind: str, victim: int, led: list[int]
+) -> tuple[float, float | None]:
+    """Seconds from the fault to the first ack on every partition in ``led``, and to the
+    controller's election of other leaders for all of them (None: not seen before)."""
     from tests.integration.replication.region import wait_until
 
     pid = region.pid(victim)
     at = time.monotonic()
+    moved: list[float] = []
+
+    def resumed() -> float | None:
+        if not moved and all(region.states(topic)[p].leader != victim for p in led):
+            moved.append(time.monotonic() - at)
+        return _resumed(load, led, at)
+
     os.kill(pid, signal.SIGSTOP if kind == "pause" else signal.SIGKILL)
     held = region.held_down(victim) if kind == "down" else contextlib.nullcontext()
     try:
         with held:
-            resumed_at = wait_until(lambda: _resumed(load, led, at), 120, f"writes to {led}")
+            resumed_at = wait_until(resumed, 120, f"writes to {led}")
     finally:
         if kind == "pause":
             os.kill(pid, signal.SIGCONT)
-    return float(resumed_at - at)
+    return float(resumed_at - at), (moved[0] if moved else None)
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f} s"
 
 
 def _resumed(load: Any, partitions: list[int], since: float) -> float | None:
@@ -326,7 +357,7 @@ def report(cases: list[Case], faults: list[Failover], args: argparse.Namespace) 
     print(f"  controller:   session timeout {args.session_timeout_s or 'default (6 s)'}")
     report_throughput(cases, args)
     report_latency(cases, args)
-    report_failover(faults)
+    report_failover(faults, args)
     base = args.records / statistics.median(cases[0].seconds)
     ratio = (args.records / statistics.median(cases[2].seconds)) / base
     print("\nAims (reported, never enforced)")
@@ -367,13 +398,15 @@ def report_latency(cases: list[Case], args: argparse.Namespace) -> None:
               f"{percentile(lat, 0.99):>8.2f} {max(lat, default=float('nan')):>8.2f}")  # fmt: skip
 
 
-def report_failover(faults: list[Failover]) -> None:
-    print("\n3. Failover of the RF=3 acks=all topic: leader faulted -> first ack after it")
+def report_failover(faults: list[Failover], args: argparse.Namespace) -> None:
+    print("\n3. Failover of the RF=3 acks=all topic: leader faulted -> first ack after it "
+          f"(producer request_timeout_ms={args.request_timeout_ms:.0f})")  # fmt: skip
     for f in faults:
         after = " ".join(
             f"p{p}->{leader}@e{epoch}" for p, (leader, epoch) in f.leaders_after.items()
         )
-        print(f"  {f.kind:<5} broker {f.broker} (led {f.led}): {f.seconds:5.2f} s   "
+        print(f"  {f.kind:<5} broker {f.broker} (led {f.led}): {f.seconds:5.2f} s "
+              f"(elected at {_seconds(f.moved_s)})   "
               f"then {after}{'' if f.moved else ' (same leader)'}")  # fmt: skip
     for kind in ("down", "kill", "pause"):
         times = sorted(f.seconds for f in faults if f.kind == kind)
@@ -381,9 +414,16 @@ def report_failover(faults: list[Failover]) -> None:
             moved = sum(1 for f in faults if f.kind == kind and f.moved)
             print(f"  {kind}: n={len(times)} p50 {percentile(times, 0.5):.2f} s, "
                   f"max {times[-1]:.2f} s; leadership moved in {moved}")  # fmt: skip
+            late = sorted(f.seconds - f.moved_s for f in faults
+                          if f.kind == kind and f.moved_s is not None)  # fmt: skip
+            if late:
+                print(f"    stall after the election: p50 {percentile(late, 0.5):.2f} s, "
+                      f"max {late[-1]:.2f} s")  # fmt: skip
     print("  down: SIGKILL, kept from restarting until writes resumed; kill: SIGKILL, the")
     print("  provisioner restarts it at once; pause: SIGSTOP until writes resumed, SIGCONT.")
     print("  pN->B@eE: partition N led by broker B at leader epoch E once writes resumed.")
+    print("  elected at: when the controller's database named other leaders for all of them")
+    print("  (polled every ~50 ms; -: writes resumed first, or the leadership did not move).")
 
 
 def main() -> int:
@@ -397,17 +437,20 @@ def main() -> int:
             log("starting a controller and three brokers")
             region = start_region(Path(tmp), args)
             cases = make_cases(region)
-            for round_number in range(args.rounds):
+            for round_number in range(0 if args.failover_only else args.rounds):
                 for case in cases:
                     throughput_run(region, case, args.records, value)
                     rate = args.records / case.seconds[-1]
                     log(f"round {round_number + 1} {case.name}: {rate:,.0f}/s")
-            for case in cases:
+            for case in [] if args.failover_only else cases:
                 latency_run(region.bootstrap, case, args.rate, args.latency_s, value)
                 log(f"latency {case.name}: p99 {percentile(case.latencies_ms, 0.99):.1f} ms")
             kinds = ["down"] * args.kills + ["kill"] * args.restarts + ["pause"] * args.pauses
-            faults = failovers(region, cases[2], kinds)
-            report(cases, faults, args)
+            faults = failovers(region, cases[2], kinds, args.request_timeout_ms)
+            if args.failover_only:
+                report_failover(faults, args)
+            else:
+                report(cases, faults, args)
         finally:
             if region is not None:
                 region.kill_all()

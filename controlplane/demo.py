@@ -451,14 +451,16 @@ def _stop_brokers(platform: Platform) -> None:
 
     pids = [pid for pid in Broker.objects.values_list("pid", flat=True) if pid is not None]
     for pid in pids:
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            continue
+        for signum in (signal.SIGTERM, signal.SIGCONT):  # a frozen broker must wake to stop
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signum)
     deadline = time.monotonic() + 20
     for pid in pids:
         while time.monotonic() < deadline and _alive(pid):
             time.sleep(0.1)
+        if _alive(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def _alive(pid: int) -> bool:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import stat
 import threading
 
 ENV = "MERIDIAN_LIFELINE_FD"
@@ -38,8 +39,11 @@ def inherited_fd() -> int | None:
         return None
     fd = int(value)
     try:
-        os.fstat(fd)
+        is_pipe = stat.S_ISFIFO(os.fstat(fd).st_mode)
     except OSError:
+        is_pipe = False
+    if not is_pipe:  # the name came without the pipe: never read whatever holds the number
+        os.environ.pop(ENV, None)
         return None
     return fd
 

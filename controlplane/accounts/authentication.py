@@ -24,10 +24,7 @@ from controlplane.accounts.models import ServiceAccount
 from controlplane.core.actors import Actor
 from controlplane.core.choices import ProvisioningStatus
 from controlplane.tenants.models import Tenant
-from dataplane.client.claims import MalformedClaims
-
-NO_LIVE_TENANT = "invalid token: the token names no live tenant"
-NO_LIVE_ACCOUNT = "invalid token: the token's service account no longer exists"
+from dataplane.client.claims import NO_LIVE_ACCOUNT, NO_LIVE_TENANT, MalformedClaims
 
 
 class BearerTokenAuthentication(authentication.BaseAuthentication):
@@ -55,7 +52,7 @@ def live_actor(actor: Actor) -> Actor:
     """``actor`` with only its live tenants' roles; ``AuthenticationFailed`` when its
     service account is gone or it named tenants and none is live."""
     if actor.account_id and not ServiceAccount.objects.filter(uid=actor.account_id).exists():
-        raise exceptions.AuthenticationFailed(NO_LIVE_ACCOUNT)
+        raise exceptions.AuthenticationFailed(f"invalid token: {NO_LIVE_ACCOUNT}")
     if not actor.roles:
         return actor
     live = (
@@ -65,5 +62,5 @@ def live_actor(actor: Actor) -> Actor:
     )
     bound = actor.only_in({slug: str(uid) for slug, uid in live})
     if not bound.roles and not actor.platform_admin:
-        raise exceptions.AuthenticationFailed(NO_LIVE_TENANT)
+        raise exceptions.AuthenticationFailed(f"invalid token: {NO_LIVE_TENANT}")
     return bound

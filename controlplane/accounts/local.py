@@ -83,17 +83,16 @@ class LocalIdentity:
 
     def _create_key(self) -> Any:
         new = signing_keys.generate(uuid.uuid4().hex)
-        return SigningKey.objects.create(
-            kid=new.kid, sealed_private_key=new.sealed_private_key, public_pem=new.public_pem
-        )
+        return SigningKey.objects.create(kid=new.kid, sealed_private_key=new.sealed_private_key)
 
     def jwks(self) -> dict[str, Any]:
-        """The public half of every active key, as a JWKS document."""
+        """The public half of every active key, as a JWKS document (derived from the
+        sealed private half: nothing else in the database is trusted for it)."""
         if not SigningKey.objects.filter(active=True).exists():
             self.signing_key()
         keys = []
         for key in SigningKey.objects.filter(active=True):
-            public = signing_keys.public_key(key.public_pem)
+            public = signing_keys.private_key(key.kid, key.sealed_private_key).public_key()
             jwk = jwt.algorithms.RSAAlgorithm.to_jwk(public, as_dict=True)
             keys.append({**jwk, "kid": key.kid, "use": "sig", "alg": "RS256"})
         return {"keys": keys}

@@ -47,7 +47,6 @@ class SigningKey(TimestampedModel):
 
     kid = models.CharField(max_length=64, unique=True)
     sealed_private_key = models.TextField()
-    public_pem = models.TextField()
     active = models.BooleanField(default=True)
 
     class Meta:

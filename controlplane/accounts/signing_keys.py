@@ -6,8 +6,8 @@ AES-256-GCM under a key-encryption key (KEK) kept outside the database, in a ``0
 file (``settings.LOCAL_ISSUER_KEY_FILE``; default ``<DATA_DIR>/local-issuer-kek``)
 made on first use. Whoever can read the KEK file and the database can sign tokens;
 either alone cannot. The key id is the associated data, so a sealed key copied into
-another row does not open. The public half is stored in clear (``public_pem``) for the
-JWKS.
+another row does not open. The JWKS derives each public key from the key it unseals, so
+whoever can write the database alone cannot slip a verification key into it.
 
 Sealed format: ``aes256gcm:<base64url 12-byte nonce>:<base64url ciphertext and tag>``.
 The KEK file holds 32 random bytes, base64url, on one line.
@@ -45,7 +45,6 @@ class NewKey:
 
     kid: str
     sealed_private_key: str
-    public_pem: str
 
 
 def kek_file() -> Path:
@@ -73,10 +72,7 @@ def generate(kid: str) -> NewKey:
         serialization.PrivateFormat.PKCS8,
         serialization.NoEncryption(),
     )
-    public = private.public_key().public_bytes(
-        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
-    )
-    return NewKey(kid=kid, sealed_private_key=seal(kid, pem), public_pem=public.decode())
+    return NewKey(kid=kid, sealed_private_key=seal(kid, pem))
 
 
 def seal(kid: str, private_pem: bytes) -> str:
@@ -101,12 +97,6 @@ def private_key(kid: str, sealed: str) -> rsa.RSAPrivateKey:
         ) from exc
     key = serialization.load_pem_private_key(pem, None)
     assert isinstance(key, rsa.RSAPrivateKey)
-    return key
-
-
-def public_key(public_pem: str) -> rsa.RSAPublicKey:
-    key = serialization.load_pem_public_key(public_pem.encode())
-    assert isinstance(key, rsa.RSAPublicKey)
     return key
 
 

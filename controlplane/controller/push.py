@@ -6,7 +6,7 @@ quickly; an answer is the broker's heartbeat, a failure a typed ``MeridianError`
 
 Every push also lists the platform's identities (``with_identities``): each tenant not
 being deleted, with its immutable id, and the ids of the service accounts deleted within
-``REVOKED_ACCOUNT_RETENTION`` (from their audit events), so the brokers refuse a deleted
+``MAX_TOKEN_LIFETIME_S`` (from their audit events), so the brokers refuse a deleted
 tenant's or service account's tokens from the next push on (within a controller tick)
 rather than when the tokens expire.
 """
@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 
+from django.conf import settings
 from django.utils import timezone
 
 from controlplane.core.choices import ProvisioningStatus
@@ -28,10 +29,6 @@ from controlplane.tenants.models import Tenant
 from dataplane._gen.meridian.v1 import admin_pb2
 from dataplane.errors import ErrorCode, MeridianError
 
-# Longer than any access token lives (the local issuer's MERIDIAN_LOCAL_TOKEN_TTL_S, 1 h;
-# Keycloak's access token lifespan, minutes): a deleted account's tokens have all expired
-# before its id leaves the push.
-REVOKED_ACCOUNT_RETENTION = timedelta(days=1)
 ACCOUNT_DELETED = "service_account.delete"
 
 
@@ -96,9 +93,10 @@ def with_identities(request: admin_pb2.UpdateMetadataRequest) -> None:
 
 
 def revoked_accounts() -> list[str]:
-    """The ids of the service accounts deleted within ``REVOKED_ACCOUNT_RETENTION``, from
-    the audit events their deletion wrote (in the same transaction), sorted."""
-    since = timezone.now() - REVOKED_ACCOUNT_RETENTION
+    """The ids of the service accounts deleted within ``MAX_TOKEN_LIFETIME_S`` (longer
+    than any of their tokens lives), from the audit events their deletion wrote (in the
+    same transaction), sorted."""
+    since = timezone.now() - timedelta(seconds=settings.MAX_TOKEN_LIFETIME_S)
     deleted = AuditEvent.objects.filter(action=ACCOUNT_DELETED, created_at__gte=since).values_list(
         "before", flat=True
     )

@@ -7,10 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from controlplane.core.choices import PLATFORM_ADMIN_ROLE, Role
-from dataplane.client.claims import TokenClaims
-
-_RANK = {Role.VIEWER: 1, Role.DEVELOPER: 2, Role.TENANT_ADMIN: 3}
+from controlplane.core.choices import PLATFORM_ADMIN_ROLE
+from dataplane.client.claims import ROLE_RANK, TokenClaims, live_roles
 
 
 @dataclass(frozen=True)
@@ -57,11 +55,7 @@ class Actor:
     def only_in(self, tenants: Mapping[str, str]) -> Actor:
         """This actor with the roles of the tenants whose id is not the one ``tenants``
         (slug -> live tenant uid) gives dropped."""
-        roles = {
-            slug: role
-            for slug, role in self.roles.items()
-            if tenants.get(slug) == self.tenant_ids.get(slug)
-        }
+        roles = live_roles(self.roles, self.tenant_ids, tenants)
         return self if len(roles) == len(self.roles) else dataclasses.replace(self, roles=roles)
 
     def role_in(self, tenant_slug: str) -> str | None:
@@ -72,7 +66,7 @@ class Actor:
         if self.platform_admin:
             return True
         held = self.roles.get(tenant_slug)
-        return held is not None and _RANK[Role(held)] >= _RANK[Role(needed)]
+        return held is not None and ROLE_RANK[held] >= ROLE_RANK[needed]
 
     @property
     def tenant_slugs(self) -> list[str]:

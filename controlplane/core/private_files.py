@@ -4,7 +4,8 @@ never widens them and a restrictive one never makes them unusable to their owner
 
 Directories are ``0700`` and files ``0600`` when these functions create them. An
 existing directory is left as it is (it may be shared on purpose, like ``/tmp``); an
-existing file handed to ``private_file`` is narrowed to ``0600``."""
+existing file handed to ``private_file`` or read by ``read_or_create_private`` is
+narrowed to ``0600``."""
 
 from __future__ import annotations
 
@@ -60,7 +61,7 @@ def read_or_create_private(path: Path, make: Callable[[], bytes]) -> bytes:
     in a private directory) by whichever process gets there first: the file appears
     whole (published with a hard link), and every process returns the same bytes."""
     with contextlib.suppress(FileNotFoundError):
-        return path.read_bytes()
+        return _read_narrowed(path)
     private_dir(path.parent)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.new")
     _write_new(tmp, make())
@@ -71,6 +72,15 @@ def read_or_create_private(path: Path, make: Callable[[], bytes]) -> bytes:
     finally:
         tmp.unlink()
     return path.read_bytes()
+
+
+def _read_narrowed(path: Path) -> bytes:
+    """An existing secret's content, its mode narrowed to ``0600`` first (it may predate
+    this rule, or come from an operator's ``cp``)."""
+    with open(path, "rb") as file:
+        if os.fstat(file.fileno()).st_mode & 0o077:
+            os.fchmod(file.fileno(), FILE_MODE)
+        return file.read()
 
 
 def _write_new(path: Path, data: bytes) -> None:

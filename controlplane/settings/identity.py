@@ -1,6 +1,8 @@
 """Identity: Keycloak (``MERIDIAN_IDENTITY=keycloak``) or the control plane's own
 issuer (``local``, the embedded demo). Both hand out RS256 tokens with the same claims."""
 
+from django.core.exceptions import ImproperlyConfigured
+
 from controlplane.settings.env import as_bool, env
 
 IDENTITY_PROVIDER = env("MERIDIAN_IDENTITY", "local")
@@ -19,6 +21,15 @@ KEYCLOAK_ADMIN_PASSWORD = env("MERIDIAN_KEYCLOAK_ADMIN_PASSWORD", "admin")
 LOCAL_ISSUER = env("MERIDIAN_LOCAL_ISSUER", "meridian-local")
 LOCAL_ISSUER_KEY_FILE = env("MERIDIAN_LOCAL_ISSUER_KEY_FILE", "")
 LOCAL_TOKEN_TTL_S = env("MERIDIAN_LOCAL_TOKEN_TTL_S", 3600, int)
+# The longest an access token may live (the local issuer's TTL, Keycloak's access-token
+# lifespan): brokers are told of a deleted service account for this long, so every token
+# it held has expired before they forget it.
+MAX_TOKEN_LIFETIME_S = env("MERIDIAN_MAX_TOKEN_LIFETIME_S", 86400, int)
+if LOCAL_TOKEN_TTL_S > MAX_TOKEN_LIFETIME_S:
+    raise ImproperlyConfigured(
+        f"MERIDIAN_LOCAL_TOKEN_TTL_S ({LOCAL_TOKEN_TTL_S}) exceeds "
+        f"MERIDIAN_MAX_TOKEN_LIFETIME_S ({MAX_TOKEN_LIFETIME_S})"
+    )
 
 # The cluster's own callers (the controller, the reconciler, brokers calling brokers) hold
 # this realm role; brokers accept their Admin, Replication and peer Metadata calls only.

@@ -190,7 +190,7 @@ class BrokerApp:
             self.registry, config.log, identity, self.pushed, self.executor, self.replicas
         )
         admin_pb2_grpc.add_AdminServicer_to_server(
-            AdminServicer(admin, self.metrics, self.readiness), server
+            AdminServicer(admin, self.metrics, self.readiness, self.authorizer), server
         )
         group_pb2_grpc.add_GroupCoordinatorServicer_to_server(
             GroupServicer(self.coordinator, cluster.locate_offsets_partition, self.authorizer),

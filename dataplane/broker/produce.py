@@ -5,10 +5,12 @@ partitions: a ``MeridianError`` fails the request), starts every partition's app
 once, and returns a future of the response. With ``acks=0`` the response is ready as soon
 as the request is accepted; the appends go on. With ``acks=1`` a partition's result is
 ready once the leader appended; with ``acks=-1`` (all) once the high watermark passed the
-append, i.e. every in-sync replica has it (``NOT_ENOUGH_REPLICAS`` before appending when
-the committed ISR is below the topic's ``min_insync_replicas``; while waiting,
-``REQUEST_TIMED_OUT`` at ``timeout_ms``, ``NOT_LEADER_OR_FOLLOWER`` if the leadership
-moved, ``NOT_ENOUGH_REPLICAS_AFTER_APPEND`` if the ISR shrank below the minimum). A
+append *and* the committed ISR still holds at least ``min_insync_replicas``, i.e. at least
+that many replicas have it (``NOT_ENOUGH_REPLICAS`` before appending when the committed
+ISR is below the topic's minimum; while waiting, ``REQUEST_TIMED_OUT`` at ``timeout_ms``,
+``NOT_LEADER_OR_FOLLOWER`` if the leadership moved, ``NOT_ENOUGH_REPLICAS_AFTER_APPEND``
+if the ISR shrank below the minimum -- even when that shrink is what moved the HW past
+the append, as Kafka answers). A
 follower refuses appends (``NOT_LEADER_OR_FOLLOWER``; ``LEADER_NOT_AVAILABLE`` when the
 partition has no leader). Every batch is validated by the log before
 any byte is written (``PartitionLog.append``), and producer checks run under its append
@@ -26,6 +28,7 @@ from dataplane._gen.meridian.v1 import broker_pb2
 from dataplane.broker.errors import to_error
 from dataplane.broker.partitions import Partition, PartitionRegistry
 from dataplane.broker.producers import DuplicateBatch
+from dataplane.broker.replication.state import ReplicaState
 from dataplane.broker.topics import is_internal
 from dataplane.errors import ErrorCode, MeridianError
 from dataplane.storage.config import Durability
@@ -179,7 +182,9 @@ class ProduceHandler:
             return _failed(item, MeridianError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "deleted"))
         if acks == ACKS_ALL or part.log.config.durability is Durability.ALWAYS:
             epoch = part.leader_epoch_to_stamp()
-            error = await _wait_for_isr(part, dup.last_offset, epoch, deadline)
+            error = await _wait_for_isr(
+                part, dup.last_offset, epoch, deadline, enforce_min_isr=acks == ACKS_ALL
+            )
             if error is not None:
                 return _failed(item, error)
         result = _result(item, dup.base_offset, -1, part.log.log_start_offset)
@@ -209,29 +214,42 @@ def _check_replica(part: Partition, acks: int) -> MeridianError | None:
 
 
 async def _wait_for_isr(
-    part: Partition, last_offset: int, epoch: int | None, deadline: float
+    part: Partition,
+    last_offset: int,
+    epoch: int | None,
+    deadline: float,
+    *,
+    enforce_min_isr: bool = True,
 ) -> MeridianError | None:
-    """Wait until ``last_offset`` is below the high watermark (None), or say why not:
-    REQUEST_TIMED_OUT at ``deadline`` (monotonic), NOT_LEADER_OR_FOLLOWER when the
-    leadership changed (``epoch``, the one the append was stamped with, is not the
-    current leader epoch: the offset may since hold another leader's record, even below
-    the HW), NOT_ENOUGH_REPLICAS_AFTER_APPEND when the committed ISR shrank below the
-    minimum meanwhile."""
+    """Wait until ``last_offset`` is below the high watermark while the committed ISR
+    holds at least ``min_insync_replicas`` (None), or say why not: REQUEST_TIMED_OUT at
+    ``deadline`` (monotonic), NOT_LEADER_OR_FOLLOWER when the leadership changed
+    (``epoch``, the one the append was stamped with, is not the current leader epoch:
+    the offset may since hold another leader's record, even below the HW),
+    NOT_ENOUGH_REPLICAS_AFTER_APPEND when the committed ISR is below the minimum --
+    whether or not the HW passed the offset (the shrink itself moves the HW). Without
+    ``enforce_min_isr`` (an acks=1 duplicate waiting for its original to be durable)
+    only the HW and the leadership count."""
     while True:
         state = part.replica
         moved = state is not None and state.leader_epoch != epoch
-        if not moved and part.log.high_watermark > last_offset:
+        # Kafka's checkEnoughReplicasReachOffset: the ISR size is checked even once the
+        # HW passed the offset, since a committed shrink moves the HW at once -- "HW
+        # passed" alone may mean "only the leader has it".
+        short = enforce_min_isr and _below_min_isr(state)
+        if not moved and not short and part.log.high_watermark > last_offset:
             return None
         if moved or part.deleted or (state is not None and not state.is_leader):
             return MeridianError(
                 ErrorCode.NOT_LEADER_OR_FOLLOWER,
                 f"{part.topic}-{part.index}: leadership changed before the ISR had the append",
             )
-        if state is not None and state.committed_isr_size() < state.min_insync_replicas:
+        if short and state is not None:
             return MeridianError(
                 ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
                 f"{part.topic}-{part.index}: the ISR shrank to {sorted(set(state.isr))} "
-                f"before it had offset {last_offset}",
+                f"(min {state.min_insync_replicas}) before enough replicas had offset "
+                f"{last_offset}",
             )
         remaining = deadline - time.monotonic()
         if remaining <= 0:
@@ -240,6 +258,10 @@ async def _wait_for_isr(
                 f"{part.topic}-{part.index}: offset {last_offset} is not replicated yet",
             )
         await asyncio.wait([part.changed()], timeout=remaining)
+
+
+def _below_min_isr(state: ReplicaState | None) -> bool:
+    return state is not None and state.committed_isr_size() < state.min_insync_replicas
 
 
 def _result(

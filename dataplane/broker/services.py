@@ -142,6 +142,9 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer, _Instrumented):
                 await pending.put((started, future))
         except (grpc.aio.AioRpcError, asyncio.InvalidStateError):
             pass  # the client went away; the writer ends with what it has
+        except MeridianError as exc:  # the stream's credentials no longer hold
+            await pending.put(exc)
+            return
         await pending.put(None)
 
     async def Fetch(self, request: broker_pb2.FetchRequest, context: Any) -> Any:
@@ -179,9 +182,16 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer, _Instrumented):
 
 
 class AdminServicer(admin_pb2_grpc.AdminServicer, _Instrumented):
-    def __init__(self, admin: AdminHandler, metrics: BrokerMetrics, readiness: Readiness) -> None:
+    def __init__(
+        self,
+        admin: AdminHandler,
+        metrics: BrokerMetrics,
+        readiness: Readiness,
+        authorizer: Authorizer = ALLOW_ALL,
+    ) -> None:
         super().__init__(metrics, readiness)
         self._admin = admin
+        self._authz = authorizer
 
     async def CreatePartitions(
         self, request: admin_pb2.CreatePartitionsRequest, context: Any
@@ -199,11 +209,12 @@ class AdminServicer(admin_pb2_grpc.AdminServicer, _Instrumented):
         return await self._call("AlterPartitionConfigs", context, self._admin.alter(request))
 
     async def DescribeState(self, request: admin_pb2.DescribeStateRequest, context: Any) -> Any:
-        return await self._call("DescribeState", context, _now(self._admin.describe(request)))
+        return await self._call("DescribeState", context, self._describe(request))
 
     async def UpdateMetadata(self, request: admin_pb2.UpdateMetadataRequest, context: Any) -> Any:
         return await self._call("UpdateMetadata", context, self._admin.update_metadata(request))
 
-
-async def _now(value: T) -> T:
-    return value
+    async def _describe(
+        self, request: admin_pb2.DescribeStateRequest
+    ) -> admin_pb2.DescribeStateResponse:
+        return guard.describe_state(self._authz, request, self._admin.describe)

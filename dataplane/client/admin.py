@@ -207,15 +207,14 @@ class Admin:
         """Partitions with leaders, offsets, sizes and configuration, from the brokers."""
         snapshot = self.metadata.refresh([name])
         leaders = snapshot.leaders.get(name, {})
-        try:
-            by_broker = self._hosted(name)
-        except MeridianError as exc:
-            # Brokers with authentication keep DescribeState to the cluster's own callers:
-            # a client gets the offsets (ListOffsets) but not sizes and configuration.
-            if exc.code != ErrorCode.CLUSTER_AUTHORIZATION_FAILED or not leaders:
-                raise
-            return self._describe_by_offsets(name, leaders)
-        hosted = {s.partition: (b, s) for b, states in by_broker.items() for s in states}
+        # With authentication on, brokers answer a client about the topics it may describe.
+        by_broker = self._hosted(name)
+        hosted: dict[int, tuple[BrokerAddress, admin_pb2.PartitionState]] = {}
+        for replica, states in by_broker.items():
+            for hosted_state in states:  # the leader's state where replicas differ
+                partition = hosted_state.partition
+                if partition not in hosted or replica.id == leaders.get(partition):
+                    hosted[partition] = (replica, hosted_state)
         if not leaders and not hosted:
             raise MeridianError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name!r}")
         partitions = []
@@ -238,22 +237,6 @@ class Admin:
                     _config_dict(state.config),
                 )
             )
-        return TopicDescription(name, partitions)
-
-    def _describe_by_offsets(self, name: str, leaders: Mapping[int, int]) -> TopicDescription:
-        tps = [TopicPartition(name, p) for p in sorted(leaders)]
-        earliest = self.list_offsets(dict.fromkeys(tps, "earliest"))
-        latest = self.list_offsets(dict.fromkeys(tps, "latest"))
-        partitions = [
-            PartitionDescription(
-                tp.partition,
-                leaders[tp.partition],
-                log_start_offset=earliest[tp][0],
-                log_end_offset=latest[tp][0],
-                high_watermark=latest[tp][0],
-            )
-            for tp in tps
-        ]
         return TopicDescription(name, partitions)
 
     def list_topics(self, *, internal: bool = False) -> dict[str, int]:

@@ -35,6 +35,20 @@ ROLE_RANK = {VIEWER: 1, DEVELOPER: 2, TENANT_ADMIN: 3}
 _OPTIONAL_STRINGS = ("preferred_username", "azp", "client_id", "account_id", "typ", "jti")
 
 
+# Why a verified token is refused when its tenants or account are gone: one message for
+# a deleted tenant, a slug taken by a new tenant and a tenant that never was.
+NO_LIVE_TENANT = "the token names no live tenant"
+NO_LIVE_ACCOUNT = "the token's service account no longer exists"
+
+
+def live_roles(
+    roles: Mapping[str, str], tenant_ids: Mapping[str, str], live: Mapping[str, str]
+) -> dict[str, str]:
+    """The ``roles`` (slug -> role) held in tenants that ``live`` (slug -> id of the live
+    tenant) lists with the id the token names for them (``tenant_ids``)."""
+    return {slug: role for slug, role in roles.items() if live.get(slug) == tenant_ids.get(slug)}
+
+
 class MalformedClaims(ValueError):  # noqa: N818 (a kind of invalid token)
     """A verified token whose claims do not have the types of the layout above."""
 

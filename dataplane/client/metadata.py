@@ -7,11 +7,13 @@ addresses. The cache is refreshed on demand (a retriable error such as
 
 from __future__ import annotations
 
+import queue
 import random
 import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
 
@@ -43,6 +45,9 @@ class ClusterSnapshot:
 # One broker's Metadata answer takes milliseconds (at most ~0.5 s while it asks its
 # peers); a hung broker must not hold a failover for the whole refresh timeout.
 ATTEMPT_TIMEOUT_S = 2.0
+# A broker's answer waits up to 0.5 s for a round of its static peers (one of which may
+# hang): past this, another broker is asked as well.
+HEDGE_AFTER_S = 0.75
 
 
 class ClusterMetadata:
@@ -56,24 +61,34 @@ class ClusterMetadata:
         self.timeout_s = timeout_s
         self._lock = threading.Lock()
         self._snapshot = ClusterSnapshot()
+        self._silent: set[str] = set()  # left the last refresh unanswered
 
     # -- refreshing -----------------------------------------------------------------------
-    def refresh(self, topics: Iterable[str] = ()) -> ClusterSnapshot:
-        """Ask one reachable broker (known brokers first, then bootstrap) for metadata."""
+    def refresh(self, topics: Iterable[str] = (), *, avoid: Iterable[str] = ()) -> ClusterSnapshot:
+        """Ask a reachable broker (known brokers first, then bootstrap) for metadata.
+
+        Hedged: a broker silent for ``HEDGE_AFTER_S`` (hung, or waiting for a hung
+        peer) does not hold the refresh for its whole attempt timeout: the next one is
+        asked too, and the first answer wins. Brokers in ``avoid`` (whose requests seem
+        stuck) and those that left the last refresh unanswered are asked last."""
         request = broker_pb2.MetadataRequest(topics=sorted(set(topics)))
-        last: MeridianError | None = None
-        for address in self._candidates():
-            try:
-                response = self.pool.get(address).broker.Metadata(
-                    request, timeout=min(self.timeout_s, ATTEMPT_TIMEOUT_S)
-                )
-            except grpc.RpcError as exc:
-                last = error_from_rpc(exc)
-                self.pool.forget(address)
-                continue
-            snapshot = self._merge(response, full=not request.topics)
-            return snapshot
-        raise last or MeridianError(ErrorCode.BROKER_NOT_AVAILABLE, "no broker reachable")
+        suspects = set(avoid) | self._silent
+        candidates = self._candidates()
+        ordered = [a for a in candidates if a not in suspects]
+        ordered += [a for a in candidates if a in suspects]
+        asking = _Hedge(self.pool, request, min(self.timeout_s, ATTEMPT_TIMEOUT_S))
+        try:
+            for address in ordered:
+                asking.ask(address)
+                answer = asking.first_answer(HEDGE_AFTER_S)
+                if answer is not None:
+                    return self._merge(answer, full=not request.topics)
+            answer = asking.first_answer(ATTEMPT_TIMEOUT_S)
+            if answer is not None:
+                return self._merge(answer, full=not request.topics)
+        finally:
+            self._silent = asking.cancel()
+        raise asking.last or MeridianError(ErrorCode.BROKER_NOT_AVAILABLE, "no broker reachable")
 
     def _candidates(self) -> list[str]:
         known = [b.address for b in self._snapshot.brokers.values()]
@@ -140,3 +155,48 @@ class ClusterMetadata:
     def any_connection(self) -> Connection:
         """A connection to some broker (known ones first, then bootstrap)."""
         return self.pool.get(self._candidates()[0])
+
+
+class _Hedge:
+    """Metadata calls to several brokers at once; the first answer wins. A broker
+    that fails is forgotten by the pool (its channel is reopened next time)."""
+
+    def __init__(
+        self, pool: ConnectionPool, request: broker_pb2.MetadataRequest, timeout_s: float
+    ) -> None:
+        self._pool = pool
+        self._request = request
+        self._timeout_s = timeout_s
+        self._done: queue.Queue[tuple[str, Any]] = queue.Queue()
+        self._calls: dict[str, Any] = {}  # the calls not answered yet
+        self.last: MeridianError | None = None
+
+    def ask(self, address: str) -> None:
+        call = self._pool.get(address).broker.Metadata.future(
+            self._request, timeout=self._timeout_s
+        )
+        self._calls[address] = call
+        call.add_done_callback(lambda done: self._done.put((address, done)))
+
+    def first_answer(self, within_s: float) -> broker_pb2.MetadataResponse | None:
+        """The first answer within ``within_s``; None when every call asked so far
+        failed (``last``) or none answered in time."""
+        deadline = time.monotonic() + within_s
+        while self._calls:
+            try:
+                address, call = self._done.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                return None
+            del self._calls[address]
+            try:
+                return call.result()  # type: ignore[no-any-return]
+            except grpc.RpcError as exc:
+                self.last = error_from_rpc(exc)
+                self._pool.forget(address)
+        return None
+
+    def cancel(self) -> set[str]:
+        """Cancel the calls still running; returns their addresses."""
+        for call in self._calls.values():
+            call.cancel()
+        return set(self._calls)

@@ -91,10 +91,11 @@ class Producer:
     backoff (doubling, with jitter, up to ``retry_backoff_max_ms``); ``buffer_memory``
     bounds the bytes of records not yet acknowledged: when full, ``send`` blocks up to
     ``max_block_ms`` (``block_on_full``) or raises ``BufferFull`` at once;
-    ``request_timeout_ms`` bounds the wait for one answer; ``max_in_flight`` requests
-    per broker at once. ``credentials`` (a token source of ``dataplane.client.auth`` or a
-    token string) authenticate every call; ``tls`` is a CA file path, or True for the
-    system's roots.
+    ``request_timeout_ms`` bounds the wait for one answer (an idempotent producer stops
+    waiting on a leader that hangs sooner, once fresh metadata names another: see
+    ``sender``); ``max_in_flight`` requests per broker at once. ``credentials`` (a token
+    source of ``dataplane.client.auth`` or a token string) authenticate every call;
+    ``tls`` is a CA file path, or True for the system's roots.
     """
 
     def __init__(

@@ -21,6 +21,16 @@ sequences of the partition's later batches move down to close the gap. When the
 outcome of a sent batch is unknown (the stream broke and the batch then ran out of
 time), the later batches of its partition fail with it and the producer asks for a new
 epoch, which restarts every partition's sequences, once nothing is left in flight.
+
+A hung leader. A broker that stops answering (a frozen process, a partition of the
+network) keeps its stream open, so its requests would wait for ``request_timeout_ms``.
+While a request has been unanswered for ``STALLED_AFTER_S``, the sender refreshes the
+metadata every ``STALLED_REFRESH_S`` (asking other brokers first); once the metadata
+names another leader for a partition of a stalled request, the idempotent producer
+abandons the stream (as at a request timeout: the outcome is unknown) and resends its
+batches, in order and with the same producer id, epoch and sequences, to the new
+leader, which answers a batch the old one had replicated as a duplicate. So writes
+resume about when the controller moves the leadership, not when the broker wakes.
 """
 
 from __future__ import annotations
@@ -44,13 +54,17 @@ from dataplane.client.inflight import (
     SenderConfig,
 )
 from dataplane.client.link import BrokerLink, InFlight
-from dataplane.client.metadata import ClusterMetadata
+from dataplane.client.metadata import ClusterMetadata, ClusterSnapshot
 from dataplane.client.types import TopicPartition
 from dataplane.errors import ErrorCode, MeridianError
 
 log = logging.getLogger(__name__)
 
 MAX_PENDING_PER_PARTITION = 5  # what a broker remembers to deduplicate, as in Kafka
+# An acks=all answer takes milliseconds unless a replica is slow or the leader hangs:
+# past this, look for a new leader (a refresh is one small RPC to another broker).
+STALLED_AFTER_S = 1.0
+STALLED_REFRESH_S = 0.25
 _REFRESH_CODES = frozenset(
     {
         ErrorCode.NOT_LEADER_OR_FOLLOWER,
@@ -169,15 +183,23 @@ class Sender:
         for link in self._links.values():
             if link.inflight:
                 deadlines.append(link.inflight[0].sent_at + self._config.request_timeout_s)
+                stalled_at = link.inflight[0].sent_at + STALLED_AFTER_S
+                if stalled_at > now:
+                    deadlines.append(stalled_at)
             if link.ready_at > now:
                 deadlines.append(link.ready_at)
         if self._acc.incomplete:
             deadlines.append(now + 0.05)  # a leader may appear, a backoff may end
+        refresh_at = self._last_refresh + STALLED_REFRESH_S
+        if refresh_at > now and self._stalled(now):
+            deadlines.append(refresh_at)
         return max(0.0, min(deadlines) - now)
 
     def _housekeeping(self, now: float) -> None:
         config = self._config
         refresh_due = now - self._last_refresh >= config.retry_backoff_s
+        if self._stalled(now) and now - self._last_refresh >= STALLED_REFRESH_S:
+            self._refresh_wanted = True  # the leader may have moved away from a hung broker
         if self._refresh_wanted and self._refresh_task is None and refresh_due:
             self._refresh_wanted = False
             self._refresh_task = asyncio.ensure_future(self._refresh())
@@ -193,6 +215,27 @@ class Sender:
                     )
                 )
         self._expire(now)
+
+    def _stalled(self, now: float) -> list[BrokerLink]:
+        """Links whose oldest request has waited past ``STALLED_AFTER_S``."""
+        return [
+            link
+            for link in self._links.values()
+            if link.inflight and now - link.inflight[0].sent_at > STALLED_AFTER_S
+        ]
+
+    def _abandon_moved(self) -> None:
+        """Abandon the streams of stalled requests for which the fresh metadata names
+        another leader; their batches are retried there (see the module docstring).
+        Only with idempotence: without it a resend may store a record twice."""
+        if not self._config.idempotent:
+            return
+        snapshot = self._metadata.snapshot()
+        for link in self._stalled(time.monotonic()):
+            moved = _moved_away(link, snapshot)
+            if moved is not None:
+                log.info("%s stopped answering; %s", link.address, moved)
+                link.reset(MeridianError(ErrorCode.NOT_LEADER_OR_FOLLOWER, moved))
 
     def _ready_to_stamp(self) -> bool:
         if not self._config.idempotent:
@@ -329,6 +372,13 @@ class Sender:
         link.failures += 1
         link.ready_at = time.monotonic() + self._backoff(link.failures)
         self._refresh_wanted = True
+        if error.code == ErrorCode.UNAUTHENTICATED and link.failures == 1:
+            # A broker ends a stream whose token expired (or whose account is gone) before
+            # reading its next request: the next stream carries the token source's
+            # current token. Refused again right away, the credentials are dead: final.
+            error = MeridianError(
+                ErrorCode.BROKER_NOT_AVAILABLE, f"reopening the stream: {error.message}"
+            )
         for batch in entry.batches.values():
             if not batch.result.done():
                 self._failed(batch, error, stored=None if error.retriable else False)
@@ -476,12 +526,26 @@ class Sender:
 
     async def _refresh(self) -> None:
         topics = list(self._acc.topics)
+        suspects = [link.address for link in self._stalled(time.monotonic())]
         try:
-            await asyncio.to_thread(self._metadata.refresh, topics)
+            await asyncio.to_thread(self._metadata.refresh, topics, avoid=suspects)
             self._on_metadata()
+            self._abandon_moved()
         except MeridianError as error:
             log.info("metadata refresh failed: %s", error)
         finally:
             self._last_refresh = time.monotonic()
             self._refresh_task = None
             self._poke()
+
+
+def _moved_away(link: BrokerLink, snapshot: ClusterSnapshot) -> str | None:
+    """Why ``link``'s requests wait in vain (a partition of theirs is led by another
+    broker now, by ``snapshot``), or None."""
+    for entry in link.inflight:
+        for topic, partition in entry.batches:
+            leader = snapshot.leaders.get(topic, {}).get(partition, -1)
+            broker = snapshot.brokers.get(leader)
+            if broker is not None and broker.address != link.address:
+                return f"{topic}/{partition} is led by broker {leader} ({broker.address}) now"
+    return None

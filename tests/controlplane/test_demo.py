@@ -142,6 +142,10 @@ def test_demo_runs_the_platform_and_what_it_prints_works(tmp_path: Path) -> None
         )  # fmt: skip
         assert described.returncode == 0, described.stderr
         assert "demo.orders" in described.stdout
+        # A tenant's token sees its partitions' sizes, not zeros.
+        summary = re.search(r"([\d,]+) records, ([\d,]+) bytes", described.stdout)
+        assert summary is not None, described.stdout
+        assert int(summary.group(2).replace(",", "")) > 0, described.stdout
         # The brokers authenticate: without a token the same command is refused.
         anonymous = subprocess.run(
             [meridian, "topics", "describe", "demo.orders"], env=cli_env,

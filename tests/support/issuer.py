@@ -174,7 +174,7 @@ class TestIssuer:
                     self._send(401, {"error": "invalid_client"})
                     return
                 token = issuer.token(client_id=client_id, **known[1])
-                self._send(200, {"access_token": token, "expires_in": 600})
+                self._send(200, {"access_token": token, "expires_in": known[1].get("ttl_s", 600)})
 
             def _send(self, status: int, body: dict[str, Any]) -> None:
                 data = json.dumps(body).encode()

@@ -67,6 +67,11 @@ class Authorizer:
         principal = current() or _NOBODY
         return None if principal.internal else principal
 
+    def restricts_caller(self) -> bool:
+        """Whether the call being served is checked at all (False: authentication is off,
+        or the caller holds the internal role)."""
+        return self._caller() is not None
+
     # -- topics -------------------------------------------------------------------------
     def topic_error(self, topic: str, operation: str) -> MeridianError | None:
         """None when the caller may do ``operation`` on ``topic``; else the refusal."""

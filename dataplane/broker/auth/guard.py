@@ -14,10 +14,10 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from dataplane._gen.meridian.v1 import broker_pb2
+from dataplane._gen.meridian.v1 import admin_pb2, broker_pb2
 from dataplane.broker.auth.authorizer import CONSUME, DESCRIBE, PRODUCE, Authorizer
 from dataplane.broker.groups import OFFSETS_TOPIC
-from dataplane.errors import MeridianError
+from dataplane.errors import ErrorCode, MeridianError
 
 R = TypeVar("R")
 
@@ -183,4 +183,27 @@ async def metadata(
         error = authz.topic_error(name, DESCRIBE)
         assert error is not None
         response.topics.add(name=name, error=error.code, error_message=error.message)
+    return response
+
+
+def describe_state(
+    authz: Authorizer,
+    request: admin_pb2.DescribeStateRequest,
+    describe: Callable[[admin_pb2.DescribeStateRequest], admin_pb2.DescribeStateResponse],
+) -> admin_pb2.DescribeStateResponse:
+    """``Admin.DescribeState``: an internal caller sees every partition it asks for; a
+    client must name its topics and gets the state of those it may describe, a topic it
+    may not describe being answered like a missing one (no partitions)."""
+    if not authz.restricts_caller():
+        return describe(request)
+    if not request.topics:
+        raise MeridianError(
+            ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+            "describing every partition of a broker is internal to the cluster: name topics",
+        )
+    allowed = {topic for topic in request.topics if authz.may_describe_topic(topic)}
+    response = describe(request)
+    kept = [state for state in response.partitions if state.topic in allowed]
+    del response.partitions[:]
+    response.partitions.extend(kept)
     return response

@@ -28,10 +28,9 @@ from dataclasses import dataclass
 from dataplane._gen.meridian.v1 import admin_pb2
 from dataplane.broker.auth.principal import Principal
 from dataplane.broker.auth.verifier import InvalidToken
+from dataplane.client.claims import NO_LIVE_ACCOUNT, NO_LIVE_TENANT
 
 PushSource = Callable[[], "admin_pb2.UpdateMetadataRequest | None"]
-NO_LIVE_TENANT = "the token names no live tenant"
-NO_LIVE_ACCOUNT = "the token's service account no longer exists"
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,9 @@ ones in a thread of their own) and the call runs with its ``Principal`` as
 call with UNAUTHENTICATED (``meridian-error: UNAUTHENTICATED``) and a message saying
 why. The internal services (``INTERNAL_SERVICES``: Admin, Replication) also require the
 internal role: anyone else gets CLUSTER_AUTHORIZATION_FAILED, whatever their tenant
-roles — only the control plane and the brokers call them.
+roles — only the control plane and the brokers call them; the one exception is
+``Admin.DescribeState`` (``CLIENT_ADMIN_METHODS``), which answers a client about the
+topics it may describe and nothing else.
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ log = logging.getLogger(__name__)
 
 OPEN_SERVICES = ("/grpc.health.v1.Health/",)
 INTERNAL_SERVICES = ("/meridian.v1.Admin/", "/meridian.v1.Replication/")
+# Calls of the internal services a client may make too: the servicer answers a client
+# only about the topics it may describe (``guard.describe_state``).
+CLIENT_ADMIN_METHODS = ("/meridian.v1.Admin/DescribeState",)
 _BEARER = "bearer "
 
 
@@ -73,13 +78,25 @@ class Authenticator:
             except JwksUnavailable as exc:
                 raise MeridianError(ErrorCode.BROKER_NOT_AVAILABLE, str(exc)) from None
         principal = self._bind(principal)
-        if method.startswith(INTERNAL_SERVICES) and not principal.internal:
+        internal_only = method.startswith(INTERNAL_SERVICES) and method not in CLIENT_ADMIN_METHODS
+        if internal_only and not principal.internal:
             raise MeridianError(
                 ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
                 f"{method} is internal to the cluster; {principal.client_id or 'the caller'}"
                 " lacks the internal role",
             )
         return principal
+
+    async def recheck(self, method: str, metadata: Any, principal: Principal) -> None:
+        """For each request of a client stream: UNAUTHENTICATED once the stream's token
+        expired, its account or tenant was deleted, or its roles changed since the
+        stream opened (the client opens a new stream with a fresh token)."""
+        again = await self.authenticate(method, metadata)
+        if again != principal:
+            raise MeridianError(
+                ErrorCode.UNAUTHENTICATED,
+                "the stream's credentials changed since it opened: open a new stream",
+            )
 
     def _bind(self, principal: Principal) -> Principal:
         """The principal as the live identities admit it (every call: a deletion takes
@@ -111,7 +128,13 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         method = handler_call_details.method
         if handler is None or method.startswith(OPEN_SERVICES):
             return handler
-        return _wrap(handler, lambda context: self._principal(method, context))
+        return _wrap(
+            handler,
+            lambda context: self._principal(method, context),
+            lambda context, principal: self.authenticator.recheck(
+                method, context.invocation_metadata(), principal
+            ),
+        )
 
     async def _principal(self, method: str, context: grpc.aio.ServicerContext) -> Principal:
         try:
@@ -122,9 +145,12 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
 
 Authenticate = Callable[[grpc.aio.ServicerContext], Awaitable[Principal]]
+Recheck = Callable[[grpc.aio.ServicerContext, Principal], Awaitable[None]]
 
 
-def _wrap(handler: grpc.RpcMethodHandler, authenticate: Authenticate) -> grpc.RpcMethodHandler:
+def _wrap(
+    handler: grpc.RpcMethodHandler, authenticate: Authenticate, recheck: Recheck
+) -> grpc.RpcMethodHandler:
     serializers = {
         "request_deserializer": handler.request_deserializer,
         "response_serializer": handler.response_serializer,
@@ -142,7 +168,7 @@ def _wrap(handler: grpc.RpcMethodHandler, authenticate: Authenticate) -> grpc.Rp
             _streaming(handler.unary_stream, authenticate), **serializers
         )
     return grpc.stream_stream_rpc_method_handler(
-        _streaming(handler.stream_stream, authenticate), **serializers
+        _streaming(handler.stream_stream, authenticate, recheck), **serializers
     )
 
 
@@ -158,9 +184,24 @@ def _unary(behavior: Any, authenticate: Authenticate) -> Any:
     return run
 
 
-def _streaming(behavior: Any, authenticate: Authenticate) -> Any:
+def _streaming(behavior: Any, authenticate: Authenticate, recheck: Recheck | None = None) -> Any:
+    """A streaming call runs as the principal it opened with; with ``recheck`` (client
+    streams), every request it reads is checked again first, so a stream outlives
+    neither its token nor its account (``MeridianError`` from the request iterator)."""
+
+    async def checked(
+        requests: AsyncIterator[Any], context: grpc.aio.ServicerContext, principal: Principal
+    ) -> AsyncIterator[Any]:
+        assert recheck is not None
+        async for request in requests:
+            await recheck(context, principal)
+            yield request
+
     async def run(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-        token = set_current(await authenticate(context))
+        principal = await authenticate(context)
+        token = set_current(principal)
+        if recheck is not None:
+            request = checked(request, context, principal)
         try:
             async for response in behavior(request, context):
                 yield response

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from dataplane.client.claims import PLATFORM_ADMIN_ROLE, TokenClaims
+from dataplane.client.claims import PLATFORM_ADMIN_ROLE, TokenClaims, live_roles
 
 
 @dataclass(frozen=True)
@@ -61,14 +61,8 @@ class Principal:
     def only_in(self, tenants: Mapping[str, str]) -> Principal:
         """This principal with the roles of the tenants whose id is not the one
         ``tenants`` (slug -> live tenant id) gives dropped."""
-        roles = {
-            slug: role
-            for slug, role in self.roles.items()
-            if tenants.get(slug) == self.tenant_ids.get(slug)
-        }
-        if len(roles) == len(self.roles):
-            return self
-        return dataclasses.replace(self, roles=roles)
+        roles = live_roles(self.roles, self.tenant_ids, tenants)
+        return self if len(roles) == len(self.roles) else dataclasses.replace(self, roles=roles)
 
     @property
     def names(self) -> tuple[str, ...]:

@@ -82,3 +82,12 @@ def test_read_or_create_when_another_process_published_first(tmp_path: Path) -> 
 
     assert read_or_create_private(path, make) == b"theirs"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["kek"]
+
+
+def test_an_existing_secret_read_is_narrowed_to_0600(tmp_path: Path, umask: int) -> None:
+    """A key file an operator copied in world-readable is made private when first read."""
+    path = tmp_path / "kek"
+    path.write_bytes(b"operator's key")
+    os.chmod(path, 0o644)
+    assert read_or_create_private(path, lambda: b"never made") == b"operator's key"
+    assert mode(path) == 0o600

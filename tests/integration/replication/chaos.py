@@ -10,6 +10,11 @@ Each fault is one of
   takes to declare a silent broker dead), then SIGCONT — a network partition as
   the rest of the cluster sees it: it neither answers nor sends, then comes back with
   whatever it believed before;
+- ``down2`` / ``pause2``: ``down`` or ``pause`` of two brokers at once (the chosen one and
+  another at random), two replicas of every partition: the controller shrinks the ISRs
+  to the one left, below ``min_insync_replicas=2``, so acks=all must answer no record
+  sent meanwhile before one of the two is back (``violations``, checked with
+  ``verify.acked_while_short``); a replicated run has one of each;
 
 aimed at the ``leader`` of a random partition or at a ``follower`` of one (a replica in
 its ISR that does not lead it). After each fault the loop waits until the cluster has
@@ -30,20 +35,26 @@ from dataclasses import dataclass, field
 
 from tests.integration.replication.load import ProducerLoad
 from tests.integration.replication.region import PartitionState, ReplicatedRegion
+from tests.integration.replication.verify import acked_while_short
 
 RECOVERY_TIMEOUT_S = 60.0
+SINGLE_KINDS = ("kill", "down", "pause")
+DOUBLE_KINDS = ("down2", "pause2")
+KINDS = SINGLE_KINDS + DOUBLE_KINDS
 
 
 @dataclass
 class Fault:
     number: int
-    kind: str  # kill | down | pause
+    kind: str  # kill | down | pause | down2 | pause2
     role: str  # leader | follower (of ``partition``)
     partition: int
     broker_id: int
     led: list[int]  # partitions the broker led when the fault began
     at: float  # monotonic
     pause_s: float = 0.0
+    second: int | None = None  # the other broker of a two-broker fault
+    back_at: float = 0.0  # monotonic: when the brokers came back (pause and down kinds)
     resumed_s: dict[int, float] = field(default_factory=dict)  # partition -> s to first ack
     recovered_s: float = 0.0  # until the whole cluster was back in sync
     after: dict[int, tuple[int | None, int]] = field(default_factory=dict)  # p -> leader, epoch
@@ -56,6 +67,9 @@ class Fault:
 
     def describe(self) -> str:
         held = f" for {self.pause_s:.1f} s" if self.pause_s else ""
+        brokers = f"broker {self.broker_id}"
+        if self.second is not None:
+            brokers = f"brokers {self.broker_id},{self.second}"
         led = ",".join(f"p{p}" for p in self.led) or "none"
         failover = self.failover_s
         took = "" if failover is None else f"; failover (first ack on p{self.led}) {failover:.2f} s"
@@ -64,7 +78,7 @@ class Fault:
             f"p{p}->{self.after[p][0]}@e{self.after[p][1]}" for p in self.led if p in self.after
         )
         return (
-            f"fault {self.number:2d}: {self.kind:5s}{held} broker {self.broker_id} "
+            f"fault {self.number:2d}: {self.kind:6s}{held} {brokers} "
             f"({self.role} of p{self.partition}; led {led}){took}; "
             f"first ack after the fault per partition (s): {stalls}; "
             f"cluster in sync after {self.recovered_s:.2f} s; its partitions now: {moved or '-'}"
@@ -89,37 +103,71 @@ class Chaos:
         self.pause_s = pause_s
         self.faults: list[Fault] = []
         self.paused: set[int] = set()  # pids stopped now: the teardown resumes them
+        self.violations: list[str] = []  # acks=all answered while two replicas were down
 
     def run(self, faults: int) -> list[Fault]:
-        for number in range(1, faults + 1):
-            fault = self._inject(number)
+        for number, kind in enumerate(self._kinds(faults), start=1):
+            fault = self._inject(number, kind)
             self._recover(fault)
+            if fault.second is not None:
+                self.violations += acked_while_short(
+                    self.load.acked(), fault.at, fault.back_at, f"fault {number}"
+                )
             print(fault.describe(), flush=True)
             self.faults.append(fault)
         return self.faults
 
+    def _kinds(self, faults: int) -> list[str]:
+        """A kind per fault: single-broker kinds at random, and when replicated one of
+        each two-broker kind at a random place -- two replicas down is what min ISR
+        exists for; no more, as each takes about twice as long as a single fault."""
+        kinds = [self.rng.choice(SINGLE_KINDS) for _ in range(faults)]
+        if not self.replicated or faults < 2:
+            return kinds
+        doubles = list(DOUBLE_KINDS)
+        for index, double in zip(
+            self.rng.sample(range(faults), len(doubles)), doubles, strict=True
+        ):
+            kinds[index] = double
+        return kinds
+
     # -- one fault --------------------------------------------------------------------------
-    def _inject(self, number: int) -> Fault:
+    def _inject(self, number: int, kind: str) -> Fault:
         states = self.region.states()
-        kind = self.rng.choice(["kill", "down", "pause"])
         role = self.rng.choice(["leader", "follower"]) if self.replicated else "leader"
         partition = self.rng.randrange(len(states))
         target = self._target(states[partition], role)
-        led = sorted(p for p, s in states.items() if s.leader == target)
-        pid = self.region.pid(target)
-        assert pid is not None, f"broker {target} is not running before fault {number}"
+        targets = [target]
+        if kind in DOUBLE_KINDS:
+            others = sorted({b.broker_id for b in self.region.brokers()} - {target})
+            targets.append(self.rng.choice(others))
+        led = sorted(p for p, s in states.items() if s.leader in targets)
+        pids = [self._pid(b, number) for b in targets]
         fault = Fault(number, kind, role, partition, target, led, time.monotonic())
+        fault.second = targets[1] if len(targets) > 1 else None
         if kind == "kill":
-            os.kill(pid, signal.SIGKILL)
-        elif kind == "down":
-            fault.pause_s = self.rng.uniform(*self.pause_s)
-            os.kill(pid, signal.SIGKILL)
-            with self.region.held_down(target):
-                time.sleep(fault.pause_s)
+            os.kill(pids[0], signal.SIGKILL)
+            return fault
+        fault.pause_s = self.rng.uniform(*self.pause_s)
+        if kind in ("down", "down2"):
+            self._hold_down(targets, pids, fault)
         else:
-            fault.pause_s = self.rng.uniform(*self.pause_s)
-            self._pause(pid, fault.pause_s)
+            self._pause(pids, fault)
         return fault
+
+    def _pid(self, broker_id: int, number: int) -> int:
+        pid = self.region.pid(broker_id)
+        assert pid is not None, f"broker {broker_id} is not running before fault {number}"
+        return pid
+
+    def _hold_down(self, targets: list[int], pids: list[int], fault: Fault) -> None:
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+        with contextlib.ExitStack() as held:
+            for broker_id in targets:
+                held.enter_context(self.region.held_down(broker_id))
+            time.sleep(fault.pause_s)
+            fault.back_at = time.monotonic()
 
     def _target(self, state: PartitionState, role: str) -> int:
         if role == "leader":
@@ -131,14 +179,17 @@ class Chaos:
         assert followers, f"no follower to fault: {state}"
         return self.rng.choice(followers)
 
-    def _pause(self, pid: int, seconds: float) -> None:
-        os.kill(pid, signal.SIGSTOP)
-        self.paused.add(pid)
+    def _pause(self, pids: list[int], fault: Fault) -> None:
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+            self.paused.add(pid)
         try:
-            time.sleep(seconds)
+            time.sleep(fault.pause_s)
         finally:
-            os.kill(pid, signal.SIGCONT)
-            self.paused.discard(pid)
+            fault.back_at = time.monotonic()  # before SIGCONT: no answer can precede it
+            for pid in pids:
+                os.kill(pid, signal.SIGCONT)
+                self.paused.discard(pid)
 
     # -- recovery ---------------------------------------------------------------------------
     def _recover(self, fault: Fault) -> None:
@@ -176,7 +227,7 @@ class Chaos:
 def summary(faults: list[Fault]) -> str:
     """Failover times of the faults that hit a leader: count, p50, max."""
     times = sorted(f.failover_s for f in faults if f.failover_s is not None)
-    kinds = {k: sum(1 for f in faults if f.kind == k) for k in ("kill", "down", "pause")}
+    kinds = {k: sum(1 for f in faults if f.kind == k) for k in KINDS}
     roles = {r: sum(1 for f in faults if f.role == r) for r in ("leader", "follower")}
     if not times:
         return f"{len(faults)} faults {kinds} {roles}; none hit a partition leader"

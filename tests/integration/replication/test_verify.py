@@ -10,6 +10,7 @@ from dataplane.storage.builder import BatchBuilder
 from dataplane.storage.log import PartitionLog
 from tests.integration.replication.verify import (
     Ack,
+    acked_while_short,
     batches,
     check_partition,
     compare_replicas,
@@ -96,3 +97,12 @@ def test_a_replica_short_of_the_high_watermark_is_named(tmp_path: Path) -> None:
     reads = [read_replica(1, tmp_path / "a", 3), read_replica(2, tmp_path / "b", 3)]
     problems = compare_replicas(0, reads, 3)
     assert any("holds only up to offset 2" in p for p in problems), problems
+
+
+def test_an_ack_while_two_replicas_are_down_is_named() -> None:
+    before = Ack(0, 0, payload(0, 0), 0.5, 1.5)  # sent before the fault: may be on two
+    during = Ack(0, 1, payload(0, 1), 2.0, 3.0)  # sent and acked while two were down
+    after = Ack(0, 2, payload(0, 2), 2.5, 4.5)  # acked once one was back
+    (problem,) = acked_while_short({0: [before, during, after]}, 1.0, 4.0, "fault 3")
+    assert "offset 1" in problem
+    assert "ACKNOWLEDGED by one replica" in problem

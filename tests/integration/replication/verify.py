@@ -72,6 +72,24 @@ def check_partition(
     return problems
 
 
+def acked_while_short(
+    acks: Mapping[int, Sequence[Ack]], since: float, until: float, what: str
+) -> list[str]:
+    """Records sent at or after ``since`` and acknowledged before ``until`` (monotonic
+    s). While two of three replicas are down, a record sent meanwhile is on one replica
+    at most, so with ``min_insync_replicas=2`` acks=all must not acknowledge it before
+    one of them is back."""
+    lines = [
+        f"p{p}: offset {ack.offset} ({ack.payload[:16]!r}) ACKNOWLEDGED by one replica: "
+        f"sent {ack.sent_at - since:.2f} s after {what} began, acked "
+        f"{until - ack.acked_at:.2f} s before it ended"
+        for p, found in sorted(acks.items())
+        for ack in found
+        if ack.sent_at >= since and ack.acked_at < until
+    ]
+    return _capped(lines, "records acknowledged while replicas were down")
+
+
 def _capped(lines: list[str], what: str) -> list[str]:
     if len(lines) <= MAX_LINES_PER_KIND:
         return lines

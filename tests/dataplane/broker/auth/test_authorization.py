@@ -218,6 +218,33 @@ def test_client_tokens_cannot_call_admin(
     assert error.code == ErrorCode.CLUSTER_AUTHORIZATION_FAILED, error
 
 
+def test_a_tenant_describes_the_state_of_its_own_topics_and_nothing_else(
+    secured_broker: BrokerProcess, issuer: TestIssuer
+) -> None:
+    """Admin.DescribeState answers a client about the topics it names and may describe
+    (sizes, segments, offsets); another tenant's topic is answered like a missing one."""
+    token = issuer.token(tenants={"acme": "viewer"})
+    with caller(secured_broker.address, issuer.internal_token()) as internal:
+        internal.broker.Produce(
+            produce_request("acme.audit", 0, build_batch([b"sized"])), timeout=10
+        )
+    asked = admin_pb2.DescribeStateRequest(topics=["acme.audit", "beta.secret", "acme.nothing"])
+    with caller(secured_broker.address, token) as c:
+        state = c.admin.DescribeState(asked, timeout=10)
+    assert [(p.topic, p.partition) for p in state.partitions] == [("acme.audit", 0)]
+    assert state.partitions[0].size_bytes > 0
+    assert state.partitions[0].segments == 1
+    assert state.partitions[0].log_end_offset >= 1
+    with caller(secured_broker.address, token) as c:
+        alone = c.admin.DescribeState(
+            admin_pb2.DescribeStateRequest(topics=["beta.secret"]), timeout=10
+        )
+        missing = c.admin.DescribeState(
+            admin_pb2.DescribeStateRequest(topics=["beta.nothing"]), timeout=10
+        )
+    assert list(alone.partitions) == list(missing.partitions) == []
+
+
 def test_client_tokens_cannot_ask_for_peer_metadata(
     secured_broker: BrokerProcess, issuer: TestIssuer
 ) -> None:

@@ -6,11 +6,16 @@ service account are all refused UNAUTHENTICATED, the first two with the same ans
 
 from __future__ import annotations
 
+import queue
+import time
 import uuid
+from collections.abc import Iterator
 
+import grpc
 import pytest
 
 from dataplane._gen.meridian.v1 import admin_pb2, broker_pb2, common_pb2
+from dataplane.broker.auth.verifier import LEEWAY_S
 from dataplane.errors import ErrorCode
 from dataplane.storage.builder import build_batch
 from tests.support.brokers import BrokerProcess
@@ -131,3 +136,67 @@ def test_internal_and_platform_admin_tokens_need_no_tenant(
     admin = issuer.token(realm_roles=["platform-admin"])
     assert "acme.orders" in _metadata(pushed, admin)
     assert "acme.orders" in _metadata(pushed, issuer.internal_token())
+
+
+class _Stream:
+    """A ProduceStream fed one request at a time (the SDK's way: one long-lived stream)."""
+
+    def __init__(self, broker: BrokerProcess, token: str) -> None:
+        self._requests: queue.Queue[broker_pb2.ProduceRequest | None] = queue.Queue()
+        self._caller = caller(broker.address, token)
+        stub = self._caller.__enter__()
+        self._responses = stub.broker.ProduceStream(self._feed(), timeout=60)
+        self._sent = 0
+
+    def _feed(self) -> Iterator[broker_pb2.ProduceRequest]:
+        while (request := self._requests.get()) is not None:
+            yield request
+
+    def produce(self) -> str:
+        """``appended``, the partition's error, or the stream's end status."""
+        self._sent += 1
+        request = produce_request("acme.orders", 0, build_batch([b"streamed"]))
+        request.correlation_id = self._sent
+        self._requests.put(request)
+        try:
+            response = next(self._responses)
+        except grpc.RpcError as exc:
+            return f"stream ended: {exc.code().name} {exc.details()}"
+        error = response.results[0].error
+        return "appended" if error == ErrorCode.NONE else ErrorCode.Name(error)
+
+    def close(self) -> None:
+        self._requests.put(None)
+        self._caller.__exit__(None, None, None)
+
+
+def test_an_open_produce_stream_is_ended_once_its_account_is_revoked(
+    pushed: BrokerProcess, issuer: TestIssuer
+) -> None:
+    """Credentials are checked at every request of a stream, not only when it opens."""
+    account = str(uuid.uuid4())
+    token = issuer.token(tenants={"acme": "developer"}, client_id="acme--s", account_id=account)
+    stream = _Stream(pushed, token)
+    try:
+        assert stream.produce() == "appended"
+        _push(pushed, issuer, 6, (account,), acme=tenant_id("acme"), beta=tenant_id("beta"))
+        assert stream.produce() == (
+            "stream ended: UNAUTHENTICATED the token's service account no longer exists"
+        )
+    finally:
+        stream.close()
+        _push(pushed, issuer, 7, acme=tenant_id("acme"), beta=tenant_id("beta"))
+
+
+def test_an_open_produce_stream_does_not_outlive_its_token(
+    pushed: BrokerProcess, issuer: TestIssuer
+) -> None:
+    stream = _Stream(pushed, issuer.token(tenants={"acme": "developer"}, ttl_s=1))
+    try:
+        assert stream.produce() == "appended"
+        time.sleep(1 + LEEWAY_S + 1)  # expired, past the clock-skew leeway
+        ended = stream.produce()
+        assert ended.startswith("stream ended: UNAUTHENTICATED"), ended
+        assert "expired" in ended
+    finally:
+        stream.close()
