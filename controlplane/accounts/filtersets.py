@@ -3,9 +3,8 @@ from __future__ import annotations
 import django_filters
 
 from controlplane.accounts.models import ServiceAccount
-from controlplane.core.choices import ProvisioningStatus
+from controlplane.core.choices import ProvisioningStatus, Role
 from controlplane.core.filtersets import FilterSet
-from controlplane.tenants.choices import Role
 from controlplane.tenants.models import Membership
 
 

@@ -24,6 +24,7 @@ from django.core.exceptions import ImproperlyConfigured
 from controlplane.accounts.keycloak import KeycloakIdentity
 from controlplane.accounts.local import LocalIdentity
 from controlplane.accounts.tokens import InvalidToken
+from dataplane.client.auth import TokenSource
 
 if TYPE_CHECKING:
     from controlplane.accounts.models import ServiceAccount
@@ -40,6 +41,23 @@ class IdentityProvider(Protocol):
     def verify(self, token: str) -> dict[str, Any]:
         """The token's claims, once its signature (RS256), expiry, issuer and audience
         check out; else ``InvalidToken``."""
+        ...
+
+    def token_url(self) -> str:
+        """Where clients get tokens with the client-credentials grant."""
+        ...
+
+    def jwks_url(self) -> str:
+        """Where verifiers (the brokers) fetch the issuer's public keys."""
+        ...
+
+    def internal_client_secret(self, client_id: str) -> str:
+        """The secret of internal client ``client_id`` (``accounts.clients``)."""
+        ...
+
+    def internal_tokens(self) -> TokenSource:
+        """A token source for the control plane's own client (``meridian-controller``),
+        whose tokens carry the internal role."""
         ...
 
     def provision_tenant(self, tenant: Tenant) -> str:
@@ -85,11 +103,20 @@ _identity_config: tuple[Any, ...] = ()
 _identity_lock = threading.Lock()
 
 
+# The providers by ``settings.IDENTITY_PROVIDER``, each with the settings it is built from.
+PROVIDERS: dict[str, type[LocalIdentity] | type[KeycloakIdentity]] = {
+    "local": LocalIdentity,
+    "keycloak": KeycloakIdentity,
+}
+
+
 def _config() -> tuple[Any, ...]:
     provider = settings.IDENTITY_PROVIDER
-    if provider == "keycloak":
-        return (provider, settings.KEYCLOAK_URL, settings.KEYCLOAK_REALM, settings.TOKEN_AUDIENCE)
-    return (provider, settings.LOCAL_ISSUER, settings.TOKEN_AUDIENCE)
+    if provider not in PROVIDERS:
+        raise ImproperlyConfigured(
+            f"IDENTITY_PROVIDER must be one of {sorted(PROVIDERS)}, not {provider!r}"
+        )
+    return (provider, *PROVIDERS[provider].settings_key())
 
 
 def get_identity() -> IdentityProvider:
@@ -99,17 +126,9 @@ def get_identity() -> IdentityProvider:
     with _identity_lock:
         config = _config()
         if _identity is None or config != _identity_config:
-            _identity = _build(config[0])
+            _identity = PROVIDERS[config[0]]()
             _identity_config = config
         return _identity
-
-
-def _build(provider: str) -> IdentityProvider:
-    if provider == "local":
-        return LocalIdentity()
-    if provider == "keycloak":
-        return KeycloakIdentity()
-    raise ImproperlyConfigured(f"IDENTITY_PROVIDER must be 'local' or 'keycloak', not {provider!r}")
 
 
 def reset_identity() -> None:
@@ -120,6 +139,7 @@ def reset_identity() -> None:
 
 
 __all__ = [
+    "PROVIDERS",
     "IdentityProvider",
     "InvalidToken",
     "KeycloakIdentity",

@@ -16,21 +16,21 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import requests
 from django.conf import settings
 from keycloak import KeycloakAdmin
 from keycloak.exceptions import KeycloakConnectionError, KeycloakError
 
+from controlplane.accounts.clients import BROKER_CLIENT_ID, CONTROLLER_CLIENT_ID
 from controlplane.accounts.local import group_path, tenant_group_path
+from controlplane.accounts.models import ServiceAccount
 from controlplane.accounts.tokens import JwksKeys, verify_token
+from controlplane.core.choices import Role
 from controlplane.core.errors import Conflict, InvalidRequest, NotFound, Unavailable
-from controlplane.tenants.choices import Role
-
-if TYPE_CHECKING:
-    from controlplane.accounts.models import ServiceAccount
-    from controlplane.tenants.models import Tenant
+from controlplane.tenants.models import Tenant
+from dataplane.client.auth import ClientCredentials, TokenSource
 
 TENANT_ATTRIBUTE = "meridian.tenant"
 TENANT_ID_ATTRIBUTE = "meridian.tenant_id"
@@ -79,10 +79,25 @@ def is_not_found(exc: KeycloakError) -> bool:
     return exc.response_code == 404
 
 
+def internal_client_secret(client_id: str, realm: str | None = None) -> str:
+    """The secret of internal client ``client_id`` (``bootstrap_realm`` made it)."""
+    admin = admin_for(realm or settings.KEYCLOAK_REALM)
+    with idp_errors(f"read the secret of {client_id}"):
+        client = admin.get_client_id(client_id)
+        if client is None:
+            raise KeycloakError(f"client {client_id} is missing: run bootstrap_identity")
+        return str(admin.get_client_secrets(client)["value"])
+
+
 class KeycloakIdentity:
     """Verifies Keycloak's tokens offline (JWKS from the realm's certs endpoint, cached
     ``settings.JWKS_CACHE_S``) and provisions tenants, members and service accounts in
     the realm. Admin calls are serialised: they are rare and share one admin session."""
+
+    @staticmethod
+    def settings_key() -> tuple[Any, ...]:
+        """The settings the provider is built from: when they change, a new one is."""
+        return (settings.KEYCLOAK_URL, settings.KEYCLOAK_REALM, settings.TOKEN_AUDIENCE)
 
     def __init__(self, realm: str | None = None) -> None:
         self.realm: str = realm or settings.KEYCLOAK_REALM
@@ -98,6 +113,26 @@ class KeycloakIdentity:
     # -- tokens -------------------------------------------------------------------------
     def verify(self, token: str) -> dict[str, Any]:
         return verify_token(token, self._keys, issuer=self.issuer)
+
+    # -- the issuer's endpoints and the cluster's own clients ----------------------------
+    def token_url(self) -> str:
+        return f"{self.issuer}/protocol/openid-connect/token"
+
+    def jwks_url(self) -> str:
+        return f"{self.issuer}/protocol/openid-connect/certs"
+
+    def internal_client_secret(self, client_id: str) -> str:
+        """From the settings when given there, else read from the realm."""
+        configured = {
+            CONTROLLER_CLIENT_ID: settings.CONTROLLER_CLIENT_SECRET,
+            BROKER_CLIENT_ID: settings.BROKER_CLIENT_SECRET,
+        }[client_id]
+        return str(configured) if configured else internal_client_secret(client_id, self.realm)
+
+    def internal_tokens(self) -> TokenSource:
+        """The controller client's tokens, from the realm's token endpoint."""
+        secret = self.internal_client_secret(CONTROLLER_CLIENT_ID)
+        return ClientCredentials(self.token_url(), CONTROLLER_CLIENT_ID, secret)
 
     # -- admin plumbing -----------------------------------------------------------------
     @contextmanager
@@ -182,8 +217,6 @@ class KeycloakIdentity:
         roles, now in tokens the API and brokers accept) and each of its service
         accounts' clients gets the tenant id attribute and the ``account_id`` claim.
         Idempotent; returns what it changed."""
-        from controlplane.accounts.models import ServiceAccount
-
         changed: list[str] = []
         with self.admin(f"adopt the layout of tenant {tenant.slug}") as admin:
             legacy = self._group_id(admin, LEGACY_GROUP_PREFIX + tenant.slug)

@@ -10,9 +10,9 @@ from django.conf import settings
 from keycloak import KeycloakAdmin
 from keycloak.exceptions import KeycloakError
 
-from controlplane.accounts.internal import INTERNAL_CLIENT_IDS
+from controlplane.accounts.clients import INTERNAL_CLIENT_IDS
 from controlplane.accounts.keycloak import admin_for, idp_errors
-from controlplane.tenants.choices import PLATFORM_ADMIN_ROLE
+from controlplane.core.choices import PLATFORM_ADMIN_ROLE
 
 CLI_CLIENT_ID = "meridian-cli"
 SCOPE_NAME = "meridian"
@@ -24,7 +24,7 @@ def bootstrap_realm(realm: str | None = None) -> list[str]:
     in ``groups`` of every client's tokens; the ``/tenants`` group; the public client
     ``meridian-cli`` with direct access grants; the realm role ``settings.INTERNAL_ROLE``
     and the confidential clients ``meridian-controller`` and ``meridian-broker`` whose
-    service accounts hold it (the cluster's own callers, see ``accounts/internal.py``).
+    service accounts hold it (the cluster's own callers, see ``accounts/clients.py``).
     Returns what it did, step by step."""
     realm = realm or settings.KEYCLOAK_REALM
     done: list[str] = []
@@ -165,16 +165,6 @@ def _internal_client_payload(client_id: str) -> dict[str, Any]:
         "implicitFlowEnabled": False,
         "directAccessGrantsEnabled": False,
     }
-
-
-def internal_client_secret(client_id: str, realm: str | None = None) -> str:
-    """The secret of internal client ``client_id`` (``bootstrap_realm`` made it)."""
-    admin = admin_for(realm or settings.KEYCLOAK_REALM)
-    with idp_errors(f"read the secret of {client_id}"):
-        client = admin.get_client_id(client_id)
-        if client is None:
-            raise KeycloakError(f"client {client_id} is missing: run bootstrap_identity")
-        return str(admin.get_client_secrets(client)["value"])
 
 
 def create_platform_admin(

@@ -9,24 +9,31 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+import threading
 import time
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jwt
 from django.conf import settings
 from django.db import transaction
 
-from controlplane.accounts import internal, signing_keys
+from controlplane.accounts import signing_keys
+from controlplane.accounts.clients import (
+    CONTROLLER_CLIENT_ID,
+    INTERNAL_CLIENT_IDS,
+    local_internal_secret,
+)
+from controlplane.accounts.models import ServiceAccount, SigningKey
 from controlplane.accounts.tokens import InvalidToken, JwksKeys, verify_token
+from controlplane.core.choices import ProvisioningStatus
+from controlplane.tenants.models import Tenant
+from dataplane.client.auth import TokenSource
 from dataplane.client.claims import tenant_group
-
-if TYPE_CHECKING:
-    from controlplane.accounts.models import ServiceAccount
-    from controlplane.tenants.models import Tenant
 
 SERVICE_ACCOUNT_USER_PREFIX = "service-account-"  # as Keycloak names them
 _SECRET_BYTES = 32
+_REFRESH_MARGIN_S = 60.0  # an internal token is renewed this long before it expires
 # Secrets are 256 random bits, so one SHA-256 stores them safely: a slow password KDF
 # adds nothing against guessing and makes every token request (and every unknown
 # client) cost CPU.
@@ -47,6 +54,11 @@ class LocalIdentity:
     verifies them against every active key. Members and service accounts live only in
     the control plane's database."""
 
+    @staticmethod
+    def settings_key() -> tuple[Any, ...]:
+        """The settings the provider is built from: when they change, a new one is."""
+        return (settings.LOCAL_ISSUER, settings.TOKEN_AUDIENCE)
+
     def __init__(self) -> None:
         self.issuer: str = settings.LOCAL_ISSUER
         self._keys = JwksKeys(self.jwks, ttl_s=settings.JWKS_CACHE_S)
@@ -54,8 +66,6 @@ class LocalIdentity:
     # -- keys ---------------------------------------------------------------------------
     def signing_key(self) -> tuple[str, Any]:
         """``(kid, private key)`` of the newest active key, creating the first one."""
-        from controlplane.accounts.models import SigningKey
-
         key = SigningKey.objects.filter(active=True).first()
         if key is None:
             key = self._create_key()
@@ -64,8 +74,6 @@ class LocalIdentity:
     def rotate_signing_key(self, *, keep: int = 2) -> str:
         """Start signing with a new key; the ``keep - 1`` previous keys stay in the JWKS so
         tokens they signed remain valid until they expire. Returns the new ``kid``."""
-        from controlplane.accounts.models import SigningKey
-
         with transaction.atomic():
             key = self._create_key()
             retired = SigningKey.objects.filter(active=True).values_list("pk", flat=True)
@@ -74,16 +82,12 @@ class LocalIdentity:
         return str(key.kid)
 
     def _create_key(self) -> Any:
-        from controlplane.accounts.models import SigningKey
-
         new = signing_keys.generate(uuid.uuid4().hex)
         return SigningKey.objects.create(kid=new.kid, sealed_private_key=new.sealed_private_key)
 
     def jwks(self) -> dict[str, Any]:
         """The public half of every active key, as a JWKS document (derived from the
         sealed private half: nothing else in the database is trusted for it)."""
-        from controlplane.accounts.models import SigningKey
-
         if not SigningKey.objects.filter(active=True).exists():
             self.signing_key()
         keys = []
@@ -128,10 +132,7 @@ class LocalIdentity:
     def token_for_client(self, client_id: str, client_secret: str) -> tuple[str, int]:
         """``(access token, expires_in)`` for a service account's client credentials;
         ``InvalidToken`` when the client is unknown, disabled or the secret is wrong."""
-        from controlplane.accounts.models import ServiceAccount
-        from controlplane.core.choices import ProvisioningStatus
-
-        if client_id in internal.INTERNAL_CLIENT_IDS:
+        if client_id in INTERNAL_CLIENT_IDS:
             return self._internal_token(client_id, client_secret)
         account = (
             ServiceAccount.objects.select_related("tenant")
@@ -158,11 +159,36 @@ class LocalIdentity:
 
     def _internal_token(self, client_id: str, client_secret: str) -> tuple[str, int]:
         """A token with the internal role for the controller's or the brokers' client."""
-        expected = internal.local_internal_secret()
+        expected = local_internal_secret()
         if not hmac.compare_digest(client_secret.encode(), expected.encode()):
             raise InvalidToken("unknown client or wrong secret")
         ttl_s = int(settings.LOCAL_TOKEN_TTL_S)
-        return internal.issue_local_internal_token(client_id, ttl_s), ttl_s
+        return self.issue_internal_token(client_id, ttl_s), ttl_s
+
+    # -- the issuer's endpoints and the cluster's own clients ----------------------------
+    def token_url(self) -> str:
+        return f"{settings.API_BASE_URL.rstrip('/')}/api/v1/auth/token"
+
+    def jwks_url(self) -> str:
+        return f"{settings.API_BASE_URL.rstrip('/')}/api/v1/auth/jwks.json"
+
+    def internal_client_secret(self, client_id: str) -> str:
+        """Both internal clients share one secret, kept in a private file."""
+        return local_internal_secret()
+
+    def internal_tokens(self) -> TokenSource:
+        """The controller's tokens, signed in this process (no HTTP)."""
+        return LocalInternalTokens(self)
+
+    def issue_internal_token(self, client_id: str, ttl_s: int) -> str:
+        """A token with the internal role for internal client ``client_id``."""
+        return self.issue_token(
+            subject=f"{client_id}@internal",
+            username=f"service-account-{client_id}",
+            realm_roles=[settings.INTERNAL_ROLE],
+            ttl_s=ttl_s,
+            extra={"azp": client_id, "client_id": client_id},
+        )
 
     # -- tenants, members, service accounts (the database is the directory) -------------
     def provision_tenant(self, tenant: Tenant) -> str:
@@ -170,8 +196,6 @@ class LocalIdentity:
 
     def deprovision_tenant(self, tenant: Tenant) -> None:
         """Revokes the tenant's service-account credentials: no new tokens for them."""
-        from controlplane.accounts.models import ServiceAccount
-
         ServiceAccount.objects.filter(tenant=tenant).update(secret_hash="")
 
     def invite_member(self, tenant: Tenant, *, username: str, email: str, role: str) -> str:
@@ -230,3 +254,31 @@ def group_path(tenant: Tenant, role: str) -> str:
 
 
 __all__ = ["InvalidToken", "LocalIdentity", "group_path", "member_subject", "tenant_group_path"]
+
+
+class LocalInternalTokens:
+    """An internal client's tokens signed by the local issuer in this process (no HTTP),
+    reused until a minute before they expire. Thread-safe."""
+
+    def __init__(self, identity: LocalIdentity, client_id: str = CONTROLLER_CLIENT_ID) -> None:
+        self.identity = identity
+        self.client_id = client_id
+        self._lock = threading.Lock()
+        self._token: str | None = None
+        self._expires_at = 0.0
+
+    def cached(self) -> str | None:
+        if self._token is not None and time.monotonic() < self._expires_at - _REFRESH_MARGIN_S:
+            return self._token
+        return None
+
+    def token(self) -> str:
+        with self._lock:
+            current = self.cached()
+            if current is not None:
+                return current
+            ttl_s = int(settings.LOCAL_TOKEN_TTL_S)
+            started = time.monotonic()
+            self._token = self.identity.issue_internal_token(self.client_id, ttl_s)
+            self._expires_at = started + ttl_s
+            return self._token

@@ -4,9 +4,9 @@ import uuid
 
 from django.db import models
 
+from controlplane.core.choices import Role
 from controlplane.core.models import StatusModel, TimestampedModel
-from controlplane.tenants.choices import Role
-from controlplane.tenants.models import slug_validator
+from controlplane.core.validators import slug_validator
 
 
 class ServiceAccount(StatusModel):

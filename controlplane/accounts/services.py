@@ -20,9 +20,8 @@ from controlplane.accounts.identity import get_identity
 from controlplane.accounts.models import ServiceAccount
 from controlplane.core import audit
 from controlplane.core.actors import Actor
-from controlplane.core.choices import ProvisioningStatus
+from controlplane.core.choices import ProvisioningStatus, Role
 from controlplane.core.errors import Conflict, DomainError, InvalidRequest, NotFound
-from controlplane.tenants.choices import Role
 from controlplane.tenants.models import Membership, Tenant
 from controlplane.tenants.services import lock_open_tenant
 

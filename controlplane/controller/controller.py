@@ -15,7 +15,7 @@ Every ``tick()`` (the process calls it every ``settings.CONTROLLER_TICK_S``):
    ``settings.BROKER_SESSION_TIMEOUT_S`` (counted from its last heartbeat, or from
    this controller's takeover) is ``unreachable`` with the reason. Then, knowing who
    is live, the leaders' ISR proposals (carried by their answers) are committed,
-   leaders are elected (``controlplane.controller.election``: failover from the ISR,
+   leaders are elected (``controlplane.topics.election``: failover from the ISR,
    the dead leave every ISR, preferred leaders come back once live for
    ``settings.PREFERRED_LEADER_DELAY_S``), reassignments progress
    (``controlplane.topics.reassignment``); when anything changed, the push is sent
@@ -42,12 +42,6 @@ from django.utils import timezone
 
 from controlplane.controller.leaders import metadata_request
 from controlplane.controller.lease import Lease
-from controlplane.controller.partitions import (
-    Proposal,
-    commit_isr_proposals,
-    elect_leaders,
-    proposals_of,
-)
 from controlplane.controller.push import MetadataPusher, PushOutcome
 from controlplane.core.actors import Actor
 from controlplane.core.choices import ProvisioningStatus
@@ -56,6 +50,12 @@ from controlplane.regions import services
 from controlplane.regions.choices import BrokerPhase
 from controlplane.regions.models import Broker, Cluster
 from controlplane.topics import reassignment
+from controlplane.topics.partitions import (
+    Proposal,
+    commit_isr_proposals,
+    elect_leaders,
+    proposals_of,
+)
 
 log = logging.getLogger(__name__)
 

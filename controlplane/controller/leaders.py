@@ -1,7 +1,7 @@
 """The metadata the controller pushes to a cluster's brokers (``metadata_request``).
 
-Leadership itself is decided in ``controlplane.controller.election`` and written by
-``controlplane.controller.partitions``.
+Leadership itself is decided in ``controlplane.topics.election`` and written by
+``controlplane.topics.partitions``.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """Pushing ``UpdateMetadata`` to every broker of a cluster at once.
 
-Calls run concurrently (gRPC futures) with a deadline each; an answer is the broker's
-heartbeat, a failure a typed ``MeridianError``. Channels are kept per address and
-reconnect quickly: a restarted broker is heard from at the next tick rather than after
-gRPC's default reconnect backoff (up to two minutes).
+Calls go through the gateway (``controlplane.gateway.admin.update_metadata``): they run
+concurrently with a deadline each on the gateway's pooled channels, which reconnect
+quickly; an answer is the broker's heartbeat, a failure a typed ``MeridianError``.
 
 Every push also lists the platform's identities (``with_identities``): each tenant not
 being deleted, with its immutable id, and the ids of the service accounts deleted within
@@ -18,26 +17,19 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 
-import grpc
 from django.conf import settings
 from django.utils import timezone
 
-from controlplane.accounts.internal import broker_channel
 from controlplane.core.choices import ProvisioningStatus
 from controlplane.core.models import AuditEvent
+from controlplane.gateway import admin
+from controlplane.gateway.channels import drop_channel
 from controlplane.regions.models import Broker
 from controlplane.tenants.models import Tenant
-from dataplane._gen.meridian.v1 import admin_pb2, admin_pb2_grpc
-from dataplane.client.connection import CHANNEL_OPTIONS
-from dataplane.errors import ErrorCode, MeridianError, error_from_rpc
+from dataplane._gen.meridian.v1 import admin_pb2
+from dataplane.errors import ErrorCode, MeridianError
 
 ACCOUNT_DELETED = "service_account.delete"
-
-_OPTIONS = [
-    *CHANNEL_OPTIONS,
-    ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.max_reconnect_backoff_ms", 1000),
-]
 
 
 @dataclass(frozen=True)
@@ -57,7 +49,7 @@ class MetadataPusher:
 
     def __init__(self, timeout_s: float) -> None:
         self.timeout_s = timeout_s
-        self._stubs: dict[str, tuple[grpc.Channel, admin_pb2_grpc.AdminStub]] = {}
+        self._addresses: set[str] = set()
 
     def push(
         self, brokers: Iterable[Broker], request: admin_pb2.UpdateMetadataRequest
@@ -65,31 +57,22 @@ class MetadataPusher:
         """``request`` (with the live identities) to every addressed broker; outcomes by
         ``Broker.pk``."""
         with_identities(request)
-        calls = {
-            broker.pk: self._stub(broker.address).UpdateMetadata.future(
-                request, timeout=self.timeout_s
-            )
-            for broker in brokers
-            if broker.address
-        }
-        outcomes = {}
-        for pk, call in calls.items():
-            try:
-                outcomes[pk] = PushOutcome(response=call.result())
-            except grpc.RpcError as exc:
-                outcomes[pk] = PushOutcome(error=error_from_rpc(exc))
-        return outcomes
-
-    def _stub(self, address: str) -> admin_pb2_grpc.AdminStub:
-        if address not in self._stubs:
-            channel = broker_channel(address, _OPTIONS)
-            self._stubs[address] = (channel, admin_pb2_grpc.AdminStub(channel))
-        return self._stubs[address][1]
+        addresses = {broker.pk: broker.address for broker in brokers if broker.address}
+        self._addresses.update(addresses.values())
+        answers = admin.update_metadata(addresses, request, timeout_s=self.timeout_s)
+        return {pk: _outcome(answer) for pk, answer in answers.items()}
 
     def close(self) -> None:
-        for channel, _ in self._stubs.values():
-            channel.close()
-        self._stubs.clear()
+        """Close the channels this pusher used."""
+        for address in self._addresses:
+            drop_channel(address)
+        self._addresses.clear()
+
+
+def _outcome(answer: admin_pb2.UpdateMetadataResponse | MeridianError) -> PushOutcome:
+    if isinstance(answer, MeridianError):
+        return PushOutcome(error=answer)
+    return PushOutcome(response=answer)
 
 
 def with_identities(request: admin_pb2.UpdateMetadataRequest) -> None:

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from controlplane.tenants.choices import PLATFORM_ADMIN_ROLE
+from controlplane.core.choices import PLATFORM_ADMIN_ROLE
 from dataplane.client.claims import ROLE_RANK, TokenClaims, live_roles
 
 

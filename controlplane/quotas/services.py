@@ -1,11 +1,13 @@
-"""A tenant's quota: reading its usage, changing its limits, the one check that count
-and storage quotas hold (DESIGN decision 8), and the quotas pushed to a cluster's
-brokers, which enforce rates and refuse produce past the storage quota."""
+"""A tenant's quota: giving a new tenant the default one, reading its usage, changing
+its limits, the one check that count and storage quotas hold (DESIGN decision 8), and
+the quotas pushed to a cluster's brokers, which enforce rates and refuse produce past
+the storage quota."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.db.models import Count, F, Sum
 
@@ -168,3 +170,16 @@ def _check_limit_values(limits: dict[str, Any]) -> None:
             f"{bad[0]}: must be a non-negative integer",
             **{f: ["must be a non-negative integer"] for f in bad},
         )
+
+
+def give_default_quota(
+    sender: type[Tenant], instance: Tenant, created: bool, raw: bool = False, **_: Any
+) -> None:
+    """A new tenant's quota, ``settings.DEFAULT_QUOTA``, written in the transaction that
+    writes the tenant (``post_save`` of ``Tenant``). Rows loaded raw (fixtures) bring
+    their own."""
+    if not created or raw:
+        return
+    quota = Quota(tenant=instance, **settings.DEFAULT_QUOTA)
+    quota.full_clean()
+    quota.save()

@@ -3,8 +3,8 @@ from __future__ import annotations
 from django.db import models
 
 from controlplane.core.models import StatusModel, TimestampedModel
+from controlplane.core.validators import slug_validator
 from controlplane.regions.choices import BrokerPhase, ProvisionerKind
-from controlplane.tenants.models import slug_validator
 
 
 class Region(TimestampedModel):

@@ -4,7 +4,7 @@ from controlplane.settings.env import env
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "controlplane.core.authentication.BearerTokenAuthentication"
+        "controlplane.accounts.authentication.BearerTokenAuthentication"
     ],
     "DEFAULT_PERMISSION_CLASSES": ["controlplane.core.permissions.IsAuthenticatedActor"],
     "DEFAULT_PAGINATION_CLASS": "controlplane.core.api.pagination.Pagination",

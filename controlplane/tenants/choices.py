@@ -1,12 +1,6 @@
-from django.db import models
+"""The roles are defined in ``controlplane.core.choices``, under every app; this name stays
+for callers outside the control plane's own apps (the demo) until they import from core."""
 
+from controlplane.core.choices import PLATFORM_ADMIN_ROLE, Role
 
-class Role(models.TextChoices):
-    """A member's role in one tenant (Keycloak group ``/tenants/<slug>@<uid>/<role>``)."""
-
-    TENANT_ADMIN = "tenant-admin"
-    DEVELOPER = "developer"
-    VIEWER = "viewer"
-
-
-PLATFORM_ADMIN_ROLE = "platform-admin"  # a realm role, not a tenant role
+__all__ = ["PLATFORM_ADMIN_ROLE", "Role"]

@@ -2,21 +2,11 @@ from __future__ import annotations
 
 import uuid
 
-from django.core.validators import RegexValidator
 from django.db import models
 
-from controlplane.core.choices import ProvisioningStatus
+from controlplane.core.choices import ProvisioningStatus, Role
 from controlplane.core.models import StatusModel, TimestampedModel
-from controlplane.tenants.choices import Role
-
-# "--" never appears: it separates the tenant from the name in a service account's
-# client id (``<tenant>--<name>``), which must name one tenant's account only.
-SLUG_RE = r"\A(?!.*--)[a-z][a-z0-9-]{1,30}[a-z0-9]\Z"
-slug_validator = RegexValidator(
-    SLUG_RE,
-    "3-32 characters: lowercase letters, digits and single '-', starting with a letter "
-    "and ending with a letter or digit",
-)
+from controlplane.core.validators import slug_validator
 
 
 class Tenant(StatusModel):

@@ -14,7 +14,6 @@ from controlplane.core import audit
 from controlplane.core.actors import Actor
 from controlplane.core.choices import ProvisioningStatus
 from controlplane.core.errors import Conflict, InvalidRequest, NotFound
-from controlplane.quotas.models import Quota
 from controlplane.regions.models import Region
 from controlplane.tenants.models import Tenant
 
@@ -27,16 +26,14 @@ PROVISIONABLE = (ProvisioningStatus.PENDING, ProvisioningStatus.FAILED)
 def create_tenant(
     *, slug: str, name: str, home_region: Region | None = None, actor: Actor
 ) -> Tenant:
-    """A new tenant (status pending) with ``settings.DEFAULT_QUOTA``; its IdP objects are
+    """A new tenant (status pending) with ``settings.DEFAULT_QUOTA`` (given by the quotas
+    app, ``quotas.services.give_default_quota``); its IdP objects are
     provisioned after commit. A slug in use is a ``Conflict``."""
     tenant = Tenant(slug=slug, name=name, home_region=home_region)
     tenant.full_clean(validate_unique=False)
     if Tenant.objects.filter(slug=slug).exists():
         raise Conflict(f"tenant {slug!r} already exists", slug=[f"{slug!r} is in use"])
-    tenant.save()
-    quota = Quota(tenant=tenant, **settings.DEFAULT_QUOTA)
-    quota.full_clean()
-    quota.save()
+    tenant.save()  # the quotas app gives it its quota in this transaction
     audit.record(actor, "tenant.create", tenant, after=audit.snapshot(tenant), tenant=tenant)
     _after_commit("provision_tenant", tenant.pk)
     return tenant

@@ -40,9 +40,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from controlplane.core.choices import ProvisioningStatus
+from controlplane.gateway import admin as brokers
+from controlplane.gateway.admin import DesiredConfig
+from controlplane.gateway.errors import BrokerRefusedError, BrokerUnavailable
 from controlplane.regions.models import Broker, Cluster
-from controlplane.topics import brokers
-from controlplane.topics.brokers import BrokerRefusedError, BrokerUnavailable, DesiredConfig
 from controlplane.topics.choices import DriftKind
 from controlplane.topics.locks import TopicBusy, topic_lock
 from controlplane.topics.models import DriftFinding, PartitionAssignment, Topic

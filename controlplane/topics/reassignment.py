@@ -34,13 +34,17 @@ from controlplane.core import audit
 from controlplane.core.actors import Actor
 from controlplane.core.choices import ProvisioningStatus
 from controlplane.core.errors import Conflict, InvalidRequest
+from controlplane.gateway import admin as broker_rpc
+from controlplane.gateway.errors import BrokerRefusedError, BrokerUnavailable
 from controlplane.regions import services as regions
 from controlplane.regions.choices import BrokerPhase
 from controlplane.regions.models import Broker, Cluster
-from controlplane.topics import brokers as broker_rpc
 from controlplane.topics.choices import TopicStatus
+from controlplane.topics.election import finish_reassignment
 from controlplane.topics.models import PartitionAssignment, Topic
+from controlplane.topics.partitions import save_state, state_of
 from controlplane.topics.placement import broker_loads, placeable_brokers, prefer_answering
+from controlplane.topics.tasks import reconcile_topic
 
 log = logging.getLogger(__name__)
 
@@ -119,8 +123,6 @@ def _check_target(field: str, target: list[int], size: int, valid: set[int]) -> 
 
 def _reconcile_after_commit(topic_id: int) -> None:
     def enqueue() -> None:
-        from controlplane.topics.tasks import reconcile_topic
-
         reconcile_topic.delay(topic_id)
 
     transaction.on_commit(enqueue, robust=True)
@@ -190,9 +192,6 @@ def progress(cluster: Cluster, *, live: Collection[int], actor: Actor) -> int:
     """Finish the reassignments of ``cluster`` whose target replicas are all in the ISR
     (the topic ready, so every replica has been created) and a target replica can lead;
     returns how many partitions changed."""
-    from controlplane.controller.election import finish_reassignment
-    from controlplane.controller.partitions import save_state, state_of
-
     pairs = list(Broker.objects.filter(cluster=cluster).values_list("pk", "broker_id"))
     broker_ids, pk_of = dict(pairs), {b: pk for pk, b in pairs}
     rows = (
@@ -249,7 +248,7 @@ def delete_removed(cluster: Cluster, *, live: Collection[int]) -> int:
             try:
                 broker_rpc.delete_partitions(broker.address, [(row.topic.full_name, row.partition)])
                 deleted += 1
-            except (broker_rpc.BrokerUnavailable, broker_rpc.BrokerRefusedError) as exc:
+            except (BrokerUnavailable, BrokerRefusedError) as exc:
                 log.warning("deleting %s-%s from %s failed: %s", row.topic.full_name,
                             row.partition, broker, exc.message)  # fmt: skip
                 remaining.append(broker_id)

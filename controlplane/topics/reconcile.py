@@ -40,9 +40,9 @@ from django.utils import timezone
 from controlplane.core import audit
 from controlplane.core.actors import Actor
 from controlplane.core.choices import ProvisioningStatus
+from controlplane.gateway import admin as brokers
+from controlplane.gateway.errors import BrokerRefusedError, BrokerUnavailable
 from controlplane.regions.models import Broker
-from controlplane.topics import brokers
-from controlplane.topics.brokers import BrokerRefusedError, BrokerUnavailable
 from controlplane.topics.choices import DriftKind
 from controlplane.topics.drift import (
     ClusterReport,

@@ -21,6 +21,12 @@ from controlplane.tenants.services import lock_open_tenant
 from controlplane.topics import validation
 from controlplane.topics.choices import TopicStatus
 from controlplane.topics.models import Topic
+from controlplane.topics.placement import (
+    assign_partitions,
+    default_replication_factor,
+    placeable_count,
+)
+from controlplane.topics.tasks import reconcile_topic
 
 UPDATABLE_FIELDS = ("partitions", *validation.CONFIG_FIELDS, *validation.REPLICATION_FIELDS)
 # Clusters that take no new topics.
@@ -236,8 +242,6 @@ def _replication_for(
     unclean_leader_election: bool | None,
 ) -> dict[str, Any]:
     """A new topic's replication settings on ``cluster`` (see ``create_topic``)."""
-    from controlplane.topics.placement import default_replication_factor, placeable_count
-
     if replication_factor is None:
         replication_factor = default_replication_factor(cluster.pk)
     validation.validate_replication_factor(replication_factor, placeable_count(cluster.pk))
@@ -258,8 +262,6 @@ def _mark_changed(topic: Topic) -> None:
 
 
 def _place(topic: Topic) -> None:
-    from controlplane.topics.placement import assign_partitions
-
     assign_partitions(topic)
 
 
@@ -267,8 +269,6 @@ def _reconcile_after_commit(topic: Topic) -> None:
     topic_id = topic.pk
 
     def enqueue() -> None:
-        from controlplane.topics.tasks import reconcile_topic
-
         reconcile_topic.delay(topic_id)
 
     # robust: a lost enqueue is logged, not a failed request (the change is committed);

@@ -16,9 +16,9 @@ from typing import TypedDict
 
 from celery import shared_task
 
+from controlplane.gateway.errors import BrokerUnavailable
 from controlplane.regions.models import Cluster
 from controlplane.topics import reconcile
-from controlplane.topics.brokers import BrokerUnavailable
 from controlplane.topics.drift import RETRY_BACKOFF_MAX_S
 from controlplane.topics.locks import TopicBusy
 

@@ -33,8 +33,8 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
+from controlplane.core.choices import Role
 from controlplane.regions.models import Broker, Cluster, Region
-from controlplane.tenants.choices import Role
 from controlplane.tenants.models import Tenant
 from tests.support.controlplane import make_tenant
 

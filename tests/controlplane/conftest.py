@@ -15,7 +15,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from controlplane.accounts.identity import LocalIdentity, get_identity, reset_identity
-from controlplane.tenants.choices import PLATFORM_ADMIN_ROLE
+from controlplane.core.choices import PLATFORM_ADMIN_ROLE
 from dataplane.client.claims import tenant_group
 
 ClientFactory = Callable[..., APIClient]

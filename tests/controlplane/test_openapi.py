@@ -26,8 +26,8 @@ from schemathesis.specs.openapi.checks import (
 from controlplane.accounts import services as accounts
 from controlplane.accounts.identity import LocalIdentity
 from controlplane.core.actors import Actor
+from controlplane.core.choices import Role
 from controlplane.regions import services as regions
-from controlplane.tenants.choices import Role
 from controlplane.topics.acls import grant_topic_acl
 from controlplane.topics.services import create_topic
 from tests.controlplane.api_base import make_cluster, make_tenant

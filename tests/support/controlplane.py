@@ -32,7 +32,6 @@ from django.conf import settings
 
 from controlplane.celery import app as celery_app
 from controlplane.core.choices import ProvisioningStatus
-from controlplane.quotas.models import Quota
 from controlplane.regions.choices import BrokerPhase, ProvisionerKind
 from controlplane.regions.models import Broker, Cluster, Region
 from controlplane.tenants.models import Tenant
@@ -87,7 +86,6 @@ def make_tenant(slug: str, *, region: Region | None = None) -> Tenant:
     tenant: Tenant = Tenant.objects.create(
         slug=slug, name=slug.title(), home_region=region, status=ProvisioningStatus.READY
     )
-    Quota.objects.create(tenant=tenant, **settings.DEFAULT_QUOTA)
     return tenant
 
 

@@ -5,7 +5,7 @@ from typing import Any
 from rest_framework import serializers
 
 from controlplane.accounts.models import ServiceAccount
-from controlplane.tenants.choices import Role
+from controlplane.core.choices import Role
 from controlplane.tenants.models import Membership, Tenant
 
 _TENANT_HELP = "tenant slug; may be left out by a caller with a role in one tenant only"

@@ -40,9 +40,10 @@ from controlplane.core.actors import Actor
 from controlplane.core.api.errors import error_body
 from controlplane.core.api.parsers import JSONParser
 from controlplane.core.api.schema import ErrorSerializer
-from controlplane.core.api.views import ServiceUpdateMixin, TenantScopedViewSet
+from controlplane.core.api.views import ServiceUpdateMixin
+from controlplane.core.choices import Role
 from controlplane.core.errors import NotFound
-from controlplane.tenants.choices import Role
+from controlplane.tenants.api.scoped import TenantScopedViewSet
 from controlplane.tenants.models import Membership
 
 

@@ -16,9 +16,9 @@ from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
 from controlplane.core.actors import Actor
+from controlplane.core.choices import Role
 from controlplane.core.filtersets import FilterSet
 from controlplane.core.models import AuditEvent
-from controlplane.tenants.choices import Role
 
 
 class AuditEventSerializer(serializers.ModelSerializer[AuditEvent]):

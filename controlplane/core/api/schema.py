@@ -64,7 +64,7 @@ class AutoSchema(SpectacularAutoSchema):
 
 
 class BearerTokenScheme(OpenApiAuthenticationExtension):  # type: ignore[no-untyped-call]
-    target_class = "controlplane.core.authentication.BearerTokenAuthentication"
+    target_class = "controlplane.accounts.authentication.BearerTokenAuthentication"
     name = "bearerAuth"
 
     def get_security_definition(self, auto_schema: Any) -> dict[str, str]:

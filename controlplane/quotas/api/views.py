@@ -6,12 +6,13 @@ from rest_framework import mixins
 from rest_framework.permissions import SAFE_METHODS
 from rest_framework.request import Request
 
-from controlplane.core.api.views import ServiceUpdateMixin, TenantScopedViewSet
+from controlplane.core.api.views import ServiceUpdateMixin
 from controlplane.core.errors import PermissionDenied
 from controlplane.quotas import services
 from controlplane.quotas.api.serializers import QuotaSerializer, QuotaUpdateSerializer
 from controlplane.quotas.filtersets import QuotaFilterSet
 from controlplane.quotas.models import Quota
+from controlplane.tenants.api.scoped import TenantScopedViewSet
 
 
 class QuotaViewSet(

@@ -13,11 +13,11 @@ from controlplane.core.api.views import (
     ServiceCreateMixin,
     ServiceDestroyMixin,
     ServiceUpdateMixin,
-    TenantScopedViewSet,
 )
+from controlplane.core.choices import Role
 from controlplane.core.errors import NotFound
 from controlplane.core.permissions import IsPlatformAdmin
-from controlplane.tenants.choices import Role
+from controlplane.tenants.api.scoped import TenantScopedViewSet
 from controlplane.topics import acls, reassignment, services
 from controlplane.topics.api.serializers import (
     DriftFindingSerializer,

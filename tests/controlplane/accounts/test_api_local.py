@@ -17,8 +17,8 @@ from controlplane.accounts import local, services
 from controlplane.accounts.identity import LocalIdentity
 from controlplane.accounts.models import ServiceAccount
 from controlplane.core.actors import Actor
+from controlplane.core.choices import Role
 from controlplane.core.models import AuditEvent
-from controlplane.tenants.choices import Role
 from controlplane.tenants.models import Membership, Tenant
 from controlplane.tenants.services import delete_tenant
 from tests.controlplane.api_base import TenantScopedAPIContract, assert_error, make_tenant

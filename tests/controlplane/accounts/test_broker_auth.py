@@ -21,9 +21,10 @@ from django.db import connections
 
 from controlplane.accounts import internal, services
 from controlplane.accounts.identity import LocalIdentity, get_identity
-from controlplane.accounts.keycloak_setup import internal_client_secret
+from controlplane.accounts.keycloak import internal_client_secret
 from controlplane.accounts.tokens import InvalidToken
 from controlplane.core.actors import Actor
+from controlplane.gateway.channels import open_channel
 from controlplane.provisioning.local import LocalProvisioner
 from dataplane._gen.meridian.v1 import admin_pb2, admin_pb2_grpc, common_pb2
 from dataplane.client import Consumer, Producer
@@ -55,7 +56,7 @@ def _broker(directory: Path, secret_file: Path) -> BrokerProcess:
 
 def _create_topic(broker: BrokerProcess, topic: str) -> None:
     """As the reconciler does: through the control plane's broker channel."""
-    with internal.broker_channel(broker.address, None) as channel:
+    with open_channel(broker.address) as channel:
         response = admin_pb2_grpc.AdminStub(channel).CreatePartitions(
             admin_pb2.CreatePartitionsRequest(
                 partitions=[
@@ -211,7 +212,7 @@ def test_the_control_plane_reaches_tls_brokers_with_the_configured_ca(
     broker = BrokerProcess(tmp_path / "broker", extra_args=files.broker_args()).start()
     try:
         settings.BROKER_TLS_CA_FILE = str(files.ca_file)
-        with internal.broker_channel(broker.address, None) as channel:
+        with open_channel(broker.address) as channel:
             state = admin_pb2_grpc.AdminStub(channel).DescribeState(
                 admin_pb2.DescribeStateRequest(), timeout=10
             )

@@ -13,7 +13,7 @@ from keycloak import KeycloakAdmin
 from controlplane.accounts.keycloak import TENANT_ATTRIBUTE
 from controlplane.accounts.local import tenant_group_path
 from controlplane.accounts.models import ServiceAccount
-from controlplane.tenants.choices import Role
+from controlplane.core.choices import Role
 from tests.controlplane.accounts.test_keycloak import (
     _api,
     _client_token,

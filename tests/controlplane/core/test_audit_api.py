@@ -8,8 +8,8 @@ from django.utils import timezone
 
 from controlplane.accounts.services import invite_member, remove_member
 from controlplane.core.actors import Actor
+from controlplane.core.choices import Role
 from controlplane.regions.models import Broker
-from controlplane.tenants.choices import Role
 from controlplane.tenants.services import delete_tenant, deprovision_tenant, update_tenant
 from controlplane.topics.models import DriftFinding
 from controlplane.topics.services import create_topic, delete_topic

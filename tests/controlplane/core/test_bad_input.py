@@ -12,7 +12,7 @@ from django.test import override_settings
 from rest_framework.test import APIClient
 
 from controlplane.core.actors import Actor
-from controlplane.tenants.choices import Role
+from controlplane.core.choices import Role
 from controlplane.topics.models import Topic
 from controlplane.topics.services import create_topic
 from dataplane.broker.topics import MAX_TOPIC_LENGTH

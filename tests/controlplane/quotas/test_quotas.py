@@ -10,11 +10,12 @@ import pytest
 from django.db import connection
 
 from controlplane.core.actors import Actor
+from controlplane.core.choices import Role
 from controlplane.core.errors import QuotaExceeded
 from controlplane.core.models import AuditEvent
 from controlplane.quotas.models import Quota
 from controlplane.quotas.services import quota_usage
-from controlplane.tenants.choices import Role
+from controlplane.tenants.models import Tenant
 from controlplane.topics.models import PartitionAssignment, Topic
 from controlplane.topics.services import create_topic
 from tests.controlplane.api_base import assert_error, make_cluster, make_tenant
@@ -168,3 +169,16 @@ def test_a_limit_below_usage_is_a_409_naming_the_quota(acme: Any, admin_client: 
 def test_a_negative_limit_is_a_400(acme: Any, admin_client: Any) -> None:
     response = admin_client.patch("/api/v1/quotas/acme", {"max_lanes": -1}, format="json")
     assert "max_lanes" in assert_error(response, 400, "invalid")["details"]
+
+
+@pytest.mark.django_db
+def test_every_new_tenant_gets_the_default_quota_once(settings: Any) -> None:
+    """The quotas app gives the quota, however the tenant row is written; saving the
+    tenant again changes nothing."""
+    tenant = Tenant.objects.create(slug="bare", name="Bare")
+
+    quota = Quota.objects.get(tenant=tenant)
+    assert quota.max_topics == settings.DEFAULT_QUOTA["max_topics"]
+    tenant.name = "Renamed"
+    tenant.save()
+    assert Quota.objects.filter(tenant=tenant).count() == 1

@@ -18,10 +18,10 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
+from controlplane.gateway import admin as broker_rpc
+from controlplane.gateway.errors import BrokerUnavailable
 from controlplane.regions.models import Cluster
-from controlplane.topics import brokers as broker_rpc
 from controlplane.topics import drift, locks, services, tasks
-from controlplane.topics.brokers import BrokerUnavailable
 from controlplane.topics.drift import reconcile_cluster, stale_topic_ids
 from controlplane.topics.locks import TopicBusy, topic_lock
 from controlplane.topics.models import DriftFinding, Topic

@@ -9,10 +9,10 @@ import pytest
 from django.db.models import F
 
 from controlplane.core.models import AuditEvent
+from controlplane.gateway import admin as broker_rpc
+from controlplane.gateway.errors import BrokerUnavailable
 from controlplane.regions.models import Cluster
-from controlplane.topics import brokers as broker_rpc
 from controlplane.topics import services
-from controlplane.topics.brokers import BrokerUnavailable
 from controlplane.topics.models import PartitionAssignment, Topic
 from controlplane.topics.reconcile import Outcome, reconcile_topic
 from tests.controlplane.reconcile import admin

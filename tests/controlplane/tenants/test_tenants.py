@@ -12,12 +12,12 @@ from django.test.utils import CaptureQueriesContext
 from controlplane.accounts.identity import LocalIdentity
 from controlplane.accounts.services import create_service_account, invite_member
 from controlplane.core.actors import Actor
+from controlplane.core.choices import Role
 from controlplane.core.errors import Conflict
 from controlplane.core.models import AuditEvent
 from controlplane.quotas.models import Quota
 from controlplane.regions.models import Region
 from controlplane.tenants import tasks
-from controlplane.tenants.choices import Role
 from controlplane.tenants.models import Tenant
 from controlplane.tenants.services import create_tenant, delete_tenant
 from controlplane.topics.services import create_topic

@@ -12,9 +12,9 @@ from controlplane.accounts.models import ServiceAccount
 from controlplane.accounts.services import create_service_account, delete_service_account
 from controlplane.controller.leaders import metadata_request
 from controlplane.core.actors import Actor
+from controlplane.core.choices import Role
 from controlplane.core.models import AuditEvent
 from controlplane.regions.models import Cluster
-from controlplane.tenants.choices import Role
 from controlplane.tenants.models import Tenant
 from controlplane.topics.acls import grant_topic_acl, revoke_topic_acl, update_topic_acl
 from controlplane.topics.models import Topic, TopicAcl

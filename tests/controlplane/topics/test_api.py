@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from controlplane.core.actors import Actor
+from controlplane.core.choices import Role
 from controlplane.core.models import AuditEvent
-from controlplane.tenants.choices import Role
 from controlplane.tenants.models import Tenant
 from controlplane.topics.models import Topic
 from controlplane.topics.services import create_topic

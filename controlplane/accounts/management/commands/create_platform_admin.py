@@ -9,8 +9,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from controlplane.accounts.identity import LocalIdentity, get_identity
 from controlplane.accounts.keycloak_setup import create_platform_admin
 from controlplane.accounts.local import member_subject
+from controlplane.core.choices import PLATFORM_ADMIN_ROLE
 from controlplane.core.errors import DomainError
-from controlplane.tenants.choices import PLATFORM_ADMIN_ROLE
 
 
 class Command(BaseCommand):

@@ -8,7 +8,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controlplane.controller.election import (
+from controlplane.topics.election import (
     Replication,
     Why,
     commit_proposal,

@@ -7,7 +7,6 @@ from __future__ import annotations
 import pytest
 
 from controlplane.controller.leaders import NO_LEADER, metadata_request
-from controlplane.controller.partitions import Proposal, commit_isr_proposals, elect_leaders
 from controlplane.core.errors import Conflict, InvalidRequest
 from controlplane.core.models import AuditEvent
 from controlplane.regions.choices import BrokerPhase
@@ -15,6 +14,7 @@ from controlplane.regions.models import Broker, Cluster
 from controlplane.tenants.models import Tenant
 from controlplane.topics import reassignment
 from controlplane.topics.models import PartitionAssignment, Topic
+from controlplane.topics.partitions import Proposal, commit_isr_proposals, elect_leaders
 from controlplane.topics.services import create_topic
 from tests.controlplane.api_base import make_cluster
 from tests.controlplane.controller.conftest import ADMIN

@@ -1,4 +1,6 @@
-"""Partition leadership and ISRs in the database: the controller's decisions applied.
+"""Partition leadership and ISRs in the database: the controller's decisions applied. With
+``placement`` (new partitions) and ``reassignment`` (moves), the only writer of
+``PartitionAssignment``'s replicas, leader and ISR.
 
 ``elect_leaders`` applies ``election.elect`` to every partition of a cluster and
 ``commit_isr_proposals`` the leaders' ISR change requests, each in one transaction with
@@ -16,11 +18,11 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from controlplane.controller.election import Election, Replication, Why, commit_proposal, elect
 from controlplane.core import audit
 from controlplane.core.actors import Actor
 from controlplane.regions.models import Broker, Cluster
 from controlplane.topics.choices import TopicStatus
+from controlplane.topics.election import Election, Replication, Why, commit_proposal, elect
 from controlplane.topics.models import PartitionAssignment
 from dataplane._gen.meridian.v1 import admin_pb2
 

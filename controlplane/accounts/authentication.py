@@ -19,8 +19,11 @@ from typing import Any
 from rest_framework import authentication, exceptions
 from rest_framework.request import Request
 
+from controlplane.accounts.identity import InvalidToken, get_identity
+from controlplane.accounts.models import ServiceAccount
 from controlplane.core.actors import Actor
 from controlplane.core.choices import ProvisioningStatus
+from controlplane.tenants.models import Tenant
 from dataplane.client.claims import NO_LIVE_ACCOUNT, NO_LIVE_TENANT, MalformedClaims
 
 
@@ -34,8 +37,6 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
         scheme, _, token = header.partition(" ")
         if scheme.lower() != self.keyword.lower() or not token.strip():
             raise exceptions.AuthenticationFailed("expected 'Authorization: Bearer <token>'")
-        from controlplane.accounts.identity import InvalidToken, get_identity
-
         try:
             claims: dict[str, Any] = get_identity().verify(token.strip())
             actor = Actor.from_claims(claims)
@@ -50,9 +51,6 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
 def live_actor(actor: Actor) -> Actor:
     """``actor`` with only its live tenants' roles; ``AuthenticationFailed`` when its
     service account is gone or it named tenants and none is live."""
-    from controlplane.accounts.models import ServiceAccount
-    from controlplane.tenants.models import Tenant
-
     if actor.account_id and not ServiceAccount.objects.filter(uid=actor.account_id).exists():
         raise exceptions.AuthenticationFailed(f"invalid token: {NO_LIVE_ACCOUNT}")
     if not actor.roles:

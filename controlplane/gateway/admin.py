@@ -1,0 +1,142 @@
+"""The typed Admin calls the control plane makes to brokers.
+
+Every call carries a deadline (``settings.BROKER_RPC_TIMEOUT_S``, or the caller's for
+``update_metadata``) and fails with the typed errors of ``controlplane.gateway.errors``;
+a failure that may be the transport's drops the pooled channel, so the next call
+reconnects at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+import grpc
+from django.conf import settings
+
+from controlplane.gateway.channels import admin_stub, drop_channel
+from controlplane.gateway.errors import BrokerUnavailable, check_results, classify
+from dataplane._gen.meridian.v1 import admin_pb2, common_pb2
+from dataplane.errors import ErrorCode, MeridianError, error_from_rpc
+
+K = TypeVar("K")
+
+
+@dataclass(frozen=True)
+class DesiredConfig:
+    """The partition configuration the control plane owns (a topic's settings)."""
+
+    retention_ms: int
+    retention_bytes: int
+    max_message_bytes: int
+    durability: str
+
+    def to_proto(self) -> common_pb2.PartitionConfig:
+        return common_pb2.PartitionConfig(
+            retention_ms=self.retention_ms,
+            retention_bytes=self.retention_bytes,
+            max_message_bytes=self.max_message_bytes,
+            durability=self.durability,
+        )
+
+    def differences(self, actual: common_pb2.PartitionConfig) -> list[str]:
+        """The names of the fields whose value on the broker is not the desired one."""
+        return [
+            name
+            for name in ("retention_ms", "retention_bytes", "max_message_bytes", "durability")
+            if getattr(actual, name) != getattr(self, name)
+        ]
+
+
+def spec(topic: str, partition: int, config: DesiredConfig) -> admin_pb2.PartitionSpec:
+    return admin_pb2.PartitionSpec(topic=topic, partition=partition, config=config.to_proto())
+
+
+def _call(address: str, method: str, request: object) -> object:
+    """Call ``Admin.<method>``; a failed call raises ``BrokerUnavailable`` when its code
+    is retriable (transport failures are), ``BrokerRefusedError`` when not."""
+    if not address:
+        raise BrokerUnavailable(address, "the broker has no address yet")
+    stub = admin_stub(address)
+    try:
+        return getattr(stub, method)(request, timeout=settings.BROKER_RPC_TIMEOUT_S)
+    except grpc.RpcError as exc:
+        failure = classify(address, method, exc)
+        if isinstance(failure, BrokerUnavailable):
+            drop_channel(address)
+        raise failure from exc
+
+
+def create_partitions(
+    address: str, specs: Sequence[admin_pb2.PartitionSpec]
+) -> list[admin_pb2.AdminResult]:
+    """``CreatePartitions``; per-partition results in the order of ``specs``."""
+    request = admin_pb2.CreatePartitionsRequest(partitions=list(specs))
+    response = _call(address, "CreatePartitions", request)
+    assert isinstance(response, admin_pb2.CreatePartitionsResponse)
+    return list(response.results)
+
+
+def alter_partition_configs(
+    address: str, specs: Sequence[admin_pb2.PartitionSpec]
+) -> list[admin_pb2.AdminResult]:
+    """``AlterPartitionConfigs`` (only the set fields change); results in order."""
+    request = admin_pb2.AlterPartitionConfigsRequest(partitions=list(specs))
+    response = _call(address, "AlterPartitionConfigs", request)
+    assert isinstance(response, admin_pb2.AlterPartitionConfigsResponse)
+    return list(response.results)
+
+
+def delete_partitions(address: str, partitions: Iterable[tuple[str, int]]) -> None:
+    """``DeletePartitions``; a partition already gone is fine. Raises as
+    ``check_results``."""
+    request = admin_pb2.DeletePartitionsRequest(
+        partitions=[common_pb2.TopicPartition(topic=t, partition=p) for t, p in partitions]
+    )
+    response = _call(address, "DeletePartitions", request)
+    assert isinstance(response, admin_pb2.DeletePartitionsResponse)
+    check_results(address, response.results)
+
+
+def describe_state(address: str, topics: Iterable[str] = ()) -> admin_pb2.DescribeStateResponse:
+    """``DescribeState``: every partition the broker hosts (or only of ``topics``)."""
+    response = _call(address, "DescribeState", admin_pb2.DescribeStateRequest(topics=list(topics)))
+    assert isinstance(response, admin_pb2.DescribeStateResponse)
+    return response
+
+
+def ensure_partitions(
+    address: str, specs: Sequence[admin_pb2.PartitionSpec]
+) -> set[tuple[str, int]]:
+    """Make every partition of ``specs`` exist on the broker with the spec's config:
+    create it, or alter one that exists with another config. Idempotent. Returns the
+    (topic, partition) pairs the broker changed; raises as ``check_results``."""
+    results = create_partitions(address, specs)
+    exists = [
+        s for s, r in zip(specs, results, strict=True) if r.error == ErrorCode.TOPIC_ALREADY_EXISTS
+    ]
+    check_results(address, (r for r in results if r.error != ErrorCode.TOPIC_ALREADY_EXISTS))
+    altered = alter_partition_configs(address, exists) if exists else []
+    check_results(address, altered)
+    return {(r.topic, r.partition) for r in [*results, *altered] if r.changed}
+
+
+def update_metadata(
+    targets: Mapping[K, str], request: admin_pb2.UpdateMetadataRequest, *, timeout_s: float
+) -> dict[K, admin_pb2.UpdateMetadataResponse | MeridianError]:
+    """``UpdateMetadata`` to every broker of ``targets`` (key -> address) at once (gRPC
+    futures, one deadline each): each broker's answer, or its failure as a typed
+    ``MeridianError`` (whose code the controller reads, e.g. ``STALE_CONTROLLER_EPOCH``),
+    by key."""
+    calls = {
+        key: admin_stub(address).UpdateMetadata.future(request, timeout=timeout_s)
+        for key, address in targets.items()
+    }
+    outcomes: dict[K, admin_pb2.UpdateMetadataResponse | MeridianError] = {}
+    for key, call in calls.items():
+        try:
+            outcomes[key] = call.result()
+        except grpc.RpcError as exc:
+            outcomes[key] = error_from_rpc(exc)
+    return outcomes

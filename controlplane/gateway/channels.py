@@ -1,0 +1,70 @@
+"""Channels from the control plane to brokers, one per (process, address).
+
+A channel is opened with ``broker_security()`` — TLS when ``BROKER_TLS_CA_FILE`` is set,
+the controller's token on every call when ``BROKER_AUTH`` is on — and with reconnect
+backoff capped at a second, so a restarted broker is heard from at the next call rather
+than after gRPC's default backoff (up to two minutes). A forked worker never reuses its
+parent's channels (the key holds the process id). After a transport failure the caller
+drops the channel (``drop_channel``) so the next call reconnects at once.
+
+Thread-safe.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import grpc
+from django.conf import settings
+
+from controlplane.accounts.internal import controller_tokens
+from dataplane._gen.meridian.v1 import admin_pb2_grpc
+from dataplane.client.connection import CHANNEL_OPTIONS, ChannelSecurity
+
+OPTIONS = [
+    *CHANNEL_OPTIONS,
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+]
+
+_channels: dict[tuple[int, str], grpc.Channel] = {}
+_lock = threading.Lock()
+
+
+def broker_security() -> ChannelSecurity:
+    """TLS and credentials of the control plane's channels to brokers."""
+    tokens = controller_tokens() if settings.BROKER_AUTH else None
+    return ChannelSecurity.of(tokens, settings.BROKER_TLS_CA_FILE or None)
+
+
+def open_channel(address: str) -> grpc.Channel:
+    """A new blocking channel to the broker at ``address`` (the caller closes it)."""
+    return broker_security().channel(address, OPTIONS)
+
+
+def admin_stub(address: str) -> admin_pb2_grpc.AdminStub:
+    """An Admin stub on the pooled channel to ``address`` (non-empty)."""
+    key = (os.getpid(), address)
+    with _lock:
+        channel = _channels.get(key)
+        if channel is None:
+            channel = _channels[key] = open_channel(address)
+    return admin_pb2_grpc.AdminStub(channel)
+
+
+def drop_channel(address: str) -> None:
+    """Close and forget the pooled channel to ``address`` (if any)."""
+    with _lock:
+        channel = _channels.pop((os.getpid(), address), None)
+    if channel is not None:
+        channel.close()
+
+
+def close_channels() -> None:
+    """Close every pooled channel of this process."""
+    with _lock:
+        mine = [key for key in _channels if key[0] == os.getpid()]
+        channels = [_channels.pop(key) for key in mine]
+    for channel in channels:
+        channel.close()

@@ -1,0 +1,71 @@
+"""The base viewset of every tenant-owned resource: isolation at the queryset, once."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from django.db.models import Model, QuerySet
+from rest_framework.permissions import SAFE_METHODS
+from rest_framework.request import Request
+
+from controlplane.core.api.views import ServiceViewSet
+from controlplane.core.choices import Role
+from controlplane.core.errors import NotFound, PermissionDenied
+from controlplane.tenants.models import Tenant
+
+M = TypeVar("M", bound=Model)
+
+
+class TenantScopedViewSet(ServiceViewSet[M]):
+    """For objects that belong to a tenant. ``tenant_path`` is the ORM path from the
+    model to ``Tenant``; ``read_role`` and ``write_role`` are the weakest roles allowed
+    to read and to change."""
+
+    tenant_path = "tenant"
+    read_role: str = Role.VIEWER
+    write_role: str = Role.DEVELOPER
+
+    def get_queryset(self) -> QuerySet[M]:
+        queryset = super().get_queryset()
+        if self.actor.platform_admin:
+            return queryset
+        return queryset.filter(**{f"{self.tenant_path}__slug__in": self.actor.tenant_slugs})
+
+    def needed_role(self) -> str:
+        return self.read_role if self.request.method in SAFE_METHODS else self.write_role
+
+    def check_object_permissions(self, request: Request, obj: M) -> None:
+        super().check_object_permissions(request, obj)
+        slug = self.tenant_of(obj).slug
+        if not self.actor.can(slug, self.needed_role()):
+            raise PermissionDenied(
+                f"your role in tenant {slug!r} does not allow this",
+                needed_role=self.needed_role(),
+                role=self.actor.role_in(slug),
+            )
+
+    def tenant_of(self, obj: Any) -> Any:
+        for part in self.tenant_path.split("__"):
+            obj = getattr(obj, part)
+        return obj
+
+    def tenant_for_write(self, slug: str | None) -> Any:
+        """The tenant a new object goes to: the named one, or the caller's only tenant.
+        A tenant the caller has no role in does not exist for it (404)."""
+        actor = self.actor
+        if not slug:
+            if len(actor.tenant_slugs) != 1:
+                raise NotFound("name the tenant: field 'tenant' is required", field="tenant")
+            slug = actor.tenant_slugs[0]
+        if not actor.platform_admin and actor.role_in(slug) is None:
+            raise NotFound(f"tenant {slug!r} not found")
+        tenant = Tenant.objects.filter(slug=slug).first()
+        if tenant is None:
+            raise NotFound(f"tenant {slug!r} not found")
+        if not actor.can(slug, self.write_role):
+            raise PermissionDenied(
+                f"your role in tenant {slug!r} does not allow this",
+                needed_role=self.write_role,
+                role=actor.role_in(slug),
+            )
+        return tenant
