@@ -1,11 +1,19 @@
 """One producer's pipelined ``ProduceStream`` to one broker, on the sender's event loop.
 
 A ``BrokerLink`` owns a ``grpc.aio`` channel and at most one open stream. ``send`` queues
-a request for the writer task and records it as in flight; the reader task matches each
+a request for the stream's writer and records it as in flight; the reader task matches each
 response to the oldest request in flight (the broker answers in order) and hands both to
 ``on_response``. When the stream fails, every request in flight goes to ``on_failure``
 with the error, the channel is closed (a new one is opened on the next send, so a
 restarted broker is reached without gRPC's reconnect backoff) and the link backs off.
+
+Every task a link starts ends, and ``close`` awaits them. gRPC writes a stream's
+requests from an asynchronous iterator over the link's queue, which the link ends
+(``None``) whenever the stream ends: gRPC does not cancel its writer task with a call
+that already ended by itself, and such a task, left waiting, was destroyed at the loop's
+close, printing "Task was destroyed but it is pending!" and "aclose(): asynchronous
+generator is already running" on the application's stderr. (``call.write()`` offers no
+such handle through interceptors, which turn writes into an iterator of their own.)
 """
 
 from __future__ import annotations
@@ -14,8 +22,9 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
 import grpc.aio
@@ -56,7 +65,8 @@ class BrokerLink:
         self._channel: grpc.aio.Channel | None = None
         self._call: grpc.aio.StreamStreamCall | None = None
         self._outbox: asyncio.Queue[broker_pb2.ProduceRequest | None] = asyncio.Queue()
-        self._tasks: list[asyncio.Task[None]] = []
+        self._reader: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
         self._reset_error: MeridianError | None = None
         self.inflight: deque[InFlight] = deque()
         self.ready_at = 0.0  # backoff after a failure, or the broker's throttle
@@ -78,26 +88,18 @@ class BrokerLink:
         self._outbox.put_nowait(request)
 
     def _open(self) -> None:
-        call = self.stub.ProduceStream()
-        self._call = call
         self._outbox = asyncio.Queue()
+        call = self.stub.ProduceStream(_requests(self._outbox))
+        self._call = call
         self._reset_error = None
-        self._tasks = [
-            asyncio.create_task(self._write(call, self._outbox)),
-            asyncio.create_task(self._read(call)),
-        ]
+        self._reader = self._spawn(self._read(call))
 
-    async def _write(
-        self,
-        call: grpc.aio.StreamStreamCall,
-        outbox: asyncio.Queue[broker_pb2.ProduceRequest | None],
-    ) -> None:
-        try:
-            while (request := await outbox.get()) is not None:
-                await call.write(request)
-            await call.done_writing()
-        except (grpc.RpcError, asyncio.InvalidStateError, grpc.aio.UsageError):
-            call.cancel()  # the reader reports the failure
+    def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        """A task of this link, referenced until it ends (the loop holds tasks weakly)."""
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
 
     async def _read(self, call: grpc.aio.StreamStreamCall) -> None:
         error: MeridianError
@@ -126,9 +128,12 @@ class BrokerLink:
         if call is not self._call:
             return
         self._call = None
-        for task in self._tasks:
-            if task is not asyncio.current_task():
-                task.cancel()
+        # Ends gRPC's writer of this stream even when the call already ended by itself,
+        # when cancel() below leaves that writer alone.
+        self._outbox.put_nowait(None)
+        if self._reader is not None and self._reader is not asyncio.current_task():
+            self._reader.cancel()
+        self._reader = None
         call.cancel()  # type: ignore[union-attr]  # mypy narrows it by `is` above
         entries, self.inflight = list(self.inflight), deque()
         self._drop_channel()
@@ -144,15 +149,24 @@ class BrokerLink:
     def _drop_channel(self) -> None:
         channel, self._channel = self._channel, None
         if channel is not None:
-            asyncio.get_running_loop().create_task(channel.close())
+            self._spawn(channel.close())
 
     async def close(self) -> None:
+        """End the stream and wait for every task of the link; closes the channel."""
         if self._call is not None:
             self._outbox.put_nowait(None)
-        for task in self._tasks:
-            task.cancel()
-        if self._tasks:
+        if self._reader is not None:
+            self._reader.cancel()
+        while self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._channel is not None:
             await self._channel.close()
             self._channel = None
+
+
+async def _requests(
+    outbox: asyncio.Queue[broker_pb2.ProduceRequest | None],
+) -> AsyncIterator[broker_pb2.ProduceRequest]:
+    """The requests of one stream, as they are queued, until ``None``."""
+    while (request := await outbox.get()) is not None:
+        yield request

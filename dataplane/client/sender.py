@@ -41,7 +41,8 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from dataplane._gen.meridian.v1 import broker_pb2
 from dataplane.client.accumulator import RecordAccumulator
@@ -95,7 +96,7 @@ class Sender:
         self._bump_wanted = False
         self._pid_task: asyncio.Task[None] | None = None
         self._refresh_wanted = False
-        self._refresh_task: asyncio.Future[None] | None = None
+        self._refresh_task: asyncio.Task[None] | None = None
         self._last_refresh = 0.0
         self._correlation = 0
         self._abort_error: MeridianError | None = None
@@ -133,6 +134,7 @@ class Sender:
         loop = asyncio.new_event_loop()
         try:
             loop.run_until_complete(self._main(loop))
+            loop.run_until_complete(loop.shutdown_asyncgens())
         finally:
             loop.close()
 
@@ -161,16 +163,23 @@ class Sender:
             await self._shutdown()
 
     async def _shutdown(self) -> None:
+        """End every task on this loop before it closes: a task destroyed while pending,
+        or whose exception nobody retrieved, is printed on the application's stderr."""
         for task in (self._pid_task, self._refresh_task):
             if task is not None:
                 task.cancel()
         for link in self._links.values():
             await link.close()
-        # Channels dropped after failures close in tasks of their own: let them finish,
-        # so gRPC has nothing left to tell this loop once it is closed.
+        # What gRPC itself left running gets a moment to end, then is cancelled.
         others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
         if others:
+            _, pending = await asyncio.wait(others, timeout=1.0)
+            for task in pending:
+                task.cancel()
             await asyncio.wait(others, timeout=1.0)
+            for task in others:
+                if task.done() and not task.cancelled():
+                    task.exception()  # retrieved: what failed there was reported already
 
     def _sleep_s(self, now: float) -> float:
         # Deadlines already past belong to batches waiting for room or a leader: a
@@ -202,10 +211,10 @@ class Sender:
             self._refresh_wanted = True  # the leader may have moved away from a hung broker
         if self._refresh_wanted and self._refresh_task is None and refresh_due:
             self._refresh_wanted = False
-            self._refresh_task = asyncio.ensure_future(self._refresh())
+            self._refresh_task = self._spawn(self._refresh())
         pid_wanted = self._identity.producer_id < 0 or (self._bump_wanted and self._quiet())
         if config.idempotent and self._pid_task is None and pid_wanted:
-            self._pid_task = asyncio.create_task(self._init_producer_id())
+            self._pid_task = self._spawn(self._init_producer_id())
         for link in self._links.values():
             if link.inflight and now - link.inflight[0].sent_at > config.request_timeout_s:
                 link.reset(
@@ -215,6 +224,11 @@ class Sender:
                     )
                 )
         self._expire(now)
+
+    def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        task = asyncio.get_running_loop().create_task(coroutine)
+        task.add_done_callback(_report_failure)
+        return task
 
     def _stalled(self, now: float) -> list[BrokerLink]:
         """Links whose oldest request has waited past ``STALLED_AFTER_S``."""
@@ -549,3 +563,10 @@ def _moved_away(link: BrokerLink, snapshot: ClusterSnapshot) -> str | None:
             if broker is not None and broker.address != link.address:
                 return f"{topic}/{partition} is led by broker {leader} ({broker.address}) now"
     return None
+
+
+def _report_failure(task: asyncio.Task[None]) -> None:
+    """Log what ended a task of the sender unexpectedly (its own errors it handles),
+    instead of asyncio's "Task exception was never retrieved" at collection."""
+    if not task.cancelled() and (error := task.exception()) is not None:
+        log.error("the producer's sender: %s failed", task.get_coro(), exc_info=error)
