@@ -30,6 +30,10 @@ CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ("grpc.keepalive_time_ms", 30_000),
     ("grpc.enable_retries", 0),
+    # Each channel its own connections: a channel opened anew after a failure (as the
+    # clients do once a broker fails) reaches a restarted broker at once, instead of
+    # inheriting the reconnect backoff of the shared connection to its dead process.
+    ("grpc.use_local_subchannel_pool", 1),
 ]
 
 
