@@ -51,6 +51,18 @@ def _start_client(bootstrap: str, out: Path, token: str | None) -> subprocess.Po
     )
 
 
+def _stop_client(client: subprocess.Popen[bytes], out: Path) -> tuple[str, str]:
+    """Tell the client to finish; its stdout and stderr once it exited."""
+    (out / "stop").touch()
+    try:
+        stdout, stderr = client.communicate(timeout=CLIENT_EXIT_S)
+    except subprocess.TimeoutExpired:
+        client.kill()
+        client.communicate()
+        raise
+    return stdout.decode(errors="replace"), stderr.decode(errors="replace")
+
+
 def _acked(out: Path) -> int:
     path = out / "acked"
     return len(path.read_text().splitlines()) if path.exists() else 0
@@ -102,10 +114,8 @@ def test_a_client_prints_nothing_while_brokers_fail_under_it(
         try:
             _faults(brokers, controller, out)
         finally:
-            (out / "stop").touch()
-            stdout, stderr = client.communicate(timeout=CLIENT_EXIT_S)
-    text = stderr.decode(errors="replace")
-    assert client.returncode == 0, f"exit {client.returncode}\n{stdout.decode()}\n{text}"
+            stdout, text = _stop_client(client, out)
+    assert client.returncode == 0, f"exit {client.returncode}\n{stdout}\n{text}"
     for noise in (
         "Task exception was never retrieved",
         "Task was destroyed but it is pending",
