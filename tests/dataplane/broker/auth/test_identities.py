@@ -16,6 +16,8 @@ import pytest
 
 from dataplane._gen.meridian.v1 import admin_pb2, broker_pb2, common_pb2
 from dataplane.broker.auth.verifier import LEEWAY_S
+from dataplane.client import Producer
+from dataplane.client.auth import ClientCredentials
 from dataplane.errors import ErrorCode
 from dataplane.storage.builder import build_batch
 from tests.support.brokers import BrokerProcess
@@ -200,3 +202,22 @@ def test_an_open_produce_stream_does_not_outlive_its_token(
         assert "expired" in ended
     finally:
         stream.close()
+
+
+def test_a_producer_rides_through_the_expiry_of_its_tokens(
+    pushed: BrokerProcess, issuer: TestIssuer
+) -> None:
+    """Tokens living 3 s: each time the broker ends the stream, the SDK opens another with
+    a fresh token from the issuer; no record fails or is stored twice."""
+    issuer.add_client("acme--short", "s3cret", tenants={"acme": "developer"}, ttl_s=3)
+    credentials = ClientCredentials(issuer.token_url, "acme--short", "s3cret")
+    futures = []
+    with Producer(pushed.address, acks="all", credentials=credentials) as producer:
+        started = time.monotonic()
+        while time.monotonic() - started < 8:
+            futures.append(producer.send("acme.audit", value=b"%d" % len(futures)))
+            time.sleep(0.05)
+        producer.flush()
+    offsets = [future.result(timeout=30).offset for future in futures]
+    assert len(set(offsets)) == len(offsets) == len(futures)
+    assert offsets == sorted(offsets)
