@@ -40,6 +40,9 @@ class ClusterSnapshot:
     leaders: dict[str, dict[int, int]] = field(default_factory=dict)
     topic_errors: dict[str, int] = field(default_factory=dict)
     fetched_at: float = 0.0
+    # topic -> partition -> the leader epoch ``leaders`` names (0: a cluster no
+    # controller runs)
+    epochs: dict[str, dict[int, int]] = field(default_factory=dict)
 
 
 # One broker's Metadata answer takes milliseconds (at most ~0.5 s while it asks its
@@ -48,6 +51,11 @@ ATTEMPT_TIMEOUT_S = 2.0
 # A broker's answer waits up to 0.5 s for a round of its static peers (one of which may
 # hang): past this, another broker is asked as well.
 HEDGE_AFTER_S = 0.75
+# A broker whose last push is behind (a hedged refresh's first answer may come from one)
+# names an older leader epoch than the snapshot: within this long of the snapshot, its
+# leader is ignored. Past it, an older epoch is believed (a topic deleted and created
+# again starts its epochs anew; there are no topic ids to tell).
+EPOCH_MEMORY_S = 10.0
 
 
 class ClusterMetadata:
@@ -100,15 +108,20 @@ class ClusterMetadata:
             old = self._snapshot
             brokers = {b.id: BrokerAddress(b.id, b.host, b.port) for b in response.brokers}
             leaders = {} if full else dict(old.leaders)
+            epochs = {} if full else dict(old.epochs)
             errors = {} if full else dict(old.topic_errors)
+            recent = time.monotonic() - old.fetched_at < EPOCH_MEMORY_S
             for topic in response.topics:
                 if topic.error:
                     errors[topic.name] = topic.error
                     leaders.pop(topic.name, None)
+                    epochs.pop(topic.name, None)
                     continue
                 errors.pop(topic.name, None)
-                leaders[topic.name] = {p.partition: p.leader_id for p in topic.partitions}
-            self._snapshot = ClusterSnapshot(brokers, leaders, errors, time.monotonic())
+                leaders[topic.name], epochs[topic.name] = _newest(
+                    topic, old if recent else ClusterSnapshot()
+                )
+            self._snapshot = ClusterSnapshot(brokers, leaders, errors, time.monotonic(), epochs)
             return self._snapshot
 
     def snapshot(self) -> ClusterSnapshot:
@@ -200,3 +213,20 @@ class _Hedge:
         for call in self._calls.values():
             call.cancel()
         return set(self._calls)
+
+
+def _newest(
+    topic: broker_pb2.TopicMetadata, old: ClusterSnapshot
+) -> tuple[dict[int, int], dict[int, int]]:
+    """``topic``'s leaders and epochs, each partition's from ``old`` where that names a
+    newer leader epoch than the answer (the answering broker's push is behind)."""
+    old_leaders = old.leaders.get(topic.name, {})
+    old_epochs = old.epochs.get(topic.name, {})
+    leaders, epochs = {}, {}
+    for p in topic.partitions:
+        known = old_epochs.get(p.partition, -1)
+        if known > p.leader_epoch and p.partition in old_leaders:
+            leaders[p.partition], epochs[p.partition] = old_leaders[p.partition], known
+        else:
+            leaders[p.partition], epochs[p.partition] = p.leader_id, p.leader_epoch
+    return leaders, epochs
