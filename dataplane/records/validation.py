@@ -40,6 +40,7 @@ all threads, bounded, and only grows, by whole entries.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Final
 
 from dataplane.records.decoder import records_bytes
@@ -65,6 +66,10 @@ _INT64_MAX: Final = (1 << 63) - 1
 _KEYS_KEPT: Final = 1024
 _KEY_BYTES_KEPT: Final = 64
 _HEADER_SETS_KEPT: Final = 256  # distinct header byte strings remembered per batch
+try:  # the compiled scan (native/, built by ./dev); ``_scan`` below is its reference
+    from meridian_codec import scan_records as _compiled_scan
+except ImportError:  # an install without it (no Rust toolchain): the Python scan runs
+    _compiled_scan = None
 _VALID_KEYS: Final[set[bytes]] = set()
 """Header keys found to be UTF-8 (a few names such as ``x-trace-id`` recur endlessly);
 at most ``_KEYS_KEPT`` of at most ``_KEY_BYTES_KEPT`` bytes, so clients cannot grow it."""
@@ -100,7 +105,7 @@ def validate_records(
     where = {"position": position, "offset": header.base_offset}
     data, start, end = _records_span(buf, position, header, max_uncompressed_bytes)
     try:
-        count, low, high = _scan(data, start, end)
+        count, low, high = SCAN(data, start, end)
     except _RecordFaultError as fault:
         if fault.delta is not None:
             raise OffsetDeltaError(fault.index, fault.delta, fault.index, **where) from None
@@ -226,6 +231,22 @@ def _scan(data: bytes, pos: int, end: int) -> tuple[int, int, int]:
     except ValueError as err:  # a varint too long or out of range
         raise _RecordFaultError(expected >> 1, str(err)) from None
     return expected >> 1, low, high
+
+
+def _scan_compiled(data: bytes, pos: int, end: int) -> tuple[int, int, int]:
+    """``_scan`` through the compiled ``meridian_codec.scan_records``: the same checks
+    and fault reasons, tens of nanoseconds per record instead of about a microsecond."""
+    assert _compiled_scan is not None
+    outcome = _compiled_scan(data, pos, end)
+    if outcome[0]:
+        return outcome[1], outcome[2], outcome[3]
+    raise _RecordFaultError(outcome[1], outcome[2], delta=outcome[3])
+
+
+SCAN: Final[Callable[[bytes, int, int], tuple[int, int, int]]] = (
+    _scan if _compiled_scan is None else _scan_compiled
+)
+"""The record scan ``validate_records`` runs: compiled when built, else ``_scan``."""
 
 
 def _scan_headers(data: bytes, pos: int, stop: int, index: int, seen: set[bytes]) -> int:
