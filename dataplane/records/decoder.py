@@ -13,6 +13,8 @@ The loops bound consumer throughput, so they are written for the interpreter: on
 every varint read inline (its one- and two-byte forms without a call, the rare longer
 ones through ``varint.read_uvarint``), signed values through ``varint.ZIGZAG``, each
 record built without ``__init__``. A call per field would double the cost per record.
+The lazy loops also run compiled (``meridian_codec.decode_lazy``, ``native/``) where
+``./dev`` built them; the Python loops stay their reference (``COMPILED``).
 
 Thread safety: functions are pure over their arguments; the cache of decoded header
 keys is shared by all threads, bounded, and only grows, by whole entries.
@@ -51,6 +53,11 @@ from dataplane.records.layout import (
     Record,
 )
 from dataplane.records.varint import ZIGZAG, read_uvarint
+
+try:  # the compiled lazy loops (native/, built by ./dev); ``_decode*`` are their reference
+    from meridian_codec import decode_lazy as _compiled_decode
+except ImportError:  # an install without them (no Rust toolchain): the Python loops run
+    _compiled_decode = None
 
 
 def decode_batch(
@@ -403,6 +410,11 @@ class LazyHeaders:
         return headers
 
 
+COMPILED = _compiled_decode is not None
+"""Whether ``decode_lazy`` runs the compiled loops (they make the same records and raise
+the same messages as ``_decode`` and ``_decode_dense``); false where they are not built."""
+
+
 def decode_lazy(
     batch: FetchedBatch,
     cls: type,
@@ -421,10 +433,17 @@ def decode_lazy(
     records than its header says.
     """
     dense = batch.last_offset - batch.base_offset == batch.count - 1
+    records: list[Any]
     try:
-        records, skipped = (_decode_dense if dense else _decode)(
-            batch, cls, source, min_offset, lazy
-        )
+        if COMPILED and type(batch.data) is bytes:
+            records, skipped = _compiled_decode(
+                batch.data, batch.start, batch.end, batch.base_offset, batch.base_timestamp,
+                min_offset, dense, cls, source, lazy,
+            )  # fmt: skip
+        else:
+            records, skipped = (_decode_dense if dense else _decode)(
+                batch, cls, source, min_offset, lazy
+            )
     except (IndexError, ValueError) as err:
         raise TruncatedRecordError(str(err), offset=batch.base_offset) from None
     if len(records) + skipped != batch.count:
