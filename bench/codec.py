@@ -11,8 +11,9 @@ the same ``--records`` records.
   against kafka-python's ``DefaultRecordBatchBuilder.append`` and ``build``;
 - decode: ``decode_batches`` (every ``Record`` built, headers decoded: storage and the
   broker) and the SDK consumer's ``split_batches`` + ``decode_records`` (lazy headers,
-  the dense fast path), against kafka-python's ``MemoryRecords`` read record by record
-  (key, value, headers and offset touched);
+  the dense fast path; compiled when built, and once more with the Python loops),
+  against kafka-python's ``MemoryRecords`` read record by record (key, value, headers
+  and offset touched);
 - validate: ``validate_batch`` + ``validate_records`` per batch (what a leader runs on a
   client's batches), against kafka-python's ``validate_crc`` plus reading every record
   (kafka-python has no record-level validator; reading is the closest it does); with
@@ -44,6 +45,7 @@ from dataplane.records import (
     BatchBuilder,
     Compression,
     decode_batches,
+    decoder,
     iter_batches,
     validate_records,
     validation,
@@ -109,6 +111,15 @@ def decode_sdk(data: bytes) -> int:
     return count
 
 
+def decode_sdk_python(data: bytes) -> int:
+    """``decode_sdk`` with the pure-Python loops, the compiled ones' reference."""
+    decoder.COMPILED = False
+    try:
+        return decode_sdk(data)
+    finally:
+        decoder.COMPILED = True
+
+
 def read_kafka(data: bytes) -> int:
     records = MemoryRecords(data)
     count = 0
@@ -165,6 +176,9 @@ def measure(codec: Compression, args: argparse.Namespace) -> list[list[str]]:
         ("validate", "validate_batch + records", lambda: validate_ours(ours),
          lambda: validate_kafka(theirs)),
     ]  # fmt: skip
+    if decoder.COMPILED:
+        cases.insert(3, ("decode", "... Python loops", lambda: decode_sdk_python(ours),
+                         lambda: read_kafka(theirs)))  # fmt: skip
     if validation.SCAN is not validation._scan:
         cases.append(("validate", "... Python scan", lambda: validate_python(ours),
                       lambda: validate_kafka(theirs)))  # fmt: skip
@@ -187,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-bytes", type=int, default=16 * 1024)
     args = parser.parse_args(argv)
     scan = "pure Python" if validation.SCAN is validation._scan else "compiled"
+    scan += ", lazy decoder: " + ("compiled" if decoder.COMPILED else "pure Python")
     print(
         f"codec benchmark: {args.records:,} records of {args.value_bytes} B in batches of "
         f"~{args.batch_bytes // 1024} KiB, best of {args.repeat}; Python "
