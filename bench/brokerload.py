@@ -48,8 +48,7 @@ from dataplane.client.connection import CHANNEL_OPTIONS
 from dataplane.client.types import TopicPartition
 from dataplane.errors import MeridianError
 from dataplane.local import LocalBroker, free_ports
-from dataplane.storage.builder import BatchBuilder, build_batch
-from dataplane.storage.records import decode_batches
+from dataplane.records import BatchBuilder, build_batch, decode_batches
 
 MERIDIAN = "Meridian"
 PREBUILT_BATCH_BYTES = 1_000_000
@@ -66,7 +65,7 @@ SDK_LATENCY_MODE = "SDK send / poll"
 BROKER_START_TIMEOUT_S = 300.0
 RPC_TIMEOUT_S = 120.0
 
-# baseOffset, batchLength; lastOffsetDelta at 23; recordCount at 57 (records.py).
+# baseOffset, batchLength; lastOffsetDelta at 23; recordCount at 57 (dataplane/records/layout.py).
 _PREFIX = struct.Struct(">qi")
 _LAST_DELTA = struct.Struct(">i")
 _LOG_OVERHEAD = 12

@@ -24,10 +24,9 @@ the same run on the same file system, and as a ratio to it:
    over about 10,000 records in 16 KiB batches, for several record shapes and codecs
    (records/s of one thread); and, on the same bytes, the record validation a leader
    runs on a client's batches before appending them (``log_append.validate_batches``
-   with the record scan of ``validation.py``). ``--decode-only`` runs this section
-   alone; it only uses ``decode_batches`` and ``BatchBuilder`` (and the validation where
-   the code has it), so it also runs against older code (see ``bench/README.md`` for the
-   before/after comparison).
+   with the record scan of ``dataplane/records/validation.py``). ``--decode-only`` runs
+   this section alone; it only uses ``decode_batches`` and ``BatchBuilder`` (and the
+   validation where the code has it).
 
 Throughput is in decimal MB/s (10**6 bytes); sizes in KiB/MiB. Where a measurement is
 repeated, the median is printed with the min-max range; a ceiling and the engine figure
@@ -64,10 +63,9 @@ from typing import Any
 
 from crc32c import crc32c
 
-from dataplane.storage.builder import BatchBuilder
+from dataplane.records import BatchBuilder, Compression, decode_batch, decode_batches, read_header
 from dataplane.storage.config import Durability, LogConfig
 from dataplane.storage.log import PartitionLog
-from dataplane.storage.records import Compression, decode_batch, decode_batches, read_header
 
 KiB = 1024
 GROUPED_PER_CALL = 16
@@ -962,7 +960,8 @@ def decode_input(value_bytes: int, headers: str, codec: Compression) -> tuple[by
 def client_validator() -> Callable[[bytes], object] | None:
     """What a leader runs on a client's batches before appending them, or None in code
     older than record validation (``--decode-only`` runs against older code too)."""
-    if importlib.util.find_spec("dataplane.storage.validation") is None:
+    homes = ("dataplane.records.validation", "dataplane.storage.validation")
+    if not any(importlib.util.find_spec(home) for home in homes):
         return None
     validate_batches = importlib.import_module("dataplane.storage.log_append").validate_batches
 

@@ -59,7 +59,7 @@ from storage import (
     verdict,
 )
 
-from dataplane.storage.builder import BatchBuilder
+from dataplane.records import BatchBuilder
 from dataplane.storage.filecache import SEGMENT_FILES
 from dataplane.storage.manager import LogManager
 

@@ -81,7 +81,9 @@ def _first_party(module: str) -> bool:
 
 def _third_party(module: str) -> bool:
     top = module.split(".")[0]
-    own = (*SHIPPED, "tests", "bench", "__future__")
+    # meridian_codec: the record codec's compiled loops, built from native/ by ./dev; an
+    # optional import (the Python loops run without it), so no distribution declares it.
+    own = (*SHIPPED, "tests", "bench", "__future__", "meridian_codec")
     return top not in own and top not in sys.stdlib_module_names
 
 

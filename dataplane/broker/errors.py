@@ -14,22 +14,24 @@ from typing import NoReturn
 import grpc
 
 from dataplane.errors import ERROR_METADATA_KEY, ErrorCode, MeridianError
-from dataplane.storage.errors import (
-    AppendTruncatedError,
+from dataplane.records.errors import (
     CorruptBatchError,
-    InvalidConfigError,
-    InvalidOffsetError,
     InvalidRecordCountError,
     InvalidTimestampError,
-    LogClosedError,
-    LogDirOfflineError,
     MalformedRecordError,
     MaxTimestampError,
-    OffsetOutOfRangeError,
     OversizeBatchError,
-    StorageError,
     UncompressedSizeError,
     UnsupportedCodecError,
+)
+from dataplane.storage.errors import (
+    AppendTruncatedError,
+    InvalidConfigError,
+    InvalidOffsetError,
+    LogClosedError,
+    LogDirOfflineError,
+    OffsetOutOfRangeError,
+    StorageError,
 )
 
 log = logging.getLogger(__name__)

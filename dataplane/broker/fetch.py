@@ -22,8 +22,8 @@ from dataplane._gen.meridian.v1 import broker_pb2
 from dataplane.broker.errors import to_error
 from dataplane.broker.partitions import Partition, PartitionRegistry
 from dataplane.errors import ErrorCode, MeridianError
+from dataplane.records import decode_batches
 from dataplane.storage.log import PartitionLog
-from dataplane.storage.records import decode_batches
 
 DEFAULT_PARTITION_MAX_BYTES = 1024 * 1024
 LATEST = -1

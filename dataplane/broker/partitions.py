@@ -30,11 +30,12 @@ from typing import Any, TypeVar
 from dataplane.broker.producers import DuplicateBatch, ProducerStateTable
 from dataplane.broker.replication.state import ReplicaState, Role
 from dataplane.errors import ErrorCode, MeridianError
+from dataplane.records import BatchHeader
+from dataplane.records.errors import CorruptBatchError
 from dataplane.storage.config import LogConfig
-from dataplane.storage.errors import CorruptBatchError, LogClosedError
+from dataplane.storage.errors import LogClosedError
 from dataplane.storage.log import AppendInfo, PartitionLog
 from dataplane.storage.manager import LogManager, TopicPartition
-from dataplane.storage.records import BatchHeader
 
 T = TypeVar("T")
 

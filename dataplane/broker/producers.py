@@ -34,8 +34,8 @@ from pathlib import Path
 
 from dataplane.errors import ErrorCode, MeridianError
 from dataplane.files import replace_file
+from dataplane.records import BatchHeader
 from dataplane.storage.log import PartitionLog
-from dataplane.storage.records import BatchHeader
 
 CACHED_BATCHES = 5
 SNAPSHOT_FILE = "producer-state.json"

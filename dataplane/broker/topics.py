@@ -14,9 +14,9 @@ from typing import Any
 
 from dataplane._gen.meridian.v1 import common_pb2
 from dataplane.errors import ErrorCode, MeridianError
+from dataplane.records import TimestampType
 from dataplane.storage.config import Durability, LogConfig
 from dataplane.storage.errors import InvalidConfigError
-from dataplane.storage.records import TimestampType
 
 MAX_TOPIC_LENGTH = 200  # leaves room for "-<partition>" and suffixes in a 255-byte file name
 MAX_PARTITION = 2**20  # far beyond any real topic; bounds a typo

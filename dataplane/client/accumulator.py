@@ -20,13 +20,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from dataplane.client.batch import (
-    NULL_VARINT,
-    VARINT_TABLE_SIZE,
-    VARINTS,
-    ProducerBatch,
-    varint,
-)
+from dataplane.client.batch import ProducerBatch
 from dataplane.client.errors import BufferFullError
 from dataplane.client.future import DeliveryFuture, closed_error
 from dataplane.client.partitioner import (
@@ -37,7 +31,7 @@ from dataplane.client.partitioner import (
 )
 from dataplane.client.types import TopicPartition
 from dataplane.errors import ErrorCode, MeridianError
-from dataplane.storage.records import HEADER_SIZE
+from dataplane.records import HEADER_SIZE, NULL_VARINT, VARINT_TABLE_SIZE, VARINTS, varint
 
 _RECORD_OVERHEAD = 24  # the most a record's varints and attribute byte take, roughly
 

@@ -1,14 +1,15 @@
 """Producer batches: records encoded straight into RecordBatch v2 bytes as they are sent.
 
 A ``ProducerBatch`` holds the records of one partition, already encoded exactly as
-``dataplane.storage.builder.BatchBuilder`` encodes them, in one ``bytearray``: each
+``dataplane.records.builder.encode_record`` encodes them, in one ``bytearray``: each
 record is ``length | attributes 0 | timestamp delta from the first record | offset delta
 (0, 1, 2, ...) | key length | key | value length | value | header count | headers``, every
-number a zigzag varint (``VARINTS`` holds them for small non-negative numbers). The
-accumulator appends records (``accumulator.py``, the per-record hot path). Sealing a
-batch (``seal``) compresses that block once and writes the 61-byte header with the
-producer id, epoch and base sequence and one CRC-32C. The uncompressed records are kept
-until the batch completes, so a retry after a sequence change can seal it again.
+number a zigzag varint (``dataplane.records.varint.VARINTS`` holds them for small
+non-negative numbers). The accumulator appends records (``accumulator.py``, the
+per-record hot path). Sealing a batch (``seal``, through the codec's ``encode_batch``)
+compresses that block once and writes the 61-byte header with the producer id, epoch
+and base sequence and one CRC-32C. The uncompressed records are kept until the batch
+completes, so a retry after a sequence change can seal it again.
 
 Thread safety: records are appended under the accumulator's lock; sealing and
 completion belong to the sender thread.
@@ -17,79 +18,14 @@ completion belong to the sender thread.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
-from typing import Final, TypeAlias
 
-from crc32c import crc32c
-
-from dataplane.client.decoder import FetchedBatch, LazyHeaders, decode_records
+from dataplane.client.decoder import decode_records
 from dataplane.client.future import ProduceResult
 from dataplane.client.types import RecordSource, TopicPartition
-from dataplane.storage.compression import Compression, compress
-from dataplane.storage.records import (
-    CRC_COVERED_STRUCT,
-    HEADER_SIZE,
-    LOG_OVERHEAD,
-    MAGIC,
-    NO_PARTITION_LEADER_EPOCH,
-    NO_PRODUCER_EPOCH,
-    NO_PRODUCER_ID,
-    NO_SEQUENCE,
-    PREFIX_STRUCT,
-)
-
-HeadersLike: TypeAlias = Sequence[tuple[str, bytes | None]] | Mapping[str, bytes | None]
-
-
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-VARINT_TABLE_SIZE: Final = 1 << 16
-# VARINTS[n]: the zigzag varint of a non-negative n (lengths, deltas, counts).
-VARINTS: Final = tuple(_uvarint(n << 1) for n in range(VARINT_TABLE_SIZE))
-NULL_VARINT: Final = b"\x01"  # zigzag(-1): a null key or value
-
-
-def varint(value: int) -> bytes:
-    """Zigzag LEB128 of a signed 64-bit ``value``."""
-    if 0 <= value < VARINT_TABLE_SIZE:
-        return VARINTS[value]
-    zigzag = (value << 1) ^ (value >> 63)
-    if zigzag >> 64:
-        raise ValueError(f"{value} does not fit a signed 64-bit varlong")
-    return _uvarint(zigzag)
-
-
-def encode_headers(headers: HeadersLike) -> bytes:
-    """The header count and headers of one record (keys UTF-8, values nullable)."""
-    items = list(headers.items() if isinstance(headers, Mapping) else headers)
-    parts = [varint(len(items))]
-    for key, value in items:
-        if not isinstance(key, str):
-            raise TypeError(f"a header key must be a str, not {type(key).__name__}")
-        encoded = key.encode()
-        parts += (varint(len(encoded)), encoded)
-        if value is None:
-            parts.append(NULL_VARINT)
-        else:
-            value = as_bytes(value, "a header value")
-            parts += (varint(len(value)), value)
-    return b"".join(parts)
-
-
-def as_bytes(data: object, what: str) -> bytes:
-    """``data`` as bytes (bytes-like objects are copied); a clear TypeError otherwise."""
-    if isinstance(data, bytes):
-        return data
-    if isinstance(data, bytearray | memoryview):
-        return bytes(data)
-    raise TypeError(f"{what} must be bytes (or None), not {type(data).__name__}")
+from dataplane.records.builder import encode_batch, encode_record
+from dataplane.records.compression import Compression
+from dataplane.records.decoder import FetchedBatch, LazyHeaders
+from dataplane.records.layout import HEADER_SIZE, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
 
 
 class ProducerBatch:
@@ -196,55 +132,6 @@ class ProducerBatch:
             f"ProducerBatch({self.tp.topic}/{self.tp.partition}, {self.count} records, "
             f"seq {self.base_sequence}, attempts {self.attempts})"
         )
-
-
-def encode_record(
-    timestamp_delta: int, offset_delta: int, key: bytes | None, value: bytes | None, headers: bytes
-) -> bytes:
-    """One record (``headers``: the encoded header block); the accumulator's hot path
-    writes the same bytes inline."""
-    body = b"".join(
-        (
-            b"\x00",
-            varint(timestamp_delta),
-            varint(offset_delta),
-            NULL_VARINT if key is None else varint(len(key)) + key,
-            NULL_VARINT if value is None else varint(len(value)) + value,
-            headers,
-        )
-    )
-    return varint(len(body)) + body
-
-
-def encode_batch(
-    records: bytes | bytearray,
-    count: int,
-    base_timestamp: int,
-    max_timestamp: int,
-    *,
-    compression: Compression = Compression.NONE,
-    producer_id: int = NO_PRODUCER_ID,
-    producer_epoch: int = NO_PRODUCER_EPOCH,
-    base_sequence: int = NO_SEQUENCE,
-) -> bytes:
-    """One RecordBatch v2 around ``count`` already encoded records (base offset 0)."""
-    payload: bytes | bytearray = records
-    if compression is not Compression.NONE:
-        payload = compress(compression, bytes(records))
-    covered = CRC_COVERED_STRUCT.pack(
-        int(compression),
-        count - 1,
-        base_timestamp,
-        max_timestamp,
-        producer_id,
-        producer_epoch,
-        base_sequence,
-        count,
-    )
-    crc = crc32c(payload, crc32c(covered))
-    length = HEADER_SIZE - LOG_OVERHEAD + len(payload)
-    prefix = PREFIX_STRUCT.pack(0, length, NO_PARTITION_LEADER_EPOCH, MAGIC, crc)
-    return b"".join((prefix, covered, payload))
 
 
 def now_ms() -> int:

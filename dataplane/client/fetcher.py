@@ -37,11 +37,11 @@ from typing import Any
 import grpc
 
 from dataplane._gen.meridian.v1 import broker_pb2
-from dataplane.client.decoder import FetchedBatch, decode_records, split_batches
+from dataplane.client.decoder import decode_records, split_batches
 from dataplane.client.metadata import ClusterMetadata
 from dataplane.client.types import ConsumerRecord, RecordSource, TopicPartition
 from dataplane.errors import ErrorCode, MeridianError, error_from_rpc
-from dataplane.storage.records import TIMESTAMP_TYPE_MASK
+from dataplane.records import TIMESTAMP_TYPE_MASK, FetchedBatch
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from dataplane.client.link import BrokerLink
 from dataplane.client.metadata import ClusterSnapshot
 from dataplane.client.types import TopicPartition
 from dataplane.errors import MeridianError, error_from_rpc
-from dataplane.storage.compression import Compression
+from dataplane.records import Compression
 
 SEQUENCE_MASK = 0x7FFFFFFF  # sequences wrap from 2**31 - 1 to 0, as in Kafka
 

@@ -28,7 +28,6 @@ from typing import Any
 
 from dataplane.client.accumulator import RecordAccumulator, TopicQueues
 from dataplane.client.auth import Credentials
-from dataplane.client.batch import HeadersLike, as_bytes, encode_headers
 from dataplane.client.connection import ChannelSecurity, ConnectionPool, Tls
 from dataplane.client.errors import ConfigError
 from dataplane.client.future import DeliveryCallback, DeliveryFuture
@@ -37,8 +36,7 @@ from dataplane.client.metadata import ClusterMetadata
 from dataplane.client.partitioner import Partitioner, PartitionerFn, make_partitioner
 from dataplane.client.sender import Sender
 from dataplane.errors import ErrorCode, MeridianError
-from dataplane.storage.compression import Compression
-from dataplane.storage.records import HEADER_SIZE
+from dataplane.records import HEADER_SIZE, Compression, HeadersLike, as_bytes, encode_headers
 
 _CODECS = {codec.name.lower(): codec for codec in Compression}
 _NO_HEADERS = b"\x00"

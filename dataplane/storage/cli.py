@@ -17,7 +17,8 @@ import os
 import sys
 from pathlib import Path
 
-from dataplane.storage import records
+from dataplane import records
+from dataplane.records.errors import CorruptBatchError
 from dataplane.storage.errors import StorageError
 from dataplane.storage.log import PartitionLog
 
@@ -69,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         lock = _lock_data_dir(args.path.resolve().parent)
         log = PartitionLog.open(args.path)
-    except StorageError as exc:
+    except (StorageError, CorruptBatchError) as exc:
         print(f"{args.path}: {exc}", file=sys.stderr)
         return 2
     try:

@@ -36,8 +36,8 @@ import enum
 from dataclasses import dataclass
 from typing import Any
 
+from dataplane.records import TimestampType
 from dataplane.storage.errors import InvalidConfigError
-from dataplane.storage.records import TimestampType
 
 MiB = 1024 * 1024
 DAY_MS = 24 * 60 * 60 * 1000

@@ -16,11 +16,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from dataplane.storage.builder import BatchBuilder
+from dataplane.records import BatchBuilder, Compression, decode_batches
 from dataplane.storage.config import Durability, LogConfig
 from dataplane.storage.log import PartitionLog
 from dataplane.storage.manager import LogManager
-from dataplane.storage.records import Compression, decode_batches
 
 TOPIC = "demo.orders"
 

@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from dataplane.files import replace_file
-from dataplane.storage.records import BatchHeader
+from dataplane.records import BatchHeader
 
 log = logging.getLogger(__name__)
 

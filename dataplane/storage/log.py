@@ -44,13 +44,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dataplane.files import fsync_directory
+from dataplane.records import BatchHeader, TimestampType
 from dataplane.storage.config import Durability, LogConfig
 from dataplane.storage.errors import LogClosedError, OffsetOutOfRangeError, StorageError
 from dataplane.storage.flush import BACKGROUND_FLUSHER
 from dataplane.storage.log_append import check_follower_offsets, prepare_write, validate_batches
 from dataplane.storage.log_retention import LogRetention
 from dataplane.storage.log_state import wall_clock_ms as wall_clock_ms
-from dataplane.storage.records import BatchHeader, TimestampType
 from dataplane.storage.recovery import RecoveryReport, load_log
 from dataplane.storage.scan import CorruptRegion
 from dataplane.storage.segment import LogSegment, PlacedBatch
@@ -169,10 +169,10 @@ class PartitionLog(LogRetention):
 
         Every batch is validated (structure, magic, codec, CRC, ``max_batch_bytes``; and,
         when offsets are assigned here, every record as Kafka's log validator does, see
-        ``validation.py``) before any byte is written, so a bad request leaves the log
-        untouched. With ``assign_offsets`` (a leader) the batches get ``[LEO, LEO + n)``;
-        without it (a follower copying a leader's validated bytes) their offsets must
-        start at the LEO. ``leader_epoch`` stamps the partition
+        ``dataplane.records.validation``) before any byte is written, so a bad request
+        leaves the log untouched. With ``assign_offsets`` (a leader) the batches get
+        ``[LEO, LEO + n)``; without it (a follower copying a leader's validated bytes)
+        their offsets must start at the LEO. ``leader_epoch`` stamps the partition
         leader epoch into each batch header. Returns after the bytes are written and, with
         ``durability=always``, synced.
 

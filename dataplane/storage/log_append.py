@@ -14,11 +14,11 @@ import dataclasses
 import struct
 from collections.abc import Callable
 
-from dataplane.storage import records
-from dataplane.storage.errors import CorruptBatchError, InvalidOffsetError, OffsetDeltaError
-from dataplane.storage.records import BatchHeader, TimestampType
+from dataplane import records
+from dataplane.records import BatchHeader, TimestampType, validate_records
+from dataplane.records.errors import CorruptBatchError, OffsetDeltaError
+from dataplane.storage.errors import InvalidOffsetError
 from dataplane.storage.segment_files import PlacedBatch
-from dataplane.storage.validation import validate_records
 
 _INT64 = struct.Struct(">q")
 _INT32 = struct.Struct(">i")

@@ -20,8 +20,8 @@ import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from dataplane.storage.errors import CorruptBatchError
-from dataplane.storage.records import BatchHeader
+from dataplane.records import BatchHeader
+from dataplane.records.errors import CorruptBatchError
 from dataplane.storage.scan import CorruptRegion
 from dataplane.storage.segment import LogSegment
 

@@ -15,9 +15,9 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from dataplane.storage import records
-from dataplane.storage.errors import CorruptBatchError
-from dataplane.storage.records import HEADER_SIZE, BatchHeader
+from dataplane import records
+from dataplane.records import HEADER_SIZE, BatchHeader
+from dataplane.records.errors import CorruptBatchError
 
 _SCAN_CHUNK_BYTES = 8 * 1024 * 1024
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import crc32c
 
-from dataplane.storage import records
-from dataplane.storage.errors import CorruptBatchError, CrcMismatchError
-from dataplane.storage.records import HEADER_SIZE, BatchHeader
+from dataplane import records
+from dataplane.records import HEADER_SIZE, BatchHeader
+from dataplane.records.errors import CorruptBatchError, CrcMismatchError
 
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"

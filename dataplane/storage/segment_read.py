@@ -18,9 +18,9 @@ import logging
 import os
 from collections.abc import Iterator
 
-from dataplane.storage import records
-from dataplane.storage.errors import CorruptBatchError
-from dataplane.storage.records import BatchHeader
+from dataplane import records
+from dataplane.records import BatchHeader
+from dataplane.records.errors import CorruptBatchError
 from dataplane.storage.segment_files import check_crc, whole_batches
 from dataplane.storage.segment_recovery import SegmentRecovery
 

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import logging
 
-from dataplane.storage.errors import CorruptBatchError, IndexCorruptError
+from dataplane.records.errors import CorruptBatchError
+from dataplane.storage.errors import IndexCorruptError
 from dataplane.storage.scan import CorruptRegion, ScanResult, scan_segment
 from dataplane.storage.segment_state import SegmentState
 

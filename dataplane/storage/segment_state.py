@@ -22,12 +22,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TypeVar
 
-from dataplane.storage import records
+from dataplane import records
+from dataplane.records import HEADER_SIZE, BatchHeader
+from dataplane.records.errors import CorruptBatchError
 from dataplane.storage.config import LogConfig
-from dataplane.storage.errors import CorruptBatchError, IndexCorruptError
+from dataplane.storage.errors import IndexCorruptError
 from dataplane.storage.filecache import SEGMENT_FILES, Pin, SegmentFileCache
 from dataplane.storage.index import OffsetIndex, TimeIndex
-from dataplane.storage.records import HEADER_SIZE, BatchHeader
 from dataplane.storage.segment_files import (
     INDEX_SUFFIX,
     LOG_SUFFIX,

@@ -43,6 +43,7 @@ from dataplane.broker.groups.membership import JoinRequest, Membership, SessionB
 from dataplane.broker.groups.store import Entry, OffsetsPartition, TopicPartitionKey
 from dataplane.errors import ErrorCode, MeridianError
 from dataplane.hashing import partition_for_key
+from dataplane.records.errors import CorruptBatchError
 from dataplane.storage.config import Durability, LogConfig
 from dataplane.storage.errors import StorageError
 from dataplane.storage.log import wall_clock_ms
@@ -182,7 +183,7 @@ class GroupCoordinator:
         try:
             self._loaded[partition] = await asyncio.to_thread(self._load, partition)
             self._failed.pop(partition, None)
-        except StorageError as exc:  # its groups are refused until it is loaded again
+        except (StorageError, CorruptBatchError) as exc:  # refused until loaded again
             log.exception("offsets partition %d could not be loaded", partition)
             self._failed[partition] = str(exc)
 

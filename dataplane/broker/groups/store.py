@@ -47,10 +47,10 @@ from dataplane.broker.groups.codec import (
     encode_offset,
 )
 from dataplane.errors import ErrorCode, MeridianError
-from dataplane.storage.builder import BatchBuilder
-from dataplane.storage.errors import CorruptBatchError, StorageError
+from dataplane.records import BatchBuilder, Record, decode_batch, iter_batches
+from dataplane.records.errors import CorruptBatchError
+from dataplane.storage.errors import StorageError
 from dataplane.storage.log import PartitionLog
-from dataplane.storage.records import Record, decode_batch, iter_batches
 
 log = logging.getLogger(__name__)
 

@@ -38,8 +38,8 @@ from dataplane.broker.partitions import Partition
 from dataplane.broker.replication.manager import rebuild_producers
 from dataplane.broker.replication.state import Role
 from dataplane.errors import ErrorCode
+from dataplane.records import BatchHeader
 from dataplane.storage.errors import LogClosedError
-from dataplane.storage.records import BatchHeader
 
 log = logging.getLogger(__name__)
 

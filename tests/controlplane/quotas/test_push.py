@@ -23,7 +23,7 @@ from controlplane.topics.models import PartitionAssignment
 from controlplane.topics.services import create_topic
 from dataplane._gen.meridian.v1 import broker_pb2, broker_pb2_grpc
 from dataplane.errors import ErrorCode
-from dataplane.storage.builder import build_batch
+from dataplane.records import build_batch
 from tests.controlplane.api_base import make_cluster, make_tenant
 from tests.controlplane.controller.conftest import ADMIN, add_topic, create_partitions
 from tests.support.brokers import BrokerProcess, stop_all

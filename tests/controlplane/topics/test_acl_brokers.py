@@ -29,7 +29,7 @@ from dataplane.client import Consumer
 from dataplane.client.auth import ClientCredentials, StaticToken
 from dataplane.client.connection import ChannelSecurity
 from dataplane.errors import ErrorCode, error_from_rpc
-from dataplane.storage.builder import build_batch
+from dataplane.records import build_batch
 from tests.controlplane.accounts.test_broker_auth import _create_topic, api_url, broker_auth
 from tests.controlplane.controller.conftest import add_topic
 from tests.support.brokers import BrokerProcess, stop_all

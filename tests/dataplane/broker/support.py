@@ -17,8 +17,7 @@ from dataplane._gen.meridian.v1 import (
     common_pb2,
 )
 from dataplane.errors import MeridianError, error_from_rpc
-from dataplane.storage.builder import build_batch
-from dataplane.storage.records import Record, decode_batches
+from dataplane.records import Record, build_batch, decode_batches
 from tests.dataplane.storage.support import wait_for
 from tests.support.brokers import BrokerProcess
 

@@ -10,7 +10,7 @@ from crc32c import crc32c
 
 from dataplane._gen.meridian.v1 import broker_pb2
 from dataplane.errors import ErrorCode, error_from_rpc
-from dataplane.storage.builder import build_batch
+from dataplane.records import build_batch
 from tests.dataplane.broker.support import create, fetch_records, produce, stubs, values_batch
 from tests.support.brokers import BrokerProcess, stop_all
 

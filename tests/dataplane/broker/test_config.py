@@ -9,8 +9,8 @@ import pytest
 from dataplane.broker.app import BrokerApp
 from dataplane.broker.config import BrokerConfig, ConfigError, load_config
 from dataplane.broker.main import config_from_args, parse_args
+from dataplane.records import TimestampType
 from dataplane.storage.config import Durability
-from dataplane.storage.records import TimestampType
 
 FULL = """
 id = 3

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataplane._gen.meridian.v1 import broker_pb2
 from dataplane.broker.producers import SNAPSHOT_FILE
 from dataplane.errors import ErrorCode
-from dataplane.storage.builder import build_batch
+from dataplane.records import build_batch
 from tests.dataplane.broker.support import create, fetch_records, produce, stubs
 
 TOPIC = "acme.exactly"

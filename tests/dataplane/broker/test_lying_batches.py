@@ -12,8 +12,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from dataplane.client import Consumer, TopicPartition
 from dataplane.errors import ErrorCode
-from dataplane.storage.compression import compress
-from dataplane.storage.records import MAX_UNCOMPRESSED_BYTES, Compression
+from dataplane.records import MAX_UNCOMPRESSED_BYTES, Compression, compress
 from tests.dataplane.broker.support import create, end_offset, fetch_records, produce, stubs
 from tests.dataplane.storage.support import INT32_MAX, frame, record, varint
 

@@ -9,12 +9,11 @@ import pytest
 from dataplane.broker.partitions import Partition
 from dataplane.broker.producers import DuplicateBatch, ProducerStateTable
 from dataplane.errors import MeridianError
-from dataplane.storage.builder import build_batch
+from dataplane.records import TimestampType, build_batch, decode_batches
+from dataplane.records.errors import CorruptBatchError, CrcMismatchError
 from dataplane.storage.config import Durability, LogConfig
-from dataplane.storage.errors import CorruptBatchError, CrcMismatchError
 from dataplane.storage.log import AppendInfo, PartitionLog
 from dataplane.storage.manager import TopicPartition
-from dataplane.storage.records import TimestampType, decode_batches
 
 
 @pytest.fixture

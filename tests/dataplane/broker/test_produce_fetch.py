@@ -8,8 +8,7 @@ from kafka.record.memory_records import MemoryRecords
 
 from dataplane._gen.meridian.v1 import broker_pb2
 from dataplane.errors import ErrorCode
-from dataplane.storage.builder import build_batch
-from dataplane.storage.records import Compression, Header, Record, decode_batches
+from dataplane.records import Compression, Header, Record, build_batch, decode_batches
 from tests.dataplane.broker.support import (
     create,
     end_offset,

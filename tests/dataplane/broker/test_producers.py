@@ -13,11 +13,10 @@ from dataplane.broker.producers import (
     next_sequence,
 )
 from dataplane.errors import ErrorCode, MeridianError
-from dataplane.storage.builder import build_batch
+from dataplane.records import build_batch, read_header
 from dataplane.storage.config import Durability, LogConfig
 from dataplane.storage.filecache import MIN_OPEN_FILES, SEGMENT_FILES
 from dataplane.storage.log import PartitionLog
-from dataplane.storage.records import read_header
 
 PID = 42
 INT32_MAX = 2**31 - 1

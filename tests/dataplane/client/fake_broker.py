@@ -26,7 +26,7 @@ import grpc
 
 from dataplane._gen.meridian.v1 import broker_pb2, broker_pb2_grpc, common_pb2
 from dataplane.errors import ErrorCode
-from dataplane.storage.records import decode_batch, iter_batches, set_base_offset
+from dataplane.records import decode_batch, iter_batches, set_base_offset
 
 
 class FakeBroker(broker_pb2_grpc.BrokerServicer):

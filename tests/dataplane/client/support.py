@@ -10,9 +10,8 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 
 from dataplane.client.accumulator import RecordAccumulator, TopicQueues
-from dataplane.client.batch import encode_headers
 from dataplane.client.partitioner import make_partitioner
-from dataplane.storage.compression import Compression
+from dataplane.records import Compression, encode_headers
 
 # (key, value, timestamp, headers)
 Spec = tuple[bytes | None, bytes | None, int, list[tuple[str, bytes | None]]]

@@ -9,7 +9,7 @@ import grpc
 
 from dataplane._gen.meridian.v1 import broker_pb2, broker_pb2_grpc
 from dataplane.client import Admin, Consumer, Producer, TopicPartition
-from dataplane.storage.records import decode_batches
+from dataplane.records import decode_batches
 from tests.support.brokers import BrokerProcess
 
 TOPIC = "acme.orders"

@@ -28,10 +28,9 @@ import traceback
 from dataclasses import asdict, dataclass
 from typing import NamedTuple
 
-from dataplane.storage.builder import BatchBuilder
+from dataplane.records import BatchBuilder, Compression
 from dataplane.storage.config import Durability, LogConfig
 from dataplane.storage.log import PartitionLog, RecoveryReport
-from dataplane.storage.records import Compression
 
 READY_WORD = "ready"
 FAILURE_EXIT_STATUS = 70

@@ -11,15 +11,15 @@ from pathlib import Path
 from crc32c import crc32c
 from kafka.record.util import encode_varint
 
-from dataplane.storage.builder import BatchBuilder
-from dataplane.storage.log import PartitionLog
-from dataplane.storage.records import (
+from dataplane.records import (
     HEADER_SIZE,
     LOG_OVERHEAD,
+    BatchBuilder,
     Compression,
     Record,
     decode_batches,
 )
+from dataplane.storage.log import PartitionLog
 
 
 class ManualClock:

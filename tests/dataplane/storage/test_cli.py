@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from dataplane.records import iter_batches
 from dataplane.storage.cli import main
 from dataplane.storage.config import LogConfig
 from dataplane.storage.log import PartitionLog
-from dataplane.storage.records import iter_batches
 
 from .support import make_batch
 

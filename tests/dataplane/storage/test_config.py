@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from dataplane.records import TimestampType
 from dataplane.storage.config import Durability, LogConfig
 from dataplane.storage.errors import InvalidConfigError
-from dataplane.storage.records import TimestampType
 
 
 @pytest.mark.parametrize(

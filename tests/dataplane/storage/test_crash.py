@@ -46,8 +46,8 @@ from typing import NamedTuple
 
 import pytest
 
-from dataplane.storage import records
-from dataplane.storage.errors import CorruptBatchError
+from dataplane import records
+from dataplane.records.errors import CorruptBatchError
 from dataplane.storage.log import PartitionLog
 from dataplane.storage.segment import LOG_SUFFIX
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dataplane.storage.builder import build_batch
+from dataplane.records import build_batch, read_header
 from dataplane.storage.leader_epoch import CHECKPOINT_FILE, LeaderEpochCache
-from dataplane.storage.records import read_header
 
 
 def test_end_offsets_follow_the_next_epochs_start(tmp_path: Path) -> None:

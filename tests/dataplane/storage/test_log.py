@@ -10,18 +10,17 @@ from pathlib import Path
 import crc32c
 import pytest
 
-from dataplane.storage import records
-from dataplane.storage.config import Durability, LogConfig
-from dataplane.storage.errors import (
+from dataplane import records
+from dataplane.records import Compression, TimestampType, decode_batches
+from dataplane.records.errors import (
     CrcMismatchError,
     InvalidMagicError,
-    InvalidOffsetError,
     InvalidRecordCountError,
-    OffsetOutOfRangeError,
     OversizeBatchError,
 )
+from dataplane.storage.config import Durability, LogConfig
+from dataplane.storage.errors import InvalidOffsetError, OffsetOutOfRangeError
 from dataplane.storage.log import PartitionLog
-from dataplane.storage.records import Compression, TimestampType, decode_batches
 
 from .support import ManualClock, make_batch, read_all, wait_for
 

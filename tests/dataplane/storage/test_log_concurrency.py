@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from dataplane.records import decode_batches
 from dataplane.storage.config import Durability, LogConfig
 from dataplane.storage.errors import (
     AppendTruncatedError,
@@ -17,7 +18,6 @@ from dataplane.storage.errors import (
     StorageError,
 )
 from dataplane.storage.log import PartitionLog
-from dataplane.storage.records import decode_batches
 
 from .support import make_batch, read_all, wait_for
 

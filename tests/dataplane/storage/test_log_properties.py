@@ -17,11 +17,10 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from dataplane.storage import records
-from dataplane.storage.builder import BatchBuilder
+from dataplane import records
+from dataplane.records import BatchBuilder, Compression
 from dataplane.storage.config import Durability, LogConfig
 from dataplane.storage.log import PartitionLog
-from dataplane.storage.records import Compression
 
 from .support import ManualClock
 

@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
+from dataplane.records import decode_batches
 from dataplane.storage.config import Durability, LogConfig
 from dataplane.storage.errors import LogClosedError
 from dataplane.storage.filecache import SEGMENT_FILES
 from dataplane.storage.log import PartitionLog
 from dataplane.storage.manager import LogManager, TopicPartition
-from dataplane.storage.records import decode_batches
 
 from .support import ManualClock, make_batch, read_all
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from dataplane.records import iter_batches
+from dataplane.records.errors import CorruptBatchError, CrcMismatchError
 from dataplane.storage.config import Durability, LogConfig
-from dataplane.storage.errors import CorruptBatchError, CrcMismatchError
 from dataplane.storage.log import PartitionLog
-from dataplane.storage.records import iter_batches
 
 from .support import ManualClock, crash_copy, make_batch, read_all
 

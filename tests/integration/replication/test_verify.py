@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dataplane.storage.builder import BatchBuilder
+from dataplane.records import BatchBuilder
 from dataplane.storage.log import PartitionLog
 from tests.integration.replication.verify import (
     Ack,

@@ -22,7 +22,7 @@ from dataplane.storage.log import PartitionLog
 READ_CHUNK_BYTES = 1024 * 1024
 MAX_LINES_PER_KIND = 15
 # RecordBatch v2: base offset (8), batch length (4: the bytes after this field),
-# partition leader epoch (4). See dataplane.storage.records.
+# partition leader epoch (4). See dataplane.records.layout.
 _BATCH_PREFIX = struct.Struct(">qii")
 
 

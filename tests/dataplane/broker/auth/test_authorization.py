@@ -13,7 +13,7 @@ from dataplane._gen.meridian.v1 import (
     replication_pb2_grpc,
 )
 from dataplane.errors import ErrorCode
-from dataplane.storage.builder import build_batch
+from dataplane.records import build_batch
 from tests.support.brokers import BrokerProcess
 from tests.support.issuer import TestIssuer
 

@@ -19,7 +19,7 @@ from dataplane.broker.auth.verifier import LEEWAY_S
 from dataplane.client import Producer
 from dataplane.client.auth import ClientCredentials
 from dataplane.errors import ErrorCode
-from dataplane.storage.builder import build_batch
+from dataplane.records import build_batch
 from tests.support.brokers import BrokerProcess
 from tests.support.issuer import TestIssuer, tenant_id
 

@@ -11,7 +11,7 @@ import pytest
 
 from dataplane._gen.meridian.v1 import broker_pb2, common_pb2, group_pb2
 from dataplane.errors import ErrorCode
-from dataplane.storage.builder import build_batch
+from dataplane.records import build_batch
 from tests.support.brokers import BrokerProcess
 from tests.support.issuer import TestIssuer
 

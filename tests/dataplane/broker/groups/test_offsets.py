@@ -13,7 +13,7 @@ import pytest
 from dataplane._gen.meridian.v1 import group_pb2, group_pb2_grpc
 from dataplane.broker.groups import OFFSETS_TOPIC, GroupConfig
 from dataplane.errors import ErrorCode, MeridianError
-from dataplane.storage.records import decode_batches
+from dataplane.records import decode_batches
 
 from .support import CoordinatorServer, RawMember, call
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from dataplane._gen.meridian.v1 import broker_pb2
 from dataplane.errors import ErrorCode
-from dataplane.storage.builder import build_batch
+from dataplane.records import build_batch
 from tests.dataplane.broker.support import produce, stubs, values_batch
 from tests.support.replication import pause, resume
 

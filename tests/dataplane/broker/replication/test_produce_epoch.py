@@ -16,7 +16,7 @@ from dataplane.broker.produce import ACKS_ALL, ProduceHandler
 from dataplane.broker.producers import ProducerStateTable
 from dataplane.broker.replication.state import ReplicaState, Role
 from dataplane.errors import ErrorCode
-from dataplane.storage.builder import build_batch
+from dataplane.records import build_batch
 from dataplane.storage.leader_epoch import LeaderEpochCache
 from dataplane.storage.log import PartitionLog
 from dataplane.storage.manager import TopicPartition

@@ -15,7 +15,7 @@ import time
 
 from dataplane.client import Producer
 from dataplane.errors import ErrorCode
-from dataplane.storage.builder import build_batch
+from dataplane.records import build_batch
 from tests.dataplane.broker.support import fetch_records, produce, stubs, wait_for
 from tests.support.replication import TestController
 

@@ -1,4 +1,5 @@
-"""The producer's batch encoder: byte for byte what builder.py builds, read by kafka-python."""
+"""The producer's batch encoder: byte for byte what ``BatchBuilder`` builds, read by
+kafka-python."""
 
 from __future__ import annotations
 
@@ -8,12 +9,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dataplane.client.batch import encode_headers, varint
-from dataplane.storage.builder import BatchBuilder
-from dataplane.storage.compression import Compression
-from dataplane.storage.records import decode_batch, validate_batch
-
-from .support import (
+from dataplane.records import (
+    BatchBuilder,
+    Compression,
+    decode_batch,
+    encode_headers,
+    validate_batch,
+    varint,
+)
+from tests.dataplane.client.support import (
     CODECS,
     Spec,
     accumulator,
@@ -51,7 +55,7 @@ def ours(specs: list[Spec], codec: Compression, **producer: int) -> bytes:
 
 @pytest.mark.parametrize("codec", CODECS, ids=lambda c: c.name.lower())
 def test_sealed_batch_equals_builder_bytes(codec: Compression) -> None:
-    """The accumulator's inline encoder writes builder.py's bytes exactly, every codec."""
+    """The accumulator's inline encoder writes BatchBuilder's bytes exactly, every codec."""
     producer = {"producer_id": 77, "producer_epoch": 3, "base_sequence": 12}
     assert ours(SPECS, codec, **producer) == build_reference(SPECS, compression=codec, **producer)
 

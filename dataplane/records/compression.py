@@ -27,6 +27,8 @@ import cramjam
 import lz4.frame
 import zstandard
 
+from dataplane.records.varint import read_uvarint
+
 _SNAPPY_BLOCK_BYTES: Final = 32 * 1024
 _XERIAL_MAGIC: Final = b"\x82SNAPPY\x00"
 _XERIAL_HEADER: Final = _XERIAL_MAGIC + struct.pack(">ii", 1, 1)
@@ -55,17 +57,6 @@ def decompress(codec: Compression, payload: memoryview, limit: int) -> bytes:
     """``payload`` decompressed; raises ``DecompressionLimitError`` past ``limit`` bytes
     and another of ``DECOMPRESSION_ERRORS`` when ``payload`` is not valid ``codec``."""
     return _DECOMPRESSORS[codec](payload, limit)
-
-
-def _read_uvarint(data: memoryview) -> int:
-    """The unsigned LEB128 at the start of a raw snappy block (its decoded length)."""
-    result = 0
-    for index in range(min(5, len(data))):
-        b = data[index]
-        result |= (b & 0x7F) << (7 * index)
-        if b < 0x80:
-            return result
-    raise ValueError("bad snappy preamble")
 
 
 def _gunzip(payload: memoryview, limit: int) -> bytes:
@@ -100,7 +91,7 @@ def _unsnappy(payload: memoryview, limit: int) -> bytes:
 
 
 def _unsnappy_block(block: memoryview, limit: int, produced: int = 0) -> bytes:
-    declared = _read_uvarint(block)  # the raw block's preamble
+    declared, _ = read_uvarint(block, 0, 5)  # the raw block's preamble: its size
     _check_limit(produced + declared, limit)
     return bytes(cramjam.snappy.decompress_raw(block))
 

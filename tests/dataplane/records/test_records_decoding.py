@@ -12,18 +12,19 @@ import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dataplane.storage.builder import BatchBuilder, build_batch
-from dataplane.storage.errors import CorruptBatchError, CrcMismatchError, TruncatedRecordError
-from dataplane.storage.records import (
+from dataplane.records import (
     HEADER_SIZE,
+    BatchBuilder,
     Compression,
     Header,
     Record,
+    build_batch,
     decode_batch,
     decode_batches,
     iter_batches,
     set_log_append_time,
 )
+from dataplane.records.errors import CorruptBatchError, CrcMismatchError, TruncatedRecordError
 
 from .test_records import (
     CODECS,

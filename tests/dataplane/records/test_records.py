@@ -24,26 +24,17 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 from kafka.record.memory_records import MemoryRecords
 from kafka.record.util import encode_varint
 
-from dataplane.storage.builder import BatchBuilder, build_batch
-from dataplane.storage.errors import (
-    BatchLengthError,
-    CorruptBatchError,
-    CrcMismatchError,
-    InvalidMagicError,
-    InvalidRecordCountError,
-    OversizeBatchError,
-    TruncatedRecordError,
-    UnsupportedCodecError,
-)
-from dataplane.storage.records import (
+from dataplane.records import (
     HEADER_SIZE,
     LOG_OVERHEAD,
     NO_SEQUENCE,
+    BatchBuilder,
     BatchHeader,
     Compression,
     Header,
     Record,
     TimestampType,
+    build_batch,
     decode_batch,
     decode_batches,
     first_offset_at_or_after,
@@ -53,6 +44,16 @@ from dataplane.storage.records import (
     set_log_append_time,
     set_partition_leader_epoch,
     validate_batch,
+)
+from dataplane.records.errors import (
+    BatchLengthError,
+    CorruptBatchError,
+    CrcMismatchError,
+    InvalidMagicError,
+    InvalidRecordCountError,
+    OversizeBatchError,
+    TruncatedRecordError,
+    UnsupportedCodecError,
 )
 
 CODECS = list(Compression)

@@ -10,16 +10,20 @@ from crc32c import crc32c
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dataplane.client.batch import encode_headers, varint
 from dataplane.client.decoder import decode_records, split_batches
 from dataplane.client.fetcher import CompletedFetch, PartitionState, take
 from dataplane.client.types import ConsumerRecord, RecordSource, TopicPartition
 from dataplane.errors import ErrorCode, MeridianError
-from dataplane.storage.builder import BatchBuilder
-from dataplane.storage.compression import Compression
-from dataplane.storage.records import decode_batch, set_base_offset, set_log_append_time
-
-from .support import CODECS, Spec, kafka_build, kafka_read
+from dataplane.records import (
+    BatchBuilder,
+    Compression,
+    decode_batch,
+    encode_headers,
+    set_base_offset,
+    set_log_append_time,
+    varint,
+)
+from tests.dataplane.client.support import CODECS, Spec, kafka_build, kafka_read
 
 NOW = 1_700_000_000_000
 TP = ("t.t", 0)

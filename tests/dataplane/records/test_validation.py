@@ -19,10 +19,17 @@ from kafka.record.memory_records import MemoryRecords
 
 from dataplane.client.decoder import decode_records, split_batches
 from dataplane.client.types import RecordSource
-from dataplane.storage.builder import BatchBuilder
-from dataplane.storage.compression import compress
-from dataplane.storage.config import Durability, LogConfig
-from dataplane.storage.errors import (
+from dataplane.records import (
+    MAX_UNCOMPRESSED_BYTES,
+    BatchBuilder,
+    Compression,
+    TimestampType,
+    compress,
+    decode_batch,
+    validate_batch,
+    validate_records,
+)
+from dataplane.records.errors import (
     CorruptBatchError,
     InvalidTimestampError,
     MalformedRecordError,
@@ -31,17 +38,9 @@ from dataplane.storage.errors import (
     RecordCountMismatchError,
     UncompressedSizeError,
 )
+from dataplane.storage.config import Durability, LogConfig
 from dataplane.storage.log_append import validate_batches
-from dataplane.storage.records import (
-    MAX_UNCOMPRESSED_BYTES,
-    Compression,
-    TimestampType,
-    decode_batch,
-    validate_batch,
-)
-from dataplane.storage.validation import validate_records
-
-from .support import BASE_TS, INT32_MAX, frame, read_all, record, varint
+from tests.dataplane.storage.support import BASE_TS, INT32_MAX, frame, read_all, record, varint
 
 
 def check(batch: bytes, **kwargs: Any) -> None:

@@ -1,0 +1,219 @@
+"""The record codec's speed: encode, decode and validate records/s, kafka-python beside it.
+
+Run ``.venv/bin/python bench/codec.py [--records N] [--repeat R]`` (or ``./dev bench
+codec``). One thread, no I/O: records of ``--value-bytes`` (100 by default) with no key
+and no header, in batches of about ``--batch-bytes`` (16 KiB, Kafka's default
+``batch.size``), uncompressed and lz4. Each figure is the best of ``--repeat`` runs over
+the same ``--records`` records.
+
+- encode: ``BatchBuilder.append`` per record, then ``build`` per batch (what storage,
+  the broker and tests build with; the SDK's accumulator writes the same bytes inline),
+  against kafka-python's ``DefaultRecordBatchBuilder.append`` and ``build``;
+- decode: ``decode_batches`` (every ``Record`` built, headers decoded: storage and the
+  broker) and the SDK consumer's ``split_batches`` + ``decode_records`` (lazy headers,
+  the dense fast path; compiled when built, and once more with the Python loops),
+  against kafka-python's ``MemoryRecords`` read record by record (key, value, headers
+  and offset touched);
+- validate: ``validate_batch`` + ``validate_records`` per batch (what a leader runs on a
+  client's batches), against kafka-python's ``validate_crc`` plus reading every record
+  (kafka-python has no record-level validator; reading is the closest it does); with
+  the compiled scan built (``native/``), once more with the pure-Python scan.
+
+The aim (issue: one record codec) is 3 M records/s for encode and decode each; the last
+column says how far each figure is from it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import platform
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from kafka.record.default_records import DefaultRecordBatchBuilder
+from kafka.record.memory_records import MemoryRecords
+
+from bench.benchkit import num, print_table, progress, ratio
+from dataplane.client.decoder import decode_records, split_batches
+from dataplane.client.types import RecordSource
+from dataplane.records import (
+    BatchBuilder,
+    Compression,
+    decode_batches,
+    decoder,
+    iter_batches,
+    validate_records,
+    validation,
+)
+
+AIM_RECORDS_S = 3_000_000
+T0_MS = 1_700_000_000_000
+KAFKA_CODECS = {Compression.NONE: 0, Compression.LZ4: 3}
+
+
+def best_rate(run: Callable[[], int], repeat: int) -> float:
+    """Records/s of the fastest of ``repeat`` runs; ``run`` returns the records it did."""
+    best = float("inf")
+    count = 0
+    for _ in range(repeat):
+        gc.collect()
+        start = time.perf_counter()
+        count = run()
+        best = min(best, time.perf_counter() - start)
+    return count / best
+
+
+def batch_sizes(records: int, per_batch: int) -> list[int]:
+    full, rest = divmod(records, per_batch)
+    return [per_batch] * full + ([rest] if rest else [])
+
+
+def encode_ours(sizes: list[int], value: bytes, codec: Compression) -> bytes:
+    parts = []
+    for size in sizes:
+        builder = BatchBuilder(compression=codec, base_timestamp=T0_MS)
+        append = builder.append
+        for n in range(size):
+            append(value, timestamp=T0_MS + n)
+        parts.append(builder.build())
+    return b"".join(parts)
+
+
+def encode_kafka(sizes: list[int], value: bytes, codec: Compression) -> bytes:
+    parts = []
+    for size in sizes:
+        builder = DefaultRecordBatchBuilder(
+            magic=2,
+            compression_type=KAFKA_CODECS[codec],
+            is_transactional=False,
+            producer_id=-1,
+            producer_epoch=-1,
+            base_sequence=-1,
+            batch_size=1 << 30,
+        )
+        append = builder.append
+        for n in range(size):
+            append(n, timestamp=T0_MS + n, key=None, value=value, headers=[])
+        parts.append(bytes(builder.build()))
+    return b"".join(parts)
+
+
+def decode_sdk(data: bytes) -> int:
+    source = RecordSource("t", 0, 0, -1)
+    count = 0
+    for batch in split_batches(data, 0, ("t", 0)):
+        count += len(decode_records(batch, source))
+    return count
+
+
+def decode_sdk_python(data: bytes) -> int:
+    """``decode_sdk`` with the pure-Python loops, the compiled ones' reference."""
+    decoder.COMPILED = False
+    try:
+        return decode_sdk(data)
+    finally:
+        decoder.COMPILED = True
+
+
+def read_kafka(data: bytes) -> int:
+    records = MemoryRecords(data)
+    count = 0
+    while (batch := records.next_batch()) is not None:
+        for record in batch:
+            _ = (record.offset, record.key, record.value, record.headers)
+            count += 1
+    return count
+
+
+def validate_ours(data: bytes) -> int:
+    count = 0
+    for position, header in iter_batches(data):
+        validate_records(data, position, header, check_max_timestamp=True)
+        count += header.record_count
+    return count
+
+
+def validate_python(data: bytes) -> int:
+    """``validate_ours`` with the pure-Python record scan, the compiled one's reference."""
+    compiled, validation.SCAN = validation.SCAN, validation._scan
+    try:
+        return validate_ours(data)
+    finally:
+        validation.SCAN = compiled
+
+
+def validate_kafka(data: bytes) -> int:
+    records = MemoryRecords(data)
+    count = 0
+    while (batch := records.next_batch()) is not None:
+        if not batch.validate_crc():
+            raise ValueError("kafka-python finds a bad CRC")
+        for record in batch:
+            _ = (record.offset, record.key, record.value, record.headers)
+            count += 1
+    return count
+
+
+def measure(codec: Compression, args: argparse.Namespace) -> list[list[str]]:
+    value = b"v" * args.value_bytes
+    per_batch = max(1, args.batch_bytes // (args.value_bytes + 8))
+    sizes = batch_sizes(args.records, per_batch)
+    ours = encode_ours(sizes, value, codec)
+    theirs = encode_kafka(sizes, value, codec)
+    assert len(decode_batches(ours)) == args.records == read_kafka(theirs) == read_kafka(ours)
+    cases = [
+        ("encode", "BatchBuilder", lambda: len(encode_ours(sizes, value, codec)) and args.records,
+         lambda: len(encode_kafka(sizes, value, codec)) and args.records),
+        ("decode", "decode_batches (Record)", lambda: len(decode_batches(ours)),
+         lambda: read_kafka(theirs)),
+        ("decode", "SDK decode_records (lazy)", lambda: decode_sdk(ours),
+         lambda: read_kafka(theirs)),
+        ("validate", "validate_batch + records", lambda: validate_ours(ours),
+         lambda: validate_kafka(theirs)),
+    ]  # fmt: skip
+    if decoder.COMPILED:
+        cases.insert(3, ("decode", "... Python loops", lambda: decode_sdk_python(ours),
+                         lambda: read_kafka(theirs)))  # fmt: skip
+    if validation.SCAN is not validation._scan:
+        cases.append(("validate", "... Python scan", lambda: validate_python(ours),
+                      lambda: validate_kafka(theirs)))  # fmt: skip
+    rows = []
+    for what, how, ours_run, kafka_run in cases:
+        progress(f"{codec.name.lower()}: {what} ({how})")
+        mine, reference = best_rate(ours_run, args.repeat), best_rate(kafka_run, args.repeat)
+        aim = ratio(mine, AIM_RECORDS_S) if what != "validate" else "-"
+        rows.append(
+            [what, codec.name.lower(), how, num(mine), num(reference), ratio(mine, reference), aim]
+        )
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--records", type=int, default=200_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--value-bytes", type=int, default=100)
+    parser.add_argument("--batch-bytes", type=int, default=16 * 1024)
+    args = parser.parse_args(argv)
+    scan = "pure Python" if validation.SCAN is validation._scan else "compiled"
+    scan += ", lazy decoder: " + ("compiled" if decoder.COMPILED else "pure Python")
+    print(
+        f"codec benchmark: {args.records:,} records of {args.value_bytes} B in batches of "
+        f"~{args.batch_bytes // 1024} KiB, best of {args.repeat}; Python "
+        f"{platform.python_version()}, {platform.machine()}; record scan: {scan}"
+    )
+    rows = []
+    for codec in (Compression.NONE, Compression.LZ4):
+        rows += measure(codec, args)
+    headers = ["what", "codec", "Meridian", "records/s", "kafka-python/s", "vs kafka", "vs aim"]
+    print_table("Record codec, one thread (records/s)", headers, rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

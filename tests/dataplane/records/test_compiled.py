@@ -1,0 +1,149 @@
+"""The compiled loops against their reference, the Python ones. The record scan: same
+counts and timestamp range for good records, same record index, reason and delta for
+bad ones. The lazy decoder: same records (offsets, timestamps, keys, values, header
+blocks) and skipped count, or the same error and message."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dataplane.records import (
+    RECORDS_OFFSET,
+    BatchBuilder,
+    FetchedBatch,
+    LazyHeaders,
+    decoder,
+    validation,
+)
+from dataplane.records.varint import varint
+
+pytestmark = pytest.mark.skipif(
+    validation._compiled_scan is None or decoder._compiled_decode is None,
+    reason="the compiled codec is not built here",
+)
+FAST = settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
+
+HEADER_KEYS = st.sampled_from(["x-lane", "x-trace-id", "é", ""])
+HEADERS = st.lists(st.tuples(HEADER_KEYS, st.none() | st.binary(max_size=8)), max_size=3)
+RECORDS = st.lists(
+    st.tuples(
+        st.none() | st.binary(max_size=20),
+        st.none() | st.binary(max_size=40),
+        st.integers(min_value=-(2**40), max_value=2**40),
+        HEADERS,
+    ),
+    min_size=1,
+    max_size=12,
+)
+
+
+def _records(items: list[tuple[bytes | None, bytes | None, int, list]]) -> bytes:
+    builder = BatchBuilder(base_timestamp=0)
+    for key, value, timestamp, headers in items:
+        builder.append(value, key=key, timestamp=timestamp, headers=headers)
+    return builder.build()[RECORDS_OFFSET:]
+
+
+def _outcome(scan: object, data: bytes, pos: int, end: int) -> tuple[object, ...]:
+    try:
+        return ("ok", *scan(data, pos, end))  # type: ignore[operator]
+    except validation._RecordFaultError as fault:
+        return ("fault", fault.index, fault.reason, fault.delta)
+
+
+def _same(data: bytes, pos: int = 0, end: int | None = None) -> None:
+    end = len(data) if end is None else end
+    expected = _outcome(validation._scan, data, pos, end)
+    assert _outcome(validation._scan_compiled, data, pos, end) == expected
+
+
+@FAST
+@given(RECORDS)
+def test_good_records_scan_alike(items: list) -> None:
+    _same(_records(items))
+
+
+@FAST
+@given(RECORDS, st.data())
+def test_damaged_records_fail_alike(items: list, data: st.DataObject) -> None:
+    raw = bytearray(_records(items))
+    for _ in range(data.draw(st.integers(min_value=1, max_value=4))):
+        at = data.draw(st.integers(min_value=0, max_value=len(raw) - 1))
+        raw[at] = data.draw(st.integers(min_value=0, max_value=255))
+    cut = data.draw(st.integers(min_value=0, max_value=len(raw)))
+    _same(bytes(raw), 0, cut)  # a cut batch, the bytes after it still readable
+    _same(bytes(raw[:cut]))  # nothing after the cut
+
+
+@FAST
+@given(st.binary(max_size=64))
+def test_arbitrary_bytes_fail_alike(raw: bytes) -> None:
+    _same(raw)
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        varint(2**31 - 1),  # a length past the batch
+        b"\x0c\x00\x00\x02\x01\x01\x00" + b"\x00" * 6,  # offset delta 1 for record 0
+        b"\x0c\x00\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01",  # varlong past 10 bytes
+        b"\x14\x00\x00\x00\x01\x01\x02\x04\xff\xfe\x01",  # header key not UTF-8
+        b"\x0a\x00\x00\x00\xff\xff\xff\xff\x1f\x01",  # key length past int32
+        b"\x08\x01\x00\x00\x01\x01\x00",  # attributes not 0
+        b"\x0a\x00\x00\x00\x01\x01\x04",  # header count past the record
+    ],
+)
+def test_crafted_faults_match(record: bytes) -> None:
+    _same(record)
+
+
+# --- the lazy decoder ----------------------------------------------------------------
+
+
+class _Rec:
+    __slots__ = ("_headers", "_source", "key", "offset", "timestamp", "value")
+
+
+def _decoded(run: object, *args: object) -> tuple[object, ...]:
+    try:
+        records, skipped = run(*args)  # type: ignore[operator]
+    except (IndexError, ValueError) as err:
+        return ("error", type(err).__name__, str(err))
+    rows = [
+        (r.offset, r.timestamp, r.key, r.value, r._source,
+         (r._headers.start, r._headers.stop) if isinstance(r._headers, LazyHeaders) else r._headers)
+        for r in records
+    ]  # fmt: skip
+    return ("ok", rows, skipped)
+
+
+def _same_decoding(data: bytes, end: int, base: int, min_offset: int, dense: bool) -> None:
+    batch = FetchedBatch(base, base + 5, 1000, 1000, 0, -1, 6, data, 0, end)
+    reference = decoder._decode_dense if dense else decoder._decode
+    expected = _decoded(reference, batch, _Rec, "src", min_offset, LazyHeaders)
+    compiled = decoder._compiled_decode
+    got = _decoded(compiled, data, 0, end, base, 1000, min_offset, dense, _Rec, "src", LazyHeaders)
+    assert got == expected
+
+
+@FAST
+@given(RECORDS, st.data())
+def test_lazy_decoding_alike_on_good_and_damaged_records(items: list, data: st.DataObject) -> None:
+    raw = bytearray(_records(items))
+    for _ in range(data.draw(st.integers(min_value=0, max_value=3))):
+        at = data.draw(st.integers(min_value=0, max_value=len(raw) - 1))
+        raw[at] = data.draw(st.integers(min_value=0, max_value=255))
+    end = data.draw(st.integers(min_value=0, max_value=len(raw)))
+    base = data.draw(st.integers(min_value=0, max_value=2**40))
+    skip = data.draw(st.integers(min_value=0, max_value=len(items)))
+    for dense in (True, False):
+        _same_decoding(bytes(raw), end, base, base + skip, dense)
+        _same_decoding(bytes(raw), len(raw), base, base + skip, dense)
+
+
+@FAST
+@given(st.binary(max_size=64), st.booleans())
+def test_lazy_decoding_alike_on_arbitrary_bytes(raw: bytes, dense: bool) -> None:
+    _same_decoding(raw, len(raw), 7, 0, dense)
