@@ -201,7 +201,7 @@ def prepare_database(platform: Platform) -> str:
     from django.core.management import call_command
 
     from controlplane.accounts.identity import LocalIdentity, get_identity
-    from controlplane.tenants.choices import PLATFORM_ADMIN_ROLE
+    from controlplane.core.choices import PLATFORM_ADMIN_ROLE
 
     call_command("migrate", verbosity=0)
     identity = get_identity()

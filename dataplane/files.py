@@ -67,7 +67,7 @@ def create_file(path: StrPath, data: bytes, *, private: bool = False) -> bool:
     except FileExistsError:
         return False
     finally:
-        temporary.unlink()
+        temporary.unlink(missing_ok=True)  # never hides the link's own error
     fsync_directory(target.parent)
     return True
 

@@ -140,8 +140,7 @@ class Controller:
         if self.active:
             log.info("controller %s stops and gives its lease up", self.controller_id)
         self.active = False
-        self.lease.release()
-        self.pusher.close()
+        self.lease.release()  # the gateway's channels are the process's, shared: kept
 
     # -- one cluster ----------------------------------------------------------------------
     def _clusters(self) -> list[Cluster]:

@@ -23,7 +23,6 @@ from django.utils import timezone
 from controlplane.core.choices import ProvisioningStatus
 from controlplane.core.models import AuditEvent
 from controlplane.gateway import admin
-from controlplane.gateway.channels import drop_channel
 from controlplane.regions.models import Broker
 from controlplane.tenants.models import Tenant
 from dataplane._gen.meridian.v1 import admin_pb2
@@ -49,7 +48,6 @@ class MetadataPusher:
 
     def __init__(self, timeout_s: float) -> None:
         self.timeout_s = timeout_s
-        self._addresses: set[str] = set()
 
     def push(
         self, brokers: Iterable[Broker], request: admin_pb2.UpdateMetadataRequest
@@ -58,15 +56,8 @@ class MetadataPusher:
         ``Broker.pk``."""
         with_identities(request)
         addresses = {broker.pk: broker.address for broker in brokers if broker.address}
-        self._addresses.update(addresses.values())
         answers = admin.update_metadata(addresses, request, timeout_s=self.timeout_s)
         return {pk: _outcome(answer) for pk, answer in answers.items()}
-
-    def close(self) -> None:
-        """Close the channels this pusher used."""
-        for address in self._addresses:
-            drop_channel(address)
-        self._addresses.clear()
 
 
 def _outcome(answer: admin_pb2.UpdateMetadataResponse | MeridianError) -> PushOutcome:

@@ -139,4 +139,6 @@ def update_metadata(
             outcomes[key] = call.result()
         except grpc.RpcError as exc:
             outcomes[key] = error_from_rpc(exc)
+            if exc.code() == grpc.StatusCode.UNAVAILABLE:  # as _call: reconnect at once
+                drop_channel(targets[key])
     return outcomes

@@ -40,9 +40,9 @@ class ClusterSnapshot:
     leaders: dict[str, dict[int, int]] = field(default_factory=dict)
     topic_errors: dict[str, int] = field(default_factory=dict)
     fetched_at: float = 0.0
-    # topic -> partition -> the leader epoch ``leaders`` names (0: a cluster no
-    # controller runs)
-    epochs: dict[str, dict[int, int]] = field(default_factory=dict)
+    # topic -> partition -> (the leader epoch ``leaders`` names, 0 in a cluster no
+    # controller runs; when that epoch was first seen, monotonic)
+    epochs: dict[str, dict[int, tuple[int, float]]] = field(default_factory=dict)
 
 
 # One broker's Metadata answer takes milliseconds (at most ~0.5 s while it asks its
@@ -52,9 +52,9 @@ ATTEMPT_TIMEOUT_S = 2.0
 # hang): past this, another broker is asked as well.
 HEDGE_AFTER_S = 0.75
 # A broker whose last push is behind (a hedged refresh's first answer may come from one)
-# names an older leader epoch than the snapshot: within this long of the snapshot, its
-# leader is ignored. Past it, an older epoch is believed (a topic deleted and created
-# again starts its epochs anew; there are no topic ids to tell).
+# names an older leader epoch than the snapshot: within this long of the newer epoch's
+# first sighting, its leader is ignored. Past it, an older epoch is believed (a topic
+# deleted and created again starts its epochs anew; there are no topic ids to tell).
 EPOCH_MEMORY_S = 10.0
 
 
@@ -110,7 +110,7 @@ class ClusterMetadata:
             leaders = {} if full else dict(old.leaders)
             epochs = {} if full else dict(old.epochs)
             errors = {} if full else dict(old.topic_errors)
-            recent = time.monotonic() - old.fetched_at < EPOCH_MEMORY_S
+            now = time.monotonic()
             for topic in response.topics:
                 if topic.error:
                     errors[topic.name] = topic.error
@@ -118,10 +118,8 @@ class ClusterMetadata:
                     epochs.pop(topic.name, None)
                     continue
                 errors.pop(topic.name, None)
-                leaders[topic.name], epochs[topic.name] = _newest(
-                    topic, old if recent else ClusterSnapshot()
-                )
-            self._snapshot = ClusterSnapshot(brokers, leaders, errors, time.monotonic(), epochs)
+                leaders[topic.name], epochs[topic.name] = _newest(topic, old, now)
+            self._snapshot = ClusterSnapshot(brokers, leaders, errors, now, epochs)
             return self._snapshot
 
     def snapshot(self) -> ClusterSnapshot:
@@ -216,17 +214,20 @@ class _Hedge:
 
 
 def _newest(
-    topic: broker_pb2.TopicMetadata, old: ClusterSnapshot
-) -> tuple[dict[int, int], dict[int, int]]:
+    topic: broker_pb2.TopicMetadata, old: ClusterSnapshot, now: float
+) -> tuple[dict[int, int], dict[int, tuple[int, float]]]:
     """``topic``'s leaders and epochs, each partition's from ``old`` where that names a
-    newer leader epoch than the answer (the answering broker's push is behind)."""
+    leader epoch newer than the answer's and first seen less than ``EPOCH_MEMORY_S`` ago
+    (the answering broker's push is behind)."""
     old_leaders = old.leaders.get(topic.name, {})
     old_epochs = old.epochs.get(topic.name, {})
-    leaders, epochs = {}, {}
+    leaders: dict[int, int] = {}
+    epochs: dict[int, tuple[int, float]] = {}
     for p in topic.partitions:
-        known = old_epochs.get(p.partition, -1)
-        if known > p.leader_epoch and p.partition in old_leaders:
-            leaders[p.partition], epochs[p.partition] = old_leaders[p.partition], known
-        else:
-            leaders[p.partition], epochs[p.partition] = p.leader_id, p.leader_epoch
+        known, seen_at = old_epochs.get(p.partition, (-1, now))
+        if known > p.leader_epoch and now - seen_at < EPOCH_MEMORY_S and p.partition in old_leaders:
+            leaders[p.partition], epochs[p.partition] = old_leaders[p.partition], (known, seen_at)
+            continue
+        leaders[p.partition] = p.leader_id
+        epochs[p.partition] = (p.leader_epoch, seen_at if known == p.leader_epoch else now)
     return leaders, epochs

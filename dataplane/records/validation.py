@@ -70,6 +70,7 @@ try:  # the compiled scan (native/, built by ./dev); ``_scan`` below is its refe
     from meridian_codec import scan_records as _compiled_scan
 except ImportError:  # an install without it (no Rust toolchain): the Python scan runs
     _compiled_scan = None
+COMPILED = _compiled_scan is not None
 _VALID_KEYS: Final[set[bytes]] = set()
 """Header keys found to be UTF-8 (a few names such as ``x-trace-id`` recur endlessly);
 at most ``_KEYS_KEPT`` of at most ``_KEY_BYTES_KEPT`` bytes, so clients cannot grow it."""

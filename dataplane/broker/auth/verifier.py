@@ -13,9 +13,10 @@ checks every claim's type (``dataplane.client.claims``: ``realm_access`` an obje
 they expire (bounded by ``max_cached_tokens``), so a client's every call costs one dict
 lookup instead of an RSA verification.
 
-Keys (``JwksKeys``) are fetched with PyJWT's ``PyJWKClient`` (``JwksKeys.from_url``; or
-by any function returning a JWKS document, as the local issuer reads its own database)
-and parsed by PyJWT; the cache policy on top is ours, since ``PyJWKClient``'s own drops
+Keys (``JwksKeys``) are fetched by ``fetch_jwks`` (``JwksKeys.from_url``: no redirects,
+at most ``MAX_JWKS_BYTES`` read, which PyJWT's ``PyJWKClient`` does not bound; or by any
+function returning a JWKS document, as the local issuer reads its own database) and
+parsed by PyJWT (``PyJWKSet``); the cache policy is ours, since ``PyJWKClient``'s drops
 every key on an outage and waits out a cooldown after every fetch before a rotated key is
 looked up. Only RSA signing keys for RS256 are kept. They are fetched when first needed,
 kept ``ttl_s``, and fetched again when a token names an unknown ``kid`` (a key rotation),
@@ -27,9 +28,12 @@ Blocking (HTTP, RSA): call it off the event loop. Thread-safe.
 
 from __future__ import annotations
 
+import http.client
+import json
 import logging
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -46,7 +50,8 @@ JWKS_TIMEOUT_S = 5.0
 # What a fetch raises when the issuer cannot be reached or answers nonsense: PyJWKClient
 # raises PyJWKClientError subclasses, and a fetch function may raise OSError (network)
 # or ValueError (a document that is not JSON).
-FETCH_ERRORS = (jwt.PyJWKClientError, OSError, ValueError)
+FETCH_ERRORS = (jwt.PyJWKClientError, OSError, ValueError, http.client.HTTPException)
+MAX_JWKS_BYTES = 1 << 20  # every read has a byte limit; a JWKS is a few KiB
 
 Fetch = Callable[[], Mapping[str, Any]]
 
@@ -83,9 +88,9 @@ class JwksKeys:
     def from_url(
         cls, url: str, *, ttl_s: float = 300.0, timeout_s: float = JWKS_TIMEOUT_S
     ) -> JwksKeys:
-        """Keys from the JWKS at ``url`` (http or https; redirects are not followed)."""
-        client = jwt.PyJWKClient(url, cache_jwk_set=False, timeout=timeout_s)
-        return cls(client.fetch_data, ttl_s=ttl_s)
+        """Keys from the JWKS at ``url`` (http or https; redirects are not followed; at
+        most ``MAX_JWKS_BYTES`` are read)."""
+        return cls(lambda: fetch_jwks(url, timeout_s), ttl_s=ttl_s)
 
     def key(self, kid: str) -> jwt.PyJWK:
         """The public key named ``kid``; ``InvalidToken`` if the issuer has none,
@@ -117,6 +122,26 @@ class JwksKeys:
             return
         self._keys = _rs256_signing_keys(document)
         self._loaded_at = now
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None  # a 3xx is then an HTTPError: the configured URL is the issuer's
+
+
+def fetch_jwks(url: str, timeout_s: float = JWKS_TIMEOUT_S) -> dict[str, Any]:
+    """The JSON object at ``url``; ``ValueError`` past ``MAX_JWKS_BYTES`` or when it is
+    not a JSON object, ``OSError`` when the issuer cannot be asked."""
+    opener = urllib.request.build_opener(_NoRedirects())
+    request = urllib.request.Request(url, headers={"Accept": "application/json"})
+    with opener.open(request, timeout=timeout_s) as response:
+        body = response.read(MAX_JWKS_BYTES + 1)
+    if len(body) > MAX_JWKS_BYTES:
+        raise ValueError(f"the JWKS at {url} is larger than {MAX_JWKS_BYTES} bytes")
+    document = json.loads(body)
+    if not isinstance(document, dict):
+        raise ValueError(f"the JWKS at {url} is not a JSON object")
+    return document
 
 
 def _rs256_signing_keys(document: Mapping[str, Any]) -> dict[str, jwt.PyJWK]:

@@ -156,11 +156,7 @@ def test_every_replica_is_checked_and_a_replica_in_the_wrong_role_is_reported(
     brokers = list(cluster_row.brokers.all())
     request = metadata_request(cluster_row, brokers, controller_id="test", epoch=1)
     request.cluster_id = "meridian"  # the test brokers' own cluster id
-    pusher = MetadataPusher(timeout_s=5)
-    try:
-        outcomes = pusher.push(brokers, request)
-    finally:
-        pusher.close()
+    outcomes = MetadataPusher(timeout_s=5).push(brokers, request)
     assert all(o.response is not None for o in outcomes.values()), outcomes
     reconcile_cluster(cluster_row.pk)
     assert not DriftFinding.objects.filter(kind="role", resolved_at__isnull=True).exists()

@@ -3,6 +3,9 @@
 
 from __future__ import annotations
 
+import threading
+import urllib.error
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -10,7 +13,14 @@ import pytest
 from dataplane._gen.meridian.v1 import admin_pb2
 from dataplane.broker.auth.authorizer import CONSUME, PRODUCE, Authorizer, tenant_of
 from dataplane.broker.auth.principal import Principal, reset_current, set_current
-from dataplane.broker.auth.verifier import InvalidToken, JwksKeys, JwksUnavailable, TokenVerifier
+from dataplane.broker.auth.verifier import (
+    MAX_JWKS_BYTES,
+    InvalidToken,
+    JwksKeys,
+    JwksUnavailable,
+    TokenVerifier,
+    fetch_jwks,
+)
 from dataplane.client.claims import tenant_group
 from dataplane.errors import ErrorCode
 from tests.support.issuer import TestIssuer, new_key, tenant_id
@@ -87,7 +97,7 @@ def test_without_any_key_an_outage_is_not_a_bad_token(issuer: TestIssuer) -> Non
 
 
 def test_keys_fetched_over_http_keep_serving_once_the_issuer_stops() -> None:
-    """``JwksKeys.from_url`` (PyJWT's JWKS client) against a live issuer; ttl 0, so every
+    """``JwksKeys.from_url`` against a live issuer; ttl 0, so every
     lookup fetches again: once the issuer is gone, the key already known still verifies,
     and a cache that never reached it reports the outage, not a bad token."""
     issuer = TestIssuer().start()
@@ -98,6 +108,40 @@ def test_keys_fetched_over_http_keep_serving_once_the_issuer_stops() -> None:
     assert verifier.verify(issuer.token(client_id="later")).client_id == "later"
     with pytest.raises(JwksUnavailable):
         JwksKeys.from_url(issuer.jwks_url).key(issuer.kid)
+
+
+def test_an_oversized_or_redirecting_jwks_is_an_outage_not_a_memory_sink() -> None:
+    """At most MAX_JWKS_BYTES are read from the issuer, and no redirect is followed."""
+    huge = b'{"keys": [' + b" " * (MAX_JWKS_BYTES + 10) + b"]}"
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path == "/moved":
+                self.send_response(302)
+                self.send_header("Location", "/huge")
+                self.end_headers()
+                return
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(huge)))
+            self.end_headers()
+            self.wfile.write(huge)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        with pytest.raises(ValueError, match="larger than"):
+            fetch_jwks(f"{base}/huge")
+        with pytest.raises(urllib.error.HTTPError, match="302"):
+            fetch_jwks(f"{base}/moved")
+        with pytest.raises(JwksUnavailable):
+            JwksKeys.from_url(f"{base}/huge").key("any")
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def test_a_verified_token_is_served_from_the_cache_until_it_expires(issuer: TestIssuer) -> None:
