@@ -32,7 +32,9 @@ PROCESS_LAUNCHERS = (
     "multiprocessing",
     "dataplane.local",
     "dataplane.demo",
-    "tests.support.",
+    "tests.support.brokers",
+    "tests.support.replication",
+    "tests.support.controlplane",
 )
 
 

@@ -23,7 +23,8 @@ from dataplane.records import (
     set_log_append_time,
     varint,
 )
-from tests.dataplane.client.support import CODECS, Spec, kafka_build, kafka_read
+from tests.dataplane.client.support import CODECS
+from tests.support.kafka_reference import Spec, kafka_build, kafka_read
 
 NOW = 1_700_000_000_000
 TP = ("t.t", 0)

@@ -19,14 +19,12 @@ from dataplane.records import (
 )
 from tests.dataplane.client.support import (
     CODECS,
-    Spec,
     accumulator,
     append_specs,
     drain_all,
     expected,
-    kafka_build,
-    kafka_read,
 )
+from tests.support.kafka_reference import Spec, kafka_build, kafka_read
 
 NOW = 1_700_000_000_000
 SPECS: list[Spec] = [

@@ -25,13 +25,11 @@ from dataplane.records import (
     set_log_append_time,
 )
 from dataplane.records.errors import CorruptBatchError, CrcMismatchError, TruncatedRecordError
+from tests.support.kafka_reference import Spec, kafka_build, kafka_read
 
 from .test_records import (
     CODECS,
-    Spec,
     build,
-    kafka_build,
-    kafka_read,
     ours,
     record_bytes,
     reframe,
