@@ -21,8 +21,13 @@ Contract:
   synced, a directory being synced) are not counted; each is closed before the call
   that opened it returns.
 
-Thread safety: one lock guards the LRU, the total, and every segment's pin count and
-open state. It may be taken while holding a segment's own lock, never the other way
+Interface: the cache drives a segment through ``CachedSegment`` (its ``open_files``,
+``close_files`` and ``finish_loading`` hooks), and keeps its own record of each segment
+in that segment's ``Pin`` (pin count, descriptors held, last use, closed for good). The
+segment reads that record (``Pin.closed_for_good``) but never writes it.
+
+Thread safety: one lock guards the LRU, the total, and every segment's ``Pin`` record
+and open state. It may be taken while holding a segment's own lock, never the other way
 round, and no file is opened or closed under it except the ``.log`` and mappings of the
 segment being opened or closed.
 """
@@ -34,10 +39,8 @@ import resource
 import threading
 import time
 from collections import OrderedDict, deque
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from dataplane.storage.segment_state import SegmentState
+from pathlib import Path
+from typing import Protocol
 
 log = logging.getLogger(__name__)
 
@@ -59,12 +62,41 @@ def default_max_open_files() -> int:
     return min(_MAX_DEFAULT_OPEN_FILES, soft - _HEADROOM)
 
 
+class CachedSegment(Protocol):
+    """The hooks a segment gives the cache (``LogSegment`` implements them).
+
+    The cache calls ``open_files`` and ``close_files`` under its own lock, and
+    ``finish_loading`` outside it, on the first pin while ``loading_deferred`` is true.
+    """
+
+    @property
+    def log_path(self) -> Path: ...
+
+    @property
+    def is_open(self) -> bool: ...
+
+    @property
+    def loading_deferred(self) -> bool: ...
+
+    def open_files(self) -> int:
+        """Open the segment's files; returns the descriptors now held."""
+        ...
+
+    def close_files(self, *, trim: bool) -> None:
+        """Close every descriptor and mapping (trimming preallocated indexes if ``trim``)."""
+        ...
+
+    def finish_loading(self) -> None:
+        """Check (and if need be rebuild) what a deferred load trusted."""
+        ...
+
+
 class SegmentFileCache:
     """A bounded LRU of open segments, counted in file descriptors. See the module doc."""
 
     def __init__(self, max_open_files: int) -> None:
         self._lock = threading.Lock()
-        self._open: OrderedDict[SegmentState, None] = OrderedDict()  # least recent first
+        self._open: OrderedDict[Pin, None] = OrderedDict()  # least recent first
         self._max_open_files = max(MIN_OPEN_FILES, max_open_files)
         self._open_files = 0
         # Unpinning stamps a segment with the current tick, not a clock reading (cheaper
@@ -93,27 +125,60 @@ class SegmentFileCache:
             self._max_open_files = max(MIN_OPEN_FILES, max_open_files)
             self._shrink()
 
-    def pin(self, segment: SegmentState) -> Pin:
-        """The context manager that pins ``segment`` (``LogSegment.pin`` hands it out)."""
+    def pin(self, segment: CachedSegment) -> Pin:
+        """The segment's ``Pin``: its record here, and the context manager that pins it
+        (``LogSegment.pin`` hands it out). One per segment."""
         return Pin(self, segment)
 
-    def adjust(self, segment: SegmentState, change: int) -> None:
+    def adjust(self, pin: Pin, change: int) -> None:
         """A pinned segment mapped (+1) or unmapped (-1) an index."""
         with self._lock:
-            segment._open_fds += change
+            pin.open_fds += change
             self._open_files += change
             if change > 0:
                 self._shrink()
 
-    def retire(self, segment: SegmentState, *, deleted: bool) -> None:
-        """The segment is closed for good (or deleted): close its files once unpinned."""
+    def retire(self, pin: Pin, *, deleted: bool) -> None:
+        """The segment is closed for good (or deleted): close its files once unpinned.
+
+        A deleted segment's indexes are not trimmed when they close: the files are gone.
+        """
         with self._lock:
             if deleted:
-                segment._deleted = True
-            else:
-                segment._retired = True
-            if not segment._pins:
-                self._close(segment)
+                pin.deleted = True
+            pin.closed_for_good = True
+            if not pin.pins:
+                self._close(pin)
+
+    def acquire(self, pin: Pin) -> None:
+        """Count one more pin of the segment, opening its files first if it is closed."""
+        segment = pin.segment
+        with self._lock:
+            if pin.closed_for_good:
+                raise FileNotFoundError(f"segment {segment.log_path} is closed")
+            if segment.is_open:
+                self._open.move_to_end(pin)
+                pin.pins += 1
+                return
+            files = segment.open_files()
+            pin.open_fds = files
+            self._open_files += files
+            self._open[pin] = None
+            self.opened += 1
+            pin.pins += 1
+            self._shrink()
+
+    def release(self, pin: Pin) -> None:
+        """Count one pin less; the last one may close the segment."""
+        with self._lock:
+            pin.pins -= 1
+            if pin.pins:
+                return
+            pin.last_used = self._tick
+            if pin.closed_for_good:
+                self._close(pin)
+            elif self._open_files > self._max_open_files:
+                self._shrink()
 
     def close_idle(self, idle_s: float) -> int:
         """Close unpinned segments unused for at least ``idle_s`` seconds (as far as the
@@ -131,11 +196,11 @@ class SegmentFileCache:
                     break
                 idle_tick = tick - 1
             idle = []
-            for segment in self._open:
-                if not segment._pins and segment._last_used <= idle_tick:
-                    idle.append(segment)
-            for segment in idle:
-                self._close(segment)
+            for pin in self._open:
+                if not pin.pins and pin.last_used <= idle_tick:
+                    idle.append(pin)
+            for pin in idle:
+                self._close(pin)
             return len(idle)
 
     def _shrink(self) -> None:
@@ -144,78 +209,63 @@ class SegmentFileCache:
         if excess <= 0:
             return
         victims = []
-        for segment in self._open:
-            if not segment._pins:
-                victims.append(segment)
-                excess -= segment._open_fds
+        for pin in self._open:
+            if not pin.pins:
+                victims.append(pin)
+                excess -= pin.open_fds
                 if excess <= 0:
                     break
-        for segment in victims:
-            self._close(segment)
+        for pin in victims:
+            self._close(pin)
 
-    def _close(self, segment: SegmentState) -> None:
-        if segment in self._open:
-            del self._open[segment]
-            self._open_files -= segment._open_fds
-            segment._open_fds = 0
+    def _close(self, pin: Pin) -> None:
+        if pin in self._open:
+            del self._open[pin]
+            self._open_files -= pin.open_fds
+            pin.open_fds = 0
             self.closed += 1
         try:
-            segment._close_files()
+            pin.segment.close_files(trim=not pin.deleted)
         except OSError:
-            log.exception("closing segment %s failed", segment.log_path)
+            log.exception("closing segment %s failed", pin.segment.log_path)
 
 
 class Pin:
-    """Pins a segment for the length of a ``with`` block, opening it first if closed.
+    """The cache's record of one segment, and the context manager that pins it.
 
-    Entering raises ``FileNotFoundError`` for a segment that was deleted or retired, and
-    any ``OSError`` opening its files. The first pin of a deferred segment checks its
-    indexes (``LogSegment._finish_loading``) outside the cache's lock. One instance per
-    segment, holding no state of its own: reads and appends take it on every call, so
-    entering and leaving do their work inline.
+    ``with pin:`` keeps the segment open (opening it first if closed) for the length of
+    the block. Entering raises ``FileNotFoundError`` for a segment that was deleted or
+    retired, and any ``OSError`` opening its files. The first pin of a deferred segment
+    runs its ``finish_loading`` outside the cache's lock. Reads and appends take the pin
+    on every call, so entering and leaving stay small.
+
+    The record (``pins``, ``open_fds``, ``last_used``, ``deleted``, ``closed_for_good``)
+    is written only by the cache, under its lock.
     """
 
-    __slots__ = ("_cache", "_segment")
+    __slots__ = ("_cache", "closed_for_good", "deleted", "last_used", "open_fds", "pins", "segment")
 
-    def __init__(self, cache: SegmentFileCache, segment: SegmentState) -> None:
+    def __init__(self, cache: SegmentFileCache, segment: CachedSegment) -> None:
         self._cache = cache
-        self._segment = segment
+        self.segment = segment
+        self.pins = 0
+        self.open_fds = 0
+        self.last_used = 0  # the cache's tick when last unpinned
+        self.deleted = False
+        self.closed_for_good = False  # retired or deleted: nothing reopens it
 
-    def __enter__(self) -> SegmentState:
-        cache, segment = self._cache, self._segment
-        with cache._lock:
-            if segment._deleted or segment._retired:
-                raise FileNotFoundError(f"segment {segment.log_path} is closed")
-            if segment._fd < 0:
-                files = segment._open_files()
-                segment._open_fds = files
-                cache._open_files += files
-                cache._open[segment] = None
-                cache.opened += 1
-                segment._pins += 1
-                cache._shrink()
-            else:
-                cache._open.move_to_end(segment)
-                segment._pins += 1
-        if segment._deferred:
+    def __enter__(self) -> None:
+        self._cache.acquire(self)
+        segment = self.segment
+        if segment.loading_deferred:
             try:
-                segment._finish_loading()
+                segment.finish_loading()
             except BaseException:
-                self.__exit__()
+                self._cache.release(self)
                 raise
-        return segment
 
     def __exit__(self, *exc: object) -> None:
-        cache, segment = self._cache, self._segment
-        with cache._lock:
-            segment._pins -= 1
-            if segment._pins:
-                return
-            segment._last_used = cache._tick
-            if segment._deleted or segment._retired:
-                cache._close(segment)
-            elif cache._open_files > cache._max_open_files:
-                cache._shrink()
+        self._cache.release(self)
 
 
 SEGMENT_FILES = SegmentFileCache(default_max_open_files())
