@@ -36,8 +36,14 @@ from dataplane.client.metadata import ClusterMetadata
 from dataplane.client.partitioner import Partitioner, PartitionerFn, make_partitioner
 from dataplane.client.sender import Sender
 from dataplane.errors import ErrorCode, MeridianError
-from dataplane.records import HEADER_SIZE, Compression, HeadersLike, as_bytes, encode_headers
-from dataplane.records.builder import records_size
+from dataplane.records import (
+    HEADER_SIZE,
+    Compression,
+    HeadersLike,
+    as_bytes,
+    builder,
+    encode_headers,
+)
 
 _CODECS = {codec.name.lower(): codec for codec in Compression}
 _NO_HEADERS = b"\x00"
@@ -271,7 +277,7 @@ class Producer:
         queues = self._topics.get(topic) or self._prepare(topic)
         if partition is not None and not (type(partition) is int and 0 <= partition < queues.count):
             queues = self._check_partition(topic, partition)
-        total, largest, earliest, keyed = records_size(records)
+        total, largest, earliest, keyed = builder.records_size(records)
         if earliest is not None and earliest < 0:
             raise MeridianError(ErrorCode.INVALID_TIMESTAMP, f"negative timestamp {earliest}")
         if largest > self._acc.max_record_bytes:

@@ -19,6 +19,7 @@ from dataplane.client import (
     RecordMetadata,
 )
 from dataplane.errors import ErrorCode
+from dataplane.records import builder
 from tests.support.brokers import BrokerProcess
 
 from .support import read_all
@@ -28,6 +29,18 @@ TopicMaker = Callable[..., str]
 
 def producer(broker: BrokerProcess, **settings: Any) -> Producer:
     return Producer(broker.address, **{"linger_ms": 2, **settings})
+
+
+@pytest.fixture(params=["compiled", "python"])
+def encoder(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The compiled encoder where built, and the pure-Python one (its reference, what an
+    install without a Rust toolchain runs)."""
+    if request.param == "python":
+        monkeypatch.setattr(builder, "encode_records", builder._encode_records)
+        monkeypatch.setattr(builder, "records_size", builder._records_size)
+    elif not builder.COMPILED_ENCODE:
+        pytest.skip("the compiled codec is not built here")
+    return str(request.param)
 
 
 def test_keyless_values_arrive_in_order_with_their_offsets(
@@ -46,7 +59,7 @@ def test_keyless_values_arrive_in_order_with_their_offsets(
 
 
 def test_keyed_records_go_where_send_puts_them(
-    shared_broker: BrokerProcess, topic: TopicMaker
+    shared_broker: BrokerProcess, topic: TopicMaker, encoder: str
 ) -> None:
     """murmur2 of the key, as Kafka's Java client; keyless ones mixed in stick together."""
     name = topic(3)
@@ -69,7 +82,7 @@ def test_keyed_records_go_where_send_puts_them(
 
 
 def test_headers_timestamps_tombstones_and_a_partition_round_trip(
-    shared_broker: BrokerProcess, topic: TopicMaker
+    shared_broker: BrokerProcess, topic: TopicMaker, encoder: str
 ) -> None:
     name = topic(2)
     records = [
@@ -94,7 +107,7 @@ def test_headers_timestamps_tombstones_and_a_partition_round_trip(
 
 
 def test_a_bad_record_refuses_the_whole_call(
-    shared_broker: BrokerProcess, topic: TopicMaker
+    shared_broker: BrokerProcess, topic: TopicMaker, encoder: str
 ) -> None:
     name = topic()
     with producer(shared_broker, max_request_bytes=10_000) as p:
@@ -149,7 +162,7 @@ def test_callbacks_run_per_record_and_once_per_call(
 
 
 def test_sticky_records_move_partition_as_batches_fill(
-    shared_broker: BrokerProcess, topic: TopicMaker
+    shared_broker: BrokerProcess, topic: TopicMaker, encoder: str
 ) -> None:
     name = topic(2)
     values = [b"v%d" % i + b"x" * 50 for i in range(500)]
