@@ -194,3 +194,18 @@ def test_a_refused_batch_fails_every_future_of_it(
             futures.result(10)
     assert info.value.code == ErrorCode.MESSAGE_TOO_LARGE
     assert [i for i, _ in futures.errors()] == [1] or [i for i, _ in futures.errors()] == [0, 1]
+
+
+def test_an_empty_call_is_done_at_once_and_a_closed_producer_refuses(
+    shared_broker: BrokerProcess, topic: TopicMaker
+) -> None:
+    name = topic()
+    p = producer(shared_broker)
+    empty = p.send_batch(name, iter([]))
+    called: list[DeliveryFutures] = []
+    empty.add_done_callback(called.append)
+    assert empty.result(0) == []
+    assert called == [empty]
+    p.close()
+    with pytest.raises(MeridianError, match="closed"):
+        p.send_batch(name, [b"too late"])
