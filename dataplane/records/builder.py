@@ -54,7 +54,11 @@ def encode_headers(headers: HeadersLike) -> bytes:
     """The header count and headers of one record (keys UTF-8, values nullable)."""
     items = list(headers.items() if isinstance(headers, Mapping) else headers)
     parts = [varint(len(items))]
-    for key, value in items:
+    for item in items:
+        pair = tuple(item)
+        if len(pair) != 2:
+            raise ValueError(f"a header is a (key, value) pair, not {len(pair)} items")
+        key, value = pair
         if not isinstance(key, str):
             raise TypeError(f"a header key must be a str, not {type(key).__name__}")
         encoded = key.encode()
@@ -217,6 +221,8 @@ def _encode_records(
             raise _indexed(index, error) from None
         timestamp = now if timestamp is None else timestamp
         first = timestamp if base is None else base
+        if not -(2**63) <= timestamp - first < 2**63:
+            raise ValueError(f"record {index}: timestamp delta past int64")
         record = encode_record(timestamp - first, delta, key, value, headers or b"\x00")
         if delta > 0 and written + len(record) > room:
             return index, base, highest, written

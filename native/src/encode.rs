@@ -68,7 +68,13 @@ fn encode_headers(headers: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
             Ok(t) => t.clone(),
             Err(_) => PyTuple::new(item.py(), item.try_iter()?.collect::<PyResult<Vec<_>>>()?)?,
         };
-        let (key, value): (Bound<'_, PyAny>, Bound<'_, PyAny>) = pair.extract()?;
+        if pair.len() != 2 {
+            let n = pair.len();
+            return Err(PyValueError::new_err(format!(
+                "a header is a (key, value) pair, not {n} items"
+            )));
+        }
+        let (key, value) = (pair.get_item(0)?, pair.get_item(1)?);
         let key = key.downcast::<PyString>().map_err(|_| {
             PyTypeError::new_err(format!("a header key must be a str, not {}", type_name(&key)))
         })?;

@@ -77,6 +77,9 @@ BAD = [
     [(None, b"v", None, True)],
     [(None, b"v", None, 2**70)],
     [(None, b"v", {"\ud800": b""})],
+    [(None, b"v", [("k", b"v", b"extra")])],
+    [(None, b"v", [["k", b"v"]])],
+    [(None, b"v", None, 2**62 + 2**61), (None, b"w", None, -(2**62) - 2**61)],
     [bytearray(b"copied"), memoryview(b"too"), (bytearray(b"k"), None, [("h", bytearray(b"x"))])],
 ]
 
