@@ -2,8 +2,9 @@
 
 Two ways in, for each workload:
 
-- **the SDK** (``dataplane.client``): ``Producer.send`` record by record, ``Consumer.poll``;
-  what an application gets.
+- **the SDK** (``dataplane.client``): ``Producer.send`` record by record and
+  ``Producer.send_batch`` ``SDK_SEND_BATCH`` records a call, ``Consumer.poll``; what an
+  application gets.
 - **raw gRPC** with prebuilt batches: RecordBatches of about ``PREBUILT_BATCH_BYTES``
   built once before timing and pushed over ``ProduceStream`` with ``PREBUILT_IN_FLIGHT``
   requests in flight; ``Fetch`` of ``FETCH_MAX_BYTES`` at a time, counting records from
@@ -59,6 +60,8 @@ MAX_MESSAGE_BYTES = 4 * MiB
 CREATE_CHUNK = 1000
 SDK_LINGER_MS = 10
 SDK_BATCH_BYTES = 1 * MiB
+SDK_SEND_BATCH = 10_000  # records per Producer.send_batch call
+SDK_SEND_BATCH_MODE = "SDK send_batch"
 SDK_CONSUMER = {"max_poll_records": 10_000, "max_partition_fetch_bytes": 4 * MiB}
 LATENCY_LINGER_MS = 0
 SDK_LATENCY_MODE = "SDK send / poll"
@@ -307,6 +310,32 @@ def sdk_produce(bootstrap: str, topic: str, value_bytes: int, records: int, max_
     return sent
 
 
+def sdk_produce_batch(
+    bootstrap: str, topic: str, value_bytes: int, records: int, max_s: float, acks: int | str
+) -> int:
+    """``Producer.send_batch`` of ``SDK_SEND_BATCH`` values at a time, then ``flush``;
+    returns the records sent, every one acknowledged (with ``acks`` above 0)."""
+    value = b"x" * value_bytes
+    producer = sdk("Producer")(
+        bootstrap, acks=acks, linger_ms=SDK_LINGER_MS, batch_bytes=SDK_BATCH_BYTES
+    )
+    calls = []
+    sent = 0
+    deadline = time.perf_counter() + max_s
+    try:
+        while sent < records and time.perf_counter() < deadline:
+            chunk = [value] * min(SDK_SEND_BATCH, records - sent)
+            calls.append(producer.send_batch(topic, chunk))
+            sent += len(chunk)
+        producer.flush()
+        for futures in calls:
+            if futures.exception(timeout=RPC_TIMEOUT_S) is not None:
+                raise futures.exception()
+    finally:
+        producer.close()
+    return sent
+
+
 def sdk_consume(bootstrap: str, topic: str, records: int, max_s: float) -> int:
     """``Consumer.poll`` from the start of partition 0; returns the records received."""
     consumer = sdk("Consumer")(bootstrap, group_id=None, **SDK_CONSUMER)
@@ -467,6 +496,28 @@ def produce_cases(
             with stopwatch(result):
                 result.records = sdk_produce(broker.address, topic, value_bytes, n, plan.max_case_s)
             results.append(result)
+            results += batch_cases(broker, plan, value_bytes, durability)
+    return results
+
+
+def batch_cases(
+    broker: MeridianBroker, plan: Plan, value_bytes: int, durability: str
+) -> list[Throughput]:
+    """``Producer.send_batch``, acks=1 and (with ``interval``) acks=all; on one broker the
+    in-sync replicas are the leader alone, so acks=all waits for nothing more here."""
+    results = []
+    for acks in (1, "all") if durability == "interval" else (1,):
+        topic = f"bench.sdk-batch-{value_bytes}-{durability}-{acks}"
+        broker.create_topic(topic, 1, durability)
+        n = plan.records_for(value_bytes)
+        mode = SDK_SEND_BATCH_MODE + ("" if acks == 1 else ", acks=all")
+        progress(f"Meridian: {mode}, {n:,} x {value_bytes} B, {durability}")
+        result = Throughput(MERIDIAN, "produce", mode, value_bytes, durability)
+        with stopwatch(result):
+            result.records = sdk_produce_batch(
+                broker.address, topic, value_bytes, n, plan.max_case_s, acks
+            )
+        results.append(result)
     return results
 
 

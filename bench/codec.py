@@ -7,8 +7,10 @@ and no header, in batches of about ``--batch-bytes`` (16 KiB, Kafka's default
 the same ``--records`` records.
 
 - encode: ``BatchBuilder.append`` per record, then ``build`` per batch (what storage,
-  the broker and tests build with; the SDK's accumulator writes the same bytes inline),
-  against kafka-python's ``DefaultRecordBatchBuilder.append`` and ``build``;
+  the broker and tests build with; the SDK's ``send`` writes the same bytes inline), and
+  ``BatchBuilder.extend`` with a batch's records in one call (the compiled encoder the
+  SDK's ``send_batch`` uses; once more with its pure-Python reference), against
+  kafka-python's ``DefaultRecordBatchBuilder.append`` and ``build``;
 - decode: ``decode_batches`` (every ``Record`` built, headers decoded: storage and the
   broker) and the SDK consumer's ``split_batches`` + ``decode_records`` (lazy headers,
   the dense fast path; compiled when built, and once more with the Python loops),
@@ -32,6 +34,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -44,6 +47,7 @@ from dataplane.client.types import RecordSource
 from dataplane.records import (
     BatchBuilder,
     Compression,
+    builder,
     decode_batches,
     decoder,
     iter_batches,
@@ -82,6 +86,25 @@ def encode_ours(sizes: list[int], value: bytes, codec: Compression) -> bytes:
             append(value, timestamp=T0_MS + n)
         parts.append(builder.build())
     return b"".join(parts)
+
+
+def extend_ours(sizes: list[int], value: bytes, codec: Compression) -> bytes:
+    """``BatchBuilder.extend``: a batch's records in one call (compiled where built)."""
+    parts = []
+    for size in sizes:
+        builder = BatchBuilder(compression=codec, base_timestamp=T0_MS)
+        builder.extend([value] * size, now=T0_MS)
+        parts.append(builder.build())
+    return b"".join(parts)
+
+
+def extend_python(sizes: list[int], value: bytes, codec: Compression) -> bytes:
+    """``extend_ours`` with the pure-Python encoder, the compiled one's reference."""
+    compiled, builder.encode_records = builder.encode_records, builder._encode_records
+    try:
+        return extend_ours(sizes, value, codec)
+    finally:
+        builder.encode_records = compiled
 
 
 def encode_kafka(sizes: list[int], value: bytes, codec: Compression) -> bytes:
@@ -159,6 +182,33 @@ def validate_kafka(data: bytes) -> int:
     return count
 
 
+def extend_cases(sizes: list[int], value: bytes, codec: Compression, records: int) -> list[Any]:
+    """The rows of ``BatchBuilder.extend``: compiled (where built) and pure Python."""
+    assert extend_ours(sizes, value, codec) == extend_python(sizes, value, codec)
+
+    def kafka() -> int:
+        return len(encode_kafka(sizes, value, codec)) and records
+
+    rows = [
+        (
+            "encode",
+            "BatchBuilder.extend",
+            lambda: len(extend_ours(sizes, value, codec)) and records,
+            kafka,
+        )
+    ]
+    if builder.COMPILED_ENCODE:
+        rows.append(
+            (
+                "encode",
+                "... Python encoder",
+                lambda: len(extend_python(sizes, value, codec)) and records,
+                kafka,
+            )
+        )
+    return rows  # fmt: skip
+
+
 def measure(codec: Compression, args: argparse.Namespace) -> list[list[str]]:
     value = b"v" * args.value_bytes
     per_batch = max(1, args.batch_bytes // (args.value_bytes + 8))
@@ -182,6 +232,7 @@ def measure(codec: Compression, args: argparse.Namespace) -> list[list[str]]:
     if validation.SCAN is not validation._scan:
         cases.append(("validate", "... Python scan", lambda: validate_python(ours),
                       lambda: validate_kafka(theirs)))  # fmt: skip
+    cases[1:1] = extend_cases(sizes, value, codec, args.records)
     rows = []
     for what, how, ours_run, kafka_run in cases:
         progress(f"{codec.name.lower()}: {what} ({how})")
@@ -202,6 +253,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     scan = "pure Python" if validation.SCAN is validation._scan else "compiled"
     scan += ", lazy decoder: " + ("compiled" if decoder.COMPILED else "pure Python")
+    scan += ", encoder: " + ("compiled" if builder.COMPILED_ENCODE else "pure Python")
     print(
         f"codec benchmark: {args.records:,} records of {args.value_bytes} B in batches of "
         f"~{args.batch_bytes // 1024} KiB, best of {args.repeat}; Python "

@@ -6,8 +6,8 @@ Every failure is a ``MeridianError`` with a typed ``code`` and ``retriable``.
 from dataplane.client.admin import Admin
 from dataplane.client.consumer import Consumer
 from dataplane.client.errors import BufferFull, BufferFullError, ConfigError
-from dataplane.client.future import DeliveryFuture
-from dataplane.client.producer import Producer
+from dataplane.client.future import DeliveryFuture, DeliveryFutures
+from dataplane.client.producer import Producer, ProducerRecord
 from dataplane.client.types import ConsumerRecord, RecordMetadata, TopicPartition
 from dataplane.errors import ErrorCode, MeridianError
 
@@ -19,9 +19,11 @@ __all__ = [
     "Consumer",
     "ConsumerRecord",
     "DeliveryFuture",
+    "DeliveryFutures",
     "ErrorCode",
     "MeridianError",
     "Producer",
+    "ProducerRecord",
     "RecordMetadata",
     "TopicPartition",
 ]

@@ -17,12 +17,12 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from dataplane.client.batch import ProducerBatch
 from dataplane.client.errors import BufferFullError
-from dataplane.client.future import DeliveryFuture, closed_error
+from dataplane.client.future import DeliveryFuture, Segment, closed_error
 from dataplane.client.partitioner import (
     STICKY_ALL,
     STICKY_KEYLESS,
@@ -31,9 +31,14 @@ from dataplane.client.partitioner import (
 )
 from dataplane.client.types import TopicPartition
 from dataplane.errors import ErrorCode, MeridianError
-from dataplane.records import HEADER_SIZE, NULL_VARINT, VARINT_TABLE_SIZE, VARINTS, varint
+from dataplane.records import HEADER_SIZE, NULL_VARINT, VARINT_TABLE_SIZE, VARINTS, builder, varint
 
 _RECORD_OVERHEAD = 24  # the most a record's varints and attribute byte take, roughly
+
+
+def _key_bytes(key: bytes | bytearray | memoryview | None) -> bytes | None:
+    """A key as the partitioner hashes it (checked bytes-like by ``records_size``)."""
+    return key if key is None or type(key) is bytes else bytes(key)
 
 
 @dataclass
@@ -81,7 +86,7 @@ class RecordAccumulator:
         self.buffer_memory = buffer_memory
         self._block_on_full = block_on_full
         self._max_block_s = max_block_s
-        self._max_record_bytes = max_record_bytes
+        self.max_record_bytes = max_record_bytes
         self.lock = threading.Lock()
         self._space = threading.Condition(self.lock)
         self.topics: dict[str, TopicQueues] = {}
@@ -123,8 +128,8 @@ class RecordAccumulator:
             klen = len(key)
             kv = (VARINTS[klen] if klen < VARINT_TABLE_SIZE else varint(klen)) + key + kv
         fixed = 1 + len(kv) + vlen + len(headers)  # all but the length and two deltas
-        if fixed > self._max_record_bytes:
-            self._too_large(fixed)
+        if fixed > self.max_record_bytes:
+            self.too_large(fixed)
         lock = self.lock  # acquire/release: a third cheaper than `with` per record
         lock.acquire()
         try:
@@ -185,11 +190,110 @@ class RecordAccumulator:
             self.wakeup()
         return DeliveryFuture(batch.result, count, timestamp)
 
-    def _too_large(self, size: int) -> None:
+    def append_many(
+        self,
+        topic: TopicQueues,
+        partition: int | None,
+        records: Sequence[object],
+        now: int,
+        reserve: int,
+        keyed: int,
+    ) -> list[Segment]:
+        """Encode ``records`` (checked by ``records_size``; ``keyed`` of them have a key)
+        into the batches of ``partition``, or of the partitions the partitioner chooses
+        when None; records without a timestamp take ``now``. All or none are queued:
+        ``reserve`` bytes of buffer are waited for first. Where each record went is in
+        the returned segments.
+
+        The records go in a few compiled calls, one per batch they fill, under the lock
+        (the sender drains after the call), so the per-record cost is the encoder's.
+        """
+        with self.lock:
+            if self.refusal is not None:
+                raise self.refusal
+            if self.used + reserve > self.buffer_memory and self.used:
+                self._wait_for_space(reserve)
+            if partition is not None:
+                segments = self._fill(topic, partition, False, records, now, None)
+            elif self._sticky_all or (not keyed and self._sticky_keyless):
+                segments = self._fill(topic, self._sticky(topic), True, records, now, None)
+            else:
+                segments = self._route(topic, records, now)
+        self.wakeup()
+        return segments
+
+    def _sticky(self, topic: TopicQueues) -> int:
+        if topic.sticky < 0:
+            topic.sticky = choose_sticky(topic.available, topic.count)
+        return topic.sticky
+
+    def _route(self, topic: TopicQueues, records: Sequence[object], now: int) -> list[Segment]:
+        """Records to the partitions the partitioner names, keyless ones to the sticky
+        partition when it keeps them (murmur2), each group in call order."""
+        groups: dict[int, list[int]] = {}
+        sticky_keyless = self._sticky_keyless
+        choose = self._partitioner.partition
+        for index, item in enumerate(records):
+            key = item[0] if type(item) is tuple else None
+            chosen = -1 if key is None and sticky_keyless else None
+            if chosen is None:
+                chosen = choose(topic.name, _key_bytes(key), topic.available, topic.count)
+            groups.setdefault(chosen, []).append(index)
+        segments: list[Segment] = []
+        for chosen, positions in groups.items():
+            part = [records[i] for i in positions]
+            if chosen < 0:
+                segments += self._fill(topic, self._sticky(topic), True, part, now, positions)
+            else:
+                segments += self._fill(topic, chosen, False, part, now, positions)
+        return segments
+
+    def _fill(
+        self,
+        topic: TopicQueues,
+        partition: int,
+        sticky: bool,
+        records: Sequence[object],
+        now: int,
+        positions: list[int] | None,
+    ) -> list[Segment]:
+        """Encode ``records`` into ``partition``'s batches, opening batches (or, for
+        ``sticky`` records, moving the sticky partition, as ``append`` does) as they fill."""
+        segments: list[Segment] = []
+        index, total, moved = 0, len(records), False
+        while index < total:
+            queue = topic.queues[partition]
+            if not queue:
+                self._open(topic, partition)
+            batch = queue[-1]
+            count, data = batch.count, batch.records
+            end, base, highest, written = builder.encode_records(
+                data, records, index, count, batch.base_timestamp if count else None, now,
+                max(0, batch.limit - len(data)),
+            )  # fmt: skip
+            if end > index:
+                assert base is not None  # records were written: both are set
+                assert highest is not None
+                segments.append(Segment(batch.result, count, index, end - index, positions))
+                batch.count = count + end - index
+                batch.base_timestamp = base
+                if not count or highest > batch.max_timestamp:
+                    batch.max_timestamp = highest
+                self.used += written
+                index, moved = end, False
+            if index < total:  # the batch is full
+                if sticky and topic.count > 1 and not moved:
+                    partition = choose_sticky(topic.available, topic.count, partition)
+                    topic.sticky, moved = partition, True
+                else:
+                    self._open(topic, partition)
+        return segments
+
+    def too_large(self, size: int) -> None:
         raise MeridianError(
             ErrorCode.MESSAGE_TOO_LARGE,
             f"a record of about {size} bytes does not fit max_request_bytes "
-            f"(at most {self._max_record_bytes} bytes of records per batch)",
+            f"(at most {self.max_record_bytes} bytes of records per batch)",
         )
 
     def _open(self, topic: TopicQueues, partition: int) -> None:

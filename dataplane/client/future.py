@@ -13,8 +13,9 @@ from __future__ import annotations
 import itertools
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
-from typing import TypeAlias
+from typing import NamedTuple, TypeAlias, overload
 
 from dataplane.client.types import RecordMetadata, TopicPartition
 from dataplane.errors import ErrorCode, MeridianError
@@ -176,6 +177,119 @@ class DeliveryFuture:
         state = "pending" if not self.done() else ("failed" if self._result.error else "done")
         tp = self._result.tp
         return f"DeliveryFuture({tp.topic}/{tp.partition} #{self._index}, {state})"
+
+
+class Segment(NamedTuple):
+    """Records ``start .. start + length - 1`` of a ``send_batch`` call (or, with
+    ``positions``, the call's records at ``positions[start:start + length]``), which are
+    records ``first .. first + length - 1`` of the batch completing ``result``."""
+
+    result: ProduceResult
+    first: int
+    start: int
+    length: int
+    positions: list[int] | None
+
+
+class DeliveryFutures(Sequence[DeliveryFuture]):
+    """The deliveries of one ``send_batch`` call: a sequence of ``DeliveryFuture`` (one per
+    record, in call order, made when asked for) and waits over all of them.
+
+    ``result`` waits and returns every record's ``RecordMetadata`` or raises the first
+    error; ``exception`` returns it (or None); ``errors`` every failed record's index and
+    error; ``add_done_callback(fn)`` calls ``fn(self)`` once, when every record is
+    delivered or failed. The waits cost one per batch the records went into, not one
+    per record.
+    """
+
+    __slots__ = ("_futures", "_results", "_segments", "_size", "_timestamps")
+
+    def __init__(self, segments: list[Segment], size: int, timestamps: Sequence[int]) -> None:
+        self._segments = segments
+        self._size = size
+        self._timestamps = timestamps  # each record's (create) timestamp
+        self._results = list({id(s.result): s.result for s in segments}.values())
+        self._futures: list[DeliveryFuture] | None = None
+
+    def _all(self) -> list[DeliveryFuture]:
+        if self._futures is None:
+            futures: list[DeliveryFuture | None] = [None] * self._size
+            stamps = self._timestamps
+            for result, first, start, count, positions in self._segments:
+                at = range(start, start + count) if positions is None else positions[start:]
+                for delta, index in zip(range(count), at, strict=False):
+                    futures[index] = DeliveryFuture(result, first + delta, stamps[index])
+            self._futures = futures  # type: ignore[assignment]
+        return self._futures  # type: ignore[return-value]
+
+    def __len__(self) -> int:
+        return self._size
+
+    @overload
+    def __getitem__(self, index: int) -> DeliveryFuture: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[DeliveryFuture]: ...
+    def __getitem__(self, index: int | slice) -> DeliveryFuture | list[DeliveryFuture]:
+        return self._all()[index]
+
+    def done(self) -> bool:
+        return all(result.done() for result in self._results)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait up to ``timeout`` seconds for every record; True once all are done."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for result in self._results:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not result.wait(remaining):
+                return False
+        return True
+
+    def exception(self, timeout: float | None = None) -> MeridianError | None:
+        """The first error of the batches the records went into (None if all delivered);
+        ``TimeoutError`` if not all are done within ``timeout`` seconds."""
+        if not self.wait(timeout):
+            raise TimeoutError(f"records not delivered within {timeout} s")
+        return next((r.error for r in self._results if r.error is not None), None)
+
+    def errors(self, timeout: float | None = None) -> list[tuple[int, MeridianError]]:
+        """``(index in the call, error)`` of every record that failed, in call order."""
+        if self.exception(timeout) is None:
+            return []
+        failed = ((i, f.exception()) for i, f in enumerate(self._all()))
+        return [(i, error) for i, error in failed if error is not None]
+
+    def result(self, timeout: float | None = None) -> list[RecordMetadata]:
+        """Every record's metadata, in call order; raises the first error (see
+        ``errors`` for all of them) or ``TimeoutError``."""
+        error = self.exception(timeout)
+        if error is not None:
+            raise error
+        return [future.metadata() for future in self._all()]
+
+    def add_done_callback(self, fn: Callable[[DeliveryFutures], object]) -> None:
+        """Call ``fn(self)`` once every record is delivered or failed, in the sender
+        thread (or now, if they all are)."""
+        lock = threading.Lock()
+        pending = [len(self._results)]
+
+        def one_done() -> None:
+            with lock:
+                pending[0] -= 1
+                if pending[0]:
+                    return
+            fn(self)
+
+        def all_done() -> None:
+            fn(self)
+
+        if not self._results:
+            _run(all_done)
+        for result in self._results:
+            result.add_callback(one_done)
+
+    def __repr__(self) -> str:
+        state = "done" if self.done() else "pending"
+        return f"DeliveryFutures({self._size} records in {len(self._results)} batches, {state})"
 
 
 def failed_future(tp: TopicPartition, error: MeridianError) -> DeliveryFuture:

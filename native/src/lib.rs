@@ -7,6 +7,8 @@
 //! The Python functions stay the reference; the tests compare each pair on random,
 //! damaged and crafted batches.
 
+mod encode;
+
 use pyo3::exceptions::{PyIndexError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyTuple};
@@ -503,5 +505,6 @@ fn decode_lazy<'py>(
 fn meridian_codec(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(scan_records, m)?)?;
     m.add_function(wrap_pyfunction!(decode_lazy, m)?)?;
+    encode::register(m)?;
     Ok(())
 }

@@ -150,3 +150,34 @@ def test_timestamps_now() -> None:
     (batch,) = drain_all(acc)
     _header, (record,) = decode_batch(batch.seal(Compression.NONE))
     assert before <= record.timestamp <= time.time_ns() // 1_000_000
+
+
+def _as_batch_records(specs: list[Spec]) -> list[tuple[object, ...]]:
+    return [(key, value, headers, ts) for key, value, ts, headers in specs]
+
+
+@pytest.mark.parametrize("codec", CODECS, ids=lambda c: c.name.lower())
+def test_append_many_writes_builder_bytes_that_kafka_python_reads(codec: Compression) -> None:
+    """``send_batch``'s path (``append_many``, the compiled encoder where built) seals
+    BatchBuilder's bytes, after records ``send`` put in the same batch."""
+    acc, topic = accumulator()
+    append_specs(acc, topic, SPECS[:2])
+    acc.append_many(topic, 0, _as_batch_records(SPECS[2:]), NOW, 0, 2)
+    (batch,) = drain_all(acc)
+    producer = {"producer_id": 9, "producer_epoch": 0, "base_sequence": 3}
+    data = batch.seal(codec, **producer)
+    assert data == build_reference(SPECS, compression=codec, **producer)
+    assert kafka_read(data)[1] == expected(SPECS)
+
+
+def test_append_many_fills_batches_at_batch_bytes() -> None:
+    acc, topic = accumulator(batch_bytes=1024)
+    specs: list[Spec] = [(None, bytes([i]) * 100, NOW + i, []) for i in range(40)]
+    segments = acc.append_many(topic, 0, _as_batch_records(specs), NOW, 0, 0)
+    batches = drain_all(acc)
+    assert len(batches) == len(segments) > 1
+    assert all(b.size <= 1024 for b in batches)
+    seen = [r.value for b in batches for r in decode_batch(b.seal(Compression.NONE))[1]]
+    assert seen == [s[1] for s in specs]
+    assert sum(s.length for s in segments) == 40
+    assert acc.used == sum(len(b.records) for b in batches)
