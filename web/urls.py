@@ -1,0 +1,22 @@
+"""``/console/``: the tenant's pages live under ``t/<tenant>/``."""
+
+from django.urls import path, re_path
+
+from web.views import dashboard, errors, home, topics
+
+app_name = "web"
+
+TOPIC = "t/<slug:tenant>/topics/<str:topic>/"
+
+urlpatterns = [
+    path("", home.index, name="index"),
+    path("t/<slug:tenant>/", dashboard.dashboard, name="dashboard"),
+    path("t/<slug:tenant>/topics/", topics.topic_list, name="topic-list"),
+    path("t/<slug:tenant>/topics/new/", topics.topic_create, name="topic-create"),
+    path(TOPIC, topics.topic_detail, name="topic-detail"),
+    path(TOPIC + "config/", topics.topic_config, name="topic-config"),
+    path(TOPIC + "partitions/", topics.topic_partitions, name="topic-partitions"),
+    path(TOPIC + "delete/", topics.topic_delete, name="topic-delete"),
+    # Anything else under /console/ is the console's 404 page, not the API's JSON one.
+    re_path(r"^.*$", errors.not_found, name="not-found"),
+]

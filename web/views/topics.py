@@ -1,0 +1,209 @@
+"""A tenant's topics: list (filter, sort, pages from the database), detail, create,
+change config, add partitions, delete with the name typed as confirmation.
+
+Reads use the REST API's queryset and filterset; writes the API's serializers and
+``controlplane.topics.services``. A topic is looked up within the URL's tenant only, so
+another tenant's topic is a 404 like a missing one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.paginator import Paginator
+from django.db.models import QuerySet
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+
+from controlplane.topics import services
+from controlplane.topics.api.serializers import TopicCreateSerializer, TopicUpdateSerializer
+from controlplane.topics.api.views import TopicViewSet
+from controlplane.topics.choices import Durability
+from controlplane.topics.filtersets import TopicFilterSet
+from controlplane.topics.models import Topic
+from web.access import Console, console_of, tenant_page
+from web.forms import FormState, submit
+from web.partitions import partition_rows
+
+PAGE_SIZE = 50
+# ?sort= value -> ORDER BY; the API's ordering fields, the full name breaking ties.
+SORTS = {
+    "name": ("full_name",),
+    "-name": ("-full_name",),
+    "partitions": ("partitions", "full_name"),
+    "-partitions": ("-partitions", "full_name"),
+    "status": ("status", "full_name"),
+    "-status": ("-status", "full_name"),
+    "created": ("created_at", "full_name"),
+    "-created": ("-created_at", "full_name"),
+}
+CONFIG_FIELDS = (
+    "retention_ms",
+    "retention_bytes",
+    "max_message_bytes",
+    "durability",
+    "min_insync_replicas",
+    "unclean_leader_election",
+)
+CREATE_FIELDS = ("name", "partitions", "replication_factor", "region", *CONFIG_FIELDS)
+DURABILITY_CHOICES = Durability.values
+BOOL_CHOICES = ["true", "false"]
+
+
+def tenant_topics(console: Console) -> QuerySet[Topic]:
+    return TopicViewSet.queryset.filter(tenant=console.tenant)
+
+
+def topic_in_tenant(console: Console, full_name: str) -> Topic:
+    topic = (
+        tenant_topics(console)
+        .prefetch_related("assignments__broker", "assignments__leader")
+        .filter(full_name=full_name)
+        .first()
+        if "\x00" not in full_name
+        else None
+    )
+    if topic is None:
+        raise Http404("no such topic")
+    return topic
+
+
+def check_form_tenant(console: Console, post: Any) -> None:
+    """A form naming a tenant must name the page's: any other is a 404, like the API's
+    answer for a tenant the caller cannot see."""
+    named = post.get("tenant")
+    if named is not None and named != console.tenant.slug:
+        raise Http404("no such tenant")
+
+
+@tenant_page()
+def topic_list(request: HttpRequest) -> HttpResponse:
+    console = console_of(request)
+    filters = TopicFilterSet(
+        data={"name": request.GET.get("name", "")}, queryset=tenant_topics(console)
+    )
+    sort = request.GET.get("sort", "name")
+    if sort not in SORTS:
+        sort = "name"
+    queryset = filters.qs.order_by(*SORTS[sort])
+    page = Paginator(queryset, PAGE_SIZE).get_page(request.GET.get("page"))
+    context = {
+        "page": page,
+        "name_filter": request.GET.get("name", ""),
+        "sort": sort,
+        "sorts": SORTS,
+    }
+    return render(request, "web/topics/list.html", context)
+
+
+@tenant_page()
+def topic_detail(request: HttpRequest, topic: str) -> HttpResponse:
+    console = console_of(request)
+    row = topic_in_tenant(console, topic)
+    context = {
+        "topic": row,
+        "partitions": partition_rows(row),
+        "config_form": _config_state(row),
+        "partitions_form": FormState(fields=("partitions",), values={}),
+        "delete_form": FormState(fields=("confirm",)),
+        "durability_choices": DURABILITY_CHOICES,
+        "bool_choices": BOOL_CHOICES,
+    }
+    return render(request, "web/topics/detail.html", context)
+
+
+@tenant_page()
+def topic_create(request: HttpRequest) -> HttpResponse:
+    console = console_of(request)
+    state = FormState(fields=CREATE_FIELDS)
+    if request.method == "POST":
+        check_form_tenant(console, request.POST)
+        state = FormState.from_post(request.POST, CREATE_FIELDS)
+        created = submit(
+            TopicCreateSerializer,
+            state,
+            lambda data: services.create_topic(console.tenant, actor=console.actor, **data),
+        )
+        if created is not None:
+            return redirect("web:topic-detail", tenant=console.tenant.slug, topic=created.full_name)
+    context = {
+        "form": state,
+        "durability_choices": DURABILITY_CHOICES,
+        "bool_choices": BOOL_CHOICES,
+    }
+    return render(request, "web/topics/create.html", context, status=_status(state))
+
+
+@tenant_page()
+def topic_config(request: HttpRequest, topic: str) -> HttpResponse:
+    return _update(request, topic, CONFIG_FIELDS, "config_form")
+
+
+@tenant_page()
+def topic_partitions(request: HttpRequest, topic: str) -> HttpResponse:
+    return _update(request, topic, ("partitions",), "partitions_form")
+
+
+@tenant_page()
+def topic_delete(request: HttpRequest, topic: str) -> HttpResponse:
+    console = console_of(request)
+    row = topic_in_tenant(console, topic)
+    if request.method != "POST":
+        return redirect("web:topic-detail", tenant=console.tenant.slug, topic=row.full_name)
+    check_form_tenant(console, request.POST)
+    typed = request.POST.get("confirm", "").strip()
+    if typed == row.full_name:
+        services.delete_topic(row, actor=console.actor)
+        return redirect("web:topic-list", tenant=console.tenant.slug)
+    state = FormState(fields=("confirm",), values={"confirm": typed})
+    state.errors = {"confirm": [f"type the topic's name, {row.full_name}, to delete it"]}
+    return _detail_with(request, row, "delete_form", state)
+
+
+def _update(
+    request: HttpRequest, full_name: str, fields: tuple[str, ...], form: str
+) -> HttpResponse:
+    console = console_of(request)
+    row = topic_in_tenant(console, full_name)
+    if request.method != "POST":
+        return redirect("web:topic-detail", tenant=console.tenant.slug, topic=row.full_name)
+    check_form_tenant(console, request.POST)
+    state = FormState.from_post(request.POST, fields)
+    updated = submit(
+        TopicUpdateSerializer,
+        state,
+        lambda data: services.update_topic(row, actor=console.actor, **data),
+        partial=True,
+    )
+    if updated is not None:
+        return redirect("web:topic-detail", tenant=console.tenant.slug, topic=row.full_name)
+    return _detail_with(request, row, form, state)
+
+
+def _detail_with(request: HttpRequest, row: Topic, form: str, state: FormState) -> HttpResponse:
+    """The detail page with one form showing what was typed and its errors (422)."""
+    context: dict[str, Any] = {
+        "topic": row,
+        "partitions": partition_rows(row),
+        "config_form": _config_state(row),
+        "partitions_form": FormState(fields=("partitions",)),
+        "delete_form": FormState(fields=("confirm",)),
+        "durability_choices": DURABILITY_CHOICES,
+        "bool_choices": BOOL_CHOICES,
+    }
+    context[form] = state
+    return render(request, "web/topics/detail.html", context, status=_status(state))
+
+
+def _config_state(row: Topic) -> FormState:
+    values = {name: _shown(getattr(row, name)) for name in CONFIG_FIELDS}
+    return FormState(fields=CONFIG_FIELDS, values=values)
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _status(state: FormState) -> int:
+    return 422 if state.errors else 200
