@@ -49,6 +49,6 @@ def signed_in_client(token: str) -> Client:
 @pytest.fixture
 def console_for(db: None, local_identity: LocalIdentity) -> ConsoleFactory:
     def make(**claims: object) -> Client:
-        return signed_in_client(token_for(local_identity, **claims))
+        return signed_in_client(token_for(local_identity, **claims))  # type: ignore[arg-type]
 
     return make
