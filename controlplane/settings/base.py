@@ -59,8 +59,9 @@ CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 X_FRAME_OPTIONS = "DENY"
 
 ROOT_URLCONF = "controlplane.urls"
-# Refusals Django makes itself answer in the API's error shape (as handler400-500 do).
-CSRF_FAILURE_VIEW = "controlplane.core.api.errors.csrf_failure_view"
+# Refusals Django makes itself answer in the API's error shape (as handler400-500 do);
+# the console's forms get the console's page (which defers to the API's view elsewhere).
+CSRF_FAILURE_VIEW = "web.views.errors.csrf_failure"
 WSGI_APPLICATION = "controlplane.wsgi.application"
 USE_TZ = True
 TIME_ZONE = "UTC"

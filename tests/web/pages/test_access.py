@@ -131,3 +131,14 @@ def test_vendored_scripts_are_served_by_the_control_plane(db: None) -> None:
     ):
         response = Client().get(path)
         assert response.status_code == 200, path
+
+
+def test_a_form_without_its_csrf_token_is_refused_with_the_console_page(
+    acme: Tenant, console_for: ConsoleFactory
+) -> None:
+    client = console_for(roles={"acme": "developer"})
+    client.handler.enforce_csrf_checks = True
+    response = client.post("/console/t/acme/topics/new/", {"name": "orders", "partitions": "1"})
+    assert response.status_code == 403
+    assert b"Reload the page" in response.content
+    assert not acme.topics.exists()
