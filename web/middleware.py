@@ -3,8 +3,9 @@
 ``ContentSecurityPolicyMiddleware`` sets one policy on every response: scripts and
 styles only from the control plane itself (no inline script, no ``eval``), no plugins,
 no framing. ``ConsoleErrorMiddleware`` answers a failing console view with the console's
-own 404, 403 and 500 pages (the project's URL handlers answer in the API's JSON shape):
-no stack trace, file path or broker address reaches a tenant; the 500 is logged."""
+own 404, 403 and 500 pages (the project's URL handlers answer in the API's JSON shape),
+and so a URL under ``/console/`` that matches nothing: no stack trace, file path or
+broker address reaches a tenant; the 500 is logged."""
 
 from __future__ import annotations
 
@@ -47,7 +48,14 @@ class ConsoleErrorMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        return self.get_response(request)
+        response = self.get_response(request)
+        if (
+            response.status_code == 404
+            and request.path.startswith(CONSOLE_PREFIX)
+            and response.get("Content-Type", "").startswith("application/json")
+        ):
+            return render(request, "web/404.html", status=404)  # handler404's answer
+        return response
 
     def process_exception(self, request: HttpRequest, exc: Exception) -> HttpResponse | None:
         if not request.path.startswith(CONSOLE_PREFIX):

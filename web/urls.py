@@ -1,8 +1,8 @@
 """``/console/``: the tenant's pages live under ``t/<tenant>/``."""
 
-from django.urls import path, re_path
+from django.urls import path
 
-from web.views import dashboard, errors, home, topics
+from web.views import dashboard, home, topics
 
 app_name = "web"
 
@@ -17,6 +17,4 @@ urlpatterns = [
     path(TOPIC + "config/", topics.topic_config, name="topic-config"),
     path(TOPIC + "partitions/", topics.topic_partitions, name="topic-partitions"),
     path(TOPIC + "delete/", topics.topic_delete, name="topic-delete"),
-    # Anything else under /console/ is the console's 404 page, not the API's JSON one.
-    re_path(r"^.*$", errors.not_found, name="not-found"),
 ]

@@ -1,14 +1,10 @@
-"""The console's answers outside its views: an unknown console URL, a refused form."""
+"""The console's answer outside its views to a form refused for its CSRF token."""
 
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from controlplane.core.api.errors import csrf_failure_view
 from web.middleware import CONSOLE_PREFIX
-
-
-def not_found(request: HttpRequest) -> HttpResponse:
-    raise Http404("no such page")  # the console's 404 page (web.middleware)
 
 
 def csrf_failure(request: HttpRequest, reason: str = "") -> HttpResponse:

@@ -25,16 +25,16 @@ from web.forms import FormState, submit
 from web.partitions import partition_rows
 
 PAGE_SIZE = 50
-# ?sort= value -> ORDER BY; the API's ordering fields, the full name breaking ties.
+# ?sort= value -> (label, ORDER BY): the API's ordering fields, the full name breaking ties.
 SORTS = {
-    "name": ("full_name",),
-    "-name": ("-full_name",),
-    "partitions": ("partitions", "full_name"),
-    "-partitions": ("-partitions", "full_name"),
-    "status": ("status", "full_name"),
-    "-status": ("-status", "full_name"),
-    "created": ("created_at", "full_name"),
-    "-created": ("-created_at", "full_name"),
+    "name": ("name, A to Z", ("full_name",)),
+    "-name": ("name, Z to A", ("-full_name",)),
+    "partitions": ("fewest partitions", ("partitions", "full_name")),
+    "-partitions": ("most partitions", ("-partitions", "full_name")),
+    "status": ("status", ("status", "full_name")),
+    "-status": ("status, reversed", ("-status", "full_name")),
+    "created": ("oldest", ("created_at", "full_name")),
+    "-created": ("newest", ("-created_at", "full_name")),
 }
 CONFIG_FIELDS = (
     "retention_ms",
@@ -84,13 +84,13 @@ def topic_list(request: HttpRequest) -> HttpResponse:
     sort = request.GET.get("sort", "name")
     if sort not in SORTS:
         sort = "name"
-    queryset = filters.qs.order_by(*SORTS[sort])
+    queryset = filters.qs.order_by(*SORTS[sort][1])
     page = Paginator(queryset, PAGE_SIZE).get_page(request.GET.get("page"))
     context = {
         "page": page,
         "name_filter": request.GET.get("name", ""),
         "sort": sort,
-        "sorts": SORTS,
+        "sorts": {key: label for key, (label, _) in SORTS.items()},
     }
     return render(request, "web/topics/list.html", context)
 
