@@ -81,7 +81,10 @@ fn nullable(data: &[u8], pos: u128, n: usize, what: &str) -> Result<(Field, u128
     }
     let (u, pos) = quick(data, pos)?;
     if u & 1 == 1 {
-        return Err(Bad::Value(format!("record {n} has {what} length {}", signed(u))));
+        return Err(Bad::Value(format!(
+            "record {n} has {what} length {}",
+            signed(u)
+        )));
     }
     Ok((Some((pos, u >> 1)), pos + (u >> 1)))
 }
@@ -129,7 +132,9 @@ impl Batch<'_> {
         if self.dense {
             *offset += 1;
         } else if u & 1 == 1 {
-            return Err(Bad::Value(format!("record {n} has a negative offset delta")));
+            return Err(Bad::Value(format!(
+                "record {n} has a negative offset delta"
+            )));
         } else {
             *offset = self.base_offset + (u >> 1) as i128;
         }
@@ -143,9 +148,18 @@ impl Batch<'_> {
         } else if pos + 1 == stop {
             None
         } else {
-            return Err(Bad::Value(format!("record {n}'s fields do not fill its length")));
+            return Err(Bad::Value(format!(
+                "record {n}'s fields do not fill its length"
+            )));
         };
-        Ok(Step::Take(Fields { offset: *offset, timestamp, key, value, headers, stop }))
+        Ok(Step::Take(Fields {
+            offset: *offset,
+            timestamp,
+            key,
+            value,
+            headers,
+            stop,
+        }))
     }
 }
 
@@ -160,6 +174,44 @@ struct Maker<'py> {
     header_sets: Option<&'py Bound<'py, PyDict>>,
     empty: Bound<'py, PyTuple>,
     last_timestamp: RefCell<Option<(i128, PyObject)>>,
+    /// Where a lazy record's six attributes live, when they are plain writable slots.
+    slots: Option<[isize; 6]>,
+}
+
+/// The attributes of a lazy record, in the order `make` fills them.
+const LAZY_FIELDS: [&str; 6] = ["offset", "timestamp", "key", "value", "_headers", "_source"];
+
+/// The instance offsets of `cls`'s slots named `LAZY_FIELDS`, when every one is a plain
+/// writable object slot and `cls` sets attributes the generic way: then storing into
+/// them is what `setattr` would do, without its lookups. None otherwise (setattr runs).
+fn slots(cls: &Bound<'_, PyType>) -> Option<[isize; 6]> {
+    let tp = cls.as_type_ptr();
+    // SAFETY: the GIL is held; `tp` is a live type, and a member descriptor's d_member
+    // is the PyMemberDef it was made from (pyo3 declares the field with another type).
+    unsafe {
+        // An exported C function: one address, so comparing addresses is sound here.
+        let generic = ffi::PyObject_GenericSetAttr as *const () as usize;
+        if (*tp).tp_setattro.map(|setattro| setattro as usize) != Some(generic) {
+            return None;
+        }
+        let mut offsets = [0isize; 6];
+        for (at, name) in offsets.iter_mut().zip(LAZY_FIELDS) {
+            let descr = cls.getattr(name).ok()?;
+            let ptr = descr.as_ptr();
+            if ffi::Py_TYPE(ptr) != std::ptr::addr_of_mut!(ffi::PyMemberDescr_Type) {
+                return None;
+            }
+            let member = (*ptr.cast::<ffi::PyMemberDescrObject>())
+                .d_member
+                .cast::<ffi::PyMemberDef>();
+            if (*member).type_code != ffi::Py_T_OBJECT_EX || (*member).flags & ffi::Py_READONLY != 0
+            {
+                return None;
+            }
+            *at = (*member).offset;
+        }
+        Some(offsets)
+    }
 }
 
 fn int(py: Python<'_>, value: i128) -> PyObject {
@@ -172,7 +224,10 @@ fn int(py: Python<'_>, value: i128) -> PyObject {
             }
             PyObject::from_owned_ptr(py, ptr)
         },
-        Err(_) => value.into_pyobject(py).map(|v| v.into_any().unbind()).unwrap_or(py.None()),
+        Err(_) => value
+            .into_pyobject(py)
+            .map(|v| v.into_any().unbind())
+            .unwrap_or(py.None()),
     }
 }
 
@@ -200,9 +255,9 @@ impl<'py> Maker<'py> {
     fn field(&self, range: Field) -> PyObject {
         match range {
             None => self.py.None(),
-            Some((start, len)) => {
-                PyBytes::new(self.py, cut(self.data.as_bytes(), start, len)).into_any().unbind()
-            }
+            Some((start, len)) => PyBytes::new(self.py, cut(self.data.as_bytes(), start, len))
+                .into_any()
+                .unbind(),
         }
     }
 
@@ -212,7 +267,10 @@ impl<'py> Maker<'py> {
             return Ok(self.empty.clone().into_any().unbind());
         };
         let call = || {
-            self.headers_of.call1((self.data, start, stop)).map(Bound::unbind).map_err(Bad::Raised)
+            self.headers_of
+                .call1((self.data, start, stop))
+                .map(Bound::unbind)
+                .map_err(Bad::Raised)
         };
         let Some(sets) = self.header_sets else {
             return call();
@@ -264,8 +322,26 @@ impl<'py> Maker<'py> {
                 }
                 return Ok(record);
             }
-            let bound = record.bind(py);
             let [offset, timestamp, key, value, headers] = items;
+            if let Some(offsets) = self.slots {
+                let fields = [
+                    offset,
+                    timestamp,
+                    key,
+                    value,
+                    headers,
+                    self.source.clone().unbind(),
+                ];
+                for (at, item) in offsets.into_iter().zip(fields) {
+                    // SAFETY: `at` is the offset of an object slot of `cls` (see `slots`),
+                    // empty in a new instance; it takes the reference.
+                    let slot = obj.cast::<u8>().offset(at).cast::<*mut ffi::PyObject>();
+                    let old = std::mem::replace(&mut *slot, item.into_ptr());
+                    ffi::Py_XDECREF(old);
+                }
+                return Ok(record);
+            }
+            let bound = record.bind(py);
             let set = |name: &Bound<'py, pyo3::types::PyString>, item: PyObject| {
                 bound.setattr(name, item).map_err(Bad::Raised)
             };
@@ -306,8 +382,19 @@ pub fn decode_records<'py>(
     let eager = cls.is_subclass_of::<PyTuple>()?;
     let empty = PyTuple::empty(py);
     let last_timestamp = RefCell::new(None);
-    let maker =
-        Maker { py, data, cls, eager, source, headers_of, header_sets, empty, last_timestamp };
+    let slots = if eager { None } else { slots(cls) };
+    let maker = Maker {
+        py,
+        data,
+        cls,
+        eager,
+        source,
+        headers_of,
+        header_sets,
+        empty,
+        last_timestamp,
+        slots,
+    };
     let batch = Batch {
         data: data.as_bytes(),
         end: u128::from(end),
@@ -322,13 +409,15 @@ pub fn decode_records<'py>(
     let mut offset = batch.base_offset - 1; // a dense batch's: the previous record's offset
     while pos < batch.end {
         let n = out.len() + skipped;
-        let step = batch.record(pos, n, &mut offset).and_then(|step| match step {
-            Step::Skip(stop) => Ok((None, stop)),
-            Step::Take(fields) => {
-                let stop = fields.stop;
-                maker.make(fields).map(|record| (Some(record), stop))
-            }
-        });
+        let step = batch
+            .record(pos, n, &mut offset)
+            .and_then(|step| match step {
+                Step::Skip(stop) => Ok((None, stop)),
+                Step::Take(fields) => {
+                    let stop = fields.stop;
+                    maker.make(fields).map(|record| (Some(record), stop))
+                }
+            });
         match step {
             Ok((record, stop)) => {
                 match record {

@@ -200,3 +200,45 @@ def test_compiled_records_of_atomic_fields_are_left_to_reference_counting() -> N
     plain, tagged = decoder.decode_batches(batch.build())
     assert not gc.is_tracked(plain)
     assert gc.is_tracked(tagged)
+
+
+class _Watched:
+    """A record class that sees every attribute set: slots must not be written behind it."""
+
+    __slots__ = ("_headers", "_source", "key", "offset", "seen", "timestamp", "value")
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name != "seen":
+            object.__setattr__(self, "seen", (*getattr(self, "seen", ()), name))
+        object.__setattr__(self, name, value)
+
+
+class _Derived(_Rec):
+    """A subclass that turns one slot into a property: it is set through it."""
+
+    __slots__ = ("_offset",)
+
+    @property  # type: ignore[override]
+    def offset(self) -> int:
+        return self._offset + 1_000_000
+
+    @offset.setter
+    def offset(self, value: int) -> None:
+        self._offset = value
+
+
+@pytest.mark.parametrize("cls", [_Watched, _Derived])
+def test_record_classes_that_set_attributes_their_own_way_are_honoured(cls: type) -> None:
+    """The compiled loop stores into slots directly only where ``setattr`` would."""
+    batch = BatchBuilder(base_timestamp=10)
+    for index in range(3):
+        batch.append(b"v%d" % index, headers=[("h", b"x")] if index else [])
+    data = batch.build()[RECORDS_OFFSET:]
+    args = (data, 0, len(data), 5, 10, 0, True, cls, "src", LazyHeaders, None)
+    shape = {
+        _Watched: lambda r: (r.offset, r.key, r.value, r.seen),
+        _Derived: lambda r: (r.offset, r._offset, r.value),
+    }[cls]
+    compiled = [shape(r) for r in decoder._compiled_decode(*args)[0]]
+    assert compiled == [shape(r) for r in decoder._decode(*args)[0]]
+    assert compiled[0][0] in (5, 1_000_005)
