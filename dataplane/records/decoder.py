@@ -331,7 +331,11 @@ def decode_lazy(
     ``cls`` has the slots ``offset``, ``timestamp``, ``key``, ``value``, ``_headers``
     (a tuple of headers, or a ``lazy`` instance when the record has any) and
     ``_source`` (set to ``source``, what the records of a batch share); records are
-    built without calling its ``__init__``. Raises ``TruncatedRecordError`` when a
+    built without calling its ``__init__``. The records are read-only by contract: the
+    compiled loop leaves those of a class without ``__dict__`` to reference counting
+    (the cycle collector does not scan them, as it does not scan a tuple of atomic
+    values), since nothing they refer to refers back to them; a record made part of a
+    reference cycle would never be freed. Raises ``TruncatedRecordError`` when a
     record overruns the batch, has a negative length other than -1 or a negative
     offset delta; ``RecordCountMismatchError`` when the batch holds another number of
     records than its header says.

@@ -242,3 +242,21 @@ def test_record_classes_that_set_attributes_their_own_way_are_honoured(cls: type
     compiled = [shape(r) for r in decoder._compiled_decode(*args)[0]]
     assert compiled == [shape(r) for r in decoder._decode(*args)[0]]
     assert compiled[0][0] in (5, 1_000_005)
+
+
+def test_compiled_lazy_records_are_left_to_reference_counting() -> None:
+    """Slotted, read-only records refer to nothing that refers back: the collector does
+    not scan them; a class with a ``__dict__`` could hold anything, and stays tracked."""
+    import gc
+
+    class _WithDict(_Rec):
+        pass
+
+    batch = BatchBuilder(base_timestamp=10)
+    batch.append(b"plain")
+    batch.append(b"tagged", headers=[("x-lane", b"blue")])
+    data = batch.build()[RECORDS_OFFSET:]
+    for cls, tracked in ((_Rec, False), (_WithDict, True)):
+        args = (data, 0, len(data), 0, 10, 0, True, cls, ("t", 0), LazyHeaders, None)
+        records, _ = decoder._compiled_decode(*args)
+        assert [gc.is_tracked(r) for r in records] == [tracked, tracked]
