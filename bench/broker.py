@@ -443,7 +443,7 @@ def print_ratios(report: Report) -> None:
                     f"{workload} {size_label(value_bytes)}",
                     f"{mode} ({setting})",
                     num(ours.records_s),
-                    f"{peer} ({peer_setting})",
+                    f"{peer}, {peer_mode} ({peer_setting})",
                     num(theirs.records_s),
                     ratio(ours.records_s, theirs.records_s),
                 ]
