@@ -1,4 +1,5 @@
-"""Broker benchmark: Meridian on one broker process, against Redis Streams and NATS JetStream.
+"""Broker benchmark: Meridian on one broker process, against Redis Streams, NATS JetStream
+and Apache Kafka.
 
 Run ``.venv/bin/python bench/broker.py [--quick] [--only PARTS] [--records N]`` (or
 ``./dev bench broker ...``). It prints its figures; it is never run as a test.
@@ -14,8 +15,10 @@ Parts (``--only``, comma-separated; all by default):
   producer in a child process and a long-polling consumer here; every record carries the
   time it was due, the warm-up is excluded.
 - ``peers``: the selected workloads (all three when none is named) against Redis Streams
-  and NATS JetStream, started here from Debian's redis-server and nats-server, with the
-  Meridian/peer ratios. ``--only peers`` runs the peers alone.
+  and NATS JetStream, started here from Debian's redis-server and nats-server, and Apache
+  Kafka (one KRaft node from Maven Central's jars, ``kafkapeer.py``), with the
+  Meridian/peer ratios. ``--only peers`` runs the peers alone; ``redis``, ``nats`` and
+  ``kafka`` name one peer each (``--only produce,kafka``).
 - ``partitions``: 10,000 idle partitions on one broker: RSS, open descriptors, create and
   restart times (SIGTERM, SIGKILL), then produce round-robin to 1,000 of them.
 
@@ -43,6 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import kafkapeer
 import peers
 from benchkit import (
     Cleanup,
@@ -94,7 +98,8 @@ QUICK = Plan(
     partitions=1_000,
     active_partitions=100,
 )
-PARTS = ("produce", "consume", "latency", "peers", "partitions")
+PEERS = ("redis", "nats", "kafka")
+PARTS = ("produce", "consume", "latency", "peers", *PEERS, "partitions")
 WORKLOADS = ("produce", "consume", "latency")
 
 AIM_PREBUILT = 2_500_000
@@ -169,6 +174,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     unknown = args.parts - set(PARTS)
     if unknown:
         parser.error(f"unknown part(s) {', '.join(sorted(unknown))}; choose from {PARTS}")
+    if "peers" in args.parts:
+        args.parts |= set(PEERS)
     return args
 
 
@@ -186,7 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     plan = make_plan(args)
     workloads = set(WORKLOADS) & args.parts
     meridian = bool(workloads)
-    if not workloads and "peers" in args.parts:
+    if not workloads and args.parts & set(PEERS):
         workloads = set(WORKLOADS)
     args.dir.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="meridian-bench-broker-", dir=args.dir))
@@ -239,16 +246,23 @@ def run_parts(
                     run_meridian(cleanup, cleanup.mkdtemp("meridian-"), plan, {w}, sdk)
                 ),
             )
-        if "peers" in parts:
+        if "redis" in parts:
             attempt(
                 report,
                 f"Redis {workload}",
                 lambda w=workload: report.add(peers.run_redis(cleanup, plan, {w})),
             )
+        if "nats" in parts:
             attempt(
                 report,
                 f"NATS {workload}",
                 lambda w=workload: report.add(peers.run_nats(cleanup, plan, {w})),
+            )
+        if "kafka" in parts:
+            attempt(
+                report,
+                f"Kafka {workload}",
+                lambda w=workload: report.add(kafkapeer.run_kafka(cleanup, plan, {w})),
             )
     if "partitions" in parts and broker_ok:
 
@@ -302,6 +316,7 @@ def machine_rows(root: Path) -> list[tuple[str, str]]:
         ("python", f"{platform.python_implementation()} {platform.python_version()}"),
         ("redis-server", peers.server_version("redis-server")),
         ("nats-server", peers.server_version("nats-server")),
+        ("kafka", kafkapeer.describe()),
         ("code", f"{repo} at {commit}" if commit else f"{repo} (not a git checkout)"),
         ("temp dir", str(root)),
         ("load average", ", ".join(f"{x:.2f}" for x in os.getloadavg())),
@@ -424,7 +439,10 @@ COMPARISONS = (
 
 def print_ratios(report: Report) -> None:
     rows = []
-    for workload, mode, setting, peer, peer_mode, peer_setting in COMPARISONS:
+    for workload, mode, setting, peer, peer_mode, peer_setting in (
+        *COMPARISONS,
+        *kafkapeer.COMPARISONS,
+    ):
         for value_bytes in (100, 1024):
             ours = report.find(MERIDIAN, workload, mode, value_bytes, setting)
             theirs = report.find(peer, workload, peer_mode, value_bytes, peer_setting)
@@ -435,7 +453,7 @@ def print_ratios(report: Report) -> None:
                     f"{workload} {size_label(value_bytes)}",
                     f"{mode} ({setting})",
                     num(ours.records_s),
-                    f"{peer} ({peer_setting})",
+                    f"{peer}, {peer_mode} ({peer_setting})",
                     num(theirs.records_s),
                     ratio(ours.records_s, theirs.records_s),
                 ]
@@ -443,21 +461,27 @@ def print_ratios(report: Report) -> None:
     for ours_lat in (x for x in report.latencies if x.system == MERIDIAN):
         for peer in (peers.REDIS, peers.NATS):
             theirs_lat = next((x for x in report.latencies if x.system == peer), None)
-            if theirs_lat is None:
-                continue
-            a, b = ours_lat.percentile_ms(0.99), theirs_lat.percentile_ms(0.99)
-            rows.append(
-                [
-                    "latency p99 (lower wins)",
-                    f"{ours_lat.mode} ({ours_lat.setting})",
-                    f"{ms(a)} ms",
-                    f"{peer} ({theirs_lat.setting})",
-                    f"{ms(b)} ms",
-                    ratio(a, b),
-                ]
-            )
+            if theirs_lat is not None:
+                rows.append(latency_ratio_row(ours_lat, theirs_lat))
+    for mode, setting, peer, peer_setting in kafkapeer.LATENCY_COMPARISONS:
+        ours_lat = report.latency(MERIDIAN, setting, mode)
+        theirs_lat = report.latency(peer, peer_setting)
+        if ours_lat is not None and theirs_lat is not None:
+            rows.append(latency_ratio_row(ours_lat, theirs_lat))
     headers = ["workload", "Meridian", "records/s", "peer", "records/s", "Meridian/peer"]
     print_table("4. Meridian / peer ratios (throughput: higher wins)", headers, rows)
+
+
+def latency_ratio_row(ours: Latency, theirs: Latency) -> list[str]:
+    a, b = ours.percentile_ms(0.99), theirs.percentile_ms(0.99)
+    return [
+        "latency p99 (lower wins)",
+        f"{ours.mode} ({ours.setting})",
+        f"{ms(a)} ms",
+        f"{theirs.system} ({theirs.setting})",
+        f"{ms(b)} ms",
+        ratio(a, b),
+    ]
 
 
 def print_settings(report: Report) -> None:
@@ -467,6 +491,7 @@ def print_settings(report: Report) -> None:
     rows = [[MERIDIAN, k, v] for k, v in MERIDIAN_SETTINGS.items()]
     rows += [[peers.REDIS, k, v] for k, v in peers.REDIS_FSYNC.items()]
     rows += [[peers.NATS, "default", peers.NATS_FSYNC]]
+    rows += [[kafkapeer.KAFKA, k, v] for k, v in kafkapeer.KAFKA_FSYNC.items()]
     rows = [row for row in rows if (row[0], row[1]) in used]
     print_table("Durability settings of the rows above", ["system", "fsync", "meaning"], rows)
     if peers.REDIS in systems or peers.NATS in systems:
@@ -475,6 +500,8 @@ def print_settings(report: Report) -> None:
             f"{peers.REDIS_READ_CHUNK:,}; nats-py publish_async with {peers.NATS_IN_FLIGHT:,}"
             f" in flight, pull fetch of {peers.NATS_FETCH:,} without acks"
         )
+    if kafkapeer.KAFKA in systems:
+        note(kafkapeer.CLIENT_NOTE)
     if MERIDIAN in systems:
         note(
             f"Meridian prebuilt: ~1 MB batches, {PREBUILT_IN_FLIGHT} requests in flight on one "

@@ -1,10 +1,13 @@
-"""Packaging: the SDK installs alone, and every package the code imports is declared.
+"""Packaging: the SDK is its own distribution, and every package the code imports is declared.
 
 ``pip install meridian`` is the SDK (``dataplane.client``), the ``meridian`` CLI and the
-generated protocol code; ``meridian[platform]`` adds what brokers and the control plane need;
-``[dev]`` what tests, benchmarks and the protocol generator need. These tests read the imports
-with ``ast`` (nothing is imported) and check them against ``pyproject.toml``; the module
-``test_sdk_install.py`` installs the SDK into a fresh venv.
+generated protocol code (``sdk/pyproject.toml``; ``[fast]`` adds the compiled codec);
+``meridian-platform`` (``pyproject.toml``) is what brokers and the control plane need, and
+depends on the SDK; its ``[dev]`` extra is what tests, benchmarks and the protocol generator
+need. These tests read the imports with ``ast`` (nothing is imported) and check them against
+the two ``pyproject.toml`` files, and check that the two distributions share out the
+``dataplane`` package between them; ``test_sdk_install.py`` builds the SDK's wheel and
+installs it into a fresh venv.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import sys
 import tomllib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,11 +28,22 @@ SDK_ROOTS = ("dataplane/client", "dataplane/cli", "dataplane/_gen")
 SHIPPED = ("dataplane", "controlplane", "lanes", "databus", "mirror", "spark", "web")
 # The protocol generator is a developer's command (./dev proto), run from the dev install.
 DEV_ONLY_FILES = ("dataplane/proto/gen.py",)
+SDK = "meridian"  # the SDK's distribution
 PLATFORM_ONLY = {"django", "celery", "rest_framework", "psycopg", "keycloak", "prometheus_client"}
 
 
-def _pyproject() -> dict[str, object]:
-    return tomllib.loads((ROOT / "pyproject.toml").read_text())
+def _pyproject(folder: str = ".") -> dict[str, Any]:
+    return tomllib.loads((ROOT / folder / "pyproject.toml").read_text())
+
+
+def _requirements(part: str) -> list[str]:
+    """``sdk``: the SDK distribution's; ``platform``: the platform distribution's, but its
+    SDK; ``dev``: the platform's ``dev`` extra."""
+    if part == "sdk":
+        return list(_pyproject("sdk")["project"]["dependencies"])
+    if part == "platform":
+        return [r for r in _pyproject()["project"]["dependencies"] if _names([r]) != {SDK}]
+    return list(_pyproject()["project"]["optional-dependencies"][part])
 
 
 def _names(requirements: Iterable[str]) -> set[str]:
@@ -40,13 +55,8 @@ def _normalise(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def _declared(*extras: str) -> set[str]:
-    project = _pyproject()["project"]
-    assert isinstance(project, dict)
-    names = _names(project["dependencies"])
-    for extra in extras:
-        names |= _names(project["optional-dependencies"][extra])
-    return names
+def _declared(*parts: str) -> set[str]:
+    return {name for part in parts for name in _names(_requirements(part))}
 
 
 def _imports(path: Path) -> Iterator[tuple[str, int]]:
@@ -82,7 +92,8 @@ def _first_party(module: str) -> bool:
 def _third_party(module: str) -> bool:
     top = module.split(".")[0]
     # meridian_codec: the record codec's compiled loops, built from native/ by ./dev; an
-    # optional import (the Python loops run without it), so no distribution declares it.
+    # optional import (the Python loops run without it), declared by the SDK's extra
+    # `fast` only (test_the_compiled_codec_is_the_sdks_fast_extra).
     own = (*SHIPPED, "tests", "bench", "__future__", "meridian_codec")
     return top not in own and top not in sys.stdlib_module_names
 
@@ -135,7 +146,7 @@ def _local_modules(folder: Path) -> set[str]:
 
 
 def test_sdk_declares_every_third_party_package_it_imports() -> None:
-    undeclared = _undeclared(_third_party_imports(_sdk_files()), _declared())
+    undeclared = _undeclared(_third_party_imports(_sdk_files()), _declared("sdk"))
     assert undeclared == {}, "the SDK imports packages `pip install meridian` does not bring"
 
 
@@ -154,7 +165,7 @@ def test_sdk_dependencies_are_only_what_it_imports() -> None:
     providers = importlib.metadata.packages_distributions()
     imported = _third_party_imports(_sdk_files())
     provided = {_normalise(d) for name in imported for d in providers.get(name, [name])}
-    assert _declared() <= provided
+    assert _declared("sdk") <= provided
 
 
 def test_platform_declares_every_third_party_package_it_imports() -> None:
@@ -164,7 +175,7 @@ def test_platform_declares_every_third_party_package_it_imports() -> None:
         for path in (ROOT / folder).rglob("*.py")
         if str(path.relative_to(ROOT)) not in DEV_ONLY_FILES and "_gen" not in path.parts
     }
-    assert _undeclared(_third_party_imports(files), _declared("platform")) == {}
+    assert _undeclared(_third_party_imports(files), _declared("sdk", "platform")) == {}
 
 
 def test_tests_benchmarks_and_tools_declare_what_they_import() -> None:
@@ -173,24 +184,69 @@ def test_tests_benchmarks_and_tools_declare_what_they_import() -> None:
     imports = _third_party_imports(files)
     for local in _local_modules(ROOT / "bench"):
         imports.pop(local, None)
-    assert _undeclared(imports, _declared("platform", "dev")) == {}
+    assert _undeclared(imports, _declared("sdk", "platform", "dev")) == {}
 
 
-@pytest.mark.parametrize("extra", [None, "platform", "dev"])
-def test_metadata_states_ranges_and_the_lock_states_exact_versions(extra: str | None) -> None:
-    """Ranges in pyproject.toml; every locked distribution at one exact version."""
-    project = _pyproject()["project"]
-    assert isinstance(project, dict)
-    requirements = (
-        project["dependencies"] if extra is None else project["optional-dependencies"][extra]
-    )
+@pytest.mark.parametrize("part", ["sdk", "platform", "dev"])
+def test_metadata_states_ranges_and_the_lock_states_exact_versions(part: str) -> None:
+    """Ranges in the metadata; every locked distribution at one exact version."""
     locked = _locked()
-    for requirement in requirements:
-        if extra != "dev":
+    for requirement in _requirements(part):
+        if part != "dev":
             assert "==" not in requirement, f"{requirement}: metadata states a range, not a pin"
         assert _names([requirement]) <= locked.keys(), (
             f"{requirement} is missing from constraints.txt"
         )
+
+
+def test_the_platform_depends_on_the_sdk_of_its_version() -> None:
+    platform, sdk = _pyproject()["project"], _pyproject("sdk")["project"]
+    assert platform["version"] == sdk["version"]
+    assert f"{SDK}=={sdk['version']}" in platform["dependencies"]
+    assert "meridian" not in platform.get("scripts", {}), "the CLI is the SDK's"
+    assert sdk["scripts"] == {"meridian": "dataplane.cli:main"}
+
+
+def test_the_compiled_codec_is_the_sdks_fast_extra() -> None:
+    codec = tomllib.loads((ROOT / "native" / "pyproject.toml").read_text())["project"]
+    sdk = _pyproject("sdk")["project"]
+    assert sdk["optional-dependencies"]["fast"] == [f"{codec['name']}=={codec['version']}"]
+
+
+def _sdk_shipped() -> set[str]:
+    """The paths (relative to the root) the SDK's wheel takes from the tree: the
+    ``SDK_MODULES`` of its build hook, which its sdist carries too."""
+    hook = ast.parse((ROOT / "sdk" / "hatch_build.py").read_text())
+    (modules,) = (
+        ast.literal_eval(node.value)
+        for node in hook.body
+        if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "SDK_MODULES"
+    )
+    sdist = _pyproject("sdk")["tool"]["hatch"]["build"]["targets"]["sdist"]["force-include"]
+    assert sdist == {f"../{module}": module for module in modules}
+    return set(modules)
+
+
+def _covered(path: str, shipped: set[str]) -> bool:
+    return any(path == item or path.startswith(item + "/") for item in shipped)
+
+
+def test_the_sdk_wheel_ships_exactly_what_the_sdk_imports() -> None:
+    shipped = _sdk_shipped()
+    needed = {path.relative_to(ROOT).as_posix() for path in _sdk_files()}
+    assert {path for path in needed if not _covered(path, shipped)} == set()
+    for item in shipped:  # and nothing it does not need
+        assert any(_covered(path, {item}) for path in needed), item
+    assert not {i for i in shipped if i.startswith(("controlplane", "dataplane/broker"))}
+    assert not {i for i in shipped if i.startswith("dataplane/storage")}
+
+
+def test_the_two_distributions_share_out_the_dataplane_package() -> None:
+    """The platform's wheel leaves out exactly the SDK's modules, so the two never install
+    the same file (and uninstalling one never removes the other's)."""
+    wheel = _pyproject()["tool"]["hatch"]["build"]["targets"]["wheel"]
+    assert {item.removeprefix("/") for item in wheel["exclude"]} == _sdk_shipped()
+    assert set(wheel["packages"]) == set(SHIPPED)
 
 
 def _locked() -> dict[str, str]:

@@ -16,25 +16,25 @@ offline, the same way (``controlplane.accounts.tokens``).
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from controlplane.accounts.keycloak import KeycloakIdentity
 from controlplane.accounts.local import LocalIdentity
+from controlplane.accounts.models import ServiceAccount
 from controlplane.accounts.tokens import InvalidToken
+from controlplane.tenants.identity import TenantIdentity
+from controlplane.tenants.models import Tenant
 from dataplane.client.auth import TokenSource
 
-if TYPE_CHECKING:
-    from controlplane.accounts.models import ServiceAccount
-    from controlplane.tenants.models import Tenant
 
-
-class IdentityProvider(Protocol):
-    """What the control plane needs of an IdP. Provisioning methods are idempotent
-    where stated and raise ``Unavailable``/``Conflict``/``NotFound`` (domain errors) when
-    the IdP fails or refuses."""
+class IdentityProvider(TenantIdentity, Protocol):
+    """What the control plane needs of an IdP: what tenants need (``TenantIdentity``:
+    ``provision_tenant``, ``deprovision_tenant``) and the rest below. Provisioning
+    methods are idempotent where stated and raise ``Unavailable``/``Conflict``/
+    ``NotFound`` (domain errors) when the IdP fails or refuses."""
 
     issuer: str
 
@@ -58,16 +58,6 @@ class IdentityProvider(Protocol):
     def internal_tokens(self) -> TokenSource:
         """A token source for the control plane's own client (``meridian-controller``),
         whose tokens carry the internal role."""
-        ...
-
-    def provision_tenant(self, tenant: Tenant) -> str:
-        """Creates the tenant's group ``/tenants/<slug>@<uid>`` and role subgroups, reusing
-        what exists; returns the IdP's reference of the tenant group."""
-        ...
-
-    def deprovision_tenant(self, tenant: Tenant) -> None:
-        """Removes the tenant's groups and service-account clients (every credential of
-        the tenant at the IdP); idempotent."""
         ...
 
     def invite_member(self, tenant: Tenant, *, username: str, email: str, role: str) -> str:

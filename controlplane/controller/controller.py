@@ -45,10 +45,10 @@ from controlplane.controller.lease import Lease
 from controlplane.controller.push import MetadataPusher, PushOutcome
 from controlplane.core.actors import Actor
 from controlplane.core.choices import ProvisioningStatus
-from controlplane.provisioning import Provisioner, ProvisioningError, get_provisioner
 from controlplane.regions import services
 from controlplane.regions.choices import BrokerPhase
 from controlplane.regions.models import Broker, Cluster
+from controlplane.regions.provisioners import Provisioner, ProvisioningError, get_provisioner
 from controlplane.topics import reassignment
 from controlplane.topics.partitions import (
     Proposal,

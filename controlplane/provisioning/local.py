@@ -35,10 +35,10 @@ import controlplane
 from controlplane.accounts import internal
 from controlplane.core.actors import Actor
 from controlplane.core.private_files import private_dir, write_private
-from controlplane.provisioning.base import ProvisioningError
 from controlplane.regions import services
 from controlplane.regions.choices import BrokerPhase
 from controlplane.regions.models import Broker, Cluster
+from controlplane.regions.provisioners import ProvisioningError
 from dataplane import lifeline
 
 HOST = "127.0.0.1"

@@ -9,15 +9,14 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Count, F, Sum
 
 from controlplane.core import audit
 from controlplane.core.actors import Actor
 from controlplane.core.errors import Conflict, InvalidRequest, QuotaExceeded
+from controlplane.quotas import usage
 from controlplane.quotas.models import Quota
 from controlplane.regions.models import Cluster
 from controlplane.tenants.models import Tenant
-from controlplane.topics.models import PartitionAssignment, Topic
 from dataplane._gen.meridian.v1 import admin_pb2
 
 LIMIT_FIELDS = (
@@ -38,29 +37,11 @@ USAGE_OF_LIMIT = {
 }
 
 
-def reserved_usage(tenant: Tenant) -> dict[str, int]:
-    """What the tenant's topics hold against its count and storage quotas: topics,
-    partitions, and storage bytes (partitions * retention bytes, summed). Topics being
-    deleted still count: their partitions live on until the reconciler removes them."""
-    totals = Topic.objects.filter(tenant=tenant).aggregate(
-        topic_count=Count("id"),
-        partition_count=Sum("partitions", default=0),
-        reserved_bytes=Sum(F("partitions") * F("retention_bytes"), default=0),
-    )
-    return {
-        "topics": totals["topic_count"],
-        "partitions": totals["partition_count"],
-        "storage_bytes": totals["reserved_bytes"],
-    }
-
-
 def quota_usage(tenant: Tenant) -> dict[str, int]:
-    """``reserved_usage`` plus ``stored_bytes``: what the brokers last reported the
-    tenant's partitions hold."""
-    stored = PartitionAssignment.objects.filter(topic__tenant=tenant).aggregate(
-        total=Sum("size_bytes")
-    )["total"]
-    return {**reserved_usage(tenant), "stored_bytes": stored or 0}
+    """What the tenant holds against its count and storage limits (``usage``), plus
+    ``stored_bytes``: what the brokers last reported it stores."""
+    stored = usage.stored_bytes([tenant.pk])[tenant.pk]
+    return {**usage.reserved_usage(tenant), "stored_bytes": stored}
 
 
 def tenant_quotas(cluster: Cluster) -> list[admin_pb2.TenantQuota]:
@@ -76,13 +57,8 @@ def tenant_quotas(cluster: Cluster) -> list[admin_pb2.TenantQuota]:
         .distinct()
         .order_by("tenant__slug")
     )
-    stored = dict(
-        PartitionAssignment.objects.filter(topic__tenant__in=[q.tenant_id for q in quotas])
-        .values_list("topic__tenant_id")
-        .annotate(total=Sum("size_bytes"))
-        .values_list("topic__tenant_id", "total")
-    )
-    return [_tenant_quota(quota, stored.get(quota.tenant_id) or 0) for quota in quotas]
+    stored = usage.stored_bytes([quota.tenant_id for quota in quotas])
+    return [_tenant_quota(quota, stored[quota.tenant_id]) for quota in quotas]
 
 
 def _tenant_quota(quota: Quota, stored_bytes: int) -> admin_pb2.TenantQuota:
@@ -117,14 +93,14 @@ def check_topic_quota(
     amounts to the tenant's usage would pass a limit. Call inside the change's
     transaction, before writing it."""
     quota = lock_quota(tenant)
-    usage = reserved_usage(tenant)
+    used = usage.reserved_usage(tenant)
     for limit_field, requested in (
         ("max_topics", topics),
         ("max_partitions", partitions),
         ("max_storage_bytes", storage_bytes),
     ):
         limit = getattr(quota, limit_field)
-        current = usage[USAGE_OF_LIMIT[limit_field]]
+        current = used[USAGE_OF_LIMIT[limit_field]]
         if requested > 0 and current + requested > limit:
             raise QuotaExceeded(limit_field, limit, requested, current)
     return quota
@@ -137,9 +113,9 @@ def set_quota(tenant: Tenant, *, actor: Actor, **limits: int) -> Quota:
     _check_limit_values(limits)
     quota = lock_quota(tenant)
     before = audit.snapshot(quota)
-    usage = reserved_usage(tenant)
+    reserved = usage.reserved_usage(tenant)
     for limit_field, value in limits.items():
-        used = usage.get(USAGE_OF_LIMIT.get(limit_field, ""), 0)
+        used = reserved.get(USAGE_OF_LIMIT.get(limit_field, ""), 0)
         if limit_field in USAGE_OF_LIMIT and value < used:
             raise Conflict(
                 f"{limit_field} cannot go below what tenant {tenant.slug!r} uses: "

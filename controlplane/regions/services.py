@@ -9,9 +9,8 @@ second half; they audit phase transitions only, not every heartbeat.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 
-from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import F
@@ -21,6 +20,7 @@ from controlplane.core import audit
 from controlplane.core.actors import Actor
 from controlplane.core.choices import ProvisioningStatus
 from controlplane.core.errors import Conflict, InvalidRequest
+from controlplane.regions import tasks
 from controlplane.regions.choices import BrokerPhase, ProvisionerKind
 from controlplane.regions.models import Broker, Cluster, Region
 
@@ -127,33 +127,8 @@ def delete_cluster(cluster: Cluster, *, actor: Actor) -> Cluster:
     cluster_id = cluster.pk
     # robust: a lost enqueue is logged, not a failed request (the change is committed);
     # regions.reconcile_clusters enqueues the deletion again.
-    transaction.on_commit(lambda: _enqueue_delete(cluster_id), robust=True)
+    transaction.on_commit(lambda: tasks.delete_cluster.delay(cluster_id), robust=True)
     return cluster
-
-
-def stale_deleting_clusters() -> list[int]:
-    """Clusters marked deleting longer than a reconcile interval ago: their job was lost
-    or failed."""
-    cutoff = timezone.now() - timedelta(seconds=settings.RECONCILE_INTERVAL_S)
-    stale = Cluster.objects.filter(status=ProvisioningStatus.DELETING, updated_at__lt=cutoff)
-    return list(stale.values_list("pk", flat=True))
-
-
-def _enqueue_delete(cluster_id: int) -> None:
-    from controlplane.regions.tasks import delete_cluster as task
-
-    task.delay(cluster_id)
-
-
-@transaction.atomic
-def remove_cluster(cluster_id: int, *, actor: Actor) -> None:
-    """The end of ``delete_cluster``: remove a cluster in ``deleting`` and its brokers
-    (their processes already stopped). Idempotent."""
-    cluster = Cluster.objects.select_for_update().filter(pk=cluster_id).first()
-    if cluster is None or cluster.status != ProvisioningStatus.DELETING:
-        return
-    audit.record(actor, "cluster.remove", cluster, before=audit.snapshot(cluster))
-    cluster.delete()
 
 
 # -- brokers ------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ INSTALLED_APPS = [
     "controlplane.topics",
     "controlplane.quotas",
     "controlplane.accounts",
+    "controlplane.provisioning",
     "web",
 ]
 

@@ -1,5 +1,5 @@
-"""Tenant jobs: thin wrappers that reload the tenant by id and call its service.
-Retried only when the identity provider is unavailable."""
+"""Tenant jobs: thin wrappers that reload the tenant by id and call its lifecycle
+(``controlplane.tenants.lifecycle``). Retried only when the identity provider is unavailable."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from celery import shared_task
 
 from controlplane.core.actors import Actor
 from controlplane.core.errors import Unavailable
-from controlplane.tenants import services
+from controlplane.tenants import lifecycle
 
 
 class RetryOptions(TypedDict):
@@ -24,18 +24,18 @@ RETRY: RetryOptions = {"autoretry_for": (Unavailable,), "retry_backoff": True, "
 
 @shared_task(name="tenants.provision_tenant", **RETRY)
 def provision_tenant(tenant_id: int) -> None:
-    services.provision_tenant(tenant_id, actor=Actor.system("tenants"))
+    lifecycle.provision_tenant(tenant_id, actor=Actor.system("tenants"))
 
 
 @shared_task(name="tenants.deprovision_tenant", **RETRY)
 def deprovision_tenant(tenant_id: int) -> None:
-    services.deprovision_tenant(tenant_id, actor=Actor.system("tenants"))
+    lifecycle.deprovision_tenant(tenant_id, actor=Actor.system("tenants"))
 
 
 @shared_task(name="tenants.reconcile_tenants")
 def reconcile_tenants() -> dict[str, int]:
     """Periodic: enqueue again the tenants whose provisioning or deletion stalled."""
-    to_provision, to_delete = services.stale_tenants()
+    to_provision, to_delete = lifecycle.stale_tenants()
     for tenant_id in to_provision:
         provision_tenant.delay(tenant_id)
     for tenant_id in to_delete:

@@ -74,49 +74,64 @@ class FetchHandler:
         while True:
             parts = [self.registry.get(i.topic, i.partition) for i in request.partitions]
             signals = [p.changed() for p in parts if p is not None]
-            results, total, failed = await loop.run_in_executor(
+            response, sizes, failed = await loop.run_in_executor(
                 self._executor, self._read_all, request, max_bytes
             )
             remaining = deadline - time.monotonic()
-            done = total >= request.min_bytes or failed or remaining <= 0
+            done = sum(sizes) >= request.min_bytes or failed or remaining <= 0
             if done or not signals or self.registry.closing:
                 break
             await asyncio.wait(signals, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
         if self._on_bytes_out is not None:
-            for result in results:
-                if result.records:
-                    self._on_bytes_out(result.topic, len(result.records))
-        return broker_pb2.FetchResponse(results=results)
+            for item, size in zip(request.partitions, sizes, strict=True):
+                if size:
+                    self._on_bytes_out(item.topic, size)
+        return response
 
     def _read_all(
         self, request: broker_pb2.FetchRequest, max_bytes: int
-    ) -> tuple[list[broker_pb2.FetchPartitionResult], int, bool]:
-        """(results, bytes read, whether any partition failed); blocking."""
-        results, total, failed = [], 0, False
+    ) -> tuple[broker_pb2.FetchResponse, list[int], bool]:
+        """(the response, bytes of records read per partition, whether any partition
+        failed); blocking.
+
+        Results are written into the response in place and their sizes kept aside: a
+        bytes field read back from a protobuf message, or a message merged into another,
+        is a fresh copy of its megabytes (upb), which was most of a catch-up fetch's cost.
+        """
+        response = broker_pb2.FetchResponse()
+        sizes: list[int] = []
+        failed = False
         for item in request.partitions:
-            result = self._read_one(item, max_bytes - total, first=total == 0)
-            total += len(result.records)
+            result = response.results.add(topic=item.topic, partition=item.partition)
+            sizes.append(self._read_one(result, item, max_bytes - sum(sizes), first=not sum(sizes)))
             failed = failed or result.error != ErrorCode.NONE
-            results.append(result)
-        return results, total, failed
+        return response, sizes, failed
 
     def _read_one(
-        self, item: broker_pb2.FetchPartition, budget: int, *, first: bool
-    ) -> broker_pb2.FetchPartitionResult:
-        result = broker_pb2.FetchPartitionResult(topic=item.topic, partition=item.partition)
+        self,
+        result: broker_pb2.FetchPartitionResult,
+        item: broker_pb2.FetchPartition,
+        budget: int,
+        *,
+        first: bool,
+    ) -> int:
+        """Fill ``result`` for ``item``; returns the bytes of records put in it."""
         part = self.registry.get(item.topic, item.partition)
         if part is None:
-            return _fail(result, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "not hosted here")
+            _fail(result, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "not hosted here")
+            return 0
         refused = not_leader(part)
         if refused is not None:
-            return _fail(result, refused.code, refused.message)
+            _fail(result, refused.code, refused.message)
+            return 0
         log = part.log
         limit = min(item.partition_max_bytes or DEFAULT_PARTITION_MAX_BYTES, max(budget, 0))
+        size = 0
         try:
             if limit > 0 or first:
                 read = log.read(item.fetch_offset, max(limit, 1))
                 if first or len(read.data) <= limit:
-                    result.records = read.data
+                    result.records, size = read.data, len(read.data)
             else:
                 log.read(item.fetch_offset, 1, max_offset=item.fetch_offset)  # range check
         except Exception as exc:  # every failure is a typed result
@@ -125,7 +140,7 @@ class FetchHandler:
         result.high_watermark = log.high_watermark
         result.log_start_offset = log.log_start_offset
         result.log_end_offset = log.log_end_offset
-        return result
+        return size
 
 
 def not_leader(part: Partition) -> MeridianError | None:

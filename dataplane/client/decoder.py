@@ -9,7 +9,7 @@ Two steps, so the expensive one runs only for records the application takes:
 - ``decode_records`` (``poll``): the codec's lazy loop (``dataplane.records.decoder.
   decode_lazy``) builds ``ConsumerRecord`` s: keys and values sliced once, headers kept
   as a lazy reader decoded on first access, records below the consumer's position
-  skipped without building them, a dense batch read by its faster loop.
+  skipped without building them, a dense batch read by its faster path.
 
 The layout is the codec's (``dataplane.records.layout``, Kafka's); tests prove the
 records equal ``decoder.decode_batch`` and kafka-python's on every codec.

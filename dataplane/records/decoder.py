@@ -6,15 +6,12 @@
   to records of the caller's class, headers kept as a ``LazyHeaders`` decoded on first
   access and records below ``min_offset`` skipped unbuilt; what the SDK consumer reads.
   A dense batch (offset deltas 0..count-1, what every producer writes; a compacted
-  batch is not) takes a faster loop: a record's offset is its index, its delta is
-  skipped, not read.
+  batch is not) takes a faster path: a record's offset is its index, its delta skipped.
 
-The loops bound consumer throughput, so they are written for the interpreter: one pass,
-every varint read inline (its one- and two-byte forms without a call, the rare longer
-ones through ``varint.read_uvarint``), signed values through ``varint.ZIGZAG``, each
-record built without ``__init__``. A call per field would double the cost per record.
-The lazy loops also run compiled (``meridian_codec.decode_lazy``, ``native/``) where
-``./dev`` built them; the Python loops stay their reference (``COMPILED``).
+Both shapes come out of one record loop, ``_decode``, whose record-making step is
+chosen by the class asked for. It runs compiled (``meridian_codec.decode_records``,
+``native/src/decode.rs``) where ``./dev`` built it; the Python loop stays its
+reference (``COMPILED``), and tests hold the two to the same records and messages.
 
 Thread safety: functions are pure over their arguments; the cache of decoded header
 keys is shared by all threads, bounded, and only grows, by whole entries.
@@ -22,13 +19,13 @@ keys is shared by all threads, bounded, and only grows, by whole entries.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
 from dataplane.records.compression import DECOMPRESSION_ERRORS, DecompressionLimitError, decompress
 from dataplane.records.errors import (
     CorruptBatchError,
-    InvalidRecordCountError,
     RecordCountMismatchError,
     TruncatedRecordError,
     UncompressedSizeError,
@@ -52,11 +49,11 @@ from dataplane.records.layout import (
     ReadableBuffer,
     Record,
 )
-from dataplane.records.varint import ZIGZAG, read_uvarint
+from dataplane.records.varint import read_uvarint
 
-try:  # the compiled lazy loops (native/, built by ./dev); ``_decode*`` are their reference
-    from meridian_codec import decode_lazy as _compiled_decode
-except ImportError:  # an install without them (no Rust toolchain): the Python loops run
+try:  # the compiled record loop (native/, built by ./dev); ``_decode`` is its reference
+    from meridian_codec import decode_records as _compiled_decode
+except ImportError:  # an install without it (no Rust toolchain): the Python loop runs
     _compiled_decode = None
 
 
@@ -119,23 +116,21 @@ def _decode_into(
     header_sets: dict[bytes, tuple[Header, ...]],
 ) -> None:
     """Append the batch's records (decompressed in ``data``) to ``out``, or raise."""
-    first = len(out)
-    try:
-        _decode_records(data, header.base_offset, header.base_timestamp, out, header_sets)
+    try:  # never the dense loop: a Record's offset is what its delta says
+        records, _ = _run(
+            data, 0, len(data), header.base_offset, header.base_timestamp, 0, False,
+            Record, None, decode_headers, header_sets,
+        )  # fmt: skip
     except ValueError as err:
-        del out[first:]
         raise TruncatedRecordError(str(err), position=position, offset=header.base_offset) from None
-    count = len(out) - first
-    if count != header.record_count:
-        del out[first:]
-        raise InvalidRecordCountError(
-            f"header declares {header.record_count} records, {count} present",
-            position=position,
-            offset=header.base_offset,
+    if len(records) != header.record_count:
+        raise RecordCountMismatchError(
+            header.record_count, len(records), position=position, offset=header.base_offset
         )
     if header.attributes & TIMESTAMP_TYPE_MASK:  # log-append time: one time for all
         stamp = header.max_timestamp
-        out[first:] = [r._replace(timestamp=stamp) for r in out[first:]]
+        records = [r._replace(timestamp=stamp) for r in records]
+    out += records
 
 
 def first_offset_at_or_after(
@@ -214,103 +209,14 @@ def records_bytes(buf: ReadableBuffer, position: int, header: BatchHeader, limit
 _HEADER_SETS_KEPT: Final = 256
 
 
-def _decode_records(
-    data: bytes,
-    base_offset: int,
-    base_timestamp: int,
-    out: list[Record],
-    header_sets: dict[bytes, tuple[Header, ...]],
-) -> None:
-    """Append every record in ``data`` to ``out``; raise ``ValueError`` naming the first
-    bad one (``out`` then holds the records before it).
-
-    This loop bounds consumer throughput, so it is written for the interpreter: one
-    pass, every varint read inline (its one- and two-byte forms without a call, the
-    rare longer ones in ``read_uvarint``), signed values through a lookup table,
-    lengths (zigzag-even when valid) by a shift, and each record built in one C call
-    (``tuple.__new__``). Records often carry the same headers (a lane, a content type):
-    ``header_sets`` maps the raw bytes of a record's headers, once decoded, to their
-    (immutable, hence shareable) tuple, so repeated ones are not decoded again.
-    """
-    zigzag, slow, new, add, cls = ZIGZAG, read_uvarint, tuple.__new__, out.append, Record
-    pos, end, first = 0, len(data), len(out)
-    try:
-        while pos < end:
-            u = data[pos]
-            if u < 0x80:
-                pos += 1
-            elif (b := data[pos + 1]) < 0x80:
-                u, pos = u - 0x80 + (b << 7), pos + 2
-            else:
-                u, pos = slow(data, pos)
-            stop = pos + (u >> 1)
-            if stop > end or u & 1:  # a record too short for its fields is caught at its end
-                raise ValueError(f"record {len(out) - first} overruns the batch or is too short")
-            # data[pos] holds the record attributes, which Kafka defines none of.
-            u = data[pos + 1]
-            if u < 0x80:
-                timestamp = base_timestamp + zigzag[u]
-                pos += 2
-            elif (b := data[pos + 2]) < 0x80:
-                timestamp = base_timestamp + zigzag[u - 0x80 + (b << 7)]
-                pos += 3
-            else:
-                u, pos = slow(data, pos + 1)
-                timestamp = base_timestamp + ((u >> 1) ^ -(u & 1))
-            u = data[pos]
-            if u < 0x80:
-                offset = base_offset + zigzag[u]
-                pos += 1
-            elif (b := data[pos + 1]) < 0x80:
-                offset = base_offset + zigzag[u - 0x80 + (b << 7)]
-                pos += 2
-            else:
-                u, pos = slow(data, pos)
-                offset = base_offset + ((u >> 1) ^ -(u & 1))
-            u = data[pos]
-            if u < 0x80:
-                pos += 1
-            elif (b := data[pos + 1]) < 0x80:
-                u, pos = u - 0x80 + (b << 7), pos + 2
-            else:
-                u, pos = slow(data, pos)
-            if not u & 1:
-                u >>= 1
-                key: bytes | None = data[pos : pos + u]
-                pos += u
-            elif u == 1:
-                key = None
-            else:
-                raise ValueError(f"record {len(out) - first} has key length {(u >> 1) ^ -1}")
-            u = data[pos]
-            if u < 0x80:
-                pos += 1
-            elif (b := data[pos + 1]) < 0x80:
-                u, pos = u - 0x80 + (b << 7), pos + 2
-            else:
-                u, pos = slow(data, pos)
-            if not u & 1:
-                u >>= 1
-                value: bytes | None = data[pos : pos + u]
-                pos += u
-            elif u == 1:
-                value = None
-            else:
-                raise ValueError(f"record {len(out) - first} has value length {(u >> 1) ^ -1}")
-            if data[pos] == 0:
-                pos += 1
-                headers: tuple[Header, ...] = ()
-            elif (known := header_sets.get(raw := data[pos:stop])) is not None:
-                headers, pos = known, stop  # the same bytes decoded fine before
-            else:
-                headers, pos = read_headers(data, pos, stop)
-                if pos == stop and len(header_sets) < _HEADER_SETS_KEPT:
-                    header_sets[raw] = headers
-            if pos != stop:
-                raise ValueError(f"record {len(out) - first}'s fields do not fill its length")
-            add(new(cls, (offset, timestamp, key, value, headers)))
-    except IndexError:
-        raise ValueError(f"record {len(out) - first} runs past the end of the batch") from None
+def decode_headers(data: bytes, start: int, stop: int) -> tuple[Header, ...]:
+    """The header block ``data[start:stop]`` (its count first), which it must fill;
+    ``ValueError`` (``UnicodeDecodeError`` for a key that is not UTF-8) or
+    ``IndexError`` when it is malformed."""
+    headers, pos = read_headers(data, start, stop)
+    if pos != stop:
+        raise ValueError("headers do not fill the record")
+    return headers
 
 
 def read_headers(data: bytes, pos: int, stop: int) -> tuple[tuple[Header, ...], int]:
@@ -404,15 +310,13 @@ class LazyHeaders:
         self.data, self.start, self.stop = data, start, stop
 
     def decode(self) -> tuple[tuple[str, bytes | None], ...]:
-        headers, pos = read_headers(self.data, self.start, self.stop)
-        if pos != self.stop:
-            raise ValueError("headers do not fill the record")
-        return headers
+        return decode_headers(self.data, self.start, self.stop)
 
 
 COMPILED = _compiled_decode is not None
-"""Whether ``decode_lazy`` runs the compiled loops (they make the same records and raise
-the same messages as ``_decode`` and ``_decode_dense``); false where they are not built."""
+"""Whether the decoders run the compiled loop (``meridian_codec.decode_records``: the same
+records and the same errors with the same messages as ``_decode``); false where it is
+not built."""
 
 
 def decode_lazy(
@@ -427,24 +331,22 @@ def decode_lazy(
     ``cls`` has the slots ``offset``, ``timestamp``, ``key``, ``value``, ``_headers``
     (a tuple of headers, or a ``lazy`` instance when the record has any) and
     ``_source`` (set to ``source``, what the records of a batch share); records are
-    built without calling its ``__init__``. Raises ``TruncatedRecordError`` when a
+    built without calling its ``__init__``. The records are read-only by contract: the
+    compiled loop leaves those of a class without ``__dict__`` to reference counting
+    (the cycle collector does not scan them, as it does not scan a tuple of atomic
+    values), since nothing they refer to refers back to them; a record made part of a
+    reference cycle would never be freed. Raises ``TruncatedRecordError`` when a
     record overruns the batch, has a negative length other than -1 or a negative
     offset delta; ``RecordCountMismatchError`` when the batch holds another number of
     records than its header says.
     """
     dense = batch.last_offset - batch.base_offset == batch.count - 1
-    records: list[Any]
     try:
-        if COMPILED and type(batch.data) is bytes:
-            records, skipped = _compiled_decode(
-                batch.data, batch.start, batch.end, batch.base_offset, batch.base_timestamp,
-                min_offset, dense, cls, source, lazy,
-            )  # fmt: skip
-        else:
-            records, skipped = (_decode_dense if dense else _decode)(
-                batch, cls, source, min_offset, lazy
-            )
-    except (IndexError, ValueError) as err:
+        records, skipped = _run(
+            batch.data, batch.start, batch.end, batch.base_offset, batch.base_timestamp,
+            min_offset, dense, cls, source, lazy, None,
+        )  # fmt: skip
+    except ValueError as err:
         raise TruncatedRecordError(str(err), offset=batch.base_offset) from None
     if len(records) + skipped != batch.count:
         present = len(records) + skipped
@@ -455,167 +357,159 @@ def decode_lazy(
     return records
 
 
+def _run(
+    data: ReadableBuffer,
+    start: int,
+    end: int,
+    base_offset: int,
+    base_timestamp: int,
+    min_offset: int,
+    dense: bool,
+    cls: type,
+    source: Any,
+    headers_of: Callable[[bytes, int, int], Any],
+    header_sets: dict[bytes, Any] | None,
+) -> tuple[list[Any], int]:
+    """``_decode``, compiled where it is built."""
+    if type(data) is not bytes:  # keys and values are bytes, whatever held the batch
+        data = bytes(data)
+    run = _compiled_decode if COMPILED else _decode
+    return run(
+        data, start, end, base_offset, base_timestamp, min_offset, dense,
+        cls, source, headers_of, header_sets,
+    )  # fmt: skip
+
+
 def _decode(
-    batch: FetchedBatch, cls: type, source: Any, min_offset: int, lazy: type[LazyHeaders]
+    data: bytes,
+    pos: int,
+    end: int,
+    base_offset: int,
+    base_timestamp: int,
+    min_offset: int,
+    dense: bool,
+    cls: type,
+    source: Any,
+    headers_of: Callable[[bytes, int, int], Any],
+    header_sets: dict[bytes, Any] | None,
 ) -> tuple[list[Any], int]:
-    """``(records, records skipped)``; ``ValueError`` or ``IndexError`` at a bad record."""
-    data, pos, end = batch.data, batch.start, batch.end
-    base_offset, base_timestamp = batch.base_offset, batch.base_timestamp
+    """The records of ``data[pos:end]`` at or after ``min_offset``, as ``(records,
+    records skipped)``; ``ValueError`` naming the first bad record.
+
+    The one loop behind both decoders, and the reference of the compiled one
+    (``meridian_codec.decode_records``, ``native/src/decode.rs``), which must make the
+    same records and raise the same messages. The record-making step is chosen by
+    ``cls``:
+
+    - a ``tuple`` subclass (``Record``): ``cls((offset, timestamp, key, value,
+      headers))`` built by ``tuple.__new__``; ``source`` is unused;
+    - any other class: an instance made without ``__init__``, with the attributes
+      ``offset``, ``timestamp``, ``key``, ``value``, ``_headers`` and ``_source``.
+
+    ``headers`` is ``()`` for a record without any, else ``headers_of(data, start,
+    stop)`` over the record's header block: a lazy reader (the SDK) or the decoded
+    tuple (``decode_headers``), whose ``ValueError`` is raised again naming the record.
+    With ``header_sets``,
+    a dict, the result is kept by the block's raw bytes (at most ``_HEADER_SETS_KEPT``)
+    and reused: records often carry the same headers (a lane, a content type).
+
+    ``dense`` (offset deltas 0..count-1, what every producer writes) takes a record's
+    offset from its index and skips its delta unread. Records below ``min_offset``
+    are counted, not built.
+
+    Written for the interpreter: one pass, every varint read inline (its one- and
+    two-byte forms without a call, the rare longer ones in ``read_uvarint``), each
+    record built without ``__init__``; a call per field would double the cost.
+    """
     out: list[Any] = []
-    add, new, slow = out.append, object.__new__, read_uvarint
+    add, slow, make_tuple, make_object = out.append, read_uvarint, tuple.__new__, object.__new__
+    eager = issubclass(cls, tuple)
+    offset = base_offset - 1  # a dense batch's: the previous record's offset
     skipped = 0
-    while pos < end:
-        if (u := data[pos]) < 0x80:
-            pos += 1
-        elif (b := data[pos + 1]) < 0x80:
-            u, pos = u - 0x80 + (b << 7), pos + 2
-        else:
-            u, pos = slow(data, pos)
-        stop = pos + (u >> 1)
-        if u & 1 or stop > end or stop < pos + 6:
-            raise ValueError(f"record {len(out) + skipped} has a bad length")
-        # data[pos] holds the record attributes, which Kafka defines none of.
-        if (u := data[pos + 1]) < 0x80:
-            pos += 2
-        elif (b := data[pos + 2]) < 0x80:
-            u, pos = u - 0x80 + (b << 7), pos + 3
-        else:
-            u, pos = slow(data, pos + 1)
-        timestamp = base_timestamp + ((u >> 1) ^ -(u & 1))
-        if (u := data[pos]) < 0x80:
-            pos += 1
-        elif (b := data[pos + 1]) < 0x80:
-            u, pos = u - 0x80 + (b << 7), pos + 2
-        else:
-            u, pos = slow(data, pos)
-        offset = base_offset + (u >> 1)
-        if u & 1 or offset < min_offset:
-            if u & 1:
-                raise ValueError(f"record {len(out) + skipped} has a negative offset delta")
-            pos = stop
-            skipped += 1
-            continue
-        if (u := data[pos]) == 1:
-            key, pos = None, pos + 1
-        else:
-            if u < 0x80:
+    try:
+        while pos < end:
+            if (u := data[pos]) < 0x80:
                 pos += 1
             elif (b := data[pos + 1]) < 0x80:
                 u, pos = u - 0x80 + (b << 7), pos + 2
             else:
                 u, pos = slow(data, pos)
-            if u & 1:
-                raise ValueError(f"record {len(out) + skipped} has key length {(u >> 1) ^ -1}")
-            key, pos = data[pos : pos + (u >> 1)], pos + (u >> 1)
-        if (u := data[pos]) == 1:
-            value, pos = None, pos + 1
-        else:
-            if u < 0x80:
-                pos += 1
-            elif (b := data[pos + 1]) < 0x80:
-                u, pos = u - 0x80 + (b << 7), pos + 2
-            else:
-                u, pos = slow(data, pos)
-            if u & 1:
-                raise ValueError(f"record {len(out) + skipped} has value length {(u >> 1) ^ -1}")
-            value, pos = data[pos : pos + (u >> 1)], pos + (u >> 1)
-        if data[pos]:
-            headers: tuple[Header, ...] | LazyHeaders = lazy(data, pos, stop)
-        elif pos + 1 == stop:
-            headers = ()
-        else:
-            raise ValueError(f"record {len(out) + skipped}'s fields do not fill its length")
-        pos = stop
-        record: Any = new(cls)
-        record.offset = offset
-        record.timestamp = timestamp
-        record.key = key
-        record.value = value
-        record._headers = headers
-        record._source = source
-        add(record)
-    return out, skipped
-
-
-def _decode_dense(
-    batch: FetchedBatch, cls: type, source: Any, min_offset: int, lazy: type[LazyHeaders]
-) -> tuple[list[Any], int]:
-    """``_decode`` for a dense batch (offset deltas 0, 1, 2, ..., as every producer
-    writes them): the offset is the record's index, so its delta is skipped, not
-    decoded, and one-byte timestamp deltas come from a table. About a fifth faster."""
-    data, pos, end = batch.data, batch.start, batch.end
-    base_timestamp = batch.base_timestamp
-    near = [base_timestamp + ((u >> 1) ^ -(u & 1)) for u in range(0x80)]
-    out: list[Any] = []
-    add, new, slow = out.append, object.__new__, read_uvarint
-    offset = batch.base_offset - 1
-    skipped = 0
-    while pos < end:
-        if (u := data[pos]) < 0x80:
-            pos += 1
-        elif (b := data[pos + 1]) < 0x80:
-            u, pos = u - 0x80 + (b << 7), pos + 2
-        else:
-            u, pos = slow(data, pos)
-        stop = pos + (u >> 1)
-        if u & 1 or stop > end or stop < pos + 6:
-            raise ValueError(f"record {len(out) + skipped} has a bad length")
-        offset += 1
-        if offset < min_offset:
-            pos = stop
-            skipped += 1
-            continue
-        if (u := data[pos + 1]) < 0x80:  # data[pos]: the record attributes
-            timestamp, pos = near[u], pos + 2
-        else:
-            if (b := data[pos + 2]) < 0x80:
+            stop = pos + (u >> 1)
+            if u & 1 or stop > end or stop < pos + 6:
+                raise ValueError(f"record {len(out) + skipped} has a bad length")
+            # data[pos] holds the record attributes, which Kafka defines none of.
+            if (u := data[pos + 1]) < 0x80:
+                pos += 2
+            elif (b := data[pos + 2]) < 0x80:
                 u, pos = u - 0x80 + (b << 7), pos + 3
             else:
                 u, pos = slow(data, pos + 1)
             timestamp = base_timestamp + ((u >> 1) ^ -(u & 1))
-        if data[pos] < 0x80:  # the offset delta
-            pos += 1
-        elif data[pos + 1] < 0x80:
-            pos += 2
-        else:
-            pos = slow(data, pos)[1]
-        if (u := data[pos]) == 1:
-            key, pos = None, pos + 1
-        else:
-            if u < 0x80:
+            if (u := data[pos]) < 0x80:
                 pos += 1
             elif (b := data[pos + 1]) < 0x80:
                 u, pos = u - 0x80 + (b << 7), pos + 2
             else:
                 u, pos = slow(data, pos)
-            if u & 1:
-                raise ValueError(f"record {len(out) + skipped} has key length {(u >> 1) ^ -1}")
-            key, pos = data[pos : pos + (u >> 1)], pos + (u >> 1)
-        if (u := data[pos]) == 1:
-            value, pos = None, pos + 1
-        else:
-            if u < 0x80:
-                pos += 1
-            elif (b := data[pos + 1]) < 0x80:
-                u, pos = u - 0x80 + (b << 7), pos + 2
+            if dense:
+                offset += 1
+            elif u & 1:
+                raise ValueError(f"record {len(out) + skipped} has a negative offset delta")
             else:
-                u, pos = slow(data, pos)
-            if u & 1:
-                raise ValueError(f"record {len(out) + skipped} has value length {(u >> 1) ^ -1}")
-            value, pos = data[pos : pos + (u >> 1)], pos + (u >> 1)
-        if data[pos]:
-            headers: tuple[Header, ...] | LazyHeaders = lazy(data, pos, stop)
-        elif pos + 1 == stop:
-            headers = ()
-        else:
-            raise ValueError(f"record {len(out) + skipped}'s fields do not fill its length")
-        pos = stop
-        record: Any = new(cls)
-        record.offset = offset
-        record.timestamp = timestamp
-        record.key = key
-        record.value = value
-        record._headers = headers
-        record._source = source
-        add(record)
+                offset = base_offset + (u >> 1)
+            if offset < min_offset:
+                pos = stop
+                skipped += 1
+                continue
+            if (u := data[pos]) == 1:
+                key, pos = None, pos + 1
+            else:
+                if u < 0x80:
+                    pos += 1
+                elif (b := data[pos + 1]) < 0x80:
+                    u, pos = u - 0x80 + (b << 7), pos + 2
+                else:
+                    u, pos = slow(data, pos)
+                if u & 1:
+                    raise ValueError(f"record {len(out) + skipped} has key length {(u >> 1) ^ -1}")
+                key, pos = data[pos : pos + (u >> 1)], pos + (u >> 1)
+            if (u := data[pos]) == 1:
+                value, pos = None, pos + 1
+            else:
+                if u < 0x80:
+                    pos += 1
+                elif (b := data[pos + 1]) < 0x80:
+                    u, pos = u - 0x80 + (b << 7), pos + 2
+                else:
+                    u, pos = slow(data, pos)
+                if u & 1:
+                    raise ValueError(
+                        f"record {len(out) + skipped} has value length {(u >> 1) ^ -1}"
+                    )
+                value, pos = data[pos : pos + (u >> 1)], pos + (u >> 1)
+            if not data[pos]:
+                if pos + 1 != stop:
+                    raise ValueError(f"record {len(out) + skipped}'s fields do not fill its length")
+                headers: Any = ()
+            elif header_sets is None or (headers := header_sets.get(raw := data[pos:stop])) is None:
+                try:
+                    headers = headers_of(data, pos, stop)
+                except ValueError as err:
+                    raise ValueError(f"record {len(out) + skipped}'s headers: {err}") from None
+                if header_sets is not None and len(header_sets) < _HEADER_SETS_KEPT:
+                    header_sets[raw] = headers
+            pos = stop
+            if eager:
+                add(make_tuple(cls, (offset, timestamp, key, value, headers)))
+            else:
+                record: Any = make_object(cls)
+                record.offset = offset
+                record.timestamp = timestamp
+                record.key = key
+                record.value = value
+                record._headers = headers
+                record._source = source
+                add(record)
+    except IndexError:
+        raise ValueError(f"record {len(out) + skipped} runs past the end of the batch") from None
     return out, skipped

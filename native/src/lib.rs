@@ -2,16 +2,16 @@
 //!
 //! `scan_records` is `dataplane.records.validation._scan` compiled: the same walk over a
 //! batch's records, the same checks in the same order, the same fault reasons.
-//! `decode_lazy` is `dataplane.records.decoder._decode` and `_decode_dense` compiled:
-//! the same records, built the same way, and the same errors with the same messages.
+//! `decode_records` (`decode.rs`) is `dataplane.records.decoder._decode` compiled: the
+//! same records, built the same way, and the same errors with the same messages.
 //! The Python functions stay the reference; the tests compare each pair on random,
 //! damaged and crafted batches.
 
+mod decode;
 mod encode;
 
-use pyo3::exceptions::{PyIndexError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList, PyTuple};
+use pyo3::types::PyBytes;
 
 /// Why a record is bad: its index, the reason, and the offset delta when that is the fault.
 struct Fault {
@@ -265,246 +265,10 @@ fn scan_records(py: Python<'_>, data: &Bound<'_, PyBytes>, pos: u64, end: u64) -
 }
 
 
-// --- lazy records (decoder._decode and decoder._decode_dense) ---------------------------
-
-/// A failed read while decoding: Python's `IndexError` or a `ValueError` message.
-enum Bad {
-    Index,
-    Value(String),
-}
-
-fn at(data: &[u8], pos: u128) -> Result<u128, Bad> {
-    usize::try_from(pos)
-        .ok()
-        .and_then(|i| data.get(i))
-        .map(|b| u128::from(*b))
-        .ok_or(Bad::Index)
-}
-
-/// Unsigned LEB128 of at most 10 bytes (`varint.read_uvarint`).
-fn uvarint(data: &[u8], pos: u128) -> Result<(u128, u128), Bad> {
-    let mut result: u128 = 0;
-    for index in 0..10u128 {
-        let b = at(data, pos + index)?;
-        result |= (b & 0x7F) << (7 * index);
-        if b < 0x80 {
-            return Ok((result, pos + index + 1));
-        }
-    }
-    Err(Bad::Value("varint longer than 10 bytes".to_string()))
-}
-
-/// The one- and two-byte forms first, as the Python loops read them.
-fn quick(data: &[u8], pos: u128) -> Result<(u128, u128), Bad> {
-    let u = at(data, pos)?;
-    if u < 0x80 {
-        return Ok((u, pos + 1));
-    }
-    let b = at(data, pos + 1)?;
-    if b < 0x80 {
-        return Ok((u - 0x80 + (b << 7), pos + 2));
-    }
-    uvarint(data, pos)
-}
-
-fn signed(u: u128) -> i128 {
-    ((u >> 1) as i128) ^ -((u & 1) as i128)
-}
-
-/// Python's `data[start:start + len]`: cut at the end of the data.
-fn cut(data: &[u8], start: u128, len: u128) -> &[u8] {
-    let size = data.len() as u128;
-    let from = start.min(size) as usize;
-    let to = start.saturating_add(len).min(size) as usize;
-    &data[from..to]
-}
-
-/// A nullable key or value at `pos`: `(None or the bytes' range, position after it)`.
-fn nullable(data: &[u8], pos: u128, n: usize, what: &str) -> Result<(Option<(u128, u128)>, u128), Bad> {
-    if at(data, pos)? == 1 {
-        return Ok((None, pos + 1));
-    }
-    let (u, pos) = quick(data, pos)?;
-    if u & 1 == 1 {
-        return Err(Bad::Value(format!("record {n} has {what} length {}", signed(u))));
-    }
-    Ok((Some((pos, u >> 1)), pos + (u >> 1)))
-}
-
-struct Lazy<'py> {
-    py: Python<'py>,
-    data: &'py Bound<'py, PyBytes>,
-    cls: &'py Bound<'py, PyAny>,
-    source: &'py Bound<'py, PyAny>,
-    lazy: &'py Bound<'py, PyAny>,
-    new: Bound<'py, PyAny>,
-    out: Bound<'py, PyList>,
-}
-
-impl<'py> Lazy<'py> {
-    /// Builds one record as `object.__new__(cls)` and its six attributes.
-    #[allow(clippy::too_many_arguments)]
-    fn add(
-        &self,
-        offset: i128,
-        timestamp: i128,
-        key: Option<(u128, u128)>,
-        value: Option<(u128, u128)>,
-        headers: Option<(u128, u128)>,
-    ) -> PyResult<()> {
-        let py = self.py;
-        let bytes = self.data.as_bytes();
-        let record = self.new.call1((self.cls,))?;
-        record.setattr(pyo3::intern!(py, "offset"), offset)?;
-        record.setattr(pyo3::intern!(py, "timestamp"), timestamp)?;
-        let field = |range: Option<(u128, u128)>| match range {
-            None => py.None(),
-            Some((start, len)) => PyBytes::new(py, cut(bytes, start, len)).into_any().unbind(),
-        };
-        record.setattr(pyo3::intern!(py, "key"), field(key))?;
-        record.setattr(pyo3::intern!(py, "value"), field(value))?;
-        let headers = match headers {
-            None => PyTuple::empty(py).into_any(),
-            Some((start, stop)) => self.lazy.call1((self.data, start, stop))?,
-        };
-        record.setattr(pyo3::intern!(py, "_headers"), headers)?;
-        record.setattr(pyo3::intern!(py, "_source"), self.source)?;
-        self.out.append(record)
-    }
-}
-
-/// The header block after key and value: None for none, the lazy range otherwise.
-fn headers_at(data: &[u8], pos: u128, stop: u128, n: usize) -> Result<Option<(u128, u128)>, Bad> {
-    if at(data, pos)? != 0 {
-        Ok(Some((pos, stop)))
-    } else if pos + 1 == stop {
-        Ok(None)
-    } else {
-        Err(Bad::Value(format!("record {n}'s fields do not fill its length")))
-    }
-}
-
-enum Step {
-    Skip,
-    Take(i128, i128, Option<(u128, u128)>, Option<(u128, u128)>, Option<(u128, u128)>),
-}
-
-fn length(data: &[u8], pos: u128, end: u128, n: usize) -> Result<(u128, u128), Bad> {
-    let (u, pos) = quick(data, pos)?;
-    let stop = pos + (u >> 1);
-    if u & 1 == 1 || stop > end || stop < pos + 6 {
-        return Err(Bad::Value(format!("record {n} has a bad length")));
-    }
-    Ok((pos, stop))
-}
-
-/// One record of `_decode`: any offset deltas, each read.
-fn sparse(data: &[u8], pos: u128, stop: u128, n: usize, base: (i128, i128), min: i128) -> Result<Step, Bad> {
-    let (u, pos) = quick(data, pos + 1)?; // data[pos]: the record attributes
-    let timestamp = base.1 + signed(u);
-    let (u, pos) = quick(data, pos)?;
-    let offset = base.0 + (u >> 1) as i128;
-    if u & 1 == 1 {
-        return Err(Bad::Value(format!("record {n} has a negative offset delta")));
-    }
-    if offset < min {
-        return Ok(Step::Skip);
-    }
-    let (key, pos) = nullable(data, pos, n, "key")?;
-    let (value, pos) = nullable(data, pos, n, "value")?;
-    let headers = headers_at(data, pos, stop, n)?;
-    Ok(Step::Take(offset, timestamp, key, value, headers))
-}
-
-/// One record of `_decode_dense`: its offset is its index, its delta skipped.
-fn dense(data: &[u8], pos: u128, stop: u128, n: usize, offset: i128, base_ts: i128, min: i128) -> Result<Step, Bad> {
-    if offset < min {
-        return Ok(Step::Skip);
-    }
-    let (u, pos) = quick(data, pos + 1)?;
-    let timestamp = base_ts + signed(u);
-    let pos = if at(data, pos)? < 0x80 {
-        pos + 1
-    } else if at(data, pos + 1)? < 0x80 {
-        pos + 2
-    } else {
-        uvarint(data, pos)?.1
-    };
-    let (key, pos) = nullable(data, pos, n, "key")?;
-    let (value, pos) = nullable(data, pos, n, "value")?;
-    let headers = headers_at(data, pos, stop, n)?;
-    Ok(Step::Take(offset, timestamp, key, value, headers))
-}
-
-#[allow(clippy::too_many_arguments)]
-fn next(
-    data: &[u8],
-    pos: u128,
-    end: u128,
-    n: usize,
-    offset: &mut i128,
-    base: (i128, i128),
-    min: i128,
-    is_dense: bool,
-) -> Result<(Step, u128), Bad> {
-    let (at, stop) = length(data, pos, end, n)?;
-    *offset += 1;
-    let step = if is_dense {
-        dense(data, at, stop, n, *offset, base.1, min)?
-    } else {
-        sparse(data, at, stop, n, base, min)?
-    };
-    Ok((step, stop))
-}
-
-/// `decoder._decode` (or `_decode_dense` when `is_dense`) compiled: the records of
-/// `data[start:end]` at or after `min_offset`, as `(records, records skipped)`; raises
-/// `ValueError` or `IndexError` with the Python loop's message at the first bad record.
-#[pyfunction]
-#[allow(clippy::too_many_arguments)]
-fn decode_lazy<'py>(
-    py: Python<'py>,
-    data: &'py Bound<'py, PyBytes>,
-    start: u64,
-    end: u64,
-    base_offset: i64,
-    base_timestamp: i64,
-    min_offset: i128,
-    is_dense: bool,
-    cls: &'py Bound<'py, PyAny>,
-    source: &'py Bound<'py, PyAny>,
-    lazy: &'py Bound<'py, PyAny>,
-) -> PyResult<(Bound<'py, PyList>, usize)> {
-    let new = py.import("builtins")?.getattr("object")?.getattr("__new__")?;
-    let builder = Lazy { py, data, cls, source, lazy, new, out: PyList::empty(py) };
-    let bytes = data.as_bytes();
-    let base = (i128::from(base_offset), i128::from(base_timestamp));
-    let (mut pos, end) = (u128::from(start), u128::from(end));
-    let mut skipped = 0usize;
-    let mut offset = base.0 - 1; // the dense loop's: the previous record's offset
-    while pos < end {
-        let n = builder.out.len() + skipped;
-        let step = next(bytes, pos, end, n, &mut offset, base, min_offset, is_dense);
-        match step {
-            Err(Bad::Index) => return Err(PyIndexError::new_err("index out of range")),
-            Err(Bad::Value(message)) => return Err(PyValueError::new_err(message)),
-            Ok((Step::Skip, stop)) => {
-                skipped += 1;
-                pos = stop;
-            }
-            Ok((Step::Take(offset, timestamp, key, value, headers), stop)) => {
-                builder.add(offset, timestamp, key, value, headers)?;
-                pos = stop;
-            }
-        }
-    }
-    Ok((builder.out, skipped))
-}
-
 #[pymodule]
 fn meridian_codec(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(scan_records, m)?)?;
-    m.add_function(wrap_pyfunction!(decode_lazy, m)?)?;
+    m.add_function(wrap_pyfunction!(decode::decode_records, m)?)?;
     encode::register(m)?;
     Ok(())
 }

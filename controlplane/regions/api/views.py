@@ -4,7 +4,6 @@ from typing import Any
 
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status
-from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -28,7 +27,6 @@ from controlplane.regions.api.serializers import (
 )
 from controlplane.regions.filtersets import BrokerFilterSet, ClusterFilterSet, RegionFilterSet
 from controlplane.regions.models import Broker, Cluster, Region
-from controlplane.topics import reassignment
 
 
 class RegionViewSet(
@@ -105,11 +103,10 @@ class BrokerViewSet(
     ServiceCreateMixin[Broker],
     ServiceViewSet[Broker],
 ):
-    """Brokers (platform administrators only): phase, last heartbeat, address. Creating
-    one registers a broker of a ``static`` cluster. Decommissioning one (``POST
-    .../decommission``, or ``DELETE``) moves every replica it holds to other brokers,
-    then stops it: 202 with the broker, ``decommissioning`` until it holds nothing, then
-    ``decommissioned``; 409 when its replicas have nowhere to go."""
+    """Brokers as the regions app knows them: listed, read and registered (a broker of a
+    ``static`` cluster). Decommissioning moves replicas, which is partition state, so
+    ``/brokers`` is served by ``controlplane.topics.api.views.BrokerViewSet``, which adds
+    it to this one."""
 
     queryset = Broker.objects.select_related("cluster__region")
     serializer_class = BrokerSerializer
@@ -121,18 +118,3 @@ class BrokerViewSet(
     def create_object(self, data: dict[str, Any]) -> Broker:
         cluster = data.pop("cluster")
         return services.register_broker(cluster, actor=self.actor, **data)
-
-    @extend_schema(request=None, responses={202: BrokerSerializer})
-    @action(detail=True, methods=["post"])
-    def decommission(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        """Move every replica off the broker, then stop it (see the class docstring)."""
-        return self._decommission()
-
-    @extend_schema(responses={202: BrokerSerializer})
-    def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        """Decommission the broker (as ``POST .../decommission``)."""
-        return self._decommission()
-
-    def _decommission(self) -> Response:
-        broker = reassignment.decommission_broker(self.get_object(), actor=self.actor)
-        return self.respond(broker, status.HTTP_202_ACCEPTED)

@@ -17,6 +17,9 @@ from controlplane.core.api.views import (
 from controlplane.core.choices import Role
 from controlplane.core.errors import NotFound
 from controlplane.core.permissions import IsPlatformAdmin
+from controlplane.regions.api import views as regions_views
+from controlplane.regions.api.serializers import BrokerSerializer
+from controlplane.regions.models import Broker
 from controlplane.tenants.api.scoped import TenantScopedViewSet
 from controlplane.topics import acls, reassignment, services
 from controlplane.topics.api.serializers import (
@@ -144,3 +147,27 @@ class DriftFindingViewSet(viewsets.ReadOnlyModelViewSet[DriftFinding]):
     filterset_class = DriftFindingFilterSet
     ordering_fields = ["last_seen_at", "created_at", "topic_name", "kind"]
     lookup_value_regex = r"[^/]+"  # any segment: a malformed id is a JSON 404
+
+
+class BrokerViewSet(regions_views.BrokerViewSet):
+    """Brokers (platform administrators only): phase, last heartbeat, address. Creating
+    one registers a broker of a ``static`` cluster. Decommissioning one (``POST
+    .../decommission``, or ``DELETE``) moves every replica it holds to other brokers,
+    then stops it: 202 with the broker, ``decommissioning`` until it holds nothing, then
+    ``decommissioned``; 409 when its replicas have nowhere to go."""
+
+    @extend_schema(request=None, responses={202: BrokerSerializer})
+    @action(detail=True, methods=["post"])
+    def decommission(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """Move every replica off the broker, then stop it (see the class docstring)."""
+        return self._decommission()
+
+    @extend_schema(responses={202: BrokerSerializer})
+    def destroy(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """Decommission the broker (as ``POST .../decommission``)."""
+        return self._decommission()
+
+    def _decommission(self) -> Response:
+        broker: Broker = self.get_object()
+        broker = reassignment.decommission_broker(broker, actor=self.actor)
+        return self.respond(broker, status.HTTP_202_ACCEPTED)

@@ -21,11 +21,12 @@ from controlplane.controller.controller import Controller
 from controlplane.controller.lease import FileLease
 from controlplane.controller.push import MetadataPusher
 from controlplane.core.actors import Actor
-from controlplane.provisioning import get_provisioner
 from controlplane.regions import services as regions
 from controlplane.regions.models import Cluster
+from controlplane.regions.provisioners import get_provisioner
+from controlplane.tenants.lifecycle import deprovision_tenant
 from controlplane.tenants.models import Tenant
-from controlplane.tenants.services import delete_tenant, deprovision_tenant
+from controlplane.tenants.services import delete_tenant
 from controlplane.topics.models import PartitionAssignment, Topic
 from dataplane._gen.meridian.v1 import broker_pb2, broker_pb2_grpc
 from dataplane.client.auth import ClientCredentials, StaticToken

@@ -25,7 +25,7 @@ import pytest
 from django.conf import settings
 
 from controlplane.core.actors import Actor
-from controlplane.provisioning import LocalProvisioner
+from controlplane.provisioning.local import LocalProvisioner
 from controlplane.regions import services
 from controlplane.regions.models import Broker, Cluster, Region
 from controlplane.tenants.models import Tenant

@@ -18,10 +18,11 @@ from django.utils import timezone
 from controlplane.controller.controller import Controller
 from controlplane.controller.lease import FileLease, PostgresAdvisoryLease, lease_for
 from controlplane.controller.push import MetadataPusher
-from controlplane.provisioning import LocalProvisioner, Provisioner, get_provisioner
+from controlplane.provisioning.local import LocalProvisioner
 from controlplane.regions import services
 from controlplane.regions.choices import BrokerPhase
 from controlplane.regions.models import Broker, Cluster, Region
+from controlplane.regions.provisioners import Provisioner, get_provisioner
 from controlplane.topics.models import PartitionAssignment
 from dataplane._gen.meridian.v1 import admin_pb2
 from tests.controlplane.controller.conftest import ADMIN, add_topic, push, wait_until

@@ -10,7 +10,8 @@ from controlplane.accounts.services import invite_member, remove_member
 from controlplane.core.actors import Actor
 from controlplane.core.choices import Role
 from controlplane.regions.models import Broker
-from controlplane.tenants.services import delete_tenant, deprovision_tenant, update_tenant
+from controlplane.tenants.lifecycle import deprovision_tenant
+from controlplane.tenants.services import delete_tenant, update_tenant
 from controlplane.topics.models import DriftFinding
 from controlplane.topics.services import create_topic, delete_topic
 from tests.controlplane.api_base import assert_error, make_cluster, make_tenant

@@ -15,10 +15,10 @@ from controlplane.controller.leaders import metadata_request
 from controlplane.controller.lease import FileLease
 from controlplane.controller.push import MetadataPusher
 from controlplane.core.actors import Actor
-from controlplane.provisioning import get_provisioner
 from controlplane.quotas.models import Quota
 from controlplane.regions import services as regions
 from controlplane.regions.models import Cluster
+from controlplane.regions.provisioners import get_provisioner
 from controlplane.topics.models import PartitionAssignment
 from controlplane.topics.services import create_topic
 from dataplane._gen.meridian.v1 import broker_pb2, broker_pb2_grpc

@@ -9,7 +9,7 @@ from rest_framework.test import APIClient
 
 from controlplane.core.actors import Actor
 from controlplane.core.models import AuditEvent
-from controlplane.regions import services
+from controlplane.regions import services, teardown
 from controlplane.regions.choices import BrokerPhase
 from controlplane.regions.models import Broker, Cluster, Region
 from controlplane.topics.models import Topic
@@ -162,7 +162,7 @@ def test_deleting_an_empty_cluster_marks_it_deleting(
     assert response.status_code == 202
     assert response.json()["status"] == "deleting"
     # What the regions.delete_cluster job does after commit:
-    services.remove_cluster(cluster.pk, actor=ADMIN)
+    teardown.remove_cluster(cluster.pk, actor=ADMIN)
     assert not Cluster.objects.filter(pk=cluster.pk).exists()
 
 

@@ -13,8 +13,9 @@ from controlplane.accounts.identity import LocalIdentity
 from controlplane.accounts.models import ServiceAccount
 from controlplane.core.actors import Actor
 from controlplane.core.errors import Conflict
+from controlplane.tenants.lifecycle import deprovision_tenant
 from controlplane.tenants.models import Tenant
-from controlplane.tenants.services import create_tenant, delete_tenant, deprovision_tenant
+from controlplane.tenants.services import create_tenant, delete_tenant
 from controlplane.topics.models import Topic
 from dataplane.client.claims import tenant_group
 from tests.controlplane.api_base import make_cluster, make_tenant

@@ -19,9 +19,9 @@ from controlplane.controller.controller import Controller
 from controlplane.controller.lease import FileLease
 from controlplane.controller.push import MetadataPusher
 from controlplane.core.actors import Actor
-from controlplane.provisioning import get_provisioner
 from controlplane.regions import services as regions
 from controlplane.regions.models import Cluster
+from controlplane.regions.provisioners import get_provisioner
 from controlplane.topics.acls import grant_topic_acl, revoke_topic_acl
 from controlplane.topics.models import Topic, TopicAcl
 from dataplane._gen.meridian.v1 import broker_pb2, broker_pb2_grpc

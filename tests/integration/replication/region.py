@@ -34,7 +34,7 @@ from django.conf import settings
 from controlplane.celery import app as celery_app
 from controlplane.core.actors import Actor
 from controlplane.core.choices import ProvisioningStatus
-from controlplane.provisioning import LocalProvisioner
+from controlplane.provisioning.local import LocalProvisioner
 from controlplane.regions import services
 from controlplane.regions.choices import BrokerPhase
 from controlplane.regions.models import Broker, Cluster, Region

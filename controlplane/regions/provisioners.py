@@ -1,0 +1,89 @@
+"""What every provisioner does: make a cluster's brokers run, and stop them; and which
+one serves a cluster.
+
+A provisioner is chosen per cluster by ``Cluster.provisioner`` (``get_provisioner``).
+It starts processes (or pods, or machines) and records where each broker listens on its
+``Broker`` row (``regions.services.record_broker_process``); liveness is the
+controller's business (heartbeats), not the provisioner's.
+
+The regions app owns the contract and the choice; the implementations live above it in
+``controlplane.provisioning``, which registers them (``register_provisioner``) when
+Django starts. So region code (deleting a cluster stops its brokers) reaches a
+provisioner without importing the code that runs brokers. Another way to run brokers
+(Kubernetes, Terraform) is one more class with these methods, one more
+``ProvisionerKind`` and one more registration in ``controlplane.provisioning.apps``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from controlplane.regions.models import Broker, Cluster
+
+
+class ProvisioningError(Exception):
+    """A broker could not be started or stopped; the message says why (for a local
+    process, it ends with the tail of its log)."""
+
+    def __init__(self, broker: Broker, message: str) -> None:
+        super().__init__(f"{broker}: {message}")
+        self.broker = broker
+        self.message = message
+
+
+class Provisioner(Protocol):
+    def ensure_broker(self, broker: Broker) -> None:
+        """Start ``broker`` unless it runs; on return it serves, and its row holds its
+        host, port (and, where meaningful, pid and data directory). Raises
+        ``ProvisioningError``."""
+        ...
+
+    def ensure_brokers(self, brokers: Sequence[Broker]) -> None:
+        """``ensure_broker`` for each, started together where the provisioner can;
+        raises the first ``ProvisioningError`` after trying them all."""
+        ...
+
+    def stop_broker(self, broker: Broker) -> None:
+        """Stop ``broker`` cleanly if it runs (idempotent)."""
+        ...
+
+    def is_running(self, broker: Broker) -> bool:
+        """Whether ``broker``'s process (as far as this provisioner can tell) runs."""
+        ...
+
+
+class UnknownProvisionerError(LookupError):
+    """No provisioner is registered for a cluster's ``provisioner`` kind."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(f"no provisioner is registered for kind {kind!r}")
+        self.kind = kind
+
+
+_factories: dict[str, Callable[[], Provisioner]] = {}
+# One instance per kind and process: a ``LocalProvisioner`` remembers the processes it
+# started, to reap them.
+_instances: dict[str, Provisioner] = {}
+_lock = threading.Lock()
+
+
+def register_provisioner(kind: str, factory: Callable[[], Provisioner]) -> None:
+    """Make ``factory`` build the provisioner of clusters of ``kind`` (idempotent)."""
+    with _lock:
+        if _factories.get(kind) is not factory:
+            _factories[kind] = factory
+            _instances.pop(kind, None)
+
+
+def get_provisioner(cluster: Cluster) -> Provisioner:
+    """The provisioner of ``cluster``; ``UnknownProvisionerError`` for a kind nobody
+    registered."""
+    kind = str(cluster.provisioner)
+    with _lock:
+        if kind not in _instances:
+            if kind not in _factories:
+                raise UnknownProvisionerError(kind)
+            _instances[kind] = _factories[kind]()
+        return _instances[kind]
