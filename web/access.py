@@ -111,16 +111,19 @@ def signed_in(view: View) -> View:
     return wrapper
 
 
-def tenant_page(*, write_role: str = Role.DEVELOPER) -> Callable[[View], View]:
+def tenant_page(
+    *, read_role: str = Role.VIEWER, write_role: str = Role.DEVELOPER
+) -> Callable[[View], View]:
     """Views of one tenant (URL keyword ``tenant``): ``request.console`` is set.
-    GET and HEAD need ``viewer``; any other method ``write_role``."""
+    GET and HEAD need ``read_role`` (a page that is only a form: its ``write_role``);
+    any other method ``write_role``."""
 
     def decorate(view: View) -> View:
         @signed_in
         @functools.wraps(view)
         def wrapper(request: HttpRequest, tenant: str, **kwargs: Any) -> HttpResponse:
             console = Console(actor=request.actor, tenant=visible_tenant(request.actor, tenant))  # type: ignore[attr-defined]
-            needed = Role.VIEWER if request.method in ("GET", "HEAD") else write_role
+            needed = read_role if request.method in ("GET", "HEAD") else write_role
             if not console.can(needed):
                 raise PermissionDenied(f"your role in tenant {tenant!r} does not allow this")
             request.console = console  # type: ignore[attr-defined]

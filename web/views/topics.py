@@ -14,6 +14,7 @@ from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
+from controlplane.core.choices import Role
 from controlplane.topics import services
 from controlplane.topics.api.serializers import TopicCreateSerializer, TopicUpdateSerializer
 from controlplane.topics.api.views import TopicViewSet
@@ -111,7 +112,7 @@ def topic_detail(request: HttpRequest, topic: str) -> HttpResponse:
     return render(request, "web/topics/detail.html", context)
 
 
-@tenant_page()
+@tenant_page(read_role=Role.DEVELOPER)
 def topic_create(request: HttpRequest) -> HttpResponse:
     console = console_of(request)
     state = FormState(fields=CREATE_FIELDS)

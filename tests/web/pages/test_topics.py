@@ -162,6 +162,7 @@ def test_a_developer_creates_a_topic(acme: Tenant, console_for: ConsoleFactory) 
 
 def test_a_viewer_cannot_create(acme: Tenant, console_for: ConsoleFactory) -> None:
     client = console_for(roles={"acme": "viewer"})
+    assert client.get("/console/t/acme/topics/new/").status_code == 403
     response = client.post("/console/t/acme/topics/new/", {"name": "orders", "partitions": "1"})
     assert response.status_code == 403
     assert not Topic.objects.exists()
