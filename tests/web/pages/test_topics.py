@@ -3,11 +3,13 @@ the API's messages on the form, isolation by URL and by form field, escaping."""
 
 from __future__ import annotations
 
+import html
 import re
 from typing import Any
 
 import pytest
 from django.test import Client
+from rest_framework.test import APIClient
 
 from controlplane.core.actors import Actor
 from controlplane.core.models import AuditEvent
@@ -15,6 +17,7 @@ from controlplane.quotas.models import Quota
 from controlplane.tenants.models import Tenant
 from controlplane.topics import services
 from controlplane.topics.models import Topic
+from tests.controlplane.conftest import token_for
 from tests.web.pages.conftest import ConsoleFactory
 
 ROLES = ["viewer", "developer", "tenant-admin"]
@@ -209,6 +212,29 @@ def test_create_errors_appear_on_their_field_and_keep_what_was_typed(
         if name != "durability":
             assert input_value(page, f"create-{name}") == value
     assert not Topic.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "typed",
+    [
+        {"name": "bad name!", "partitions": "1"},
+        {"name": "ok", "partitions": "0"},
+        {"name": "ok", "partitions": "many"},
+        {"name": "ok", "partitions": "1", "max_message_bytes": "5"},
+        {"name": "ok", "partitions": "1", "durability": "sometimes"},
+    ],
+)
+def test_the_form_shows_the_apis_own_messages(
+    typed: dict[str, str], acme: Tenant, console_for: ConsoleFactory, local_identity: Any
+) -> None:
+    api = APIClient()
+    token = token_for(local_identity, roles={"acme": "developer"})
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+    api_errors = api.post("/api/v1/topics", typed, format="json").json()["error"]["details"]
+    page = console_for(roles={"acme": "developer"}).post("/console/t/acme/topics/new/", typed)
+    (field,) = api_errors
+    shown = [html.unescape(m) for m in field_errors(page.content.decode(), field, "create-")]
+    assert shown == api_errors[field]
 
 
 def test_a_name_in_use_is_refused_on_the_name_field(
