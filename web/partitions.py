@@ -9,6 +9,7 @@ so without naming the broker: a tenant never sees broker addresses."""
 from __future__ import annotations
 
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +19,10 @@ from controlplane.topics.api.serializers import AssignmentSerializer
 from controlplane.topics.models import PartitionAssignment, Topic
 
 log = logging.getLogger(__name__)
+
+# Leaders asked at once for one page (a topic's partitions have at most a cluster's
+# brokers as leaders).
+MAX_PARALLEL_CALLS = 16
 
 
 @dataclass(frozen=True)
@@ -61,17 +66,29 @@ def _row(data: Any, state: Any, observed_end: int, observed_size: int) -> Partit
 
 def _leader_states(topic: Topic, assignments: list[PartitionAssignment]) -> dict[int, Any]:
     """Partition -> its leader's ``PartitionState``, for the partitions whose leader
-    answered."""
+    answered. The leaders are asked at once, so a page waits at most one broker
+    deadline however many leaders are down."""
     leader_of = {a.partition: a.leader_id for a in assignments if a.leader_id is not None}
+    # Addresses are read here: the calls run in threads, which must not touch the
+    # database (a thread has its own connection, outside this request's transaction).
     leaders = {a.leader_id: a.leader for a in assignments if a.leader is not None}
-    states: dict[int, Any] = {}
-    for broker_pk, broker in leaders.items():
-        try:
-            response = brokers.describe_state(broker.address, [topic.full_name])
-        except DomainError as exc:
-            log.info("topic page: broker %s did not describe %s: %s", broker, topic, exc)
-            continue
-        for state in response.partitions:
-            if state.topic == topic.full_name and leader_of.get(state.partition) == broker_pk:
-                states[state.partition] = state
+    if not leaders:
+        return {}
+    addresses = [broker.address for broker in leaders.values()]
+    with ThreadPoolExecutor(max_workers=min(len(addresses), MAX_PARALLEL_CALLS)) as pool:
+        answers = pool.map(lambda address: _describe(address, topic.full_name), addresses)
+        states: dict[int, Any] = {}
+        for broker_pk, response in zip(leaders, answers, strict=True):
+            for state in response.partitions if response is not None else ():
+                if state.topic == topic.full_name and leader_of.get(state.partition) == broker_pk:
+                    states[state.partition] = state
     return states
+
+
+def _describe(address: str, full_name: str) -> Any:
+    """The broker's ``DescribeState`` of the topic, or None when it does not answer."""
+    try:
+        return brokers.describe_state(address, [full_name])
+    except DomainError as exc:
+        log.info("topic page: a broker did not describe %s: %s", full_name, exc)
+        return None
