@@ -353,3 +353,14 @@ def test_user_text_is_escaped(
         assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page, url
     typed = client.post("/console/t/acme/topics/new/", {"name": script, "partitions": "1"})
     assert script not in typed.content.decode()
+
+
+def test_a_platform_admin_manages_any_tenants_topics(
+    acme: Tenant, console_for: ConsoleFactory
+) -> None:
+    client = console_for(platform_admin=True, username="operator")
+    created = client.post("/console/t/acme/topics/new/", {"name": "orders", "partitions": "1"})
+    assert created.status_code == 302
+    deleted = client.post("/console/t/acme/topics/acme.orders/delete/", {"confirm": "acme.orders"})
+    assert deleted.status_code == 302
+    assert Topic.objects.get(full_name="acme.orders").status == "deleting"
