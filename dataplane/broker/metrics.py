@@ -14,8 +14,13 @@ Gauges computed at scrape time from the hosted logs and the group coordinator:
 - ``meridian_partition_log_end_offset``, ``meridian_partition_high_watermark``,
   ``meridian_partition_log_start_offset``, ``meridian_partition_size_bytes``
   (``{topic,partition}``);
-- ``meridian_group_lag{group,topic,partition}``: local high watermark minus the
-  group's committed offset, for partitions hosted here;
+- ``meridian_group_lag_records{group,topic,partition}``: local high watermark minus
+  the group's committed offset, for the groups this broker coordinates and the
+  partitions hosted here (``meridian_group_lag``: the same, its earlier name);
+- ``meridian_group_lag_seconds{group,topic,partition}``: the age of the record at the
+  committed offset — the group's oldest unconsumed record — found through the offset
+  index (``lag.record_age``), 0 when caught up. A record's timestamp never changes, so
+  each scrape reuses the timestamps the previous one found for unchanged offsets;
 - ``meridian_broker_uptime_seconds``.
 """
 
@@ -31,7 +36,10 @@ from prometheus_client.exposition import start_http_server
 from prometheus_client.registry import Collector
 
 from dataplane.broker.config import parse_address
-from dataplane.storage.log import PartitionLog
+from dataplane.broker.lag import NO_RECORD, timestamp_at
+from dataplane.records.errors import RecordError
+from dataplane.storage.errors import StorageError
+from dataplane.storage.log import PartitionLog, wall_clock_ms
 
 LATENCY_BUCKETS = (
     0.0005,
@@ -60,6 +68,7 @@ class _StateCollector(Collector):
         self._logs = logs
         self._committed = committed
         self._started = started
+        self._timestamps: dict[tuple[str, int, int], int] = {}  # (topic, partition, offset)
 
     def collect(self) -> Iterator[Metric]:
         labels = ["topic", "partition"]
@@ -72,34 +81,67 @@ class _StateCollector(Collector):
                 ("size_bytes", "Bytes of the partition's segments"),
             )
         }
-        hw: dict[tuple[str, int], int] = {}
+        hosted: dict[tuple[str, int], PartitionLog] = {}
         for topic, partition, log in self._logs():
             key = [topic, str(partition)]
-            hw[(topic, partition)] = log.high_watermark
+            hosted[(topic, partition)] = log
             families["log_end_offset"].add_metric(key, log.log_end_offset)
             families["high_watermark"].add_metric(key, log.high_watermark)
             families["log_start_offset"].add_metric(key, log.log_start_offset)
             families["size_bytes"].add_metric(key, log.size_bytes)
         yield from families.values()
-        yield self._lag(hw)
+        yield from self._lags(hosted)
         uptime = GaugeMetricFamily("meridian_broker_uptime_seconds", "Seconds since start")
         uptime.add_metric([], time.monotonic() - self._started)
         yield uptime
 
-    def _lag(self, hw: dict[tuple[str, int], int]) -> Metric:
-        lag = GaugeMetricFamily(
-            "meridian_group_lag",
-            "Records between a group's committed offset and the high watermark",
-            labels=["group", "topic", "partition"],
+    def _lags(self, logs: dict[tuple[str, int], PartitionLog]) -> Iterator[Metric]:
+        labels = ["group", "topic", "partition"]
+        doc = "Records between a group's committed offset and the high watermark"
+        records = GaugeMetricFamily("meridian_group_lag_records", doc, labels=labels)
+        alias = GaugeMetricFamily("meridian_group_lag", f"{doc} (as _records)", labels=labels)
+        seconds = GaugeMetricFamily(
+            "meridian_group_lag_seconds",
+            "Age of the group's oldest unconsumed record (0 when caught up)",
+            labels=labels,
         )
         committed = self._committed() if self._committed is not None else {}
+        now_ms, seen = wall_clock_ms(), dict[tuple[str, int, int], int]()
         for group, offsets in committed.items():
-            for (topic, partition), offset in offsets.items():
-                if (topic, partition) in hw:
-                    lag.add_metric(
-                        [group, topic, str(partition)], max(0, hw[(topic, partition)] - offset)
-                    )
-        return lag
+            for tp, offset in offsets.items():
+                log = logs.get(tp)
+                if log is None:
+                    continue
+                key = [group, tp[0], str(tp[1])]
+                records.add_metric(key, max(0, log.high_watermark - offset))
+                alias.add_metric(key, max(0, log.high_watermark - offset))
+                seconds.add_metric(key, self._age_ms(log, tp, offset, now_ms, seen) / 1000)
+        self._timestamps = seen  # only the offsets still committed stay cached
+        yield from (records, alias, seconds)
+
+    def _age_ms(
+        self,
+        log: PartitionLog,
+        tp: tuple[str, int],
+        offset: int,
+        now_ms: int,
+        seen: dict[tuple[str, int, int], int],
+    ) -> int:
+        """The age of the record at ``offset`` (0 when caught up); a found timestamp is
+        cached by offset, a failed read counts as caught up until a later scrape."""
+        if offset >= log.high_watermark:
+            return 0
+        key = (*tp, max(offset, log.log_start_offset))
+        timestamp = self._timestamps.get(key)
+        if timestamp is None:
+            try:
+                timestamp = timestamp_at(log, key[2])
+            except (StorageError, RecordError, OSError):  # a scrape reports the rest
+                return 0
+        if timestamp == NO_RECORD:
+            return 0
+        seen[key] = timestamp
+        return max(0, now_ms - timestamp)
 
 
 class BrokerMetrics:
