@@ -18,6 +18,7 @@ INSTALLED_APPS = [
     "controlplane.topics",
     "controlplane.quotas",
     "controlplane.accounts",
+    "controlplane.groups",
 ]
 
 MIDDLEWARE = [
