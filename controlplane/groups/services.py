@@ -130,13 +130,18 @@ def tenant_of_group(group_id: str) -> str | None:
 
 def _clusters(tenant: Tenant) -> list[list[str]]:
     """Broker addresses of each cluster hosting one of the tenant's topics."""
-    cluster_ids = Topic.objects.filter(tenant=tenant).values_list("cluster_id", flat=True)
+    return list(_clusters_of([tenant]).values())
+
+
+def _clusters_of(tenants: Sequence[Tenant]) -> dict[int, list[str]]:
+    """Cluster id -> broker addresses, for the clusters hosting the tenants' topics."""
+    cluster_ids = Topic.objects.filter(tenant__in=tenants).values_list("cluster_id", flat=True)
     brokers = Broker.objects.filter(cluster_id__in=set(cluster_ids), phase__in=_SERVING)
     by_cluster: dict[int, list[str]] = {}
     for broker in brokers.order_by("cluster_id", "broker_id"):
         if broker.address:
             by_cluster.setdefault(broker.cluster_id, []).append(broker.address)
-    return list(by_cluster.values())
+    return by_cluster
 
 
 def _not_found(group_id: str) -> NotFound:
@@ -157,27 +162,29 @@ def _locate(tenant: Tenant, group_id: str) -> tuple[list[str], GroupDescription]
 # -- reading ---------------------------------------------------------------------------
 
 
-def list_groups(tenant: Tenant) -> list[GroupSummary]:
-    """The tenant's groups on every cluster of its topics, by id."""
+def list_groups(tenants: Sequence[Tenant]) -> list[GroupSummary]:
+    """The tenants' groups on every cluster of their topics, by id; each cluster is
+    listed once, whatever the number of tenants on it."""
+    by_slug = {tenant.slug: tenant for tenant in tenants}
     summaries = []
-    prefix = f"{tenant.slug}."
-    for addresses in _clusters(tenant):
+    for addresses in _clusters_of(tenants).values():
         for listed in gateway.list_groups(addresses):
-            if listed.group_id.startswith(prefix):
-                detail = _detail(
-                    tenant, addresses, gateway.describe_group(addresses, listed.group_id)
-                )
-                summaries.append(
-                    GroupSummary(
-                        detail.group_id,
-                        tenant.slug,
-                        detail.state,
-                        len(detail.members),
-                        detail.lag,
-                        detail.lag_seconds,
-                    )
-                )
+            tenant = by_slug.get(tenant_of_group(listed.group_id) or "")
+            if tenant is not None:
+                description = gateway.describe_group(addresses, listed.group_id)
+                summaries.append(_summary(_detail(tenant, addresses, description)))
     return sorted(summaries, key=lambda s: s.group_id)
+
+
+def _summary(detail: GroupDetail) -> GroupSummary:
+    return GroupSummary(
+        detail.group_id,
+        detail.tenant,
+        detail.state,
+        len(detail.members),
+        detail.lag,
+        detail.lag_seconds,
+    )
 
 
 def describe_group(tenant: Tenant, group_id: str) -> GroupDetail:
