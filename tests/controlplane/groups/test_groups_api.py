@@ -5,7 +5,7 @@ one."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -26,7 +26,7 @@ URL = f"/api/v1/groups/{GROUP}"
 
 
 @pytest.fixture
-def acme(db: None, broker: BrokerProcess) -> Iterator[Tenant]:
+def acme(db: None, broker: BrokerProcess) -> Tenant:
     """Tenant acme with topic acme.orders (2 partitions, 10 records each) on a real
     broker, and group acme.billing committed at 4 and 10; tenant other exists too."""
     cluster: Cluster = register_static_cluster([broker])
@@ -91,7 +91,7 @@ def test_reset_previews_then_applies_and_is_audited(
     assert _positions(developer.get(URL).json())[0]["committed"] == 7
     event = AuditEvent.objects.get(action="group.offsets.reset")
     assert (event.object_id, event.tenant_slug) == (GROUP, "acme")
-    assert event.after["offsets"] == {f"{TOPIC}/0": 7}
+    assert event.after == {"offsets": {f"{TOPIC}/0": 7}, "to": "offset"}
 
     latest = developer.post(f"{URL}/reset-offsets", {"to": "latest"}, format="json")
     assert latest.status_code == 200, latest.content
