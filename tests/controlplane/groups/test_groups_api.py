@@ -117,7 +117,16 @@ def test_reset_is_refused_while_a_member_is_active(
         consumer.close()
 
 
-def test_roles_and_tenants(acme: Tenant, client_for: Callable[..., APIClient]) -> None:
+def test_roles_and_tenants(
+    acme: Tenant,
+    client_for: Callable[..., APIClient],
+    anonymous_client: APIClient,
+    admin_client: APIClient,
+) -> None:
+    assert_error(anonymous_client.get("/api/v1/groups"), 401)
+    assert_error(anonymous_client.get(URL), 401)
+    assert admin_client.get(URL).json()["tenant"] == "acme"  # platform admins see every tenant
+    assert [g["group_id"] for g in admin_client.get("/api/v1/groups?tenant=acme").json()] == [GROUP]
     viewer = client_for(roles={"acme": "viewer"})
     assert_error(viewer.post(f"{URL}/reset-offsets", {"to": "latest"}, format="json"), 403)
     assert_error(viewer.delete(URL), 403)
