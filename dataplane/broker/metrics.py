@@ -20,14 +20,16 @@ Gauges computed at scrape time from the hosted logs and the group coordinator:
 - ``meridian_group_lag_seconds{group,topic,partition}``: the age of the record at the
   committed offset — the group's oldest unconsumed record — found through the offset
   index (``lag.record_age``), 0 when caught up. A record's timestamp never changes, so
-  each scrape reuses the timestamps the previous one found for unchanged offsets;
+  each scrape reuses the timestamps the previous one found for unchanged offsets.
+  Both also cover the coordinated groups' partitions other brokers host, from their
+  leaders' last answers (``group_lag.RemoteLags``, asked at a bounded interval);
 - ``meridian_broker_uptime_seconds``.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -36,6 +38,7 @@ from prometheus_client.exposition import start_http_server
 from prometheus_client.registry import Collector
 
 from dataplane.broker.config import parse_address
+from dataplane.broker.group_lag import LagKey, RemoteLag
 from dataplane.broker.lag import NO_RECORD, timestamp_at
 from dataplane.records.errors import RecordError
 from dataplane.storage.errors import StorageError
@@ -61,12 +64,20 @@ LATENCY_BUCKETS = (
 
 LogsFn = Callable[[], Iterable[tuple[str, int, PartitionLog]]]
 CommittedFn = Callable[[], dict[str, dict[tuple[str, int], int]]]
+RemoteFn = Callable[[], Mapping[LagKey, RemoteLag]]
 
 
 class _StateCollector(Collector):
-    def __init__(self, logs: LogsFn, committed: CommittedFn | None, started: float) -> None:
+    def __init__(
+        self,
+        logs: LogsFn,
+        committed: CommittedFn | None,
+        started: float,
+        remote: RemoteFn | None = None,
+    ) -> None:
         self._logs = logs
         self._committed = committed
+        self._remote = remote
         self._started = started
         self._timestamps: dict[tuple[str, int, int], int] = {}  # (topic, partition, offset)
 
@@ -117,6 +128,14 @@ class _StateCollector(Collector):
                 alias.add_metric(key, max(0, log.high_watermark - offset))
                 seconds.add_metric(key, self._age_ms(log, tp, offset, now_ms, seen) / 1000)
         self._timestamps = seen  # only the offsets still committed stay cached
+        now = time.monotonic()
+        remote = self._remote() if self._remote is not None else {}
+        for (group, topic, partition), lag in remote.items():
+            if (topic, partition) not in logs:
+                key = [group, topic, str(partition)]
+                records.add_metric(key, lag.records)
+                alias.add_metric(key, lag.records)
+                seconds.add_metric(key, lag.age_ms_now(now) / 1000)
         yield from (records, alias, seconds)
 
     def _age_ms(
@@ -169,9 +188,12 @@ class BrokerMetrics:
         self._server: Any = None
         self._started = time.monotonic()
 
-    def watch(self, logs: LogsFn, committed: CommittedFn | None) -> None:
-        """Report the gauges of ``logs()`` and the group lag from ``committed()``."""
-        self.registry.register(_StateCollector(logs, committed, self._started))
+    def watch(
+        self, logs: LogsFn, committed: CommittedFn | None, remote: RemoteFn | None = None
+    ) -> None:
+        """Report the gauges of ``logs()`` and the group lag from ``committed()`` (and,
+        for partitions hosted elsewhere, ``remote()``: the leaders' last answers)."""
+        self.registry.register(_StateCollector(logs, committed, self._started, remote))
 
     def observe(self, rpc: str, error: str, seconds: float) -> None:
         self.requests.labels(rpc, error).inc()
