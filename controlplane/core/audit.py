@@ -47,6 +47,31 @@ def record(
     tenant: Any = None,
 ) -> AuditEvent:
     """Write one audit event; call it inside the change's transaction."""
+    return record_about(
+        actor,
+        action,
+        object_type=obj._meta.label_lower,
+        object_id=str(obj.pk),
+        object_repr=str(obj),
+        before=before,
+        after=after,
+        tenant=tenant,
+    )
+
+
+def record_about(
+    actor: Actor,
+    action: str,
+    *,
+    object_type: str,
+    object_id: str,
+    object_repr: str = "",
+    before: dict[str, Any] | None = None,
+    after: dict[str, Any] | None = None,
+    tenant: Any = None,
+) -> AuditEvent:
+    """Write one audit event about an object the brokers keep rather than a row (a
+    consumer group); call it inside the change's transaction."""
     tenant_slug = getattr(tenant, "slug", "") if tenant is not None else ""
     return AuditEvent.objects.create(
         actor=actor.subject,
@@ -54,9 +79,9 @@ def record(
         tenant=tenant if tenant is not None and tenant.pk else None,
         tenant_slug=tenant_slug,
         action=action,
-        object_type=obj._meta.label_lower,
-        object_id=str(obj.pk),
-        object_repr=str(obj)[:255],
+        object_type=object_type,
+        object_id=object_id,
+        object_repr=(object_repr or object_id)[:255],
         before=before,
         after=after,
     )

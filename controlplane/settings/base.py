@@ -21,6 +21,7 @@ INSTALLED_APPS = [
     "controlplane.quotas",
     "controlplane.accounts",
     "controlplane.provisioning",
+    "controlplane.groups",
     "web",
 ]
 

@@ -39,8 +39,10 @@ from dataplane.broker.auth import ALLOW_ALL, AuthInterceptor, Authorizer, build_
 from dataplane.broker.cluster import ClusterView, ControllerMetadata
 from dataplane.broker.config import BrokerConfig
 from dataplane.broker.fetch import FetchHandler, FetchLimits, OffsetsHandler
+from dataplane.broker.group_lag import RemoteLags
 from dataplane.broker.groups import GroupCoordinator, GroupServicer
 from dataplane.broker.metrics import BrokerMetrics
+from dataplane.broker.outbound import peer_channel
 from dataplane.broker.partitions import PartitionRegistry
 from dataplane.broker.produce import ProduceHandler
 from dataplane.broker.producer_ids import ProducerIdAllocator
@@ -102,6 +104,15 @@ class BrokerApp:
             clock_ms=wall_clock_ms,
         )
         self.pushed = ControllerMetadata(config.data_dir, config.cluster_id)
+        self._peer_channels: dict[str, grpc.aio.Channel] = {}
+        self.remote_lags = RemoteLags(
+            self.coordinator.committed_offsets,
+            self._local_partitions,
+            lambda: self.cluster.placement() if self.cluster is not None else {},
+            self._locate,
+            self._peer_stub,
+            config.group_lag_interval_ms / 1000,
+        )
         self.quotas = QuotaManager(
             lambda: self.pushed.current,
             registry=self.metrics.registry,
@@ -150,6 +161,7 @@ class BrokerApp:
         await self._load()
         self.cluster.start()
         self._tasks.append(asyncio.create_task(self._snapshot_producers_forever()))
+        self._tasks.append(asyncio.create_task(self.remote_lags.run_forever()))
         self.readiness.ready = True
         await self._set_health(health_pb2.HealthCheckResponse.SERVING)
         log.info("broker %s serving on port %s", self.config.broker_id, self.port)
@@ -205,7 +217,11 @@ class BrokerApp:
         replication_pb2_grpc.add_ReplicationServicer_to_server(
             ReplicationServicer(replica_fetch, self.readiness), server
         )
-        self.metrics.watch(self._hosted_logs, self.coordinator.committed_offsets)
+        self.metrics.watch(
+            self._hosted_logs,
+            self.coordinator.committed_offsets,
+            lambda: self.remote_lags.snapshot,
+        )
 
     async def _load(self) -> None:
         loop = asyncio.get_running_loop()
@@ -242,6 +258,13 @@ class BrokerApp:
         info = self.cluster.broker(broker_id) if self.cluster is not None else None
         return f"{info.host}:{info.port}" if info is not None and info.port else None
 
+    def _peer_stub(self, address: str) -> broker_pb2_grpc.BrokerStub:
+        """A Broker stub to a peer, on a channel kept until the broker stops."""
+        channel = self._peer_channels.get(address)
+        if channel is None:
+            channel = self._peer_channels[address] = peer_channel(self.config, address)
+        return broker_pb2_grpc.BrokerStub(channel)
+
     def _local_partitions(self) -> Iterator[tuple[str, int]]:
         for tp in self.manager.logs():
             yield tp.topic, tp.partition
@@ -272,6 +295,8 @@ class BrokerApp:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        for channel in self._peer_channels.values():
+            await channel.close()
         await self.fetchers.stop()
         await self.replicas.stop()
         self.registry.wake_all()

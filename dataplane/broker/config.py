@@ -74,6 +74,7 @@ class BrokerConfig:
     peer_poll_interval_ms: int = 500
     peer_expiry_ms: int = 5_000  # an unreachable peer's partitions are dropped after this
     producer_snapshot_interval_ms: int = 60_000
+    group_lag_interval_ms: int = 10_000  # how often group lag is asked of other leaders
     max_open_files: int = 0  # descriptors of open segment files; 0: LogManager's default
     replica_lag_time_max_ms: int = 10_000  # a follower not caught up this long leaves the ISR
     # Authentication (dataplane/broker/auth): on when jwks_url names the issuer's JWKS.
@@ -109,6 +110,7 @@ class BrokerConfig:
             "peer_poll_interval_ms",
             "peer_expiry_ms",
             "replica_lag_time_max_ms",
+            "group_lag_interval_ms",
         ):
             _check(getattr(self, name) >= 1, name, "must be >= 1")
         _check(self.fetch_max_wait_ms >= 0, "fetch_max_wait_ms", "must be >= 0")

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 from dataplane._gen.meridian.v1 import broker_pb2
 from dataplane.broker.errors import to_error
+from dataplane.broker.lag import record_age, timestamp_at
 from dataplane.broker.partitions import Partition, PartitionRegistry
 from dataplane.errors import ErrorCode, MeridianError
-from dataplane.records import decode_batches
 from dataplane.storage.log import PartitionLog
 
 DEFAULT_PARTITION_MAX_BYTES = 1024 * 1024
@@ -169,7 +169,8 @@ def _fail(
 
 
 class OffsetsHandler:
-    """ListOffsets: latest (the high watermark), earliest, or the first at a time."""
+    """ListOffsets: latest (the high watermark), earliest, or the first at a time; with
+    ``record_at``, also the age of the record there (``lag``: a group's lag in time)."""
 
     def __init__(self, registry: PartitionRegistry, executor: Executor) -> None:
         self.registry = registry
@@ -189,7 +190,11 @@ class OffsetsHandler:
 
     def _lookup(self, item: broker_pb2.ListOffsetsPartition) -> broker_pb2.ListOffsetsResult:
         result = broker_pb2.ListOffsetsResult(
-            topic=item.topic, partition=item.partition, offset=-1, timestamp=-1
+            topic=item.topic,
+            partition=item.partition,
+            offset=-1,
+            timestamp=-1,
+            record_timestamp=-1,
         )
         part = self.registry.get(item.topic, item.partition)
         if part is None:
@@ -200,28 +205,32 @@ class OffsetsHandler:
         if refused is not None:
             result.error, result.error_message = refused.code, refused.message  # type: ignore[assignment]
             return result
+        try:
+            self._find(part.log, item, result)
+        except Exception as exc:  # every failure is a typed result
+            error = to_error(exc)
+            result.error, result.error_message = error.code, error.message  # type: ignore[assignment]
+            result.offset, result.timestamp = -1, -1
+        return result
+
+    @staticmethod
+    def _find(
+        log: PartitionLog,
+        item: broker_pb2.ListOffsetsPartition,
+        result: broker_pb2.ListOffsetsResult,
+    ) -> None:
         if item.timestamp == LATEST:
-            result.offset = part.log.high_watermark
+            result.offset = log.high_watermark
         elif item.timestamp == EARLIEST:
-            result.offset = part.log.log_start_offset
+            result.offset = log.log_start_offset
         elif item.timestamp < 0:
             result.error = ErrorCode.INVALID_TIMESTAMP
             result.error_message = f"timestamp {item.timestamp}: use -1, -2 or a time in ms"
+            return
         else:
-            try:
-                found = part.log.offset_for_timestamp(item.timestamp)
-                if found is not None:
-                    result.offset, result.timestamp = found, _timestamp_at(part.log, found)
-            except Exception as exc:  # every failure is a typed result
-                error = to_error(exc)
-                result.error, result.error_message = error.code, error.message  # type: ignore[assignment]
-                result.offset, result.timestamp = -1, -1
-        return result
-
-
-def _timestamp_at(log: PartitionLog, offset: int) -> int:
-    """The timestamp of the record at ``offset`` (as a consumer decodes it)."""
-    for record in decode_batches(log.read(offset, 1).data):
-        if record.offset == offset:
-            return record.timestamp
-    return -1
+            found = log.offset_for_timestamp(item.timestamp)
+            if found is not None:
+                result.offset, result.timestamp = found, timestamp_at(log, found)
+        if item.HasField("record_at"):
+            age = record_age(log, item.record_at)
+            result.record_timestamp, result.record_age_ms = age.timestamp, age.age_ms

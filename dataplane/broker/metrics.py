@@ -14,15 +14,22 @@ Gauges computed at scrape time from the hosted logs and the group coordinator:
 - ``meridian_partition_log_end_offset``, ``meridian_partition_high_watermark``,
   ``meridian_partition_log_start_offset``, ``meridian_partition_size_bytes``
   (``{topic,partition}``);
-- ``meridian_group_lag{group,topic,partition}``: local high watermark minus the
-  group's committed offset, for partitions hosted here;
+- ``meridian_group_lag_records{group,topic,partition}``: local high watermark minus
+  the group's committed offset, for the groups this broker coordinates and the
+  partitions hosted here (``meridian_group_lag``: the same, its earlier name);
+- ``meridian_group_lag_seconds{group,topic,partition}``: the age of the record at the
+  committed offset — the group's oldest unconsumed record — found through the offset
+  index (``lag.record_age``), 0 when caught up. A record's timestamp never changes, so
+  each scrape reuses the timestamps the previous one found for unchanged offsets.
+  Both also cover the coordinated groups' partitions other brokers host, from their
+  leaders' last answers (``group_lag.RemoteLags``, asked at a bounded interval);
 - ``meridian_broker_uptime_seconds``.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -31,7 +38,11 @@ from prometheus_client.exposition import start_http_server
 from prometheus_client.registry import Collector
 
 from dataplane.broker.config import parse_address
-from dataplane.storage.log import PartitionLog
+from dataplane.broker.group_lag import LagKey, RemoteLag
+from dataplane.broker.lag import NO_RECORD, timestamp_at
+from dataplane.records.errors import RecordError
+from dataplane.storage.errors import StorageError
+from dataplane.storage.log import PartitionLog, wall_clock_ms
 
 LATENCY_BUCKETS = (
     0.0005,
@@ -53,13 +64,22 @@ LATENCY_BUCKETS = (
 
 LogsFn = Callable[[], Iterable[tuple[str, int, PartitionLog]]]
 CommittedFn = Callable[[], dict[str, dict[tuple[str, int], int]]]
+RemoteFn = Callable[[], Mapping[LagKey, RemoteLag]]
 
 
 class _StateCollector(Collector):
-    def __init__(self, logs: LogsFn, committed: CommittedFn | None, started: float) -> None:
+    def __init__(
+        self,
+        logs: LogsFn,
+        committed: CommittedFn | None,
+        started: float,
+        remote: RemoteFn | None = None,
+    ) -> None:
         self._logs = logs
         self._committed = committed
+        self._remote = remote
         self._started = started
+        self._timestamps: dict[tuple[str, int, int], int] = {}  # (topic, partition, offset)
 
     def collect(self) -> Iterator[Metric]:
         labels = ["topic", "partition"]
@@ -72,34 +92,75 @@ class _StateCollector(Collector):
                 ("size_bytes", "Bytes of the partition's segments"),
             )
         }
-        hw: dict[tuple[str, int], int] = {}
+        hosted: dict[tuple[str, int], PartitionLog] = {}
         for topic, partition, log in self._logs():
             key = [topic, str(partition)]
-            hw[(topic, partition)] = log.high_watermark
+            hosted[(topic, partition)] = log
             families["log_end_offset"].add_metric(key, log.log_end_offset)
             families["high_watermark"].add_metric(key, log.high_watermark)
             families["log_start_offset"].add_metric(key, log.log_start_offset)
             families["size_bytes"].add_metric(key, log.size_bytes)
         yield from families.values()
-        yield self._lag(hw)
+        yield from self._lags(hosted)
         uptime = GaugeMetricFamily("meridian_broker_uptime_seconds", "Seconds since start")
         uptime.add_metric([], time.monotonic() - self._started)
         yield uptime
 
-    def _lag(self, hw: dict[tuple[str, int], int]) -> Metric:
-        lag = GaugeMetricFamily(
-            "meridian_group_lag",
-            "Records between a group's committed offset and the high watermark",
-            labels=["group", "topic", "partition"],
+    def _lags(self, logs: dict[tuple[str, int], PartitionLog]) -> Iterator[Metric]:
+        labels = ["group", "topic", "partition"]
+        doc = "Records between a group's committed offset and the high watermark"
+        records = GaugeMetricFamily("meridian_group_lag_records", doc, labels=labels)
+        alias = GaugeMetricFamily("meridian_group_lag", f"{doc} (as _records)", labels=labels)
+        seconds = GaugeMetricFamily(
+            "meridian_group_lag_seconds",
+            "Age of the group's oldest unconsumed record (0 when caught up)",
+            labels=labels,
         )
         committed = self._committed() if self._committed is not None else {}
+        now_ms, seen = wall_clock_ms(), dict[tuple[str, int, int], int]()
         for group, offsets in committed.items():
-            for (topic, partition), offset in offsets.items():
-                if (topic, partition) in hw:
-                    lag.add_metric(
-                        [group, topic, str(partition)], max(0, hw[(topic, partition)] - offset)
-                    )
-        return lag
+            for tp, offset in offsets.items():
+                log = logs.get(tp)
+                if log is None:
+                    continue
+                key = [group, tp[0], str(tp[1])]
+                records.add_metric(key, max(0, log.high_watermark - offset))
+                alias.add_metric(key, max(0, log.high_watermark - offset))
+                seconds.add_metric(key, self._age_ms(log, tp, offset, now_ms, seen) / 1000)
+        self._timestamps = seen  # only the offsets still committed stay cached
+        now = time.monotonic()
+        remote = self._remote() if self._remote is not None else {}
+        for (group, topic, partition), lag in remote.items():
+            if (topic, partition) not in logs:
+                key = [group, topic, str(partition)]
+                records.add_metric(key, lag.records)
+                alias.add_metric(key, lag.records)
+                seconds.add_metric(key, lag.age_ms_now(now) / 1000)
+        yield from (records, alias, seconds)
+
+    def _age_ms(
+        self,
+        log: PartitionLog,
+        tp: tuple[str, int],
+        offset: int,
+        now_ms: int,
+        seen: dict[tuple[str, int, int], int],
+    ) -> int:
+        """The age of the record at ``offset`` (0 when caught up); a found timestamp is
+        cached by offset, a failed read counts as caught up until a later scrape."""
+        if offset >= log.high_watermark:
+            return 0
+        key = (*tp, max(offset, log.log_start_offset))
+        timestamp = self._timestamps.get(key)
+        if timestamp is None:
+            try:
+                timestamp = timestamp_at(log, key[2])
+            except (StorageError, RecordError, OSError):  # a scrape reports the rest
+                return 0
+        if timestamp == NO_RECORD:
+            return 0
+        seen[key] = timestamp
+        return max(0, now_ms - timestamp)
 
 
 class BrokerMetrics:
@@ -127,9 +188,12 @@ class BrokerMetrics:
         self._server: Any = None
         self._started = time.monotonic()
 
-    def watch(self, logs: LogsFn, committed: CommittedFn | None) -> None:
-        """Report the gauges of ``logs()`` and the group lag from ``committed()``."""
-        self.registry.register(_StateCollector(logs, committed, self._started))
+    def watch(
+        self, logs: LogsFn, committed: CommittedFn | None, remote: RemoteFn | None = None
+    ) -> None:
+        """Report the gauges of ``logs()`` and the group lag from ``committed()`` (and,
+        for partitions hosted elsewhere, ``remote()``: the leaders' last answers)."""
+        self.registry.register(_StateCollector(logs, committed, self._started, remote))
 
     def observe(self, rpc: str, error: str, seconds: float) -> None:
         self.requests.labels(rpc, error).inc()

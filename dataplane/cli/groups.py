@@ -1,4 +1,5 @@
-"""``meridian groups``: list consumer groups; describe one with its lag per partition."""
+"""``meridian groups``: list consumer groups; describe one with its lag per partition, in
+records and in seconds."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ def list_groups(ctx: typer.Context) -> None:
 
 def describe(ctx: typer.Context, group: Annotated[str, typer.Argument(help="Group id.")]) -> None:
     """Show GROUP's members and assignment, and per partition the committed offset, the
-    end offset and the lag."""
+    end offset and the lag in records and in seconds (the age of the oldest record the
+    group has not consumed; 0 when caught up)."""
     with Admin(settings(ctx).bootstrap, client_id="meridian-cli", **settings(ctx).connect) as admin:
         description = admin.describe_group(group)
         lags = admin.group_lag(group)
@@ -47,8 +49,17 @@ def describe(ctx: typer.Context, group: Annotated[str, typer.Argument(help="Grou
         lag = lags.get(tp)
         committed = lag.committed if lag is not None else None
         end = lag.end_offset if lag is not None else None
+        seconds = lag.lag_seconds if lag is not None else None
         rows.append(
-            [tp.topic, tp.partition, committed, end, lag.lag if lag else None, owners.get(tp)]
+            [
+                tp.topic,
+                tp.partition,
+                committed,
+                end,
+                lag.lag if lag else None,
+                None if seconds is None else f"{seconds:.3f}",
+                owners.get(tp),
+            ]
         )
-    headers = ["topic", "partition", "committed", "end offset", "lag", "member"]
+    headers = ["topic", "partition", "committed", "end offset", "lag", "lag s", "member"]
     out.print(table("offsets", headers, rows))

@@ -234,7 +234,7 @@ class RecordAccumulator:
         sticky_keyless = self._sticky_keyless
         choose = self._partitioner.partition
         for index, item in enumerate(records):
-            key = item[0] if type(item) is tuple else None
+            key = item[0] if isinstance(item, tuple) else None  # ProducerRecord too
             chosen = -1 if key is None and sticky_keyless else None
             if chosen is None:
                 chosen = choose(topic.name, _key_bytes(key), topic.available, topic.count)

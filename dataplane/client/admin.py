@@ -29,7 +29,7 @@ from dataplane._gen.meridian.v1 import admin_pb2, common_pb2
 from dataplane.client.auth import Credentials
 from dataplane.client.connection import ChannelSecurity, ConnectionPool, Tls
 from dataplane.client.metadata import BrokerAddress, ClusterMetadata
-from dataplane.client.offsets import list_offsets, offset_spec
+from dataplane.client.offsets import LATEST, ends_and_ages, list_offsets, offset_spec
 from dataplane.client.types import TopicPartition
 from dataplane.errors import ErrorCode, MeridianError, error_from_rpc
 from dataplane.hashing import murmur2
@@ -85,12 +85,23 @@ class ClusterDescription:
 
 @dataclass(frozen=True)
 class PartitionLag:
+    """A group's position in one partition: the committed offset (None: nothing
+    committed), the end offset (high watermark), and the lag in time — the timestamp of
+    the record at the committed offset, the group's oldest unconsumed record (-1 when
+    caught up), and its age in ms by the leader's clock (0 when caught up)."""
+
     committed: int | None
     end_offset: int
+    record_timestamp: int = -1
+    lag_ms: int | None = None
 
     @property
     def lag(self) -> int | None:
         return None if self.committed is None else max(0, self.end_offset - self.committed)
+
+    @property
+    def lag_seconds(self) -> float | None:
+        return None if self.lag_ms is None else self.lag_ms / 1000
 
 
 def config_proto(config: Mapping[str, Any] | None) -> common_pb2.PartitionConfig:
@@ -308,16 +319,30 @@ class Admin:
         return outcome
 
     def group_lag(self, group_id: str) -> dict[TopicPartition, PartitionLag]:
-        """Per partition the group committed: committed offset, end offset and lag."""
+        """Per partition the group committed: committed offset, end offset, lag in
+        records and in time (each leader reads the record at the committed offset
+        through its offset index)."""
         from dataplane.client import group
 
         committed = group.fetch_committed(self.metadata, group_id)
-        ends = list_offsets(self.metadata, dict.fromkeys(committed, -1), timeout_s=self._timeout_s)
-        return {
-            tp: PartitionLag(offset, ends[tp][0])
-            for tp, offset in sorted(committed.items())
-            if tp in ends
+        known = {tp: offset for tp, offset in committed.items() if offset is not None}
+        ages = ends_and_ages(self.metadata, known, timeout_s=self._timeout_s)
+        unknown = dict.fromkeys((tp for tp in committed if tp not in known), LATEST)
+        ends = list_offsets(self.metadata, unknown, timeout_s=self._timeout_s) if unknown else {}
+        lags = {
+            tp: PartitionLag(known[tp], a.end_offset, a.record_timestamp, a.age_ms)
+            for tp, a in ages.items()
         }
+        lags.update((tp, PartitionLag(None, end)) for tp, (end, _) in ends.items())
+        return dict(sorted(lags.items()))
+
+    def alter_group_offsets(self, group_id: str, offsets: Mapping[TopicPartition, int]) -> None:
+        """Set ``group_id``'s committed offsets (the next offset each partition's
+        consumer reads); refused with ``UNKNOWN_MEMBER_ID`` while the group has members,
+        whose own commits would overwrite them."""
+        from dataplane.client import group
+
+        group.commit_offsets(self.metadata, group_id, offsets)
 
     # -- plumbing ------------------------------------------------------------------------
     def _call(self, broker: BrokerAddress, method: str, request: Any) -> Any:

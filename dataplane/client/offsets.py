@@ -3,6 +3,10 @@
 A spec is ``EARLIEST`` (-2: the log start), ``LATEST`` (-1: the high watermark) or a
 timestamp in ms (the first offset whose record timestamp is at or after it; -1 when
 there is none).
+
+``ends_and_ages`` asks the same of a group's committed offsets: per partition the high
+watermark and the age of the record at the committed offset (the group's oldest
+unconsumed record: its lag in time), which the leader finds through its offset index.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Final
 
 import grpc
@@ -36,6 +41,17 @@ def offset_spec(spec: int | str) -> int:
     return int(spec)
 
 
+@dataclass(frozen=True, slots=True)
+class EndAndAge:
+    """A partition's high watermark, and the record at a committed offset: its
+    timestamp (-1 when the group is caught up) and its age in ms by the leader's clock
+    (0 when caught up)."""
+
+    end_offset: int
+    record_timestamp: int
+    age_ms: int
+
+
 def list_offsets(
     metadata: ClusterMetadata,
     specs: Mapping[TopicPartition, int],
@@ -48,8 +64,43 @@ def list_offsets(
     Retriable failures (a moved leader, an unreachable broker) refresh the metadata and
     retry a few times; others raise the partition's ``MeridianError``.
     """
-    pending = dict(specs)
-    found: dict[TopicPartition, tuple[int, int]] = {}
+    asked = {tp: _item(tp, spec) for tp, spec in specs.items()}
+    found = _query(metadata, asked, timeout_s, backoff_s)
+    return {tp: (r.offset, r.timestamp) for tp, r in found.items()}
+
+
+def ends_and_ages(
+    metadata: ClusterMetadata,
+    committed: Mapping[TopicPartition, int],
+    *,
+    timeout_s: float = 30.0,
+    backoff_s: float = 0.1,
+) -> dict[TopicPartition, EndAndAge]:
+    """Per partition of ``committed`` (a group's committed offsets): the high watermark
+    and the age of the record at the committed offset; retried as ``list_offsets``."""
+    asked = {tp: _item(tp, LATEST, record_at=offset) for tp, offset in committed.items()}
+    found = _query(metadata, asked, timeout_s, backoff_s)
+    return {tp: EndAndAge(r.offset, r.record_timestamp, r.record_age_ms) for tp, r in found.items()}
+
+
+def _item(
+    tp: TopicPartition, spec: int, record_at: int | None = None
+) -> broker_pb2.ListOffsetsPartition:
+    item = broker_pb2.ListOffsetsPartition(topic=tp.topic, partition=tp.partition, timestamp=spec)
+    if record_at is not None:
+        item.record_at = record_at
+    return item
+
+
+def _query(
+    metadata: ClusterMetadata,
+    items: Mapping[TopicPartition, broker_pb2.ListOffsetsPartition],
+    timeout_s: float,
+    backoff_s: float,
+) -> dict[TopicPartition, broker_pb2.ListOffsetsResult]:
+    """Each item's result from its partition's leader (see ``list_offsets``)."""
+    pending = dict(items)
+    found: dict[TopicPartition, broker_pb2.ListOffsetsResult] = {}
     last: MeridianError | None = None
     for attempt in range(_ATTEMPTS):
         if attempt:
@@ -72,9 +123,9 @@ def list_offsets(
 
 
 def _by_leader(
-    metadata: ClusterMetadata, specs: Mapping[TopicPartition, int]
-) -> dict[str, dict[TopicPartition, int]]:
-    groups: dict[str, dict[TopicPartition, int]] = defaultdict(dict)
+    metadata: ClusterMetadata, specs: Mapping[TopicPartition, broker_pb2.ListOffsetsPartition]
+) -> dict[str, dict[TopicPartition, broker_pb2.ListOffsetsPartition]]:
+    groups: dict[str, dict[TopicPartition, broker_pb2.ListOffsetsPartition]] = defaultdict(dict)
     for tp, spec in specs.items():
         try:
             groups[metadata.leader_for(tp.topic, tp.partition).address][tp] = spec
@@ -85,24 +136,22 @@ def _by_leader(
 
 
 def _ask(
-    metadata: ClusterMetadata, address: str, specs: dict[TopicPartition, int], timeout_s: float
-) -> dict[TopicPartition, tuple[int, int]]:
-    request = broker_pb2.ListOffsetsRequest(
-        partitions=[
-            broker_pb2.ListOffsetsPartition(topic=tp.topic, partition=tp.partition, timestamp=spec)
-            for tp, spec in specs.items()
-        ]
-    )
+    metadata: ClusterMetadata,
+    address: str,
+    specs: dict[TopicPartition, broker_pb2.ListOffsetsPartition],
+    timeout_s: float,
+) -> dict[TopicPartition, broker_pb2.ListOffsetsResult]:
+    request = broker_pb2.ListOffsetsRequest(partitions=list(specs.values()))
     try:
         response = metadata.pool.get(address).broker.ListOffsets(request, timeout=timeout_s)
     except grpc.RpcError as exc:
         metadata.pool.forget(address)
         raise error_from_rpc(exc) from None
-    out: dict[TopicPartition, tuple[int, int]] = {}
+    out: dict[TopicPartition, broker_pb2.ListOffsetsResult] = {}
     for result in response.results:
         tp = TopicPartition(result.topic, result.partition)
         if result.error == ErrorCode.NONE:
-            out[tp] = (result.offset, result.timestamp)
+            out[tp] = result
         elif not MeridianError(result.error).retriable:
             raise MeridianError(result.error, f"{tp.topic}/{tp.partition}: {result.error_message}")
     return out

@@ -153,6 +153,12 @@ def _parse(item: object) -> tuple[bytes | None, bytes | None, bytes | None, int 
         )
     key, value = _nullable(item[0], "key"), _nullable(item[1], "value")
     headers = item[2] if len(item) > 2 else None
+    if headers and not isinstance(headers, Mapping | list | tuple):
+        # A call's records are read twice (sized, then encoded): a one-shot iterator of
+        # headers would be empty the second time.
+        raise TypeError(
+            f"a record's headers are a mapping, list or tuple, not {type(headers).__name__}"
+        )
     timestamp = item[3] if len(item) > 3 else None
     if timestamp is not None and (isinstance(timestamp, bool) or not isinstance(timestamp, int)):
         raise TypeError(f"timestamp_ms must be an int, not {type(timestamp).__name__}")
@@ -212,7 +218,7 @@ def _encode_records(
     always goes in). Returns ``(next index, base timestamp, max timestamp of those
     written or None, bytes written)``. The reference of ``meridian_codec.encode_records``:
     each item is a value (bytes or None) or ``(key, value[, headers[, timestamp_ms]])``."""
-    written = 0
+    written, block = 0, bytearray()  # out grows only on success, as the compiled one's
     base, highest, delta, index = base_timestamp, None, offset_delta, start
     for index in range(start, len(records)):
         try:
@@ -225,13 +231,15 @@ def _encode_records(
             raise ValueError(f"record {index}: timestamp delta past int64")
         record = encode_record(timestamp - first, delta, key, value, headers or b"\x00")
         if delta > 0 and written + len(record) > room:
+            out += block
             return index, base, highest, written
-        out += record
+        block += record
         written += len(record)
         base, delta = first, delta + 1
         highest = timestamp if highest is None else max(highest, timestamp)
     else:
         index = len(records)
+    out += block
     return index, base, highest, written
 
 

@@ -134,6 +134,17 @@ fn parse<'py>(item: &Bound<'py, PyAny>) -> PyResult<Item<'py>> {
     if n > 2 {
         let h = tuple.get_item(2)?;
         if !h.is_none() && h.is_truthy()? {
+            // A call's records are read twice (sized, then encoded): a one-shot iterator
+            // of headers would be empty the second time.
+            if !(h.is_instance_of::<PyList>()
+                || h.is_instance_of::<PyTuple>()
+                || h.downcast::<PyMapping>().is_ok())
+            {
+                return Err(PyTypeError::new_err(format!(
+                    "a record's headers are a mapping, list or tuple, not {}",
+                    h.get_type().name()?
+                )));
+            }
             headers = Some(encode_headers(&h)?);
         }
     }

@@ -28,10 +28,12 @@ from controlplane.accounts.identity import LocalIdentity
 from controlplane.core.actors import Actor
 from controlplane.core.choices import Role
 from controlplane.regions import services as regions
+from controlplane.regions.models import Broker
 from controlplane.topics.acls import grant_topic_acl
 from controlplane.topics.services import create_topic
 from tests.controlplane.api_base import make_cluster, make_tenant
 from tests.controlplane.conftest import token_for
+from tests.support.brokers import BrokerProcess
 
 SCHEMA_URL = "/api/v1/openapi.json"
 PATHS = (
@@ -49,6 +51,7 @@ PATHS = (
     "/api/v1/auth/token",
     "/api/v1/auth/jwks.json",
     "/api/v1/auth/whoami",
+    "/api/v1/groups",
 )
 CHECKS = [
     not_a_server_error,
@@ -97,7 +100,7 @@ def wsgi_app(db: None) -> Iterator[WSGIHandler]:
 
 
 def test_every_operation_answers_as_documented(
-    wsgi_app: WSGIHandler, local_identity: LocalIdentity
+    wsgi_app: WSGIHandler, local_identity: LocalIdentity, broker: BrokerProcess
 ) -> None:
     actor = Actor.system("tests")
     cluster = make_cluster("local")
@@ -111,6 +114,9 @@ def test_every_operation_answers_as_documented(
     account, _ = accounts.create_service_account(acme, name="ci-app", actor=actor)
     grant_topic_acl(orders, principal=account.client_id, operations=["consume"], actor=actor)
     accounts.invite_member(acme, username="alice", email="a@acme.test", role="viewer", actor=actor)
+    # Every broker row is the one real broker, so what asks the brokers (groups) answers.
+    host, port = broker.address.rsplit(":", 1)
+    Broker.objects.update(host=host, port=int(port))
     callers = {
         "platform admin": token_for(local_identity, platform_admin=True),
         "tenant developer": token_for(local_identity, roles={"acme": Role.DEVELOPER}),

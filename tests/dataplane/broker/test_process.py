@@ -122,6 +122,8 @@ def test_the_metrics_endpoint_serves_the_named_metrics(broker):
     assert _sample(text, 'meridian_broker_requests_total{error="NONE",rpc="Produce"}') == 1
     assert _sample(text, 'meridian_broker_request_seconds_count{rpc="Produce"}') == 1
     assert _sample(text, f'meridian_group_lag{{group="g1",{tp}}}') == 6
+    assert _sample(text, f'meridian_group_lag_records{{group="g1",{tp}}}') == 6
+    assert _sample(text, f'meridian_group_lag_seconds{{group="g1",{tp}}}') > 0
 
 
 def test_a_config_file_sets_limits_and_flags_override_it(tmp_path):

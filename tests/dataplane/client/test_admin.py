@@ -114,3 +114,39 @@ def test_produce_and_consume_across_brokers_with_offsets_and_lag(
     }
     assert "lagging" in {g.group_id for g in admin.list_groups()}
     assert admin.delete_groups(["lagging"]) == {"lagging": None}
+
+
+def test_group_lag_in_time_is_the_age_of_the_oldest_unconsumed_record(
+    admin: Admin, brokers: list[BrokerProcess]
+) -> None:
+    """Each leader reads the record at the committed offset: its timestamp and age grow
+    while the group stays behind, and are -1 / 0 once the group catches up."""
+    admin.create_topic("acme.aging", 3)
+    tps = [TopicPartition("acme.aging", p) for p in range(3)]
+    with Producer(brokers[1].address) as producer:
+        for i in range(30):
+            producer.send("acme.aging", b"%d" % i, partition=i % 3, timestamp_ms=5000 + i)
+    admin.alter_group_offsets("aging", {tps[0]: 10, tps[1]: 4, tps[2]: 0})
+    first = admin.group_lag("aging")
+    assert first[tps[0]].record_timestamp == -1
+    assert first[tps[0]].lag_ms == 0
+    assert first[tps[1]].record_timestamp == 5000 + 3 * 4 + 1
+    assert first[tps[2]].record_timestamp == 5002
+    older, newer = first[tps[2]].lag_ms, first[tps[1]].lag_ms
+    assert older is not None
+    assert newer is not None
+    assert older > newer > 0
+    with Producer(brokers[1].address) as producer:
+        producer.send("acme.aging", b"now", partition=0)  # a fresh record, just behind
+    behind = admin.group_lag("aging")[tps[0]]
+    assert behind.lag == 1
+    assert behind.lag_ms is not None
+    assert behind.lag_ms < 60_000
+    later = admin.group_lag("aging")[tps[0]]
+    assert later.lag_ms is not None
+    assert later.lag_ms >= behind.lag_ms
+    admin.alter_group_offsets("aging", {tps[0]: 11, tps[1]: 10, tps[2]: 10})
+    caught_up = admin.group_lag("aging")
+    assert {tp: (x.lag, x.lag_ms, x.record_timestamp) for tp, x in caught_up.items()} == {
+        tp: (0, 0, -1) for tp in tps
+    }

@@ -81,6 +81,34 @@ def test_keyed_records_go_where_send_puts_them(
         assert [r.offset for r in got] == sorted(m.offset for m in sent)
 
 
+def test_keyed_producer_records_go_by_their_key(
+    shared_broker: BrokerProcess, topic: TopicMaker, encoder: str
+) -> None:
+    """A ``ProducerRecord`` (a named tuple) is routed by its key like a plain tuple."""
+    name = topic(3)
+    records = [ProducerRecord(b"customer-%d" % i, b"%d" % i) for i in range(60)]
+    with producer(shared_broker) as p:
+        placed = p.send_batch(name, records).result(10)
+    expected = [(kafka_murmur2(r.key) & 0x7FFFFFFF) % 3 for r in records]
+    assert [m.partition for m in placed] == expected
+    assert len(set(expected)) == 3
+
+
+def test_headers_given_as_an_iterator_are_refused_not_dropped(
+    shared_broker: BrokerProcess, topic: TopicMaker, encoder: str
+) -> None:
+    """A call's records are read twice (sized, then encoded), so a one-shot iterator of
+    headers is refused with the record's index instead of being written empty."""
+    name = topic()
+    headers = iter([("x-lane", b"ppe")])
+    with producer(shared_broker) as p:
+        with pytest.raises(TypeError, match="record 1: a record's headers are a mapping"):
+            p.send_batch(name, [b"a", (None, b"b", headers)])
+        assert p.send_batch(name, [(None, b"c", [("x-lane", b"ppe")])]).result(10)[0].offset == 0
+    got = read_all(shared_broker.address, name)[0]
+    assert [(r.value, r.headers) for r in got] == [(b"c", (("x-lane", b"ppe"),))]
+
+
 def test_headers_timestamps_tombstones_and_a_partition_round_trip(
     shared_broker: BrokerProcess, topic: TopicMaker, encoder: str
 ) -> None:

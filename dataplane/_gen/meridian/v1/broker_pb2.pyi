@@ -307,11 +307,19 @@ class ListOffsetsPartition(_message.Message):
     TOPIC_FIELD_NUMBER: _builtins.int
     PARTITION_FIELD_NUMBER: _builtins.int
     TIMESTAMP_FIELD_NUMBER: _builtins.int
+    RECORD_AT_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
     timestamp: _builtins.int
     """-1: latest (the high watermark), -2: earliest (the log start); otherwise a timestamp
     in ms: the first offset whose record timestamp is >= it.
+    """
+    record_at: _builtins.int
+    """Set: also answer the record at this offset — a group's committed offset, so the
+    oldest record the group has not consumed — with its timestamp and age (the lag in
+    time), found through the offset index (one batch read, never a scan). An offset below
+    the log start means the record at the log start; one at or past the high watermark
+    has nothing unconsumed (record_timestamp -1, record_age_ms 0).
     """
     def __init__(
         self,
@@ -319,12 +327,15 @@ class ListOffsetsPartition(_message.Message):
         topic: _builtins.str = ...,
         partition: _builtins.int = ...,
         timestamp: _builtins.int = ...,
+        record_at: _builtins.int | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_record_at", b"_record_at", "record_at", b"record_at"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["partition", b"partition", "timestamp", b"timestamp", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_record_at", b"_record_at", "partition", b"partition", "record_at", b"record_at", "timestamp", b"timestamp", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__record_at: _TypeAlias = _typing.Literal["record_at"]  # noqa: Y015
+    _WhichOneofArgType__record_at: _TypeAlias = _typing.Literal["_record_at", b"_record_at"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__record_at) -> _WhichOneofReturnType__record_at | None: ...
 
 Global___ListOffsetsPartition: _TypeAlias = ListOffsetsPartition  # noqa: Y015
 
@@ -358,6 +369,8 @@ class ListOffsetsResult(_message.Message):
     ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
     OFFSET_FIELD_NUMBER: _builtins.int
     TIMESTAMP_FIELD_NUMBER: _builtins.int
+    RECORD_TIMESTAMP_FIELD_NUMBER: _builtins.int
+    RECORD_AGE_MS_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
     error: _errors_pb2.ErrorCode.ValueType
@@ -365,6 +378,10 @@ class ListOffsetsResult(_message.Message):
     offset: _builtins.int
     """-1: no record at or after the timestamp"""
     timestamp: _builtins.int
+    record_timestamp: _builtins.int
+    """for record_at: its record's timestamp (ms), -1 when none"""
+    record_age_ms: _builtins.int
+    """for record_at: this broker's clock minus record_timestamp, >= 0"""
     def __init__(
         self,
         *,
@@ -374,10 +391,12 @@ class ListOffsetsResult(_message.Message):
         error_message: _builtins.str = ...,
         offset: _builtins.int = ...,
         timestamp: _builtins.int = ...,
+        record_timestamp: _builtins.int = ...,
+        record_age_ms: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "error_message", b"error_message", "offset", b"offset", "partition", b"partition", "timestamp", b"timestamp", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "error_message", b"error_message", "offset", b"offset", "partition", b"partition", "record_age_ms", b"record_age_ms", "record_timestamp", b"record_timestamp", "timestamp", b"timestamp", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -1,0 +1,102 @@
+"""A tenant's consumer groups, by group id (``<tenant>.<name>``). Any role in the tenant
+reads; developers reset offsets and delete. Another tenant's group answers exactly as a
+missing one (404): the tenant is the group id's prefix, and a caller without a role in
+it sees no group there."""
+
+from __future__ import annotations
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import status, viewsets
+from rest_framework.decorators import action
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from controlplane.core.actors import Actor
+from controlplane.core.choices import Role
+from controlplane.core.errors import NotFound, PermissionDenied
+from controlplane.groups import services
+from controlplane.groups.api.serializers import (
+    GroupDetailSerializer,
+    GroupSummarySerializer,
+    ResetOffsetsSerializer,
+    ResetPlanSerializer,
+)
+from controlplane.tenants.models import Tenant
+
+GROUP = OpenApiParameter("group", OpenApiTypes.STR, OpenApiParameter.PATH, description="group id")
+
+
+class GroupViewSet(viewsets.ViewSet):
+    lookup_field = "group"
+    lookup_value_regex = r"[^/]+"
+    read_role = Role.VIEWER
+    write_role = Role.DEVELOPER
+
+    @property
+    def actor(self) -> Actor:
+        user = self.request.user
+        assert isinstance(user, Actor)
+        return user
+
+    def _tenant(self, group_id: str, needed: str) -> Tenant:
+        """The tenant the group id names, if the caller may see it (else 404) and holds
+        ``needed`` there (else 403)."""
+        slug = services.tenant_of_group(group_id)
+        actor = self.actor
+        visible = slug is not None and (actor.platform_admin or actor.role_in(slug) is not None)
+        tenant = Tenant.objects.filter(slug=slug).first() if visible else None
+        if tenant is None:
+            raise NotFound(f"group {group_id!r} not found", group=group_id)
+        if not actor.can(tenant.slug, needed):
+            raise PermissionDenied(
+                f"your role in tenant {tenant.slug!r} does not allow this",
+                needed_role=needed,
+                role=actor.role_in(tenant.slug),
+            )
+        return tenant
+
+    def _listed_tenants(self) -> list[Tenant]:
+        wanted = self.request.query_params.get("tenant")
+        actor = self.actor
+        tenants = Tenant.objects.order_by("slug")
+        if not actor.platform_admin:
+            tenants = tenants.filter(slug__in=actor.tenant_slugs)
+        return list(tenants.filter(slug=wanted) if wanted else tenants)
+
+    @extend_schema(
+        parameters=[OpenApiParameter("tenant", OpenApiTypes.STR, description="tenant slug")],
+        responses=GroupSummarySerializer(many=True),
+    )
+    def list(self, request: Request) -> Response:
+        """The caller's tenants' groups: state, members and total lag."""
+        summaries = services.list_groups(self._listed_tenants())
+        return Response(GroupSummarySerializer(summaries, many=True).data)
+
+    @extend_schema(parameters=[GROUP], responses=GroupDetailSerializer)
+    def retrieve(self, request: Request, group: str) -> Response:
+        """State, members with their assignments, and per partition the committed
+        offset, end offset, lag in records and lag in seconds."""
+        detail = services.describe_group(self._tenant(group, self.read_role), group)
+        return Response(GroupDetailSerializer(detail).data)
+
+    @extend_schema(parameters=[GROUP], request=None, responses={204: None})
+    def destroy(self, request: Request, group: str) -> Response:
+        """Delete a stopped group and its committed offsets (409 while it has members)."""
+        tenant = self._tenant(group, self.write_role)
+        services.delete_group(tenant, group, actor=self.actor)
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+    @extend_schema(
+        parameters=[GROUP], request=ResetOffsetsSerializer, responses=ResetPlanSerializer
+    )
+    @action(detail=True, methods=["post"], url_path="reset-offsets")
+    def reset_offsets(self, request: Request, group: str) -> Response:
+        """Move a stopped group's committed offsets to earliest, latest, a timestamp or an
+        offset; ``dry_run`` answers the moves (current -> new) without making them. 409
+        (``group_active``) while the group has members."""
+        tenant = self._tenant(group, self.write_role)
+        body = ResetOffsetsSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        plan = services.reset_group_offsets(tenant, group, actor=self.actor, **body.validated_data)
+        return Response(ResetPlanSerializer(plan).data)
