@@ -2,11 +2,13 @@
 
 from django.urls import path
 
-from web.views import dashboard, home, topics
+from web.views import acls, dashboard, home, members, service_accounts, topics
 
 app_name = "web"
 
 TOPIC = "t/<slug:tenant>/topics/<str:topic>/"
+ACCOUNTS = "t/<slug:tenant>/service-accounts/"
+ACCOUNT = ACCOUNTS + "<str:account>/"
 
 urlpatterns = [
     path("", home.index, name="index"),
@@ -17,4 +19,18 @@ urlpatterns = [
     path(TOPIC + "config/", topics.topic_config, name="topic-config"),
     path(TOPIC + "partitions/", topics.topic_partitions, name="topic-partitions"),
     path(TOPIC + "delete/", topics.topic_delete, name="topic-delete"),
+    path(ACCOUNTS, service_accounts.account_list, name="service-account-list"),
+    path(ACCOUNT, service_accounts.account_detail, name="service-account-detail"),
+    path(ACCOUNT + "role/", service_accounts.account_role, name="service-account-role"),
+    path(ACCOUNT + "rotate/", service_accounts.account_rotate, name="service-account-rotate"),
+    path(ACCOUNT + "delete/", service_accounts.account_delete, name="service-account-delete"),
+    path("t/<slug:tenant>/acls/", acls.acl_list, name="acl-list"),
+    path("t/<slug:tenant>/acls/grant/", acls.acl_grant, name="acl-grant"),
+    path("t/<slug:tenant>/acls/<int:acl>/revoke/", acls.acl_revoke, name="acl-revoke"),
+    path("t/<slug:tenant>/members/", members.member_list, name="member-list"),
+    path("t/<slug:tenant>/members/invite/", members.member_invite, name="member-invite"),
+    path("t/<slug:tenant>/members/<int:member>/role/", members.member_role, name="member-role"),
+    path(
+        "t/<slug:tenant>/members/<int:member>/remove/", members.member_remove, name="member-remove"
+    ),
 ]
