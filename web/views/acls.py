@@ -18,6 +18,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 
 from controlplane.core.errors import NotFound
+from controlplane.tenants.models import Membership
 from controlplane.topics import acls
 from controlplane.topics.api.serializers import TopicAclCreateSerializer
 from controlplane.topics.api.views import TopicAclViewSet
@@ -114,6 +115,7 @@ def _list(
     page = Paginator(ordered, PAGE_SIZE).get_page(request.GET.get("page"))
     context = {
         "page": page,
+        "rows": _with_member_names(console, list(page)),
         "topic_filter": topic,
         "principal_filter": principal,
         "form": grant_form,
@@ -121,6 +123,17 @@ def _list(
         "checked": checked,
     }
     return render(request, "web/acls/list.html", context, status=status)
+
+
+def _with_member_names(
+    console: Console, entries: list[TopicAcl]
+) -> list[tuple[TopicAcl, str | None]]:
+    """Each entry with the username of its principal when that is a member's subject:
+    a subject is an opaque id, the username is what a person recognises."""
+    subjects = [acl.principal for acl in entries]
+    members = Membership.objects.filter(tenant=console.tenant, subject__in=subjects)
+    names = dict(members.values_list("subject", "username"))
+    return [(acl, names.get(acl.principal)) for acl in entries]
 
 
 def _list_of_topic(console: Console, full_name: str) -> HttpResponse:

@@ -251,3 +251,18 @@ def test_user_text_is_escaped(orders: Topic, console_for: ConsoleFactory) -> Non
         assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page, url
     typed = client.post(GRANT, {"topic": script, "principal": script, "operations": "consume"})
     assert script not in typed.content.decode()
+
+
+def test_a_members_subject_is_shown_with_the_username(
+    acme: Tenant, globex: Tenant, orders: Topic, console_for: ConsoleFactory
+) -> None:
+    alice = accounts.invite_member(acme, username="alice", role="developer", actor=SYSTEM)
+    bob = accounts.invite_member(globex, username="bob", role="developer", actor=SYSTEM)
+    grant(orders, alice.subject)
+    grant(orders, bob.subject)  # not a member of this tenant: shown as given
+    page = console_for(roles={"acme": "viewer"}).get(LIST).content.decode()
+    assert f'{alice.subject}</a> <span class="muted">(member alice)</span>' in page
+    assert f"{bob.subject}</a></td>" in page
+    assert "member bob" not in page
+    members = console_for(roles={"acme": "viewer"}).get("/console/t/acme/members/")
+    assert f"<code>{alice.subject}</code>" in members.content.decode()
