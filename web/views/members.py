@@ -22,6 +22,7 @@ from controlplane.core.choices import Role
 from controlplane.tenants.models import Membership
 from web.access import Console, console_of, tenant_page
 from web.forms import FormState, on_field, submit
+from web.unavailable import identity_provider_write
 from web.views.topics import check_form_tenant
 
 PAGE_SIZE = 50
@@ -47,6 +48,7 @@ def member_list(request: HttpRequest) -> HttpResponse:
 
 
 @tenant_page(read_role=MANAGE, write_role=MANAGE)
+@identity_provider_write
 def member_invite(request: HttpRequest) -> HttpResponse:
     console = console_of(request)
     if request.method != "POST":
@@ -67,6 +69,7 @@ def member_invite(request: HttpRequest) -> HttpResponse:
 
 
 @tenant_page(write_role=MANAGE)
+@identity_provider_write
 def member_role(request: HttpRequest, member: int) -> HttpResponse:
     console = console_of(request)
     row = member_in_tenant(console, member)
@@ -85,6 +88,7 @@ def member_role(request: HttpRequest, member: int) -> HttpResponse:
 
 
 @tenant_page(write_role=MANAGE)
+@identity_provider_write
 def member_remove(request: HttpRequest, member: int) -> HttpResponse:
     console = console_of(request)
     row = member_in_tenant(console, member)

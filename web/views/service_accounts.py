@@ -30,6 +30,7 @@ from controlplane.accounts.models import ServiceAccount
 from controlplane.core.choices import Role
 from web.access import Console, console_of, tenant_page
 from web.forms import FormState, on_field, submit
+from web.unavailable import identity_provider_write
 from web.views.topics import check_form_tenant
 
 PAGE_SIZE = 50
@@ -50,6 +51,7 @@ def account_in_tenant(console: Console, name: str) -> ServiceAccount:
 
 
 @tenant_page(write_role=MANAGE)
+@identity_provider_write
 def account_list(request: HttpRequest) -> HttpResponse:
     """The list, and (POST) create: the list's URL, so no account name can hide a page
     of its own (any slug is a valid name)."""
@@ -85,6 +87,7 @@ def account_detail(request: HttpRequest, account: str) -> HttpResponse:
 
 
 @tenant_page(write_role=MANAGE)
+@identity_provider_write
 def account_role(request: HttpRequest, account: str) -> HttpResponse:
     console = console_of(request)
     row = account_in_tenant(console, account)
@@ -104,6 +107,7 @@ def account_role(request: HttpRequest, account: str) -> HttpResponse:
 
 
 @tenant_page(write_role=MANAGE)
+@identity_provider_write
 def account_rotate(request: HttpRequest, account: str) -> HttpResponse:
     console = console_of(request)
     row = account_in_tenant(console, account)
@@ -116,6 +120,7 @@ def account_rotate(request: HttpRequest, account: str) -> HttpResponse:
 
 
 @tenant_page(write_role=MANAGE)
+@identity_provider_write
 def account_delete(request: HttpRequest, account: str) -> HttpResponse:
     console = console_of(request)
     row = account_in_tenant(console, account)

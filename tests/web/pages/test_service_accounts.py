@@ -14,6 +14,7 @@ from controlplane.accounts import services
 from controlplane.accounts.identity import InvalidToken, LocalIdentity
 from controlplane.accounts.models import ServiceAccount
 from controlplane.core.actors import Actor
+from controlplane.core.errors import Unavailable
 from controlplane.core.models import AuditEvent
 from controlplane.tenants.models import Tenant
 from tests.controlplane.conftest import token_for
@@ -273,3 +274,28 @@ def test_user_text_is_escaped(acme: Tenant, console_for: ConsoleFactory) -> None
     typed = client.post(LIST, {"name": script, "description": script})
     assert typed.status_code == 422
     assert script not in typed.content.decode()
+
+
+def test_an_unreachable_identity_provider_changes_nothing_and_names_no_address(
+    acme: Tenant,
+    console_for: ConsoleFactory,
+    local_identity: LocalIdentity,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    secret = make_account(acme)
+
+    def unreachable(*args: object, **kwargs: object) -> None:
+        raise Unavailable("Keycloak is unreachable (rotate): http://10.9.8.7:8080/admin")
+
+    for method in ("create_service_account", "rotate_service_account_secret"):
+        monkeypatch.setattr(LocalIdentity, method, unreachable)
+    client = console_for(roles={"acme": "tenant-admin"})
+    for url, data in ((LIST, {"name": "other"}), (f"{LIST}ingest/rotate/", {})):
+        response = client.post(url, data)
+        assert response.status_code == 503, url
+        page = response.content.decode()
+        assert "The identity provider did not answer" in page
+        assert "10.9.8.7" not in page
+        assert 'id="client-secret"' not in page
+    assert list(ServiceAccount.objects.values_list("name", flat=True)) == ["ingest"]
+    assert works(local_identity, "acme--ingest", secret)
