@@ -48,8 +48,12 @@ def acl_in_tenant(console: Console, pk: int) -> TopicAcl:
 def topic_of_tenant(console: Console, full_name: str) -> Topic:
     """The grant form's topic, in the page's tenant only: any other is not found, with
     the same message whether it is another tenant's or nobody's."""
-    topic = Topic.objects.filter(tenant=console.tenant, full_name=full_name).first()
-    if topic is None or "\x00" in full_name:
+    topic = (
+        Topic.objects.filter(tenant=console.tenant, full_name=full_name).first()
+        if "\x00" not in full_name
+        else None
+    )
+    if topic is None:
         raise NotFound(f"topic {full_name!r} not found in tenant {console.tenant.slug!r}")
     return topic
 
