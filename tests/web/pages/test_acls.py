@@ -266,3 +266,25 @@ def test_a_members_subject_is_shown_with_the_username(
     assert "member bob" not in page
     members = console_for(roles={"acme": "viewer"}).get("/console/t/acme/members/")
     assert f"<code>{alice.subject}</code>" in members.content.decode()
+
+
+def test_a_platform_admin_grants_and_revokes_in_any_tenant(
+    orders: Topic, console_for: ConsoleFactory
+) -> None:
+    client = console_for(platform_admin=True)
+    typed = {"topic": "acme.orders", "principal": "alice", "operations": "admin"}
+    assert client.post(GRANT, typed).status_code == 302
+    acl = TopicAcl.objects.get()
+    assert client.post(f"{LIST}{acl.pk}/revoke/").status_code == 302
+    assert not TopicAcl.objects.exists()
+
+
+def test_a_service_accounts_page_links_its_entries(
+    acme: Tenant, orders: Topic, console_for: ConsoleFactory
+) -> None:
+    accounts.create_service_account(acme, name="ingest", actor=SYSTEM)
+    grant(orders, "acme--ingest")
+    client = console_for(roles={"acme": "viewer"})
+    page = client.get("/console/t/acme/service-accounts/ingest/").content.decode()
+    assert f'href="{LIST}?principal=acme--ingest"' in page
+    assert "acme.orders" in client.get(f"{LIST}?principal=acme--ingest").content.decode()

@@ -197,3 +197,14 @@ def test_user_text_is_escaped(acme: Tenant, console_for: ConsoleFactory) -> None
     typed = client.post(INVITE, {"username": script, "email": script, "role": "viewer"})
     assert typed.status_code == 422
     assert script not in typed.content.decode()
+
+
+def test_a_platform_admin_manages_any_tenants_members(
+    acme: Tenant, console_for: ConsoleFactory
+) -> None:
+    client = console_for(platform_admin=True)
+    assert client.post(INVITE, {"username": "carol", "role": "viewer"}).status_code == 302
+    member = Membership.objects.get(tenant=acme)
+    assert client.post(f"{LIST}{member.pk}/role/", {"role": "developer"}).status_code == 302
+    assert client.post(f"{LIST}{member.pk}/remove/").status_code == 302
+    assert not Membership.objects.exists()
