@@ -120,6 +120,6 @@ def _domain_messages(
 def _as_list(messages: Any) -> list[Any]:
     if isinstance(messages, list | tuple):
         return list(messages)
-    if isinstance(messages, dict):
-        return [f"{key}: {value}" for key, value in messages.items()]
+    if isinstance(messages, dict):  # a list field's messages per item index
+        return [message for value in messages.values() for message in _as_list(value)]
     return [messages]

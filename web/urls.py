@@ -26,6 +26,7 @@ urlpatterns = [
     path(ACCOUNT + "delete/", service_accounts.account_delete, name="service-account-delete"),
     path("t/<slug:tenant>/acls/", acls.acl_list, name="acl-list"),
     path("t/<slug:tenant>/acls/grant/", acls.acl_grant, name="acl-grant"),
+    path("t/<slug:tenant>/acls/<int:acl>/operations/", acls.acl_operations, name="acl-operations"),
     path("t/<slug:tenant>/acls/<int:acl>/revoke/", acls.acl_revoke, name="acl-revoke"),
     path("t/<slug:tenant>/members/", members.member_list, name="member-list"),
     path("t/<slug:tenant>/members/invite/", members.member_invite, name="member-invite"),

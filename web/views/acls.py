@@ -8,6 +8,7 @@ or topic answers exactly like a missing one."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
@@ -20,13 +21,13 @@ from django.urls import reverse
 from controlplane.core.errors import NotFound
 from controlplane.tenants.models import Membership
 from controlplane.topics import acls
-from controlplane.topics.api.serializers import TopicAclCreateSerializer
+from controlplane.topics.api.serializers import TopicAclCreateSerializer, TopicAclUpdateSerializer
 from controlplane.topics.api.views import TopicAclViewSet
 from controlplane.topics.choices import AclOperation
 from controlplane.topics.filtersets import TopicAclFilterSet
 from controlplane.topics.models import Topic, TopicAcl
 from web.access import Console, console_of, tenant_page
-from web.forms import FormState, submit
+from web.forms import NON_FIELD, FormState, submit
 from web.views.topics import check_form_tenant
 
 PAGE_SIZE = 50
@@ -93,6 +94,29 @@ def acl_grant(request: HttpRequest) -> HttpResponse:
 
 
 @tenant_page(write_role=MANAGE)
+def acl_operations(request: HttpRequest, acl: int) -> HttpResponse:
+    """Replace an entry's operations in place: revoking and granting again would leave
+    the topic without the entry in between (with no entry left, open to every role)."""
+    console = console_of(request)
+    row = acl_in_tenant(console, acl)
+    if request.method != "POST":
+        return redirect("web:acl-list", tenant=console.tenant.slug)
+    check_form_tenant(console, request.POST)
+    checked = [str(op) for op in request.POST.getlist("operations")]
+    state = FormState(fields=("operations",))
+    changed = submit(
+        TopicAclUpdateSerializer,
+        state,
+        lambda data: acls.update_topic_acl(row, operations=data["operations"], actor=console.actor),
+        data={"operations": checked},
+    )
+    if changed is not None:
+        return _list_of_topic(console, row.topic.full_name)
+    change = Change(pk=row.pk, checked=checked, errors=[*state.non_field, *_all(state)])
+    return _list(request, FormState(fields=GRANT_FIELDS), [], change=change, status=422)
+
+
+@tenant_page(write_role=MANAGE)
 def acl_revoke(request: HttpRequest, acl: int) -> HttpResponse:
     console = console_of(request)
     row = acl_in_tenant(console, acl)
@@ -104,8 +128,34 @@ def acl_revoke(request: HttpRequest, acl: int) -> HttpResponse:
     return _list_of_topic(console, topic)
 
 
+@dataclass(frozen=True)
+class Change:
+    """A refused change of one entry's operations: what was ticked, and why."""
+
+    pk: int
+    checked: list[str]
+    errors: list[str]
+
+
+@dataclass(frozen=True)
+class Row:
+    acl: TopicAcl
+    username: str | None  # the principal's, when it is a member's subject
+    checked: list[str]
+    errors: list[str]
+
+
+def _all(state: FormState) -> list[str]:
+    return [m for name, messages in state.errors.items() if name != NON_FIELD for m in messages]
+
+
 def _list(
-    request: HttpRequest, grant_form: FormState, checked: list[str], *, status: int = 200
+    request: HttpRequest,
+    grant_form: FormState,
+    checked: list[str],
+    *,
+    change: Change | None = None,
+    status: int = 200,
 ) -> HttpResponse:
     """The list, filtered by ``?topic=`` and ``?principal=`` (exact, as in the API),
     with the grant form (as typed when refused)."""
@@ -119,7 +169,7 @@ def _list(
     page = Paginator(ordered, PAGE_SIZE).get_page(request.GET.get("page"))
     context = {
         "page": page,
-        "rows": _with_member_names(console, list(page)),
+        "rows": _rows(console, list(page), change),
         "topic_filter": topic,
         "principal_filter": principal,
         "form": grant_form,
@@ -129,15 +179,20 @@ def _list(
     return render(request, "web/acls/list.html", context, status=status)
 
 
-def _with_member_names(
-    console: Console, entries: list[TopicAcl]
-) -> list[tuple[TopicAcl, str | None]]:
-    """Each entry with the username of its principal when that is a member's subject:
-    a subject is an opaque id, the username is what a person recognises."""
+def _rows(console: Console, entries: list[TopicAcl], change: Change | None) -> list[Row]:
+    """Each entry with the username of its principal when that is a member's subject
+    (a subject is an opaque id, the username is what a person recognises) and its
+    operations form: as ticked and refused, or its current operations."""
     subjects = [acl.principal for acl in entries]
     members = Membership.objects.filter(tenant=console.tenant, subject__in=subjects)
     names = dict(members.values_list("subject", "username"))
-    return [(acl, names.get(acl.principal)) for acl in entries]
+    rows = []
+    for acl in entries:
+        refused = change if change is not None and change.pk == acl.pk else None
+        checked = refused.checked if refused else list(acl.operations)
+        errors = refused.errors if refused else []
+        rows.append(Row(acl, names.get(acl.principal), checked, errors))
+    return rows
 
 
 def _list_of_topic(console: Console, full_name: str) -> HttpResponse:

@@ -49,9 +49,16 @@ def test_every_role_reads_the_list(
     assert response.status_code == 200
     page = response.content.decode()
     assert "subject-1" in page
-    assert "produce, consume" in page
     writes = 'id="grant-topic"' in page and ">Revoke</button>" in page
     assert writes == (role == "tenant-admin")
+    if writes:  # the operations as the entry's form, ticked
+        for op, ticked in (("produce", True), ("consume", True), ("admin", False)):
+            box = (
+                f'id="acl-1-operations-{op}" checked' if ticked else f'id="acl-1-operations-{op}">'
+            )
+            assert box.replace("acl-1", f"acl-{TopicAcl.objects.get().pk}") in page
+    else:
+        assert "<td>produce, consume</td>" in page
 
 
 def test_the_list_filters_by_topic_and_by_principal(
@@ -142,6 +149,7 @@ def test_grant_errors_appear_on_their_field_and_keep_what_was_typed(
     "typed",
     [
         {"principal": "alice", "operations": []},
+        {"principal": "alice", "operations": ["write"]},
         {"principal": "has space", "operations": ["consume"]},
         {"principal": "acme--nobody", "operations": ["consume"]},
         {"principal": "taken", "operations": ["consume"]},
@@ -160,7 +168,7 @@ def test_the_form_shows_the_apis_own_messages(
     page = console_for(roles={"acme": "tenant-admin"}).post(GRANT, data)
     (field,) = details
     shown = [html.unescape(m) for m in field_errors(page.content.decode(), field, "grant-")]
-    assert shown == details[field]
+    assert shown == _flat(details[field])
 
 
 def test_a_principal_of_another_tenant_is_refused_like_a_missing_one(
@@ -207,6 +215,27 @@ def test_a_topic_of_another_tenant_answers_like_a_missing_one(
 # -- revoke --------------------------------------------------------------------------------
 
 
+def test_a_tenant_admin_changes_the_operations_in_place(
+    orders: Topic, console_for: ConsoleFactory
+) -> None:
+    acl = grant(orders, "alice", "consume")
+    client = console_for(roles={"acme": "tenant-admin"})
+    url = f"{LIST}{acl.pk}/operations/"
+    response = client.post(url, {"operations": ["admin", "produce"]})
+    assert response.status_code == 302
+    acl.refresh_from_db()
+    assert acl.operations == ["produce", "admin"]
+    assert AuditEvent.objects.filter(action="topic_acl.update").count() == 1
+    refused = client.post(url, {})
+    assert refused.status_code == 422
+    page = refused.content.decode()
+    errors = field_errors(page, "operations", f"acl-{acl.pk}-")
+    assert "name at least one operation" in errors
+    assert f'id="acl-{acl.pk}-operations-produce">' in page  # as ticked: nothing
+    acl.refresh_from_db()
+    assert acl.operations == ["produce", "admin"]
+
+
 def test_a_tenant_admin_revokes(orders: Topic, console_for: ConsoleFactory) -> None:
     acl = grant(orders, "alice")
     response = console_for(roles={"acme": "tenant-admin"}).post(f"{LIST}{acl.pk}/revoke/")
@@ -226,7 +255,9 @@ def test_viewers_and_developers_cannot_grant_or_revoke(
     )
     assert refused.status_code == 403
     assert client.post(f"{LIST}{acl.pk}/revoke/").status_code == 403
-    assert list(TopicAcl.objects.values_list("principal", flat=True)) == ["alice"]
+    operations = client.post(f"{LIST}{acl.pk}/operations/", {"operations": "admin"})
+    assert operations.status_code == 403
+    assert list(TopicAcl.objects.values_list("principal", "operations")) == [("alice", ["consume"])]
 
 
 def test_another_tenants_entry_answers_like_a_missing_one(
@@ -234,10 +265,13 @@ def test_another_tenants_entry_answers_like_a_missing_one(
 ) -> None:
     theirs = grant(make_topic(globex, name="secret"), "alice")
     client = console_for(roles={"acme": "tenant-admin"})
-    other = client.post(f"{LIST}{theirs.pk}/revoke/")
-    missing = client.post(f"{LIST}{theirs.pk + 1000}/revoke/")
-    assert other.status_code == missing.status_code == 404
-    assert other.content == missing.content
+    for action, data in (("revoke", {}), ("operations", {"operations": "admin"})):
+        other = client.post(f"{LIST}{theirs.pk}/{action}/", data)
+        missing = client.post(f"{LIST}{theirs.pk + 1000}/{action}/", data)
+        assert other.status_code == missing.status_code == 404
+        assert other.content == missing.content
+    theirs.refresh_from_db()
+    assert theirs.operations == ["consume"]
     assert TopicAcl.objects.filter(pk=theirs.pk).exists()
 
 
@@ -288,3 +322,28 @@ def test_a_service_accounts_page_links_its_entries(
     page = client.get("/console/t/acme/service-accounts/ingest/").content.decode()
     assert f'href="{LIST}?principal=acme--ingest"' in page
     assert "acme.orders" in client.get(f"{LIST}?principal=acme--ingest").content.decode()
+
+
+@pytest.mark.parametrize("operations", [[], ["write"]])
+def test_the_change_shows_the_apis_own_messages(
+    operations: list[str], orders: Topic, console_for: ConsoleFactory, local_identity: Any
+) -> None:
+    acl = grant(orders, "alice")
+    api = APIClient()
+    api.credentials(
+        HTTP_AUTHORIZATION=f"Bearer {token_for(local_identity, roles={'acme': 'tenant-admin'})}"
+    )
+    body = api.patch(f"/api/v1/topic-acls/{acl.pk}", {"operations": operations}, format="json")
+    details = body.json()["error"]["details"]["operations"]
+    page = console_for(roles={"acme": "tenant-admin"}).post(
+        f"{LIST}{acl.pk}/operations/", {"operations": operations}
+    )
+    shown = field_errors(page.content.decode(), "operations", f"acl-{acl.pk}-")
+    assert [html.unescape(m) for m in shown] == [str(m) for m in _flat(details)]
+
+
+def _flat(messages: Any) -> list[Any]:
+    """The API's messages for a list field: a list, or per item index a list."""
+    if isinstance(messages, dict):
+        return [m for item in messages.values() for m in item]
+    return list(messages)
