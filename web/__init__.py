@@ -1,0 +1,1 @@
+"""The web console, mounted by the control plane at ``/console/``."""
