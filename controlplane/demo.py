@@ -42,6 +42,14 @@ REGION = "local"
 CLUSTER = "main"
 TENANT = "demo"
 TOPIC = "orders"
+# The console's demo users, one per role: (username, role in the demo tenant or None for
+# the platform admin). Their passwords are new each run, printed once, kept only hashed.
+CONSOLE_USERS = (
+    ("operator", None),
+    ("demo-admin", "tenant-admin"),
+    ("demo-developer", "developer"),
+    ("demo-viewer", "viewer"),
+)
 CONTROLLERS = ("controller-1", "controller-2")
 
 
@@ -269,7 +277,29 @@ def build_platform(platform: Platform, api: Api) -> dict[str, Any]:
         "/api/v1/service-accounts",
         {"tenant": TENANT, "name": "orders-app", "role": "developer"},
     )
-    return {"topic_ready_s": ready_s, "account": account}
+    console_users = create_console_users(api)
+    return {"topic_ready_s": ready_s, "account": account, "console_users": console_users}
+
+
+def create_console_users(api: Api) -> list[tuple[str, str, str]]:
+    """The console's demo users: members of the demo tenant through the REST API, and
+    a password each at the local issuer. Returns ``(role, username, password)``."""
+    import secrets
+
+    from controlplane.accounts.services import set_local_password
+    from controlplane.core.actors import Actor
+
+    users = []
+    for username, role in CONSOLE_USERS:
+        if role is not None:
+            member = {"tenant": TENANT, "username": username, "role": role}
+            api.call("POST", "/api/v1/members", member | {"email": f"{username}@example.com"})
+        password = secrets.token_urlsafe(12)
+        set_local_password(
+            username, password, platform_admin=role is None, actor=Actor.system("demo")
+        )
+        users.append((role or "platform-admin", username, password))
+    return users
 
 
 def _ready_brokers(api: Api) -> int:
@@ -342,6 +372,10 @@ def print_summary(
 ) -> None:
     account = built["account"]
     url = platform.api_url
+    users = "\n".join(
+        f"  {role:<15}{username:<16}password {password}"
+        for role, username, password in built["console_users"]
+    )
     controllers = ", ".join(f"{name} (pid {platform.pid(name)})" for name in CONTROLLERS)
     print(
         f"""
@@ -352,6 +386,9 @@ Meridian is running.
   controllers    {controllers}
                  (one active, one standby: kill the active one and the other takes over;
                  the demo starts the dead one again as the new standby)
+
+Console         {url}/console/    (sign in as one of these; passwords are new each run)
+{users}
 
 Platform-admin token (local issuer, 7 days):
   export ADMIN_TOKEN={admin_token}
