@@ -3,7 +3,8 @@
 ``services``: the test needs Postgres, Redis or Keycloak (``./dev services up``). Every
 test under ``tests/controlplane/`` and ``tests/integration/`` does: the control plane is
 a Django project on Postgres, its jobs run on Celery over Redis, and its identity tests
-talk to Keycloak.
+talk to Keycloak; so does every browser test under ``tests/web/`` (Chromium driving the
+console of a live control plane, signing in at Keycloak).
 
 ``processes``: the test starts real processes (brokers, the CLI, a crashing writer): its
 module, or a module defining one of its fixtures, uses ``subprocess`` or the launchers
@@ -26,7 +27,7 @@ from types import ModuleType
 import pytest
 
 TESTS_ROOT = Path(__file__).resolve().parents[1]
-SERVICE_FOLDERS = ("controlplane", "integration")
+SERVICE_FOLDERS = ("controlplane", "integration", "web")
 PROCESS_LAUNCHERS = (
     "subprocess",
     "multiprocessing",
