@@ -193,6 +193,8 @@ class _CodeGrant(grants.AuthorizationCodeGrant):  # type: ignore[misc]
 
     def save_authorization_code(self, code: str, request: Any) -> None:
         data = request.payload.data
+        # Codes never redeemed go here, a minute late at most: the table stays small.
+        AuthorizationCode.objects.filter(expires_at__lte=timezone.now()).delete()
         AuthorizationCode.objects.create(
             code=code,
             client_id=request.client.client_id,
@@ -310,6 +312,7 @@ class LocalAuthorizationServer(AuthorizationServer):  # type: ignore[misc]
         return client if client_id == client.client_id else None
 
     def save_token(self, token: dict[str, Any], request: Any) -> None:
+        RefreshToken.objects.filter(expires_at__lte=timezone.now()).delete()
         if token.get("refresh_token"):
             RefreshToken.objects.create(
                 digest=_digest(token["refresh_token"]),

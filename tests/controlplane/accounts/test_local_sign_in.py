@@ -7,16 +7,19 @@ from __future__ import annotations
 import base64
 import hashlib
 import secrets
+from io import StringIO
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
+from django.core.management import call_command
 from django.test import Client
 
 from controlplane.accounts import services
 from controlplane.accounts.clients import console_redirect_uri, console_signed_out_uri
 from controlplane.accounts.identity import LocalIdentity
 from controlplane.accounts.local import group_path, member_subject
+from controlplane.accounts.local_oidc import authenticate, member_claims
 from controlplane.accounts.models import AuthorizationCode, RefreshToken
 from controlplane.core.actors import Actor
 from controlplane.core.choices import ProvisioningStatus
@@ -199,3 +202,13 @@ def test_end_session_without_a_hint_asks_first(developer: Membership) -> None:
     assert response.status_code == 200
     assert b"Sign out of Meridian?" in response.content
     assert client.post("/api/v1/auth/logout").status_code == 403  # no CSRF token
+
+
+def test_create_platform_admin_makes_a_local_operator(
+    db: None, local_identity: LocalIdentity
+) -> None:
+    call_command("create_platform_admin", username="ops", password=PASSWORD, stdout=StringIO())
+    user = authenticate("ops", PASSWORD)
+    assert user is not None
+    assert authenticate("ops", "wrong") is None
+    assert member_claims(user) == {"groups": [], "realm_roles": ["platform-admin"]}
