@@ -15,6 +15,7 @@ from controlplane.accounts import services
 from controlplane.accounts.identity import get_identity
 from controlplane.accounts.keycloak import admin_for
 from controlplane.accounts.local import member_subject
+from controlplane.accounts.models import RefreshToken
 from controlplane.core.actors import Actor
 from controlplane.core.choices import ProvisioningStatus
 from controlplane.tenants.models import Membership, Tenant
@@ -74,13 +75,31 @@ def test_local_sign_in_refresh_and_sign_out(ui: Ui, console: str) -> None:
         member_subject("dev")
     )
 
+    visited: list[str] = []
+    ui.page.on("request", lambda request: visited.append(request.url))
     ui.page.get_by_role("button", name="Sign out").click()
     expect(ui.page.get_by_role("heading", name="You are signed out")).to_be_visible()
     ui.check("signed-out")
+    # Through the issuer's end-session endpoint, with an ID token hint it accepted (no
+    # confirmation asked).
+    assert any("/api/v1/auth/logout?" in url and "id_token_hint=" in url for url in visited)
     # The issuer's session ended too: the way back asks for the password again.
     ui.page.goto(console + SESSION_PAGE)
     expect(ui.page.get_by_label("Password")).to_be_visible()
     ui.shot("asked-again")
+
+
+def test_a_refused_refresh_ends_the_console_session(ui: Ui, console: str) -> None:
+    _local_member("dev", make_tenant("acme"))
+    _local_sign_in(ui, console, "dev")
+    expect(ui.page.locator("#username")).to_have_text("dev")
+    RefreshToken.objects.all().delete()  # the provider forgot the session
+    store = SessionStore(session_key=_session_key(ui))
+    store[console_session.EXPIRES_AT] = 0
+    store.save()
+    ui.page.goto(console + SESSION_PAGE)
+    expect(ui.page.get_by_label("Password")).to_be_visible()
+    ui.shot("signed-out-by-refresh")
 
 
 def test_local_wrong_password_is_refused(ui: Ui, console: str) -> None:
@@ -152,9 +171,12 @@ def test_keycloak_sign_in_wrong_password_and_logout(ui: Ui, keycloak_console: st
     expect(ui.page.locator("#tenant-roles")).to_contain_text(tenant.slug)
     ui.check("session")
 
+    visited: list[str] = []
+    ui.page.on("request", lambda request: visited.append(request.url))
     ui.page.get_by_role("button", name="Sign out").click()
     expect(ui.page.get_by_role("heading", name="You are signed out")).to_be_visible()
     ui.check("signed-out")
+    assert any("/protocol/openid-connect/logout?" in url for url in visited)
     ui.page.goto(keycloak_console + SESSION_PAGE)
     expect(ui.page.locator("#password")).to_be_visible()  # Keycloak asks again
     ui.shot("keycloak-asks-again")
