@@ -21,6 +21,9 @@ from controlplane.accounts.identity import get_identity
 from web.auth import session
 
 log = logging.getLogger(__name__)
+# Only the console's requests: the REST API's callers bring their own bearer tokens, and
+# their responses stay free of the session (no Vary: Cookie).
+CONSOLE_PATH_PREFIX = "/console/"
 
 
 class RefreshAccessToken:
@@ -34,6 +37,8 @@ class RefreshAccessToken:
 
 
 def _due(request: HttpRequest) -> bool:
+    if not request.path.startswith(CONSOLE_PATH_PREFIX):
+        return False
     if not request.user.is_authenticated or session.ACCESS_TOKEN not in request.session:
         return False
     expires_at = float(request.session.get(session.EXPIRES_AT, 0))
