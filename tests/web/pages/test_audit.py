@@ -78,6 +78,7 @@ def test_the_tenants_events_newest_first(events: None, console_for: ConsoleFacto
         ("topic.create", "orders"),
     ]
     assert "secret" not in page  # globex's
+    assert '<a href="/console/t/acme/audit/" aria-current="page">Audit log</a>' in page
 
 
 @pytest.mark.parametrize(
