@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from web.views import dashboard, home, topics
+from web.views import audit, dashboard, groups, home, topics
 
 app_name = "web"
 
@@ -17,4 +17,8 @@ urlpatterns = [
     path(TOPIC + "config/", topics.topic_config, name="topic-config"),
     path(TOPIC + "partitions/", topics.topic_partitions, name="topic-partitions"),
     path(TOPIC + "delete/", topics.topic_delete, name="topic-delete"),
+    path("t/<slug:tenant>/groups/", groups.group_list, name="group-list"),
+    # A group id may hold any character, "/" too: GET shows the group, POST resets it.
+    path("t/<slug:tenant>/groups/<path:group>/", groups.group_page, name="group-detail"),
+    path("t/<slug:tenant>/audit/", audit.audit_list, name="audit-list"),
 ]
