@@ -9,6 +9,7 @@ urlpatterns = [
     path("api/v1/", include("controlplane.topics.api.urls")),
     path("api/v1/", include("controlplane.quotas.api.urls")),
     path("api/v1/", include("controlplane.accounts.api.urls")),
+    path("api/v1/", include("controlplane.metrics.api.urls")),
 ]
 
 # What Django answers outside any view, in the API's error shape.

@@ -19,6 +19,7 @@ INSTALLED_APPS = [
     "controlplane.quotas",
     "controlplane.accounts",
     "controlplane.provisioning",
+    "controlplane.metrics",
 ]
 
 MIDDLEWARE = [
