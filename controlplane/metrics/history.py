@@ -18,12 +18,13 @@ from django.db.models.functions import TruncMinute
 
 from controlplane.core.errors import InvalidRequest
 from controlplane.metrics.models import Block, Collection, CollectorState
-from controlplane.metrics.tiers import COARSE, FINE, SLOTS, Tier, tier_for
+from controlplane.metrics.store import MEAN
+from controlplane.metrics.tiers import COARSE, FINE, Tier, tier_for
 
 MAX_RANGE = COARSE.retention
 MAX_POINTS = 1_500
 DEFAULT_POINTS = 360
-MEAN = frozenset({"records_per_s", "bytes_per_s"})
+
 # What an idle series (no point at a measured instant) had: 0. Lag in seconds is not
 # inferred: brokers may not report it at all.
 IDLE_ZERO = frozenset({"records_per_s", "bytes_per_s", "lag_records"})
@@ -144,7 +145,7 @@ def _stored(query: Query, series_id: int | None, measures: Sequence[str]) -> dic
     stored: dict[int, Values] = {}
     for start, *arrays in blocks:
         base = int(start.timestamp())
-        for slot in range(SLOTS):
+        for slot in range(tier.slots):
             values = {m: a[slot] for m, a in zip(measures, arrays, strict=True)}
             if any(v is not None for v in values.values()):
                 stored[base + slot * tier.resolution_s] = values

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from django.contrib.postgres.fields import ArrayField
 from django.db import models
 
 from controlplane.metrics.choices import SeriesKind
+from controlplane.metrics.fields import PointsField
 
 
-def _points() -> ArrayField:  # type: ignore[type-arg]
-    return ArrayField(models.FloatField(null=True), size=None)
+def _points() -> PointsField:
+    return PointsField()
 
 
 class Series(models.Model):
@@ -33,10 +33,10 @@ class Series(models.Model):
 
 
 class Block(models.Model):
-    """``SLOTS`` consecutive points of a series in one tier (``resolution_s``). A topic
-    series fills ``records_per_s`` and ``bytes_per_s``; a group series fills
-    ``records_per_s``, ``lag_records`` and, when brokers report it, ``lag_s``. Every array
-    has ``SLOTS`` elements (NULL: no point written there)."""
+    """A tier's block of consecutive points of a series (``tiers``: the tier is
+    ``resolution_s``). A topic series fills ``records_per_s`` and ``bytes_per_s``; a group
+    series fills ``records_per_s``, ``lag_records`` and, when brokers report it,
+    ``lag_s``. Every array has the tier's ``slots`` elements (NULL: no point there)."""
 
     series = models.ForeignKey(Series, on_delete=models.CASCADE, related_name="blocks")
     resolution_s = models.PositiveSmallIntegerField()
@@ -75,5 +75,6 @@ class CollectorState(models.Model):
     Runs lock it, so two collections never interleave."""
 
     counters = models.JSONField(default=dict)
+    generation = models.PositiveBigIntegerField(default=0)  # grows at every collection
     rolled_until = models.DateTimeField(null=True)
     updated_at = models.DateTimeField(auto_now=True)

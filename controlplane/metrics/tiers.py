@@ -1,18 +1,21 @@
 """The two tiers of stored points and the arithmetic of their blocks.
 
 A tier keeps points of one resolution for a retention. Its points are stored in blocks:
-one row per series and block (``SLOTS`` consecutive points), each measure an array of
-``SLOTS`` float8 with lower bound 1, NULL where no point was written. Slot ``i`` (1-based)
+one row per series and block (``slots`` consecutive points), each measure an array of
+``slots`` float8 with lower bound 1, NULL where no point was written. Slot ``i`` (1-based)
 of a block starting at ``start`` is the point of ``[start + (i-1)*resolution,
 start + i*resolution)``.
 
-- ``FINE``: 10-second points for an hour; a block spans 10 minutes.
-- ``COARSE``: 1-minute points for 7 days, rolled up from ``FINE``; a block spans an hour.
+- ``FINE``: 10-second points for an hour; a block spans a minute (6 points).
+- ``COARSE``: 1-minute points for 7 days, rolled up from ``FINE``; a block spans an hour
+  (60 points).
 
-Why blocks: a row per point would be 360 rows per series and hour in the fine tier and
-10,080 per series in the coarse one (10^8 rows for 10,000 topics); a block row is updated
-in place, one bulk statement per interval for every series, and stays under Postgres'
-TOAST threshold (60 x 8 bytes per measure), so an update rewrites about a kilobyte.
+Why blocks (measured by ``bench/console.py``, figures in ``bench/README.md``): a row per
+point is 10,080 live rows per series in the coarse tier (10^8 for 10,000 topics); a block
+row is updated in place by one bulk statement per interval for every series. Why a
+minute for the fine blocks: each update rewrites the whole row, so a short block keeps
+the bytes written per interval near a row per point's, and a minute is also exactly
+what one roll-up reads.
 """
 
 from __future__ import annotations
@@ -20,17 +23,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-SLOTS = 60
-
 
 @dataclass(frozen=True)
 class Tier:
     resolution_s: int
     retention: timedelta
+    slots: int
 
     @property
     def block_s(self) -> int:
-        return self.resolution_s * SLOTS
+        return self.resolution_s * self.slots
 
     def block_start(self, at: datetime) -> datetime:
         """The start of the block holding the point of instant ``at``."""
@@ -47,8 +49,8 @@ class Tier:
         return from_epoch(epoch - epoch % self.resolution_s)
 
 
-FINE = Tier(10, timedelta(hours=1))
-COARSE = Tier(60, timedelta(days=7))
+FINE = Tier(10, timedelta(hours=1), slots=6)
+COARSE = Tier(60, timedelta(days=7), slots=60)
 TIERS = (FINE, COARSE)
 
 

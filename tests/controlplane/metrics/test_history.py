@@ -13,7 +13,8 @@ from rest_framework.test import APIClient
 from controlplane.metrics import services
 from controlplane.metrics.collect import GroupCounters, Observation, TopicCounters
 from controlplane.metrics.models import Block, Collection, Series
-from controlplane.metrics.tiers import COARSE, FINE, SLOTS
+from controlplane.metrics.store import MEASURES
+from controlplane.metrics.tiers import COARSE, FINE
 from controlplane.topics.models import Topic
 from tests.controlplane.conftest import ClientFactory
 from tests.support.controlplane import make_tenant, register_static_cluster
@@ -116,7 +117,6 @@ def test_a_roll_up_runs_each_minute_once() -> None:
 def test_retention_deletes_blocks_past_their_tier() -> None:
     now = timezone.now()
     series = Series.objects.create(kind="topic", tenant_slug="acme", topic="acme.orders")
-    empty = [None] * SLOTS
     ages = {
         (FINE, timedelta(minutes=90)): False,
         (FINE, timedelta(minutes=5)): True,
@@ -128,10 +128,7 @@ def test_retention_deletes_blocks_past_their_tier() -> None:
             series=series,
             resolution_s=tier.resolution_s,
             start=tier.block_start(now - age),
-            records_per_s=empty,
-            bytes_per_s=empty,
-            lag_records=empty,
-            lag_s=empty,
+            **{m: [None] * tier.slots for m in MEASURES},
         )
     Collection.objects.create(at=now - timedelta(days=8))
 
