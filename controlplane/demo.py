@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from controlplane.core.private_files import private_dir
+from controlplane.demo_traffic import start_traffic
 from dataplane import lifeline
 
 T = TypeVar("T")
@@ -429,6 +430,9 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"consumed {seen} of {args.records} records")
         print_summary(platform, admin_token, built, app_token, bootstrap)
         if not args.exit:
+            start_traffic(bootstrap, platform.api_url, built["account"], f"{TENANT}.{TOPIC}")
+            print(f"==> steady traffic on {TENANT}.{TOPIC}: a producer, and group "
+                  f"{TENANT}.analytics consuming slower (its lag grows)")  # fmt: skip
             print("Ctrl-C stops everything.")
             while True:
                 platform.supervise()
