@@ -12,9 +12,10 @@ row, and the roll-up and retention statements. The broker side is one ``Describe
 ``ListGroups`` and ``DescribeGroups`` per broker per interval, whatever the topic count.
 
 1. **Collect**: 10,000 topics (10 per tenant, 1,000 tenants) and 2,000 group-topic
-   series, in virtual time (10 s per tick, starting 20 minutes ago): per tick the
-   wall time and the WAL bytes written, with every series active and with 10% active
-   (the rest idle: no point written).
+   series, in virtual time (10 s per tick, starting 30 minutes ago): per tick the
+   wall time of the whole run (rates, series lookup, the upsert, the state row) and of
+   the one bulk upsert alone ("write"), and the WAL bytes written, with every series
+   active and with 10% active (the rest idle: no point written).
 2. **Roll-up**: one minute of 10 s points into 1 min points, for every series.
 3. **Rows**: blocks per day and live rows at the retentions, measured rows times the
    blocks' spans; table and index bytes per live row.
@@ -113,9 +114,17 @@ class Traffic:
 
 
 def collect(traffic: Traffic, start: datetime, ticks: int, active: float) -> dict[str, Any]:
-    from controlplane.metrics import services
+    from controlplane.metrics import services, store
 
-    times, wal, points = [], [], []
+    times, wal, points, upserts = [], [], [], []
+    write_points = store.write_points
+
+    def timed_write(*args: Any) -> None:  # the one bulk statement, timed on its own
+        began = time.perf_counter()
+        write_points(*args)
+        upserts.append(time.perf_counter() - began)
+
+    store.write_points = timed_write  # type: ignore[assignment]
     for tick in range(ticks):
         observation = traffic.observe(active)
         at = start + timedelta(seconds=10 * tick)
@@ -126,7 +135,13 @@ def collect(traffic: Traffic, start: datetime, ticks: int, active: float) -> dic
         points.append(run.points_written if run else 0)
         if at.second == 50:
             services.roll_up_metrics(at + timedelta(seconds=20))
-    return {"times": times[1:], "wal": wal[1:], "points": statistics.mean(points[1:])}
+    store.write_points = write_points  # type: ignore[assignment]
+    return {
+        "times": times[1:],
+        "upserts": upserts[1:],
+        "wal": wal[1:],
+        "points": statistics.mean(points[1:]),
+    }
 
 
 def roll_up_cost(minute: datetime) -> tuple[float, int]:
@@ -186,6 +201,10 @@ def live_rows() -> dict[int, int]:
 
     counts = Block.objects.values("resolution_s").annotate(n=Count("id"))
     return {row["resolution_s"]: row["n"] for row in counts}
+
+
+def ms(values: list[float], q: float) -> str:
+    return f"{pct(values, q) * 1000:.0f}"
 
 
 def pct(values: list[float], q: float) -> float:
@@ -270,16 +289,22 @@ def report(
 ) -> None:
     series = topics + groups
     print(f"\nRate and lag history: {topics} topics + {groups} group series ({series} series)\n")
-    print("| per 10 s interval | points | p50 ms | p99 ms | WAL KiB (mean) |")
-    print("|---|---|---|---|---|")
+    print("| per 10 s interval | points | run p50 ms | run p99 ms | write p50 ms | write p99 ms |")
+    print("|---|---|---|---|---|---|")
     for label, run in (("all active (blocks)", busy), ("10% active (blocks)", quiet)):
         print(
-            f"| {label} | {run['points']:.0f} | {pct(run['times'], 0.5) * 1000:.0f} |"
-            f" {pct(run['times'], 0.99) * 1000:.0f} | {statistics.mean(run['wal']) / 1024:.0f} |"
+            f"| {label} | {run['points']:.0f} | {ms(run['times'], 0.5)} | {ms(run['times'], 0.99)}"
+            f" | {ms(run['upserts'], 0.5)} | {ms(run['upserts'], 0.99)} |"
         )
     print(
-        f"| all active (row per point) | {series} | {pct(alt['times'], 0.5) * 1000:.0f} |"
-        f" {pct(alt['times'], 0.99) * 1000:.0f} | {statistics.mean(alt['wal']) / 1024:.0f} |"
+        f"| all active (row per point) | {series} | | | {ms(alt['times'], 0.5)} |"
+        f" {ms(alt['times'], 0.99)} |"
+    )
+    print("\nWAL per interval (KiB, mean, the whole run):", end=" ")
+    print(
+        f"blocks all active {statistics.mean(busy['wal']) / 1024:.0f},"
+        f" 10% active {statistics.mean(quiet['wal']) / 1024:.0f};"
+        f" row per point (the insert) {statistics.mean(alt['wal']) / 1024:.0f}"
     )
     print(
         f"\nroll-up of one minute, every series: {roll_s * 1000:.0f} ms,"
