@@ -190,8 +190,11 @@ def _ticks_by_minute(since: datetime, until: datetime) -> dict[datetime, int]:
 
 
 def prune_metrics(now: datetime | None = None) -> dict[str, int]:
-    """Delete what the tiers' retentions have passed (see ``store.prune``)."""
-    return store.prune(now or timezone.now())
+    """Delete what the tiers' retentions have passed (see ``store.prune``). Holds the
+    state lock: a series a collection is about to write must not vanish under it."""
+    with transaction.atomic():
+        _locked_state()
+        return store.prune(now or timezone.now())
 
 
 TOPIC_MEASURES = ("records_per_s", "bytes_per_s")
