@@ -55,7 +55,7 @@ def record_observation(
         if previous.get("at", 0) >= now.timestamp():
             return None
         counters, rates = _rates(observation, previous, now.timestamp())
-        points = _points(rates)
+        points = _points(rates, observation)
         store.write_points(now, points)
         state.counters = counters
         state.generation += 1
@@ -100,7 +100,10 @@ def _rates(
     every non-idle series."""
     before_topics: dict[str, list[float]] = previous.get("topics", {})
     before_groups: dict[str, list[float]] = previous.get("groups", {})
-    topics, groups = dict(before_topics), dict(before_groups)
+    # Counters not read for an hour (a deleted topic or group) are dropped, not carried.
+    fresh = now_s - FINE.retention.total_seconds()
+    topics = {k: v for k, v in before_topics.items() if v[0] > fresh}
+    groups = {k: v for k, v in before_groups.items() if v[0] > fresh}
     rates: Rates = {}
     for name, counters in observation.topics.items():
         topics[name] = [now_s, counters.end_offset, counters.size_bytes]
@@ -128,8 +131,11 @@ def _rates(
     return {"at": now_s, "topics": topics, "groups": groups}, rates
 
 
-def _points(rates: Rates) -> list[Point]:
-    ids = series_ids(rates.keys())
+def _points(rates: Rates, observation: Observation) -> list[Point]:
+    # Every group seen gets its series, idle or not: the group is then known to reads
+    # (its charts answer zeros) rather than missing.
+    groups = {(SeriesKind.GROUP, topic, group) for group, topic in observation.groups}
+    ids = series_ids(rates.keys() | groups)
     return [Point(ids[key], **values) for key, values in rates.items()]
 
 
@@ -193,8 +199,10 @@ def prune_metrics(now: datetime | None = None) -> dict[str, int]:
     """Delete what the tiers' retentions have passed (see ``store.prune``). Holds the
     state lock: a series a collection is about to write must not vanish under it."""
     with transaction.atomic():
-        _locked_state()
-        return store.prune(now or timezone.now())
+        counters = _counters(_locked_state())
+        seen: set[tuple[str, ...]] = {("", t) for t in counters.get("topics", {})}
+        seen |= {tuple(k.split("\n", 1)) for k in counters.get("groups", {})}
+        return store.prune(now or timezone.now(), seen)
 
 
 TOPIC_MEASURES = ("records_per_s", "bytes_per_s")

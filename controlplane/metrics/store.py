@@ -130,14 +130,15 @@ def _set_slots(tier: Tier, at: datetime, rows: list[dict[str, Any]]) -> None:
         block.save(update_fields=list(MEASURES))
 
 
-def prune(now: datetime) -> dict[str, int]:
+def prune(now: datetime, seen: set[tuple[str, ...]]) -> dict[str, int]:
     """Delete blocks wholly older than their tier's retention, collections older than
-    the coarse retention, and series left without blocks. Returns counts deleted."""
+    the coarse retention, and series left without blocks whose (group, topic) — group
+    "" for a topic — the last collection did not see. Returns counts deleted."""
     deleted = {tier_name(t): _prune_tier(t, now) for t in (FINE, COARSE)}
     deleted["collections"] = Collection.objects.filter(at__lt=now - COARSE.retention).delete()[0]
-    deleted["series"] = Series.objects.filter(
-        blocks__isnull=True, created_at__lt=now - FINE.retention
-    ).delete()[0]
+    empty = Series.objects.filter(blocks__isnull=True, created_at__lt=now - FINE.retention)
+    gone = [pk for pk, g, t in empty.values_list("pk", "group", "topic") if (g, t) not in seen]
+    deleted["series"] = Series.objects.filter(pk__in=gone).delete()[0]
     return deleted
 
 

@@ -187,6 +187,22 @@ def test_a_group_answers_consume_rate_and_lag_per_topic(
     ]
 
 
+def test_an_idle_group_is_known_and_answers_zeros(topics: None, client_for: ClientFactory) -> None:
+    start = _minute(timedelta(minutes=5))
+    _observe(start, 0, 0, committed=10, lag=0)
+
+    response = _viewer(client_for).get(
+        "/api/v1/groups/acme.billing/metrics",
+        {"from": start.isoformat(), "to": (start + timedelta(seconds=10)).isoformat()},
+    )
+
+    assert response.status_code == 200, response.content
+    [topic] = response.json()["topics"]
+    assert [(p["records_per_s"], p["lag_records"]) for p in topic["points"]] == [(0.0, 0.0)]
+    services.prune_metrics(timezone.now() + timedelta(hours=2))
+    assert Series.objects.filter(group="acme.billing").exists()  # still seen: kept
+
+
 def test_another_tenants_topic_or_group_is_a_404_like_a_missing_one(
     topics: None, client_for: ClientFactory
 ) -> None:
