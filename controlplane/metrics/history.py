@@ -56,8 +56,13 @@ class Query:
     tier: Tier
 
 
-def plan(since: datetime, until: datetime, step_s: int | None, now: datetime) -> Query:
-    """Validate a range and step against the tiers; raises the typed errors above."""
+def plan(
+    since: datetime | None, until: datetime | None, step_s: int | None, now: datetime
+) -> Query:
+    """Validate a range and step against the tiers (default: the hour up to ``now``);
+    raises the typed errors above."""
+    until = until or now
+    since = since or until - FINE.retention
     if since > until:
         raise InvalidRange("'from' is after 'to'", **{"from": since.isoformat()})
     if until - since > MAX_RANGE:

@@ -210,7 +210,11 @@ GROUP_MEASURES = ("records_per_s", "lag_records", "lag_s")
 
 
 def topic_metrics(
-    actor: Actor, full_name: str, since: datetime, until: datetime, step_s: int | None
+    actor: Actor,
+    full_name: str,
+    since: datetime | None,
+    until: datetime | None,
+    step_s: int | None,
 ) -> dict[str, Any]:
     """Produce rates of a topic the actor may read; another tenant's topic is missing."""
     query = history.plan(since, until, step_s, timezone.now())
@@ -223,7 +227,11 @@ def topic_metrics(
 
 
 def group_metrics(
-    actor: Actor, group: str, since: datetime, until: datetime, step_s: int | None
+    actor: Actor,
+    group: str,
+    since: datetime | None,
+    until: datetime | None,
+    step_s: int | None,
 ) -> dict[str, Any]:
     """Consume rates and lag of a group the actor may read, per topic it committed
     offsets of; a group never seen (or another tenant's) is missing."""

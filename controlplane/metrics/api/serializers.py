@@ -2,10 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.utils import timezone
 from rest_framework import serializers
-
-from controlplane.metrics.tiers import FINE
 
 
 class MetricsQuerySerializer(serializers.Serializer[Any]):
@@ -21,9 +18,7 @@ class MetricsQuerySerializer(serializers.Serializer[Any]):
         return fields
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        until = attrs.get("to") or timezone.now()
-        since = attrs.get("from") or until - FINE.retention
-        return {"since": since, "until": until, "step_s": attrs.get("step")}
+        return {"since": attrs.get("from"), "until": attrs.get("to"), "step_s": attrs.get("step")}
 
 
 class _PointSerializer(serializers.Serializer[Any]):

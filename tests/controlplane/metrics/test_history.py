@@ -220,7 +220,9 @@ def test_another_tenants_topic_or_group_is_a_404_like_a_missing_one(
         response = viewer.get(path)
         assert response.status_code == 404, (path, response.content)
         assert response.json()["error"]["code"] == "not_found"
-    assert viewer.get("/api/v1/topics/acme.orders/metrics").status_code == 200
+    default = viewer.get("/api/v1/topics/acme.orders/metrics", {"step": 30})
+    assert default.status_code == 200, default.content
+    assert default.json()["resolution"] == 10  # the default range is the last hour
 
 
 @pytest.mark.parametrize(
