@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from controlplane.core.private_files import private_dir
-from controlplane.demo_traffic import start_traffic
+from controlplane.demo_traffic import start_traffic, stop_traffic
 from dataplane import lifeline
 
 T = TypeVar("T")
@@ -443,6 +443,7 @@ def main(argv: list[str] | None = None) -> int:
         for signum in (signal.SIGTERM, signal.SIGHUP):
             signal.signal(signum, signal.SIG_IGN)  # a second signal must not cut the cleanup
         print("==> stopping")
+        stop_traffic()
         platform.stop()
         _stop_brokers(platform)
     return 0

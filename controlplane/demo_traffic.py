@@ -12,6 +12,9 @@ import threading
 import time
 from typing import Any
 
+_stopping = threading.Event()
+_threads: list[threading.Thread] = []
+STOP_WAIT_S = 5.0
 PRODUCE_PER_S = 20
 CONSUME_PER_S = 12
 RETRY_PAUSE_S = 5.0
@@ -33,15 +36,23 @@ def start_traffic(bootstrap: str, api_url: str, account: dict[str, Any], topic: 
             daemon=True,
         )
         thread.start()
+        _threads.append(thread)
+
+
+def stop_traffic() -> None:
+    """Stop the threads (before the brokers stop, so they do not retry meanwhile)."""
+    _stopping.set()
+    for thread in _threads:
+        thread.join(timeout=STOP_WAIT_S)
 
 
 def _forever(name: str, loop: Any, *args: Any) -> None:
-    while True:
+    while not _stopping.is_set():
         try:
             loop(*args)
         except Exception as exc:  # a broker restarting: say so, pause, go on
             print(f"==> demo traffic ({name}): {exc}; retrying", flush=True)
-            time.sleep(RETRY_PAUSE_S)
+            _stopping.wait(RETRY_PAUSE_S)
 
 
 def _produce(bootstrap: str, credentials: Any, topic: str, group: str) -> None:
@@ -49,10 +60,10 @@ def _produce(bootstrap: str, credentials: Any, topic: str, group: str) -> None:
 
     with Producer(bootstrap, credentials=credentials) as producer:
         sent = 0
-        while True:
+        while not _stopping.is_set():
             producer.send(topic, value=f"event-{sent}".encode(), key=f"k{sent % 31}".encode())
             sent += 1
-            time.sleep(1 / PRODUCE_PER_S)
+            _stopping.wait(1 / PRODUCE_PER_S)
 
 
 def _consume(bootstrap: str, credentials: Any, topic: str, group: str) -> None:
@@ -66,8 +77,8 @@ def _consume(bootstrap: str, credentials: Any, topic: str, group: str) -> None:
         credentials=credentials,
     ) as consumer:
         consumer.subscribe([topic])
-        while True:
+        while not _stopping.is_set():
             started = time.monotonic()
             if consumer.poll(timeout_ms=500):
                 consumer.commit()
-            time.sleep(max(0.0, 1.0 - (time.monotonic() - started)))
+            _stopping.wait(max(0.0, 1.0 - (time.monotonic() - started)))
