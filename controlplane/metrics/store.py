@@ -57,7 +57,7 @@ def write_points(at: datetime, points: Sequence[Point]) -> None:
         return
     arrays = ", ".join(f"%({m})s::float8[]" for m in MEASURES)
     source = (
-        f"SELECT * FROM unnest(%(ids)s::int[], {arrays}) AS u(series_id, {', '.join(MEASURES)})"
+        f"SELECT * FROM unnest(%(ids)s::bigint[], {arrays}) AS u(series_id, {', '.join(MEASURES)})"
     )
     params: dict[str, Any] = {
         "ids": _array_literal(p.series_id for p in points),
