@@ -21,6 +21,7 @@ import argparse
 import contextlib
 import json
 import os
+import secrets
 import signal
 import stat
 import subprocess
@@ -35,6 +36,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from controlplane.core.private_files import private_dir
+from controlplane.demo_traffic import start_traffic, stop_traffic
 from dataplane import lifeline
 
 T = TypeVar("T")
@@ -42,6 +44,14 @@ REGION = "local"
 CLUSTER = "main"
 TENANT = "demo"
 TOPIC = "orders"
+# The console's demo users, one per role: (username, role in the demo tenant or None for
+# the platform admin). Their passwords are new each run, printed once, kept only hashed.
+CONSOLE_USERS = (
+    ("operator", None),
+    ("demo-admin", "tenant-admin"),
+    ("demo-developer", "developer"),
+    ("demo-viewer", "viewer"),
+)
 CONTROLLERS = ("controller-1", "controller-2")
 
 
@@ -71,6 +81,8 @@ class Platform:
     data_dir: Path
     api_port: int
     children: dict[str, Child] = field(default_factory=dict)
+    # The console's demo users: (role, username, password), passwords new each run.
+    console_users: list[tuple[str, str, str]] = field(default_factory=list)
 
     @property
     def api_url(self) -> str:
@@ -193,7 +205,8 @@ def wait_for(what: str, check: Callable[[], T], platform: Platform, timeout_s: f
 
 
 def prepare_database(platform: Platform) -> str:
-    """Migrate the SQLite database and return a platform-admin token of the local issuer."""
+    """Migrate the SQLite database, give the console's demo users a new password each
+    (``platform.console_users``) and return a platform-admin token of the local issuer."""
     os.environ.update(platform.env())
     import django
 
@@ -201,9 +214,16 @@ def prepare_database(platform: Platform) -> str:
     from django.core.management import call_command
 
     from controlplane.accounts.identity import LocalIdentity, get_identity
+    from controlplane.accounts.services import set_local_password
+    from controlplane.core.actors import Actor
     from controlplane.core.choices import PLATFORM_ADMIN_ROLE
 
     call_command("migrate", verbosity=0)
+    for username, role in CONSOLE_USERS:
+        password = secrets.token_urlsafe(12)
+        operator = role is None
+        set_local_password(username, password, platform_admin=operator, actor=Actor.system("demo"))
+        platform.console_users.append((role or PLATFORM_ADMIN_ROLE, username, password))
     identity = get_identity()
     assert isinstance(identity, LocalIdentity)
     return identity.issue_token(
@@ -269,7 +289,17 @@ def build_platform(platform: Platform, api: Api) -> dict[str, Any]:
         "/api/v1/service-accounts",
         {"tenant": TENANT, "name": "orders-app", "role": "developer"},
     )
+    invite_console_members(api)
     return {"topic_ready_s": ready_s, "account": account}
+
+
+def invite_console_members(api: Api) -> None:
+    """The console's demo users with a tenant role become members of the demo tenant,
+    through the REST API (their passwords are set in ``prepare_database``)."""
+    for username, role in CONSOLE_USERS:
+        if role is not None:
+            member = {"tenant": TENANT, "username": username, "role": role}
+            api.call("POST", "/api/v1/members", member | {"email": f"{username}@example.com"})
 
 
 def _ready_brokers(api: Api) -> int:
@@ -342,6 +372,10 @@ def print_summary(
 ) -> None:
     account = built["account"]
     url = platform.api_url
+    users = "\n".join(
+        f"  {role:<15}{username:<16}password {password}"
+        for role, username, password in platform.console_users
+    )
     controllers = ", ".join(f"{name} (pid {platform.pid(name)})" for name in CONTROLLERS)
     print(
         f"""
@@ -352,6 +386,9 @@ Meridian is running.
   controllers    {controllers}
                  (one active, one standby: kill the active one and the other takes over;
                  the demo starts the dead one again as the new standby)
+
+Console         {url}/console/    (sign in as one of these; passwords are new each run)
+{users}
 
 Platform-admin token (local issuer, 7 days):
   export ADMIN_TOKEN={admin_token}
@@ -429,6 +466,9 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"consumed {seen} of {args.records} records")
         print_summary(platform, admin_token, built, app_token, bootstrap)
         if not args.exit:
+            start_traffic(bootstrap, platform.api_url, built["account"], f"{TENANT}.{TOPIC}")
+            print(f"==> steady traffic on {TENANT}.{TOPIC}: a producer, and group "
+                  f"{TENANT}.analytics consuming slower (its lag grows)")  # fmt: skip
             print("Ctrl-C stops everything.")
             while True:
                 platform.supervise()
@@ -439,6 +479,7 @@ def main(argv: list[str] | None = None) -> int:
         for signum in (signal.SIGTERM, signal.SIGHUP):
             signal.signal(signum, signal.SIG_IGN)  # a second signal must not cut the cleanup
         print("==> stopping")
+        stop_traffic()
         platform.stop()
         _stop_brokers(platform)
     return 0

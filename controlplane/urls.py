@@ -1,6 +1,8 @@
 from django.urls import include, path
 from drf_spectacular.views import SpectacularJSONAPIView
 
+from controlplane.accounts.local_oidc_views import discovery
+
 urlpatterns = [
     path("api/v1/openapi.json", SpectacularJSONAPIView.as_view(), name="openapi"),
     path("api/v1/", include("controlplane.core.api.urls")),
@@ -10,6 +12,9 @@ urlpatterns = [
     path("api/v1/", include("controlplane.groups.api.urls")),
     path("api/v1/", include("controlplane.quotas.api.urls")),
     path("api/v1/", include("controlplane.accounts.api.urls")),
+    path("api/v1/", include("controlplane.metrics.api.urls")),
+    path(".well-known/openid-configuration", discovery, name="openid-configuration"),
+    path("console/auth/", include("web.auth.urls")),
     path("console/", include("web.urls")),
 ]
 

@@ -22,20 +22,15 @@ from urllib.parse import urlencode
 
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
-from django.shortcuts import render
-from django.urls import NoReverseMatch, reverse
-from rest_framework.exceptions import AuthenticationFailed
+from django.urls import reverse
 
-from controlplane.accounts.authentication import live_actor
-from controlplane.accounts.identity import InvalidToken, get_identity
 from controlplane.core.actors import Actor
 from controlplane.core.choices import ProvisioningStatus, Role
 from controlplane.tenants.models import Tenant
-from dataplane.client.claims import MalformedClaims
+from web.auth.session import session_actor
 
-SESSION_TOKEN_KEY = "oidc_access_token"
-SIGN_IN_URL_NAME = "oidc_authentication_init"
-SIGN_OUT_URL_NAME = "web_auth:logout"
+SIGN_IN_URL_NAME = "console-auth-login"
+SIGN_OUT_URL_NAME = "console-auth-logout"
 
 View = Callable[..., HttpResponse]
 
@@ -65,24 +60,9 @@ class Console:
         return self.can(Role.TENANT_ADMIN)
 
 
-def session_actor(request: HttpRequest) -> Actor | None:
-    """The session token's live actor, or None (no token, or a refused one)."""
-    token = request.session.get(SESSION_TOKEN_KEY)
-    if not isinstance(token, str) or not token:
-        return None
-    try:
-        return live_actor(Actor.from_claims(get_identity().verify(token)))
-    except (InvalidToken, MalformedClaims, AuthenticationFailed):
-        return None
-
-
 def sign_in_redirect(request: HttpRequest) -> HttpResponse:
-    """To sign-in, coming back to this page. Where sign-in is not installed, a page
-    saying so (401) rather than a redirect to nowhere."""
-    try:
-        url = reverse(SIGN_IN_URL_NAME)
-    except NoReverseMatch:
-        return render(request, "web/signed_out.html", status=401)
+    """To sign-in, coming back to this page."""
+    url = reverse(SIGN_IN_URL_NAME)
     return HttpResponseRedirect(f"{url}?{urlencode({'next': request.get_full_path()})}")
 
 

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from web.views import acls, dashboard, home, members, service_accounts, topics
+from web.views import acls, audit, dashboard, groups, home, members, service_accounts, topics
 
 app_name = "web"
 
@@ -34,4 +34,8 @@ urlpatterns = [
     path(
         "t/<slug:tenant>/members/<int:member>/remove/", members.member_remove, name="member-remove"
     ),
+    path("t/<slug:tenant>/groups/", groups.group_list, name="group-list"),
+    # A group id may hold any character, "/" too: GET shows the group, POST resets it.
+    path("t/<slug:tenant>/groups/<path:group>/", groups.group_page, name="group-detail"),
+    path("t/<slug:tenant>/audit/", audit.audit_list, name="audit-list"),
 ]

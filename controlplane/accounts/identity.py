@@ -21,6 +21,7 @@ from typing import Any, Protocol
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
+from controlplane.accounts.clients import OidcEndpoints
 from controlplane.accounts.keycloak import KeycloakIdentity
 from controlplane.accounts.local import LocalIdentity
 from controlplane.accounts.models import ServiceAccount
@@ -49,6 +50,10 @@ class IdentityProvider(TenantIdentity, Protocol):
 
     def jwks_url(self) -> str:
         """Where verifiers (the brokers) fetch the issuer's public keys."""
+        ...
+
+    def oidc_endpoints(self) -> OidcEndpoints:
+        """The OpenID Connect endpoints people sign in through (the console)."""
         ...
 
     def internal_client_secret(self, client_id: str) -> str:
@@ -134,6 +139,7 @@ __all__ = [
     "InvalidToken",
     "KeycloakIdentity",
     "LocalIdentity",
+    "OidcEndpoints",
     "get_identity",
     "reset_identity",
 ]

@@ -23,7 +23,7 @@ from django.conf import settings
 from keycloak import KeycloakAdmin
 from keycloak.exceptions import KeycloakConnectionError, KeycloakError
 
-from controlplane.accounts.clients import BROKER_CLIENT_ID, CONTROLLER_CLIENT_ID
+from controlplane.accounts.clients import BROKER_CLIENT_ID, CONTROLLER_CLIENT_ID, OidcEndpoints
 from controlplane.accounts.local import group_path, tenant_group_path
 from controlplane.accounts.models import ServiceAccount
 from controlplane.accounts.tokens import JwksKeys, verify_token
@@ -120,6 +120,16 @@ class KeycloakIdentity:
 
     def jwks_url(self) -> str:
         return f"{self.issuer}/protocol/openid-connect/certs"
+
+    def oidc_endpoints(self) -> OidcEndpoints:
+        base = f"{self.issuer}/protocol/openid-connect"
+        return OidcEndpoints(
+            authorization=f"{base}/auth",
+            token=f"{base}/token",
+            userinfo=f"{base}/userinfo",
+            jwks=f"{base}/certs",
+            end_session=f"{base}/logout",
+        )
 
     def internal_client_secret(self, client_id: str) -> str:
         """From the settings when given there, else read from the realm."""

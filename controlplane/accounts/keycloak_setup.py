@@ -10,7 +10,12 @@ from django.conf import settings
 from keycloak import KeycloakAdmin
 from keycloak.exceptions import KeycloakError
 
-from controlplane.accounts.clients import INTERNAL_CLIENT_IDS
+from controlplane.accounts.clients import (
+    INTERNAL_CLIENT_IDS,
+    console_client_id,
+    console_redirect_uri,
+    console_signed_out_uri,
+)
 from controlplane.accounts.keycloak import admin_for, idp_errors
 from controlplane.core.choices import PLATFORM_ADMIN_ROLE
 
@@ -20,12 +25,14 @@ SCOPE_NAME = "meridian"
 
 def bootstrap_realm(realm: str | None = None) -> list[str]:
     """Creates (or completes) the realm: the realm role ``platform-admin``; a default
-    client scope putting ``settings.TOKEN_AUDIENCE`` in ``aud`` and the full group paths
-    in ``groups`` of every client's tokens; the ``/tenants`` group; the public client
-    ``meridian-cli`` with direct access grants; the realm role ``settings.INTERNAL_ROLE``
-    and the confidential clients ``meridian-controller`` and ``meridian-broker`` whose
-    service accounts hold it (the cluster's own callers, see ``accounts/clients.py``).
-    Returns what it did, step by step."""
+        client scope putting ``settings.TOKEN_AUDIENCE`` in ``aud`` and the full group paths
+        in ``groups`` of every client's tokens; the ``/tenants`` group; the public client
+        ``meridian-cli`` with direct access grants; the console's public client
+    ``meridian-console`` (authorization code with PKCE S256 required, the console's
+    redirect URIs); the realm role ``settings.INTERNAL_ROLE``
+        and the confidential clients ``meridian-controller`` and ``meridian-broker`` whose
+        service accounts hold it (the cluster's own callers, see ``accounts/clients.py``).
+        Returns what it did, step by step."""
     realm = realm or settings.KEYCLOAK_REALM
     done: list[str] = []
     with idp_errors(f"bootstrap realm {realm}"):
@@ -40,6 +47,7 @@ def bootstrap_realm(realm: str | None = None) -> list[str]:
         admin.create_group({"name": "tenants"}, skip_exists=True)
         done.append("group /tenants")
         _ensure_cli_client(admin, scope, done)
+        _ensure_console_client(admin, scope, done)
         _ensure_internal_clients(admin, scope, done)
     return done
 
@@ -132,6 +140,38 @@ def _ensure_cli_client(admin: KeycloakAdmin, scope_id: str, done: list[str]) -> 
     if not any(s["id"] == scope_id for s in admin.get_client_default_client_scopes(client)):
         admin.add_client_default_client_scope(client, scope_id, {})
     done.append(f"client {CLI_CLIENT_ID}")
+
+
+def _console_client_payload() -> dict[str, Any]:
+    return {
+        "clientId": console_client_id(),
+        "name": "Meridian console",
+        "enabled": True,
+        "protocol": "openid-connect",
+        "publicClient": True,
+        "standardFlowEnabled": True,
+        "implicitFlowEnabled": False,
+        "directAccessGrantsEnabled": False,
+        "redirectUris": [console_redirect_uri()],
+        "webOrigins": ["+"],
+        "attributes": {
+            "pkce.code.challenge.method": "S256",
+            "post.logout.redirect.uris": console_signed_out_uri(),
+        },
+    }
+
+
+def _ensure_console_client(admin: KeycloakAdmin, scope_id: str, done: list[str]) -> None:
+    """Created, or brought up to date (the console's URL may have changed)."""
+    payload = _console_client_payload()
+    client = admin.get_client_id(payload["clientId"])
+    if client is None:
+        client = admin.create_client(payload)
+    else:
+        admin.update_client(client, payload)
+    if not any(s["id"] == scope_id for s in admin.get_client_default_client_scopes(client)):
+        admin.add_client_default_client_scope(client, scope_id, {})
+    done.append(f"client {payload['clientId']} (redirect {console_redirect_uri()})")
 
 
 def _ensure_internal_clients(admin: KeycloakAdmin, scope_id: str, done: list[str]) -> None:

@@ -22,6 +22,7 @@ from controlplane.accounts import signing_keys
 from controlplane.accounts.clients import (
     CONTROLLER_CLIENT_ID,
     INTERNAL_CLIENT_IDS,
+    OidcEndpoints,
     local_internal_secret,
 )
 from controlplane.accounts.models import ServiceAccount, SigningKey
@@ -171,6 +172,18 @@ class LocalIdentity:
 
     def jwks_url(self) -> str:
         return f"{settings.API_BASE_URL.rstrip('/')}/api/v1/auth/jwks.json"
+
+    def oidc_endpoints(self) -> OidcEndpoints:
+        """The authorization-code endpoints (``accounts.local_oidc``) beside the token
+        endpoint, which serves every grant."""
+        base = f"{settings.API_BASE_URL.rstrip('/')}/api/v1/auth"
+        return OidcEndpoints(
+            authorization=f"{base}/authorize",
+            token=self.token_url(),
+            userinfo=f"{base}/userinfo",
+            jwks=self.jwks_url(),
+            end_session=f"{base}/logout",
+        )
 
     def internal_client_secret(self, client_id: str) -> str:
         """Both internal clients share one secret, kept in a private file."""

@@ -51,3 +51,49 @@ class SigningKey(TimestampedModel):
 
     class Meta:
         ordering = ["-created_at"]
+
+
+class LocalUser(TimestampedModel):
+    """A person who signs in at the local issuer's login form (the embedded demo, where no
+    Keycloak runs). ``subject`` is ``local.member_subject(username)``, the ``sub`` of their
+    tokens and the ``Membership.subject`` of their tenant roles; ``password`` is a Django
+    password hash (``django.contrib.auth.hashers``), never the password."""
+
+    username = models.CharField(max_length=150, unique=True)
+    subject = models.CharField(max_length=255, unique=True)
+    password = models.CharField(max_length=255)
+    platform_admin = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["username"]
+
+    def __str__(self) -> str:
+        return str(self.username)
+
+
+class AuthorizationCode(models.Model):
+    """A code the local issuer's authorization endpoint handed out: single use, valid for
+    ``local_oidc.CODE_TTL_S``, bound to the client, the redirect URI and (PKCE) the code
+    challenge it was asked with."""
+
+    code = models.CharField(max_length=120, unique=True)
+    client_id = models.CharField(max_length=80)
+    user = models.ForeignKey(LocalUser, on_delete=models.CASCADE, related_name="+")
+    redirect_uri = models.TextField()
+    scope = models.TextField(blank=True, default="")
+    nonce = models.CharField(max_length=255, blank=True, default="")
+    code_challenge = models.CharField(max_length=128, blank=True, default="")
+    code_challenge_method = models.CharField(max_length=10, blank=True, default="")
+    auth_time = models.IntegerField()
+    expires_at = models.DateTimeField()
+
+
+class RefreshToken(models.Model):
+    """A refresh token of the local issuer, stored as its SHA-256 digest (the token is 48
+    random characters, so one hash stores it safely). Each use replaces it (rotation)."""
+
+    digest = models.CharField(max_length=80, unique=True)
+    client_id = models.CharField(max_length=80)
+    user = models.ForeignKey(LocalUser, on_delete=models.CASCADE, related_name="+")
+    scope = models.TextField(blank=True, default="")
+    expires_at = models.DateTimeField()

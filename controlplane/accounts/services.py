@@ -13,11 +13,13 @@ import logging
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from django.contrib.auth.hashers import make_password
 from django.db import IntegrityError, transaction
 from django.db.models import Model
 
 from controlplane.accounts.identity import get_identity
-from controlplane.accounts.models import ServiceAccount
+from controlplane.accounts.local import member_subject
+from controlplane.accounts.models import LocalUser, ServiceAccount
 from controlplane.core import audit
 from controlplane.core.actors import Actor
 from controlplane.core.choices import ProvisioningStatus, Role
@@ -240,3 +242,26 @@ def delete_service_account(account: ServiceAccount, *, actor: Actor) -> None:
             before=audit.snapshot(account), tenant=account.tenant,
         )  # fmt: skip
         account.delete()
+
+
+@transaction.atomic
+def set_local_password(
+    username: str, password: str, *, platform_admin: bool = False, actor: Actor
+) -> LocalUser:
+    """Creates the local issuer's user ``username`` (subject ``member_subject(username)``,
+    the one its memberships name) or gives it a new password; only a Django password
+    hash is kept."""
+    if not username or not password:
+        raise InvalidRequest("a local user needs a username and a password")
+    before = LocalUser.objects.filter(username=username).first()
+    user, _ = LocalUser.objects.update_or_create(
+        username=username,
+        defaults={
+            "subject": member_subject(username),
+            "password": make_password(password),
+            "platform_admin": platform_admin,
+        },
+    )
+    action = "local_user.set_password" if before else "local_user.create"
+    audit.record(actor, action, user, after=audit.snapshot(user))
+    return user

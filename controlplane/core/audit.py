@@ -11,7 +11,7 @@ from django.forms.models import model_to_dict
 from controlplane.core.actors import Actor
 from controlplane.core.models import AuditEvent
 
-_HIDDEN = {"secret_hash", "sealed_private_key"}
+_HIDDEN = {"secret_hash", "sealed_private_key", "password"}
 
 
 def snapshot(obj: models.Model | None) -> dict[str, Any] | None:

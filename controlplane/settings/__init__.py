@@ -15,6 +15,7 @@ if _os.environ.get("DJANGO_SETTINGS_MODULE") == "controlplane.settings.testing":
 from controlplane.settings.api import *  # noqa: F403
 from controlplane.settings.base import *  # noqa: F403
 from controlplane.settings.celery import *  # noqa: F403
+from controlplane.settings.console import *  # noqa: F403
 from controlplane.settings.database import *  # noqa: F403
 from controlplane.settings.identity import *  # noqa: F403
 from controlplane.settings.platform import *  # noqa: F403

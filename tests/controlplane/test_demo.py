@@ -15,6 +15,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+import requests
+
 from dataplane.local import free_ports
 from tests.support.brokers import REPO_ROOT
 
@@ -108,6 +110,29 @@ def _wait_ready(url: str, token: str, timeout_s: float) -> dict[str, object]:
     return topic
 
 
+def _check_console_sign_in(output: str) -> None:
+    """The printed console URL and users: one per role, and the developer signs in at
+    the local issuer's form and sees their role in the demo tenant."""
+    console = re.search(r"^Console\s+(\S+)", output, re.MULTILINE)
+    assert console is not None, output
+    printed = re.findall(r"^  (\S+)\s+(\S+)\s+password (\S+)$", output, re.MULTILINE)
+    users = {role: (username, password) for role, username, password in printed}
+    assert set(users) == {"platform-admin", "tenant-admin", "developer", "viewer"}, output
+    browser = requests.Session()
+    form = browser.get(console.group(1) + "auth/session", timeout=30)
+    csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', form.text)
+    assert csrf is not None, form.text
+    username, password = users["developer"]
+    signed_in = browser.post(
+        form.url,
+        {"csrfmiddlewaretoken": csrf.group(1), "username": username, "password": password},
+        timeout=30,
+    )
+    assert signed_in.url == console.group(1) + "auth/session", signed_in.text
+    assert username in signed_in.text
+    assert "developer" in signed_in.text
+
+
 def test_demo_runs_the_platform_and_what_it_prints_works(tmp_path: Path) -> None:
     """What the demo prints works; it survives each controller's SIGKILL (the standby
     takes over and the dead one is started again); SIGTERM stops every process it
@@ -122,6 +147,7 @@ def test_demo_runs_the_platform_and_what_it_prints_works(tmp_path: Path) -> None
         assert token is not None, output
         assert bootstrap is not None, output
         api = f"http://127.0.0.1:{api_port}/api/v1"
+        _check_console_sign_in(output)
         topic = _get(f"{api}/topics/demo.orders", token.group(1))
         assert topic["status"] == "ready"
         assert topic["partitions"] == 6

@@ -1,9 +1,10 @@
 """Test tiers: which tests need what, decided in one place at collection.
 
 ``services``: the test needs Postgres, Redis or Keycloak (``./dev services up``). Every
-test under ``tests/controlplane/``, ``tests/integration/`` and ``tests/web/`` does: the
-control plane (and the console in it) is a Django project on Postgres, its jobs run on
-Celery over Redis, and its identity tests talk to Keycloak.
+test under ``tests/controlplane/`` and ``tests/integration/`` does: the control plane is
+a Django project on Postgres, its jobs run on Celery over Redis, and its identity tests
+talk to Keycloak; so does every browser test under ``tests/web/`` (Chromium driving the
+console of a live control plane, signing in at Keycloak).
 
 ``processes``: the test starts real processes (brokers, the CLI, a crashing writer): its
 module, or a module defining one of its fixtures, uses ``subprocess`` or the launchers

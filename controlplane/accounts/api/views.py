@@ -9,6 +9,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from django.conf import settings
+from django.http.response import HttpResponseBase
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import mixins, status
 from rest_framework.decorators import action
@@ -18,7 +19,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from controlplane.accounts import services
+from controlplane.accounts import local_oidc, services
 from controlplane.accounts.api.serializers import (
     JwksSerializer,
     MemberInviteSerializer,
@@ -145,8 +146,10 @@ def _local_issuer(what: str, keycloak_path: str) -> LocalIdentity:
 
 
 class TokenView(APIView):
-    """The local issuer's OAuth 2.0 token endpoint (client-credentials grant), enabled
-    only when ``IDENTITY_PROVIDER`` is ``local``; with Keycloak, a 404 naming Keycloak's."""
+    """The local issuer's OAuth 2.0 token endpoint, enabled only when
+    ``IDENTITY_PROVIDER`` is ``local`` (with Keycloak, a 404 naming Keycloak's): the
+    client-credentials grant of service accounts here, the authorization-code (PKCE)
+    and refresh-token grants of people in ``accounts.local_oidc``."""
 
     authentication_classes: list[Any] = []
     permission_classes = [AllowAny]
@@ -162,8 +165,12 @@ class TokenView(APIView):
         },
         auth=[],
     )
-    def post(self, request: Request) -> Response:
+    def post(self, request: Request) -> HttpResponseBase:
         identity = _local_issuer("token endpoint", "protocol/openid-connect/token")
+        data = request.data if isinstance(request.data, dict) else {}
+        if data.get("grant_type") in local_oidc.CODE_GRANTS:
+            # People's grants (the console's sign-in): Authlib's server answers them.
+            return local_oidc.token_response(request._request)
         body = TokenRequestSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         if body.validated_data["grant_type"] != "client_credentials":

@@ -5,6 +5,7 @@ exactly those claims — what sign-in leaves in the session."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
 import pytest
@@ -16,7 +17,7 @@ from controlplane.tenants.models import Tenant
 from tests.controlplane.api_base import make_cluster
 from tests.controlplane.conftest import local_identity, token_for
 from tests.support.controlplane import make_tenant
-from web.access import SESSION_TOKEN_KEY
+from web.auth.session import ACCESS_TOKEN
 
 __all__ = ["local_identity"]
 
@@ -41,7 +42,7 @@ def globex(cluster_rows: Cluster) -> Tenant:
 def signed_in_client(token: str) -> Client:
     client = Client()
     session = client.session
-    session[SESSION_TOKEN_KEY] = token
+    session[ACCESS_TOKEN] = token
     session.save()
     return client
 
@@ -52,3 +53,8 @@ def console_for(db: None, local_identity: LocalIdentity) -> ConsoleFactory:
         return signed_in_client(token_for(local_identity, **claims))  # type: ignore[arg-type]
 
     return make
+
+
+def unmasked(page: bytes) -> bytes:
+    """The page without its CSRF tokens, which Django masks anew in every response."""
+    return re.sub(rb'name="csrfmiddlewaretoken" value="[^"]*"', b"", page)

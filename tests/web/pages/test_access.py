@@ -5,31 +5,27 @@ from __future__ import annotations
 
 import pytest
 from django.test import Client
-from django.urls import NoReverseMatch, reverse
 
 from controlplane.tenants.models import Tenant
-from tests.web.pages.conftest import ConsoleFactory, signed_in_client
+from tests.web.pages.conftest import ConsoleFactory, signed_in_client, unmasked
 
 
-@pytest.mark.urls("tests.web.pages.urls")
 def test_no_session_token_redirects_to_sign_in_with_next(acme: Tenant) -> None:
     response = Client().get("/console/t/acme/topics/?name=x")
     assert response.status_code == 302
     assert (
         response["Location"]
-        == "/console/auth/authenticate/?next=%2Fconsole%2Ft%2Facme%2Ftopics%2F%3Fname%3Dx"
+        == "/console/auth/login?next=%2Fconsole%2Ft%2Facme%2Ftopics%2F%3Fname%3Dx"
     )
 
 
-@pytest.mark.urls("tests.web.pages.urls")
 @pytest.mark.usefixtures("local_identity")
 def test_an_invalid_session_token_redirects_to_sign_in(acme: Tenant) -> None:
     response = signed_in_client("not.a.token").get("/console/t/acme/")
     assert response.status_code == 302
-    assert response["Location"].startswith("/console/auth/authenticate/")
+    assert response["Location"].startswith("/console/auth/login?next=")
 
 
-@pytest.mark.urls("tests.web.pages.urls")
 def test_a_token_of_a_deleted_tenant_redirects_to_sign_in(
     acme: Tenant, console_for: ConsoleFactory
 ) -> None:
@@ -37,17 +33,6 @@ def test_a_token_of_a_deleted_tenant_redirects_to_sign_in(
     Tenant.objects.filter(pk=acme.pk).update(uid="00000000-0000-0000-0000-000000000001")
     response = client.get("/console/t/acme/")
     assert response.status_code == 302
-
-
-def test_without_sign_in_installed_the_page_says_sign_in_is_needed(acme: Tenant) -> None:
-    try:
-        reverse("oidc_authentication_init")
-        pytest.skip("sign-in is installed: the redirect is checked above")
-    except NoReverseMatch:
-        pass
-    response = Client().get("/console/t/acme/")
-    assert response.status_code == 401
-    assert b"Sign in required" in response.content
 
 
 def test_a_member_of_one_tenant_lands_on_its_dashboard(
@@ -76,7 +61,7 @@ def test_a_tenant_without_a_role_answers_like_a_missing_one(
     other = client.get("/console/t/globex/")
     missing = client.get("/console/t/nosuch/")
     assert other.status_code == missing.status_code == 404
-    assert other.content == missing.content
+    assert unmasked(other.content) == unmasked(missing.content)
     assert b"Not found" in other.content
 
 

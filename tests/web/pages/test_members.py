@@ -15,7 +15,7 @@ from controlplane.core.actors import Actor
 from controlplane.core.models import AuditEvent
 from controlplane.tenants.models import Membership, Tenant
 from tests.controlplane.conftest import token_for
-from tests.web.pages.conftest import ConsoleFactory
+from tests.web.pages.conftest import ConsoleFactory, unmasked
 from tests.web.pages.test_topics import field_errors, input_value
 
 ROLES = ["viewer", "developer", "tenant-admin"]
@@ -166,10 +166,13 @@ def test_another_tenants_member_answers_like_a_missing_one(
 ) -> None:
     theirs = invite(globex)
     client = console_for(roles={"acme": "tenant-admin"})
+    bodies = []
     for pk in (theirs.pk, theirs.pk + 1000):
         role = client.post(f"{LIST}{pk}/role/", {"role": "viewer"})
         remove = client.post(f"{LIST}{pk}/remove/")
         assert (role.status_code, remove.status_code) == (404, 404), pk
+        bodies.append(unmasked(role.content))
+    assert bodies[0] == bodies[1]
     theirs.refresh_from_db()
     assert theirs.role == "developer"
 

@@ -9,6 +9,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from controlplane.accounts.identity import LocalIdentity, get_identity
 from controlplane.accounts.keycloak_setup import create_platform_admin
 from controlplane.accounts.local import member_subject
+from controlplane.accounts.services import set_local_password
+from controlplane.core.actors import Actor
 from controlplane.core.choices import PLATFORM_ADMIN_ROLE
 from controlplane.core.errors import DomainError
 
@@ -16,8 +18,9 @@ from controlplane.core.errors import DomainError
 class Command(BaseCommand):
     help = (
         "Keycloak: create (or update) a user with the realm role platform-admin and the "
-        "given password. Local issuer (no user store): print a platform-admin access token "
-        "for the username, valid --ttl seconds."
+        "given password. Local issuer: print a platform-admin access token for the "
+        "username, valid --ttl seconds; with --password, also a local user who signs in "
+        "to the console with it."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -30,6 +33,13 @@ class Command(BaseCommand):
         identity = get_identity()
         username = options["username"]
         if isinstance(identity, LocalIdentity):
+            if options.get("password"):
+                set_local_password(
+                    username,
+                    options["password"],
+                    platform_admin=True,
+                    actor=Actor.system("create_platform_admin"),
+                )
             token = identity.issue_token(
                 subject=member_subject(username),
                 username=username,

@@ -1,0 +1,214 @@
+"""The local issuer's authorization-code endpoints, driven with Django's test client as
+the console's sign-in drives them: the form, codes bound to PKCE S256, tokens with
+Keycloak's user claims, refresh-token rotation, userinfo, end-session and discovery."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import secrets
+from io import StringIO
+from typing import Any
+from urllib.parse import parse_qs, urlencode, urlsplit
+
+import pytest
+from django.core.management import call_command
+from django.test import Client
+
+from controlplane.accounts import services
+from controlplane.accounts.clients import console_redirect_uri, console_signed_out_uri
+from controlplane.accounts.identity import LocalIdentity
+from controlplane.accounts.local import group_path, member_subject
+from controlplane.accounts.local_oidc import authenticate, member_claims
+from controlplane.accounts.models import AuthorizationCode, RefreshToken
+from controlplane.core.actors import Actor
+from controlplane.core.choices import ProvisioningStatus
+from controlplane.tenants.models import Membership
+from tests.controlplane.api_base import make_tenant
+
+SYSTEM = Actor.system("tests")
+PASSWORD = "correct horse battery staple"
+LOOPBACK = "127.0.0.1"  # Authlib refuses plain HTTP except on a loopback address
+
+
+def _pkce() -> tuple[str, str]:
+    verifier = secrets.token_urlsafe(48)
+    digest = hashlib.sha256(verifier.encode()).digest()
+    return verifier, base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+def _authorize_params(challenge: str | None, **extra: str) -> dict[str, str]:
+    params = {
+        "response_type": "code",
+        "client_id": "meridian-console",
+        "redirect_uri": console_redirect_uri(),
+        "scope": "openid profile",
+        "state": "state-1",
+        "nonce": secrets.token_urlsafe(8),
+        **extra,
+    }
+    if challenge is not None:
+        params |= {"code_challenge": challenge, "code_challenge_method": "S256"}
+    return params
+
+
+def _sign_in(client: Client, params: dict[str, str], password: str = PASSWORD) -> Any:
+    form = client.get("/api/v1/auth/authorize", params)
+    assert form.status_code == 200
+    assert b'name="password"' in form.content
+    return client.post(form.wsgi_request.get_full_path(), {"username": "dev", "password": password})
+
+
+def _code(client: Client, challenge: str) -> str:
+    params = _authorize_params(challenge)
+    signed_in = _sign_in(client, params)
+    assert signed_in.status_code == 302
+    redirected = client.get(signed_in["Location"])
+    assert redirected.status_code == 302, redirected.content
+    location = urlsplit(redirected["Location"])
+    assert f"{location.scheme}://{location.netloc}{location.path}" == console_redirect_uri()
+    query = parse_qs(location.query)
+    assert query["state"] == ["state-1"]
+    return query["code"][0]
+
+
+def _token(client: Client, data: dict[str, str]) -> Any:
+    """A token request as OAuth clients send it (form-encoded)."""
+    form = "application/x-www-form-urlencoded"
+    return client.post("/api/v1/auth/token", urlencode(data), content_type=form)
+
+
+def _redeem(client: Client, code: str, verifier: str) -> Any:
+    return _token(
+        client,
+        {
+            "grant_type": "authorization_code",
+            "code": code,
+            "redirect_uri": console_redirect_uri(),
+            "client_id": "meridian-console",
+            "code_verifier": verifier,
+        },
+    )
+
+
+@pytest.fixture
+def developer(db: None, local_identity: LocalIdentity) -> Membership:
+    tenant = make_tenant("acme")
+    services.set_local_password("dev", PASSWORD, actor=SYSTEM)
+    return Membership.objects.create(
+        tenant=tenant,
+        subject=member_subject("dev"),
+        username="dev",
+        role="developer",
+        status=ProvisioningStatus.READY,
+    )
+
+
+def test_code_flow_gives_tokens_with_keycloak_claims(
+    developer: Membership, local_identity: LocalIdentity
+) -> None:
+    client = Client(SERVER_NAME=LOOPBACK)
+    verifier, challenge = _pkce()
+    response = _redeem(client, _code(client, challenge), verifier)
+    assert response.status_code == 200, response.content
+    body = response.json()
+    claims = local_identity.verify(body["access_token"])
+    assert claims["sub"] == member_subject("dev")
+    assert claims["preferred_username"] == "dev"
+    assert claims["groups"] == [group_path(developer.tenant, "developer")]
+    assert Actor.from_claims(claims).role_in("acme") == "developer"
+    assert body["refresh_token"]
+    assert body["id_token"]
+    assert AuthorizationCode.objects.count() == 0  # spent
+
+
+def test_wrong_password_is_refused_on_the_form(developer: Membership) -> None:
+    response = _sign_in(
+        Client(SERVER_NAME=LOOPBACK), _authorize_params(_pkce()[1]), password="wrong"
+    )
+    assert response.status_code == 401
+    assert b"Wrong username or password." in response.content
+
+
+def test_authorization_without_pkce_s256_is_refused(developer: Membership) -> None:
+    client = Client(SERVER_NAME=LOOPBACK)
+    for params in (
+        _authorize_params(None),
+        _authorize_params(None, code_challenge="x" * 43, code_challenge_method="plain"),
+    ):
+        response = client.get("/api/v1/auth/authorize", params)
+        assert response.status_code in (302, 400)
+        assert "code=" not in response.get("Location", "")
+        assert b"PKCE" in response.content or "PKCE" in response.get("Location", "")
+
+
+def test_a_wrong_verifier_or_a_second_use_of_a_code_is_refused(developer: Membership) -> None:
+    client = Client(SERVER_NAME=LOOPBACK)
+    verifier, challenge = _pkce()
+    code = _code(client, challenge)
+    assert _redeem(client, code, _pkce()[0]).status_code == 400
+    assert _redeem(client, code, verifier).status_code == 200
+    assert _redeem(client, code, verifier).status_code == 400
+
+
+def test_refresh_tokens_rotate(developer: Membership, local_identity: LocalIdentity) -> None:
+    client = Client(SERVER_NAME=LOOPBACK)
+    verifier, challenge = _pkce()
+    first = _redeem(client, _code(client, challenge), verifier).json()
+
+    def refresh(token: str) -> Any:
+        data = {"grant_type": "refresh_token", "refresh_token": token}
+        return _token(client, data | {"client_id": "meridian-console"})
+
+    second = refresh(first["refresh_token"])
+    assert second.status_code == 200, second.content
+    assert local_identity.verify(second.json()["access_token"])["sub"] == member_subject("dev")
+    assert refresh(first["refresh_token"]).status_code == 400  # used once already
+    assert RefreshToken.objects.count() == 1
+
+
+def test_userinfo_and_discovery(developer: Membership) -> None:
+    client = Client(SERVER_NAME=LOOPBACK)
+    verifier, challenge = _pkce()
+    token = _redeem(client, _code(client, challenge), verifier).json()["access_token"]
+    info = client.get("/api/v1/auth/userinfo", HTTP_AUTHORIZATION=f"Bearer {token}").json()
+    assert info["sub"] == member_subject("dev")
+    assert info["preferred_username"] == "dev"
+    assert client.get("/api/v1/auth/userinfo").status_code == 401
+    metadata = client.get("/.well-known/openid-configuration").json()
+    assert metadata["code_challenge_methods_supported"] == ["S256"]
+    assert metadata["authorization_endpoint"].endswith("/api/v1/auth/authorize")
+
+
+def test_end_session_forgets_the_sign_in(developer: Membership) -> None:
+    client = Client(SERVER_NAME=LOOPBACK)
+    verifier, challenge = _pkce()
+    id_token = _redeem(client, _code(client, challenge), verifier).json()["id_token"]
+    still = client.get("/api/v1/auth/authorize", _authorize_params(_pkce()[1]))
+    assert "code=" in still["Location"]  # signed in at the issuer: no form
+    out = client.get(
+        "/api/v1/auth/logout",
+        {"id_token_hint": id_token, "post_logout_redirect_uri": console_signed_out_uri()},
+    )
+    assert out.status_code == 302
+    assert out["Location"] == console_signed_out_uri()
+    again = client.get("/api/v1/auth/authorize", _authorize_params(_pkce()[1]))
+    assert b'name="password"' in again.content
+
+
+def test_end_session_without_a_hint_asks_first(developer: Membership) -> None:
+    client = Client(enforce_csrf_checks=True, SERVER_NAME=LOOPBACK)
+    response = client.get("/api/v1/auth/logout")
+    assert response.status_code == 200
+    assert b"Sign out of Meridian?" in response.content
+    assert client.post("/api/v1/auth/logout").status_code == 403  # no CSRF token
+
+
+def test_create_platform_admin_makes_a_local_operator(
+    db: None, local_identity: LocalIdentity
+) -> None:
+    call_command("create_platform_admin", username="ops", password=PASSWORD, stdout=StringIO())
+    user = authenticate("ops", PASSWORD)
+    assert user is not None
+    assert authenticate("ops", "wrong") is None
+    assert member_claims(user) == {"groups": [], "realm_roles": ["platform-admin"]}
