@@ -106,7 +106,7 @@ class Traffic:
             },
             groups={
                 pair: GroupCounters(
-                    c, max(0, self.offsets[i] - c) if random.random() < active else 0
+                    {0: c}, max(0, self.offsets[i] - c) if random.random() < active else 0
                 )
                 for i, (pair, c) in enumerate(zip(self.pairs, self.committed, strict=True))
             },

@@ -314,12 +314,17 @@ class LocalAuthorizationServer(AuthorizationServer):  # type: ignore[misc]
     def save_token(self, token: dict[str, Any], request: Any) -> None:
         RefreshToken.objects.filter(expires_at__lte=timezone.now()).delete()
         if token.get("refresh_token"):
+            # A rotated token keeps its predecessor's end: a session lasts at most
+            # CONSOLE_SESSION_S from sign-in, however often it refreshes.
+            previous = getattr(request, "refresh_token", None)
             RefreshToken.objects.create(
                 digest=_digest(token["refresh_token"]),
                 client_id=request.client.client_id,
                 user=request.user,
                 scope=token.get("scope", ""),
-                expires_at=timezone.now() + timedelta(seconds=settings.CONSOLE_SESSION_S),
+                expires_at=previous.row.expires_at
+                if isinstance(previous, _Refresh)
+                else timezone.now() + timedelta(seconds=settings.CONSOLE_SESSION_S),
             )
 
 

@@ -106,7 +106,7 @@ def userinfo(request: HttpRequest) -> HttpResponse:
 @require_http_methods(["GET", "POST"])
 def end_session(request: HttpRequest) -> HttpResponse:
     """RP-initiated logout. A GET carrying an ``id_token_hint`` this issuer signed for
-    the console ends the issuer's session at once; anything else asks first (a POST of
+    the console for the person signed in here ends the issuer's session at once; anything else asks first (a POST of
     the confirmation form, CSRF-checked), so another site cannot sign a person out.
     Afterwards the browser goes to the console's signed-out page when that is the
     ``post_logout_redirect_uri``."""
@@ -114,7 +114,7 @@ def end_session(request: HttpRequest) -> HttpResponse:
     if identity is None:
         return _not_here()
     hinted = _id_token_subject(identity, request.GET.get("id_token_hint", ""))
-    if request.method == "GET" and hinted is None:
+    if request.method == "GET" and not _hint_names_this_session(request, hinted):
         return render(request, "accounts/sign_out.html")
     request.session.pop(ISSUER_SESSION_KEY, None)
     request.session.cycle_key()
@@ -124,6 +124,15 @@ def end_session(request: HttpRequest) -> HttpResponse:
     if target == console_signed_out_uri():
         return redirect(target)
     return render(request, "accounts/signed_out.html")
+
+
+def _hint_names_this_session(request: HttpRequest, subject: str | None) -> bool:
+    """Whether the hint names the person signed in here (or nobody is): another
+    person's ID token, sent in a link, must not end this session without asking."""
+    if subject is None:
+        return False
+    signed_in = request.session.get(ISSUER_SESSION_KEY)
+    return signed_in is None or LocalUser.objects.filter(pk=signed_in, subject=subject).exists()
 
 
 def _id_token_subject(identity: LocalIdentity, hint: str) -> str | None:

@@ -5,7 +5,9 @@ offset, high watermark and size) and ``ListGroups`` + ``DescribeGroups`` (the co
 offsets of the groups it coordinates). From them, per topic: the sum of its partitions'
 log end offsets and sizes, only when every partition's leader answered (a partial sum
 would read as a drop); per group and topic: the sum of committed offsets and the lag
-(high watermark minus committed offset, over the partitions with a commit).
+(high watermark minus committed offset, over the partitions with a commit) and the
+committed offset of each partition (a consume rate counts only partitions committed in
+both readings: a first commit, far from zero, is not consumption).
 
 Lag in seconds needs the brokers to report it per partition; ``group.proto`` has no such
 field yet, so ``lag_s`` stays None.
@@ -36,7 +38,7 @@ class TopicCounters:
 
 @dataclass(frozen=True)
 class GroupCounters:
-    committed: int
+    committed: dict[int, int]  # by partition, the partitions with a commit
     lag_records: int
     lag_s: float | None = None
 
@@ -107,7 +109,8 @@ def _topic_counters(leaders: _Leaders, partitions_of: dict[str, int]) -> dict[st
 def _group_counters(
     descriptions: list[group_pb2.GroupDescription], leaders: _Leaders
 ) -> dict[tuple[str, str], GroupCounters]:
-    sums: dict[tuple[str, str], list[int]] = {}
+    committed: dict[tuple[str, str], dict[int, int]] = {}
+    lag: dict[tuple[str, str], int] = {}
     seen: set[str] = set()
     for description in descriptions:
         if description.group_id in seen:  # two coordinators while one moves: count once
@@ -116,9 +119,9 @@ def _group_counters(
         for offset in description.offsets:
             if offset.offset < 0 or offset.error != ErrorCode.NONE:
                 continue
-            entry = sums.setdefault((description.group_id, offset.topic), [0, 0])
-            entry[0] += offset.offset
+            key = (description.group_id, offset.topic)
+            committed.setdefault(key, {})[offset.partition] = offset.offset
             state = leaders.partitions.get((offset.topic, offset.partition))
-            if state is not None:
-                entry[1] += max(0, state.high_watermark - offset.offset)
-    return {key: GroupCounters(committed, lag) for key, (committed, lag) in sums.items()}
+            behind = max(0, state.high_watermark - offset.offset) if state is not None else 0
+            lag[key] = lag.get(key, 0) + behind
+    return {key: GroupCounters(offsets, lag[key]) for key, offsets in committed.items()}

@@ -117,11 +117,11 @@ def _rates(
                 rates[(SeriesKind.TOPIC, name, "")] = dict(values)
     for (group, topic), used in observation.groups.items():
         key = f"{group}\n{topic}"
-        groups[key] = [now_s, used.committed]
+        groups[key] = [now_s, {str(p): o for p, o in used.committed.items()}]
         last = before_groups.get(key)
         consumed = 0.0
-        if last is not None and now_s > last[0]:
-            consumed = max(0, used.committed - last[1]) / (now_s - last[0])
+        if last is not None and now_s > last[0] and isinstance(last[1], dict):
+            consumed = _consumed(used.committed, last[1]) / (now_s - last[0])
         if consumed or used.lag_records or used.lag_s:
             rates[(SeriesKind.GROUP, topic, group)] = {
                 "records_per_s": consumed,
@@ -129,6 +129,16 @@ def _rates(
                 "lag_s": used.lag_s,
             }
     return {"at": now_s, "topics": topics, "groups": groups}, rates
+
+
+def _consumed(committed: dict[int, int], before: dict[str, int]) -> int:
+    """Records consumed between two readings: the forward moves of the partitions
+    committed in both (a partition's first commit, or one moved back, adds nothing)."""
+    return sum(
+        max(0, offset - before[str(partition)])
+        for partition, offset in committed.items()
+        if str(partition) in before
+    )
 
 
 def _points(rates: Rates, observation: Observation) -> list[Point]:

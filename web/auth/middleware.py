@@ -2,7 +2,9 @@
 token within ``CONSOLE_TOKEN_REFRESH_MARGIN_S`` of expiry is replaced before the
 request goes on, so a page never acts with an expired token. A refresh the provider
 refuses (the session ended there, the user was removed) signs the person out of the
-console."""
+console; one refused because another request of the same session rotated the token
+first takes that request's tokens instead. A provider that does not answer ends
+nothing."""
 
 from __future__ import annotations
 
@@ -24,6 +26,8 @@ log = logging.getLogger(__name__)
 # Only the console's requests: the REST API's callers bring their own bearer tokens, and
 # their responses stay free of the session (no Vary: Cookie).
 CONSOLE_PATH_PREFIX = "/console/"
+ID_TOKEN = "oidc_id_token"  # mozilla-django-oidc's key: the provider's logout hint
+REFRESHED, REFUSED, UNREACHABLE = "refreshed", "refused", "unreachable"
 
 
 class RefreshAccessToken:
@@ -31,8 +35,10 @@ class RefreshAccessToken:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        if _due(request) and not _refresh(request):
-            auth.logout(request)
+        if _due(request):
+            outcome = _refresh(request)
+            if outcome == REFUSED and not _refreshed_meanwhile(request):
+                auth.logout(request)
         return self.get_response(request)
 
 
@@ -45,11 +51,28 @@ def _due(request: HttpRequest) -> bool:
     return time.time() >= expires_at - settings.CONSOLE_TOKEN_REFRESH_MARGIN_S
 
 
-def _refresh(request: HttpRequest) -> bool:
-    """Whether the session got new tokens."""
+def _refreshed_meanwhile(request: HttpRequest) -> bool:
+    """Whether another request of this session (another tab, an htmx update) refreshed
+    while this one tried with the same, now rotated, refresh token: if so this request
+    takes the tokens it stored instead of signing the person out."""
+    stored = request.session.__class__(session_key=request.session.session_key)
+    if float(stored.get(session.EXPIRES_AT, 0)) <= float(
+        request.session.get(session.EXPIRES_AT, 0)
+    ):
+        return False
+    for key in (session.ACCESS_TOKEN, session.REFRESH_TOKEN, session.EXPIRES_AT, ID_TOKEN):
+        if key in stored:
+            request.session[key] = stored[key]
+    return True
+
+
+def _refresh(request: HttpRequest) -> str:
+    """``REFRESHED``, ``REFUSED`` (by the provider: the session ended there) or
+    ``UNREACHABLE`` (the page goes on with the token it has, which pages refuse
+    once it expires, without ending the session)."""
     refresh_token = request.session.get(session.REFRESH_TOKEN)
     if not refresh_token:
-        return False
+        return REFUSED
     try:
         response = requests.post(
             get_identity().oidc_endpoints().token,
@@ -62,10 +85,13 @@ def _refresh(request: HttpRequest) -> bool:
         )
     except requests.RequestException as exc:
         log.warning("console token refresh failed: %s", exc)
-        return False
+        return UNREACHABLE
+    if response.status_code >= 500:
+        log.warning("console token refresh failed (%s)", response.status_code)
+        return UNREACHABLE
     if response.status_code != 200:
         log.info("console token refresh refused (%s)", response.status_code)
-        return False
+        return REFUSED
     token_info: dict[str, Any] = response.json()
     session.store_tokens(request.session, token_info)
-    return True
+    return REFRESHED

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import re
 import secrets
 from io import StringIO
 from typing import Any
@@ -14,6 +15,7 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 import pytest
 from django.core.management import call_command
 from django.test import Client
+from django.utils import timezone
 
 from controlplane.accounts import services
 from controlplane.accounts.clients import console_redirect_uri, console_signed_out_uri
@@ -167,6 +169,26 @@ def test_refresh_tokens_rotate(developer: Membership, local_identity: LocalIdent
     assert RefreshToken.objects.count() == 1
 
 
+def test_a_rotated_refresh_token_ends_when_the_sign_in_does(
+    developer: Membership,
+) -> None:
+    """Rotation keeps the first token's end: a session refreshed for ever still ends
+    CONSOLE_SESSION_S after sign-in."""
+    client = Client(SERVER_NAME=LOOPBACK)
+    verifier, challenge = _pkce()
+    token = _redeem(client, _code(client, challenge), verifier).json()["refresh_token"]
+    ends = RefreshToken.objects.get().expires_at
+    for _ in range(3):
+        data = {"grant_type": "refresh_token", "refresh_token": token}
+        answer = _token(client, data | {"client_id": "meridian-console"})
+        assert answer.status_code == 200, answer.content
+        token = answer.json()["refresh_token"]
+        assert RefreshToken.objects.get().expires_at == ends
+    RefreshToken.objects.update(expires_at=timezone.now())  # the sign-in's end is reached
+    data = {"grant_type": "refresh_token", "refresh_token": token}
+    assert _token(client, data | {"client_id": "meridian-console"}).status_code == 400
+
+
 def test_userinfo_and_discovery(developer: Membership) -> None:
     client = Client(SERVER_NAME=LOOPBACK)
     verifier, challenge = _pkce()
@@ -212,3 +234,39 @@ def test_create_platform_admin_makes_a_local_operator(
     assert user is not None
     assert authenticate("ops", "wrong") is None
     assert member_claims(user) == {"groups": [], "realm_roles": ["platform-admin"]}
+
+
+def test_the_sign_in_form_is_styled_within_the_console_csp(developer: Membership) -> None:
+    """The page's CSP allows only the server's own styles: they come from a file it
+    serves, never an inline <style> the browser would refuse."""
+    client = Client(SERVER_NAME=LOOPBACK)
+    _, challenge = _pkce()
+    form = client.get("/api/v1/auth/authorize", _authorize_params(challenge))
+    assert b"<style" not in form.content
+    href = re.search(rb'<link rel="stylesheet" href="([^"]+)"', form.content)
+    assert href is not None
+    assert client.get(href.group(1).decode()).status_code == 200
+
+
+def test_another_persons_id_token_does_not_end_this_session(developer: Membership) -> None:
+    """A link carrying someone else's ID token asks before signing this person out."""
+    services.set_local_password("other", PASSWORD, actor=SYSTEM)
+    victim = Client(SERVER_NAME=LOOPBACK)
+    verifier, challenge = _pkce()
+    _redeem(victim, _code(victim, challenge), verifier)
+    attacker = Client(SERVER_NAME=LOOPBACK)
+    attacker_verifier, attacker_challenge = _pkce()
+    params = _authorize_params(attacker_challenge)
+    form = attacker.get("/api/v1/auth/authorize", params)
+    signed = attacker.post(
+        form.wsgi_request.get_full_path(), {"username": "other", "password": PASSWORD}
+    )
+    assert signed.status_code == 302, signed.content
+    redirected = attacker.get(signed["Location"])
+    code = parse_qs(urlsplit(redirected["Location"]).query)["code"][0]
+    hint = _redeem(attacker, code, attacker_verifier).json()["id_token"]
+    answer = victim.get("/api/v1/auth/logout", {"id_token_hint": hint})
+    assert answer.status_code == 200
+    assert b'name="csrfmiddlewaretoken"' in answer.content  # the confirmation form
+    still = victim.get("/api/v1/auth/authorize", _authorize_params(_pkce()[1]))
+    assert "code=" in still["Location"]  # still signed in at the issuer

@@ -30,7 +30,7 @@ def _minute(ago: timedelta) -> datetime:
 def _observe(at: datetime, end_offset: int, size: int, committed: int = 0, lag: int = 0) -> None:
     observation = Observation(
         topics={"acme.orders": TopicCounters(end_offset, size)},
-        groups={("acme.billing", "acme.orders"): GroupCounters(committed, lag)},
+        groups={("acme.billing", "acme.orders"): GroupCounters({0: committed}, lag)},
     )
     services.record_observation(observation, at)
 
@@ -73,6 +73,19 @@ def test_rates_are_counter_deltas_over_the_time_between_reads() -> None:
     assert _fine_value(group, at, "lag_records") == 150.0
     assert _fine_value(group, at, "lag_s") is None  # brokers do not report lag in time yet
     assert (topic.tenant_slug, group.tenant_slug) == ("acme", "acme")
+
+
+def test_a_first_commit_far_from_zero_is_not_consumption() -> None:
+    """A consumer that starts at the end commits a partition at a large offset once; only
+    partitions committed in both readings count, each by its own forward move."""
+    start = _minute(timedelta(minutes=5))
+    observe = services.record_observation
+    pair = ("acme.billing", "acme.orders")
+    observe(Observation(groups={pair: GroupCounters({0: 100}, 0)}), start)
+    later = start + timedelta(seconds=10)
+    observe(Observation(groups={pair: GroupCounters({0: 150, 1: 5_000_000}, 0)}), later)
+    group = Series.objects.get(kind="group", group="acme.billing", topic="acme.orders")
+    assert _fine_value(group, later, "records_per_s") == 5.0
 
 
 def test_an_idle_series_stores_no_point() -> None:
@@ -207,7 +220,7 @@ def test_another_tenants_topic_or_group_is_a_404_like_a_missing_one(
     topics: None, client_for: ClientFactory
 ) -> None:
     services.record_observation(
-        Observation(groups={("other.billing", "other.orders"): GroupCounters(0, 5)}),
+        Observation(groups={("other.billing", "other.orders"): GroupCounters({0: 0}, 5)}),
         timezone.now(),
     )
     viewer = _viewer(client_for)
