@@ -106,8 +106,9 @@ def userinfo(request: HttpRequest) -> HttpResponse:
 @require_http_methods(["GET", "POST"])
 def end_session(request: HttpRequest) -> HttpResponse:
     """RP-initiated logout. A GET carrying an ``id_token_hint`` this issuer signed for
-    the console for the person signed in here ends the issuer's session at once; anything else asks first (a POST of
-    the confirmation form, CSRF-checked), so another site cannot sign a person out.
+    the console, for the person signed in here, ends the issuer's session at once;
+    anything else asks first (a POST of the confirmation form, CSRF-checked), so
+    another site cannot sign a person out.
     Afterwards the browser goes to the console's signed-out page when that is the
     ``post_logout_redirect_uri``."""
     identity = _local()
