@@ -99,7 +99,7 @@ def _rates(
     """The new counters (read ones at ``now_s``, unread ones carried) and the values of
     every non-idle series."""
     before_topics: dict[str, list[float]] = previous.get("topics", {})
-    before_groups: dict[str, list[float]] = previous.get("groups", {})
+    before_groups: dict[str, list[Any]] = previous.get("groups", {})
     # Counters not read for an hour (a deleted topic or group) are dropped, not carried.
     fresh = now_s - FINE.retention.total_seconds()
     topics = {k: v for k, v in before_topics.items() if v[0] > fresh}
