@@ -89,6 +89,7 @@ class Chart:
     range: str
     x: list[int]
     lines: list[Line]
+    line_kind: str = "Topic"  # the figures table's first column: what a line is
 
     @property
     def data_id(self) -> str:
@@ -176,12 +177,12 @@ def topic_charts(console: Console, full_name: str, range_key: str) -> list[Chart
     x = _x(produced["points"])
     return [
         Chart("produce-records", "Produce rate (records/s)", RECORDS_S, range_key, x,
-              [Line("produced", _values(produced["points"], "records_per_s"))]),
+              [Line("produced", _values(produced["points"], "records_per_s"))], "Measure"),
         Chart("produce-bytes", "Produce rate (bytes/s)", BYTES_S, range_key, x,
-              [Line("produced", _values(produced["points"], "bytes_per_s"))]),
+              [Line("produced", _values(produced["points"], "bytes_per_s"))], "Measure"),
         Chart("consume-records", "Consume rate (records/s, all groups)", RECORDS_S, range_key,
               _x(consumed["points"]),
-              [Line("consumed", _values(consumed["points"], "records_per_s"))]),
+              [Line("consumed", _values(consumed["points"], "records_per_s"))], "Measure"),
     ]  # fmt: skip
 
 

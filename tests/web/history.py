@@ -28,14 +28,16 @@ def seed_history(
     Returns the last instant written."""
     groups = groups or {}
     now = now or timezone.now()
-    first = FINE.point_start(now - timedelta(minutes=minutes))
+    # One tick before the window: the first observation has no rate, only counters.
+    first = FINE.point_start(now - timedelta(minutes=minutes, seconds=FINE.resolution_s))
     ends = dict.fromkeys(topics, 0)
     committed = dict.fromkeys(groups, 0)
     at = first
-    for tick in range(minutes * 6):
+    for tick in range(minutes * 6 + 1):
         at = first + timedelta(seconds=tick * FINE.resolution_s)
-        for name, rate in topics.items():
-            ends[name] += int(rate * (1 + 0.5 * math.sin(tick / 15)) * FINE.resolution_s)
+        for phase, (name, rate) in enumerate(topics.items()):
+            wobble = 0.35 * math.sin(tick / 25 + phase) + 0.1 * math.sin(tick / 4 + 2 * phase)
+            ends[name] += int(rate * (1 + wobble) * FINE.resolution_s)
         for group, topic in groups.items():
             committed[group] = max(committed[group], int(ends[topic] * 0.5))
         observation = Observation(

@@ -21,8 +21,8 @@
           while (Math.abs(v) >= 1024 && i < units.length - 1) { v /= 1024; i++; }
           return (Math.round(v * 10) / 10) + " " + units[i];
         }
-        if (unit === "s") { return v + " s"; }
-        return String(v);
+        var text = Math.abs(v) >= 1e6 ? (v / 1e6) + "M" : Math.abs(v) >= 1e4 ? (v / 1e3) + "k" : String(v);
+        return unit === "s" ? text + " s" : text;
       });
     };
   }
