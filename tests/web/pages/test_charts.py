@@ -17,6 +17,9 @@ from django.test import Client
 from controlplane.regions.models import Cluster
 from controlplane.tenants.models import Tenant
 from controlplane.topics.models import Topic
+from dataplane.client import Admin, Producer, TopicPartition
+from tests.support.brokers import BrokerProcess
+from tests.support.controlplane import make_tenant, register_static_cluster
 from tests.web.history import seed_history
 from tests.web.pages.conftest import ConsoleFactory
 
@@ -231,3 +234,42 @@ def test_the_group_page_without_history_says_so(acme: Tenant, console_for: Conso
          "tenant": acme, "console": None},
     )  # fmt: skip
     assert "No history yet" in text
+
+
+@pytest.fixture
+def lagging(db: None, broker: BrokerProcess) -> BrokerProcess:
+    """acme.orders (2 partitions, 10 records each) on a real broker: acme.billing 6
+    records behind, acme.audit caught up; globex.secret behind on globex's topic."""
+    cluster = register_static_cluster([broker])
+    acme = make_tenant("acme", region=cluster.region)
+    globex = make_tenant("globex", region=cluster.region)
+    make_topic(acme, cluster, "acme.orders")
+    make_topic(globex, cluster, "globex.orders")
+    with Admin(broker.address) as admin, Producer(broker.address) as producer:
+        for name in ("acme.orders", "globex.orders"):
+            admin.create_topic(name, 2)
+            for i in range(20):
+                producer.send(name, b"%d" % i, partition=i % 2)
+        producer.flush()
+        orders = [TopicPartition("acme.orders", p) for p in (0, 1)]
+        admin.alter_group_offsets("acme.billing", {orders[0]: 4, orders[1]: 10})
+        admin.alter_group_offsets("acme.audit", {orders[0]: 10, orders[1]: 10})
+        admin.alter_group_offsets("globex.secret", {TopicPartition("globex.orders", 0): 0})
+    return broker
+
+
+def test_the_dashboard_lists_the_groups_most_behind(
+    lagging: BrokerProcess, console_for: ConsoleFactory
+) -> None:
+    client = console_for(roles={"acme": "viewer", "globex": "viewer"})
+    page = client.get("/console/t/acme/").content.decode()
+    table = page.split('id="lag-heading"', 1)[1].split("</table>", 1)[0]
+    assert '<a href="/console/t/acme/groups/acme.billing/">acme.billing</a>' in table
+    assert re.search(r"acme.billing</a></td><td>\w+</td><td>6</td><td>[\d.]+</td>", table)
+    assert "acme.audit" not in table  # caught up
+    assert "globex" not in table
+
+    lagging.terminate()
+    down = client.get("/console/t/acme/").content.decode()
+    assert "The brokers did not answer just now" in down
+    assert "Busiest topics" in down  # the rest of the dashboard is still there
