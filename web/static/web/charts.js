@@ -40,6 +40,8 @@
     return {
       width: width,
       height: HEIGHT,
+      // Times in UTC, as everywhere in the console (not the browser's zone).
+      tzDate: function (ts) { return uPlot.tzDate(new Date(ts * 1000), "Etc/UTC"); },
       series: series,
       scales: {y: {range: function (self, min, max) { return [0, max > 0 ? max * 1.1 : 1]; }}},
       axes: [{}, {values: formatter(chart.unit), size: 70}],
