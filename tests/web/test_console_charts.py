@@ -134,4 +134,11 @@ def test_the_dashboard_topic_and_group_pages_draw_their_charts(
     for chart in ("produce-records", "produce-bytes", "consume-records"):
         assert_drawn(page, chart, lines=1)
     ui.check("topic-rate-charts")
+    # What charts.js refreshes from, with the browser's session.
+    src = page.locator("[data-chart-src]").get_attribute("data-chart-src")
+    refreshed = page.request.get(f"{console}{src}")
+    assert refreshed.ok
+    assert [c["id"] for c in refreshed.json()["charts"]] == [
+        "produce-records", "produce-bytes", "consume-records",
+    ]  # fmt: skip
     assert not violations, violations
