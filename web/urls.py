@@ -2,7 +2,17 @@
 
 from django.urls import path
 
-from web.views import acls, audit, dashboard, groups, home, members, service_accounts, topics
+from web.views import (
+    acls,
+    audit,
+    charts,
+    dashboard,
+    groups,
+    home,
+    members,
+    service_accounts,
+    topics,
+)
 
 app_name = "web"
 
@@ -13,9 +23,11 @@ ACCOUNT = ACCOUNTS + "<str:account>/"
 urlpatterns = [
     path("", home.index, name="index"),
     path("t/<slug:tenant>/", dashboard.dashboard, name="dashboard"),
+    path("t/<slug:tenant>/metrics.json", charts.dashboard_metrics, name="dashboard-metrics"),
     path("t/<slug:tenant>/topics/", topics.topic_list, name="topic-list"),
     path("t/<slug:tenant>/topics/new/", topics.topic_create, name="topic-create"),
     path(TOPIC, topics.topic_detail, name="topic-detail"),
+    path(TOPIC + "metrics.json", charts.topic_metrics, name="topic-metrics"),
     path(TOPIC + "config/", topics.topic_config, name="topic-config"),
     path(TOPIC + "partitions/", topics.topic_partitions, name="topic-partitions"),
     path(TOPIC + "delete/", topics.topic_delete, name="topic-delete"),
@@ -35,6 +47,12 @@ urlpatterns = [
         "t/<slug:tenant>/members/<int:member>/remove/", members.member_remove, name="member-remove"
     ),
     path("t/<slug:tenant>/groups/", groups.group_list, name="group-list"),
+    # No trailing slash: unlike any group page's URL, so no group id is ambiguous.
+    path(
+        "t/<slug:tenant>/groups/<path:group>/metrics.json",
+        charts.group_metrics,
+        name="group-metrics",
+    ),
     # A group id may hold any character, "/" too: GET shows the group, POST resets it.
     path("t/<slug:tenant>/groups/<path:group>/", groups.group_page, name="group-detail"),
     path("t/<slug:tenant>/audit/", audit.audit_list, name="audit-list"),

@@ -24,7 +24,7 @@ from controlplane.core.errors import NotFound
 from controlplane.metrics import collect, history, store
 from controlplane.metrics.choices import SeriesKind
 from controlplane.metrics.collect import Observation
-from controlplane.metrics.models import Collection, CollectorState, Series
+from controlplane.metrics.models import Block, Collection, CollectorState, Series
 from controlplane.metrics.store import Point
 from controlplane.metrics.tiers import COARSE, FINE
 from controlplane.regions.models import Broker
@@ -267,3 +267,97 @@ def _frame(query: history.Query) -> dict[str, Any]:
 
 def _rows(points: list[tuple[datetime, dict[str, float | None]]]) -> list[dict[str, Any]]:
     return [{"at": at, **values} for at, values in points]
+
+
+def topic_consume_metrics(
+    actor: Actor,
+    full_name: str,
+    since: datetime | None,
+    until: datetime | None,
+    step_s: int | None,
+) -> dict[str, Any]:
+    """Consume rate of a topic the actor may read: the sum, per step, of the consume
+    rates of every group that committed offsets on it (null where no group's is known)."""
+    query = history.plan(since, until, step_s, timezone.now())
+    topic = Topic.objects.select_related("tenant").filter(full_name=full_name).first()
+    if topic is None or not actor.can(topic.tenant.slug, Role.VIEWER):
+        raise NotFound(f"topic {full_name!r} not found")
+    ids = Series.objects.filter(kind=SeriesKind.GROUP, topic=full_name).values_list("pk", flat=True)
+    return {"topic": full_name, **_frame(query), "points": _summed(query, list(ids))}
+
+
+def busiest_topics(
+    actor: Actor,
+    tenant_slug: str,
+    since: datetime | None,
+    until: datetime | None,
+    step_s: int | None,
+    limit: int,
+) -> dict[str, Any]:
+    """The ``limit`` topics of a tenant the actor may read with the most records
+    produced over the range (topics with none are left out), each with its produce rate
+    and its consume rate (the sum over its groups), busiest first."""
+    query = history.plan(since, until, step_s, timezone.now())
+    if not actor.can(tenant_slug, Role.VIEWER):
+        raise NotFound(f"tenant {tenant_slug!r} not found")
+    topic_series = dict(
+        Series.objects.filter(kind=SeriesKind.TOPIC, tenant_slug=tenant_slug).values_list(
+            "pk", "topic"
+        )
+    )
+    produced = _records_stored(query, topic_series.keys())
+    ranked = sorted((-total, topic_series[pk], pk) for pk, total in produced.items() if total > 0)
+    topics = []
+    for _, name, pk in ranked[:limit]:
+        groups = Series.objects.filter(kind=SeriesKind.GROUP, topic=name).values_list(
+            "pk", flat=True
+        )
+        produce = history.series_points(query, pk, ("records_per_s",))
+        topics.append(
+            {
+                "topic": name,
+                "produce": _rows(produce),
+                "consume": _summed(query, list(groups)),
+            }
+        )
+    return {"tenant": tenant_slug, **_frame(query), "topics": topics}
+
+
+def _records_stored(query: history.Query, series_ids: Iterable[int]) -> dict[int, float]:
+    """Per series, the sum of the stored ``records_per_s`` of the tier's blocks touching
+    the range: enough to rank topics (a ranking, not a figure anyone reads)."""
+    tier = query.tier
+    blocks = Block.objects.filter(
+        series_id__in=list(series_ids),
+        resolution_s=tier.resolution_s,
+        start__gte=tier.block_start(query.since),
+        start__lt=query.until,
+    ).values_list("series_id", "records_per_s")
+    totals: dict[int, float] = {}
+    for series_id, values in blocks.iterator(500):
+        totals[series_id] = totals.get(series_id, 0.0) + sum(v for v in values if v is not None)
+    return totals
+
+
+def _summed(query: history.Query, series_ids: list[int]) -> list[dict[str, Any]]:
+    """``records_per_s`` summed over ``series_ids`` per answered point (None where no
+    series has a value; no series at all: the points of an idle series)."""
+    if not series_ids:
+        return _rows(history.series_points(query, None, ("records_per_s",)))
+    sums: list[tuple[datetime, float | None]] = []
+    for series_id in series_ids:
+        points = history.series_points(query, series_id, ("records_per_s",))
+        if not sums:
+            sums = [(at, values["records_per_s"]) for at, values in points]
+            continue
+        sums = [
+            (at, _add(total, values["records_per_s"]))
+            for (at, total), (_, values) in zip(sums, points, strict=True)
+        ]
+    return [{"at": at, "records_per_s": total} for at, total in sums]
+
+
+def _add(a: float | None, b: float | None) -> float | None:
+    if a is None:
+        return b
+    return a if b is None else a + b

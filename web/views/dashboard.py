@@ -1,5 +1,7 @@
-"""A tenant's dashboard: usage against every quota, recent audit events (for those who
-may read the audit log, as in the API)."""
+"""A tenant's dashboard: usage against every quota, produce and consume rates of the
+busiest topics (``?range=1h`` or ``1d``), the consumer groups with the largest lag (the
+groups service's live figures), recent audit events (for those who may read the audit
+log, as in the API)."""
 
 from __future__ import annotations
 
@@ -9,12 +11,17 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from controlplane.core.choices import Role
+from controlplane.core.errors import Unavailable
 from controlplane.core.models import AuditEvent
+from controlplane.groups.services import GroupSummary, list_groups
 from controlplane.quotas.models import Quota
 from controlplane.quotas.services import LIMIT_FIELDS, USAGE_OF_LIMIT, quota_usage
+from controlplane.tenants.models import Tenant
+from web import charts
 from web.access import console_of, tenant_page
 
 RECENT_AUDIT_EVENTS = 10
+LARGEST_LAG_GROUPS = 5
 # Quotas measured in bytes (shown with a unit).
 BYTE_QUOTAS = {"max_storage_bytes", "produce_bytes_per_s", "fetch_bytes_per_s"}
 LABELS = {
@@ -60,6 +67,18 @@ def quota_lines(quota: Quota, usage: dict[str, int]) -> list[QuotaLine]:
     ]
 
 
+def largest_lag(tenant: Tenant) -> list[GroupSummary] | None:
+    """The groups most behind (records, then seconds) with any lag; None when the
+    brokers did not answer."""
+    try:
+        groups = list_groups([tenant])
+    except Unavailable:
+        return None
+    lagging = [g for g in groups if g.lag or g.lag_seconds]
+    lagging.sort(key=lambda g: (-g.lag, -g.lag_seconds, g.group_id))
+    return lagging[:LARGEST_LAG_GROUPS]
+
+
 @tenant_page()
 def dashboard(request: HttpRequest) -> HttpResponse:
     console = console_of(request)
@@ -72,7 +91,12 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         events = list(
             AuditEvent.objects.filter(tenant=tenant).order_by("-created_at")[:RECENT_AUDIT_EVENTS]
         )
+    range_key = charts.range_of(request.GET.get("range"))
     context = {
+        "range": range_key,
+        "ranges": charts.range_links(range_key),
+        "charts": charts.dashboard_charts(console, range_key),
+        "lagging": largest_lag(tenant),
         "quota_lines": quota_lines(quota, usage) if quota is not None else [],
         "stored_bytes": usage["stored_bytes"],
         "events": events,

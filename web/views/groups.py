@@ -24,6 +24,7 @@ from controlplane.groups import services
 from controlplane.groups.api.serializers import ResetOffsetsSerializer
 from controlplane.groups.choices import STOPPED_STATES, ResetTarget
 from controlplane.topics.models import Topic
+from web import charts
 from web.access import Console, console_of, tenant_page
 from web.forms import NON_FIELD, FormState, submit
 from web.views.topics import check_form_tenant
@@ -180,8 +181,12 @@ def _detail(
     status: int = 200,
 ) -> HttpResponse:
     topics = Topic.objects.filter(tenant=console.tenant).order_by("full_name")
+    range_key = charts.range_of(request.GET.get("range"))
     context = {
         "group": detail,
+        "range": range_key,
+        "ranges": charts.range_links(range_key),
+        "charts": charts.group_charts(console, detail.group_id, range_key),
         "stopped": not detail.members and detail.state in STOPPED_STATES,
         "topic_choices": list(topics.values_list("full_name", flat=True)),
         "target_choices": TARGET_CHOICES,

@@ -21,6 +21,7 @@ from controlplane.topics.api.views import TopicViewSet
 from controlplane.topics.choices import Durability
 from controlplane.topics.filtersets import TopicFilterSet
 from controlplane.topics.models import Topic
+from web import charts
 from web.access import Console, console_of, tenant_page
 from web.forms import FormState, submit
 from web.partitions import partition_rows
@@ -100,8 +101,10 @@ def topic_list(request: HttpRequest) -> HttpResponse:
 def topic_detail(request: HttpRequest, topic: str) -> HttpResponse:
     console = console_of(request)
     row = topic_in_tenant(console, topic)
+    range_key = charts.range_of(request.GET.get("range"))
     context = {
         "topic": row,
+        **_charts(console, row, range_key),
         "partitions": partition_rows(row),
         "config_form": _config_state(row),
         "partitions_form": FormState(fields=("partitions",), values={}),
@@ -184,6 +187,7 @@ def _detail_with(request: HttpRequest, row: Topic, form: str, state: FormState) 
     """The detail page with one form showing what was typed and its errors (422)."""
     context: dict[str, Any] = {
         "topic": row,
+        **_charts(console_of(request), row, charts.DEFAULT_RANGE),
         "partitions": partition_rows(row),
         "config_form": _config_state(row),
         "partitions_form": FormState(fields=("partitions",)),
@@ -193,6 +197,15 @@ def _detail_with(request: HttpRequest, row: Topic, form: str, state: FormState) 
     }
     context[form] = state
     return render(request, "web/topics/detail.html", context, status=_status(state))
+
+
+def _charts(console: Console, row: Topic, range_key: str) -> dict[str, Any]:
+    """The rate charts of the topic, over ``range_key`` (``?range=``)."""
+    return {
+        "range": range_key,
+        "ranges": charts.range_links(range_key),
+        "charts": charts.topic_charts(console, row.full_name, range_key),
+    }
 
 
 def _config_state(row: Topic) -> FormState:
