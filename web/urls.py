@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from web.views import dashboard, home, topics
+from web.views import dashboard, home, messages, topics
 
 app_name = "web"
 
@@ -17,4 +17,5 @@ urlpatterns = [
     path(TOPIC + "config/", topics.topic_config, name="topic-config"),
     path(TOPIC + "partitions/", topics.topic_partitions, name="topic-partitions"),
     path(TOPIC + "delete/", topics.topic_delete, name="topic-delete"),
+    path(TOPIC + "messages/", messages.topic_messages, name="topic-messages"),
 ]
