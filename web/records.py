@@ -8,7 +8,9 @@ client of that user. The control plane's internal credentials are never used her
 A page is read with a short-lived, bounded reader: one connection pool per page, closed
 after it; low-level ``Fetch`` calls (no consumer group, nothing committed) that do not
 long-poll; at most ``PAGE_MAX_BYTES`` fetched for a page and ``FETCH_MAX_BYTES`` per
-call; every call under the page's deadline, so a page never hangs on a broker.
+call (a broker always sends a fetch's first batch whole, so one batch larger than that
+still comes, bounded by the topic's largest message); every call under the page's
+deadline, so a page never hangs on a broker.
 
 Failures leave as ``BrowseError`` with a message fit for a tenant: the error's code name
 and what it means, never the transport's details (they name broker addresses).
@@ -23,6 +25,7 @@ from dataclasses import dataclass, field
 
 import grpc
 from django.conf import settings
+from django.template.defaultfilters import filesizeformat
 
 from dataplane._gen.meridian.v1 import broker_pb2
 from dataplane.client import Producer
@@ -149,7 +152,7 @@ class Reader:
             budget = PAGE_MAX_BYTES - page.fetched_bytes
             if budget <= 0:
                 page.notes.append(
-                    f"This page stopped at {PAGE_MAX_BYTES // 1024} KiB fetched; "
+                    f"This page stopped at {filesizeformat(PAGE_MAX_BYTES)} fetched; "
                     "the next page goes on from there."
                 )
                 return
@@ -160,7 +163,7 @@ class Reader:
             if next_offset is None:
                 page.notes.append(
                     f"Partition {partition}: the batch at offset {offset} is larger than "
-                    f"{min(budget, FETCH_MAX_BYTES) // 1024} KiB, more than a page reads."
+                    f"{filesizeformat(min(budget, FETCH_MAX_BYTES))}, more than a page reads."
                 )
                 return
             records = [r for r in records if r.offset < end][: wanted - got]

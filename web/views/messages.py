@@ -189,7 +189,7 @@ def _read(request: HttpRequest, topic: Topic, query: Query) -> dict[str, Any]:
             else None
         ),
         "older_url": query.url(at=back) if back != starts else None,
-        "this_url": query.url(at=starts),
+        "view_urls": [(v, query.url(view=v, at=starts)) for v in VIEWS],
     }
 
 
@@ -219,8 +219,7 @@ def _context(
         "views": VIEWS,
         "partitions": range(topic.partitions),
         "page_records": PAGE_RECORDS,
-        "page_kib": PAGE_MAX_BYTES // 1024,
-        "view_urls": [(v, query.url(view=v)) for v in VIEWS] if query else [],
+        "page_kib": PAGE_MAX_BYTES,
     }
 
 

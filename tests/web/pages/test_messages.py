@@ -26,6 +26,7 @@ from tests.controlplane.conftest import token_for
 from tests.support.brokers import BrokerProcess
 from tests.support.controlplane import make_tenant, register_static_cluster
 from tests.web.pages.conftest import ConsoleFactory
+from web import records
 
 __all__ = ["api_url", "broker_auth"]  # fixtures this module uses
 
@@ -79,9 +80,13 @@ def orders(acme: Tenant, auth_broker: BrokerProcess, local_identity: LocalIdenti
             headers = [("trace", b"<b>bold</b>")] if i == 6 else []
             key = b"\xc3\x28" if i == 5 else f"k{i}".encode()
             producer.send(
-                "acme.orders", value, key=key, headers=headers, partition=0,
+                "acme.orders",
+                value,
+                key=key,
+                headers=headers,
+                partition=0,
                 timestamp_ms=BASE_MS + i * 1000,
-            )  # fmt: skip
+            ).result(timeout=20)  # fmt: skip  (one batch a record: byte caps cut between)
         for i in range(4):
             producer.send("acme.orders", f"p1 {i}".encode(), partition=1)
         producer.flush(timeout=20)
@@ -217,3 +222,16 @@ def test_the_brokers_refusal_and_absence_are_shown_plainly(
     down = get(viewer, "?partition=0")
     assert "the brokers did not answer in time; try again" in down
     assert auth_broker.address.rsplit(":", 1)[1] not in down.split("<main", 1)[1]
+
+
+def test_a_page_stops_at_its_byte_cap_and_the_next_goes_on(
+    orders: str, console_for: ConsoleFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(records, "PAGE_MAX_BYTES", 2000)
+    client = console_for(roles={"acme": "viewer"})
+    page = get(client, "?partition=0&mode=offset&offset=5&count=5")
+    # Records 5 and 6 fit; the whole batch of record 7 (10 kB, larger than the cap on
+    # its own) is still shown, as the brokers always send a fetch's first batch.
+    assert offsets(page) == [(0, 5), (0, 6), (0, 7)]
+    assert "This page stopped at 2.0\xa0KB fetched; the next page goes on from there." in page
+    assert offsets(get(client, link(page, "next")))[0] == (0, 8)
