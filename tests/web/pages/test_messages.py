@@ -220,7 +220,7 @@ def test_the_brokers_refusal_and_absence_are_shown_plainly(
     auth_broker.kill()
     viewer = console_for(roles={"acme": "viewer"})
     down = get(viewer, "?partition=0")
-    assert "the brokers did not answer in time; try again" in down
+    assert "the brokers did not answer in time; try again (BROKER_NOT_AVAILABLE)" in down
     assert auth_broker.address.rsplit(":", 1)[1] not in down.split("<main", 1)[1]
 
 
