@@ -159,8 +159,10 @@ class Reader:
             offset = page.next_positions[partition]
             result = self._fetch(partition, offset, min(budget, FETCH_MAX_BYTES))
             page.fetched_bytes += len(result.records)
+            if not result.records:
+                return  # nothing more here now (the high watermark read earlier)
             records, next_offset = self._decode(partition, offset, result)
-            if next_offset is None:
+            if next_offset is None or next_offset <= offset:
                 page.notes.append(
                     f"Partition {partition}: the batch at offset {offset} is larger than "
                     f"{filesizeformat(min(budget, FETCH_MAX_BYTES))}, more than a page reads."
@@ -211,8 +213,7 @@ class Reader:
     ) -> tuple[list[ConsumerRecord], int | None]:
         """The records at or after ``offset`` and the offset after the last whole batch;
         None for it when the bytes held no whole batch (one larger than asked for)."""
-        if not result.records:
-            return [], result.high_watermark
+        assert result.records
         try:
             batches = split_batches(result.records, offset, (self.topic, partition))
         except MeridianError as exc:

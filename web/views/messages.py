@@ -259,7 +259,8 @@ def _produce(request: HttpRequest, row: Topic) -> HttpResponse:
     console = console_of(request)
     check_form_tenant(console, request.POST)
     # As typed, not stripped: a test record's spaces are part of it.
-    typed = {name: str(request.POST.get(name, "")) for name in PRODUCE_FIELDS}
+    # Browsers send a textarea's line breaks as CRLF: the record gets the LF typed.
+    typed = {name: str(request.POST.get(name, "")).replace("\r\n", "\n") for name in PRODUCE_FIELDS}
     form = FormState(fields=PRODUCE_FIELDS, values={k: v for k, v in typed.items() if v})
     try:
         record = _record(form.values, row.partitions)

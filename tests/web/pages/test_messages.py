@@ -177,7 +177,7 @@ def test_a_developer_produces_a_test_record_a_viewer_cannot(
     assert "Produce a test record" in get(developer, "")
     form = {
         "key": "k",
-        "value": "<img src=x onerror=alert(1)>",
+        "value": "<img src=x onerror=alert(1)>\r\nsecond line",  # a textarea's CRLF
         "headers": "source=console\nh=<i>",
         "partition": "1",
     }
@@ -187,7 +187,7 @@ def test_a_developer_produces_a_test_record_a_viewer_cannot(
     page = developer.get(response["Location"]).content.decode()
     assert "Produced a record to partition 1 at offset 4." in page
     assert offsets(page) == [(1, 4)]
-    assert "&lt;img src=x onerror=alert(1)&gt;" in page
+    assert "&lt;img src=x onerror=alert(1)&gt;\nsecond line</pre>" in page
     assert "<img src=x" not in page
     assert '<dt>source</dt><dd><pre class="text">console</pre>' in page
 
