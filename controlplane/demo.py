@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from controlplane.core.private_files import private_dir
+from controlplane.demo_traffic import start_traffic, stop_traffic
 from dataplane import lifeline
 
 T = TypeVar("T")
@@ -465,6 +466,9 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"consumed {seen} of {args.records} records")
         print_summary(platform, admin_token, built, app_token, bootstrap)
         if not args.exit:
+            start_traffic(bootstrap, platform.api_url, built["account"], f"{TENANT}.{TOPIC}")
+            print(f"==> steady traffic on {TENANT}.{TOPIC}: a producer, and group "
+                  f"{TENANT}.analytics consuming slower (its lag grows)")  # fmt: skip
             print("Ctrl-C stops everything.")
             while True:
                 platform.supervise()
@@ -475,6 +479,7 @@ def main(argv: list[str] | None = None) -> int:
         for signum in (signal.SIGTERM, signal.SIGHUP):
             signal.signal(signum, signal.SIG_IGN)  # a second signal must not cut the cleanup
         print("==> stopping")
+        stop_traffic()
         platform.stop()
         _stop_brokers(platform)
     return 0

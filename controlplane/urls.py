@@ -12,6 +12,7 @@ urlpatterns = [
     path("api/v1/", include("controlplane.groups.api.urls")),
     path("api/v1/", include("controlplane.quotas.api.urls")),
     path("api/v1/", include("controlplane.accounts.api.urls")),
+    path("api/v1/", include("controlplane.metrics.api.urls")),
     path(".well-known/openid-configuration", discovery, name="openid-configuration"),
     path("console/auth/", include("web.auth.urls")),
     path("console/", include("web.urls")),

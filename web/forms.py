@@ -57,10 +57,12 @@ def submit(
     call: Callable[[dict[str, Any]], T],
     *,
     partial: bool = False,
+    data: Mapping[str, Any] | None = None,
 ) -> T | None:
-    """Validate ``state.values`` with the API's serializer and hand the result to
-    ``call`` (a service). Returns its result, or None with ``state.errors`` filled."""
-    serializer = serializer_class(data=state.values, partial=partial)
+    """Validate ``state.values`` (or ``data``, where the input is not only strings:
+    a list of checkboxes) with the API's serializer and hand the result to ``call`` (a
+    service). Returns its result, or None with ``state.errors`` filled."""
+    serializer = serializer_class(data=state.values if data is None else data, partial=partial)
     if not serializer.is_valid():
         state.errors = _messages(serializer.errors, state.fields)
         return None
@@ -71,6 +73,21 @@ def submit(
     except DjangoValidationError as exc:
         state.errors = _messages(exc.message_dict, state.fields)
     return None
+
+
+def on_field(name: str, call: Callable[[dict[str, Any]], T]) -> Callable[[dict[str, Any]], T]:
+    """``call``, with a ``Conflict`` that names field ``name`` (``name=<value>`` in its
+    details, as the accounts services raise a name in use) shown under that field."""
+
+    def wrapped(data: dict[str, Any]) -> T:
+        try:
+            return call(data)
+        except Conflict as exc:
+            if isinstance(exc.details.get(name), str):
+                raise Conflict(exc.message, **{name: [exc.message]}) from exc
+            raise
+
+    return wrapped
 
 
 def _messages(errors: Mapping[str, Any], fields: tuple[str, ...]) -> dict[str, list[str]]:
@@ -103,6 +120,6 @@ def _domain_messages(
 def _as_list(messages: Any) -> list[Any]:
     if isinstance(messages, list | tuple):
         return list(messages)
-    if isinstance(messages, dict):
-        return [f"{key}: {value}" for key, value in messages.items()]
+    if isinstance(messages, dict):  # a list field's messages per item index
+        return [message for value in messages.values() for message in _as_list(value)]
     return [messages]

@@ -2,11 +2,23 @@
 
 from django.urls import path
 
-from web.views import dashboard, home, messages, topics
+from web.views import (
+    acls,
+    audit,
+    dashboard,
+    groups,
+    home,
+    members,
+    messages,
+    service_accounts,
+    topics,
+)
 
 app_name = "web"
 
 TOPIC = "t/<slug:tenant>/topics/<str:topic>/"
+ACCOUNTS = "t/<slug:tenant>/service-accounts/"
+ACCOUNT = ACCOUNTS + "<str:account>/"
 
 urlpatterns = [
     path("", home.index, name="index"),
@@ -18,4 +30,23 @@ urlpatterns = [
     path(TOPIC + "partitions/", topics.topic_partitions, name="topic-partitions"),
     path(TOPIC + "delete/", topics.topic_delete, name="topic-delete"),
     path(TOPIC + "messages/", messages.topic_messages, name="topic-messages"),
+    path(ACCOUNTS, service_accounts.account_list, name="service-account-list"),
+    path(ACCOUNT, service_accounts.account_detail, name="service-account-detail"),
+    path(ACCOUNT + "role/", service_accounts.account_role, name="service-account-role"),
+    path(ACCOUNT + "rotate/", service_accounts.account_rotate, name="service-account-rotate"),
+    path(ACCOUNT + "delete/", service_accounts.account_delete, name="service-account-delete"),
+    path("t/<slug:tenant>/acls/", acls.acl_list, name="acl-list"),
+    path("t/<slug:tenant>/acls/grant/", acls.acl_grant, name="acl-grant"),
+    path("t/<slug:tenant>/acls/<int:acl>/operations/", acls.acl_operations, name="acl-operations"),
+    path("t/<slug:tenant>/acls/<int:acl>/revoke/", acls.acl_revoke, name="acl-revoke"),
+    path("t/<slug:tenant>/members/", members.member_list, name="member-list"),
+    path("t/<slug:tenant>/members/invite/", members.member_invite, name="member-invite"),
+    path("t/<slug:tenant>/members/<int:member>/role/", members.member_role, name="member-role"),
+    path(
+        "t/<slug:tenant>/members/<int:member>/remove/", members.member_remove, name="member-remove"
+    ),
+    path("t/<slug:tenant>/groups/", groups.group_list, name="group-list"),
+    # A group id may hold any character, "/" too: GET shows the group, POST resets it.
+    path("t/<slug:tenant>/groups/<path:group>/", groups.group_page, name="group-detail"),
+    path("t/<slug:tenant>/audit/", audit.audit_list, name="audit-list"),
 ]

@@ -15,9 +15,9 @@ from typing import TypeVar
 import grpc
 from django.conf import settings
 
-from controlplane.gateway.channels import admin_stub, drop_channel
+from controlplane.gateway.channels import admin_stub, drop_channel, group_stub
 from controlplane.gateway.errors import BrokerUnavailable, check_results, classify
-from dataplane._gen.meridian.v1 import admin_pb2, common_pb2
+from dataplane._gen.meridian.v1 import admin_pb2, common_pb2, group_pb2
 from dataplane.errors import ErrorCode, MeridianError, error_from_rpc
 
 K = TypeVar("K")
@@ -53,12 +53,13 @@ def spec(topic: str, partition: int, config: DesiredConfig) -> admin_pb2.Partiti
     return admin_pb2.PartitionSpec(topic=topic, partition=partition, config=config.to_proto())
 
 
-def _call(address: str, method: str, request: object) -> object:
-    """Call ``Admin.<method>``; a failed call raises ``BrokerUnavailable`` when its code
-    is retriable (transport failures are), ``BrokerRefusedError`` when not."""
+def _call(address: str, method: str, request: object, *, service: str = "Admin") -> object:
+    """Call ``<service>.<method>`` (``Admin`` or ``GroupCoordinator``); a failed call
+    raises ``BrokerUnavailable`` when its code is retriable (transport failures are),
+    ``BrokerRefusedError`` when not."""
     if not address:
         raise BrokerUnavailable(address, "the broker has no address yet")
-    stub = admin_stub(address)
+    stub = admin_stub(address) if service == "Admin" else group_stub(address)
     try:
         return getattr(stub, method)(request, timeout=settings.BROKER_RPC_TIMEOUT_S)
     except grpc.RpcError as exc:
@@ -104,6 +105,22 @@ def describe_state(address: str, topics: Iterable[str] = ()) -> admin_pb2.Descri
     response = _call(address, "DescribeState", admin_pb2.DescribeStateRequest(topics=list(topics)))
     assert isinstance(response, admin_pb2.DescribeStateResponse)
     return response
+
+
+def list_groups(address: str) -> list[group_pb2.ListedGroup]:
+    """``GroupCoordinator.ListGroups``: the groups this broker coordinates."""
+    response = _call(address, "ListGroups", group_pb2.ListGroupsRequest(), service="Group")
+    assert isinstance(response, group_pb2.ListGroupsResponse)
+    return list(response.groups)
+
+
+def describe_groups(address: str, group_ids: Sequence[str]) -> list[group_pb2.GroupDescription]:
+    """``GroupCoordinator.DescribeGroups`` of groups this broker coordinates (with their
+    committed offsets); a group's own failure is in its ``error`` field."""
+    request = group_pb2.DescribeGroupsRequest(group_ids=list(group_ids))
+    response = _call(address, "DescribeGroups", request, service="Group")
+    assert isinstance(response, group_pb2.DescribeGroupsResponse)
+    return list(response.groups)
 
 
 def ensure_partitions(

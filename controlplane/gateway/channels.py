@@ -19,7 +19,7 @@ import grpc
 from django.conf import settings
 
 from controlplane.accounts.internal import controller_tokens
-from dataplane._gen.meridian.v1 import admin_pb2_grpc
+from dataplane._gen.meridian.v1 import admin_pb2_grpc, group_pb2_grpc
 from dataplane.client.connection import CHANNEL_OPTIONS, ChannelSecurity
 
 OPTIONS = [
@@ -43,14 +43,24 @@ def open_channel(address: str) -> grpc.Channel:
     return broker_security().channel(address, OPTIONS)
 
 
-def admin_stub(address: str) -> admin_pb2_grpc.AdminStub:
-    """An Admin stub on the pooled channel to ``address`` (non-empty)."""
+def _pooled(address: str) -> grpc.Channel:
     key = (os.getpid(), address)
     with _lock:
         channel = _channels.get(key)
         if channel is None:
             channel = _channels[key] = open_channel(address)
-    return admin_pb2_grpc.AdminStub(channel)
+    return channel
+
+
+def admin_stub(address: str) -> admin_pb2_grpc.AdminStub:
+    """An Admin stub on the pooled channel to ``address`` (non-empty)."""
+    return admin_pb2_grpc.AdminStub(_pooled(address))
+
+
+def group_stub(address: str) -> group_pb2_grpc.GroupCoordinatorStub:
+    """A GroupCoordinator stub on the pooled channel to ``address`` (non-empty): the
+    control plane reads groups (to chart their lag) with its internal token."""
+    return group_pb2_grpc.GroupCoordinatorStub(_pooled(address))
 
 
 def drop_channel(address: str) -> None:

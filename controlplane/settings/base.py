@@ -20,6 +20,7 @@ INSTALLED_APPS = [
     "controlplane.accounts",
     "controlplane.provisioning",
     "controlplane.groups",
+    "controlplane.metrics",
 ]
 
 # The console's session, CSRF and sign-in middleware join these in settings/console.py.

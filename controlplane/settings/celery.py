@@ -23,6 +23,8 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_TIMEZONE = "UTC"
 
 RECONCILE_INTERVAL_S = env("MERIDIAN_RECONCILE_INTERVAL_S", 30.0, float)
+# Rate and lag history: one collection per interval (the fine tier is 10 s points).
+METRICS_INTERVAL_S = env("MERIDIAN_METRICS_INTERVAL_S", 10.0, float)
 
 # The beat schedule, in one place.
 CELERY_BEAT_SCHEDULE = {
@@ -40,5 +42,20 @@ CELERY_BEAT_SCHEDULE = {
         "task": "tenants.reconcile_tenants",
         "schedule": RECONCILE_INTERVAL_S,
         "options": {"expires": RECONCILE_INTERVAL_S},
+    },
+    "metrics.collect_metrics": {
+        "task": "metrics.collect_metrics",
+        "schedule": METRICS_INTERVAL_S,
+        "options": {"expires": METRICS_INTERVAL_S},
+    },
+    "metrics.roll_up_metrics": {
+        "task": "metrics.roll_up_metrics",
+        "schedule": 60.0,
+        "options": {"expires": 60.0},
+    },
+    "metrics.prune_metrics": {
+        "task": "metrics.prune_metrics",
+        "schedule": 300.0,
+        "options": {"expires": 300.0},
     },
 }

@@ -6,6 +6,9 @@ from rest_framework import serializers
 
 from controlplane.groups.choices import ResetTarget
 
+# Offsets and timestamps are 64-bit on the wire: a larger number is the caller's 400.
+MAX_INT64 = 2**63 - 1
+
 
 class GroupPartitionSerializer(serializers.Serializer[Any]):
     topic = serializers.CharField()
@@ -67,9 +70,11 @@ class ResetOffsetsSerializer(serializers.Serializer[Any]):
         child=serializers.IntegerField(min_value=0), required=False, allow_empty=False
     )
     timestamp = serializers.IntegerField(
-        required=False, min_value=0, help_text="ms; for to=timestamp"
+        required=False, min_value=0, max_value=MAX_INT64, help_text="ms; for to=timestamp"
     )
-    offset = serializers.IntegerField(required=False, min_value=0, help_text="for to=offset")
+    offset = serializers.IntegerField(
+        required=False, min_value=0, max_value=MAX_INT64, help_text="for to=offset"
+    )
     dry_run = serializers.BooleanField(
         default=False, help_text="Answer the moves without making them (the preview)."
     )

@@ -72,3 +72,12 @@ def test_update_metadata_gives_each_broker_its_own_typed_failure(broker: BrokerP
     assert (refused.code, refused.retriable) == (ErrorCode.INVALID_REQUEST, False)
     assert isinstance(down, MeridianError)
     assert down.retriable
+
+
+def test_group_calls_list_and_describe_what_the_broker_coordinates(broker: BrokerProcess) -> None:
+    assert admin.list_groups(broker.address) == []
+    [missing] = admin.describe_groups(broker.address, ["acme.nobody"])
+    assert missing.error == ErrorCode.GROUP_ID_NOT_FOUND
+
+    with pytest.raises(BrokerUnavailable):
+        admin.list_groups(_closed_address())

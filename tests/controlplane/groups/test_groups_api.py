@@ -151,6 +151,8 @@ def test_bad_reset_input_is_refused_by_field(
         ({"to": "offset"}, "offset"),
         ({"to": "sideways"}, "to"),
         ({"to": "latest", "partitions": [0]}, "topic"),
+        ({"to": "timestamp", "timestamp": 2**63}, "timestamp"),  # beyond the wire's int64
+        ({"to": "offset", "offset": 2**63}, "offset"),
     ):
         error = assert_error(developer.post(f"{URL}/reset-offsets", body, format="json"), 400)
         assert field in error["details"], error

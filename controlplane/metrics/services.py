@@ -1,0 +1,259 @@
+"""Collecting, rolling up, pruning and reading rate and lag history.
+
+A collection turns counters into rates: the delta of a counter since the run that last
+read it, over the time between the two reads (the counters and their read times are kept
+in ``CollectorState``; a counter that could not be read is carried with its old time, so
+the next rate spans the gap). A series whose rates and lag are all 0 is idle and gets no
+point: the ``Collection`` row of the run says the instant was measured, and reads answer
+0 there (a series with no point at an unmeasured instant answers null).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from controlplane.core.actors import Actor
+from controlplane.core.choices import Role
+from controlplane.core.errors import NotFound
+from controlplane.metrics import collect, history, store
+from controlplane.metrics.choices import SeriesKind
+from controlplane.metrics.collect import Observation
+from controlplane.metrics.models import Collection, CollectorState, Series
+from controlplane.metrics.store import Point
+from controlplane.metrics.tiers import COARSE, FINE
+from controlplane.regions.models import Broker
+from controlplane.topics.models import Topic
+from controlplane.topics.placement import UNPLACEABLE_PHASES
+
+SeriesKey = tuple[str, str, str]  # (kind, topic, group)
+
+
+def collect_metrics(now: datetime | None = None) -> Collection | None:
+    """One collection run over every live broker of every cluster. Returns its
+    ``Collection``, or None when a later run has already written (this one is stale)."""
+    started = time.monotonic()
+    live = Broker.objects.exclude(phase__in=UNPLACEABLE_PHASES).exclude(port=None)
+    topics = dict(Topic.objects.values_list("full_name", "partitions"))
+    observation = collect.observe(live, topics)
+    return record_observation(observation, now or timezone.now(), started)
+
+
+def record_observation(
+    observation: Observation, now: datetime, started: float | None = None
+) -> Collection | None:
+    """Turn ``observation`` (read at ``now``) into points and store them (see the module
+    docstring). Atomic; serialized with every other run by the state row's lock."""
+    with transaction.atomic():
+        state = _locked_state()
+        previous = _counters(state)
+        if previous.get("at", 0) >= now.timestamp():
+            return None
+        counters, rates = _rates(observation, previous, now.timestamp())
+        points = _points(rates, observation)
+        store.write_points(now, points)
+        state.counters = counters
+        state.generation += 1
+        state.save(update_fields=["counters", "generation", "updated_at"])
+        _cache.update(generation=state.generation, counters=counters)
+        elapsed_ms = int((time.monotonic() - started) * 1000) if started is not None else 0
+        return Collection.objects.create(
+            at=now,
+            brokers_asked=observation.brokers_asked,
+            brokers_answered=observation.brokers_answered,
+            points_written=len(points),
+            duration_ms=elapsed_ms,
+        )
+
+
+def _locked_state() -> CollectorState:
+    """The state row, locked; its counters are not loaded (see ``_counters``)."""
+    CollectorState.objects.get_or_create(pk=1)
+    return CollectorState.objects.select_for_update().defer("counters").get(pk=1)
+
+
+# The counters this process wrote last, by the state's generation: a worker running
+# consecutive collections skips reading back (and parsing) its own megabyte of JSON.
+_cache: dict[str, Any] = {"generation": -1, "counters": {}}
+
+
+def _counters(state: CollectorState) -> dict[str, Any]:
+    if _cache["generation"] != state.generation:
+        loaded = CollectorState.objects.values_list("counters", flat=True).get(pk=1)
+        _cache.update(generation=state.generation, counters=loaded or {})
+    counters: dict[str, Any] = _cache["counters"]
+    return counters
+
+
+Rates = dict[SeriesKey, dict[str, float | None]]
+
+
+def _rates(
+    observation: Observation, previous: dict[str, Any], now_s: float
+) -> tuple[dict[str, Any], Rates]:
+    """The new counters (read ones at ``now_s``, unread ones carried) and the values of
+    every non-idle series."""
+    before_topics: dict[str, list[float]] = previous.get("topics", {})
+    before_groups: dict[str, list[float]] = previous.get("groups", {})
+    # Counters not read for an hour (a deleted topic or group) are dropped, not carried.
+    fresh = now_s - FINE.retention.total_seconds()
+    topics = {k: v for k, v in before_topics.items() if v[0] > fresh}
+    groups = {k: v for k, v in before_groups.items() if v[0] > fresh}
+    rates: Rates = {}
+    for name, counters in observation.topics.items():
+        topics[name] = [now_s, counters.end_offset, counters.size_bytes]
+        if (last := before_topics.get(name)) is not None and now_s > last[0]:
+            span = now_s - last[0]
+            values = {
+                "records_per_s": max(0, counters.end_offset - last[1]) / span,
+                "bytes_per_s": max(0, counters.size_bytes - last[2]) / span,
+            }
+            if any(values.values()):
+                rates[(SeriesKind.TOPIC, name, "")] = dict(values)
+    for (group, topic), used in observation.groups.items():
+        key = f"{group}\n{topic}"
+        groups[key] = [now_s, used.committed]
+        last = before_groups.get(key)
+        consumed = 0.0
+        if last is not None and now_s > last[0]:
+            consumed = max(0, used.committed - last[1]) / (now_s - last[0])
+        if consumed or used.lag_records or used.lag_s:
+            rates[(SeriesKind.GROUP, topic, group)] = {
+                "records_per_s": consumed,
+                "lag_records": float(used.lag_records),
+                "lag_s": used.lag_s,
+            }
+    return {"at": now_s, "topics": topics, "groups": groups}, rates
+
+
+def _points(rates: Rates, observation: Observation) -> list[Point]:
+    # Every group seen gets its series, idle or not: the group is then known to reads
+    # (its charts answer zeros) rather than missing.
+    groups = {(SeriesKind.GROUP, topic, group) for group, topic in observation.groups}
+    ids = series_ids(rates.keys() | groups)
+    return [Point(ids[key], **values) for key, values in rates.items()]
+
+
+def series_ids(keys: Iterable[SeriesKey]) -> dict[SeriesKey, int]:
+    """The ids of the series of ``keys``, creating the missing ones."""
+    wanted = set(keys)
+    if not wanted:
+        return {}
+    known = _known_series(wanted)
+    missing = wanted - known.keys()
+    if missing:
+        Series.objects.bulk_create(
+            [Series(kind=k, tenant_slug=_tenant(t, g), topic=t, group=g) for k, t, g in missing],
+            ignore_conflicts=True,
+        )
+        known |= _known_series(missing)
+    return known
+
+
+def _known_series(keys: set[SeriesKey]) -> dict[SeriesKey, int]:
+    # Every series, not an IN list of thousands of names: one scan of a narrow table is
+    # cheaper, and there are about as many series as active ones.
+    rows = Series.objects.values_list("kind", "topic", "group", "id")
+    return {(k, t, g): pk for k, t, g, pk in rows.iterator(2000) if (k, t, g) in keys}
+
+
+def _tenant(topic: str, group: str) -> str:
+    return (group or topic).partition(".")[0]
+
+
+def roll_up_metrics(now: datetime | None = None) -> int:
+    """Roll every finished minute not yet rolled (within the fine tier's retention) into
+    the coarse tier. Returns the minutes rolled."""
+    now = now or timezone.now()
+    # The last tick of a minute may still be writing when it ends: wait one interval.
+    until = COARSE.point_start(now - timedelta(seconds=FINE.resolution_s))
+    with transaction.atomic():
+        state = _locked_state()
+        minute = max(
+            state.rolled_until or until - FINE.retention,
+            COARSE.point_start(now - FINE.retention),
+        )
+        rolled = 0
+        for at, ticks in _ticks_by_minute(minute, until).items():
+            store.roll_up_minute(at, ticks)
+            rolled += 1
+        state.rolled_until = until
+        state.save(update_fields=["rolled_until", "updated_at"])
+    return rolled
+
+
+def _ticks_by_minute(since: datetime, until: datetime) -> dict[datetime, int]:
+    counts: dict[datetime, int] = {}
+    for at in Collection.objects.filter(at__gte=since, at__lt=until).values_list("at", flat=True):
+        minute = COARSE.point_start(at)
+        counts[minute] = counts.get(minute, 0) + 1
+    return counts
+
+
+def prune_metrics(now: datetime | None = None) -> dict[str, int]:
+    """Delete what the tiers' retentions have passed (see ``store.prune``). Holds the
+    state lock: a series a collection is about to write must not vanish under it."""
+    with transaction.atomic():
+        counters = _counters(_locked_state())
+        seen: set[tuple[str, ...]] = {("", t) for t in counters.get("topics", {})}
+        seen |= {tuple(k.split("\n", 1)) for k in counters.get("groups", {})}
+        return store.prune(now or timezone.now(), seen)
+
+
+TOPIC_MEASURES = ("records_per_s", "bytes_per_s")
+GROUP_MEASURES = ("records_per_s", "lag_records", "lag_s")
+
+
+def topic_metrics(
+    actor: Actor,
+    full_name: str,
+    since: datetime | None,
+    until: datetime | None,
+    step_s: int | None,
+) -> dict[str, Any]:
+    """Produce rates of a topic the actor may read; another tenant's topic is missing."""
+    query = history.plan(since, until, step_s, timezone.now())
+    topic = Topic.objects.select_related("tenant").filter(full_name=full_name).first()
+    if topic is None or not actor.can(topic.tenant.slug, Role.VIEWER):
+        raise NotFound(f"topic {full_name!r} not found")
+    series = Series.objects.filter(kind=SeriesKind.TOPIC, topic=full_name).first()
+    points = history.series_points(query, series.pk if series else None, TOPIC_MEASURES)
+    return {"topic": full_name, **_frame(query), "points": _rows(points)}
+
+
+def group_metrics(
+    actor: Actor,
+    group: str,
+    since: datetime | None,
+    until: datetime | None,
+    step_s: int | None,
+) -> dict[str, Any]:
+    """Consume rates and lag of a group the actor may read, per topic it committed
+    offsets of; a group never seen (or another tenant's) is missing."""
+    query = history.plan(since, until, step_s, timezone.now())
+    series = list(Series.objects.filter(kind=SeriesKind.GROUP, group=group).order_by("topic"))
+    if not series or not actor.can(series[0].tenant_slug, Role.VIEWER):
+        raise NotFound(f"group {group!r} not found")
+    topics = [
+        {"topic": s.topic, "points": _rows(history.series_points(query, s.pk, GROUP_MEASURES))}
+        for s in series
+    ]
+    return {"group": group, **_frame(query), "topics": topics}
+
+
+def _frame(query: history.Query) -> dict[str, Any]:
+    return {
+        "from": query.since,
+        "to": query.until,
+        "step": query.step_s,
+        "resolution": query.tier.resolution_s,
+    }
+
+
+def _rows(points: list[tuple[datetime, dict[str, float | None]]]) -> list[dict[str, Any]]:
+    return [{"at": at, **values} for at, values in points]
