@@ -40,7 +40,7 @@ from dataplane.records import TIMESTAMP_TYPE_MASK
 
 PAGE_RECORDS = 100  # at most, per page
 PAGE_MAX_BYTES = 1024 * 1024  # fetched for one page, over every partition
-FETCH_MAX_BYTES = 256 * 1024  # asked of one partition in one call
+FETCH_MAX_BYTES = 64 * 1024  # asked of one partition in one call (a first batch comes whole)
 PAGE_DEADLINE_S = 5.0  # everything a page asks of the brokers
 CALL_TIMEOUT_S = 3.0  # one call, within the page's deadline
 PRODUCE_TIMEOUT_S = 5.0
@@ -141,14 +141,58 @@ class Reader:
         """Up to ``per_partition`` records of each partition from its position (never
         past its end), within the page's byte budget."""
         page = Page(next_positions=dict(positions))
-        for partition in sorted(positions):
-            self._read_partition(page, partition, ends[partition], per_partition)
+        got = dict.fromkeys(positions, 0)
+        wanting = [p for p in sorted(positions) if positions[p] < ends[p]]
+        if len(wanting) > 1:
+            self._first_round(page, wanting, ends, per_partition, got)
+        for partition in wanting:
+            self._read_partition(page, partition, ends[partition], per_partition, got)
         page.records.sort(key=lambda r: (r.partition, r.offset))
         return page
 
-    def _read_partition(self, page: Page, partition: int, end: int, wanted: int) -> None:
-        got = 0
-        while got < wanted and page.next_positions[partition] < end:
+    def _first_round(
+        self,
+        page: Page,
+        partitions: list[int],
+        ends: dict[int, int],
+        wanted: int,
+        got: dict[int, int],
+    ) -> None:
+        """One ``Fetch`` per leader for all the partitions, the leaders asked at once.
+        A partition whose first batch is larger than its share of the budget comes back
+        empty (only a response's first batch is sent whole): ``_read_partition`` asks
+        again for it alone."""
+        share_bytes = max(1, min(FETCH_MAX_BYTES, PAGE_MAX_BYTES // len(partitions)))
+        by_leader: dict[str, list[int]] = {}
+        try:
+            for partition in partitions:
+                leader = self._metadata.leader_for(self.topic, partition).address
+                by_leader.setdefault(leader, []).append(partition)
+            calls = [
+                self._pool.get(address).broker.Fetch.future(
+                    self._request(led, page.next_positions, share_bytes), timeout=self._left_s()
+                )
+                for address, led in by_leader.items()
+            ]
+            responses = [call.result() for call in calls]
+        except grpc.RpcError as exc:
+            raise _browse_error(error_from_rpc(exc)) from None
+        except MeridianError as exc:
+            raise _browse_error(exc) from None
+        for response in responses:
+            for result in response.results:
+                if result.partition not in got:
+                    continue
+                if result.error != ErrorCode.NONE:
+                    raise _browse_error(MeridianError(result.error))
+                if result.records:
+                    page.fetched_bytes += len(result.records)
+                    self._take(page, result.partition, result, ends[result.partition], wanted, got)
+
+    def _read_partition(
+        self, page: Page, partition: int, end: int, wanted: int, got: dict[int, int]
+    ) -> None:
+        while got[partition] < wanted and page.next_positions[partition] < end:
             budget = PAGE_MAX_BYTES - page.fetched_bytes
             if budget <= 0:
                 page.notes.append(
@@ -161,37 +205,57 @@ class Reader:
             page.fetched_bytes += len(result.records)
             if not result.records:
                 return  # nothing more here now (the high watermark read earlier)
-            records, next_offset = self._decode(partition, offset, result)
-            if next_offset is None or next_offset <= offset:
-                page.notes.append(
-                    f"Partition {partition}: the batch at offset {offset} is larger than "
-                    f"{filesizeformat(min(budget, FETCH_MAX_BYTES))}, more than a page reads."
-                )
+            if not self._take(page, partition, result, end, wanted, got):
                 return
-            records = [r for r in records if r.offset < end][: wanted - got]
-            got += len(records)
-            page.records += records
-            page.next_positions[partition] = (
-                records[-1].offset + 1 if got >= wanted and records else next_offset
-            )
 
-    def _fetch(
-        self, partition: int, offset: int, max_bytes: int
-    ) -> broker_pb2.FetchPartitionResult:
-        request = broker_pb2.FetchRequest(
+    def _take(
+        self,
+        page: Page,
+        partition: int,
+        result: broker_pb2.FetchPartitionResult,
+        end: int,
+        wanted: int,
+        got: dict[int, int],
+    ) -> bool:
+        """Adds the records of ``result`` the page still wants and moves the partition's
+        position; False when the partition can go no further on this page."""
+        offset = page.next_positions[partition]
+        records, next_offset = self._decode(partition, offset, result)
+        if next_offset is None or next_offset <= offset:
+            page.notes.append(
+                f"Partition {partition}: the batch at offset {offset} is larger than a page reads."
+            )
+            return False
+        records = [r for r in records if r.offset < end][: wanted - got[partition]]
+        got[partition] += len(records)
+        page.records += records
+        full = got[partition] >= wanted and records
+        page.next_positions[partition] = records[-1].offset + 1 if full else min(next_offset, end)
+        return True
+
+    def _request(
+        self, partitions: list[int], positions: dict[int, int], max_bytes: int
+    ) -> broker_pb2.FetchRequest:
+        return broker_pb2.FetchRequest(
             max_wait_ms=0,
             min_bytes=0,
-            max_bytes=max_bytes,
+            max_bytes=max_bytes * len(partitions),
             replica_id=-1,
             partitions=[
                 broker_pb2.FetchPartition(
                     topic=self.topic,
                     partition=partition,
-                    fetch_offset=offset,
+                    fetch_offset=positions[partition],
                     partition_max_bytes=max_bytes,
                 )
+                for partition in partitions
             ],
         )
+
+    def _fetch(
+        self, partition: int, offset: int, max_bytes: int
+    ) -> broker_pb2.FetchPartitionResult:
+        request = self._request([partition], {partition: offset}, max_bytes)
         try:
             leader = self._metadata.connection_for(self.topic, partition)
             response = leader.broker.Fetch(request, timeout=self._left_s())

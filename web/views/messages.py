@@ -15,17 +15,17 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
-from django.http import HttpRequest, HttpResponse, QueryDict
+from django.http import Http404, HttpRequest, HttpResponse, QueryDict
 from django.shortcuts import redirect, render
 
 from controlplane.core.choices import Role
 from controlplane.topics.models import Topic
-from web.access import console_of, tenant_page
+from web.access import Console, console_of, tenant_page
 from web.auth.session import ACCESS_TOKEN
 from web.forms import NON_FIELD, FormState
 from web.records import PAGE_MAX_BYTES, PAGE_RECORDS, BrowseError, Reader, produce, share
 from web.shown import HEADER_CAP, KEY_CAP, VIEWS, Shown, show, visible
-from web.views.topics import check_form_tenant, topic_in_tenant
+from web.views.topics import check_form_tenant, tenant_topics
 
 MODES = {"newest": "the newest records", "offset": "an offset", "timestamp": "a time"}
 DEFAULT_COUNT = 20
@@ -157,6 +157,22 @@ def _row(record: Any, view: str) -> Row:
     )
 
 
+def _topic(console: Console, full_name: str) -> Topic:
+    """The URL's topic within the page's tenant (404 otherwise, like a missing one),
+    with its cluster's brokers: this page needs no assignments."""
+    found = (
+        tenant_topics(console)
+        .prefetch_related("cluster__brokers")
+        .filter(full_name=full_name)
+        .first()
+        if "\x00" not in full_name
+        else None
+    )
+    if found is None:
+        raise Http404("no such topic")
+    return found
+
+
 def bootstrap_of(topic: Topic) -> list[str]:
     """The addresses of the topic's cluster's brokers (never shown to a tenant)."""
     return [b.address for b in topic.cluster.brokers.all() if b.port]
@@ -227,7 +243,7 @@ def _context(
 def topic_messages(request: HttpRequest, topic: str) -> HttpResponse:
     """GET: a page of records. POST: produce a test record (developers)."""
     console = console_of(request)
-    row = topic_in_tenant(console, topic)
+    row = _topic(console, topic)
     if request.method == "POST":
         return _produce(request, row)
     return _browse(request, row, FormState(fields=PRODUCE_FIELDS), status=200)

@@ -68,7 +68,8 @@ def acme(cluster: Cluster) -> Tenant:
 @pytest.fixture
 def orders(acme: Tenant, auth_broker: BrokerProcess, local_identity: LocalIdentity) -> str:
     """``acme.orders``: 30 records in partition 0 (some JSON, text, binary, hostile,
-    large; a second apart from BASE_MS), 4 in partition 1."""
+    large; a second apart from BASE_MS), 4 in partition 1 (the first large); one batch
+    a record."""
     topic = services.create_topic(
         acme, name="orders", partitions=2, replication_factor=1, actor=Actor.system("test")
     )
@@ -88,7 +89,8 @@ def orders(acme: Tenant, auth_broker: BrokerProcess, local_identity: LocalIdenti
                 timestamp_ms=BASE_MS + i * 1000,
             ).result(timeout=20)  # fmt: skip  (one batch a record: byte caps cut between)
         for i in range(4):
-            producer.send("acme.orders", f"p1 {i}".encode(), partition=1)
+            value = BIG if i == 0 else f"p1 {i}".encode()
+            producer.send("acme.orders", value, partition=1).result(timeout=20)
         producer.flush(timeout=20)
     return topic.full_name
 
@@ -235,3 +237,26 @@ def test_a_page_stops_at_its_byte_cap_and_the_next_goes_on(
     assert offsets(page) == [(0, 5), (0, 6), (0, 7)]
     assert "This page stopped at 2.0\xa0KB fetched; the next page goes on from there." in page
     assert offsets(get(client, link(page, "next")))[0] == (0, 8)
+
+
+def test_all_partitions_are_asked_at_once_and_a_large_batch_alone(
+    orders: str, console_for: ConsoleFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Asked together, partition 1's first batch (10 kB) is more than its 4,000 bytes and
+    # comes back empty; asked again alone, it comes whole.
+    monkeypatch.setattr(records, "FETCH_MAX_BYTES", 4000)
+    alone: list[tuple[int, int]] = []
+    fetch = records.Reader._fetch
+
+    def fetch_alone(reader: records.Reader, partition: int, offset: int, limit: int) -> Any:
+        alone.append((partition, offset))
+        return fetch(reader, partition, offset, limit)
+
+    monkeypatch.setattr(records.Reader, "_fetch", fetch_alone)
+    client = console_for(roles={"acme": "viewer"})
+    page = get(client, "?partition=all&mode=offset&offset=0&count=4")
+    assert offsets(page) == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert (1, 0) in alone  # asked again alone
+    assert (0, 0) not in alone  # came with the first round
+    assert "x" * 4096 + "</pre>" in page
+    assert offsets(get(client, link(page, "next"))) == [(0, 2), (0, 3), (1, 2), (1, 3)]
