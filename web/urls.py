@@ -10,6 +10,7 @@ from web.views import (
     groups,
     home,
     members,
+    messages,
     service_accounts,
     topics,
 )
@@ -31,6 +32,7 @@ urlpatterns = [
     path(TOPIC + "config/", topics.topic_config, name="topic-config"),
     path(TOPIC + "partitions/", topics.topic_partitions, name="topic-partitions"),
     path(TOPIC + "delete/", topics.topic_delete, name="topic-delete"),
+    path(TOPIC + "messages/", messages.topic_messages, name="topic-messages"),
     path(ACCOUNTS, service_accounts.account_list, name="service-account-list"),
     path(ACCOUNT, service_accounts.account_detail, name="service-account-detail"),
     path(ACCOUNT + "role/", service_accounts.account_role, name="service-account-role"),

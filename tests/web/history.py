@@ -43,7 +43,7 @@ def seed_history(
         observation = Observation(
             topics={n: TopicCounters(e, e * RECORD_BYTES) for n, e in ends.items()},
             groups={
-                (g, t): GroupCounters(committed[g], ends[t] - committed[g])
+                (g, t): GroupCounters({0: committed[g]}, ends[t] - committed[g])
                 for g, t in groups.items()
             },
         )

@@ -43,8 +43,8 @@ def history() -> None:
         observation = Observation(
             topics={n: TopicCounters(r * tick, r * tick) for n, r in per_tick.items()},
             groups={
-                ("acme.billing", "acme.orders"): GroupCounters(20 * tick, 0),
-                ("acme.search", "acme.orders"): GroupCounters(30 * tick, 0),
+                ("acme.billing", "acme.orders"): GroupCounters({0: 20 * tick}, 0),
+                ("acme.search", "acme.orders"): GroupCounters({0: 30 * tick}, 0),
             },
         )
         services.record_observation(observation, start + timedelta(seconds=10 * tick))
