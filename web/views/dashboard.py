@@ -48,6 +48,11 @@ class QuotaLine:
     in_bytes: bool
 
     @property
+    def is_rate(self) -> bool:
+        """A per-second rate, which brokers enforce as it happens (no usage held)."""
+        return self.name.endswith("_per_s")
+
+    @property
     def percent(self) -> int | None:
         if self.used is None or self.limit <= 0:
             return None

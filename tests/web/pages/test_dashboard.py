@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from controlplane.core.actors import Actor
@@ -25,6 +27,12 @@ def test_the_dashboard_shows_usage_against_every_quota(
         assert f'id="quota-{quota}"' in page
     assert f'max="{acme.quota.max_topics}" value="1"' in page
     assert f'max="{acme.quota.max_partitions}" value="3"' in page
+    rows = dict(re.findall(r'<tr id="quota-(\w+)">(.*?)</tr>', page, re.S))
+    assert re.search(r"<td>\d+/s</td>", rows["requests_per_s"])
+    assert "enforced by brokers" in rows["requests_per_s"]
+    for count in ("max_lanes", "max_mirrors"):  # counts, not rates
+        assert re.search(r"<td>\d+</td>", rows[count])
+        assert "enforced by brokers" not in rows[count]
 
 
 def test_administrators_see_recent_changes(acme: Tenant, console_for: ConsoleFactory) -> None:
