@@ -56,7 +56,10 @@ def artifacts_dir() -> Path:
     return Path(os.environ.get("MERIDIAN_ARTIFACTS") or REPO_ROOT / "var" / "test-artifacts")
 
 
-@pytest.fixture(scope="session")
+# Per module, not per session: Playwright's sync API keeps an asyncio loop running in the
+# main thread while it is open, and tests of other folders (which run in between, ordered
+# by tier) call asyncio.run.
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     chromium = os.environ.get("MERIDIAN_CHROMIUM") or shutil.which("chromium")
     if not chromium:
