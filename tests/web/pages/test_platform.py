@@ -4,14 +4,18 @@ missing page."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.utils import timezone
 
+from controlplane.core.actors import Actor
 from controlplane.core.models import AuditEvent
 from controlplane.quotas.models import Quota
 from controlplane.regions.models import Broker, Cluster
 from controlplane.tenants.models import Tenant
-from controlplane.topics.models import DriftFinding
+from controlplane.topics.models import DriftFinding, PartitionAssignment
+from controlplane.topics.services import create_topic
 from tests.web.pages.conftest import ConsoleFactory
 from tests.web.pages.test_topics import field_errors
 
@@ -19,6 +23,17 @@ OVERVIEW = "/console/platform/"
 TENANTS = "/console/platform/tenants/"
 CREATE = "/console/platform/tenants/new/"
 PAGES = [OVERVIEW, TENANTS, "/console/platform/tenants/acme/"]
+
+
+ADMIN = Actor.system("test")
+
+
+def broker_cells(page: str, broker: Broker) -> list[str]:
+    """The text of the broker's row's first seven cells (before its form)."""
+    match = re.search(rf'<tr id="broker-{broker.pk}">(.*?)</tr>', page, re.S)
+    assert match is not None
+    cells = re.findall(r"<td>(.*?)</td>", match.group(1), re.S)
+    return [re.sub(r"<[^>]+>", "", cell).strip() for cell in cells[:7]]
 
 
 def decommission_url(broker: Broker) -> str:
@@ -122,3 +137,28 @@ def test_quota_change_is_validated_and_audited(acme: Tenant, console_for: Consol
     assert response.status_code == 302
     assert Quota.objects.get(tenant=acme).max_topics == 77
     assert AuditEvent.objects.filter(action="quota.update").exists()
+
+
+def test_brokers_show_partitions_led_and_hosted_and_bytes(
+    cluster_rows: Cluster, acme: Tenant, console_for: ConsoleFactory
+) -> None:
+    topic = create_topic(acme, name="orders", partitions=2, replication_factor=3, actor=ADMIN)
+    one = cluster_rows.brokers.get(broker_id=1)
+    PartitionAssignment.objects.filter(topic=topic).update(leader=one, size_bytes=2048)
+    page = console_for(platform_admin=True).get(OVERVIEW).content.decode()
+    cells = broker_cells(page, one)
+    assert cells[1] == "127.0.0.1:40001"
+    assert cells[4:7] == ["2", "2", "4.0\xa0KB"]
+    assert broker_cells(page, cluster_rows.brokers.get(broker_id=3))[4:6] == ["0", "2"]
+
+
+def test_a_decommission_the_service_refuses_shows_its_message(
+    cluster_rows: Cluster, acme: Tenant, console_for: ConsoleFactory
+) -> None:
+    create_topic(acme, name="orders", partitions=1, replication_factor=3, actor=ADMIN)
+    broker = cluster_rows.brokers.get(broker_id=1)
+    response = console_for(platform_admin=True).post(decommission_url(broker), {"confirm": "c1/1"})
+    assert response.status_code == 422
+    assert "every other broker already holds it" in response.content.decode()
+    broker.refresh_from_db()
+    assert broker.phase == "ready"
