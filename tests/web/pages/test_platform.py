@@ -58,8 +58,21 @@ def test_anyone_else_gets_the_404_of_a_missing_page(
     response = client.get(url)
     assert response.status_code == 404
     assert response.content == missing.content
+    assert client.post(url, {"max_topics": "1", "confirm": "c1/1"}).status_code == 404
     assert client.post(CREATE, {"slug": "x", "name": "x"}).status_code == 404
     assert not Tenant.objects.filter(slug="x").exists()
+
+
+def test_no_write_reaches_a_service_for_anyone_else(
+    cluster_rows: Cluster, acme: Tenant, console_for: ConsoleFactory
+) -> None:
+    client = console_for(roles={"acme": "tenant-admin"})
+    broker = cluster_rows.brokers.get(broker_id=1)
+    assert client.post(decommission_url(broker), {"confirm": "c1/1"}).status_code == 404
+    assert client.post(PAGES[2], {"max_topics": "1"}).status_code == 404
+    broker.refresh_from_db()
+    assert broker.phase == "ready"
+    assert Quota.objects.get(tenant=acme).max_topics != 1
 
 
 def test_tenant_pages_show_no_platform_link(acme: Tenant, console_for: ConsoleFactory) -> None:
