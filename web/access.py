@@ -114,6 +114,25 @@ def tenant_page(
     return decorate
 
 
+def platform_page(view: View) -> View:
+    """Views of the platform administrator's pages (``/console/platform/...``): anyone
+    else gets the 404 of a URL that matches nothing, byte for byte (``request.actor`` is
+    left unset, so the layout shows what it shows there), so tenant users do not learn
+    the pages exist. No session: sign-in, as any console page."""
+
+    @functools.wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        actor = session_actor(request)
+        if actor is None:
+            return sign_in_redirect(request)
+        if not actor.platform_admin:
+            raise Http404("no such page")
+        request.actor = actor  # type: ignore[attr-defined]
+        return view(request, *args, **kwargs)
+
+    return wrapper
+
+
 def console_of(request: HttpRequest) -> Console:
     console = getattr(request, "console", None)
     assert isinstance(console, Console), "view not wrapped by tenant_page"

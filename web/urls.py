@@ -11,6 +11,7 @@ from web.views import (
     home,
     members,
     messages,
+    platform,
     service_accounts,
     topics,
 )
@@ -23,6 +24,16 @@ ACCOUNT = ACCOUNTS + "<str:account>/"
 
 urlpatterns = [
     path("", home.index, name="index"),
+    # The platform administrator's pages: a 404 for everyone else.
+    path("platform/", platform.overview, name="platform-overview"),
+    path(
+        "platform/brokers/<int:broker>/decommission/",
+        platform.broker_decommission,
+        name="platform-broker-decommission",
+    ),
+    path("platform/tenants/", platform.tenant_list, name="platform-tenant-list"),
+    path("platform/tenants/new/", platform.tenant_create, name="platform-tenant-create"),
+    path("platform/tenants/<str:tenant>/", platform.tenant_detail, name="platform-tenant-detail"),
     path("t/<slug:tenant>/", dashboard.dashboard, name="dashboard"),
     path("t/<slug:tenant>/metrics.json", charts.dashboard_metrics, name="dashboard-metrics"),
     path("t/<slug:tenant>/topics/", topics.topic_list, name="topic-list"),
