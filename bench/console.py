@@ -1,7 +1,8 @@
 """Console data benchmark: the cost of rate and lag history at 10,000 topics.
 
     .venv/bin/python bench/console.py            # ~3 min
-    .venv/bin/python bench/console.py --quick    # 1,000 topics, a smoke run
+    .venv/bin/python bench/console.py --quick    # 1,000 topics in 1-5, a smoke run
+    .venv/bin/python bench/console.py --pages-only   # section 6 alone (always 10,000 topics)
 
 Needs the test services (Postgres on 127.0.0.1:55432). Uses its own database
 ``meridian_bench_console`` (dropped and created afresh each run). Progress goes to
@@ -313,7 +314,11 @@ def signed_in(slug: str) -> Any:
 
 
 def pages(profile: bool) -> int:
-    """Section 6 (see the module docstring); 0 when every page meets the aim."""
+    """Section 6 (see the module docstring): the table says PASS or MISS per page."""
+    if "django" in sys.modules:  # after the other sections: their connection goes first
+        from django.db import connections
+
+        connections.close_all()
     fresh_database()
     setup_django()
     log("pages: 1,000 tenants, 10,000 topics ...")
@@ -364,7 +369,7 @@ def pages(profile: bool) -> int:
         profiler.disable()
         print(f"\ncProfile of {worst}, 20 requests, top by own time:\n")
         pstats.Stats(profiler, stream=sys.stdout).sort_stats("tottime").print_stats(15)
-    return 0 if all(pct(v, 0.99) * 1000 < aim for v in timings.values()) else 1
+    return 0
 
 
 def bulk_topics(count: int) -> None:
