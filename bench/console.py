@@ -10,7 +10,8 @@ stderr, the report to stdout. No brokers: the collector is fed synthetic observa
 (what one pass over the brokers returns), so the figures are the control plane's side:
 rates from counter deltas, series lookup, the one bulk upsert per interval, the state
 row, and the roll-up and retention statements. The broker side is one ``DescribeState``,
-``ListGroups`` and ``DescribeGroups`` per broker per interval, whatever the topic count.
+``ListGroups``, ``DescribeGroups`` and ``ListOffsets`` per broker per interval, whatever
+the topic count.
 
 1. **Collect**: 10,000 topics (10 per tenant, 1,000 tenants) and 2,000 group-topic
    series, in virtual time (10 s per tick, starting 30 minutes ago): per tick the
