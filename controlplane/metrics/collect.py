@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from controlplane.gateway import admin as brokers
-from controlplane.gateway.errors import BrokerUnavailable
+from controlplane.gateway.errors import BrokerRefusedError, BrokerUnavailable
 from controlplane.regions.models import Broker
 from dataplane._gen.meridian.v1 import admin_pb2, group_pb2
 from dataplane.errors import ErrorCode
@@ -161,6 +161,8 @@ def _record_ages(
             ages.update(brokers.record_ages(address, sorted(asked, key=_order)))
         except BrokerUnavailable as exc:
             log.info("metrics collection has no record ages from %s: %s", address, exc)
+        except BrokerRefusedError as exc:  # lag in seconds null, the rest of the pass kept
+            log.warning("metrics collection: %s refused ListOffsets: %s", address, exc)
     return ages
 
 
