@@ -15,9 +15,9 @@ from typing import TypeVar
 import grpc
 from django.conf import settings
 
-from controlplane.gateway.channels import admin_stub, drop_channel, group_stub
+from controlplane.gateway.channels import admin_stub, broker_stub, drop_channel, group_stub
 from controlplane.gateway.errors import BrokerUnavailable, check_results, classify
-from dataplane._gen.meridian.v1 import admin_pb2, common_pb2, group_pb2
+from dataplane._gen.meridian.v1 import admin_pb2, broker_pb2, common_pb2, group_pb2
 from dataplane.errors import ErrorCode, MeridianError, error_from_rpc
 
 K = TypeVar("K")
@@ -54,12 +54,13 @@ def spec(topic: str, partition: int, config: DesiredConfig) -> admin_pb2.Partiti
 
 
 def _call(address: str, method: str, request: object, *, service: str = "Admin") -> object:
-    """Call ``<service>.<method>`` (``Admin`` or ``GroupCoordinator``); a failed call
+    """Call ``<service>.<method>`` (``Admin``, ``Group`` or ``Broker``); a failed call
     raises ``BrokerUnavailable`` when its code is retriable (transport failures are),
     ``BrokerRefusedError`` when not."""
     if not address:
         raise BrokerUnavailable(address, "the broker has no address yet")
-    stub = admin_stub(address) if service == "Admin" else group_stub(address)
+    stubs = {"Admin": admin_stub, "Group": group_stub, "Broker": broker_stub}
+    stub = stubs[service](address)
     try:
         return getattr(stub, method)(request, timeout=settings.BROKER_RPC_TIMEOUT_S)
     except grpc.RpcError as exc:
@@ -121,6 +122,47 @@ def describe_groups(address: str, group_ids: Sequence[str]) -> list[group_pb2.Gr
     response = _call(address, "DescribeGroups", request, service="Group")
     assert isinstance(response, group_pb2.DescribeGroupsResponse)
     return list(response.groups)
+
+
+@dataclass(frozen=True)
+class RecordAt:
+    """The record at ``offset`` of a partition (a group's committed offset)."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+def record_ages(address: str, asked: Sequence[RecordAt]) -> dict[RecordAt, int]:
+    """``Broker.ListOffsets`` with ``record_at``: from the partitions' leader at
+    ``address``, the age in ms of the record at each offset (0 when there is none: the
+    group is caught up), in one call. An item the broker refused (not its leader any
+    more, an unknown partition) is left out."""
+    request = broker_pb2.ListOffsetsRequest(
+        partitions=[
+            broker_pb2.ListOffsetsPartition(
+                topic=a.topic, partition=a.partition, timestamp=-1, record_at=a.offset
+            )
+            for a in asked
+        ]
+    )
+    response = _call(address, "ListOffsets", request, service="Broker")
+    assert isinstance(response, broker_pb2.ListOffsetsResponse)
+    # The answers keep the order of the asks, except that refused ones (whole topics,
+    # always with an error) may come last: match each answer to the next ask of its
+    # partition.
+    queues: dict[tuple[str, int], list[RecordAt]] = {}
+    for a in asked:
+        queues.setdefault((a.topic, a.partition), []).append(a)
+    ages: dict[RecordAt, int] = {}
+    for result in response.results:
+        queue = queues.get((result.topic, result.partition))
+        if not queue:
+            continue
+        item = queue.pop(0)
+        if result.error == ErrorCode.NONE:
+            ages[item] = max(0, result.record_age_ms)
+    return ages
 
 
 def ensure_partitions(

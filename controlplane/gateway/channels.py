@@ -19,7 +19,7 @@ import grpc
 from django.conf import settings
 
 from controlplane.accounts.internal import controller_tokens
-from dataplane._gen.meridian.v1 import admin_pb2_grpc, group_pb2_grpc
+from dataplane._gen.meridian.v1 import admin_pb2_grpc, broker_pb2_grpc, group_pb2_grpc
 from dataplane.client.connection import CHANNEL_OPTIONS, ChannelSecurity
 
 OPTIONS = [
@@ -61,6 +61,12 @@ def group_stub(address: str) -> group_pb2_grpc.GroupCoordinatorStub:
     """A GroupCoordinator stub on the pooled channel to ``address`` (non-empty): the
     control plane reads groups (to chart their lag) with its internal token."""
     return group_pb2_grpc.GroupCoordinatorStub(_pooled(address))
+
+
+def broker_stub(address: str) -> broker_pb2_grpc.BrokerStub:
+    """A Broker stub on the pooled channel to ``address`` (non-empty): the control plane
+    asks leaders ``ListOffsets`` (the age of a group's oldest unconsumed record)."""
+    return broker_pb2_grpc.BrokerStub(_pooled(address))
 
 
 def drop_channel(address: str) -> None:

@@ -9,18 +9,22 @@ would read as a drop); per group and topic: the sum of committed offsets and the
 committed offset of each partition (a consume rate counts only partitions committed in
 both readings: a first commit, far from zero, is not consumption).
 
-Lag in seconds needs the brokers to report it per partition; ``group.proto`` has no such
-field yet, so ``lag_s`` stays None.
+Lag in seconds: once the brokers have answered, each partition's leader is asked once per
+pass (one ``ListOffsets`` per broker, for every group at once) the age of the record at
+each committed offset below the high watermark (the group's oldest unconsumed record); a
+partition caught up has age 0 without asking. ``lag_s`` of a group and topic is the
+largest age over its partitions, in seconds; None when some partition behind got no
+answer (its leader unknown or not answering: a partial maximum would understate it).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from controlplane.gateway import admin as brokers
-from controlplane.gateway.errors import BrokerUnavailable
+from controlplane.gateway.errors import BrokerRefusedError, BrokerUnavailable
 from controlplane.regions.models import Broker
 from dataplane._gen.meridian.v1 import admin_pb2, group_pb2
 from dataplane.errors import ErrorCode
@@ -56,6 +60,7 @@ class Observation:
 @dataclass
 class _Leaders:
     partitions: dict[TopicPartition, admin_pb2.PartitionState] = field(default_factory=dict)
+    addresses: dict[TopicPartition, str] = field(default_factory=dict)
 
 
 def observe(live: Iterable[Broker], partitions_of: dict[str, int]) -> Observation:
@@ -75,6 +80,11 @@ def observe(live: Iterable[Broker], partitions_of: dict[str, int]) -> Observatio
         observation.brokers_answered += 1
     observation.topics = _topic_counters(leaders, partitions_of)
     observation.groups = _group_counters(descriptions, leaders)
+    ages = _record_ages(observation.groups, leaders)
+    observation.groups = {
+        key: replace(counters, lag_s=_lag_s(key[1], counters, leaders, ages))
+        for key, counters in observation.groups.items()
+    }
     return observation
 
 
@@ -82,6 +92,7 @@ def _read_partitions(address: str, leaders: _Leaders) -> None:
     for state in brokers.describe_state(address).partitions:
         if state.role == "leader" and not state.offline:
             leaders.partitions[(state.topic, state.partition)] = state
+            leaders.addresses[(state.topic, state.partition)] = address
 
 
 def _read_groups(address: str) -> list[group_pb2.GroupDescription]:
@@ -125,3 +136,51 @@ def _group_counters(
             behind = max(0, state.high_watermark - offset.offset) if state is not None else 0
             lag[key] = lag.get(key, 0) + behind
     return {key: GroupCounters(offsets, lag[key]) for key, offsets in committed.items()}
+
+
+def _behind(leaders: _Leaders, topic: str, partition: int, offset: int) -> bool:
+    """Whether a commit at ``offset`` leaves records to consume (unknown leader: yes)."""
+    state = leaders.partitions.get((topic, partition))
+    return state is None or offset < state.high_watermark
+
+
+def _record_ages(
+    groups: dict[tuple[str, str], GroupCounters], leaders: _Leaders
+) -> dict[brokers.RecordAt, int]:
+    """The age (ms) of the record at every committed offset behind its high watermark:
+    one call per leader broker, each distinct (partition, offset) asked once."""
+    by_leader: dict[str, set[brokers.RecordAt]] = {}
+    for (_, topic), counters in groups.items():
+        for partition, offset in counters.committed.items():
+            address = leaders.addresses.get((topic, partition))
+            if address is not None and _behind(leaders, topic, partition, offset):
+                by_leader.setdefault(address, set()).add(brokers.RecordAt(topic, partition, offset))
+    ages: dict[brokers.RecordAt, int] = {}
+    for address, asked in by_leader.items():
+        try:
+            ages.update(brokers.record_ages(address, sorted(asked, key=_order)))
+        except BrokerUnavailable as exc:
+            log.info("metrics collection has no record ages from %s: %s", address, exc)
+        except BrokerRefusedError as exc:  # lag in seconds null, the rest of the pass kept
+            log.warning("metrics collection: %s refused ListOffsets: %s", address, exc)
+    return ages
+
+
+def _order(item: brokers.RecordAt) -> tuple[str, int, int]:
+    return (item.topic, item.partition, item.offset)
+
+
+def _lag_s(
+    topic: str, counters: GroupCounters, leaders: _Leaders, ages: dict[brokers.RecordAt, int]
+) -> float | None:
+    """The largest age (s) over the group's partitions of ``topic``; None when one
+    behind has no answer."""
+    largest = 0
+    for partition, offset in counters.committed.items():
+        if not _behind(leaders, topic, partition, offset):
+            continue
+        age = ages.get(brokers.RecordAt(topic, partition, offset))
+        if age is None:
+            return None
+        largest = max(largest, age)
+    return largest / 1000

@@ -1,15 +1,19 @@
 """Collection against three real broker processes, through the gateway: a topic taking
 produce traffic shows a positive produce rate; a group committing offsets shows its
-consume rate and lag."""
+consume rate and lag, in records and in seconds (the age of its oldest unconsumed
+record, from the partitions' leaders)."""
 
 from __future__ import annotations
+
+import time
 
 import pytest
 
 from controlplane.core.actors import Actor
-from controlplane.metrics import services
+from controlplane.metrics import collect, services
 from controlplane.metrics.models import Block, Collection, Series
 from controlplane.metrics.tiers import FINE
+from controlplane.regions.models import Broker
 from controlplane.topics import services as topics
 from controlplane.topics.reconcile import reconcile_topic
 from dataplane.client import Consumer, Producer
@@ -89,4 +93,34 @@ def test_a_group_committing_offsets_shows_consume_rate_and_lag(
     consumed = _latest(series, "records_per_s")
     assert consumed is not None
     assert consumed > 0
-    assert _latest(series, "lag_s") is None
+    lag_s = _latest(series, "lag_s")
+    assert lag_s is not None
+    assert lag_s > 0
+
+
+def _lag_s(orders: str) -> float | None:
+    observation = collect.observe(Broker.objects.exclude(port=None), {orders: 3})
+    return observation.groups[("acme.billing", orders)].lag_s
+
+
+def test_a_group_behind_has_a_growing_lag_in_seconds_and_zero_once_caught_up(
+    cluster: list[BrokerProcess], orders: str
+) -> None:
+    _produce(cluster, orders, 90)  # 30 per partition
+    partitions = [TopicPartition(orders, p) for p in range(3)]
+    with Consumer([b.address for b in cluster], group_id="acme.billing") as consumer:
+        consumer.commit({tp: 5 for tp in partitions})
+        before = _lag_s(orders)
+        time.sleep(1.1)
+        after = _lag_s(orders)
+        assert before is not None
+        assert after is not None
+        assert 0 < before < after
+        services.collect_metrics()
+
+        consumer.commit({tp: 30 for tp in partitions})
+        assert _lag_s(orders) == 0
+        services.collect_metrics()
+
+    series = Series.objects.get(kind="group", group="acme.billing", topic=orders)
+    assert _latest(series, "lag_s") == 0
