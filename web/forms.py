@@ -44,6 +44,16 @@ class FormState:
         return not self.errors
 
 
+def typed_confirmation(post: Mapping[str, str], expected: str, refusal: str) -> FormState:
+    """The ``confirm`` field of a destructive form: ``ok`` when it holds exactly
+    ``expected``, else carrying ``refusal`` under the field and what was typed."""
+    typed = post.get("confirm", "").strip()
+    state = FormState(fields=("confirm",), values={"confirm": typed})
+    if typed != expected:
+        state.errors = {"confirm": [refusal]}
+    return state
+
+
 def typed_values(post: Mapping[str, str], fields: Iterable[str]) -> dict[str, str]:
     """The form's fields as typed (stripped); empty ones are left out, so the API's
     defaults (or the current value) apply."""

@@ -36,7 +36,7 @@ from controlplane.topics.api.views import BrokerViewSet, DriftFindingViewSet
 from controlplane.topics.models import DriftFinding, PartitionAssignment
 from controlplane.topics.placement import broker_loads
 from web.access import platform_page
-from web.forms import NON_FIELD, FormState, submit
+from web.forms import NON_FIELD, FormState, submit, typed_confirmation
 
 TENANT_FIELDS = ("slug", "name", "home_region")
 
@@ -82,10 +82,10 @@ def broker_decommission(request: HttpRequest, broker: int) -> HttpResponse:
     if request.method != "POST":
         return redirect("web:platform-overview")
     expected = _confirmation(row)
-    typed = request.POST.get("confirm", "").strip()
-    state = FormState(fields=("confirm",), values={"confirm": typed})
-    if typed != expected:
-        state.errors = {"confirm": [f"type {expected} to decommission this broker"]}
+    state = typed_confirmation(
+        request.POST, expected, f"type {expected} to decommission this broker"
+    )
+    if not state.ok:
         return _overview(request, decommission=(row.pk, state))
     try:
         reassignment.decommission_broker(row, actor=_actor(request))

@@ -29,7 +29,7 @@ from controlplane.accounts.filtersets import ServiceAccountFilterSet
 from controlplane.accounts.models import ServiceAccount
 from controlplane.core.choices import Role
 from web.access import Console, console_of, tenant_page
-from web.forms import FormState, on_field, submit
+from web.forms import FormState, on_field, submit, typed_confirmation
 from web.unavailable import identity_provider_write
 from web.views.topics import check_form_tenant
 
@@ -127,12 +127,11 @@ def account_delete(request: HttpRequest, account: str) -> HttpResponse:
     if request.method != "POST":
         return redirect("web:service-account-detail", tenant=console.tenant.slug, account=row.name)
     check_form_tenant(console, request.POST)
-    typed = request.POST.get("confirm", "").strip()
-    if typed == row.name:
+    refusal = f"type the account's name, {row.name}, to delete it"
+    state = typed_confirmation(request.POST, row.name, refusal)
+    if state.ok:
         services.delete_service_account(row, actor=console.actor)
         return redirect("web:service-account-list", tenant=console.tenant.slug)
-    state = FormState(fields=("confirm",), values={"confirm": typed})
-    state.errors = {"confirm": [f"type the account's name, {row.name}, to delete it"]}
     return _detail(request, row, delete_form=state)
 
 

@@ -23,7 +23,7 @@ from controlplane.topics.filtersets import TopicFilterSet
 from controlplane.topics.models import Topic
 from web import charts
 from web.access import Console, console_of, tenant_page
-from web.forms import FormState, submit
+from web.forms import FormState, submit, typed_confirmation
 from web.partitions import partition_rows
 
 PAGE_SIZE = 50
@@ -154,12 +154,11 @@ def topic_delete(request: HttpRequest, topic: str) -> HttpResponse:
     if request.method != "POST":
         return redirect("web:topic-detail", tenant=console.tenant.slug, topic=row.full_name)
     check_form_tenant(console, request.POST)
-    typed = request.POST.get("confirm", "").strip()
-    if typed == row.full_name:
+    refusal = f"type the topic's name, {row.full_name}, to delete it"
+    state = typed_confirmation(request.POST, row.full_name, refusal)
+    if state.ok:
         services.delete_topic(row, actor=console.actor)
         return redirect("web:topic-list", tenant=console.tenant.slug)
-    state = FormState(fields=("confirm",), values={"confirm": typed})
-    state.errors = {"confirm": [f"type the topic's name, {row.full_name}, to delete it"]}
     return _detail_with(request, row, "delete_form", state)
 
 
