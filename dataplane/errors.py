@@ -48,6 +48,8 @@ GRPC_STATUS: dict[int, grpc.StatusCode] = {
     ErrorCode.FENCED_LEADER_EPOCH: grpc.StatusCode.FAILED_PRECONDITION,
     ErrorCode.UNKNOWN_LEADER_EPOCH: grpc.StatusCode.FAILED_PRECONDITION,
     ErrorCode.LEADER_NOT_AVAILABLE: grpc.StatusCode.UNAVAILABLE,
+    ErrorCode.LANE_TOPIC_PENDING: grpc.StatusCode.UNAVAILABLE,
+    ErrorCode.HANDOVER_IN_PROGRESS: grpc.StatusCode.UNAVAILABLE,
     ErrorCode.INVALID_REQUEST: grpc.StatusCode.INVALID_ARGUMENT,
     ErrorCode.CORRUPT_MESSAGE: grpc.StatusCode.INVALID_ARGUMENT,
     ErrorCode.INVALID_RECORD: grpc.StatusCode.INVALID_ARGUMENT,
@@ -79,6 +81,7 @@ GRPC_STATUS: dict[int, grpc.StatusCode] = {
     ErrorCode.CLUSTER_AUTHORIZATION_FAILED: grpc.StatusCode.PERMISSION_DENIED,
     ErrorCode.QUOTA_EXCEEDED: grpc.StatusCode.RESOURCE_EXHAUSTED,
     ErrorCode.REASSIGNMENT_IN_PROGRESS: grpc.StatusCode.FAILED_PRECONDITION,
+    ErrorCode.LANE_NOT_FOUND: grpc.StatusCode.NOT_FOUND,
 }
 
 

@@ -336,10 +336,13 @@ class UpdateMetadataRequest(_message.Message):
     TENANTS_FIELD_NUMBER: _builtins.int
     IDENTITIES_LISTED_FIELD_NUMBER: _builtins.int
     REVOKED_ACCOUNTS_FIELD_NUMBER: _builtins.int
+    LANES_FIELD_NUMBER: _builtins.int
+    LANES_LISTED_FIELD_NUMBER: _builtins.int
     controller_id: _builtins.str
     controller_epoch: _builtins.int
     cluster_id: _builtins.str
     identities_listed: _builtins.bool
+    lanes_listed: _builtins.bool
     @_builtins.property
     def brokers(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.BrokerInfo]: ...
     @_builtins.property
@@ -360,6 +363,13 @@ class UpdateMetadataRequest(_message.Message):
 
     @_builtins.property
     def revoked_accounts(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def lanes(self) -> _containers.RepeatedCompositeFieldContainer[Global___LaneDeclaration]:
+        """The tenants' declared lanes: the complete set when lanes_listed. Unset (a broker no
+        controller manages): no lane is declared, so lane topics that exist serve as plain
+        topics and a missing one is LANE_NOT_FOUND.
+        """
+
     def __init__(
         self,
         *,
@@ -372,14 +382,72 @@ class UpdateMetadataRequest(_message.Message):
         tenants: _abc.Iterable[Global___TenantIdentity] | None = ...,
         identities_listed: _builtins.bool = ...,
         revoked_accounts: _abc.Iterable[_builtins.str] | None = ...,
+        lanes: _abc.Iterable[Global___LaneDeclaration] | None = ...,
+        lanes_listed: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["brokers", b"brokers", "cluster_id", b"cluster_id", "controller_epoch", b"controller_epoch", "controller_id", b"controller_id", "identities_listed", b"identities_listed", "quotas", b"quotas", "revoked_accounts", b"revoked_accounts", "tenants", b"tenants", "topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["brokers", b"brokers", "cluster_id", b"cluster_id", "controller_epoch", b"controller_epoch", "controller_id", b"controller_id", "identities_listed", b"identities_listed", "lanes", b"lanes", "lanes_listed", b"lanes_listed", "quotas", b"quotas", "revoked_accounts", b"revoked_accounts", "tenants", b"tenants", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___UpdateMetadataRequest: _TypeAlias = UpdateMetadataRequest  # noqa: Y015
+
+@_typing.final
+class LaneDeclaration(_message.Message):
+    """A lane of a tenant, as the brokers need it: to tell a missing lane topic of a declared
+    lane (LANE_TOPIC_PENDING, reported as demand) from an undeclared lane (LANE_NOT_FOUND),
+    and to tell trunk consumers which lane topics they take while the lane is orphaned.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TENANT_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    ALL_TOPICS_FIELD_NUMBER: _builtins.int
+    TOPICS_FIELD_NUMBER: _builtins.int
+    CONSUME_TRUNK_FIELD_NUMBER: _builtins.int
+    ORPHAN_POLICY_FIELD_NUMBER: _builtins.int
+    LIVE_TOPICS_FIELD_NUMBER: _builtins.int
+    PARTITIONS_FIELD_NUMBER: _builtins.int
+    tenant: _builtins.str
+    """the tenant's slug (the prefix of its topic names)"""
+    name: _builtins.str
+    all_topics: _builtins.bool
+    """covers every topic of the tenant"""
+    consume_trunk: _builtins.bool
+    """its consumer groups read the trunk topics too"""
+    orphan_policy: _builtins.str
+    """trunk | hold"""
+    partitions: _builtins.int
+    """of its lane topics; 0: the trunk topic's count"""
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """else: the trunk topics it covers (full names)"""
+
+    @_builtins.property
+    def live_topics(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """trunk topics (full names) some group of this lane consumes now"""
+
+    def __init__(
+        self,
+        *,
+        tenant: _builtins.str = ...,
+        name: _builtins.str = ...,
+        all_topics: _builtins.bool = ...,
+        topics: _abc.Iterable[_builtins.str] | None = ...,
+        consume_trunk: _builtins.bool = ...,
+        orphan_policy: _builtins.str = ...,
+        live_topics: _abc.Iterable[_builtins.str] | None = ...,
+        partitions: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["all_topics", b"all_topics", "consume_trunk", b"consume_trunk", "live_topics", b"live_topics", "name", b"name", "orphan_policy", b"orphan_policy", "partitions", b"partitions", "tenant", b"tenant", "topics", b"topics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LaneDeclaration: _TypeAlias = LaneDeclaration  # noqa: Y015
 
 @_typing.final
 class TenantIdentity(_message.Message):
@@ -568,6 +636,9 @@ class UpdateMetadataResponse(_message.Message):
     UPTIME_MS_FIELD_NUMBER: _builtins.int
     VERSION_FIELD_NUMBER: _builtins.int
     ISR_PROPOSALS_FIELD_NUMBER: _builtins.int
+    LANE_TOPIC_DEMANDS_FIELD_NUMBER: _builtins.int
+    LANE_CONSUMERS_FIELD_NUMBER: _builtins.int
+    LANE_ACTIVITY_FIELD_NUMBER: _builtins.int
     broker_id: _builtins.int
     health: _builtins.str
     """ok | degraded (some hosted partition is offline)"""
@@ -586,6 +657,25 @@ class UpdateMetadataResponse(_message.Message):
         carries an ISR that matches or supersedes them.
         """
 
+    @_builtins.property
+    def lane_topic_demands(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Lane topics (full names) of declared lanes that clients asked for (produce or
+        metadata) and this broker does not know: the controller creates them. Repeated at
+        every push until the push lists the topic.
+        """
+
+    @_builtins.property
+    def lane_consumers(self) -> _containers.RepeatedCompositeFieldContainer[Global___LaneConsumers]:
+        """Lane consumer groups (ids "<group>~<lane>") coordinated here that have a live member,
+        with the lane topics their members subscribe to.
+        """
+
+    @_builtins.property
+    def lane_activity(self) -> _containers.RepeatedCompositeFieldContainer[Global___LaneTopicActivity]:
+        """Lane topics with a partition led here: when this broker last appended to or served a
+        consumer fetch of any of them (wall-clock ms; 0: not since it started).
+        """
+
     def __init__(
         self,
         *,
@@ -599,14 +689,65 @@ class UpdateMetadataResponse(_message.Message):
         uptime_ms: _builtins.int = ...,
         version: _builtins.str = ...,
         isr_proposals: _abc.Iterable[Global___IsrProposal] | None = ...,
+        lane_topic_demands: _abc.Iterable[_builtins.str] | None = ...,
+        lane_consumers: _abc.Iterable[Global___LaneConsumers] | None = ...,
+        lane_activity: _abc.Iterable[Global___LaneTopicActivity] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_id", b"broker_id", "controller_epoch", b"controller_epoch", "health", b"health", "hosted_bytes", b"hosted_bytes", "hosted_partitions", b"hosted_partitions", "hosted_topics", b"hosted_topics", "isr_proposals", b"isr_proposals", "offline_partitions", b"offline_partitions", "uptime_ms", b"uptime_ms", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_id", b"broker_id", "controller_epoch", b"controller_epoch", "health", b"health", "hosted_bytes", b"hosted_bytes", "hosted_partitions", b"hosted_partitions", "hosted_topics", b"hosted_topics", "isr_proposals", b"isr_proposals", "lane_activity", b"lane_activity", "lane_consumers", b"lane_consumers", "lane_topic_demands", b"lane_topic_demands", "offline_partitions", b"offline_partitions", "uptime_ms", b"uptime_ms", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___UpdateMetadataResponse: _TypeAlias = UpdateMetadataResponse  # noqa: Y015
+
+@_typing.final
+class LaneConsumers(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GROUP_ID_FIELD_NUMBER: _builtins.int
+    TOPICS_FIELD_NUMBER: _builtins.int
+    group_id: _builtins.str
+    @_builtins.property
+    def topics(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        group_id: _builtins.str = ...,
+        topics: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group_id", b"group_id", "topics", b"topics"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LaneConsumers: _TypeAlias = LaneConsumers  # noqa: Y015
+
+@_typing.final
+class LaneTopicActivity(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    LAST_APPEND_MS_FIELD_NUMBER: _builtins.int
+    LAST_FETCH_MS_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    last_append_ms: _builtins.int
+    last_fetch_ms: _builtins.int
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        last_append_ms: _builtins.int = ...,
+        last_fetch_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["last_append_ms", b"last_append_ms", "last_fetch_ms", b"last_fetch_ms", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LaneTopicActivity: _TypeAlias = LaneTopicActivity  # noqa: Y015
 
 @_typing.final
 class IsrProposal(_message.Message):

@@ -470,12 +470,26 @@ class TopicMetadata(_message.Message):
     ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
     PARTITIONS_FIELD_NUMBER: _builtins.int
     INTERNAL_FIELD_NUMBER: _builtins.int
+    TRUNK_FIELD_NUMBER: _builtins.int
+    CONSUME_TRUNK_FIELD_NUMBER: _builtins.int
+    ORPHANED_LANE_TOPICS_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     error: _errors_pb2.ErrorCode.ValueType
     error_message: _builtins.str
     internal: _builtins.bool
+    trunk: _builtins.str
+    """A lane topic (also when its error is LANE_TOPIC_PENDING): its trunk topic, and
+    whether its lane's consumer groups read the trunk too.
+    """
+    consume_trunk: _builtins.bool
     @_builtins.property
     def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartitionMetadata]: ...
+    @_builtins.property
+    def orphaned_lane_topics(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """A trunk topic: its lane topics whose lane has orphan_policy=trunk and no live
+        consumer now. Trunk consumer groups read them until a lane consumer comes.
+        """
+
     def __init__(
         self,
         *,
@@ -484,10 +498,13 @@ class TopicMetadata(_message.Message):
         error_message: _builtins.str = ...,
         partitions: _abc.Iterable[Global___PartitionMetadata] | None = ...,
         internal: _builtins.bool = ...,
+        trunk: _builtins.str = ...,
+        consume_trunk: _builtins.bool = ...,
+        orphaned_lane_topics: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "error_message", b"error_message", "internal", b"internal", "name", b"name", "partitions", b"partitions"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["consume_trunk", b"consume_trunk", "error", b"error", "error_message", b"error_message", "internal", b"internal", "name", b"name", "orphaned_lane_topics", b"orphaned_lane_topics", "partitions", b"partitions", "trunk", b"trunk"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

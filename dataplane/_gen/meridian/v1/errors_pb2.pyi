@@ -50,6 +50,10 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     """the request carries a newer leader epoch than this broker knows"""
     LEADER_NOT_AVAILABLE: _ErrorCode.ValueType  # 16
     """no leader right now (election in progress, or offline)"""
+    LANE_TOPIC_PENDING: _ErrorCode.ValueType  # 17
+    """a declared lane's topic is being created on first use: retry shortly"""
+    HANDOVER_IN_PROGRESS: _ErrorCode.ValueType  # 18
+    """another group of the family still holds this lane partition: retry"""
     INVALID_REQUEST: _ErrorCode.ValueType  # 100
     """-- not retriable ------------------------------------------------------------------"""
     CORRUPT_MESSAGE: _ErrorCode.ValueType  # 101
@@ -91,6 +95,8 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     QUOTA_EXCEEDED: _ErrorCode.ValueType  # 129
     """the tenant's storage (or another non-rate) quota is used up"""
     REASSIGNMENT_IN_PROGRESS: _ErrorCode.ValueType  # 130
+    LANE_NOT_FOUND: _ErrorCode.ValueType  # 131
+    """the lane is not declared by the topic's tenant, or does not cover the topic"""
 
 class ErrorCode(_ErrorCode, metaclass=_ErrorCodeEnumTypeWrapper):
     """Every failure the data plane reports. Per-partition failures travel in the result's
@@ -128,6 +134,10 @@ UNKNOWN_LEADER_EPOCH: ErrorCode.ValueType  # 15
 """the request carries a newer leader epoch than this broker knows"""
 LEADER_NOT_AVAILABLE: ErrorCode.ValueType  # 16
 """no leader right now (election in progress, or offline)"""
+LANE_TOPIC_PENDING: ErrorCode.ValueType  # 17
+"""a declared lane's topic is being created on first use: retry shortly"""
+HANDOVER_IN_PROGRESS: ErrorCode.ValueType  # 18
+"""another group of the family still holds this lane partition: retry"""
 INVALID_REQUEST: ErrorCode.ValueType  # 100
 """-- not retriable ------------------------------------------------------------------"""
 CORRUPT_MESSAGE: ErrorCode.ValueType  # 101
@@ -169,4 +179,6 @@ CLUSTER_AUTHORIZATION_FAILED: ErrorCode.ValueType  # 128
 QUOTA_EXCEEDED: ErrorCode.ValueType  # 129
 """the tenant's storage (or another non-rate) quota is used up"""
 REASSIGNMENT_IN_PROGRESS: ErrorCode.ValueType  # 130
+LANE_NOT_FOUND: ErrorCode.ValueType  # 131
+"""the lane is not declared by the topic's tenant, or does not cover the topic"""
 Global___ErrorCode: _TypeAlias = ErrorCode  # noqa: Y015
