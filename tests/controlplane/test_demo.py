@@ -17,75 +17,13 @@ from pathlib import Path
 
 import requests
 
-from dataplane.local import free_ports
-from tests.support.brokers import REPO_ROOT
-
-
-def _read_until(process: subprocess.Popen[str], marker: str, timeout_s: float) -> str:
-    deadline = time.monotonic() + timeout_s
-    seen: list[str] = []
-    assert process.stdout is not None
-    while time.monotonic() < deadline:
-        line = process.stdout.readline()
-        if not line:
-            break
-        seen.append(line)
-        if marker in line:
-            return "".join(seen)
-    raise AssertionError(f"{marker!r} not printed; output:\n{''.join(seen)}")
+from tests.support.demo import processes_of, start_demo, wait_gone
 
 
 def _get(url: str, token: str) -> dict[str, object]:
     request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
     with urllib.request.urlopen(request, timeout=10) as response:
         return json.loads(response.read())  # type: ignore[no-any-return]
-
-
-def _start_demo(data_dir: Path, records: int) -> tuple[subprocess.Popen[str], int, dict[str, str]]:
-    (api_port,) = free_ports(1)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MERIDIAN_", "DJANGO_"))}
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "controlplane.demo",
-            "--data-dir",
-            str(data_dir),
-            "--api-port",
-            str(api_port),
-            "--records",
-            str(records),
-        ],
-        cwd=REPO_ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    return process, api_port, env
-
-
-def _processes_of(data_dir: Path) -> list[str]:
-    """Every process whose command line or environment names ``data_dir`` (the demo's
-    children all do: brokers by their data directory, the others by their database)."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit() or int(proc.name) == os.getpid():
-            continue
-        try:
-            seen = (proc / "cmdline").read_bytes() + (proc / "environ").read_bytes()
-        except OSError:
-            continue  # gone meanwhile, or not ours to read
-        if str(data_dir).encode() in seen:
-            found.append(f"{proc.name}: {(proc / 'cmdline').read_bytes()[:200]!r}")
-    return found
-
-
-def _wait_gone(data_dir: Path, timeout_s: float) -> list[str]:
-    deadline = time.monotonic() + timeout_s
-    while (left := _processes_of(data_dir)) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    return left
 
 
 def _controller_pids(output: str) -> dict[str, int]:
@@ -138,9 +76,10 @@ def test_demo_runs_the_platform_and_what_it_prints_works(tmp_path: Path) -> None
     takes over and the dead one is started again); SIGTERM stops every process it
     started."""
     data_dir = tmp_path / "demo"
-    process, api_port, env = _start_demo(data_dir, records=2000)
+    demo = start_demo(data_dir, records=2000)
+    process, api_port, env = demo.process, demo.api_port, demo.env
     try:
-        output = _read_until(process, "Ctrl-C stops everything", timeout_s=180)
+        output = demo.read_until("Ctrl-C stops everything", timeout_s=180)
         assert "consumed 2,000 with group demo.billing" in output
         token = re.search(r"export TOKEN=(\S+)", output)
         bootstrap = re.search(r"export MERIDIAN_BOOTSTRAP=(\S+)", output)
@@ -187,7 +126,7 @@ def test_demo_runs_the_platform_and_what_it_prints_works(tmp_path: Path) -> None
         assert admin is not None, output
         for n, (name, pid) in enumerate(sorted(controllers.items())):
             os.kill(pid, signal.SIGKILL)
-            restarted = _read_until(process, f"{name} exited", timeout_s=30)
+            restarted = demo.read_until(f"{name} exited", timeout_s=30)
             assert "restarting it" in restarted
             topic_name = f"after-kill-{n}"
             _post(f"{api}/topics", admin.group(1),
@@ -210,18 +149,19 @@ def test_demo_runs_the_platform_and_what_it_prints_works(tmp_path: Path) -> None
             raise
     assert process.returncode == 0, rest
     assert "stopping" in rest
-    assert _processes_of(data_dir) == [], "processes of the demo still running"
+    assert processes_of(data_dir) == [], "processes of the demo still running"
 
 
 def test_demo_killed_with_sigkill_takes_everything_with_it(tmp_path: Path) -> None:
     """The demo's children notice its death through the lifeline and stop cleanly."""
     data_dir = tmp_path / "demo"
-    process, _, _ = _start_demo(data_dir, records=100)
+    demo = start_demo(data_dir, records=100)
+    process = demo.process
     try:
-        _read_until(process, "Ctrl-C stops everything", timeout_s=180)
-        assert len(_processes_of(data_dir)) >= 7  # api, worker, 2 controllers, 3 brokers
+        demo.read_until("Ctrl-C stops everything", timeout_s=180)
+        assert len(processes_of(data_dir)) >= 7  # api, worker, 2 controllers, 3 brokers
     finally:
         process.kill()
         process.communicate(timeout=30)
-    left = _wait_gone(data_dir, timeout_s=60)
+    left = wait_gone(data_dir, timeout_s=60)
     assert left == [], f"processes of the demo still running: {left}"
