@@ -162,18 +162,40 @@ def _locate(tenant: Tenant, group_id: str) -> tuple[list[str], GroupDescription]
 # -- reading ---------------------------------------------------------------------------
 
 
-def list_groups(tenants: Sequence[Tenant]) -> list[GroupSummary]:
-    """The tenants' groups on every cluster of their topics, by id; each cluster is
-    listed once, whatever the number of tenants on it."""
+@dataclass(frozen=True)
+class ListedGroup:
+    """A group found on a cluster, not described yet (``summarize`` describes it)."""
+
+    group_id: str
+    tenant: Tenant
+    addresses: tuple[str, ...]
+
+
+def find_groups(tenants: Sequence[Tenant]) -> list[ListedGroup]:
+    """The tenants' groups on every cluster of their topics, by id, with one listing
+    call per cluster (whatever the number of tenants on it) and no describe call."""
     by_slug = {tenant.slug: tenant for tenant in tenants}
-    summaries = []
+    found = []
     for addresses in _clusters_of(tenants).values():
         for listed in gateway.list_groups(addresses):
             tenant = by_slug.get(tenant_of_group(listed.group_id) or "")
             if tenant is not None:
-                description = gateway.describe_group(addresses, listed.group_id)
-                summaries.append(_summary(_detail(tenant, addresses, description)))
-    return sorted(summaries, key=lambda s: s.group_id)
+                found.append(ListedGroup(listed.group_id, tenant, tuple(addresses)))
+    return sorted(found, key=lambda g: g.group_id)
+
+
+def summarize(groups: Iterable[ListedGroup]) -> list[GroupSummary]:
+    """State, members and lag of each group: one describe and one lag call each."""
+    summaries = []
+    for listed in groups:
+        description = gateway.describe_group(list(listed.addresses), listed.group_id)
+        summaries.append(_summary(_detail(listed.tenant, list(listed.addresses), description)))
+    return summaries
+
+
+def list_groups(tenants: Sequence[Tenant]) -> list[GroupSummary]:
+    """Every group of the tenants, described (``find_groups`` then ``summarize``)."""
+    return summarize(find_groups(tenants))
 
 
 def _summary(detail: GroupDetail) -> GroupSummary:

@@ -13,6 +13,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from controlplane.core.actors import Actor
+from controlplane.core.api.pagination import Pagination
 from controlplane.core.choices import Role
 from controlplane.core.errors import NotFound, PermissionDenied
 from controlplane.groups import services
@@ -29,7 +30,11 @@ GROUP = OpenApiParameter("group", OpenApiTypes.STR, OpenApiParameter.PATH, descr
 
 class GroupViewSet(viewsets.ViewSet):
     lookup_field = "group"
-    lookup_value_regex = r"[^/]+"
+    # Any group id, '/' included (sent as %2F or as is): the reset action's route is
+    # tried first (api/urls.py), so an id ending in "/reset-offsets" is the one id that
+    # cannot be read here.
+    lookup_value_regex = r".+"
+    pagination_class = Pagination
     read_role = Role.VIEWER
     write_role = Role.DEVELOPER
 
@@ -69,9 +74,14 @@ class GroupViewSet(viewsets.ViewSet):
         responses=GroupSummarySerializer(many=True),
     )
     def list(self, request: Request) -> Response:
-        """The caller's tenants' groups: state, members and total lag."""
-        summaries = services.list_groups(self._listed_tenants())
-        return Response(GroupSummarySerializer(summaries, many=True).data)
+        """The caller's tenants' groups by id, a page at a time (``?limit=&offset=``):
+        state, members and total lag. Only the page's groups are described."""
+        paginator = self.pagination_class()
+        page = paginator.paginate_queryset(
+            services.find_groups(self._listed_tenants()), request, view=self
+        )
+        summaries = services.summarize(page or [])
+        return paginator.get_paginated_response(GroupSummarySerializer(summaries, many=True).data)
 
     @extend_schema(parameters=[GROUP], responses=GroupDetailSerializer)
     def retrieve(self, request: Request, group: str) -> Response:

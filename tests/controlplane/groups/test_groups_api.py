@@ -55,7 +55,7 @@ def test_a_member_lists_and_describes_the_group_with_lag_in_seconds(
     acme: Tenant, client_for: Callable[..., APIClient]
 ) -> None:
     viewer = client_for(roles={"acme": "viewer"})
-    listed = viewer.get("/api/v1/groups").json()
+    listed = viewer.get("/api/v1/groups").json()["results"]
     assert [(g["group_id"], g["state"], g["members"], g["lag"]) for g in listed] == [
         (GROUP, "Empty", 0, 6)
     ]
@@ -126,7 +126,7 @@ def test_roles_and_tenants(
     assert_error(anonymous_client.get("/api/v1/groups"), 401)
     assert_error(anonymous_client.get(URL), 401)
     assert admin_client.get(URL).json()["tenant"] == "acme"  # platform admins see every tenant
-    assert [g["group_id"] for g in admin_client.get("/api/v1/groups?tenant=acme").json()] == [GROUP]
+    assert [g["group_id"] for g in admin_client.get("/api/v1/groups?tenant=acme").json()["results"]] == [GROUP]
     viewer = client_for(roles={"acme": "viewer"})
     assert_error(viewer.post(f"{URL}/reset-offsets", {"to": "latest"}, format="json"), 403)
     assert_error(viewer.delete(URL), 403)
@@ -139,7 +139,7 @@ def test_roles_and_tenants(
         "message"
     ].replace("other.nothing", "X")
     assert_error(stranger.post(f"{URL}/reset-offsets", {"to": "latest"}, format="json"), 404)
-    assert stranger.get("/api/v1/groups").json() == []
+    assert stranger.get("/api/v1/groups").json()["results"] == []
 
 
 def test_bad_reset_input_is_refused_by_field(
@@ -163,3 +163,30 @@ def test_a_deleted_group_is_gone(acme: Tenant, client_for: Callable[..., APIClie
     assert developer.delete(URL).status_code == 204
     assert_error(developer.get(URL), 404)
     assert AuditEvent.objects.filter(action="group.delete", object_id=GROUP).exists()
+
+
+def test_groups_are_listed_a_page_at_a_time_and_ids_with_a_slash_are_reachable(
+    acme: Tenant, broker: BrokerProcess, client_for: Callable[..., APIClient]
+) -> None:
+    slashed = "acme.team/billing"
+    with Admin(broker.address) as admin:
+        for group in (slashed, "acme.zz-last"):
+            admin.alter_group_offsets(group, {TopicPartition(TOPIC, 0): 1})
+    viewer = client_for(roles={"acme": "viewer"})
+    first = viewer.get("/api/v1/groups?limit=2").json()
+    assert first["count"] == 3
+    assert [g["group_id"] for g in first["results"]] == [GROUP, slashed]
+    second = viewer.get(first["next"]).json()
+    assert [g["group_id"] for g in second["results"]] == ["acme.zz-last"]
+    for path in ("acme.team/billing", "acme.team%2Fbilling"):
+        body = viewer.get(f"/api/v1/groups/{path}").json()
+        assert body["group_id"] == slashed, body
+        assert body["partitions"][0]["committed"] == 1
+    developer = client_for(roles={"acme": "developer"})
+    plan = developer.post(
+        "/api/v1/groups/acme.team%2Fbilling/reset-offsets",
+        {"to": "earliest", "dry_run": True},
+        format="json",
+    )
+    assert plan.status_code == 200, plan.json()
+    assert developer.get("/api/v1/groups/acme.team/billing").status_code == 200
