@@ -126,7 +126,8 @@ def test_roles_and_tenants(
     assert_error(anonymous_client.get("/api/v1/groups"), 401)
     assert_error(anonymous_client.get(URL), 401)
     assert admin_client.get(URL).json()["tenant"] == "acme"  # platform admins see every tenant
-    assert [g["group_id"] for g in admin_client.get("/api/v1/groups?tenant=acme").json()["results"]] == [GROUP]
+    listed = admin_client.get("/api/v1/groups?tenant=acme").json()["results"]
+    assert [g["group_id"] for g in listed] == [GROUP]
     viewer = client_for(roles={"acme": "viewer"})
     assert_error(viewer.post(f"{URL}/reset-offsets", {"to": "latest"}, format="json"), 403)
     assert_error(viewer.delete(URL), 403)
