@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from django.core.paginator import Paginator
 from django.db.models import Count
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -39,6 +40,7 @@ from web.access import platform_page
 from web.forms import NON_FIELD, FormState, submit, typed_confirmation
 
 TENANT_FIELDS = ("slug", "name", "home_region")
+TENANTS_PER_PAGE = 50
 
 
 @dataclass(frozen=True)
@@ -240,7 +242,7 @@ def _tenant_list(request: HttpRequest, *, create_form: FormState | None = None) 
     ).order_by("slug")
     form = create_form or FormState(fields=TENANT_FIELDS)
     context = {
-        "tenants": tenants,
+        "tenants": Paginator(tenants, TENANTS_PER_PAGE).get_page(request.GET.get("page")),
         "create_form": form,
         "region_choices": list(
             RegionViewSet.queryset.order_by("name").values_list("name", flat=True)

@@ -175,3 +175,20 @@ def test_a_decommission_the_service_refuses_shows_its_message(
     assert "every other broker already holds it" in response.content.decode()
     broker.refresh_from_db()
     assert broker.phase == "ready"
+
+
+def test_the_tenant_list_pages_through_many_tenants(
+    acme: Tenant, console_for: ConsoleFactory
+) -> None:
+    Tenant.objects.bulk_create(
+        [Tenant(slug=f"t{n:03d}", name=f"T{n}", status="ready") for n in range(60)]
+    )
+    client = console_for(platform_admin=True)
+    first = client.get(TENANTS).content.decode()
+    assert "61 tenants." in first
+    assert "Page 1 of 2" in first
+    assert ">t048<" in first
+    assert ">t049<" not in first
+    second = client.get(TENANTS + "?page=2").content.decode()
+    assert ">t049<" in second
+    assert ">acme<" not in second
