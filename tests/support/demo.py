@@ -44,7 +44,7 @@ class Demo:
         return f"http://127.0.0.1:{self.api_port}/api/v1"
 
     def printed(self, pattern: str) -> str:
-        found = re.search(pattern, self.output)
+        found = re.search(pattern, self.output, re.MULTILINE)
         assert found is not None, f"{pattern!r} not printed:\n{self.output}"
         return found.group(1)
 
