@@ -276,6 +276,7 @@ class Membership:
             return
         if self._still(group, generation, GroupState.COMPLETING_REBALANCE):
             group.state, group.next_check_ms = GroupState.STABLE, 0
+            group.synced_assignments = {m.member_id: m.assignment for m in group.members.values()}
             for member in group.members.values():
                 if member.syncing is not None:
                     member.syncing.resolve(SyncResult(group.protocol_name, member.assignment))
