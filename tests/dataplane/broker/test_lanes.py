@@ -7,6 +7,7 @@ from __future__ import annotations
 import urllib.request
 
 from dataplane._gen.meridian.v1 import admin_pb2, broker_pb2, common_pb2, group_pb2
+from dataplane.broker.lanes import BrokerLanes, LaneTable
 from dataplane.errors import ErrorCode, is_retriable
 from tests.dataplane.broker.groups.support import RawMember
 from tests.dataplane.broker.support import (
@@ -262,3 +263,25 @@ def test_lane_metrics_count_refusals_and_pending_demands(broker: BrokerProcess) 
     assert 'meridian_broker_lane_produce_refusals_total{error="LANE_NOT_FOUND"} 1.0' in text
     assert "meridian_broker_lane_topic_demands 1.0" in text
     assert "meridian_broker_lane_handover_refusals_total 0.0" in text
+
+
+def test_the_demand_set_is_bounded_and_forgets_the_oldest_first() -> None:
+    request = admin_pb2.UpdateMetadataRequest(lanes=[lane("ppe")], lanes_listed=True)
+    lanes = BrokerLanes(LaneTable(lambda: request), max_demands=2)
+    known = {"acme.a", "acme.b", "acme.c"}
+    for trunk in ("acme.a", "acme.b", "acme.c", "acme.b"):
+        assert lanes.missing(f"{trunk}~ppe", known).code == ErrorCode.LANE_TOPIC_PENDING
+    assert lanes.demands() == ["acme.c~ppe", "acme.b~ppe"]
+
+
+def test_a_declaration_breaking_the_lane_rules_is_left_out_not_the_push() -> None:
+    request = admin_pb2.UpdateMetadataRequest(
+        lanes=[lane("ok-lane"), lane("Bad_Name"), lane("dropper", orphan_policy="drop")],
+        lanes_listed=True,
+    )
+    table = LaneTable(lambda: request)
+    assert table.spec("acme", "ok-lane") is not None
+    assert table.spec("acme", "Bad_Name") is None
+    assert table.spec("acme", "dropper") is None
+    lanes = BrokerLanes(table)
+    assert lanes.missing("acme.t~dropper", {"acme.t"}).code == ErrorCode.LANE_NOT_FOUND
