@@ -33,7 +33,8 @@ topics with a partition led here.
 
 Thread safety: the declared lanes are rebuilt from a push into a new immutable snapshot
 that replaces the old one in a single reference assignment, so readers on any thread see
-one push or the next, never a mix. Demands and activity are guarded by a lock.
+one push or the next, never a mix. Demands are guarded by a lock; activity is two dicts
+whose entries are replaced whole (one atomic store each under the GIL).
 """
 
 from __future__ import annotations

@@ -225,6 +225,7 @@ class Membership:
         group.next_check_ms = 0
         if not group.members:
             group.state, group.protocol_name, group.leader_id = GroupState.EMPTY, "", ""
+            group.synced_assignments = {}  # nobody holds anything any more
             self._spawn(self._persist(group.group_id, group.to_record(self._clock_ms())))
             return
         group.protocol_name = group.select_protocol()
