@@ -6,7 +6,13 @@ from __future__ import annotations
 
 import urllib.request
 
-from dataplane._gen.meridian.v1 import admin_pb2, broker_pb2, common_pb2, group_pb2
+from dataplane._gen.meridian.v1 import (
+    admin_pb2,
+    broker_pb2,
+    common_pb2,
+    group_pb2,
+    group_pb2_grpc,
+)
 from dataplane.broker.lanes import BrokerLanes, LaneTable
 from dataplane.errors import ErrorCode, is_retriable
 from tests.dataplane.broker.groups.support import RawMember
@@ -250,19 +256,30 @@ def test_the_push_answer_reports_lane_consumers_and_lane_topic_activity(
         assert list(push(s, broker, 5, []).lane_consumers) == []
 
 
-def test_lane_metrics_count_refusals_and_pending_demands(broker: BrokerProcess) -> None:
+def test_lane_metrics_count_refusals_pending_demands_and_handover_fences(
+    broker: BrokerProcess,
+) -> None:
     with stubs(broker) as s:
         create(s, "acme.orders")
         push(s, broker, 1, [lane("ppe")])
         produce_error(s, "acme.orders~ppe")
         produce_error(s, "acme.orders~ppe")
         produce_error(s, "acme.orders~nope")
+        holder = RawMember(s.channel, "acme.billing", **SESSION)
+        holder.join()
+        held = group_pb2.ConsumerAssignment(partitions=[{"topic": "acme.orders~ppe"}])
+        holder.sync({holder.member_id: held.SerializeToString()})
+        fetch = group_pb2.OffsetFetchRequest(
+            group_id="acme.billing~ppe", partitions=[{"topic": "acme.orders~ppe"}]
+        )
+        (fenced,) = group_pb2_grpc.GroupCoordinatorStub(s.channel).OffsetFetch(fetch).results
+        assert fenced.error == ErrorCode.HANDOVER_IN_PROGRESS
     with urllib.request.urlopen(broker.metrics_url, timeout=TIMEOUT_S) as response:
         text = response.read().decode()
     assert 'meridian_broker_lane_produce_refusals_total{error="LANE_TOPIC_PENDING"} 2.0' in text
     assert 'meridian_broker_lane_produce_refusals_total{error="LANE_NOT_FOUND"} 1.0' in text
     assert "meridian_broker_lane_topic_demands 1.0" in text
-    assert "meridian_broker_lane_handover_refusals_total 0.0" in text
+    assert "meridian_broker_lane_handover_refusals_total 1.0" in text
 
 
 def test_the_demand_set_is_bounded_and_forgets_the_oldest_first() -> None:
