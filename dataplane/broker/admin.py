@@ -13,8 +13,9 @@ when the broker already was in the asked state):
   (leader, follower, offline) and leader epoch.
 - update metadata: the controller's push (see ``cluster.ControllerMetadata``), applied to
   the hosted partitions' roles (``replication.manager``); the answer, a summary of what
-  this broker hosts and its health plus the ISR changes it proposes as a leader, is the
-  controller's heartbeat.
+  this broker hosts and its health plus the ISR changes it proposes as a leader, and its
+  lane demands, lane consumer groups and lane topic activity (``lanes.BrokerLanes``), is
+  the controller's heartbeat.
 
 ``validate_only`` runs every check and changes nothing.
 """
@@ -31,10 +32,12 @@ from dataplane._gen.meridian.v1 import admin_pb2, common_pb2
 from dataplane.broker import topics
 from dataplane.broker.cluster import ControllerMetadata
 from dataplane.broker.errors import to_error
+from dataplane.broker.lanes import BrokerLanes
 from dataplane.broker.partitions import Partition, PartitionRegistry
 from dataplane.broker.replication.manager import ReplicaManager
 from dataplane.errors import ErrorCode, MeridianError
 from dataplane.storage.config import LogConfig
+from lanes.names import is_lane_topic
 
 VERSION = "0.1.0"
 
@@ -48,10 +51,12 @@ class AdminHandler:
         pushed: ControllerMetadata | None = None,
         executor: Executor | None = None,
         replicas: ReplicaManager | None = None,
+        lanes: BrokerLanes | None = None,
     ) -> None:
         """``identity`` is (broker id, region, cluster id); ``pushed`` keeps the
         controller's metadata (persisted by ``executor``'s threads); ``replicas`` applies
-        it to the hosted partitions."""
+        it to the hosted partitions; ``lanes`` fills the heartbeat's lane fields."""
+        self.lanes = lanes
         self.replicas = replicas
         self.registry = registry
         self.defaults = defaults
@@ -159,7 +164,7 @@ class AdminHandler:
         parts = list(self.registry.all())
         offline = sum(1 for part in parts if part.log.is_offline)
         assert self.pushed is not None
-        return admin_pb2.UpdateMetadataResponse(
+        response = admin_pb2.UpdateMetadataResponse(
             broker_id=self.broker_id,
             health="degraded" if offline else "ok",
             controller_epoch=self.pushed.epoch,
@@ -171,6 +176,17 @@ class AdminHandler:
             version=VERSION,
             isr_proposals=self.replicas.proposals() if self.replicas is not None else [],
         )
+        if self.lanes is not None:
+            self.lanes.report(response, _led_lane_topics(parts))
+        return response
+
+
+def _led_lane_topics(parts: list[Partition]) -> set[str]:
+    return {
+        part.topic
+        for part in parts
+        if is_lane_topic(part.topic) and (part.replica is None or part.replica.is_leader)
+    }
 
 
 def _state(part: Partition) -> admin_pb2.PartitionState:

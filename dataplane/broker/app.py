@@ -41,6 +41,7 @@ from dataplane.broker.config import BrokerConfig
 from dataplane.broker.fetch import FetchHandler, FetchLimits, OffsetsHandler
 from dataplane.broker.group_lag import RemoteLags
 from dataplane.broker.groups import GroupCoordinator, GroupServicer
+from dataplane.broker.lanes import BrokerLanes, LaneTable
 from dataplane.broker.metrics import BrokerMetrics
 from dataplane.broker.outbound import peer_channel
 from dataplane.broker.partitions import PartitionRegistry
@@ -102,8 +103,17 @@ class BrokerApp:
             manager=self.manager,
             num_partitions=config.offsets_topic_partitions,
             clock_ms=wall_clock_ms,
+            on_handover_refused=self.metrics.handover_refused,
         )
         self.pushed = ControllerMetadata(config.data_dir, config.cluster_id)
+        self.lanes = BrokerLanes(
+            LaneTable(lambda: self.pushed.current),
+            known=lambda: self.cluster.placement() if self.cluster is not None else {},
+            consumers=self.coordinator.lane_consumers,
+            on_refused=self.metrics.lane_refused,
+            clock_ms=wall_clock_ms,
+        )
+        self.metrics.watch_lane_demands(self.lanes.pending_count)
         self._peer_channels: dict[str, grpc.aio.Channel] = {}
         self.remote_lags = RemoteLags(
             self.coordinator.committed_offsets,
@@ -154,6 +164,7 @@ class BrokerApp:
         if not self.port:
             raise OSError(f"cannot listen on {self.config.listen}")
         self.cluster = ClusterView(self.config, self._local_partitions, self.port, self.pushed)
+        self.cluster.lanes = self.lanes
         self._add_services(server, self.cluster)
         await server.start()
         if self.config.metrics_listen:
@@ -183,9 +194,16 @@ class BrokerApp:
             max_request_bytes=config.max_request_bytes,
             on_bytes_in=self.metrics.add_bytes_in,
             refuse=self.quotas.storage_refusal,
+            lanes=self.lanes,
         )
         limits = FetchLimits(config.fetch_max_bytes, config.fetch_max_wait_ms)
-        fetch = FetchHandler(self.registry, self.executor, limits, self.metrics.add_bytes_out)
+        fetch = FetchHandler(
+            self.registry,
+            self.executor,
+            limits,
+            self.metrics.add_bytes_out,
+            on_lane_fetch=self.lanes.fetched,
+        )
         offsets = OffsetsHandler(self.registry, self.executor)
         producer_ids = ProducerIdAllocator(config.data_dir, config.broker_id)
         broker = BrokerServicer(
@@ -202,7 +220,13 @@ class BrokerApp:
         broker_pb2_grpc.add_BrokerServicer_to_server(broker, server)
         identity = (config.broker_id, config.region, config.cluster_id)
         admin = AdminHandler(
-            self.registry, config.log, identity, self.pushed, self.executor, self.replicas
+            self.registry,
+            config.log,
+            identity,
+            self.pushed,
+            self.executor,
+            self.replicas,
+            lanes=self.lanes,
         )
         admin_pb2_grpc.add_AdminServicer_to_server(
             AdminServicer(admin, self.metrics, self.readiness, self.authorizer), server

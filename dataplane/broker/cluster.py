@@ -6,7 +6,9 @@ data directory so a restarted broker serves it before any controller speaks agai
 the truth for every partition it names (leader -1: LEADER_NOT_AVAILABLE); a partition it
 does not name is led by the broker hosting it (this one first, leader epoch 0, replicas
 and ISR the leader alone); the static peers (``BrokerConfig.peers``) are the fallback
-when no controller has pushed. A background task asks each peer for
+when no controller has pushed. Lane topics are answered with ``lanes`` (``BrokerLanes``:
+a missing one is LANE_TOPIC_PENDING or LANE_NOT_FOUND; see ``_add_lane_fields``). A
+background task asks each peer for
 ``Metadata(local_only=True)`` every ``peer_poll_interval_ms`` and keeps the answers; a
 client's Metadata request waits (at most ``REFRESH_WAIT_S``) for a round begun after it
 arrived, so an admin change completed on any reachable broker before the request is in
@@ -36,10 +38,12 @@ from google.protobuf.message import DecodeError
 from dataplane._gen.meridian.v1 import admin_pb2, broker_pb2, broker_pb2_grpc, common_pb2
 from dataplane.broker.config import BrokerConfig, parse_address
 from dataplane.broker.groups import OFFSETS_TOPIC
+from dataplane.broker.lanes import BrokerLanes
 from dataplane.broker.outbound import peer_channel
 from dataplane.broker.topics import is_internal
 from dataplane.errors import ErrorCode, MeridianError
 from dataplane.files import replace_file
+from lanes.names import is_lane_topic, split_topic
 
 log = logging.getLogger(__name__)
 
@@ -172,6 +176,7 @@ class ClusterView:
         self._task: asyncio.Task[None] | None = None
         self._round: asyncio.Future[None] | None = None
         self._round_started = 0.0
+        self.lanes: BrokerLanes | None = None  # answers for lane topics (None: plain topics)
 
     # -- lifecycle ----------------------------------------------------------------------
     def start(self) -> None:
@@ -287,12 +292,37 @@ class ClusterView:
         placement = self.placement(local_only=request.local_only)
         pushed = self.pushed.leaders()
         names = list(dict.fromkeys(request.topics)) if request.topics else sorted(placement)
+        topics = [_topic(name, placement.get(name), pushed.get(name, {})) for name in names]
+        if self.lanes is not None and not request.local_only:
+            _add_lane_fields(self.lanes, topics, placement)
         return broker_pb2.MetadataResponse(
             cluster_id=self.config.cluster_id,
             broker_id=self.me.id,
             brokers=[self.me] if request.local_only else self.brokers(),
-            topics=[_topic(name, placement.get(name), pushed.get(name, {})) for name in names],
+            topics=topics,
         )
+
+
+def _add_lane_fields(
+    lanes: BrokerLanes, topics: list[broker_pb2.TopicMetadata], placement: Placement
+) -> None:
+    """Lane topics: their trunk and consume_trunk, and for one the cluster does not know,
+    LANE_TOPIC_PENDING or LANE_NOT_FOUND (``BrokerLanes.missing``) instead of
+    UNKNOWN_TOPIC_OR_PARTITION; trunk topics: their orphaned lane topics. Only names a
+    client asked for can be missing: an every-topic answer lists existing topics alone."""
+    by_trunk: dict[str, list[str]] = {}
+    for name in placement:
+        trunk, lane = split_topic(name)
+        if lane is not None:
+            by_trunk.setdefault(trunk, []).append(name)
+    for topic in topics:
+        if is_lane_topic(topic.name):
+            topic.trunk, topic.consume_trunk = lanes.lane_fields(topic.name)
+            if topic.name not in placement:
+                error = lanes.missing(topic.name, placement)
+                topic.error, topic.error_message = error.code, error.message  # type: ignore[assignment]
+        elif topic.name in by_trunk and not topic.error:
+            topic.orphaned_lane_topics.extend(lanes.orphaned(topic.name, by_trunk[topic.name]))
 
 
 def _topic(

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
@@ -24,6 +24,7 @@ from dataplane.broker.lag import record_age, timestamp_at
 from dataplane.broker.partitions import Partition, PartitionRegistry
 from dataplane.errors import ErrorCode, MeridianError
 from dataplane.storage.log import PartitionLog
+from lanes.names import SEPARATOR
 
 DEFAULT_PARTITION_MAX_BYTES = 1024 * 1024
 LATEST = -1
@@ -43,8 +44,11 @@ class FetchHandler:
         executor: Executor,
         limits: FetchLimits,
         on_bytes_out: Callable[[str, int], None] | None = None,
+        on_lane_fetch: Callable[[Iterable[str]], None] | None = None,
     ) -> None:
+        """``on_lane_fetch(topics)``: told the lane topics of each consumer fetch."""
         self.registry = registry
+        self._on_lane_fetch = on_lane_fetch
         self._executor = executor
         self._limits = limits
         self._on_bytes_out = on_bytes_out
@@ -67,6 +71,10 @@ class FetchHandler:
     async def fetch(self, request: broker_pb2.FetchRequest) -> broker_pb2.FetchResponse:
         """Answer ``request`` (see the module docstring); raises ``MeridianError``."""
         self.check_request(request)
+        if self._on_lane_fetch is not None:
+            lane_topics = {i.topic for i in request.partitions if SEPARATOR in i.topic}
+            if lane_topics:
+                self._on_lane_fetch(lane_topics)
         loop = asyncio.get_running_loop()
         wait_s = min(request.max_wait_ms, self._limits.max_wait_ms) / 1000
         deadline = time.monotonic() + wait_s

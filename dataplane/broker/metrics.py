@@ -7,7 +7,13 @@ Counters and histograms (updated on the request path):
   record bytes appended / returned by fetches;
 - ``meridian_broker_requests_total{rpc,error}``: requests by RPC and ``ErrorCode`` name
   (``NONE`` for success);
-- ``meridian_broker_request_seconds{rpc}``: latency histograms.
+- ``meridian_broker_request_seconds{rpc}``: latency histograms;
+- ``meridian_broker_lane_produce_refusals_total{error}``: produces to lane topics refused
+  (``LANE_TOPIC_PENDING``, ``LANE_NOT_FOUND``), by code;
+- ``meridian_broker_lane_handover_refusals_total``: lane-topic partitions an OffsetFetch
+  answered ``HANDOVER_IN_PROGRESS``;
+- ``meridian_broker_lane_topic_demands``: lane topics asked for and not yet created (a
+  gauge read at scrape time).
 
 Gauges computed at scrape time from the hosted logs and the group coordinator:
 
@@ -32,7 +38,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import start_http_server
 from prometheus_client.registry import Collector
@@ -185,6 +191,22 @@ class BrokerMetrics:
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
+        self.lane_refusals = Counter(
+            "meridian_broker_lane_produce_refusals",
+            "Produces to lane topics refused, by error code",
+            ["error"],
+            registry=self.registry,
+        )
+        self.handover_refusals = Counter(
+            "meridian_broker_lane_handover_refusals",
+            "Lane partitions an OffsetFetch refused while another group of the family held them",
+            registry=self.registry,
+        )
+        self.lane_demands = Gauge(
+            "meridian_broker_lane_topic_demands",
+            "Lane topics asked for and not created yet",
+            registry=self.registry,
+        )
         self._server: Any = None
         self._started = time.monotonic()
 
@@ -198,6 +220,15 @@ class BrokerMetrics:
     def observe(self, rpc: str, error: str, seconds: float) -> None:
         self.requests.labels(rpc, error).inc()
         self.latency.labels(rpc).observe(seconds)
+
+    def watch_lane_demands(self, pending: Callable[[], int]) -> None:
+        self.lane_demands.set_function(pending)
+
+    def lane_refused(self, error: str) -> None:
+        self.lane_refusals.labels(error).inc()
+
+    def handover_refused(self) -> None:
+        self.handover_refusals.inc()
 
     def add_bytes_in(self, topic: str, size: int) -> None:
         self.bytes_in.labels(topic).inc(size)

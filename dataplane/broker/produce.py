@@ -15,6 +15,11 @@ follower refuses appends (``NOT_LEADER_OR_FOLLOWER``; ``LEADER_NOT_AVAILABLE`` w
 partition has no leader). Every batch is validated by the log before
 any byte is written (``PartitionLog.append``), and producer checks run under its append
 lock, so a refused request leaves the log unchanged.
+
+A lane topic (``<trunk>~<lane>``) is checked first by ``lanes`` (``BrokerLanes``): one
+the cluster does not know is LANE_TOPIC_PENDING (a declared lane covering an existing
+trunk: the topic is being created) or LANE_NOT_FOUND; one whose lane is no longer
+declared is LANE_NOT_FOUND. Nothing is appended to any log for a refused partition.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from typing import Any
 
 from dataplane._gen.meridian.v1 import broker_pb2
 from dataplane.broker.errors import to_error
+from dataplane.broker.lanes import BrokerLanes
 from dataplane.broker.partitions import Partition, PartitionRegistry
 from dataplane.broker.producers import DuplicateBatch
 from dataplane.broker.replication.state import ReplicaState
@@ -33,6 +39,7 @@ from dataplane.broker.topics import is_internal
 from dataplane.errors import ErrorCode, MeridianError
 from dataplane.storage.config import Durability
 from dataplane.storage.log import AppendInfo
+from lanes.names import SEPARATOR
 
 DEFAULT_TIMEOUT_MS = 30_000
 ACKS_ALL = -1
@@ -46,13 +53,16 @@ class ProduceHandler:
         max_request_bytes: int,
         on_bytes_in: Any = None,
         refuse: Callable[[str], MeridianError | None] | None = None,
+        lanes: BrokerLanes | None = None,
     ) -> None:
         """``refuse(topic)``: an error refusing appends to ``topic`` (the tenant's storage
-        quota, see ``quotas.QuotaManager.storage_refusal``), or None."""
+        quota, see ``quotas.QuotaManager.storage_refusal``), or None; ``lanes`` answers
+        for lane topics and records their appends (None: lane topics are plain topics)."""
         self.registry = registry
         self._max_request_bytes = max_request_bytes
         self._on_bytes_in = on_bytes_in  # Callable[[str, int], None] | None
         self._refuse = refuse
+        self._lanes = lanes
         self._background: set[asyncio.Future[Any]] = set()
 
     def check_request(self, request: broker_pb2.ProduceRequest) -> None:
@@ -103,6 +113,10 @@ class ProduceHandler:
         self, item: broker_pb2.PartitionRecords, acks: int
     ) -> asyncio.Future[AppendInfo] | broker_pb2.PartitionProduceResult:
         part = self.registry.get(item.topic, item.partition)
+        lanes = self._lanes if SEPARATOR in item.topic else None
+        lane_refusal = lanes.produce_refusal(item.topic, hosted=part is not None) if lanes else None
+        if lane_refusal is not None:
+            return _failed(item, lane_refusal)
         if part is None:
             return _failed(
                 item,
@@ -125,6 +139,8 @@ class ProduceHandler:
         if refusal is not None:
             return _failed(item, refusal)
         future = part.submit(item.records)
+        if lanes is not None:
+            lanes.appended(item.topic)
         size = len(item.records)
         future.add_done_callback(lambda f: self._appended(part, f, size))
         return future

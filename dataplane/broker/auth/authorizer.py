@@ -10,7 +10,8 @@ topic or group exists — so a refusal tells another tenant nothing.
   consume and administer; ``developer`` may produce and consume; ``viewer`` may consume.
 - ACLs (the controller's push, ``MetadataTopic.acls``): when a topic has entries, a
   caller other than a tenant-admin gets only the operations of the entries naming its
-  client id (``azp``) or subject — within what its role allows. No entry: none.
+  client id (``azp``) or subject — within what its role allows. No entry: none. A lane
+  topic ``T~L`` is decided by the entries of its trunk topic ``T`` (its own are ignored).
 - Describing (Metadata, DescribeGroups, ListGroups) needs any role in the tenant; a
   platform admin may describe every tenant's topics and groups, and nothing more.
 - Internal calls (Admin, Replication, peer Metadata) need the internal role; the
@@ -28,6 +29,7 @@ from typing import Any
 from dataplane.broker.auth.principal import Principal, current
 from dataplane.client.claims import DEVELOPER, TENANT_ADMIN, VIEWER
 from dataplane.errors import ErrorCode, MeridianError
+from lanes.names import split_topic
 
 PRODUCE, CONSUME, ADMIN, DESCRIBE = "produce", "consume", "admin", "describe"
 ROLE_OPERATIONS = {
@@ -99,7 +101,8 @@ class Authorizer:
             return False
         if role == TENANT_ADMIN or operation == DESCRIBE:
             return True
-        entries = self._acls(topic)
+        # A lane topic is authorized exactly as its trunk topic: T~L has T's entries.
+        entries = self._acls(split_topic(topic)[0])
         if not entries:
             return True
         names = principal.names

@@ -1,7 +1,10 @@
 """The group coordinator of one broker: groups and committed offsets.
 
-Each group belongs to partition ``murmur2(group_id) mod num_partitions`` of
-``__consumer_offsets``; the broker leading that partition coordinates the group. A
+Each group belongs to partition ``murmur2(trunk group id) mod num_partitions`` of
+``__consumer_offsets``, where the trunk group id of a lane group ``G~L`` is ``G`` (and of
+``G``, ``G`` itself: ``lanes.names.trunk_group``), so a trunk group and its lane groups —
+a *family* — share one coordinator; the broker leading that partition coordinates the
+group. A
 request for a group of a partition this coordinator has not loaded gets
 ``NOT_COORDINATOR`` (``COORDINATOR_LOAD_IN_PROGRESS`` while it is being loaded, and
 until ``start`` has finished).
@@ -19,6 +22,24 @@ Offset commits (``commit_offsets``):
   ``max_metadata_bytes``) and fails alone; the rest are appended as one write to the
   group's offsets partition, synced, before the answer.
 
+Offset fetches (``fetch_offsets``) and the lane hand-over fence. For a partition
+``T~L``-p of a lane topic asked by group A, the *family peer* P is ``G~L`` when A is the
+trunk group ``G``, and ``G`` when A is ``G~L``; a group of another lane (``G~M``) has no
+peer for ``T~L`` and gets its own committed offset, as for every trunk topic. Then:
+
+- if P has members and P's assignment holds p — its members' current assignment
+  (the ConsumerAssignment payloads of its last SyncGroup) when P is Stable, during a
+  rebalance the assignment its last completed SyncGroup handed out — that partition's
+  result is ``HANDOVER_IN_PROGRESS`` (retriable: the asking consumer keeps the partition
+  paused and asks again), so two groups of a family never consume one lane partition at
+  once;
+- else the offset is ``max(committed(A), committed(P))`` (with that commit's metadata
+  and leader epoch), none if neither committed: the group giving a lane partition up
+  commits its position first, so the group taking it starts exactly where the other
+  stopped, and neither reads a record twice nor skips one.
+
+Each refused partition is counted by ``on_handover_refused`` (metrics).
+
 Deleting a group (``delete_groups``) is allowed only when it has no member
 (``NON_EMPTY_GROUP``); it writes tombstones for its offsets and its metadata.
 
@@ -26,7 +47,8 @@ Every log operation runs off the event loop. A timer task checks sessions and
 rebalance deadlines every ``tick_interval_ms`` against ``clock_ms``.
 
 Thread safety: the coroutines run on one event loop (the broker's gRPC server loop);
-``committed_offsets`` and ``partition_for`` may be called from any thread.
+``committed_offsets`` and ``partition_for`` may be called from any thread;
+``lane_consumers`` from the loop.
 """
 
 from __future__ import annotations
@@ -37,6 +59,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from dataplane.broker.groups import family
 from dataplane.broker.groups.codec import GroupKey, GroupRecord, OffsetAndMetadata, OffsetKey
 from dataplane.broker.groups.group import Group, GroupState, JoinResult, SyncResult
 from dataplane.broker.groups.membership import JoinRequest, Membership, SessionBounds
@@ -48,6 +71,7 @@ from dataplane.storage.config import Durability, LogConfig
 from dataplane.storage.errors import StorageError
 from dataplane.storage.log import wall_clock_ms
 from dataplane.storage.manager import LogManager
+from lanes.names import SEPARATOR, trunk_group
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +154,7 @@ class GroupCoordinator:
         num_partitions: int,
         clock_ms: Callable[[], int] = wall_clock_ms,
         config: GroupConfig | None = None,
+        on_handover_refused: Callable[[], None] | None = None,
     ) -> None:
         if num_partitions < 1:
             raise ValueError(f"num_partitions must be at least 1, got {num_partitions}")
@@ -138,6 +163,7 @@ class GroupCoordinator:
         self.num_partitions = num_partitions
         self.config = config or GroupConfig()
         self._clock_ms = clock_ms
+        self._on_handover_refused = on_handover_refused
         self._loaded: dict[int, _Loaded] = {}
         self._loading: set[int] = set()
         self._failed: dict[int, str] = {}
@@ -229,7 +255,8 @@ class GroupCoordinator:
 
     # -- routing -----------------------------------------------------------------------
     def partition_for(self, group_id: str) -> int:
-        return partition_for_key(group_id.encode(), self.num_partitions)
+        """The ``__consumer_offsets`` partition of ``group_id``'s family (its trunk group)."""
+        return partition_for_key(trunk_group(group_id).encode(), self.num_partitions)
 
     def owned_partitions(self) -> set[int]:
         return set(self._loaded)
@@ -318,12 +345,45 @@ class GroupCoordinator:
 
     async def fetch_offsets(
         self, group_id: str, partitions: Iterable[TopicPartitionKey] | None = None
-    ) -> dict[TopicPartitionKey, OffsetAndMetadata | None]:
-        """Committed offsets of ``partitions`` (None: every one), None where none is."""
-        offsets = self._partition(group_id).store.offsets_of(group_id)
-        if partitions is None:
-            return dict(offsets)
-        return {tp: offsets.get(tp) for tp in partitions}
+    ) -> dict[TopicPartitionKey, OffsetAndMetadata | MeridianError | None]:
+        """Committed offsets of ``partitions`` (None: every one committed), None where
+        none is; lane-topic partitions follow the hand-over fence (module docstring)."""
+        loaded = self._partition(group_id)
+        offsets = loaded.store.offsets_of(group_id)
+        wanted = list(offsets) if partitions is None else list(partitions)
+        return {tp: self._fenced(loaded, group_id, tp, offsets.get(tp)) for tp in wanted}
+
+    def _fenced(
+        self,
+        loaded: _Loaded,
+        group_id: str,
+        tp: TopicPartitionKey,
+        own: OffsetAndMetadata | None,
+    ) -> OffsetAndMetadata | MeridianError | None:
+        peer_id = family.peer_group(group_id, tp[0])
+        if peer_id is None:
+            return own
+        if tp in family.held_partitions(loaded.groups.get(peer_id)):
+            if self._on_handover_refused is not None:
+                self._on_handover_refused()
+            return MeridianError(
+                ErrorCode.HANDOVER_IN_PROGRESS,
+                f"group {peer_id!r} still holds {tp[0]}-{tp[1]}: retry once it gives it up",
+            )
+        theirs = loaded.store.offsets_of(peer_id).get(tp)
+        if own is None or (theirs is not None and theirs.offset > own.offset):
+            return theirs
+        return own
+
+    def lane_consumers(self) -> list[tuple[str, list[str]]]:
+        """Lane groups coordinated here with a member, and the lane topics their members
+        subscribe to (``family.subscribed_lane_topics``)."""
+        return [
+            (group.group_id, sorted(family.subscribed_lane_topics(group)))
+            for loaded in list(self._loaded.values())
+            for group in list(loaded.groups.values())
+            if SEPARATOR in group.group_id and group.members
+        ]
 
     def committed_offsets(self) -> dict[str, dict[TopicPartitionKey, int]]:
         """Group -> (topic, partition) -> committed offset, over the loaded partitions."""

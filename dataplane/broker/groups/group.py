@@ -149,6 +149,9 @@ class Group:
     rebalance_deadline_ms: int = 0
     # no session or rebalance deadline falls before this; 0 after any change
     next_check_ms: int = 0
+    # member id -> assignment, as the last completed SyncGroup left them: what the
+    # members hold during a rebalance (the hand-over fence of lane families)
+    synced_assignments: dict[str, bytes] = field(default_factory=dict)
 
     # -- membership --------------------------------------------------------------------
     def add(self, member: Member) -> None:
@@ -259,4 +262,5 @@ class Group:
                 assignment=rec.assignment,
                 last_heartbeat_ms=now_ms,
             )
+        group.synced_assignments = {m.member_id: m.assignment for m in record.members}
         return group

@@ -225,6 +225,7 @@ class Membership:
         group.next_check_ms = 0
         if not group.members:
             group.state, group.protocol_name, group.leader_id = GroupState.EMPTY, "", ""
+            group.synced_assignments = {}  # nobody holds anything any more
             self._spawn(self._persist(group.group_id, group.to_record(self._clock_ms())))
             return
         group.protocol_name = group.select_protocol()
@@ -276,6 +277,7 @@ class Membership:
             return
         if self._still(group, generation, GroupState.COMPLETING_REBALANCE):
             group.state, group.next_check_ms = GroupState.STABLE, 0
+            group.synced_assignments = {m.member_id: m.assignment for m in group.members.values()}
             for member in group.members.values():
                 if member.syncing is not None:
                     member.syncing.resolve(SyncResult(group.protocol_name, member.assignment))

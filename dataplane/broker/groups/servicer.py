@@ -7,12 +7,15 @@ failures of one partition or one group travel in that result's ``error`` field. 
 response-level ``error`` fields are left ``NONE``.
 
 ``locate(p)`` names the broker hosting ``__consumer_offsets`` partition ``p`` (None when
-no broker does), which FindCoordinator returns.
+no broker does), which FindCoordinator returns; ``p`` is the partition of the group's
+family (its trunk group id), as the coordinator places it. OffsetFetch answers a
+lane-topic partition another group of the family still holds with that partition's
+``HANDOVER_IN_PROGRESS`` (see ``coordinator``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TypeVar
 
 import grpc
@@ -185,7 +188,9 @@ class GroupServicer(group_pb2_grpc.GroupCoordinatorServicer):
         offsets = await _answer(context, self.coordinator.fetch_offsets(request.group_id, wanted))
         # Offsets of topics the caller may not read are not shown (as if none were stored).
         refused = self._refused_topics(offsets)
-        shown = {tp: (None if tp in refused else value) for tp, value in offsets.items()}
+        shown: dict[tuple[str, int], OffsetAndMetadata | MeridianError | None] = {
+            tp: (None if tp in refused else value) for tp, value in offsets.items()
+        }
         if wanted is None:
             shown = {tp: value for tp, value in shown.items() if tp not in refused}
         return group_pb2.OffsetFetchResponse(results=_offset_results(shown))
@@ -265,18 +270,33 @@ def _code(error: MeridianError | None) -> ErrorCode.ValueType:
 
 
 def _offset_results(
-    offsets: dict[tuple[str, int], OffsetAndMetadata | None],
+    offsets: Mapping[tuple[str, int], OffsetAndMetadata | MeridianError | None],
 ) -> list[group_pb2.OffsetFetchResult]:
     return [
-        group_pb2.OffsetFetchResult(
-            topic=topic,
-            partition=partition,
-            offset=value.offset if value else -1,
-            metadata=value.metadata if value else "",
-            leader_epoch=value.leader_epoch if value else -1,
-        )
+        _offset_result(topic, partition, value)
         for (topic, partition), value in sorted(offsets.items())
     ]
+
+
+def _offset_result(
+    topic: str, partition: int, value: OffsetAndMetadata | MeridianError | None
+) -> group_pb2.OffsetFetchResult:
+    if isinstance(value, MeridianError):  # the lane hand-over fence (coordinator.py)
+        return group_pb2.OffsetFetchResult(
+            topic=topic,
+            partition=partition,
+            offset=-1,
+            leader_epoch=-1,
+            error=_code(value),
+            error_message=value.message,
+        )
+    return group_pb2.OffsetFetchResult(
+        topic=topic,
+        partition=partition,
+        offset=value.offset if value else -1,
+        metadata=value.metadata if value else "",
+        leader_epoch=value.leader_epoch if value else -1,
+    )
 
 
 def _description(summary: GroupSummary) -> group_pb2.GroupDescription:
