@@ -120,11 +120,15 @@ def update_lane(lane: Lane, *, actor: Actor, **changes: Any) -> Lane:
     for field, value in _validated(plain).items():
         setattr(lane, field, value)
     lane.full_clean()
+    if _unstamped(snapshot(lane)) == _unstamped(before):
+        return lane  # nothing changed: nothing to save or audit
     lane.save()
-    after = snapshot(lane)
-    if after != before:
-        audit.record(actor, "lane.update", lane, before=before, after=after, tenant=tenant)
+    audit.record(actor, "lane.update", lane, before=before, after=snapshot(lane), tenant=tenant)
     return lane
+
+
+def _unstamped(data: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in data.items() if k != "updated_at"}
 
 
 @transaction.atomic

@@ -70,8 +70,9 @@ class TestLaneAPI(TenantScopedAPIContract):
         client = self.client(Role.DEVELOPER)
         assert client.patch(self.url(name), {"ttl_s": 60}, format="json").status_code == 200
         update = AuditEvent.objects.get(action="lane.update")
-        assert (update.before["ttl_s"], update.after["ttl_s"]) != (60, 60)
-        assert update.after["ttl_s"] == 60
+        assert (update.before["ttl_s"], update.after["ttl_s"]) == (7 * 24 * 3600, 60)
+        assert client.patch(self.url(name), {"ttl_s": 60}, format="json").status_code == 200
+        assert AuditEvent.objects.filter(action="lane.update").count() == 1  # no change
         assert client.delete(self.url(name)).status_code == 204
         assert AuditEvent.objects.get(action="lane.delete").before["name"] == name
         assert not Lane.objects.filter(name=name).exists()

@@ -10,6 +10,7 @@ so the controller's handling is checked whatever the brokers of this tree report
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -144,6 +145,7 @@ def test_a_demand_becomes_a_lane_topic_the_brokers_serve(world: World) -> None:
     lanes.create_lane(world.tenant, name="ppe", actor=ADMIN)
     world.pusher.demanded.add(LANE_TOPIC)
 
+    started = time.monotonic()
     pushes = world.tick()
     # Created and elected in the tick, and pushed again at once: the demand ends.
     topic = Topic.objects.get(full_name=LANE_TOPIC)
@@ -161,6 +163,7 @@ def test_a_demand_becomes_a_lane_topic_the_brokers_serve(world: World) -> None:
     bootstrap = ",".join(b.address for b in world.brokers)
     with Producer(bootstrap, max_block_ms=20_000) as producer:
         assert producer.send(LANE_TOPIC, b"lane record").result(timeout=20).offset == 0
+    print(f"demand to first lane ack: {(time.monotonic() - started) * 1000:.0f} ms")
     assert Topic.objects.filter(full_name=LANE_TOPIC).count() == 1
     assert len(world.tick()) == 1  # listed now: no demand, nothing to push again
 
