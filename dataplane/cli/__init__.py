@@ -1,4 +1,4 @@
-"""The ``meridian`` command line (typer): produce, consume, topics, groups and offsets.
+"""The ``meridian`` command line (typer): produce, consume, topics, groups, offsets and lanes.
 
 ``meridian --help`` lists the commands; every command talks to the cluster through the
 SDK (``dataplane.client``), found with ``--bootstrap`` or ``MERIDIAN_BOOTSTRAP``.
