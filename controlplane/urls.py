@@ -9,6 +9,7 @@ urlpatterns = [
     path("api/v1/", include("controlplane.tenants.api.urls")),
     path("api/v1/", include("controlplane.regions.api.urls")),
     path("api/v1/", include("controlplane.topics.api.urls")),
+    path("api/v1/", include("controlplane.lanes.api.urls")),
     path("api/v1/", include("controlplane.groups.api.urls")),
     path("api/v1/", include("controlplane.quotas.api.urls")),
     path("api/v1/", include("controlplane.accounts.api.urls")),

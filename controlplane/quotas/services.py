@@ -34,6 +34,7 @@ USAGE_OF_LIMIT = {
     "max_topics": "topics",
     "max_partitions": "partitions",
     "max_storage_bytes": "storage_bytes",
+    "max_lanes": "lanes",
 }
 
 
@@ -41,7 +42,8 @@ def quota_usage(tenant: Tenant) -> dict[str, int]:
     """What the tenant holds against its count and storage limits (``usage``), plus
     ``stored_bytes``: what the brokers last reported it stores."""
     stored = usage.stored_bytes([tenant.pk])[tenant.pk]
-    return {**usage.reserved_usage(tenant), "stored_bytes": stored}
+    counted = dict.fromkeys(USAGE_OF_LIMIT.values(), 0)
+    return {**counted, **usage.reserved_usage(tenant), "stored_bytes": stored}
 
 
 def tenant_quotas(cluster: Cluster) -> list[admin_pb2.TenantQuota]:
@@ -103,6 +105,16 @@ def check_topic_quota(
         current = used[USAGE_OF_LIMIT[limit_field]]
         if requested > 0 and current + requested > limit:
             raise QuotaExceeded(limit_field, limit, requested, current)
+    return quota
+
+
+def check_lane_quota(tenant: Tenant, *, lanes: int = 1) -> Quota:
+    """Lock the quota and refuse (``QuotaExceeded`` naming ``max_lanes``) when ``lanes``
+    more lanes would pass the tenant's limit. Call inside the change's transaction."""
+    quota = lock_quota(tenant)
+    current = usage.reserved_usage(tenant).get("lanes", 0)
+    if lanes > 0 and current + lanes > quota.max_lanes:
+        raise QuotaExceeded("max_lanes", quota.max_lanes, lanes, current)
     return quota
 
 

@@ -16,6 +16,7 @@ INSTALLED_APPS = [
     "controlplane.tenants",
     "controlplane.regions",
     "controlplane.topics",
+    "controlplane.lanes",
     "controlplane.quotas",
     "controlplane.accounts",
     "controlplane.provisioning",

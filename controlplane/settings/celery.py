@@ -25,6 +25,8 @@ CELERY_TIMEZONE = "UTC"
 RECONCILE_INTERVAL_S = env("MERIDIAN_RECONCILE_INTERVAL_S", 30.0, float)
 # Rate and lag history: one collection per interval (the fine tier is 10 s points).
 METRICS_INTERVAL_S = env("MERIDIAN_METRICS_INTERVAL_S", 10.0, float)
+# Idle lanes and lane topics are collected once per interval (their TTL is hours or days).
+LANES_GC_INTERVAL_S = env("MERIDIAN_LANES_GC_INTERVAL_S", 60.0, float)
 
 # The beat schedule, in one place.
 CELERY_BEAT_SCHEDULE = {
@@ -42,6 +44,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "tenants.reconcile_tenants",
         "schedule": RECONCILE_INTERVAL_S,
         "options": {"expires": RECONCILE_INTERVAL_S},
+    },
+    "lanes.collect_idle_lanes": {
+        "task": "lanes.collect_idle_lanes",
+        "schedule": LANES_GC_INTERVAL_S,
+        "options": {"expires": LANES_GC_INTERVAL_S},
     },
     "metrics.collect_metrics": {
         "task": "metrics.collect_metrics",

@@ -37,3 +37,9 @@ DEFAULT_REPLICATION_FACTOR = env("MERIDIAN_DEFAULT_REPLICATION_FACTOR", 3, int)
 # How long a preferred leader must have been live (and in sync) before the controller
 # moves leadership back to it.
 PREFERRED_LEADER_DELAY_S = env("MERIDIAN_PREFERRED_LEADER_DELAY_S", 5.0, float)
+
+# Lanes: how long a lane and its lane topics live without traffic unless the lane says
+# (``Lane.ttl_s``), and how long after its consumers were last seen a lane still counts
+# as live when someone deletes it (409 unless forced).
+LANE_DEFAULT_TTL_S = env("MERIDIAN_LANE_DEFAULT_TTL_S", 7 * 24 * 3600, int)
+LANE_LIVE_GRACE_S = env("MERIDIAN_LANE_LIVE_GRACE_S", 60.0, float)

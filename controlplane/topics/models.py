@@ -40,7 +40,13 @@ principal_validator = RegexValidator(
 class Topic(StatusModel):
     """A tenant's topic: desired partition count and configuration. ``generation``
     grows with every desired change; ``observed_generation`` is the last one the
-    reconciler made true on every broker (ready when they are equal)."""
+    reconciler made true on every broker (ready when they are equal).
+
+    A *lane topic* (``<tenant>.<topic>~<lane>``, ``lanes.names``) has ``trunk`` (its
+    trunk topic, whose configuration it copies) and ``lane_name``; a trunk topic has
+    neither. Lane topics are created on demand by the lanes app and never count against
+    ``max_topics`` or ``max_partitions`` (``topics.usage``), only storage; a trunk with
+    lane topics is deleted with them (``services.delete_topic``)."""
 
     tenant = models.ForeignKey("tenants.Tenant", on_delete=models.PROTECT, related_name="topics")
     cluster = models.ForeignKey("regions.Cluster", on_delete=models.PROTECT, related_name="topics")
@@ -68,14 +74,31 @@ class Topic(StatusModel):
     generation = models.PositiveBigIntegerField(default=1)
     observed_generation = models.PositiveBigIntegerField(default=0)
     created_by = models.CharField(max_length=255, blank=True, default="")
+    # PROTECT: the reconciler deletes a trunk's row only once its lane topics' rows (and
+    # so their partitions on the brokers) are gone.
+    trunk = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="lane_topics"
+    )
+    lane_name = models.CharField(max_length=32, blank=True, default="")
 
     class Meta:
         ordering = ["full_name"]
-        constraints = [models.UniqueConstraint(fields=["tenant", "name"], name="topic_unique_name")]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "name"], name="topic_unique_name"),
+            models.CheckConstraint(
+                condition=models.Q(trunk__isnull=True, lane_name="")
+                | models.Q(trunk__isnull=False) & ~models.Q(lane_name=""),
+                name="topic_lane_has_trunk",
+            ),
+        ]
         indexes = [models.Index(fields=["tenant", "status"])]
 
     def __str__(self) -> str:
         return self.full_name
+
+    @property
+    def is_lane_topic(self) -> bool:
+        return self.trunk_id is not None
 
     def clean(self) -> None:
         super().clean()

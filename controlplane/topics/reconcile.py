@@ -52,7 +52,7 @@ from controlplane.topics.drift import (
     reconcile_cluster,
     report_finding,
 )
-from controlplane.topics.locks import DEFAULT_WAIT_S, topic_lock
+from controlplane.topics.locks import DEFAULT_WAIT_S, TopicBusy, topic_lock
 from controlplane.topics.models import PartitionAssignment, Topic
 from controlplane.topics.placement import UNPLACEABLE_PHASES, assign_partitions
 from dataplane._gen.meridian.v1 import admin_pb2
@@ -357,6 +357,10 @@ def _delete_row(topic: Topic, generation: int) -> Outcome:
         )
         if locked is None:
             return Outcome.SUPERSEDED
+        if locked.lane_topics.exists():
+            # Its lane topics are being deleted with it (``delete_topic``): their rows
+            # go first, so none outlives its trunk; retried until then.
+            raise TopicBusy(locked.pk)
         audit.record(
             RECONCILER, "topic.deleted", locked, before=audit.snapshot(locked), tenant=locked.tenant
         )

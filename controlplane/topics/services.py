@@ -11,6 +11,7 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Sum
 
+import lanes
 from controlplane.core import audit
 from controlplane.core.actors import Actor
 from controlplane.core.errors import Conflict, InvalidRequest
@@ -106,6 +107,11 @@ def update_topic(topic: Topic, *, actor: Actor, **changes: Any) -> Topic:
     (``InvalidRequest``) and the replication factor does not change (``Conflict``; a
     reassignment moves replicas); growth is checked against quotas. A real change bumps
     ``generation`` and sets the topic pending until the reconciler applies it."""
+    if topic.is_lane_topic:
+        raise Conflict(
+            f"topic {topic.full_name!r} is a lane topic: it has its trunk's configuration",
+            trunk=["change the trunk topic instead"],
+        )
     if "replication_factor" in changes:
         raise Conflict(
             "replication_factor: cannot be changed after creation",
@@ -149,16 +155,73 @@ def update_topic(topic: Topic, *, actor: Actor, **changes: Any) -> Topic:
         tenant=topic.tenant,
     )
     _reconcile_after_commit(topic)
+    _follow_trunk(topic, actor)
     return topic
+
+
+@transaction.atomic
+def create_lane_topic(trunk: Topic, *, lane: str, partitions: int, actor: Actor) -> Topic:
+    """The lane topic ``<trunk>~<lane>`` (status pending) next to ``trunk``: on its
+    cluster, with its configuration and replication and ``partitions`` partitions, then
+    reconciled like any topic. Lane topics count against no topic quota (only storage,
+    which the brokers enforce on what is stored): the lane itself is what the tenant's
+    ``max_lanes`` bounds. The caller (``lanes.services``) decides the lane may have it;
+    a name in use is a ``Conflict``, a trunk being deleted too."""
+    lock_open_tenant(trunk.tenant)
+    trunk = Topic.objects.select_for_update().select_related("tenant", "cluster").get(pk=trunk.pk)
+    if trunk.is_lane_topic:
+        raise InvalidRequest(
+            f"{trunk.full_name!r} is a lane topic, not a trunk", trunk=["not a trunk topic"]
+        )
+    _check_not_deleting(trunk)
+    validation.validate_partitions(partitions)
+    name = lane_topic_name(trunk.name, lane)
+    full_name = validation.full_name(trunk.tenant.slug, name)
+    if Topic.objects.filter(full_name=full_name).exists():
+        raise Conflict(f"topic {full_name!r} already exists", name=[f"{name!r} is in use"])
+    topic = Topic(
+        tenant=trunk.tenant,
+        cluster=trunk.cluster,
+        name=name,
+        full_name=full_name,
+        partitions=partitions,
+        created_by=actor.name,
+        status=TopicStatus.PENDING,
+        trunk=trunk,
+        lane_name=lane,
+        replication_factor=trunk.replication_factor,
+        **_config_of(trunk),
+        **_replication_of(trunk),
+    )
+    # The name holds '~', which the field's validator (for what tenants type) refuses;
+    # ``lane_topic_name`` has checked it.
+    topic.full_clean(exclude=["name"])
+    topic.save()
+    _place(topic)
+    audit.record(actor, "topic.create", topic, after=audit.snapshot(topic), tenant=topic.tenant)
+    _reconcile_after_commit(topic)
+    return topic
+
+
+def lane_topic_name(trunk_name: str, lane: str) -> str:
+    """``<trunk name>~<lane>``; ``InvalidRequest`` for a bad lane name."""
+    try:
+        return lanes.lane_topic(trunk_name, lane)
+    except ValueError as exc:  # InvalidLaneNameError is one
+        raise InvalidRequest(str(exc), lane=[str(exc)]) from None
 
 
 @transaction.atomic
 def delete_topic(topic: Topic, *, actor: Actor) -> Topic:
     """Mark the topic deleting (and bump its generation); the reconciler deletes its
-    partitions on every broker, then the row. Deleting a deleting topic changes nothing."""
+    partitions on every broker, then the row. Deleting a deleting topic changes nothing.
+    A trunk topic's lane topics are deleted with it (each audited); the trunk's row goes
+    only after theirs (``reconcile``)."""
     topic = Topic.objects.select_for_update().get(pk=topic.pk)
     if topic.status == TopicStatus.DELETING:
         return topic
+    for lane_topic in topic.lane_topics.exclude(status=TopicStatus.DELETING).order_by("pk"):
+        delete_topic(lane_topic, actor=actor)
     before = audit.snapshot(topic)
     topic.status = TopicStatus.DELETING
     topic.status_reason = ""
@@ -253,6 +316,30 @@ def _replication_for(
         "replication_factor": replication_factor,
         **validation.resolve_replication(replication_factor, changes),
     }
+
+
+def _follow_trunk(trunk: Topic, actor: Actor) -> None:
+    """Give ``trunk``'s lane topics its new configuration (their partitions stay: a
+    lane topic's count is its lane's choice at creation)."""
+    wanted = {**_config_of(trunk), **_replication_of(trunk)}
+    for lane_topic in trunk.lane_topics.exclude(status=TopicStatus.DELETING).order_by("pk"):
+        lane_topic = Topic.objects.select_for_update().get(pk=lane_topic.pk)
+        if {**_config_of(lane_topic), **_replication_of(lane_topic)} == wanted:
+            continue
+        before = audit.snapshot(lane_topic)
+        for field, value in wanted.items():
+            setattr(lane_topic, field, value)
+        _mark_changed(lane_topic)
+        lane_topic.save()
+        audit.record(
+            actor,
+            "topic.update",
+            lane_topic,
+            before=before,
+            after=audit.snapshot(lane_topic),
+            tenant=lane_topic.tenant,
+        )
+        _reconcile_after_commit(lane_topic)
 
 
 def _mark_changed(topic: Topic) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 
-from django.db.models import Count, F, Sum
+from django.db.models import Count, F, Q, Sum
 
 from controlplane.tenants.models import Tenant
 from controlplane.topics.models import PartitionAssignment, Topic
@@ -15,10 +15,12 @@ class TopicUsage:
     def reserved(self, tenant: Tenant) -> Mapping[str, int]:
         """Topics, partitions, and storage bytes (partitions * retention bytes, summed).
         Topics being deleted still count: their partitions live on until the reconciler
-        removes them."""
+        removes them. Lane topics count for storage only (their lane counts against
+        ``max_lanes``)."""
+        trunks = Q(trunk__isnull=True)
         totals = Topic.objects.filter(tenant=tenant).aggregate(
-            topic_count=Count("id"),
-            partition_count=Sum("partitions", default=0),
+            topic_count=Count("id", filter=trunks),
+            partition_count=Sum("partitions", filter=trunks, default=0),
             reserved_bytes=Sum(F("partitions") * F("retention_bytes"), default=0),
         )
         return {

@@ -12,12 +12,13 @@ RATE_HELP = "enforced by each broker separately (as Kafka's quotas); 0: unlimite
 
 
 class QuotaUsageSerializer(serializers.Serializer[dict[str, Any]]):
-    topics = serializers.IntegerField()
-    partitions = serializers.IntegerField()
+    topics = serializers.IntegerField(help_text="trunk topics (lane topics do not count)")
+    partitions = serializers.IntegerField(help_text="of trunk topics")
     storage_bytes = serializers.IntegerField(
         help_text="reserved: partitions x retention bytes, summed over topics"
     )
     stored_bytes = serializers.IntegerField(help_text="what the brokers last reported")
+    lanes = serializers.IntegerField(help_text="lanes declared (lane topics count as storage)")
 
 
 class QuotaSerializer(serializers.ModelSerializer[Quota]):

@@ -128,6 +128,7 @@ def test_usage_counts_reserved_and_stored_bytes(acme: Any) -> None:
         "partitions": 3,
         "storage_bytes": 3 * GIB,
         "stored_bytes": 3000,
+        "lanes": 0,
     }
 
 
