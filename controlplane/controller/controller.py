@@ -22,6 +22,9 @@ Every ``tick()`` (the process calls it every ``settings.CONTROLLER_TICK_S``):
    again at once so brokers learn it without waiting a tick. A broker whose answer
    shows it restarted (a smaller uptime) counts as dead for that tick, however short
    its outage: it gives up its leaderships and ISR places and rejoins as a follower.
+   The brokers' lane reports are fed to the lanes app first (``_lanes``): a demanded
+   lane topic is created as desired state, so its leaders are elected and pushed in
+   the same tick; a change of a lane's liveness is pushed at once too.
    A broker that refuses the push as STALE_CONTROLLER_EPOCH has accepted a newer
    epoch: if the region names a newer controller, this one steps down; if the region
    still names this controller's epoch, the broker's epoch came from elsewhere (a
@@ -45,6 +48,8 @@ from controlplane.controller.lease import Lease
 from controlplane.controller.push import MetadataPusher, PushOutcome
 from controlplane.core.actors import Actor
 from controlplane.core.choices import ProvisioningStatus
+from controlplane.core.errors import DomainError
+from controlplane.lanes import services as lane_services
 from controlplane.regions import services
 from controlplane.regions.choices import BrokerPhase
 from controlplane.regions.models import Broker, Cluster
@@ -158,7 +163,8 @@ class Controller:
         self._judge(cluster, brokers)
         if refused:
             self._outrank(refused)
-        if self._replicate(cluster, brokers, outcomes):
+        lanes_changed = self._lanes(cluster, outcomes)
+        if self._replicate(cluster, brokers, outcomes) or lanes_changed:
             again = self._push(cluster, brokers)
             for broker in brokers:  # heartbeats, not a verdict: the next tick judges
                 self._observe(broker, again.get(broker.pk), judge=False)
@@ -187,6 +193,30 @@ class Controller:
         changed += elect_leaders(cluster, live=live, settled=settled, actor=ACTOR)
         changed += reassignment.progress(cluster, live=live, actor=ACTOR)
         return changed > 0
+
+    def _lanes(self, cluster: Cluster, outcomes: dict[int, PushOutcome]) -> bool:
+        """Feed the brokers' lane reports to the lanes app: demanded lane topics become
+        desired state (reconciled at once, and elected below in this tick), liveness and
+        traffic are recorded. True when the brokers must hear again now: a demanded lane
+        topic exists (the push lists it, which ends the demand) or a lane's live topics
+        changed (trunk consumers stop or start reading its records)."""
+        answers = [o.response for o in outcomes.values() if o.response is not None]
+        found = 0
+        for name in sorted({name for answer in answers for name in answer.lane_topic_demands}):
+            try:
+                topic = lane_services.ensure_lane_topic(name.partition(".")[0], name, actor=ACTOR)
+            except DomainError as exc:  # the trunk's cluster refuses: the demand returns
+                log.warning("lane topic %s not created: %s", name, exc.message)
+                continue
+            found += topic is not None
+        live_changed = False
+        # Liveness only from a complete set of answers: a broker silent this tick must
+        # not make its lanes' consumers look gone.
+        if all(o.response is not None for o in outcomes.values()):
+            reports = [group for answer in answers for group in answer.lane_consumers]
+            live_changed = lane_services.record_lane_consumers(reports, cluster=cluster)
+        lane_services.record_lane_activity([a for answer in answers for a in answer.lane_activity])
+        return found > 0 or live_changed
 
     def _after_push(self, cluster: Cluster, brokers: list[Broker]) -> None:
         """Work that must follow a push: deleting partitions from brokers that are no

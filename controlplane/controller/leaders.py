@@ -44,7 +44,8 @@ def metadata_request(
                 name=topic.full_name,
                 min_insync_replicas=topic.min_insync_replicas,
                 unclean_leader_election=topic.unclean_leader_election,
-                acls=acls.get(topic.pk, []),
+                # A lane topic's ACLs are its trunk's (which is on the same cluster).
+                acls=acls.get(topic.trunk_id or topic.pk, []),
             )
         entry.partitions.append(
             admin_pb2.MetadataPartition(

@@ -8,7 +8,9 @@ Every push also lists the platform's identities (``with_identities``): each tena
 being deleted, with its immutable id, and the ids of the service accounts deleted within
 ``MAX_TOKEN_LIFETIME_S`` (from their audit events), so the brokers refuse a deleted
 tenant's or service account's tokens from the next push on (within a controller tick)
-rather than when the tokens expire.
+rather than when the tokens expire. It lists every live tenant's lanes too
+(``with_lanes``), so the brokers tell a missing lane topic of a declared lane (demanded)
+from an undeclared lane (refused), and which lanes are live.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from django.utils import timezone
 from controlplane.core.choices import ProvisioningStatus
 from controlplane.core.models import AuditEvent
 from controlplane.gateway import admin
+from controlplane.lanes.services import lane_declarations
 from controlplane.regions.models import Broker
 from controlplane.tenants.models import Tenant
 from dataplane._gen.meridian.v1 import admin_pb2
@@ -55,6 +58,7 @@ class MetadataPusher:
         """``request`` (with the live identities) to every addressed broker; outcomes by
         ``Broker.pk``."""
         with_identities(request)
+        with_lanes(request)
         addresses = {broker.pk: broker.address for broker in brokers if broker.address}
         answers = admin.update_metadata(addresses, request, timeout_s=self.timeout_s)
         return {pk: _outcome(answer) for pk, answer in answers.items()}
@@ -81,6 +85,13 @@ def with_identities(request: admin_pb2.UpdateMetadataRequest) -> None:
     request.identities_listed = True
     del request.revoked_accounts[:]
     request.revoked_accounts.extend(revoked_accounts())
+
+
+def with_lanes(request: admin_pb2.UpdateMetadataRequest) -> None:
+    """Set ``request``'s lanes: the complete set (``lanes_listed``), in a stable order."""
+    del request.lanes[:]
+    request.lanes.extend(lane_declarations())
+    request.lanes_listed = True
 
 
 def revoked_accounts() -> list[str]:
