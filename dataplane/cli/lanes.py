@@ -118,7 +118,8 @@ def describe(
     out.print(table(f"lane {lane['name']}", ["field", "value"], _facts(lane)))
     lane_topics = lane.get("lane_topics") or []
     if lane_topics:
-        out.print(table("lane topics", ["topic", "trunk"], _lane_topic_rows(lane_topics)))
+        headers = ["lane topic", "trunk", "partitions", "status", "last traffic"]
+        out.print(table("lane topics", headers, _lane_topic_rows(lane_topics)))
 
 
 def delete(
@@ -174,16 +175,11 @@ def _facts(lane: dict[str, Any]) -> list[list[Any]]:
     ]
 
 
-def _lane_topic_rows(lane_topics: list[Any]) -> list[list[Any]]:
-    """Rows of the lane topics, whether the API lists names or objects."""
-    rows: list[list[Any]] = []
-    for item in lane_topics:
-        if isinstance(item, dict):
-            name = item.get("full_name") or item.get("name")
-            rows.append([name, item.get("trunk") or str(name).partition("~")[0]])
-        else:
-            rows.append([item, str(item).partition("~")[0]])
-    return rows
+def _lane_topic_rows(lane_topics: list[dict[str, Any]]) -> list[list[Any]]:
+    return [
+        [t["name"], t["trunk"], t.get("partitions"), t.get("status"), t.get("last_traffic_at")]
+        for t in lane_topics
+    ]
 
 
 def _covered(lane: dict[str, Any]) -> str:

@@ -98,9 +98,15 @@ def test_create_list_describe_delete(meridian: Any, acme: Tenant) -> None:
     lane_services.ensure_lane_topic("acme", "acme.orders~ppe", actor=SYSTEM)
     described = cli.ok("lanes", "describe", "ppe").stdout
     assert "lane ppe" in described
-    assert "acme.orders~ppe  acme.orders" in described
-    facts = json.loads(cli.ok("lanes", "describe", "ppe", "--tenant", "acme", "--json").stdout)
-    assert [t["name"] for t in facts["lane_topics"]] == ["acme.orders~ppe"]
+    facts_table, topics_table = described.split("lane topics\n")
+    facts = [line.split() for line in facts_table.splitlines()]
+    assert ["orphan", "policy", "hold"] in facts
+    assert ["topics", "acme.orders"] in facts
+    assert [line.split()[:4] for line in topics_table.splitlines()[1:]] == [
+        ["acme.orders~ppe", "acme.orders", "1", "pending"]
+    ]
+    as_json = json.loads(cli.ok("lanes", "describe", "ppe", "--tenant", "acme", "--json").stdout)
+    assert [t["name"] for t in as_json["lane_topics"]] == ["acme.orders~ppe"]
 
     assert cli.ok("lanes", "delete", "ppe").stdout.strip() == "deleted lane ppe"
     assert list(Lane.objects.values_list("name", flat=True)) == ["boe-alice"]
