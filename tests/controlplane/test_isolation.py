@@ -1,8 +1,8 @@
 """Tenant isolation across every endpoint of the API, read from the OpenAPI document so
 that a new endpoint is covered the day it is added.
 
-Tenant ``acme`` owns a topic, a topic ACL entry, a service account, a member, audit
-events and a quota.
+Tenant ``acme`` owns a topic, a topic ACL entry, a service account, a member, a lane,
+audit events and a quota.
 A tenant-admin of ``beta`` (the strongest tenant role) then calls every operation:
 - no list answer names anything of ``acme``, with or without ``?tenant=acme``;
 - every operation on an ``acme`` object answers exactly as it does for an object that
@@ -24,6 +24,9 @@ from controlplane.accounts import services as accounts
 from controlplane.core.actors import Actor
 from controlplane.core.audit import snapshot
 from controlplane.core.models import AuditEvent
+from controlplane.lanes.models import Lane
+from controlplane.lanes.services import create_lane
+from controlplane.lanes.services import snapshot as lane_snapshot
 from controlplane.quotas.models import Quota
 from controlplane.tenants.models import Membership
 from controlplane.topics.acls import grant_topic_acl
@@ -35,6 +38,7 @@ from tests.controlplane.conftest import token_for
 SECRET_TOPIC = "secret-orders"
 SECRET_ACCOUNT = "secret-app"
 SECRET_MEMBER = "secret-person"
+SECRET_LANE = "secret-lane"
 # Path parameters: for each, the value of acme's object and one that exists nowhere.
 _PARAM = re.compile(r"\{(\w+)\}")
 
@@ -52,6 +56,7 @@ def world(db: None, local_identity: Any) -> dict[str, Any]:
     member = accounts.invite_member(
         acme, username=SECRET_MEMBER, email="secret@acme.test", role="viewer", actor=operator
     )
+    create_lane(acme, name=SECRET_LANE, actor=operator)
     event = AuditEvent.objects.filter(tenant_slug="acme").first()
     assert event is not None
     return {
@@ -63,6 +68,7 @@ def world(db: None, local_identity: Any) -> dict[str, Any]:
             "service-accounts": str(account.pk),
             "members": str(member.pk),
             "audit-events": str(event.pk),
+            "lanes": SECRET_LANE,
         },
         "missing_values": {
             "tenants": "zzzz",
@@ -72,6 +78,7 @@ def world(db: None, local_identity: Any) -> dict[str, Any]:
             "service-accounts": "999999",
             "members": "999999",
             "audit-events": "999999",
+            "lanes": "zzzz-lane",
         },
         "token": token_for(local_identity, roles={"beta": "tenant-admin"}, username="mallory"),
     }
@@ -113,6 +120,7 @@ def _acme_state() -> Any:
         [snapshot(m) for m in Membership.objects.filter(tenant__slug="acme")],
         [snapshot(q) for q in Quota.objects.filter(tenant__slug="acme")],
         [snapshot(a) for a in TopicAcl.objects.filter(topic__tenant__slug="acme")],
+        [lane_snapshot(lane) for lane in Lane.objects.filter(tenant__slug="acme")],
         sorted(
             accounts.ServiceAccount.objects.filter(tenant__slug="acme").values_list(
                 "client_id", "role", "secret_hash"
@@ -122,7 +130,8 @@ def _acme_state() -> Any:
 
 
 def _leaks(text: str) -> list[str]:
-    return [s for s in ("acme", SECRET_TOPIC, SECRET_ACCOUNT, SECRET_MEMBER) if s in text]
+    secrets = ("acme", SECRET_TOPIC, SECRET_ACCOUNT, SECRET_MEMBER, SECRET_LANE)
+    return [s for s in secrets if s in text]
 
 
 def test_no_endpoint_lets_one_tenant_learn_or_touch_another_tenants_objects(
