@@ -152,8 +152,9 @@ def test_a_lane_with_live_consumers_is_deleted_only_with_force(meridian: Any, ac
     lane = lane_services.create_lane(acme, name="ppe", actor=SYSTEM)
     Lane.objects.filter(pk=lane.pk).update(live_topics=["acme.orders"])
     cli = meridian("developer")
-    (line, *_) = cli.refused("lanes", "delete", "ppe")
+    line, details = cli.refused("lanes", "delete", "ppe")
     assert line.startswith("error: lane_in_use: lane 'ppe' of tenant 'acme' has live consumers")
+    assert details == "  live_topics: acme.orders"
     assert Lane.objects.exists()
     cli.ok("lanes", "delete", "ppe", "--force")
     assert not Lane.objects.exists()
