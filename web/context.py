@@ -22,6 +22,7 @@ SECTIONS = (
     ("Dashboard", "web:dashboard"),
     ("Topics", "web:topic-list"),
     ("Consumer groups", "web:group-list"),
+    ("Lanes", "web:lane-list"),
     ("Service accounts", "web:service-account-list"),
     ("ACLs", "web:acl-list"),
     ("Members", "web:member-list"),

@@ -9,6 +9,7 @@ from web.views import (
     dashboard,
     groups,
     home,
+    lanes,
     members,
     messages,
     platform,
@@ -21,6 +22,8 @@ app_name = "web"
 TOPIC = "t/<slug:tenant>/topics/<str:topic>/"
 ACCOUNTS = "t/<slug:tenant>/service-accounts/"
 ACCOUNT = ACCOUNTS + "<str:account>/"
+LANES = "t/<slug:tenant>/lanes/"
+LANE = LANES + "<str:lane>/"
 
 urlpatterns = [
     path("", home.index, name="index"),
@@ -49,6 +52,10 @@ urlpatterns = [
     path(ACCOUNT + "role/", service_accounts.account_role, name="service-account-role"),
     path(ACCOUNT + "rotate/", service_accounts.account_rotate, name="service-account-rotate"),
     path(ACCOUNT + "delete/", service_accounts.account_delete, name="service-account-delete"),
+    path(LANES, lanes.lane_list, name="lane-list"),
+    path(LANE, lanes.lane_detail, name="lane-detail"),
+    path(LANE + "edit/", lanes.lane_edit, name="lane-edit"),
+    path(LANE + "delete/", lanes.lane_delete, name="lane-delete"),
     path("t/<slug:tenant>/acls/", acls.acl_list, name="acl-list"),
     path("t/<slug:tenant>/acls/grant/", acls.acl_grant, name="acl-grant"),
     path("t/<slug:tenant>/acls/<int:acl>/operations/", acls.acl_operations, name="acl-operations"),

@@ -2,8 +2,10 @@
 
 A command raises ``MeridianError`` for anything the platform refuses (the SDK's typed
 errors, and the CLI's own checks of its input); ``reporting`` turns it into one line on
-stderr, ``error: CODE: message``, and exit code 1, without a traceback. Bad usage
-(unknown option, malformed value) is typer's exit code 2.
+stderr, ``error: CODE: message``, and exit code 1, without a traceback. A refusal of the
+control plane's REST API (``ApiError``) is printed the same way, followed by one line per
+field message of the API (``  field: message``). Bad usage (unknown option, malformed
+value) is typer's exit code 2.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from dataplane.cli.api import DEFAULT_API_URL, Api, ApiError
 from dataplane.client.auth import ClientCredentials, StaticToken, TokenSource
 from dataplane.errors import ErrorCode, MeridianError, error_from_rpc
 
@@ -36,11 +39,17 @@ R = TypeVar("R")
 class Settings:
     """Global options, kept on the typer context: where the brokers are, and how to
     reach them (``credentials``: a token or a client-credentials source; ``tls``: a CA
-    file, or None for plaintext)."""
+    file, or None for plaintext); ``api_url``: the control plane's REST API, which the
+    same credentials reach."""
 
     bootstrap: str
     credentials: TokenSource | None = None
     tls: str | None = None
+    api_url: str = DEFAULT_API_URL
+
+    @property
+    def api(self) -> Api:
+        return Api(self.api_url, self.credentials)
 
     @property
     def connect(self) -> dict[str, Any]:
@@ -88,7 +97,8 @@ def stdout() -> Console:
 
 
 def reporting(command: Callable[P, R]) -> Callable[P, R]:
-    """Wraps a command so a typed failure ends it with ``error: CODE: message``, exit 1."""
+    """Wraps a command so a typed failure ends it with ``error: CODE: message`` (and the
+    API's field messages), exit 1."""
 
     @functools.wraps(command)
     def run(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -98,6 +108,9 @@ def reporting(command: Callable[P, R]) -> Callable[P, R]:
             fail(exc)
         except grpc.RpcError as exc:
             fail(error_from_rpc(exc))
+        except ApiError as exc:
+            print("\n".join(exc.lines()), file=sys.stderr)
+            raise typer.Exit(EXIT_ERROR) from None
         except BrokenPipeError:
             # the reader of our output went away (``| head``): it has what it wanted.
             # Point stdout at /dev/null so the interpreter's final flush cannot fail again.

@@ -7,7 +7,8 @@ from typing import Annotated
 
 import typer
 
-from dataplane.cli import groups, topics
+from dataplane.cli import groups, lanes, topics
+from dataplane.cli.api import DEFAULT_API_URL
 from dataplane.cli.base import DEFAULT_BOOTSTRAP, Settings, credentials_from, fail, reporting
 from dataplane.cli.consume import consume
 from dataplane.cli.offsets import offsets
@@ -16,13 +17,20 @@ from dataplane.errors import MeridianError
 
 app = typer.Typer(
     name="meridian",
-    help="Produce, consume and inspect topics and consumer groups of a Meridian cluster.",
+    help=(
+        "Produce, consume and inspect topics and consumer groups of a Meridian cluster; "
+        "manage a tenant's lanes."
+    ),
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
 topics_app = typer.Typer(help="List, create, describe and delete topics.", no_args_is_help=True)
 groups_app = typer.Typer(help="List and describe consumer groups.", no_args_is_help=True)
+lanes_app = typer.Typer(
+    help="List, create, describe and delete a tenant's lanes (the control plane's REST API).",
+    no_args_is_help=True,
+)
 
 
 @app.callback()
@@ -59,12 +67,20 @@ def options(
         str | None,
         typer.Option(envvar="MERIDIAN_TLS_CA", help="CA file: reach the brokers over TLS."),
     ] = None,
+    api: Annotated[
+        str,
+        typer.Option(
+            "--api",
+            envvar="MERIDIAN_API_URL",
+            help="The control plane's REST API, http(s)://host:port (lanes).",
+        ),
+    ] = DEFAULT_API_URL,
 ) -> None:
     try:
         credentials = credentials_from(token, token_url, client_id, client_secret)
     except MeridianError as exc:
         fail(exc)
-    ctx.obj = Settings(bootstrap, credentials, tls_ca)
+    ctx.obj = Settings(bootstrap, credentials, tls_ca, api)
 
 
 app.command("produce")(reporting(produce))
@@ -77,7 +93,12 @@ topics_app.command("delete")(reporting(topics.delete))
 groups_app.command("list")(reporting(groups.list_groups))
 groups_app.command("describe")(reporting(groups.describe))
 app.add_typer(topics_app, name="topics")
+lanes_app.command("list")(reporting(lanes.list_lanes))
+lanes_app.command("create")(reporting(lanes.create))
+lanes_app.command("describe")(reporting(lanes.describe))
+lanes_app.command("delete")(reporting(lanes.delete))
 app.add_typer(groups_app, name="groups")
+app.add_typer(lanes_app, name="lanes")
 
 
 def main(argv: Sequence[str] | None = None) -> None:

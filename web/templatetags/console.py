@@ -18,3 +18,19 @@ def value_of(form: Any, name: str) -> str:
 @register.filter
 def errors_of(form: Any, name: str) -> list[str]:
     return list(form.errors.get(name, []))
+
+
+_DURATION_UNITS = (("day", 86400), ("hour", 3600), ("minute", 60))
+
+
+@register.filter
+def duration_s(seconds: Any) -> str:
+    """A whole number of seconds in the largest unit that divides it exactly
+    (``604800`` → ``7 days``, ``90`` → ``90 seconds``)."""
+    if not isinstance(seconds, int) or seconds <= 0:
+        return "—"
+    for unit, size in _DURATION_UNITS:
+        if seconds % size == 0:
+            count = seconds // size
+            return f"{count} {unit}{'' if count == 1 else 's'}"
+    return f"{seconds} second{'' if seconds == 1 else 's'}"

@@ -1,6 +1,11 @@
 """A tenant's topics: list (filter, sort, pages from the database), detail, create,
 change config, add partitions, delete with the name typed as confirmation.
 
+The list's rows are trunk topics; a trunk's lane topics (``<topic>~<lane>``, created by
+lanes on first use) are listed under it, and a name filter matching a lane topic shows
+it with its trunk. A lane topic's page links its trunk and lane; it has no config or
+partitions form (it has its trunk's configuration).
+
 Reads use the REST API's queryset and filterset; writes the API's serializers and
 ``controlplane.topics.services``. A topic is looked up within the URL's tenant only, so
 another tenant's topic is a 404 like a missing one."""
@@ -10,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.paginator import Paginator
-from django.db.models import QuerySet
+from django.db.models import Prefetch, Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
@@ -86,7 +91,7 @@ def topic_list(request: HttpRequest) -> HttpResponse:
     sort = request.GET.get("sort", "name")
     if sort not in SORTS:
         sort = "name"
-    queryset = filters.qs.order_by(*SORTS[sort][1])
+    queryset = _trunks_of(console, filters.qs).order_by(*SORTS[sort][1])
     page = Paginator(queryset, PAGE_SIZE).get_page(request.GET.get("page"))
     context = {
         "page": page,
@@ -95,6 +100,18 @@ def topic_list(request: HttpRequest) -> HttpResponse:
         "sorts": {key: label for key, (label, _) in SORTS.items()},
     }
     return render(request, "web/topics/list.html", context)
+
+
+def _trunks_of(console: Console, matched: QuerySet[Topic]) -> QuerySet[Topic]:
+    """The trunk topics among ``matched`` and the trunks of the lane topics among it,
+    each with its lane topics."""
+    lanes = Topic.objects.order_by("full_name")
+    return (
+        tenant_topics(console)
+        .filter(trunk__isnull=True)
+        .filter(Q(pk__in=matched.values("pk")) | Q(pk__in=matched.values("trunk_id")))
+        .prefetch_related(Prefetch("lane_topics", queryset=lanes))
+    )
 
 
 @tenant_page()
