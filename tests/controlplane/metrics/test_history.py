@@ -15,6 +15,7 @@ from controlplane.metrics.collect import GroupCounters, Observation, TopicCounte
 from controlplane.metrics.models import Block, Collection, Series
 from controlplane.metrics.store import MEASURES
 from controlplane.metrics.tiers import COARSE, FINE
+from controlplane.tenants.models import Tenant
 from controlplane.topics.models import Topic
 from tests.controlplane.conftest import ClientFactory
 from tests.support.controlplane import make_tenant, register_static_cluster
@@ -43,8 +44,10 @@ def _fine_value(series: Series, at: datetime, measure: str) -> float | None:
     return value
 
 
-@pytest.fixture
+@pytest.fixture(autouse=True)
 def topics() -> None:
+    """Tenants acme and other, each with its topic ``orders`` (series belong to the
+    tenant holding their names' slug: without one, nothing is stored)."""
     cluster = register_static_cluster([])
     for slug in ("acme", "other"):
         tenant = make_tenant(slug, region=cluster.region)
@@ -72,7 +75,7 @@ def test_rates_are_counter_deltas_over_the_time_between_reads() -> None:
     assert _fine_value(group, at, "records_per_s") == 10.0
     assert _fine_value(group, at, "lag_records") == 150.0
     assert _fine_value(group, at, "lag_s") is None  # brokers do not report lag in time yet
-    assert (topic.tenant_slug, group.tenant_slug) == ("acme", "acme")
+    assert (topic.tenant.slug, group.tenant.slug) == ("acme", "acme")
 
 
 def test_a_first_commit_far_from_zero_is_not_consumption() -> None:
@@ -129,7 +132,8 @@ def test_a_roll_up_runs_each_minute_once() -> None:
 
 def test_retention_deletes_blocks_past_their_tier() -> None:
     now = timezone.now()
-    series = Series.objects.create(kind="topic", tenant_slug="acme", topic="acme.orders")
+    acme = Tenant.objects.get(slug="acme")
+    series = Series.objects.create(kind="topic", tenant=acme, topic="acme.orders")
     ages = {
         (FINE, timedelta(minutes=90)): False,
         (FINE, timedelta(minutes=5)): True,
