@@ -4,13 +4,13 @@ typed 400s)."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from controlplane.metrics import services
+from controlplane.metrics import history, services
 from controlplane.metrics.collect import GroupCounters, Observation, TopicCounters
 from controlplane.metrics.models import Block, Collection, Series
 from controlplane.metrics.store import MEASURES
@@ -274,3 +274,48 @@ def test_a_range_older_than_an_hour_answers_1min_points(
     assert response.status_code == 200, response.content
     body = response.json()
     assert (body["resolution"], body["step"], len(body["points"])) == (60, 300, 12)
+
+
+@pytest.mark.parametrize(
+    ("params", "fields"),
+    [
+        ({"from": "9999-12-31T23:00:00Z", "to": "9999-12-31T23:59:59Z"}, {"from", "to"}),
+        ({"to": "9999-12-31T23:59:59Z"}, {"to"}),
+        ({"to": "0001-01-01T00:30:00Z"}, {"to"}),
+        ({"from": "0001-01-01T00:00:00Z", "to": "0001-01-01T00:30:00Z"}, {"from", "to"}),
+        ({"from": "1969-12-31T23:00:00Z", "to": "1970-01-01T00:00:00Z"}, {"from"}),
+        ({"step": 10**18}, {"step"}),
+    ],
+)
+def test_extreme_instants_and_steps_are_400s_naming_the_field(
+    client_for: ClientFactory, params: dict[str, object], fields: set[str]
+) -> None:
+    """Years like 9999 or 1, or a step of 10^18 s, are refused by field (not an overflow
+    further on), on a topic and a group that both have history."""
+    start = _minute(timedelta(minutes=5))
+    _observe(start, 0, 0, committed=0, lag=20)
+    _observe(start + timedelta(seconds=10), 100, 1000, committed=50, lag=30)
+    viewer = _viewer(client_for)
+    for path in ("/api/v1/topics/acme.orders/metrics", "/api/v1/groups/acme.billing/metrics"):
+        response = viewer.get(path, params)
+        assert response.status_code == 400, (path, response.content)
+        error = response.json()["error"]
+        assert error["code"] == "invalid"
+        assert set(error["details"]) == fields, error
+        assert "between 1970-01-01T00:00:00Z and 9999-01-01T00:00:00Z" in error["message"] or (
+            fields == {"step"}
+        )
+    bounded = viewer.get(
+        "/api/v1/topics/acme.orders/metrics",
+        {"from": "9998-12-31T23:00:00Z", "to": "9999-01-01T00:00:00Z"},
+    )
+    assert bounded.status_code == 200, bounded.content  # the last hour allowed: no points
+    assert not any(p["records_per_s"] for p in bounded.json()["points"])
+
+
+def test_the_service_refuses_extreme_instants_too() -> None:
+    """Callers other than the API (the console) get the same typed error."""
+    with pytest.raises(history.InvalidRange):
+        history.plan(datetime(9999, 12, 31, tzinfo=UTC), None, None, timezone.now())
+    with pytest.raises(history.InvalidStep):
+        history.plan(None, None, 10**18, timezone.now())

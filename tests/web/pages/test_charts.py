@@ -318,3 +318,19 @@ def test_a_new_tenant_of_a_deleted_ones_slug_sees_none_of_its_history(
         assert not any(values), url
     page = client.get("/console/t/phoenix/").content.decode()
     assert "No records produced in the last hour." in page
+
+
+def test_the_chart_endpoints_take_a_range_never_instants(
+    history: None, console_for: ConsoleFactory
+) -> None:
+    """The console's charts name a range (1h, 1d) and compute the instants from now: a
+    ``from``/``to`` of year 9999 is nothing to them, and a range beyond the two a 400."""
+    client = console_for(roles={"acme": "viewer"})
+    extreme = "from=9999-12-31T23:00:00Z&to=9999-12-31T23:59:59Z&step=1000000000000000000"
+    for url in ("/console/t/acme/metrics.json", "/console/t/acme/topics/acme.orders/metrics.json",
+                "/console/t/acme/groups/acme.billing/metrics.json"):  # fmt: skip
+        status, body = get_json(client, f"{url}?{extreme}")
+        assert (status, body["range"]) == (200, "1h"), url
+        assert client.get(f"{url}?range=9999y").status_code == 400, url
+    page = client.get(f"/console/t/acme/topics/acme.orders/?{extreme}&range=9999y")
+    assert page.status_code == 200
