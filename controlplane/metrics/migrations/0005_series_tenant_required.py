@@ -1,13 +1,11 @@
-"""The series' tenant is required, and names are unique within a tenant (a separate
-migration: on Postgres a table whose rows the previous one deleted cannot be altered in
-the same transaction)."""
+"""The series' tenant is required, and names are unique within a tenant."""
 
 import django.db.models.deletion
 from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-    dependencies = [("metrics", "0003_series_tenant")]
+    dependencies = [("metrics", "0004_series_without_tenant")]
 
     operations = [
         migrations.AlterField(
