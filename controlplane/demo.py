@@ -83,6 +83,9 @@ class Platform:
     children: dict[str, Child] = field(default_factory=dict)
     # The console's demo users: (role, username, password), passwords new each run.
     console_users: list[tuple[str, str, str]] = field(default_factory=list)
+    # Set by the first stop signal, before anything else runs: from then on a child that
+    # exits is one being stopped, never one to start again.
+    stopping: bool = False
 
     @property
     def api_url(self) -> str:
@@ -135,9 +138,10 @@ class Platform:
                 raise SystemExit(self._exited(name, child))
 
     def supervise(self) -> None:
-        """Once the platform runs: restart children that exited."""
+        """Once the platform runs: restart children that exited, unless the demo is
+        stopping (the children exit then because they are being stopped)."""
         for name, child in self.children.items():
-            if child.process.poll() is None:
+            if self.stopping or child.process.poll() is None:
                 continue
             now = time.monotonic()
             child.restarts = [t for t in child.restarts if now - t < 60] + [now]
@@ -152,6 +156,7 @@ class Platform:
         return f"{name} exited with {child.process.returncode}:\n{tail}"
 
     def stop(self) -> None:
+        self.stopping = True
         processes = [child.process for child in self.children.values()]
         for process in processes:
             if process.poll() is None:
@@ -443,8 +448,7 @@ def main(argv: list[str] | None = None) -> int:
     os.umask(0o077)
     data_dir = args.data_dir or Path(tempfile.mkdtemp(prefix="meridian-"))
     platform = Platform(private_data_dir(data_dir), args.api_port)
-    for signum in (signal.SIGTERM, signal.SIGHUP):
-        signal.signal(signum, signal.default_int_handler)  # stop as Ctrl-C does
+    handle_stop_signals(platform)
     lifeline.cut_on_exit()
     print(f"==> control plane in {platform.data_dir} (SQLite, local token issuer)")
     admin_token = prepare_database(platform)
@@ -483,6 +487,24 @@ def main(argv: list[str] | None = None) -> int:
         platform.stop()
         _stop_brokers(platform)
     return 0
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def handle_stop_signals(platform: Platform) -> None:
+    """Ctrl-C, SIGTERM and SIGHUP stop the demo alike: the platform is marked stopping
+    first (``supervise`` restarts nothing from then on, whatever exits), then
+    KeyboardInterrupt unwinds to the cleanup. A SIGINT the demo was started ignoring
+    (a background job) stays ignored."""
+
+    def stop(signum: int, frame: object) -> None:
+        platform.stopping = True
+        raise KeyboardInterrupt
+
+    for signum in STOP_SIGNALS:
+        if signum != signal.SIGINT or signal.getsignal(signum) is signal.default_int_handler:
+            signal.signal(signum, stop)
 
 
 def _stop_brokers(platform: Platform) -> None:

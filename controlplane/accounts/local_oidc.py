@@ -7,7 +7,10 @@ What Authlib does: parsing and validating the requests, redirect-URI and client 
 the PKCE comparison (``CodeChallenge``), the ``id_token`` (``OpenIDCode``), the error
 responses. What is ours: where codes and refresh tokens live (``AuthorizationCode``,
 ``RefreshToken``: single-use codes valid ``CODE_TTL_S``; refresh tokens stored as
-digests and replaced at each use), and the access token, which is the local issuer's
+digests and replaced at each use), replays (a code redeemed again, or a rotated refresh
+token presented again, revokes every refresh token of that sign-in, its family: OAuth
+2.0 Security BCP, RFC 9700 §2.2.2 and §4.14), the sign-in form's limit on failed
+attempts (``sign_in_refusal``), and the access token, which is the local issuer's
 RS256 JWT with the claims Keycloak's user tokens carry (``member_claims``): ``sub`` the
 user's subject, ``preferred_username``, ``groups`` from the user's live ``Membership``
 rows, ``realm_access.roles`` ``platform-admin`` for an operator.
@@ -19,11 +22,11 @@ import hashlib
 import secrets
 import time
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from authlib.integrations.django_oauth2 import AuthorizationServer
-from authlib.oauth2.rfc6749 import ClientMixin, InvalidRequestError, grants
+from authlib.oauth2.rfc6749 import ClientMixin, InvalidGrantError, InvalidRequestError, grants
 from authlib.oauth2.rfc6750 import BearerTokenGenerator
 from authlib.oauth2.rfc7636 import CodeChallenge
 from authlib.oidc.core import UserInfo
@@ -39,7 +42,12 @@ from joserfc.jwk import RSAKey
 from controlplane.accounts.clients import console_client_id, console_redirect_uri
 from controlplane.accounts.identity import LocalIdentity, get_identity
 from controlplane.accounts.local import group_path
-from controlplane.accounts.models import AuthorizationCode, LocalUser, RefreshToken
+from controlplane.accounts.models import (
+    AuthorizationCode,
+    LocalUser,
+    RefreshToken,
+    SignInThrottle,
+)
 from controlplane.core.choices import PLATFORM_ADMIN_ROLE, ProvisioningStatus
 from controlplane.tenants.models import Membership
 
@@ -95,6 +103,45 @@ def authenticate(username: str, password: str) -> LocalUser | None:
     user = LocalUser.objects.filter(username=username).first()
     matches = check_password(password, user.password if user else _NO_USER_PASSWORD)
     return user if user is not None and matches else None
+
+
+# -- the sign-in form's limit on failed attempts ------------------------------------------
+def _throttle_keys(username: str, address: str) -> dict[str, int]:
+    """The counters a sign-in attempt counts against, with their limits."""
+    return {
+        f"user:{username[:150]}": int(settings.LOCAL_SIGN_IN_FAILURES_PER_USERNAME),
+        f"addr:{address[:150]}": int(settings.LOCAL_SIGN_IN_FAILURES_PER_ADDRESS),
+    }
+
+
+def _window() -> timedelta:
+    return timedelta(seconds=int(settings.LOCAL_SIGN_IN_WINDOW_S))
+
+
+def sign_in_refusal(username: str, address: str) -> int | None:
+    """Seconds until a sign-in as ``username`` from ``address`` may be tried again, when
+    either has reached its limit of failures in the current window; else None."""
+    now = timezone.now()
+    keys = _throttle_keys(username, address)
+    waits = [
+        int((row.window_start + _window() - now).total_seconds()) + 1
+        for row in SignInThrottle.objects.filter(key__in=keys, window_start__gt=now - _window())
+        if row.failures >= keys[row.key]
+    ]
+    return max(waits, default=None)
+
+
+@transaction.atomic
+def record_failed_sign_in(username: str, address: str) -> None:
+    """Count a failed sign-in against the username and the address (a counter whose
+    window has ended starts a new one)."""
+    now = timezone.now()
+    SignInThrottle.objects.filter(window_start__lte=now - _window()).delete()
+    for key in _throttle_keys(username, address):
+        SignInThrottle.objects.get_or_create(key=key, defaults={"window_start": now})
+        row = SignInThrottle.objects.select_for_update().get(key=key)
+        row.failures += 1
+        row.save(update_fields=["failures"])
 
 
 def member_claims(user: LocalUser) -> dict[str, Any]:
@@ -193,8 +240,12 @@ class _CodeGrant(grants.AuthorizationCodeGrant):  # type: ignore[misc]
 
     def save_authorization_code(self, code: str, request: Any) -> None:
         data = request.payload.data
-        # Codes never redeemed go here, a minute late at most: the table stays small.
-        AuthorizationCode.objects.filter(expires_at__lte=timezone.now()).delete()
+        # Codes never redeemed go here, a minute late at most, redeemed ones once the
+        # sign-in they started has ended: the table stays small.
+        now = timezone.now()
+        AuthorizationCode.objects.filter(expires_at__lte=now, redeemed_at=None).delete()
+        session_start = now - timedelta(seconds=settings.CONSOLE_SESSION_S)
+        AuthorizationCode.objects.filter(redeemed_at__lte=session_start).delete()
         AuthorizationCode.objects.create(
             code=code,
             client_id=request.client.client_id,
@@ -209,15 +260,32 @@ class _CodeGrant(grants.AuthorizationCodeGrant):  # type: ignore[misc]
         )
 
     def query_authorization_code(self, code: str, client: ConsoleClient) -> _Code | None:
+        """The code, its row locked until the token request ends: a concurrent
+        redemption waits, then finds it redeemed. A code redeemed before is a replay:
+        the refresh tokens it bought are revoked, and the answer is ``invalid_grant``."""
         row = (
-            AuthorizationCode.objects.select_related("user")
-            .filter(code=code, client_id=client.client_id, expires_at__gt=timezone.now())
+            AuthorizationCode.objects.select_for_update()
+            .select_related("user")
+            .filter(code=code, client_id=client.client_id)
             .first()
         )
-        return _Code(row) if row else None
+        if row is None:
+            return None
+        if row.redeemed_at is not None:
+            revoke_family(row.family)
+            return None
+        return _Code(row) if row.expires_at > timezone.now() else None
 
     def delete_authorization_code(self, authorization_code: _Code) -> None:
-        authorization_code.row.delete()
+        """Mark the code redeemed (kept to recognise a replay until the sign-in it
+        started would have ended). The update is conditional: where the row lock is
+        not a lock (SQLite), a redemption that lost a race finds nothing to mark."""
+        row = authorization_code.row
+        now = timezone.now()
+        if not AuthorizationCode.objects.filter(pk=row.pk, redeemed_at=None).update(
+            redeemed_at=now
+        ):
+            raise ReplayError(row.family)
 
     def authenticate_user(self, authorization_code: _Code) -> LocalUser:
         return authorization_code.row.user
@@ -228,18 +296,47 @@ class _RefreshGrant(grants.RefreshTokenGrant):  # type: ignore[misc]
     INCLUDE_NEW_REFRESH_TOKEN = True  # rotation: each refresh token works once
 
     def authenticate_refresh_token(self, refresh_token: str) -> _Refresh | None:
+        """The token, its row locked until the request ends (as codes are). A token used
+        before is a replay — it leaked, or it was stolen and used first — and revokes
+        its whole family: ``invalid_grant``."""
         row = (
-            RefreshToken.objects.select_related("user")
-            .filter(digest=_digest(refresh_token), expires_at__gt=timezone.now())
+            RefreshToken.objects.select_for_update()
+            .select_related("user")
+            .filter(digest=_digest(refresh_token))
             .first()
         )
-        return _Refresh(row) if row else None
+        if row is None:
+            return None
+        if row.used_at is not None:
+            revoke_family(row.family)
+            return None
+        return _Refresh(row) if row.expires_at > timezone.now() else None
 
     def authenticate_user(self, refresh_token: _Refresh) -> LocalUser:
         return refresh_token.row.user
 
     def revoke_old_credential(self, refresh_token: _Refresh) -> None:
-        refresh_token.row.delete()
+        """Mark the token used (kept to recognise a replay until the sign-in ends;
+        ``save_token`` deletes it then), conditionally as codes are."""
+        row = refresh_token.row
+        now = timezone.now()
+        if not RefreshToken.objects.filter(pk=row.pk, used_at=None).update(used_at=now):
+            raise ReplayError(row.family)
+
+
+class ReplayError(Exception):
+    """A code or refresh token that another request spent while this one used it: this
+    request's tokens are rolled back, and its family revoked (``token_response``)."""
+
+    def __init__(self, family: str) -> None:
+        super().__init__(family)
+        self.family = family
+
+
+def revoke_family(family: str) -> int:
+    """Revoke every refresh token descended from one sign-in; the count revoked. Access
+    tokens already issued are not recallable (signed JWTs): they end with their TTL."""
+    return int(RefreshToken.objects.filter(family=family).delete()[0])
 
 
 class _S256Required(CodeChallenge):  # type: ignore[misc]
@@ -314,18 +411,26 @@ class LocalAuthorizationServer(AuthorizationServer):  # type: ignore[misc]
     def save_token(self, token: dict[str, Any], request: Any) -> None:
         RefreshToken.objects.filter(expires_at__lte=timezone.now()).delete()
         if token.get("refresh_token"):
-            # A rotated token keeps its predecessor's end: a session lasts at most
-            # CONSOLE_SESSION_S from sign-in, however often it refreshes.
-            previous = getattr(request, "refresh_token", None)
+            family, expires_at = _lineage(request)
             RefreshToken.objects.create(
                 digest=_digest(token["refresh_token"]),
                 client_id=request.client.client_id,
                 user=request.user,
                 scope=token.get("scope", ""),
-                expires_at=previous.row.expires_at
-                if isinstance(previous, _Refresh)
-                else timezone.now() + timedelta(seconds=settings.CONSOLE_SESSION_S),
+                family=family,
+                expires_at=expires_at,
             )
+
+
+def _lineage(request: Any) -> tuple[str, datetime]:
+    """The family and end of a new refresh token: a rotated one keeps its predecessor's
+    (a session lasts at most CONSOLE_SESSION_S from sign-in, however often it
+    refreshes); a first one takes its authorization code's family."""
+    previous = getattr(request, "refresh_token", None)
+    if isinstance(previous, _Refresh):
+        return previous.row.family, previous.row.expires_at
+    code: _Code = request.authorization_code
+    return code.row.family, timezone.now() + timedelta(seconds=settings.CONSOLE_SESSION_S)
 
 
 _server: LocalAuthorizationServer | None = None
@@ -340,8 +445,14 @@ def server() -> LocalAuthorizationServer:
 
 def token_response(request: HttpRequest) -> HttpResponse:
     """The token endpoint's answer to an ``authorization_code`` or ``refresh_token``
-    grant (atomic: a code or refresh token is spent only with the tokens it bought)."""
-    with transaction.atomic():
-        response: HttpResponse = server().create_token_response(request)
+    grant (atomic: a code or refresh token is spent only with the tokens it bought; one
+    spent twice buys nothing the second time and revokes what it bought the first)."""
+    try:
+        with transaction.atomic():
+            response: HttpResponse = server().create_token_response(request)
+    except ReplayError as replay:
+        revoke_family(replay.family)
+        error = InvalidGrantError("the code or refresh token was already used")
+        response = server().handle_error_response(request, error)
     response["Cache-Control"] = "no-store"
     return response

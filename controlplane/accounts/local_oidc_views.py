@@ -22,7 +22,13 @@ from django.views.decorators.http import require_http_methods
 
 from controlplane.accounts.clients import console_client_id, console_signed_out_uri
 from controlplane.accounts.identity import InvalidToken, LocalIdentity, get_identity
-from controlplane.accounts.local_oidc import SCOPES, authenticate, server
+from controlplane.accounts.local_oidc import (
+    SCOPES,
+    authenticate,
+    record_failed_sign_in,
+    server,
+    sign_in_refusal,
+)
 from controlplane.accounts.models import LocalUser
 
 ISSUER_SESSION_KEY = "local_issuer_user"
@@ -67,8 +73,21 @@ def authorize(request: HttpRequest) -> HttpResponse:
 
 
 def _sign_in(request: HttpRequest) -> HttpResponse:
-    user = authenticate(request.POST.get("username", ""), request.POST.get("password", ""))
+    """A limited number of failed attempts per username and per client address in a
+    window (``LOCAL_SIGN_IN_*`` settings); past it, even the right password is refused
+    until the window ends, without checking it."""
+    username = request.POST.get("username", "")
+    address = request.META.get("REMOTE_ADDR") or "unknown"
+    wait_s = sign_in_refusal(username, address)
+    if wait_s is not None:
+        minutes = max(1, -(-wait_s // 60))
+        error = f"Too many failed sign-ins. Try again in {minutes} minute(s)."
+        response = _form(request, error=error, status=429)
+        response["Retry-After"] = str(wait_s)
+        return response
+    user = authenticate(username, request.POST.get("password", ""))
     if user is None:
+        record_failed_sign_in(username, address)
         return _form(request, error="Wrong username or password.", status=401)
     request.session.cycle_key()  # a new session id once signed in (no fixation)
     request.session[ISSUER_SESSION_KEY] = user.pk

@@ -71,10 +71,16 @@ class LocalUser(TimestampedModel):
         return str(self.username)
 
 
+def new_family() -> str:
+    return uuid.uuid4().hex
+
+
 class AuthorizationCode(models.Model):
     """A code the local issuer's authorization endpoint handed out: single use, valid for
     ``local_oidc.CODE_TTL_S``, bound to the client, the redirect URI and (PKCE) the code
-    challenge it was asked with."""
+    challenge it was asked with. A redeemed code is kept (``redeemed_at``) until the
+    sign-in it started would have ended, so a second redemption is recognised and
+    revokes what the first bought: the refresh tokens of its ``family``."""
 
     code = models.CharField(max_length=120, unique=True)
     client_id = models.CharField(max_length=80)
@@ -86,14 +92,31 @@ class AuthorizationCode(models.Model):
     code_challenge_method = models.CharField(max_length=10, blank=True, default="")
     auth_time = models.IntegerField()
     expires_at = models.DateTimeField()
+    family = models.CharField(max_length=32, default=new_family)
+    redeemed_at = models.DateTimeField(null=True, blank=True)
 
 
 class RefreshToken(models.Model):
     """A refresh token of the local issuer, stored as its SHA-256 digest (the token is 48
-    random characters, so one hash stores it safely). Each use replaces it (rotation)."""
+    random characters, so one hash stores it safely). Each use replaces it (rotation):
+    the used one is kept (``used_at``) until the sign-in ends, so presenting it again is
+    recognised as a replay and revokes its whole ``family`` — every token descended from
+    the same sign-in (its authorization code's family)."""
 
     digest = models.CharField(max_length=80, unique=True)
     client_id = models.CharField(max_length=80)
     user = models.ForeignKey(LocalUser, on_delete=models.CASCADE, related_name="+")
     scope = models.TextField(blank=True, default="")
     expires_at = models.DateTimeField()
+    family = models.CharField(max_length=32, default=new_family, db_index=True)
+    used_at = models.DateTimeField(null=True, blank=True)
+
+
+class SignInThrottle(models.Model):
+    """Failed sign-ins at the local issuer's form under one ``key`` (a username, or a
+    client address) since ``window_start``; the form refuses a key whose failures
+    reached its limit until the window ends (``local_oidc.sign_in_refusal``)."""
+
+    key = models.CharField(max_length=200, unique=True)
+    window_start = models.DateTimeField()
+    failures = models.PositiveIntegerField(default=0)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.db.models.functions import TruncMinute
 
@@ -24,6 +24,13 @@ from controlplane.metrics.tiers import COARSE, FINE, Tier, tier_for
 MAX_RANGE = COARSE.retention
 MAX_POINTS = 1_500
 DEFAULT_POINTS = 360
+# The instants a range may name: nothing is stored before the Unix epoch, and the
+# arithmetic of a range (a step past its end, a block's start) must stay far inside
+# the largest datetime, where Python would overflow.
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST = datetime(9999, 1, 1, tzinfo=UTC)
+MAX_STEP_S = int(MAX_RANGE.total_seconds())
+BOUNDS = f"must be between {EARLIEST:%Y-%m-%dT%H:%M:%SZ} and {LATEST:%Y-%m-%dT%H:%M:%SZ}"
 
 # What an idle series (no point at a measured instant) had: 0. Lag in seconds is not
 # inferred: brokers may not report it at all.
@@ -31,7 +38,7 @@ IDLE_ZERO = frozenset({"records_per_s", "bytes_per_s", "lag_records"})
 
 
 class InvalidRange(InvalidRequest):
-    """``from`` is after ``to``."""
+    """``from`` is after ``to``, or either is outside ``[EARLIEST, LATEST]``."""
 
     code = "invalid_range"
 
@@ -61,6 +68,11 @@ def plan(
 ) -> Query:
     """Validate a range and step against the tiers (default: the hour up to ``now``);
     raises the typed errors above."""
+    for name, value in (("from", since), ("to", until)):
+        if value is not None and not EARLIEST <= value <= LATEST:
+            raise InvalidRange(f"'{name}' {BOUNDS}", **{name: value.isoformat()})
+    if step_s is not None and step_s > MAX_STEP_S:
+        raise InvalidStep(f"'step' is at most {MAX_STEP_S} s", step=step_s)
     until = until or now
     since = since or until - FINE.retention
     if since > until:

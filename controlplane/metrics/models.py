@@ -13,18 +13,29 @@ def _points() -> PointsField:
 
 
 class Series(models.Model):
-    """One measured thing: a topic, or a consumer group's consumption of one topic.
-    ``tenant_slug`` is the owner (the prefix of the topic or group name)."""
+    """One measured thing: a topic, or a consumer group's consumption of one topic, of
+    ``tenant`` — the tenant whose slug prefixed the name when the series was made. Reads
+    go through the tenant's id, never its slug: a later tenant taking the slug of a
+    deleted one (whose topics may have had the same names) starts series of its own.
 
+    The tenant's deletion deletes its series and their blocks (Django's cascade). No
+    database constraint: a collection running while a tenant is deleted neither fails
+    nor makes the deletion fail; a series it leaves naming the gone tenant is never read
+    (tenant ids are never reused) and goes with its blocks' retention."""
+
+    tenant = models.ForeignKey(
+        "tenants.Tenant", on_delete=models.CASCADE, db_constraint=False, related_name="+"
+    )
     kind = models.CharField(max_length=8, choices=SeriesKind.choices)
-    tenant_slug = models.CharField(max_length=64)
     topic = models.CharField(max_length=255)
     group = models.CharField(max_length=255, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["kind", "topic", "group"], name="series_unique")
+            models.UniqueConstraint(
+                fields=["tenant", "kind", "topic", "group"], name="series_unique_in_tenant"
+            )
         ]
         indexes = [models.Index(fields=["group", "kind"])]
 

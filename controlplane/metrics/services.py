@@ -28,6 +28,7 @@ from controlplane.metrics.models import Block, Collection, CollectorState, Serie
 from controlplane.metrics.store import Point
 from controlplane.metrics.tiers import COARSE, FINE
 from controlplane.regions.models import Broker
+from controlplane.tenants.models import Tenant
 from controlplane.topics.models import Topic
 from controlplane.topics.placement import UNPLACEABLE_PHASES
 
@@ -146,33 +147,45 @@ def _points(rates: Rates, observation: Observation) -> list[Point]:
     # (its charts answer zeros) rather than missing.
     groups = {(SeriesKind.GROUP, topic, group) for group, topic in observation.groups}
     ids = series_ids(rates.keys() | groups)
-    return [Point(ids[key], **values) for key, values in rates.items()]
+    return [Point(ids[key], **values) for key, values in rates.items() if key in ids]
 
 
 def series_ids(keys: Iterable[SeriesKey]) -> dict[SeriesKey, int]:
-    """The ids of the series of ``keys``, creating the missing ones."""
-    wanted = set(keys)
+    """The ids of the series of ``keys`` in the tenants that now hold their names' slugs,
+    creating the missing ones. A key whose slug no tenant holds has no series."""
+    owners = _owners({_slug(topic, group) for _, topic, group in keys})
+    wanted = {(owners[_slug(t, g)], k, t, g) for k, t, g in keys if _slug(t, g) in owners}
     if not wanted:
         return {}
     known = _known_series(wanted)
     missing = wanted - known.keys()
     if missing:
         Series.objects.bulk_create(
-            [Series(kind=k, tenant_slug=_tenant(t, g), topic=t, group=g) for k, t, g in missing],
+            [Series(tenant_id=o, kind=k, topic=t, group=g) for o, k, t, g in missing],
             ignore_conflicts=True,
         )
         known |= _known_series(missing)
-    return known
+    return {(k, t, g): pk for (_, k, t, g), pk in known.items()}
 
 
-def _known_series(keys: set[SeriesKey]) -> dict[SeriesKey, int]:
+OwnedKey = tuple[int, str, str, str]  # (tenant id, kind, topic, group)
+
+
+def _owners(slugs: set[str]) -> dict[str, int]:
+    """The id of the tenant holding each slug (all of them: a narrow table, read whole)."""
+    rows = Tenant.objects.values_list("slug", "pk")
+    return {slug: pk for slug, pk in rows.iterator(2000) if slug in slugs}
+
+
+def _known_series(keys: set[OwnedKey]) -> dict[OwnedKey, int]:
     # Every series, not an IN list of thousands of names: one scan of a narrow table is
     # cheaper, and there are about as many series as active ones.
-    rows = Series.objects.values_list("kind", "topic", "group", "id")
-    return {(k, t, g): pk for k, t, g, pk in rows.iterator(2000) if (k, t, g) in keys}
+    rows = Series.objects.values_list("tenant_id", "kind", "topic", "group", "id")
+    return {(o, k, t, g): pk for o, k, t, g, pk in rows.iterator(2000) if (o, k, t, g) in keys}
 
 
-def _tenant(topic: str, group: str) -> str:
+def _slug(topic: str, group: str) -> str:
+    """The tenant slug a topic's or group's name starts with."""
     return (group or topic).partition(".")[0]
 
 
@@ -231,7 +244,9 @@ def topic_metrics(
     topic = Topic.objects.select_related("tenant").filter(full_name=full_name).first()
     if topic is None or not actor.can(topic.tenant.slug, Role.VIEWER):
         raise NotFound(f"topic {full_name!r} not found")
-    series = Series.objects.filter(kind=SeriesKind.TOPIC, topic=full_name).first()
+    series = Series.objects.filter(
+        tenant_id=topic.tenant_id, kind=SeriesKind.TOPIC, topic=full_name
+    ).first()
     points = history.series_points(query, series.pk if series else None, TOPIC_MEASURES)
     return {"topic": full_name, **_frame(query), "points": _rows(points)}
 
@@ -246,14 +261,23 @@ def group_metrics(
     """Consume rates and lag of a group the actor may read, per topic it committed
     offsets of; a group never seen (or another tenant's) is missing."""
     query = history.plan(since, until, step_s, timezone.now())
-    series = list(Series.objects.filter(kind=SeriesKind.GROUP, group=group).order_by("topic"))
-    if not series or not actor.can(series[0].tenant_slug, Role.VIEWER):
+    tenant = _readable_tenant(actor, _slug("", group))
+    owned = Series.objects.filter(tenant=tenant, kind=SeriesKind.GROUP, group=group)
+    series = list(owned.order_by("topic")) if tenant is not None else []
+    if not series:
         raise NotFound(f"group {group!r} not found")
     topics = [
         {"topic": s.topic, "points": _rows(history.series_points(query, s.pk, GROUP_MEASURES))}
         for s in series
     ]
     return {"group": group, **_frame(query), "topics": topics}
+
+
+def _readable_tenant(actor: Actor, slug: str) -> Tenant | None:
+    """The tenant now holding ``slug``, when the actor may read it (else None)."""
+    if not actor.can(slug, Role.VIEWER):
+        return None
+    return Tenant.objects.filter(slug=slug).first()
 
 
 def _frame(query: history.Query) -> dict[str, Any]:
@@ -282,7 +306,9 @@ def topic_consume_metrics(
     topic = Topic.objects.select_related("tenant").filter(full_name=full_name).first()
     if topic is None or not actor.can(topic.tenant.slug, Role.VIEWER):
         raise NotFound(f"topic {full_name!r} not found")
-    ids = Series.objects.filter(kind=SeriesKind.GROUP, topic=full_name).values_list("pk", flat=True)
+    ids = Series.objects.filter(
+        tenant_id=topic.tenant_id, kind=SeriesKind.GROUP, topic=full_name
+    ).values_list("pk", flat=True)
     return {"topic": full_name, **_frame(query), "points": _summed(query, list(ids))}
 
 
@@ -298,20 +324,16 @@ def busiest_topics(
     produced over the range (topics with none are left out), each with its produce rate
     and its consume rate (the sum over its groups), busiest first."""
     query = history.plan(since, until, step_s, timezone.now())
-    if not actor.can(tenant_slug, Role.VIEWER):
+    tenant = _readable_tenant(actor, tenant_slug)
+    if tenant is None:
         raise NotFound(f"tenant {tenant_slug!r} not found")
-    topic_series = dict(
-        Series.objects.filter(kind=SeriesKind.TOPIC, tenant_slug=tenant_slug).values_list(
-            "pk", "topic"
-        )
-    )
+    owned = Series.objects.filter(tenant=tenant)
+    topic_series = dict(owned.filter(kind=SeriesKind.TOPIC).values_list("pk", "topic"))
     produced = _records_stored(query, topic_series.keys())
     ranked = sorted((-total, topic_series[pk], pk) for pk, total in produced.items() if total > 0)
     topics = []
     for _, name, pk in ranked[:limit]:
-        groups = Series.objects.filter(kind=SeriesKind.GROUP, topic=name).values_list(
-            "pk", flat=True
-        )
+        groups = owned.filter(kind=SeriesKind.GROUP, topic=name).values_list("pk", flat=True)
         produce = history.series_points(query, pk, ("records_per_s",))
         topics.append(
             {

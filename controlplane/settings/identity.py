@@ -31,6 +31,13 @@ if LOCAL_TOKEN_TTL_S > MAX_TOKEN_LIFETIME_S:
         f"MERIDIAN_MAX_TOKEN_LIFETIME_S ({MAX_TOKEN_LIFETIME_S})"
     )
 
+# The local issuer's sign-in form: a username, or a client address, with this many
+# failed sign-ins within the window is refused (even with the right password) until the
+# window ends: password guessing costs a window per few tries.
+LOCAL_SIGN_IN_FAILURES_PER_USERNAME = env("MERIDIAN_LOCAL_SIGN_IN_FAILURES_PER_USERNAME", 5, int)
+LOCAL_SIGN_IN_FAILURES_PER_ADDRESS = env("MERIDIAN_LOCAL_SIGN_IN_FAILURES_PER_ADDRESS", 20, int)
+LOCAL_SIGN_IN_WINDOW_S = env("MERIDIAN_LOCAL_SIGN_IN_WINDOW_S", 900, int)
+
 # The cluster's own callers (the controller, the reconciler, brokers calling brokers) hold
 # this realm role; brokers accept their Admin, Replication and peer Metadata calls only.
 INTERNAL_ROLE = env("MERIDIAN_INTERNAL_ROLE", "meridian-internal")

@@ -19,7 +19,7 @@ from controlplane.accounts.models import RefreshToken
 from controlplane.core.actors import Actor
 from controlplane.core.choices import ProvisioningStatus
 from controlplane.tenants.models import Membership, Tenant
-from tests.controlplane.api_base import make_tenant
+from tests.support.controlplane import make_tenant
 from tests.web.conftest import Ui
 from web.auth import session as console_session
 

@@ -3,13 +3,16 @@ token within ``CONSOLE_TOKEN_REFRESH_MARGIN_S`` of expiry is replaced before the
 request goes on, so a page never acts with an expired token. A refresh the provider
 refuses (the session ended there, the user was removed) signs the person out of the
 console; one refused because another request of the same session rotated the token
-first takes that request's tokens instead. A provider that does not answer ends
-nothing."""
+first takes that request's tokens instead. Within a process, a session's refreshes take
+turns, so the second finds the first's tokens before it would present a rotated refresh
+token (a replay, to the local issuer). A provider that does not answer ends nothing."""
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
+import zlib
 from collections.abc import Callable
 from typing import Any
 
@@ -36,10 +39,30 @@ class RefreshAccessToken:
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
         if _due(request):
-            outcome = _refresh(request)
-            if outcome == REFUSED and not _refreshed_meanwhile(request):
-                auth.logout(request)
+            with _lock_of(request.session.session_key or ""):
+                _refresh_once(request)
         return self.get_response(request)
+
+
+# Refreshes of one session take turns (in this process): the second finds the first's
+# tokens stored and takes them instead of presenting the refresh token the first
+# rotated, which the local issuer takes for a replay and answers by revoking the whole
+# sign-in. Striped locks: a bounded number whatever the number of sessions.
+_LOCKS = tuple(threading.Lock() for _ in range(64))
+
+
+def _lock_of(session_key: str) -> threading.Lock:
+    return _LOCKS[zlib.crc32(session_key.encode()) % len(_LOCKS)]
+
+
+def _refresh_once(request: HttpRequest) -> None:
+    if _refreshed_meanwhile(request):
+        return
+    outcome = _refresh(request)
+    if outcome == REFRESHED:
+        request.session.save()  # stored now, for a request of the session waiting its turn
+    elif outcome == REFUSED and not _refreshed_meanwhile(request):
+        auth.logout(request)
 
 
 def _due(request: HttpRequest) -> bool:

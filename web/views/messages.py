@@ -98,20 +98,30 @@ def _int(text: str, field: str) -> int:
         raise QueryError(field, "a whole number") from None
 
 
+# The times a query may name (epoch milliseconds): from the epoch (a negative time would
+# read as the brokers' "latest" or "earliest") to where a page can still show it.
+TIME_BOUNDS_MS = (0, int(dt.datetime(9999, 1, 1, tzinfo=dt.UTC).timestamp() * 1000))
+
+
 def _time(text: str) -> int:
-    """An ISO 8601 time (UTC unless it names a zone) or epoch milliseconds."""
+    """An ISO 8601 time (UTC unless it names a zone) or epoch milliseconds, from 1970 to
+    9999-01-01: a year-10000 time or a 23-digit number is the field's error, not a 500."""
     text = text.strip()
     if not text:
         raise QueryError("time", "a time, e.g. 2026-01-31T12:00:00 (UTC)")
     if text.isdigit():
-        return int(text)
-    try:
-        when = dt.datetime.fromisoformat(text)
-    except ValueError:
-        raise QueryError("time", "a time, e.g. 2026-01-31T12:00:00 (UTC)") from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.UTC)
-    return int(when.timestamp() * 1000)
+        ms = int(text)
+    else:
+        try:
+            when = dt.datetime.fromisoformat(text)
+        except ValueError:
+            raise QueryError("time", "a time, e.g. 2026-01-31T12:00:00 (UTC)") from None
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=dt.UTC)
+        ms = int(when.timestamp() * 1000)
+    if not TIME_BOUNDS_MS[0] <= ms <= TIME_BOUNDS_MS[1]:
+        raise QueryError("time", "a time from 1970-01-01 to 9999-01-01 (UTC)")
+    return ms
 
 
 def _iso(ms: int) -> str:

@@ -4,17 +4,31 @@ from typing import Any
 
 from rest_framework import serializers
 
+from controlplane.metrics import history
+
+
+class InstantField(serializers.DateTimeField):
+    """An instant of a range, within ``history.EARLIEST`` and ``history.LATEST``: a
+    year like 9999 is refused here, named by its field, rather than overflowing later."""
+
+    def to_internal_value(self, value: Any) -> Any:
+        instant = super().to_internal_value(value)
+        if not history.EARLIEST <= instant <= history.LATEST:
+            raise serializers.ValidationError(history.BOUNDS)
+        return instant
+
 
 class MetricsQuerySerializer(serializers.Serializer[Any]):
-    """The range of a metrics read: ``from`` and ``to`` (ISO 8601; default the last hour
-    up to now) and ``step`` (seconds; default about 360 points)."""
+    """The range of a metrics read: ``from`` and ``to`` (ISO 8601, from 1970 to 9999-01-01;
+    default the last hour up to now) and ``step`` (seconds, at most 7 days; default about
+    360 points)."""
 
-    to = serializers.DateTimeField(required=False)
-    step = serializers.IntegerField(required=False, min_value=1)
+    to = InstantField(required=False)
+    step = serializers.IntegerField(required=False, min_value=1, max_value=history.MAX_STEP_S)
 
     def get_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
         fields = super().get_fields()
-        fields["from"] = serializers.DateTimeField(required=False)  # a keyword in Python
+        fields["from"] = InstantField(required=False)  # a keyword in Python
         return fields
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:

@@ -8,12 +8,16 @@ import base64
 import hashlib
 import re
 import secrets
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 from io import StringIO
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
 from django.core.management import call_command
+from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
@@ -22,7 +26,7 @@ from controlplane.accounts.clients import console_redirect_uri, console_signed_o
 from controlplane.accounts.identity import LocalIdentity
 from controlplane.accounts.local import group_path, member_subject
 from controlplane.accounts.local_oidc import authenticate, member_claims
-from controlplane.accounts.models import AuthorizationCode, RefreshToken
+from controlplane.accounts.models import AuthorizationCode, RefreshToken, SignInThrottle
 from controlplane.core.actors import Actor
 from controlplane.core.choices import ProvisioningStatus
 from controlplane.tenants.models import Membership
@@ -121,7 +125,7 @@ def test_code_flow_gives_tokens_with_keycloak_claims(
     assert Actor.from_claims(claims).role_in("acme") == "developer"
     assert body["refresh_token"]
     assert body["id_token"]
-    assert AuthorizationCode.objects.count() == 0  # spent
+    assert AuthorizationCode.objects.get().redeemed_at is not None  # spent (kept: replays)
 
 
 def test_wrong_password_is_refused_on_the_form(developer: Membership) -> None:
@@ -166,7 +170,9 @@ def test_refresh_tokens_rotate(developer: Membership, local_identity: LocalIdent
     assert second.status_code == 200, second.content
     assert local_identity.verify(second.json()["access_token"])["sub"] == member_subject("dev")
     assert refresh(first["refresh_token"]).status_code == 400  # used once already
-    assert RefreshToken.objects.count() == 1
+    # That replay revoked the sign-in's every token, the one it rotated to included.
+    assert not RefreshToken.objects.exists()
+    assert refresh(second.json()["refresh_token"]).status_code == 400
 
 
 def test_a_rotated_refresh_token_ends_when_the_sign_in_does(
@@ -183,7 +189,7 @@ def test_a_rotated_refresh_token_ends_when_the_sign_in_does(
         answer = _token(client, data | {"client_id": "meridian-console"})
         assert answer.status_code == 200, answer.content
         token = answer.json()["refresh_token"]
-        assert RefreshToken.objects.get().expires_at == ends
+        assert RefreshToken.objects.get(used_at=None).expires_at == ends
     RefreshToken.objects.update(expires_at=timezone.now())  # the sign-in's end is reached
     data = {"grant_type": "refresh_token", "refresh_token": token}
     assert _token(client, data | {"client_id": "meridian-console"}).status_code == 400
@@ -270,3 +276,120 @@ def test_another_persons_id_token_does_not_end_this_session(developer: Membershi
     assert b'name="csrfmiddlewaretoken"' in answer.content  # the confirmation form
     still = victim.get("/api/v1/auth/authorize", _authorize_params(_pkce()[1]))
     assert "code=" in still["Location"]  # still signed in at the issuer
+
+
+def _refresh(client: Client, token: str) -> Any:
+    data = {"grant_type": "refresh_token", "refresh_token": token}
+    return _token(client, data | {"client_id": "meridian-console"})
+
+
+def test_a_replayed_refresh_token_revokes_the_whole_sign_in(developer: Membership) -> None:
+    """A rotated token presented again (it leaked) revokes every token descended from
+    the same sign-in, however far the chain went; another sign-in's are untouched."""
+    client = Client(SERVER_NAME=LOOPBACK)
+    verifier, challenge = _pkce()
+    chain = [_redeem(client, _code(client, challenge), verifier).json()["refresh_token"]]
+    for _ in range(3):
+        chain.append(_refresh(client, chain[-1]).json()["refresh_token"])
+    other_verifier, other_challenge = _pkce()
+    elsewhere = Client(SERVER_NAME=LOOPBACK)
+    other = _redeem(elsewhere, _code(elsewhere, other_challenge), other_verifier).json()
+
+    replay = _refresh(client, chain[1])
+
+    assert replay.status_code == 400
+    assert replay.json()["error"] == "invalid_grant"
+    for token in chain:
+        assert _refresh(client, token).status_code == 400
+    assert _refresh(client, other["refresh_token"]).status_code == 200
+
+
+def test_a_second_redemption_of_a_code_revokes_what_the_first_bought(
+    developer: Membership,
+) -> None:
+    client = Client(SERVER_NAME=LOOPBACK)
+    verifier, challenge = _pkce()
+    code = _code(client, challenge)
+    first = _redeem(client, code, verifier)
+    assert first.status_code == 200, first.content
+
+    second = _redeem(client, code, verifier)
+
+    assert second.status_code == 400
+    assert second.json()["error"] == "invalid_grant"
+    assert _refresh(client, first.json()["refresh_token"]).status_code == 400
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_code_redeemed_twice_at_once_buys_tokens_once(local_identity: LocalIdentity) -> None:
+    """Two redemptions racing on the real Postgres, each in its own connection: one
+    claims the code (a conditional update), the other waits for the row and gets
+    invalid_grant; whichever loses revokes the winner's refresh token."""
+    developer_on_committed_rows()
+    client = Client(SERVER_NAME=LOOPBACK)
+    verifier, challenge = _pkce()
+    code = _code(client, challenge)
+    barrier = threading.Barrier(4)
+
+    def redeem(_: int) -> tuple[int, str]:
+        try:
+            barrier.wait(timeout=30)
+            response = _redeem(Client(SERVER_NAME=LOOPBACK), code, verifier)
+            return response.status_code, response.json().get("refresh_token", "")
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(redeem, range(4)))
+
+    assert sorted(status for status, _ in answers) == [200, 400, 400, 400]
+    [won] = [token for status, token in answers if status == 200]
+    assert _refresh(client, won).status_code == 400  # a later redemption revoked it
+    assert AuthorizationCode.objects.get(code=code).redeemed_at is not None
+
+
+def developer_on_committed_rows() -> None:
+    services.set_local_password("dev", PASSWORD, actor=SYSTEM)
+    Membership.objects.create(
+        tenant=make_tenant("acme"),
+        subject=member_subject("dev"),
+        username="dev",
+        role="developer",
+        status=ProvisioningStatus.READY,
+    )
+
+
+def _attempt(client: Client, username: str, password: str) -> Any:
+    form = client.get("/api/v1/auth/authorize", _authorize_params(_pkce()[1]))
+    return client.post(
+        form.wsgi_request.get_full_path(), {"username": username, "password": password}
+    )
+
+
+def test_failed_sign_ins_are_limited_per_username(developer: Membership, settings: Any) -> None:
+    settings.LOCAL_SIGN_IN_FAILURES_PER_USERNAME = 3
+    client = Client(SERVER_NAME=LOOPBACK)
+    for _ in range(3):
+        assert _attempt(client, "dev", "wrong").status_code == 401
+
+    refused = _attempt(client, "dev", PASSWORD)  # even the right password, for now
+
+    assert refused.status_code == 429
+    assert b"Too many failed sign-ins. Try again in 15 minute(s)." in refused.content
+    assert 0 < int(refused["Retry-After"]) <= 900
+    assert _attempt(client, "someone-else", "wrong").status_code == 401  # not that name
+    SignInThrottle.objects.update(window_start=timezone.now() - timedelta(seconds=901))
+    assert _attempt(client, "dev", PASSWORD).status_code == 302  # the window ended
+
+
+def test_failed_sign_ins_are_limited_per_client_address(
+    developer: Membership, settings: Any
+) -> None:
+    settings.LOCAL_SIGN_IN_FAILURES_PER_ADDRESS = 4
+    guesser = Client(SERVER_NAME=LOOPBACK, REMOTE_ADDR="198.51.100.7")
+    for n in range(4):
+        assert _attempt(guesser, f"user-{n}", "wrong").status_code == 401
+
+    assert _attempt(guesser, "dev", PASSWORD).status_code == 429
+    elsewhere = Client(SERVER_NAME=LOOPBACK, REMOTE_ADDR="198.51.100.8")
+    assert _attempt(elsewhere, "dev", PASSWORD).status_code == 302

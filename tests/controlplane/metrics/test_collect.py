@@ -88,7 +88,7 @@ def test_a_group_committing_offsets_shows_consume_rate_and_lag(
         services.collect_metrics()
 
     series = Series.objects.get(kind="group", group="acme.billing", topic=orders)
-    assert series.tenant_slug == "acme"
+    assert series.tenant.slug == "acme"
     assert _latest(series, "lag_records") == 3 * (30 - 10)
     consumed = _latest(series, "records_per_s")
     assert consumed is not None

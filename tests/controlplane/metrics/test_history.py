@@ -4,17 +4,18 @@ typed 400s)."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from controlplane.metrics import services
+from controlplane.metrics import history, services
 from controlplane.metrics.collect import GroupCounters, Observation, TopicCounters
 from controlplane.metrics.models import Block, Collection, Series
 from controlplane.metrics.store import MEASURES
 from controlplane.metrics.tiers import COARSE, FINE
+from controlplane.tenants.models import Tenant
 from controlplane.topics.models import Topic
 from tests.controlplane.conftest import ClientFactory
 from tests.support.controlplane import make_tenant, register_static_cluster
@@ -43,8 +44,10 @@ def _fine_value(series: Series, at: datetime, measure: str) -> float | None:
     return value
 
 
-@pytest.fixture
+@pytest.fixture(autouse=True)
 def topics() -> None:
+    """Tenants acme and other, each with its topic ``orders`` (series belong to the
+    tenant holding their names' slug: without one, nothing is stored)."""
     cluster = register_static_cluster([])
     for slug in ("acme", "other"):
         tenant = make_tenant(slug, region=cluster.region)
@@ -72,7 +75,7 @@ def test_rates_are_counter_deltas_over_the_time_between_reads() -> None:
     assert _fine_value(group, at, "records_per_s") == 10.0
     assert _fine_value(group, at, "lag_records") == 150.0
     assert _fine_value(group, at, "lag_s") is None  # brokers do not report lag in time yet
-    assert (topic.tenant_slug, group.tenant_slug) == ("acme", "acme")
+    assert (topic.tenant.slug, group.tenant.slug) == ("acme", "acme")
 
 
 def test_a_first_commit_far_from_zero_is_not_consumption() -> None:
@@ -129,7 +132,8 @@ def test_a_roll_up_runs_each_minute_once() -> None:
 
 def test_retention_deletes_blocks_past_their_tier() -> None:
     now = timezone.now()
-    series = Series.objects.create(kind="topic", tenant_slug="acme", topic="acme.orders")
+    acme = Tenant.objects.get(slug="acme")
+    series = Series.objects.create(kind="topic", tenant=acme, topic="acme.orders")
     ages = {
         (FINE, timedelta(minutes=90)): False,
         (FINE, timedelta(minutes=5)): True,
@@ -270,3 +274,48 @@ def test_a_range_older_than_an_hour_answers_1min_points(
     assert response.status_code == 200, response.content
     body = response.json()
     assert (body["resolution"], body["step"], len(body["points"])) == (60, 300, 12)
+
+
+@pytest.mark.parametrize(
+    ("params", "fields"),
+    [
+        ({"from": "9999-12-31T23:00:00Z", "to": "9999-12-31T23:59:59Z"}, {"from", "to"}),
+        ({"to": "9999-12-31T23:59:59Z"}, {"to"}),
+        ({"to": "0001-01-01T00:30:00Z"}, {"to"}),
+        ({"from": "0001-01-01T00:00:00Z", "to": "0001-01-01T00:30:00Z"}, {"from", "to"}),
+        ({"from": "1969-12-31T23:00:00Z", "to": "1970-01-01T00:00:00Z"}, {"from"}),
+        ({"step": 10**18}, {"step"}),
+    ],
+)
+def test_extreme_instants_and_steps_are_400s_naming_the_field(
+    client_for: ClientFactory, params: dict[str, object], fields: set[str]
+) -> None:
+    """Years like 9999 or 1, or a step of 10^18 s, are refused by field (not an overflow
+    further on), on a topic and a group that both have history."""
+    start = _minute(timedelta(minutes=5))
+    _observe(start, 0, 0, committed=0, lag=20)
+    _observe(start + timedelta(seconds=10), 100, 1000, committed=50, lag=30)
+    viewer = _viewer(client_for)
+    for path in ("/api/v1/topics/acme.orders/metrics", "/api/v1/groups/acme.billing/metrics"):
+        response = viewer.get(path, params)
+        assert response.status_code == 400, (path, response.content)
+        error = response.json()["error"]
+        assert error["code"] == "invalid"
+        assert set(error["details"]) == fields, error
+        assert "between 1970-01-01T00:00:00Z and 9999-01-01T00:00:00Z" in error["message"] or (
+            fields == {"step"}
+        )
+    bounded = viewer.get(
+        "/api/v1/topics/acme.orders/metrics",
+        {"from": "9998-12-31T23:00:00Z", "to": "9999-01-01T00:00:00Z"},
+    )
+    assert bounded.status_code == 200, bounded.content  # the last hour allowed: no points
+    assert not any(p["records_per_s"] for p in bounded.json()["points"])
+
+
+def test_the_service_refuses_extreme_instants_too() -> None:
+    """Callers other than the API (the console) get the same typed error."""
+    with pytest.raises(history.InvalidRange):
+        history.plan(datetime(9999, 12, 31, tzinfo=UTC), None, None, timezone.now())
+    with pytest.raises(history.InvalidStep):
+        history.plan(None, None, 10**18, timezone.now())

@@ -13,17 +13,25 @@ from typing import Any
 import pytest
 from django.template.loader import render_to_string
 from django.test import Client
+from rest_framework.test import APIClient
 
+from controlplane.accounts.identity import LocalIdentity
+from controlplane.core.actors import Actor
+from controlplane.metrics.models import Series
 from controlplane.regions.models import Cluster
+from controlplane.tenants.lifecycle import deprovision_tenant
 from controlplane.tenants.models import Tenant
+from controlplane.tenants.services import delete_tenant
 from controlplane.topics.models import Topic
 from dataplane.client import Admin, Producer, TopicPartition
+from tests.controlplane.conftest import token_for
 from tests.support.brokers import BrokerProcess
 from tests.support.controlplane import make_tenant, register_static_cluster
 from tests.web.history import seed_history
 from tests.web.pages.conftest import ConsoleFactory
 
 ROLES = ["viewer", "developer", "tenant-admin"]
+OPERATOR = Actor.system("tests")
 
 
 def make_topic(tenant: Tenant, cluster: Cluster, full_name: str) -> None:
@@ -273,3 +281,56 @@ def test_the_dashboard_lists_the_groups_most_behind(
     down = client.get("/console/t/acme/").content.decode()
     assert "The brokers did not answer just now" in down
     assert "Busiest topics" in down  # the rest of the dashboard is still there
+
+
+def test_a_new_tenant_of_a_deleted_ones_slug_sees_none_of_its_history(
+    cluster_rows: Cluster, local_identity: LocalIdentity, console_for: ConsoleFactory
+) -> None:
+    """History belongs to the tenant, not its slug: once phoenix is deleted, a new
+    phoenix with a topic and a group of the same names reads nothing of the old ones'
+    (REST API and console), and the old tenant's series went with it."""
+    old = make_tenant("phoenix", region=cluster_rows.region)
+    make_topic(old, cluster_rows, "phoenix.orders")
+    seed_history({"phoenix.orders": 50}, {"phoenix.billing": "phoenix.orders"}, minutes=5)
+    assert Series.objects.filter(tenant=old).count() == 2
+    Topic.objects.filter(tenant=old).delete()  # its topics' deletion has finished
+    delete_tenant(old, actor=OPERATOR)
+    assert deprovision_tenant(old.pk, actor=OPERATOR)
+    assert not Series.objects.filter(tenant_id=old.pk).exists()
+
+    new = make_tenant("phoenix", region=cluster_rows.region)
+    make_topic(new, cluster_rows, "phoenix.orders")
+    api = APIClient()
+    token = token_for(local_identity, roles={"phoenix": "viewer"})
+    api.credentials(HTTP_AUTHORIZATION=f"Bearer {token}")
+    topic = api.get("/api/v1/topics/phoenix.orders/metrics")
+    assert topic.status_code == 200, topic.content
+    assert not any(p["records_per_s"] for p in topic.json()["points"])
+    assert api.get("/api/v1/groups/phoenix.billing/metrics").status_code == 404
+
+    client = console_for(roles={"phoenix": "viewer"})
+    for url in ("/console/t/phoenix/metrics.json?range=1d",
+                "/console/t/phoenix/topics/phoenix.orders/metrics.json?range=1d",
+                "/console/t/phoenix/groups/phoenix.billing/metrics.json"):  # fmt: skip
+        status, body = get_json(client, url)
+        assert status == 200, url
+        values = [v for chart in body["charts"] for s in chart["series"] for v in s["values"]]
+        assert not any(values), url
+    page = client.get("/console/t/phoenix/").content.decode()
+    assert "No records produced in the last hour." in page
+
+
+def test_the_chart_endpoints_take_a_range_never_instants(
+    history: None, console_for: ConsoleFactory
+) -> None:
+    """The console's charts name a range (1h, 1d) and compute the instants from now: a
+    ``from``/``to`` of year 9999 is nothing to them, and a range beyond the two a 400."""
+    client = console_for(roles={"acme": "viewer"})
+    extreme = "from=9999-12-31T23:00:00Z&to=9999-12-31T23:59:59Z&step=1000000000000000000"
+    for url in ("/console/t/acme/metrics.json", "/console/t/acme/topics/acme.orders/metrics.json",
+                "/console/t/acme/groups/acme.billing/metrics.json"):  # fmt: skip
+        status, body = get_json(client, f"{url}?{extreme}")
+        assert (status, body["range"]) == (200, "1h"), url
+        assert client.get(f"{url}?range=9999y").status_code == 400, url
+    page = client.get(f"/console/t/acme/topics/acme.orders/?{extreme}&range=9999y")
+    assert page.status_code == 200

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import html
 import re
-from collections.abc import Iterator
 
 import pytest
 from django.test import Client
@@ -37,7 +36,7 @@ def make_topic(tenant: Tenant, cluster: Cluster, name: str) -> None:
 
 
 @pytest.fixture
-def brokers(db: None, broker: BrokerProcess) -> Iterator[BrokerProcess]:
+def brokers(db: None, broker: BrokerProcess) -> BrokerProcess:
     """Tenants acme (topic acme.orders, 2 partitions of 10 records; group acme.billing
     committed at 4 and 10, group acme.audit caught up) and globex (group globex.secret)
     on one real broker."""

@@ -9,6 +9,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from django.test import Client
@@ -260,3 +261,16 @@ def test_all_partitions_are_asked_at_once_and_a_large_batch_alone(
     assert (0, 0) not in alone  # came with the first round
     assert "x" * 4096 + "</pre>" in page
     assert offsets(get(client, link(page, "next"))) == [(0, 2), (0, 3), (1, 2), (1, 3)]
+
+
+@pytest.mark.parametrize(
+    "time", ["99999999999999999999999", "9999-12-31T23:59:59-05:00", "1969-12-31T23:59:59"]
+)
+def test_a_time_out_of_range_is_the_fields_error(
+    time: str, orders: str, console_for: ConsoleFactory
+) -> None:
+    """A 23-digit time or one past year 9999 was an overflow (500); a time before 1970
+    would reach the brokers as their 'latest' or 'earliest'. Each is the field's error."""
+    client = console_for(roles={"acme": "viewer"})
+    page = get(client, f"?partition=0&mode=timestamp&time={quote(time)}&count=3", status=422)
+    assert "a time from 1970-01-01 to 9999-01-01 (UTC)" in page

@@ -31,6 +31,7 @@ from web.auth import session as console_session
 from web.auth.middleware import RefreshAccessToken
 
 __all__ = ["developer"]
+REFRESH = console_session.REFRESH_TOKEN
 
 
 def _signed_in_session(issuer: Client) -> str:
@@ -78,6 +79,11 @@ def test_a_refresh_lost_to_another_request_keeps_the_session(
         second.session[console_session.ACCESS_TOKEN] == first.session[console_session.ACCESS_TOKEN]
     )
     assert float(second.session[console_session.EXPIRES_AT]) > 0
+    # The second took the first's tokens without presenting the rotated refresh token,
+    # which the issuer would have taken for a replay, revoking the whole sign-in.
+    refresh = {"grant_type": "refresh_token", "client_id": "meridian-console"}
+    again = _token(issuer_transport, refresh | {"refresh_token": second.session[REFRESH]})
+    assert again.status_code == 200, again.content
 
 
 def test_a_refused_refresh_still_signs_out(
