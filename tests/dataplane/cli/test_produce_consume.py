@@ -89,9 +89,9 @@ def test_synthetic_records_are_all_stored(cli: Cli, topic: str) -> None:
 
 def test_headers_and_binary_values_survive_json(cli: Cli, topic: str) -> None:
     """--header travels with each record; bytes that are not UTF-8 come back in base64."""
-    cli.ok("produce", topic, "--partition", "0", "--header", "x-lane=ppe", input=b"\xff\xfe\n")
+    cli.ok("produce", topic, "--partition", "0", "--header", "x-team=ppe", input=b"\xff\xfe\n")
 
     [record] = consume_json(cli, topic, 1, "--from-beginning")
 
-    assert record["headers"] == [{"key": "x-lane", "value": "ppe"}]
+    assert record["headers"] == [{"key": "x-team", "value": "ppe"}]
     assert record["value_base64"] == "//4="

@@ -11,6 +11,12 @@ Failures are scripted:
 - ``lose_responses(times)``: append, then break the stream instead of answering (the
   producer cannot know the batch was stored);
 - ``stall``: a set ``threading.Event`` holds every produce until cleared.
+
+Lanes, as the real broker answers them: ``pend_lane_topic(name, partitions)`` makes a
+lane topic answer ``LANE_TOPIC_PENDING`` (metadata and produce) until
+``create_topic(name)``; ``refuse_lane_topic(name)`` makes it answer ``LANE_NOT_FOUND``.
+Metadata of a lane topic carries ``trunk`` and ``consume_trunk`` (``consume_trunk``
+set), of a trunk topic its ``orphaned_lane_topics`` (``orphans``).
 """
 
 from __future__ import annotations
@@ -44,6 +50,11 @@ class FakeBroker(broker_pb2_grpc.BrokerServicer):
         self.metadata_calls = 0
         self.producer_ids = 0
         self.stall = threading.Event()
+        self.pending: dict[str, int] = {}  # lane topics being created, and their partitions
+        self.refused: set[str] = set()  # lane topics of undeclared lanes
+        self.consume_trunk: set[str] = set()  # lane topics whose lane reads the trunk too
+        self.orphans: dict[str, list[str]] = {}  # trunk topic -> orphaned lane topics
+        self.lane_metadata_calls: dict[str, int] = defaultdict(int)
         self.server = grpc.server(futures.ThreadPoolExecutor(8))
         broker_pb2_grpc.add_BrokerServicer_to_server(self, self.server)
         self.port = self.server.add_insecure_port("127.0.0.1:0")
@@ -65,6 +76,23 @@ class FakeBroker(broker_pb2_grpc.BrokerServicer):
         with self.lock:
             self.lost += times
 
+    def pend_lane_topic(self, name: str, partitions: int = 1) -> None:
+        with self.lock:
+            self.pending[name] = partitions
+
+    def create_topic(self, name: str) -> None:
+        with self.lock:
+            self.topics[name] = self.pending.pop(name)
+
+    def refuse_lane_topic(self, name: str) -> None:
+        with self.lock:
+            self.refused.add(name)
+
+    def records(self, topic: str, partition: int = 0) -> list[Any]:
+        with self.lock:
+            batches = list(self.logs[topic, partition])
+        return [r for b in batches for r in decode_batch(b)[1]]
+
     def values(self, topic: str, partition: int = 0) -> list[bytes | None]:
         with self.lock:
             batches = list(self.logs[topic, partition])
@@ -75,18 +103,39 @@ class FakeBroker(broker_pb2_grpc.BrokerServicer):
         with self.lock:
             self.metadata_calls += 1
         me = common_pb2.BrokerInfo(id=1, host="127.0.0.1", port=self.port)
-        topics = [
-            broker_pb2.TopicMetadata(
-                name=name,
-                partitions=[
-                    broker_pb2.PartitionMetadata(partition=p, leader_id=1) for p in range(count)
-                ],
-            )
-            for name, count in self.topics.items()
-            if not request.topics or name in request.topics
-        ]
+        with self.lock:
+            topics = [
+                self._topic_metadata(name, count)
+                for name, count in self.topics.items()
+                if not request.topics or name in request.topics
+            ]
+            for name in request.topics:
+                if name in self.topics:
+                    continue
+                self.lane_metadata_calls[name] += 1
+                error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                if name in self.refused:
+                    error = ErrorCode.LANE_NOT_FOUND
+                elif name in self.pending:
+                    error = ErrorCode.LANE_TOPIC_PENDING
+                topics.append(self._topic_metadata(name, 0, error))
         return broker_pb2.MetadataResponse(
             cluster_id="fake", broker_id=1, brokers=[me], topics=topics
+        )
+
+    def _topic_metadata(
+        self, name: str, count: int, error: int = ErrorCode.NONE
+    ) -> broker_pb2.TopicMetadata:
+        trunk, sep, _ = name.partition("~")
+        return broker_pb2.TopicMetadata(
+            name=name,
+            error=error,  # type: ignore[arg-type]
+            partitions=[
+                broker_pb2.PartitionMetadata(partition=p, leader_id=1) for p in range(count)
+            ],
+            trunk=trunk if sep else "",
+            consume_trunk=name in self.consume_trunk,
+            orphaned_lane_topics=self.orphans.get(name, []),
         )
 
     def InitProducerId(self, request: Any, context: Any) -> Any:  # noqa: N802
@@ -134,6 +183,16 @@ class FakeBroker(broker_pb2_grpc.BrokerServicer):
     def _append(self, part: Any, acks: int) -> broker_pb2.PartitionProduceResult:
         tp = (part.topic, part.partition)
         result = broker_pb2.PartitionProduceResult(topic=part.topic, partition=part.partition)
+        if part.topic not in self.topics:
+            result.error = (  # type: ignore[assignment]
+                ErrorCode.LANE_NOT_FOUND
+                if part.topic in self.refused
+                else ErrorCode.LANE_TOPIC_PENDING
+                if part.topic in self.pending
+                else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            )
+            result.base_offset = -1
+            return result
         if self.script:
             result.error = self.script.popleft()  # type: ignore[assignment]
             result.error_message = "scripted"
