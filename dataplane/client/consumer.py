@@ -185,6 +185,7 @@ class Consumer:
         self._reading: tuple[tuple[str, ...], frozenset[str]] = ((), frozenset())
         self._next_lane_refresh = 0.0
         self._held: dict[TopicPartition, tuple[float, int]] = {}  # retry at, attempts
+        self._lane_commits = True  # off once close(commit=False) says to commit nothing
         self._round_ended = False
         self._committer: concurrent.futures.ThreadPoolExecutor | None = None
         self._closed = False
@@ -623,7 +624,7 @@ class Consumer:
         starts from the family's highest commit. Failures are logged."""
         chosen = self._state.partitions if tps is None else tps
         lane_tps = [tp for tp in chosen if lanes.is_lane_topic(tp.topic)]
-        if not lane_tps:
+        if not lane_tps or not self._lane_commits:
             return
         try:
             self._commit(self._positions(lane_tps))
@@ -650,14 +651,21 @@ class Consumer:
 
     # -- closing -------------------------------------------------------------------------
     def close(self, *, commit: bool | None = None) -> None:
-        """Commit (with auto commit, or ``commit=True``), leave the group and stop."""
+        """Commit (with auto commit, or ``commit=True``), leave the group and stop.
+
+        Without auto commit, the positions of lane-topic partitions are committed all the
+        same (the next owner starts from them); ``commit=False`` commits nothing at all,
+        for an application that commits what it processed itself.
+        """
         if self._closed:
             return
         try:
             if self.group_id is not None and (self._auto_commit if commit is None else commit):
                 self._commit_quietly()
-            elif self.group_id is not None:
+            elif self.group_id is not None and commit is None:
                 self.commit_lane_positions()  # the hand-over starts from it
+            if commit is False:
+                self._lane_commits = False
             if self._member is not None:
                 self._member.close(leave=True)
         finally:
