@@ -547,6 +547,11 @@ class Consumer:
         state = self._assigned(partition)
         if state.position is None:
             self._resolve_positions()
+        if state.position is None and state.tp in self._held:
+            raise MeridianError(
+                ErrorCode.HANDOVER_IN_PROGRESS,
+                f"{partition}: another group of the family still holds it (hand-over)",
+            )
         if state.position is None:
             raise MeridianError(ErrorCode.OFFSET_OUT_OF_RANGE, f"no position for {partition}")
         return state.position

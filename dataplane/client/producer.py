@@ -73,6 +73,7 @@ _NO_HEADERS = b"\x00"
 _BATCH_RECORD_OVERHEAD = 6  # a record's length prefix and deltas, mostly
 _current_lane = lanes.current_lane.get  # bound once: read on every send
 _LANE_ERRORS = (ErrorCode.LANE_TOPIC_PENDING, ErrorCode.LANE_NOT_FOUND)
+_LANE_ROUTES_KEPT = 4096  # (topic, lane) routes remembered by a producer
 
 
 class ProducerRecord(NamedTuple):
@@ -263,6 +264,9 @@ class Producer:
         self._topics = self._acc.topics
         self._append = self._acc.append
         self._topic_lock = threading.Lock()
+        self._lane_routes: dict[
+            tuple[str, str | None, str | None], tuple[str, bytes, list[tuple[str, bytes | None]]]
+        ] = {}
         self._pending_lanes = PendingLaneTopics(
             self._metadata, delivery_timeout_s=delivery_timeout_ms / 1000
         )
@@ -298,13 +302,19 @@ class Producer:
             value = as_bytes(value, "value")
         if key is not None and type(key) is not bytes:
             key = as_bytes(key, "key")
+        encoded = _NO_HEADERS
         if lane is not None or headers or self.lane is not None or _current_lane() is not None:
-            if headers and not isinstance(headers, Mapping | list | tuple):
-                headers = list(headers)  # read once, for the lane and for the encoder
-            topic, headers = self._lane_route(topic, lane, headers)
+            if headers:
+                if not isinstance(headers, Mapping | list | tuple):
+                    headers = list(headers)  # read once, for the lane and for the encoder
+                topic, headers = self._lane_route(topic, lane, headers)
+                if headers:
+                    encoded = encode_headers(headers)
+            else:
+                topic, encoded = self._lane_only(topic, lane)
             if topic not in self._topics and lanes.is_lane_topic(topic):
                 parked = self._send_to_lane(
-                    topic, value, key, headers, partition, timestamp_ms, on_delivery
+                    topic, value, key, encoded, partition, timestamp_ms, on_delivery
                 )
                 if parked is not None:
                     return parked
@@ -315,14 +325,7 @@ class Producer:
             timestamp_ms = time.time_ns() // 1_000_000
         elif type(timestamp_ms) is not int or timestamp_ms < 0:
             timestamp_ms = _timestamp(timestamp_ms)
-        future = self._append(
-            queues,
-            partition,
-            key,
-            value,
-            encode_headers(headers) if headers else _NO_HEADERS,
-            timestamp_ms,
-        )
+        future = self._append(queues, partition, key, value, encoded, timestamp_ms)
         if on_delivery is not None:
             future.add_delivery_callback(on_delivery)
         return future
@@ -357,13 +360,11 @@ class Producer:
         """
         if not isinstance(records, list | tuple):
             records = list(records)
-        if (
-            lane is not None
-            or self.lane is not None
-            or _current_lane() is not None
-            or _any_headers(records)
-        ):
+        with_headers = _any_headers(records)
+        if with_headers:
             return self._send_batch_lanes(topic, records, partition, on_delivery, lane)
+        if lane is not None or self.lane is not None or _current_lane() is not None:
+            return self._send_batch_lane(topic, records, partition, on_delivery, lane)
         return self._send_batch(topic, records, partition, on_delivery)
 
     def _send_batch(
@@ -411,12 +412,34 @@ class Producer:
             return topic, headers
         return lanes.lane_topic(trunk, chosen), lanes.with_lane_header(items, chosen)
 
+    def _lane_only(self, topic: str, explicit: str | None) -> tuple[str, bytes]:
+        """``_lane_route`` of a record without headers: the topic and its encoded
+        ``x-lane`` header, remembered per topic and lane (the lane send path's cost)."""
+        target, encoded, _ = self._lane_of_plain(topic, explicit)
+        return target, encoded
+
+    def _lane_of_plain(
+        self, topic: str, explicit: str | None
+    ) -> tuple[str, bytes, list[tuple[str, bytes | None]]]:
+        """Where a record without headers goes: topic, encoded and plain headers."""
+        in_effect = _current_lane() if explicit is None and self.lane is None else None
+        cache_key = (topic, explicit, in_effect)
+        known = self._lane_routes.get(cache_key)
+        if known is None:
+            target, headers = self._lane_route(topic, explicit, None)
+            pairs = _header_items(headers)
+            known = (target, encode_headers(pairs) if pairs else _NO_HEADERS, pairs)
+            if len(self._lane_routes) >= _LANE_ROUTES_KEPT:
+                self._lane_routes.clear()
+            self._lane_routes[cache_key] = known
+        return known
+
     def _send_to_lane(
         self,
         topic: str,
         value: bytes | None,
         key: bytes | None,
-        headers: HeadersLike | None,
+        encoded: bytes,
         partition: int | None,
         timestamp_ms: int | None,
         on_delivery: DeliveryCallback | None,
@@ -425,7 +448,6 @@ class Producer:
         is not declared; None when the topic exists (send it as any record)."""
         if timestamp_ms is None:
             timestamp_ms = time.time_ns() // 1_000_000
-        encoded = encode_headers(headers) if headers else _NO_HEADERS
 
         def replay() -> list[DeliveryFuture]:
             queues = self._topics.get(topic) or self._prepare(topic)
@@ -460,6 +482,34 @@ class Producer:
                 result.complete(-1, error=refusal)
             return True
         return False
+
+    def _send_batch_lane(
+        self,
+        topic: str,
+        records: Sequence[RecordLike],
+        partition: int | None,
+        on_delivery: DeliveryCallback | None,
+        lane: str | None,
+    ) -> DeliveryFutures:
+        """``send_batch`` of records without headers: all to one lane, each given the
+        lane's header."""
+        target, _, pairs = self._lane_of_plain(topic, lane)
+        if not pairs:
+            return self._send_batch(target, records, partition, on_delivery)
+        routed: list[RecordLike] = [
+            (r[0], r[1], pairs, *r[3:]) if isinstance(r, tuple) else (None, r, pairs)
+            for r in records
+        ]
+        if target in self._topics:
+            return self._send_batch(target, routed, partition, on_delivery)
+        now = time.time_ns() // 1_000_000
+        positions = list(range(len(routed)))
+        segments = self._lane_part(target, routed, partition, positions, now)
+        result = DeliveryFutures(segments, len(routed), _timestamps(routed, now))
+        if on_delivery is not None:
+            for future in result:
+                future.add_delivery_callback(on_delivery)
+        return result
 
     def _send_batch_lanes(
         self,

@@ -11,10 +11,11 @@ from typing import Any
 import pytest
 
 import lanes
-from dataplane.client import Admin, Consumer, Producer, TopicPartition
+from dataplane.client import Admin, Consumer, MeridianError, Producer, TopicPartition
 from dataplane.client.connection import ConnectionPool
 from dataplane.client.group import commit_offsets
 from dataplane.client.metadata import ClusterMetadata
+from dataplane.errors import ErrorCode
 from tests.support.brokers import BrokerProcess
 
 from .fake_broker import LaneProxy
@@ -213,6 +214,9 @@ def test_a_partition_in_hand_over_stays_unread_until_its_offset_comes(
         assert asks >= 1
         assert read(c, 1, timeout_s=1.5) == []  # paused: nothing fetched
         assert lane_tp in c.held()
+        with pytest.raises(MeridianError) as info:
+            c.position(lane_tp)
+        assert info.value.code == ErrorCode.HANDOVER_IN_PROGRESS
         assert proxy.held_asks[f"{name}~ppe"] > asks  # asked again, with backoff
         with proxy.lock:
             proxy.held.clear()  # the trunk's group let it go
