@@ -9,7 +9,9 @@ thread of their own asks the metadata again every ``backoff_s`` (short: creation
 quick) and, once the topic exists, hands the records to the accumulator in order; sends
 that come meanwhile are parked behind them, so a partition keeps its send order.
 ``LANE_NOT_FOUND`` (or any other non-retriable answer) fails that topic's records at once;
-``delivery_timeout_s`` bounds the wait. Other topics are never held up.
+``delivery_timeout_s`` bounds the wait. Other topics are never held up. Parked records
+take at most ``max_bytes`` (the producer's ``buffer_memory``): past it a send waits up to
+``max_block_s`` for room, or raises ``BufferFullError`` at once when it must not block.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from dataplane.client.errors import LaneNotFoundError
+from dataplane.client.errors import BufferFullError, LaneNotFoundError
 from dataplane.client.future import DeliveryFuture, ProduceResult
 from dataplane.client.metadata import ClusterMetadata
 from dataplane.client.types import TopicPartition
@@ -40,6 +42,7 @@ Replay = Callable[[], list[DeliveryFuture]]
 class _Parked:
     replay: Replay
     results: list[ProduceResult]
+    size: int = 0
 
 
 @dataclass
@@ -79,15 +82,22 @@ class PendingLaneTopics:
         metadata: ClusterMetadata,
         *,
         delivery_timeout_s: float,
+        max_bytes: int = 32 * 1024 * 1024,
+        block: bool = True,
+        max_block_s: float = 60.0,
         backoff_s: float = PENDING_BACKOFF_S,
     ) -> None:
         self._metadata = metadata
+        self._max_bytes = max_bytes
+        self._block = block
+        self._max_block_s = max_block_s
+        self.parked_bytes = 0
         self._delivery_timeout_s = delivery_timeout_s
         self._backoff_s = backoff_s
         self._lock = threading.Lock()
         self._waiting: dict[str, _Waiting] = {}
         self._wake = threading.Event()
-        self._idle = threading.Condition(self._lock)
+        self._idle = threading.Condition(self._lock)  # notified as parked records leave
         self._thread: threading.Thread | None = None
         self._closed = False
 
@@ -95,18 +105,29 @@ class PendingLaneTopics:
         return [ProduceResult(TopicPartition(topic, -1)) for _ in range(count)]
 
     def park(
-        self, topic: str, replay: Replay, results: list[ProduceResult], *, start: bool
+        self,
+        topic: str,
+        replay: Replay,
+        results: list[ProduceResult],
+        *,
+        start: bool,
+        size: int = 0,
     ) -> bool:
-        """Queue ``replay`` behind what waits for ``topic``. When nothing waits for it,
-        parks only if ``start`` (the caller just met ``LANE_TOPIC_PENDING``) and returns
-        whether it parked."""
+        """Queue ``replay`` (of records of about ``size`` bytes) behind what waits for
+        ``topic``. When nothing waits for it, parks only if ``start`` (the caller just
+        met ``LANE_TOPIC_PENDING``) and returns whether it parked."""
         with self._lock:
             waiting = self._waiting.get(topic)
+            if waiting is None and (not start or self._closed):
+                return False
+            self._wait_for_room(size)
+            waiting = self._waiting.get(topic)
             if waiting is None:
-                if not start or self._closed:
+                if not start or self._closed:  # released while we waited for room
                     return False
                 waiting = self._waiting[topic] = _Waiting(time.monotonic())
-            waiting.parked.append(_Parked(replay, results))
+            waiting.parked.append(_Parked(replay, results, size))
+            self.parked_bytes += size
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="meridian-lane-topics", daemon=True
@@ -114,6 +135,21 @@ class PendingLaneTopics:
                 self._thread.start()
         self._wake.set()
         return True
+
+    def _wait_for_room(self, size: int) -> None:
+        """With the lock held: wait until ``size`` more bytes fit (always, when nothing
+        is parked), up to ``max_block_s``."""
+        if not self.parked_bytes or self.parked_bytes + size <= self._max_bytes:
+            return
+        deadline = time.monotonic() + self._max_block_s
+        while self.parked_bytes and self.parked_bytes + size > self._max_bytes:
+            remaining = deadline - time.monotonic()
+            if not self._block or remaining <= 0:
+                raise BufferFullError(
+                    f"records waiting for their lane topic fill buffer_memory "
+                    f"({self.parked_bytes} of {self._max_bytes} bytes)"
+                )
+            self._idle.wait(remaining)
 
     def waiting(self, topic: str) -> bool:
         return topic in self._waiting
@@ -135,6 +171,8 @@ class PendingLaneTopics:
                     break
                 self._idle.wait(remaining)
             left, self._waiting = self._waiting, {}
+            self.parked_bytes = 0
+            self._idle.notify_all()
         self._wake.set()
         for waiting in left.values():
             _fail(waiting, error)
@@ -187,6 +225,7 @@ class PendingLaneTopics:
             waiting = self._waiting.pop(topic, None)
             if waiting is None:
                 return
+            self.parked_bytes -= sum(p.size for p in waiting.parked)
             for parked in waiting.parked:
                 try:
                     real = parked.replay()
@@ -201,6 +240,8 @@ class PendingLaneTopics:
     def _drop(self, topic: str, error: MeridianError) -> None:
         with self._lock:
             waiting = self._waiting.pop(topic, None)
+            if waiting is not None:
+                self.parked_bytes -= sum(p.size for p in waiting.parked)
             self._idle.notify_all()
         if waiting is not None:
             _fail(waiting, error)

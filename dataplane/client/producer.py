@@ -268,7 +268,11 @@ class Producer:
             tuple[str, str | None, str | None], tuple[str, bytes, list[tuple[str, bytes | None]]]
         ] = {}
         self._pending_lanes = PendingLaneTopics(
-            self._metadata, delivery_timeout_s=delivery_timeout_ms / 1000
+            self._metadata,
+            delivery_timeout_s=delivery_timeout_ms / 1000,
+            max_bytes=buffer_memory,
+            block=block_on_full,
+            max_block_s=self._max_block_s,
         )
         self._closed = False
         self._sender.start()
@@ -456,23 +460,26 @@ class Producer:
             return [self._append(queues, partition, key, value, encoded, int(timestamp_ms))]
 
         results = self._pending_lanes.stand_ins(topic, 1)
-        if not self._park_or_check(topic, replay, results):
+        size = len(encoded) + len(key or b"") + len(value or b"")
+        if not self._park_or_check(topic, replay, results, size):
             return None
         future = DeliveryFuture(results[0], 0, int(timestamp_ms))
         if on_delivery is not None:
             future.add_delivery_callback(on_delivery)
         return future
 
-    def _park_or_check(self, topic: str, replay: Any, results: list[ProduceResult]) -> bool:
+    def _park_or_check(
+        self, topic: str, replay: Any, results: list[ProduceResult], size: int
+    ) -> bool:
         """Park ``replay`` if ``topic`` waits to be created (or now turns out to), fail
         ``results`` if its lane is refused; False when the topic is ready."""
-        if self._pending_lanes.park(topic, replay, results, start=False):
+        if self._pending_lanes.park(topic, replay, results, start=False, size=size):
             return True
         try:
             self._prepare(topic)
         except MeridianError as error:
             if error.code == ErrorCode.LANE_TOPIC_PENDING:
-                if self._pending_lanes.park(topic, replay, results, start=True):
+                if self._pending_lanes.park(topic, replay, results, start=True, size=size):
                     return True
                 raise
             if error.code != ErrorCode.LANE_NOT_FOUND:
@@ -564,8 +571,9 @@ class Producer:
         def replay() -> list[DeliveryFuture]:
             return list(self._send_batch(target, part, partition, None, now))
 
+        size = builder.records_size(part)[0]  # (and refuses bad records now, not later)
         results = self._pending_lanes.stand_ins(target, len(part))
-        if self._park_or_check(target, replay, results):
+        if self._park_or_check(target, replay, results, size):
             return [Segment(r, 0, i, 1, positions) for i, r in enumerate(results)]
         return _reposition(self._send_batch(target, part, partition, None, now), positions)
 

@@ -11,7 +11,7 @@ import pytest
 from kafka.partitioner.default import murmur2 as kafka_murmur2
 
 import lanes
-from dataplane.client import MeridianError, Producer, ProducerRecord
+from dataplane.client import BufferFull, MeridianError, Producer, ProducerRecord
 from dataplane.client.errors import LaneNotFoundError
 from dataplane.errors import ErrorCode
 
@@ -237,3 +237,19 @@ def threading_wait(condition: Any, timeout_s: float = 10.0) -> bool:
         done.wait(0.01)
         deadline += 0.01
     return bool(condition())
+
+
+def test_records_waiting_for_a_lane_topic_are_bounded_by_buffer_memory(
+    fake: FakeBroker,
+) -> None:
+    lane_topic = f"{TOPIC}~big"
+    fake.pend_lane_topic(lane_topic, 1)
+    with producer(fake, buffer_memory=1000, block_on_full=False) as p:
+        first = p.send(TOPIC, b"a" * 400, lane="big")
+        second = p.send(TOPIC, b"b" * 400, lane="big")
+        with pytest.raises(BufferFull):
+            p.send(TOPIC, b"c" * 400, lane="big")
+        assert p.send(TOPIC, b"trunk").result(5).topic == TOPIC  # the trunk is not held
+        fake.create_topic(lane_topic)
+        assert [first.result(10).offset, second.result(10).offset] == [0, 1]
+        assert p.send(TOPIC, b"c" * 400, lane="big").result(10).offset == 2  # room again
