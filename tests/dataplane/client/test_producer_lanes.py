@@ -253,3 +253,16 @@ def test_records_waiting_for_a_lane_topic_are_bounded_by_buffer_memory(
         fake.create_topic(lane_topic)
         assert [first.result(10).offset, second.result(10).offset] == [0, 1]
         assert p.send(TOPIC, b"c" * 400, lane="big").result(10).offset == 2  # room again
+
+
+def test_a_lane_undeclared_after_its_topic_existed_fails_with_the_typed_error(
+    fake: FakeBroker,
+) -> None:
+    with producer(fake) as p:
+        assert p.send(TOPIC, b"before", lane="ppe", partition=0).result(5).offset == 0
+        fake.fail(ErrorCode.LANE_NOT_FOUND)  # the lane was deleted meanwhile
+        with pytest.raises(LaneNotFoundError) as info:
+            p.send(TOPIC, b"after", lane="ppe", partition=0).result(5)
+        assert p.send(TOPIC, b"trunk", partition=0).result(5).topic == TOPIC
+    assert (info.value.lane, info.value.topic) == ("ppe", TOPIC)
+    assert fake.values(f"{TOPIC}~ppe") == [b"before"]
