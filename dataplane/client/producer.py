@@ -114,7 +114,12 @@ def _header_items(headers: HeadersLike | None) -> list[tuple[str, bytes | None]]
 def _any_headers(records: Sequence[RecordLike]) -> bool:
     """Whether some record has headers (which may name a lane)."""
     for record in records:
-        if type(record) is not bytes and record is not None and len(record) > 2 and record[2]:
+        if (
+            type(record) is not bytes
+            and isinstance(record, tuple)
+            and len(record) > 2
+            and record[2]
+        ):
             return True
     return False
 
