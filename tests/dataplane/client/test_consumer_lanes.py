@@ -271,3 +271,19 @@ def test_a_lane_consumer_needs_a_group_and_a_valid_lane(proxy: LaneProxy) -> Non
         Consumer(proxy.address, lane="ppe")
     with pytest.raises(lanes.InvalidLaneNameError):
         Consumer(proxy.address, group_id="g", lane="Not-A-Lane")
+
+
+def test_unsubscribing_commits_the_lane_partitions_it_gives_up(
+    proxy: LaneProxy, shared_broker: BrokerProcess, family: Callable[..., str]
+) -> None:
+    trunk = family("ppe")
+    lane_topic = f"{trunk}~ppe"
+    produce(shared_broker.address, lane_topic, [b"l0", b"l1"])
+    name = group()
+    with consumer(proxy, group_id=name, lane="ppe", enable_auto_commit=False) as c:
+        c.subscribe([trunk])
+        assert len(read(c, 2)) == 2
+        assert not proxy.commits
+        c.unsubscribe()
+        assert wait(lambda: not c.assignment(), c)
+        assert (f"{name}~ppe", lane_topic, 0, 2) in proxy.commits
