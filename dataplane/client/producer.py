@@ -414,7 +414,7 @@ class Producer:
         if its_lane is not None:
             chosen: str | None = its_lane
             if explicit is not None and lanes.check_lane_name(explicit) != its_lane:
-                raise lanes.InvalidLaneNameError(explicit)
+                raise ValueError(f"{topic!r} is a topic of lane {its_lane!r}, not {explicit!r}")
         else:
             chosen = lanes.lane_for_record(explicit=explicit, headers=items, configured=self.lane)
         if chosen is None:
@@ -547,6 +547,12 @@ class Producer:
                     record = (None, record, carried)
             routed.append(record)
             groups.setdefault(target, []).append(index)
+        # all or none: what the parts would refuse is refused before any is queued
+        _, largest, earliest, _ = builder.records_size(routed)
+        if earliest is not None and earliest < 0:
+            raise MeridianError(ErrorCode.INVALID_TIMESTAMP, f"negative timestamp {earliest}")
+        if largest > self._acc.max_record_bytes:
+            self._acc.too_large(largest)
         now = time.time_ns() // 1_000_000
         stamps = _timestamps(routed, now)
         segments: list[Segment] = []

@@ -266,3 +266,24 @@ def test_a_lane_undeclared_after_its_topic_existed_fails_with_the_typed_error(
         assert p.send(TOPIC, b"trunk", partition=0).result(5).topic == TOPIC
     assert (info.value.lane, info.value.topic) == ("ppe", TOPIC)
     assert fake.values(f"{TOPIC}~ppe") == [b"before"]
+
+
+def test_a_send_batch_over_lanes_refuses_a_bad_record_before_queuing_any(
+    fake: FakeBroker,
+) -> None:
+    records = [(None, b"ok", [("x-lane", b"ppe")]), (None, b"ok"), (None, b"bad", [("k", 7)])]
+    with producer(fake) as p:
+        with pytest.raises(TypeError):
+            p.send_batch(TOPIC, records)
+        p.flush(5)
+    assert stored(fake, TOPIC) == []
+    assert stored(fake, f"{TOPIC}~ppe") == []
+
+
+def test_a_lane_topic_named_outright_keeps_its_lane(fake: FakeBroker) -> None:
+    with producer(fake, lane="qat") as p:
+        placed = p.send(f"{TOPIC}~ppe", b"v").result(5)
+        with pytest.raises(ValueError, match="is a topic of lane"):
+            p.send(f"{TOPIC}~ppe", b"v", lane="boe-alice")
+    assert placed.topic == f"{TOPIC}~ppe"
+    assert [lane_headers(r) for r in stored(fake, f"{TOPIC}~ppe")] == [[b"ppe"]]
