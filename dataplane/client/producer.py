@@ -270,7 +270,7 @@ class Producer:
         self._append = self._acc.append
         self._topic_lock = threading.Lock()
         self._lane_routes: dict[
-            tuple[str, str | None, str | None], tuple[str, bytes, list[tuple[str, bytes | None]]]
+            tuple[str, str | None, str | None], tuple[str, bytes, dict[str, bytes | None]]
         ] = {}
         self._pending_lanes = PendingLaneTopics(
             self._metadata,
@@ -429,15 +429,16 @@ class Producer:
 
     def _lane_of_plain(
         self, topic: str, explicit: str | None
-    ) -> tuple[str, bytes, list[tuple[str, bytes | None]]]:
-        """Where a record without headers goes: topic, encoded and plain headers."""
+    ) -> tuple[str, bytes, dict[str, bytes | None]]:
+        """Where a record without headers goes: topic, and its headers encoded and as a
+        dict (which the compiled codec encodes twice as fast as a list, for send_batch)."""
         in_effect = _current_lane() if explicit is None and self.lane is None else None
         cache_key = (topic, explicit, in_effect)
         known = self._lane_routes.get(cache_key)
         if known is None:
             target, headers = self._lane_route(topic, explicit, None)
             pairs = _header_items(headers)
-            known = (target, encode_headers(pairs) if pairs else _NO_HEADERS, pairs)
+            known = (target, encode_headers(pairs) if pairs else _NO_HEADERS, dict(pairs))
             if len(self._lane_routes) >= _LANE_ROUTES_KEPT:
                 self._lane_routes.clear()
             self._lane_routes[cache_key] = known
