@@ -22,6 +22,7 @@ from lanes.names import (
     split_group,
     split_topic,
     trunk_group,
+    with_lane_header,
 )
 
 __all__ = [
@@ -41,4 +42,5 @@ __all__ = [
     "split_group",
     "split_topic",
     "trunk_group",
+    "with_lane_header",
 ]

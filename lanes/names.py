@@ -87,3 +87,22 @@ def lane_of_headers(headers: Iterable[tuple[str, bytes | None]] | None) -> str |
             except UnicodeDecodeError:
                 raise InvalidLaneNameError(value) from None
     return None if lane is None else check_lane_name(lane)
+
+
+def with_lane_header(
+    headers: Iterable[tuple[str, bytes | None]] | None, lane: str
+) -> list[tuple[str, bytes | None]]:
+    """``headers`` carrying exactly one ``x-lane`` header, naming ``lane``.
+
+    Headers other than ``x-lane`` keep their order; an ``x-lane`` header already naming
+    ``lane`` keeps its place (a record is never given a second one); ``x-lane`` headers
+    naming another lane are replaced by one naming ``lane``, at the end.
+    """
+    value = check_lane_name(lane).encode("utf-8")
+    items = list(headers or ())
+    lanes_named = [v for k, v in items if k == LANE_HEADER]
+    if lanes_named == [value]:
+        return items
+    out = [(k, v) for k, v in items if k != LANE_HEADER]
+    out.append((LANE_HEADER, value))
+    return out

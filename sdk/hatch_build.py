@@ -10,7 +10,7 @@ from typing import Any
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
 # The SDK's modules, relative to the repository's root: the SDK, the CLI, the generated
-# protocol code and what they import (tests/test_packaging.py checks this list).
+# protocol code, the lanes library and what they import (tests/test_packaging.py checks this list).
 SDK_MODULES = (
     "dataplane/__init__.py",
     "dataplane/errors.py",
@@ -19,6 +19,7 @@ SDK_MODULES = (
     "dataplane/cli",
     "dataplane/client",
     "dataplane/records",
+    "lanes",
 )
 
 

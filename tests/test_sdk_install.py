@@ -25,6 +25,8 @@ PROBE = f"""
 import importlib.util, sys
 import dataplane.client, dataplane.cli
 from dataplane.client import Producer, Consumer, Admin
+import lanes
+assert lanes.lane_topic("acme.orders", "ppe") == "acme.orders~ppe"
 present = [m for m in {PLATFORM!r} if importlib.util.find_spec(m) is not None]
 present += [m for m in {PLATFORM_MODULES!r} if importlib.util.find_spec(m) is not None]
 sys.exit(f"platform packages installed with the SDK: {{present}}" if present else 0)

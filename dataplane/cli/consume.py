@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
+import lanes
 from dataplane.cli.base import Settings, invalid, settings, stderr
 from dataplane.client import Consumer, ConsumerRecord, TopicPartition
 from dataplane.errors import ErrorCode
@@ -49,11 +50,23 @@ def consume(
     timeout_ms: Annotated[
         int | None, typer.Option(min=1, help="Stop when no record came for this long.")
     ] = None,
+    lane: Annotated[
+        str | None,
+        typer.Option(
+            help="Read lane LANE of TOPIC: with --group as the lane's group GROUP~LANE "
+            "(and the trunk too if the lane says consume_trunk), else its lane topic TOPIC~LANE."
+        ),
+    ] = None,
 ) -> None:
     """Print the records of TOPIC, one per line, until --max-messages or Ctrl-C."""
     if offset is not None and partition is None:
         raise typer.BadParameter("--offset needs --partition")
-    consumer = _open(settings(ctx), topic, group, from_beginning, partition, offset)
+    if lane is not None:
+        try:
+            lanes.check_lane_name(lane)
+        except lanes.InvalidLaneNameError as exc:
+            raise invalid(str(exc), ErrorCode.INVALID_CONFIG) from None
+    consumer = _open(settings(ctx), topic, group, from_beginning, partition, offset, lane)
     printed = 0
     try:
         printed = _print_records(consumer, fmt, max_messages, timeout_ms)
@@ -71,12 +84,14 @@ def _open(
     from_beginning: bool,
     partition: int | None,
     offset: int | None,
+    lane: str | None = None,
 ) -> Consumer:
     """A consumer positioned as asked: a group member (committed offsets, else the start
-    or the end), or the topic's partitions assigned by hand."""
+    or the end), or the topic's partitions assigned by hand (a lane's: its lane topic's)."""
     consumer = Consumer(
         options.bootstrap,
         group_id=group,
+        lane=lane if group is not None else None,
         auto_offset_reset="earliest" if from_beginning else "latest",
         enable_auto_commit=False,  # commits follow what was printed (_commit)
         client_id="meridian-cli",
@@ -86,6 +101,8 @@ def _open(
         if group is not None and partition is None:
             consumer.subscribe([topic])
             return consumer
+        if lane is not None:
+            topic = lanes.lane_topic(topic, lane)
         partitions = consumer.partitions_for(topic)
         if partition is not None and partition not in partitions:
             raise invalid(

@@ -22,6 +22,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+import lanes
 from dataplane.cli.base import invalid, parse_pairs, settings, stderr
 from dataplane.client.producer import Producer
 from dataplane.client.types import RecordMetadata
@@ -92,13 +93,26 @@ def produce(
     acks: Annotated[Acks, typer.Option(help="Acknowledgement wanted from the broker.")] = Acks.one,
     compression: Annotated[Codec, typer.Option(help="Batch compression.")] = Codec.none,
     linger_ms: Annotated[float, typer.Option(min=0, help="How long a batch waits.")] = 5.0,
+    lane: Annotated[
+        str | None,
+        typer.Option(
+            help="Send the records to lane LANE (the lane topic TOPIC~LANE, with an "
+            "x-lane header); an x-lane --header does the same."
+        ),
+    ] = None,
 ) -> None:
     """Send records to TOPIC: one per line of stdin (or --file), or --count synthetic ones."""
     if count is not None and file is not None:
         raise typer.BadParameter("--count makes synthetic records; it cannot read --file")
+    if lane is not None:
+        try:
+            lanes.check_lane_name(lane)
+        except lanes.InvalidLaneNameError as exc:
+            raise invalid(str(exc), ErrorCode.INVALID_CONFIG) from None
     headers = [(k, v.encode()) for k, v in parse_pairs(header or [], "header").items()]
     producer = Producer(
         settings(ctx).bootstrap,
+        lane=lane,
         acks=acks.value if acks is Acks.all else int(acks.value),
         compression=compression.value,
         linger_ms=linger_ms,

@@ -21,21 +21,52 @@ from what the fetcher thread (``fetcher.py``) has buffered. With
 partitions are revoked, and on ``close``.
 
 A consumer is used from one thread (as Kafka's); its fetcher runs on its own.
+
+Lanes (see ``lanes``): ``Consumer(group_id="billing", lane="ppe")`` subscribed to
+``acme.orders`` joins the group ``billing~ppe`` and reads the lane topic
+``acme.orders~ppe`` (and ``acme.orders`` too when the lane says ``consume_trunk``); a
+lane topic not created yet stays subscribed and is read once it exists. A consumer
+without a lane reads its topics and the lane topics their metadata lists as orphaned
+(lanes with no live consumer, ``orphan_policy=trunk``). Both re-read that metadata every
+``lane_refresh_ms`` and rejoin their group when what they read changes, so a lane's
+partitions move between the trunk's group and the lane's within seconds. Hand-over is
+exact: a lane-topic partition is committed before it is given up (revoked, unsubscribed,
+closed), whatever ``enable_auto_commit`` says, and a partition the other group of the
+family still holds (``HANDOVER_IN_PROGRESS``) is not read until the coordinator gives its
+starting offset.
+
+Records keep their topic's name (``acme.orders~ppe``); ``record.lane`` is their lane
+(None on the trunk). While the application handles a lane record, the lane is in effect
+(``lanes.current_lane``), so what it produces goes to the same lane: iterating over the
+consumer sets it for each record until the next one is asked for; with ``poll``, wrap
+the handling in ``consumer.processing(record)``:
+
+```python
+consumer = Consumer(bootstrap, group_id="billing", lane="ppe")
+consumer.subscribe(["acme.orders"])
+for record in consumer:                       # the lane is in effect for each record
+    producer.send("acme.invoices", b"...")    # -> acme.invoices~ppe
+for record in consumer.poll(timeout_ms=1000):
+    with consumer.processing(record):
+        producer.send("acme.invoices", b"...")
+```
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import logging
 import time
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from typing import Any
 
+import lanes
 from dataplane.client.auth import Credentials
 from dataplane.client.connection import ChannelSecurity, ConnectionPool, Tls
 from dataplane.client.errors import ConfigError
 from dataplane.client.fetcher import FetchConfig, Fetcher, FetchState, PartitionState
-from dataplane.client.metadata import ClusterMetadata
+from dataplane.client.metadata import NO_LANE_INFO, ClusterMetadata
 from dataplane.client.offsets import EARLIEST, LATEST, list_offsets
 from dataplane.client.types import ConsumerRecord, TopicPartition
 from dataplane.errors import ErrorCode, MeridianError
@@ -47,10 +78,22 @@ _RESETS = ("earliest", "latest", "none")
 # that the next fetch is under way while poll decodes (the whole buffer stays under
 # fetch_max_bytes).
 PREFETCH_FETCHES = 4
+# A partition another group of its family still holds is asked for again after this,
+# doubling up to HANDOVER_BACKOFF_MAX_S.
+HANDOVER_BACKOFF_S = 0.1
+HANDOVER_BACKOFF_MAX_S = 1.0
 
 
 class Consumer:
-    """Reads records from a Meridian cluster; see the module docstring."""
+    """Reads records from a Meridian cluster; see the module docstring.
+
+    ``lane`` (with ``group_id``) makes it a consumer of that lane: it joins the group
+    ``<group_id>~<lane>`` (``group_id`` then is that name; ``trunk_group_id`` the one
+    given) and reads the lane's topics. ``lane_refresh_ms`` is how often a subscribed
+    consumer re-reads the lane metadata of its topics (orphaned lane topics, a lane's
+    ``consume_trunk``, lane topics created since): it bounds how long a hand-over
+    between a lane's group and the trunk's takes to start.
+    """
 
     def __init__(
         self,
@@ -77,7 +120,12 @@ class Consumer:
         check_crcs: bool = True,
         credentials: Credentials = None,
         tls: Tls = None,
+        lane: str | None = None,
+        lane_refresh_ms: float = 1_000,
     ) -> None:
+        self.lane = None if lane is None else lanes.check_lane_name(lane)
+        if self.lane is not None and group_id is None:
+            raise ConfigError("a lane consumer needs a group_id", ErrorCode.INVALID_GROUP_ID)
         if auto_offset_reset not in _RESETS:
             raise ConfigError(
                 f"auto_offset_reset must be one of {_RESETS}, not {auto_offset_reset!r}"
@@ -87,10 +135,14 @@ class Consumer:
             ("max_partition_fetch_bytes", max_partition_fetch_bytes),
             ("max_poll_records", max_poll_records),
             ("auto_commit_interval_ms", auto_commit_interval_ms),
+            ("lane_refresh_ms", lane_refresh_ms),
         ):
             if value <= 0:
                 raise ConfigError(f"{name} must be positive, not {value}")
-        self.group_id = group_id
+        self.trunk_group_id = group_id
+        self.group_id = (
+            lanes.lane_group(group_id, self.lane) if group_id and self.lane else group_id
+        )
         self.client_id = client_id
         self._auto_offset_reset = auto_offset_reset
         self._auto_commit = enable_auto_commit and group_id is not None
@@ -128,6 +180,12 @@ class Consumer:
             client_id,
         )
         self._member: Any = None
+        self._lane_refresh_s = lane_refresh_ms / 1000
+        self._requested: tuple[str, ...] = ()  # the topics subscribe() was given
+        self._reading: tuple[tuple[str, ...], frozenset[str]] = ((), frozenset())
+        self._next_lane_refresh = 0.0
+        self._held: dict[TopicPartition, tuple[float, int]] = {}  # retry at, attempts
+        self._lane_commits = True  # off once close(commit=False) says to commit nothing
         self._round_ended = False
         self._committer: concurrent.futures.ThreadPoolExecutor | None = None
         self._closed = False
@@ -153,13 +211,17 @@ class Consumer:
                 **self._group_settings,
             )
             self._member.on_round_done = self._rebalance_ended
-        self._member.subscribe(sorted(set(topics)))
+        self._requested = tuple(sorted(set(topics)))
+        self._reading = ((), frozenset())
+        self._follow_lanes(force=True)
 
     def unsubscribe(self) -> None:
         """Leave the group's topics: the next ``poll`` revokes the assignment (committing
         positions first, with auto commit) and leaves the group."""
         self._check_open()
         if self._member is not None:
+            self._requested = ()
+            self._reading = ((), frozenset())
             self._member.subscribe([])
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
@@ -187,7 +249,96 @@ class Consumer:
         """The partitions of ``topic`` (raises ``UNKNOWN_TOPIC_OR_PARTITION``)."""
         return self._metadata.partitions_for(topic)
 
+    # -- lanes ---------------------------------------------------------------------------
+    def _follow_lanes(self, *, force: bool = False) -> None:
+        """Re-read the lane metadata of the subscribed topics (every ``lane_refresh_ms``)
+        and subscribe the member to what they make this consumer read; a change (or a
+        subscribed topic coming into being) rejoins the group."""
+        now = time.monotonic()
+        if self._member is None or not (force or now >= self._next_lane_refresh):
+            return
+        self._next_lane_refresh = now + self._lane_refresh_s
+        wanted = self._requested
+        if self.lane is not None:
+            wanted = tuple(
+                lanes.lane_topic(t, self.lane) for t in wanted if not lanes.is_lane_topic(t)
+            )
+        try:
+            snapshot = self._metadata.refresh({*self._requested, *wanted}) if wanted else None
+        except MeridianError as error:
+            log.info("lane metadata of %s not refreshed: %s", wanted, error)
+            snapshot = None
+        if snapshot is None and self._reading[0]:
+            return  # keep reading what we read
+        snapshot = snapshot or self._metadata.snapshot()
+        topics: list[str] = []
+        for topic in self._requested:
+            if lanes.is_lane_topic(topic):
+                topics.append(topic)  # named outright: read as any topic
+            elif self.lane is not None:
+                lane_topic = lanes.lane_topic(topic, self.lane)
+                topics.append(lane_topic)
+                if snapshot.lanes.get(lane_topic, NO_LANE_INFO).consume_trunk:
+                    topics.append(topic)
+            else:
+                topics.append(topic)
+                topics.extend(snapshot.lanes.get(topic, NO_LANE_INFO).orphaned_lane_topics)
+        reading = tuple(sorted(set(topics)))
+        existing = frozenset(t for t in reading if snapshot.leaders.get(t))
+        previous, self._reading = self._reading, (reading, existing)
+        if reading != previous[0]:
+            if previous[0]:
+                log.info("group %s now reads %s (was %s)", self.group_id, reading, previous[0])
+            self._member.subscribe(reading)
+        elif existing != previous[1]:
+            self._member.request_rejoin()  # a lane topic came into being (or went)
+
+    def reading(self) -> tuple[str, ...]:
+        """The topics a subscribed consumer reads now: its own, or their lane topics,
+        and the orphaned lane topics it takes over (see the module docstring)."""
+        return self._reading[0]
+
+    @contextlib.contextmanager
+    def processing(self, record: ConsumerRecord) -> Iterator[ConsumerRecord]:
+        """Make ``record``'s lane the lane in effect in the block (None for a trunk
+        record), so records produced while handling it go to its lane."""
+        with lanes.processing_lane(record.lane):
+            yield record
+
+    def __iter__(self) -> Iterator[ConsumerRecord]:
+        return self.records()
+
+    def records(
+        self, *, poll_timeout_ms: float = 1_000, idle_timeout_ms: float | None = None
+    ) -> Iterator[ConsumerRecord]:
+        """Records as they come, one at a time, until the consumer closes (or nothing
+        came for ``idle_timeout_ms``). From a record's yield to the next request for
+        one, its lane is the lane in effect (``lanes.current_lane``; None for a trunk
+        record); leaving the loop restores the lane in effect before it."""
+        token = None
+        idle_since = time.monotonic()
+        try:
+            while not self._closed:
+                batch = self.poll(poll_timeout_ms)
+                if not batch:
+                    idle = (time.monotonic() - idle_since) * 1000
+                    if idle_timeout_ms is not None and idle >= idle_timeout_ms:
+                        return
+                    continue
+                for record in batch:
+                    if token is None:
+                        token = lanes.current_lane.set(record.lane)
+                    else:
+                        lanes.current_lane.set(record.lane)
+                    yield record
+                idle_since = time.monotonic()
+        finally:
+            if token is not None:
+                with contextlib.suppress(ValueError):  # closed from another context
+                    lanes.current_lane.reset(token)
+
     def _forget(self, tp: TopicPartition) -> None:
+        self._held.pop(tp, None)
         self._state.drop_buffered(tp)
         state = self._state.partitions.pop(tp, None)
         if state is not None:
@@ -213,6 +364,7 @@ class Consumer:
         """
         self._check_open()
         deadline = time.monotonic() + max(0.0, timeout_ms) / 1000
+        self._follow_lanes()
         self._follow_member()
         if self._auto_commit and time.monotonic() >= self._next_auto_commit:
             self._commit_quietly()
@@ -227,6 +379,9 @@ class Consumer:
             remaining = deadline - time.monotonic()
             if records or remaining <= 0:
                 return records
+            if self._held:  # ask for held partitions again in time
+                next_ask = min(at for at, _ in self._held.values()) - time.monotonic()
+                remaining = max(0.001, min(remaining, next_ask))
             with self._state.lock:
                 if not self._state.buffer and not self._round_ended:
                     self._state.data_ready.wait(remaining)
@@ -262,21 +417,62 @@ class Consumer:
     # -- positions -----------------------------------------------------------------------
     def _resolve_positions(self) -> None:
         """Give every partition without a position one: committed, else the reset policy."""
+        now = time.monotonic()
         with self._state.lock:
-            unknown = [s.tp for s in self._state.partitions.values() if s.position is None]
+            unknown = [
+                s.tp
+                for s in self._state.partitions.values()
+                if s.position is None and self._held.get(s.tp, (0.0, 0))[0] <= now
+            ]
             out_of_range = [
                 s.tp for s in self._state.partitions.values() if s.reset == "out_of_range"
             ]
         if not unknown and not out_of_range:
             return
         positions: dict[TopicPartition, int] = {}
+        held: set[TopicPartition] = set()
         if unknown and self.group_id is not None:
-            committed = self.committed(unknown)
+            committed, held = self._committed_or_held(unknown)
             positions = {tp: offset for tp, offset in committed.items() if offset is not None}
-        to_reset = [tp for tp in unknown if tp not in positions] + out_of_range
+            self._hold(unknown, held)
+        to_reset = [tp for tp in unknown if tp not in positions and tp not in held]
+        to_reset += out_of_range
         if to_reset:
             positions.update(self._reset_offsets(to_reset))
         self._seek_many(positions)
+
+    def _committed_or_held(
+        self, tps: list[TopicPartition]
+    ) -> tuple[dict[TopicPartition, int | None], set[TopicPartition]]:
+        if self._member is not None:
+            result: tuple[dict[TopicPartition, int | None], set[TopicPartition]]
+            result = self._member.committed_or_held(tps)
+            return result
+        from dataplane.client import group
+
+        assert self.group_id is not None
+        return group.offset_fetch_handover(
+            group.CoordinatorLink(self._metadata, self.group_id), tps
+        )
+
+    def _hold(self, asked: list[TopicPartition], held: set[TopicPartition]) -> None:
+        """Partitions another group of the family still holds stay without a position
+        (so unfetched) and are asked for again after a backoff; the others are free."""
+        now = time.monotonic()
+        for tp in asked:
+            if tp not in held:
+                self._held.pop(tp, None)
+                continue
+            attempts = self._held.get(tp, (0.0, 0))[1] + 1
+            delay = min(HANDOVER_BACKOFF_S * 2 ** (attempts - 1), HANDOVER_BACKOFF_MAX_S)
+            self._held[tp] = (now + delay, attempts)
+            if attempts == 1:
+                log.info("%s/%s: waiting for its hand-over to group %s", *tp, self.group_id)
+
+    def held(self) -> set[TopicPartition]:
+        """Assigned lane-topic partitions not read yet: another group of the family
+        still holds them (``HANDOVER_IN_PROGRESS``)."""
+        return set(self._held)
 
     def _reset_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
         if self._auto_offset_reset == "none":
@@ -351,6 +547,11 @@ class Consumer:
         state = self._assigned(partition)
         if state.position is None:
             self._resolve_positions()
+        if state.position is None and state.tp in self._held:
+            raise MeridianError(
+                ErrorCode.HANDOVER_IN_PROGRESS,
+                f"{partition}: another group of the family still holds it (hand-over)",
+            )
         if state.position is None:
             raise MeridianError(ErrorCode.OFFSET_OUT_OF_RANGE, f"no position for {partition}")
         return state.position
@@ -422,6 +623,19 @@ class Consumer:
         assert self.group_id is not None
         group.commit_offsets(self._metadata, self.group_id, offsets)
 
+    def commit_lane_positions(self, tps: Iterable[TopicPartition] | None = None) -> None:
+        """Commit the positions of the lane-topic partitions among ``tps`` (default:
+        all assigned), as done before giving them up: the group that takes them next
+        starts from the family's highest commit. Failures are logged."""
+        chosen = self._state.partitions if tps is None else tps
+        lane_tps = [tp for tp in chosen if lanes.is_lane_topic(tp.topic)]
+        if not lane_tps or not self._lane_commits:
+            return
+        try:
+            self._commit(self._positions(lane_tps))
+        except MeridianError as error:
+            log.warning("group %s: committing lane partitions failed: %s", self.group_id, error)
+
     def _commit_quietly(self, tps: Iterable[TopicPartition] | None = None) -> None:
         self._next_auto_commit = time.monotonic() + self._auto_commit_s
         try:
@@ -442,12 +656,21 @@ class Consumer:
 
     # -- closing -------------------------------------------------------------------------
     def close(self, *, commit: bool | None = None) -> None:
-        """Commit (with auto commit, or ``commit=True``), leave the group and stop."""
+        """Commit (with auto commit, or ``commit=True``), leave the group and stop.
+
+        Without auto commit, the positions of lane-topic partitions are committed all the
+        same (the next owner starts from them); ``commit=False`` commits nothing at all,
+        for an application that commits what it processed itself.
+        """
         if self._closed:
             return
         try:
             if self.group_id is not None and (self._auto_commit if commit is None else commit):
                 self._commit_quietly()
+            elif self.group_id is not None and commit is None:
+                self.commit_lane_positions()  # the hand-over starts from it
+            if commit is False:
+                self._lane_commits = False
             if self._member is not None:
                 self._member.close(leave=True)
         finally:
@@ -486,6 +709,8 @@ class _Rebalance:
     def on_partitions_revoked(self, tps: set[TopicPartition]) -> None:
         if self._consumer._auto_commit:
             self._consumer._commit_quietly(tps)
+        else:  # lane partitions always: their next owner starts where we stopped
+            self._consumer.commit_lane_positions(tps)
         self._tell("on_partitions_revoked", tps)
         self._consumer._remove(tps)
 

@@ -311,6 +311,31 @@ def offset_fetch(
     }
 
 
+def offset_fetch_handover(
+    link: CoordinatorLink, partitions: Iterable[TopicPartition]
+) -> tuple[dict[TopicPartition, int | None], set[TopicPartition]]:
+    """Committed offsets of ``partitions`` (None where none), and the lane-topic
+    partitions another group of the family still holds (``HANDOVER_IN_PROGRESS``): these
+    have no answer yet and must not be read until one comes."""
+    wanted = list(partitions)
+    if not wanted:
+        return {}, set()
+    request = group_pb2.OffsetFetchRequest(
+        group_id=link.group_id,
+        partitions=[common_pb2.TopicPartition(topic=t, partition=p) for t, p in wanted],
+    )
+    response = link.call("OffsetFetch", request)
+    offsets: dict[TopicPartition, int | None] = {}
+    held: set[TopicPartition] = set()
+    for r in response.results:
+        tp = TopicPartition(r.topic, r.partition)
+        if r.error == ErrorCode.HANDOVER_IN_PROGRESS:
+            held.add(tp)
+        else:
+            offsets[tp] = r.offset if r.offset >= 0 else None
+    return offsets, held
+
+
 def commit_offsets(
     metadata: ClusterMetadata,
     group_id: str,

@@ -63,6 +63,7 @@ from dataplane.client.coordinator import (  # the helpers without membership: re
     list_groups,
     offset_commit,
     offset_fetch,
+    offset_fetch_handover,
 )
 from dataplane.client.metadata import ClusterMetadata
 from dataplane.client.types import TopicPartition
@@ -78,6 +79,7 @@ __all__ = [
     "describe_group",
     "fetch_committed",
     "list_groups",
+    "offset_fetch_handover",
     "partition_counts",
 ]
 
@@ -243,6 +245,18 @@ class GroupMember:
 
     def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
         return offset_fetch(self.link, partitions)
+
+    def committed_or_held(
+        self, partitions: Iterable[TopicPartition]
+    ) -> tuple[dict[TopicPartition, int | None], set[TopicPartition]]:
+        """``committed``, and the lane-topic partitions another group of the family still
+        holds (see ``coordinator.offset_fetch_handover``)."""
+        return offset_fetch_handover(self.link, partitions)
+
+    def request_rejoin(self) -> None:
+        """Rejoin at the next ``poll()`` (what the group reads changed underneath it)."""
+        with self._lock:
+            self._state.rejoin_needed = True
 
     def close(self, *, leave: bool = True) -> None:
         """Stop heartbeats, revoke the assignment (callbacks here) and leave the group.

@@ -33,6 +33,21 @@ class BrokerAddress:
         return f"{self.host}:{self.port}"
 
 
+@dataclass(frozen=True)
+class LaneTopicInfo:
+    """What a topic's metadata says of lanes: for a lane topic (also while it is
+    ``LANE_TOPIC_PENDING``) its ``trunk`` and whether its lane's groups read the trunk too
+    (``consume_trunk``); for a trunk topic the lane topics its groups read while their
+    lane has no live consumer (``orphaned_lane_topics``)."""
+
+    trunk: str = ""
+    consume_trunk: bool = False
+    orphaned_lane_topics: tuple[str, ...] = ()
+
+
+NO_LANE_INFO = LaneTopicInfo()
+
+
 @dataclass
 class ClusterSnapshot:
     brokers: dict[int, BrokerAddress] = field(default_factory=dict)
@@ -43,6 +58,8 @@ class ClusterSnapshot:
     # topic -> partition -> (the leader epoch ``leaders`` names, 0 in a cluster no
     # controller runs; when that epoch was first seen, monotonic)
     epochs: dict[str, dict[int, tuple[int, float]]] = field(default_factory=dict)
+    # topic -> its lane fields, for every topic answered (errors included)
+    lanes: dict[str, LaneTopicInfo] = field(default_factory=dict)
 
 
 # One broker's Metadata answer takes milliseconds (at most ~0.5 s while it asks its
@@ -110,8 +127,15 @@ class ClusterMetadata:
             leaders = {} if full else dict(old.leaders)
             epochs = {} if full else dict(old.epochs)
             errors = {} if full else dict(old.topic_errors)
+            lanes = {} if full else dict(old.lanes)
             now = time.monotonic()
             for topic in response.topics:
+                if topic.trunk or topic.consume_trunk or topic.orphaned_lane_topics:
+                    lanes[topic.name] = LaneTopicInfo(
+                        topic.trunk, topic.consume_trunk, tuple(topic.orphaned_lane_topics)
+                    )
+                else:
+                    lanes.pop(topic.name, None)
                 if topic.error:
                     errors[topic.name] = topic.error
                     leaders.pop(topic.name, None)
@@ -119,7 +143,7 @@ class ClusterMetadata:
                     continue
                 errors.pop(topic.name, None)
                 leaders[topic.name], epochs[topic.name] = _newest(topic, old, now)
-            self._snapshot = ClusterSnapshot(brokers, leaders, errors, now, epochs)
+            self._snapshot = ClusterSnapshot(brokers, leaders, errors, now, epochs, lanes)
             return self._snapshot
 
     def snapshot(self) -> ClusterSnapshot:

@@ -14,6 +14,21 @@ with Producer("127.0.0.1:9092", client_id="orders") as producer:
 Delivery callbacks and future callbacks run in the sender thread, in record order per
 partition; they should be quick.
 
+Lanes: a record goes to a lane topic (``acme.orders~ppe``, see ``lanes``) when it has a
+lane, in this order: ``send(..., lane=)``, the record's own ``x-lane`` header, the
+producer's ``lane=``, the lane in effect (``lanes.context.current_lane``, set by the
+consumer while the application processes a lane record); else to the trunk topic. A
+record sent to a lane carries ``x-lane: <lane>`` (added when missing, never twice). A
+lane topic not created yet (``LANE_TOPIC_PENDING``) holds its records until it exists
+(``lanetopics.py``); a lane that is not declared fails its records'
+futures with ``LaneNotFoundError`` and nothing goes to the trunk.
+
+```python
+with Producer("127.0.0.1:9092", lane="ppe") as producer:   # every record to lane ppe
+    producer.send("acme.orders", b"...")                   # -> acme.orders~ppe
+    producer.send("acme.orders", b"...", lane="boe-alice") # -> acme.orders~boe-alice
+```
+
 Ordering: records of one partition are stored in the order they were sent, retries
 included, when idempotence is on (the default). Without it, a retry may land after a
 later batch unless ``max_in_flight`` is 1, as in Kafka.
@@ -23,15 +38,23 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, NamedTuple, TypeAlias
 
+import lanes
 from dataplane.client.accumulator import RecordAccumulator, TopicQueues
 from dataplane.client.auth import Credentials
 from dataplane.client.connection import ChannelSecurity, ConnectionPool, Tls
 from dataplane.client.errors import ConfigError
-from dataplane.client.future import DeliveryCallback, DeliveryFuture, DeliveryFutures
+from dataplane.client.future import (
+    DeliveryCallback,
+    DeliveryFuture,
+    DeliveryFutures,
+    ProduceResult,
+    Segment,
+)
 from dataplane.client.inflight import SenderConfig
+from dataplane.client.lanetopics import PendingLaneTopics, lane_error
 from dataplane.client.metadata import ClusterMetadata
 from dataplane.client.partitioner import Partitioner, PartitionerFn, make_partitioner
 from dataplane.client.sender import Sender
@@ -48,6 +71,9 @@ from dataplane.records import (
 _CODECS = {codec.name.lower(): codec for codec in Compression}
 _NO_HEADERS = b"\x00"
 _BATCH_RECORD_OVERHEAD = 6  # a record's length prefix and deltas, mostly
+_current_lane = lanes.current_lane.get  # bound once: read on every send
+_LANE_ERRORS = (ErrorCode.LANE_TOPIC_PENDING, ErrorCode.LANE_NOT_FOUND)
+_LANE_ROUTES_KEPT = 4096  # (topic, lane) routes remembered by a producer
 
 
 class ProducerRecord(NamedTuple):
@@ -69,6 +95,42 @@ def _timestamps(records: Sequence[RecordLike], now: int) -> list[int]:
         else now
         for r in records
     ]  # fmt: skip
+
+
+def _header_items(headers: HeadersLike | None) -> list[tuple[str, bytes | None]]:
+    """``headers`` as pairs; the codec's ``TypeError`` for what it would refuse (a
+    one-shot iterator would be read here and found empty by the encoder)."""
+    if not headers:
+        return []
+    if isinstance(headers, Mapping):
+        return list(headers.items())
+    if not isinstance(headers, list | tuple):
+        raise TypeError(
+            f"a record's headers are a mapping, list or tuple, not {type(headers).__name__}"
+        )
+    return list(headers)
+
+
+def _any_headers(records: Sequence[RecordLike]) -> bool:
+    """Whether some record has headers (which may name a lane)."""
+    for record in records:
+        if (
+            type(record) is not bytes
+            and isinstance(record, tuple)
+            and len(record) > 2
+            and record[2]
+        ):
+            return True
+    return False
+
+
+def _reposition(sent: DeliveryFutures, positions: list[int]) -> list[Segment]:
+    """``sent``'s segments (of a part of a call) placed at the part's ``positions``."""
+    out = []
+    for seg in sent._segments:
+        at = positions if seg.positions is None else [positions[i] for i in seg.positions]
+        out.append(Segment(seg.result, seg.first, seg.start, seg.length, at))
+    return out
 
 
 def _acks(acks: object) -> int:
@@ -122,7 +184,9 @@ class Producer:
     waiting on a leader that hangs sooner, once fresh metadata names another: see
     ``sender``); ``max_in_flight`` requests per broker at once. ``credentials`` (a token
     source of ``dataplane.client.auth`` or a token string) authenticate every call;
-    ``tls`` is a CA file path, or True for the system's roots.
+    ``tls`` is a CA file path, or True for the system's roots. ``lane`` sends every
+    record without a lane of its own to that lane (see the module docstring); an invalid
+    name raises ``lanes.InvalidLaneNameError`` (a ``ValueError``).
     """
 
     def __init__(
@@ -148,7 +212,9 @@ class Producer:
         max_in_flight: int = 5,
         credentials: Credentials = None,
         tls: Tls = None,
+        lane: str | None = None,
     ) -> None:
+        self.lane = None if lane is None else lanes.check_lane_name(lane)
         ack_level = _acks(acks)
         codec = _CODECS.get(str(compression).lower())
         if codec is None:
@@ -203,6 +269,16 @@ class Producer:
         self._topics = self._acc.topics
         self._append = self._acc.append
         self._topic_lock = threading.Lock()
+        self._lane_routes: dict[
+            tuple[str, str | None, str | None], tuple[str, bytes, dict[str, bytes | None]]
+        ] = {}
+        self._pending_lanes = PendingLaneTopics(
+            self._metadata,
+            delivery_timeout_s=delivery_timeout_ms / 1000,
+            max_bytes=buffer_memory,
+            block=block_on_full,
+            max_block_s=self._max_block_s,
+        )
         self._closed = False
         self._sender.start()
 
@@ -216,8 +292,12 @@ class Producer:
         partition: int | None = None,
         timestamp_ms: int | None = None,
         on_delivery: DeliveryCallback | None = None,
+        lane: str | None = None,
     ) -> DeliveryFuture:
         """Queue one record; returns its ``DeliveryFuture`` without waiting.
+
+        ``lane`` sends it to that lane (it wins over the record's ``x-lane`` header, the
+        producer's lane and the lane in effect); see the module docstring.
 
         ``on_delivery(error, metadata)`` is called once delivered or failed. Raises at
         once: ``TypeError`` for a key, value or header that is not bytes;
@@ -231,6 +311,22 @@ class Producer:
             value = as_bytes(value, "value")
         if key is not None and type(key) is not bytes:
             key = as_bytes(key, "key")
+        encoded = _NO_HEADERS
+        if lane is not None or headers or self.lane is not None or _current_lane() is not None:
+            if headers:
+                if not isinstance(headers, Mapping | list | tuple):
+                    headers = list(headers)  # read once, for the lane and for the encoder
+                topic, headers = self._lane_route(topic, lane, headers)
+                if headers:
+                    encoded = encode_headers(headers)
+            else:
+                topic, encoded = self._lane_only(topic, lane)
+            if topic not in self._topics and lanes.is_lane_topic(topic):
+                parked = self._send_to_lane(
+                    topic, value, key, encoded, partition, timestamp_ms, on_delivery
+                )
+                if parked is not None:
+                    return parked
         queues = self._topics.get(topic) or self._prepare(topic)
         if partition is not None and not (type(partition) is int and 0 <= partition < queues.count):
             queues = self._check_partition(topic, partition)
@@ -238,14 +334,7 @@ class Producer:
             timestamp_ms = time.time_ns() // 1_000_000
         elif type(timestamp_ms) is not int or timestamp_ms < 0:
             timestamp_ms = _timestamp(timestamp_ms)
-        future = self._append(
-            queues,
-            partition,
-            key,
-            value,
-            encode_headers(headers) if headers else _NO_HEADERS,
-            timestamp_ms,
-        )
+        future = self._append(queues, partition, key, value, encoded, timestamp_ms)
         if on_delivery is not None:
             future.add_delivery_callback(on_delivery)
         return future
@@ -256,8 +345,14 @@ class Producer:
         records: Sequence[RecordLike] | Iterable[RecordLike],
         partition: int | None = None,
         on_delivery: DeliveryCallback | None = None,
+        lane: str | None = None,
     ) -> DeliveryFutures:
         """Queue many records in one call; returns their ``DeliveryFutures`` at once.
+
+        Lanes: ``lane`` sends every record to that lane; without it each record goes
+        where ``send`` would send it (its ``x-lane`` header, the producer's lane, the
+        lane in effect): the call's records are split by lane, each part keeping call
+        order, and the futures stay in call order.
 
         Each record is a value (bytes or None) or a ``ProducerRecord`` / ``(key, value[,
         headers[, timestamp_ms]])`` tuple. They go to ``partition``, or where the
@@ -274,6 +369,21 @@ class Producer:
         """
         if not isinstance(records, list | tuple):
             records = list(records)
+        with_headers = _any_headers(records)
+        if with_headers:
+            return self._send_batch_lanes(topic, records, partition, on_delivery, lane)
+        if lane is not None or self.lane is not None or _current_lane() is not None:
+            return self._send_batch_lane(topic, records, partition, on_delivery, lane)
+        return self._send_batch(topic, records, partition, on_delivery)
+
+    def _send_batch(
+        self,
+        topic: str,
+        records: Sequence[RecordLike],
+        partition: int | None,
+        on_delivery: DeliveryCallback | None,
+        now: int | None = None,
+    ) -> DeliveryFutures:
         queues = self._topics.get(topic) or self._prepare(topic)
         if partition is not None and not (type(partition) is int and 0 <= partition < queues.count):
             queues = self._check_partition(topic, partition)
@@ -282,7 +392,8 @@ class Producer:
             raise MeridianError(ErrorCode.INVALID_TIMESTAMP, f"negative timestamp {earliest}")
         if largest > self._acc.max_record_bytes:
             self._acc.too_large(largest)
-        now = time.time_ns() // 1_000_000
+        if now is None:
+            now = time.time_ns() // 1_000_000
         reserve = total + _BATCH_RECORD_OVERHEAD * len(records)
         segments = self._acc.append_many(queues, partition, records, now, reserve, keyed)
         stamps = [now] * len(records) if earliest is None else _timestamps(records, now)
@@ -291,6 +402,192 @@ class Producer:
             for future in futures:
                 future.add_delivery_callback(on_delivery)
         return futures
+
+    # -- lanes ---------------------------------------------------------------------------
+    def _lane_route(
+        self, topic: str, explicit: str | None, headers: HeadersLike | None
+    ) -> tuple[str, HeadersLike | None]:
+        """The topic a record goes to and the headers it carries (see the module
+        docstring); a name that already is a lane topic keeps its lane."""
+        items = _header_items(headers)
+        trunk, its_lane = lanes.split_topic(topic) if isinstance(topic, str) else (topic, None)
+        if its_lane is not None:
+            chosen: str | None = its_lane
+            if explicit is not None and lanes.check_lane_name(explicit) != its_lane:
+                raise ValueError(f"{topic!r} is a topic of lane {its_lane!r}, not {explicit!r}")
+        else:
+            chosen = lanes.lane_for_record(explicit=explicit, headers=items, configured=self.lane)
+        if chosen is None:
+            return topic, headers
+        return lanes.lane_topic(trunk, chosen), lanes.with_lane_header(items, chosen)
+
+    def _lane_only(self, topic: str, explicit: str | None) -> tuple[str, bytes]:
+        """``_lane_route`` of a record without headers: the topic and its encoded
+        ``x-lane`` header, remembered per topic and lane (the lane send path's cost)."""
+        target, encoded, _ = self._lane_of_plain(topic, explicit)
+        return target, encoded
+
+    def _lane_of_plain(
+        self, topic: str, explicit: str | None
+    ) -> tuple[str, bytes, dict[str, bytes | None]]:
+        """Where a record without headers goes: topic, and its headers encoded and as a
+        dict (which the compiled codec encodes twice as fast as a list, for send_batch)."""
+        in_effect = _current_lane() if explicit is None and self.lane is None else None
+        cache_key = (topic, explicit, in_effect)
+        known = self._lane_routes.get(cache_key)
+        if known is None:
+            target, headers = self._lane_route(topic, explicit, None)
+            pairs = _header_items(headers)
+            known = (target, encode_headers(pairs) if pairs else _NO_HEADERS, dict(pairs))
+            if len(self._lane_routes) >= _LANE_ROUTES_KEPT:
+                self._lane_routes.clear()
+            self._lane_routes[cache_key] = known
+        return known
+
+    def _send_to_lane(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None,
+        encoded: bytes,
+        partition: int | None,
+        timestamp_ms: int | None,
+        on_delivery: DeliveryCallback | None,
+    ) -> DeliveryFuture | None:
+        """Park the record behind ``topic``'s pending records, or fail it when its lane
+        is not declared; None when the topic exists (send it as any record)."""
+        if timestamp_ms is None:
+            timestamp_ms = time.time_ns() // 1_000_000
+
+        def replay() -> list[DeliveryFuture]:
+            queues = self._topics.get(topic) or self._prepare(topic)
+            if partition is not None and not (0 <= partition < queues.count):
+                queues = self._check_partition(topic, partition)
+            return [self._append(queues, partition, key, value, encoded, int(timestamp_ms))]
+
+        results = self._pending_lanes.stand_ins(topic, 1)
+        size = len(encoded) + len(key or b"") + len(value or b"")
+        if not self._park_or_check(topic, replay, results, size):
+            return None
+        future = DeliveryFuture(results[0], 0, int(timestamp_ms))
+        if on_delivery is not None:
+            future.add_delivery_callback(on_delivery)
+        return future
+
+    def _park_or_check(
+        self, topic: str, replay: Any, results: list[ProduceResult], size: int
+    ) -> bool:
+        """Park ``replay`` if ``topic`` waits to be created (or now turns out to), fail
+        ``results`` if its lane is refused; False when the topic is ready."""
+        if self._pending_lanes.park(topic, replay, results, start=False, size=size):
+            return True
+        try:
+            self._prepare(topic)
+        except MeridianError as error:
+            if error.code == ErrorCode.LANE_TOPIC_PENDING:
+                if self._pending_lanes.park(topic, replay, results, start=True, size=size):
+                    return True
+                raise
+            if error.code != ErrorCode.LANE_NOT_FOUND:
+                raise
+            refusal = lane_error(topic, error.code, error.message)
+            for result in results:
+                result.complete(-1, error=refusal)
+            return True
+        return False
+
+    def _send_batch_lane(
+        self,
+        topic: str,
+        records: Sequence[RecordLike],
+        partition: int | None,
+        on_delivery: DeliveryCallback | None,
+        lane: str | None,
+    ) -> DeliveryFutures:
+        """``send_batch`` of records without headers: all to one lane, each given the
+        lane's header."""
+        target, _, pairs = self._lane_of_plain(topic, lane)
+        if not pairs:
+            return self._send_batch(target, records, partition, on_delivery)
+        routed: list[RecordLike] = [
+            (r[0], r[1], pairs, *r[3:]) if isinstance(r, tuple) else (None, r, pairs)
+            for r in records
+        ]
+        if target in self._topics:
+            return self._send_batch(target, routed, partition, on_delivery)
+        now = time.time_ns() // 1_000_000
+        positions = list(range(len(routed)))
+        segments = self._lane_part(target, routed, partition, positions, now)
+        result = DeliveryFutures(segments, len(routed), _timestamps(routed, now))
+        if on_delivery is not None:
+            for future in result:
+                future.add_delivery_callback(on_delivery)
+        return result
+
+    def _send_batch_lanes(
+        self,
+        topic: str,
+        records: Sequence[RecordLike],
+        partition: int | None,
+        on_delivery: DeliveryCallback | None,
+        lane: str | None,
+    ) -> DeliveryFutures:
+        """``send_batch`` with lanes: the records split by the topic each goes to."""
+        groups: dict[str, list[int]] = {}
+        routed: list[RecordLike] = []
+        for index, record in enumerate(records):
+            headers = record[2] if isinstance(record, tuple) and len(record) > 2 else None
+            try:
+                target, carried = self._lane_route(topic, lane, headers)
+            except TypeError as error:
+                raise TypeError(f"record {index}: {error}") from None
+            if carried is not headers:
+                if isinstance(record, tuple):
+                    record = (record[0], record[1], carried, *record[3:])
+                else:  # a bare value
+                    record = (None, record, carried)
+            routed.append(record)
+            groups.setdefault(target, []).append(index)
+        # all or none: what the parts would refuse is refused before any is queued
+        _, largest, earliest, _ = builder.records_size(routed)
+        if earliest is not None and earliest < 0:
+            raise MeridianError(ErrorCode.INVALID_TIMESTAMP, f"negative timestamp {earliest}")
+        if largest > self._acc.max_record_bytes:
+            self._acc.too_large(largest)
+        now = time.time_ns() // 1_000_000
+        stamps = _timestamps(routed, now)
+        segments: list[Segment] = []
+        for target, positions in groups.items():
+            part = [routed[i] for i in positions]
+            futures = self._lane_part(target, part, partition, positions, now)
+            segments.extend(futures)
+        result = DeliveryFutures(segments, len(records), stamps)
+        if on_delivery is not None:
+            for future in result:
+                future.add_delivery_callback(on_delivery)
+        return result
+
+    def _lane_part(
+        self,
+        target: str,
+        part: list[RecordLike],
+        partition: int | None,
+        positions: list[int],
+        now: int,
+    ) -> list[Segment]:
+        """The segments of one topic's share of a ``send_batch`` call."""
+        if target in self._topics or not lanes.is_lane_topic(target):
+            sent = self._send_batch(target, part, partition, None, now)
+            return _reposition(sent, positions)
+
+        def replay() -> list[DeliveryFuture]:
+            return list(self._send_batch(target, part, partition, None, now))
+
+        size = builder.records_size(part)[0]  # (and refuses bad records now, not later)
+        results = self._pending_lanes.stand_ins(target, len(part))
+        if self._park_or_check(target, replay, results, size):
+            return [Segment(r, 0, i, 1, positions) for i, r in enumerate(results)]
+        return _reposition(self._send_batch(target, part, partition, None, now), positions)
 
     def _prepare(self, topic: str) -> TopicQueues:
         if self._acc.refusal is not None:
@@ -313,6 +610,8 @@ class Producer:
             try:
                 return self._metadata.partitions_for(topic)
             except MeridianError as error:
+                if error.code in _LANE_ERRORS:  # the caller parks or fails the records
+                    raise
                 if not error.retriable or time.monotonic() + delay > deadline:
                     raise MeridianError(
                         error.code,
@@ -372,16 +671,20 @@ class Producer:
         ``REQUEST_TIMED_OUT`` when ``timeout`` seconds pass first.
         """
         self._not_from_a_callback("flush")
+        parked = self._pending_lanes.results()
         with self._acc.lock:
             self._acc.flushing += 1
             batches = list(self._acc.incomplete)
         self._sender.wakeup()
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
-            for batch in batches:
+            # records waiting for their lane topic join the accumulator once it exists
+            # (while flushing counts, so they do not linger either)
+            waits = [b.result for b in batches] + parked
+            for result in waits:
                 remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-                if not batch.result.wait(remaining):
-                    left = sum(1 for b in batches if not b.result.done())
+                if not result.wait(remaining):
+                    left = sum(1 for r in waits if not r.done())
                     raise MeridianError(
                         ErrorCode.REQUEST_TIMED_OUT,
                         f"flush timed out after {timeout} s with {left} batches undelivered",
@@ -400,6 +703,12 @@ class Producer:
             return
         self._not_from_a_callback("close")
         self._closed = True
+        self._pending_lanes.close(
+            timeout,
+            MeridianError(
+                ErrorCode.REQUEST_TIMED_OUT, "the producer closed before its lane topic existed"
+            ),
+        )
         self._acc.close()
         self._sender.wakeup()
         if not self._sender.join(timeout):

@@ -54,6 +54,7 @@ from dataplane.client.inflight import (
     ProducerIdentity,
     SenderConfig,
 )
+from dataplane.client.lanetopics import lane_error
 from dataplane.client.link import BrokerLink, InFlight
 from dataplane.client.metadata import ClusterMetadata, ClusterSnapshot
 from dataplane.client.types import TopicPartition
@@ -374,7 +375,7 @@ class Sender:
             if result.error == ErrorCode.NONE:
                 self._succeeded(batch, result.base_offset, result.log_append_time_ms)
             else:
-                error = MeridianError(result.error, result.error_message)
+                error = lane_error(result.topic, result.error, result.error_message)
                 timed_out = result.error == ErrorCode.REQUEST_TIMED_OUT  # it may have landed
                 self._failed(batch, error, stored=None if timed_out else False)
         for batch in entry.batches.values():

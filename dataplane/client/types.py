@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from lanes import SEPARATOR
+
 
 class TopicPartition(NamedTuple):
     topic: str
@@ -37,7 +39,8 @@ Headers = tuple[tuple[str, bytes | None], ...]
 class ConsumerRecord:
     """One consumed record: ``topic``, ``partition``, ``offset``, ``timestamp``,
     ``timestamp_type`` (0 CreateTime, 1 LogAppendTime), ``key``, ``value``, ``headers``
-    (``(key, value)`` pairs) and ``leader_epoch``.
+    (``(key, value)`` pairs) and ``leader_epoch``; ``lane`` is the lane of its topic
+    (None on the trunk).
 
     Read-only by contract. The consumer builds millions of these a second, so the
     fields a batch shares live in one ``RecordSource`` and headers are decoded on first
@@ -87,6 +90,13 @@ class ConsumerRecord:
     @property
     def leader_epoch(self) -> int:
         return self._source.leader_epoch
+
+    @property
+    def lane(self) -> str | None:
+        """The record's lane: that of its lane topic (``acme.orders~ppe`` -> ``ppe``),
+        None for a trunk topic's record."""
+        topic = self._source.topic
+        return topic.partition(SEPARATOR)[2] or None
 
     @property
     def headers(self) -> Headers:

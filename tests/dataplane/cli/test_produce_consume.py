@@ -89,9 +89,34 @@ def test_synthetic_records_are_all_stored(cli: Cli, topic: str) -> None:
 
 def test_headers_and_binary_values_survive_json(cli: Cli, topic: str) -> None:
     """--header travels with each record; bytes that are not UTF-8 come back in base64."""
-    cli.ok("produce", topic, "--partition", "0", "--header", "x-lane=ppe", input=b"\xff\xfe\n")
+    cli.ok("produce", topic, "--partition", "0", "--header", "x-team=ppe", input=b"\xff\xfe\n")
 
     [record] = consume_json(cli, topic, 1, "--from-beginning")
 
-    assert record["headers"] == [{"key": "x-lane", "value": "ppe"}]
+    assert record["headers"] == [{"key": "x-team", "value": "ppe"}]
     assert record["value_base64"] == "//4="
+
+
+def test_lane_records_go_to_the_lane_topic_and_come_back_by_lane(cli: Cli, topic: str) -> None:
+    """--lane on produce sends to TOPIC~LANE with an x-lane header; --lane on consume reads
+    that lane (as the group GROUP~LANE with --group), never the trunk."""
+    cli.ok("topics", "create", f"{topic}~ppe", "--partitions", "2")
+    cli.ok("produce", topic, "--partition", "0", input="trunk\n")
+    cli.ok("produce", topic, "--partition", "0", "--lane", "ppe", input="l0\nl1\n")
+
+    grouped = consume_json(cli, topic, 2, "--lane", "ppe", "--group", "g", "--from-beginning")
+    direct = consume_json(cli, topic, 2, "--lane", "ppe", "--from-beginning")
+    trunk = consume_json(cli, topic, 1, "--from-beginning")
+
+    for records in (grouped, direct):
+        assert [r["value"] for r in records] == ["l0", "l1"]
+        assert {r["topic"] for r in records} == {f"{topic}~ppe"}
+        assert all(r["headers"] == [{"key": "x-lane", "value": "ppe"}] for r in records)
+    assert [r["value"] for r in trunk] == ["trunk"]
+
+
+def test_a_bad_lane_name_is_refused(cli: Cli, topic: str) -> None:
+    for command in (["produce", topic], ["consume", topic, "--group", "g"]):
+        result = cli(*command, "--lane", "Bad_Lane", input="x\n")
+        assert result.exit_code != 0
+        assert "invalid lane name" in result.stderr

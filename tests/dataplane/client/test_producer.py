@@ -71,11 +71,11 @@ def test_headers_keys_timestamps_and_tombstones_round_trip(
 ) -> None:
     name = topic()
     with producer(shared_broker) as p:
-        p.send(name, b"v", key=b"k", headers=[("x-lane", b"ppe"), ("x-null", None)])
+        p.send(name, b"v", key=b"k", headers=[("x-team", b"ppe"), ("x-null", None)])
         p.send(name, None, key=b"gone", timestamp_ms=1_600_000_000_000)
         p.send(name, b"", headers={"x-trace-id": b"ab12"})
     first, tombstone, empty = read_all(shared_broker.address, name)[0]
-    assert first.headers == (("x-lane", b"ppe"), ("x-null", None))
+    assert first.headers == (("x-team", b"ppe"), ("x-null", None))
     assert (first.key, first.value) == (b"k", b"v")
     assert (tombstone.key, tombstone.value, tombstone.timestamp) == (
         b"gone",

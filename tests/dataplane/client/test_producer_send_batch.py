@@ -100,13 +100,13 @@ def test_headers_given_as_an_iterator_are_refused_not_dropped(
     """A call's records are read twice (sized, then encoded), so a one-shot iterator of
     headers is refused with the record's index instead of being written empty."""
     name = topic()
-    headers = iter([("x-lane", b"ppe")])
+    headers = iter([("x-team", b"ppe")])
     with producer(shared_broker) as p:
         with pytest.raises(TypeError, match="record 1: a record's headers are a mapping"):
             p.send_batch(name, [b"a", (None, b"b", headers)])
-        assert p.send_batch(name, [(None, b"c", [("x-lane", b"ppe")])]).result(10)[0].offset == 0
+        assert p.send_batch(name, [(None, b"c", [("x-team", b"ppe")])]).result(10)[0].offset == 0
     got = read_all(shared_broker.address, name)[0]
-    assert [(r.value, r.headers) for r in got] == [(b"c", (("x-lane", b"ppe"),))]
+    assert [(r.value, r.headers) for r in got] == [(b"c", (("x-team", b"ppe"),))]
 
 
 def test_headers_timestamps_tombstones_and_a_partition_round_trip(
@@ -114,7 +114,7 @@ def test_headers_timestamps_tombstones_and_a_partition_round_trip(
 ) -> None:
     name = topic(2)
     records = [
-        ProducerRecord(b"k", b"v", [("x-lane", b"ppe"), ("x-null", None)]),
+        ProducerRecord(b"k", b"v", [("x-team", b"ppe"), ("x-null", None)]),
         ProducerRecord(key=b"gone", value=None, timestamp_ms=1_600_000_000_000),
         (None, b"", {"x-trace-id": b"ab12"}),
         bytearray(b"copied"),
@@ -124,7 +124,7 @@ def test_headers_timestamps_tombstones_and_a_partition_round_trip(
     assert [m.partition for m in placed] == [1] * 4
     assert placed[1].timestamp == 1_600_000_000_000
     first, tombstone, empty, copied = read_all(shared_broker.address, name, 2)[1]
-    assert first.headers == (("x-lane", b"ppe"), ("x-null", None))
+    assert first.headers == (("x-team", b"ppe"), ("x-null", None))
     assert (tombstone.key, tombstone.value, tombstone.timestamp) == (
         b"gone",
         None,
