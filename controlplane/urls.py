@@ -10,10 +10,12 @@ urlpatterns = [
     path("api/v1/", include("controlplane.regions.api.urls")),
     path("api/v1/", include("controlplane.topics.api.urls")),
     path("api/v1/", include("controlplane.lanes.api.urls")),
+    # Before groups: a group id may hold '/', so the groups' detail route would take
+    # ".../metrics" for an id.
+    path("api/v1/", include("controlplane.metrics.api.urls")),
     path("api/v1/", include("controlplane.groups.api.urls")),
     path("api/v1/", include("controlplane.quotas.api.urls")),
     path("api/v1/", include("controlplane.accounts.api.urls")),
-    path("api/v1/", include("controlplane.metrics.api.urls")),
     path(".well-known/openid-configuration", discovery, name="openid-configuration"),
     path("console/auth/", include("web.auth.urls")),
     path("console/", include("web.urls")),

@@ -8,7 +8,9 @@ parked here, in send order, each with a stand-in result its ``DeliveryFuture`` r
 thread of their own asks the metadata again every ``backoff_s`` (short: creation is
 quick) and, once the topic exists, hands the records to the accumulator in order; sends
 that come meanwhile are parked behind them, so a partition keeps its send order.
-``LANE_NOT_FOUND`` (or any other non-retriable answer) fails that topic's records at once;
+``LANE_NOT_FOUND`` is asked again for ``confirm_s`` after the topic's records started
+waiting (a lane declared a moment ago reaches the brokers with the controller's next
+push), then fails them; any other non-retriable answer fails them at once;
 ``delivery_timeout_s`` bounds the wait. Other topics are never held up. Parked records
 take at most ``max_bytes`` (the producer's ``buffer_memory``): past it a send waits up to
 ``max_block_s`` for room, or raises ``BufferFullError`` at once when it must not block.
@@ -86,6 +88,7 @@ class PendingLaneTopics:
         block: bool = True,
         max_block_s: float = 60.0,
         backoff_s: float = PENDING_BACKOFF_S,
+        confirm_s: float = 3.0,
     ) -> None:
         self._metadata = metadata
         self._max_bytes = max_bytes
@@ -94,6 +97,7 @@ class PendingLaneTopics:
         self.parked_bytes = 0
         self._delivery_timeout_s = delivery_timeout_s
         self._backoff_s = backoff_s
+        self._confirm_s = confirm_s
         self._lock = threading.Lock()
         self._waiting: dict[str, _Waiting] = {}
         self._wake = threading.Event()
@@ -202,6 +206,9 @@ class PendingLaneTopics:
                 self._release(topic)
                 continue
             code = snapshot.topic_errors.get(topic, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+            confirming = code == ErrorCode.LANE_NOT_FOUND
+            if confirming and now - self._since(topic) < self._confirm_s:
+                continue
             if not is_retriable(code):
                 self._drop(topic, lane_error(topic, code, "refused by the broker"))
             elif now - self._since(topic) > self._delivery_timeout_s:

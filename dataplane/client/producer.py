@@ -186,7 +186,10 @@ class Producer:
     source of ``dataplane.client.auth`` or a token string) authenticate every call;
     ``tls`` is a CA file path, or True for the system's roots. ``lane`` sends every
     record without a lane of its own to that lane (see the module docstring); an invalid
-    name raises ``lanes.InvalidLaneNameError`` (a ``ValueError``).
+    name raises ``lanes.InvalidLaneNameError`` (a ``ValueError``). ``lane_confirm_ms``:
+    how long a lane topic the brokers call ``LANE_NOT_FOUND`` is asked again before its
+    records fail, since a lane declared a moment ago reaches the brokers with the
+    controller's next metadata push (every second by default).
     """
 
     def __init__(
@@ -213,6 +216,7 @@ class Producer:
         credentials: Credentials = None,
         tls: Tls = None,
         lane: str | None = None,
+        lane_confirm_ms: float = 3_000,
     ) -> None:
         self.lane = None if lane is None else lanes.check_lane_name(lane)
         ack_level = _acks(acks)
@@ -278,6 +282,7 @@ class Producer:
             max_bytes=buffer_memory,
             block=block_on_full,
             max_block_s=self._max_block_s,
+            confirm_s=lane_confirm_ms / 1000,
         )
         self._closed = False
         self._sender.start()
@@ -484,10 +489,11 @@ class Producer:
         try:
             self._prepare(topic)
         except MeridianError as error:
-            if error.code == ErrorCode.LANE_TOPIC_PENDING:
+            if error.code in _LANE_ERRORS:
+                # Not found is asked again for a while too (PendingLaneTopics.confirm_s):
+                # the lane may have been declared a moment ago.
                 if self._pending_lanes.park(topic, replay, results, start=True, size=size):
                     return True
-                raise
             if error.code != ErrorCode.LANE_NOT_FOUND:
                 raise
             refusal = lane_error(topic, error.code, error.message)

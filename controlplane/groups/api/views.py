@@ -30,9 +30,9 @@ GROUP = OpenApiParameter("group", OpenApiTypes.STR, OpenApiParameter.PATH, descr
 
 class GroupViewSet(viewsets.ViewSet):
     lookup_field = "group"
-    # Any group id, '/' included (sent as %2F or as is): the reset action's route is
-    # tried first (api/urls.py), so an id ending in "/reset-offsets" is the one id that
-    # cannot be read here.
+    # Any group id, '/' included (sent as %2F or as is): the reset action's route and
+    # the metrics route are tried first (api/urls.py, controlplane/urls.py), so ids
+    # ending in "/reset-offsets" or "/metrics" are the ones that cannot be read here.
     lookup_value_regex = r".+"
     pagination_class = Pagination
     read_role = Role.VIEWER

@@ -12,6 +12,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from controlplane.core.models import AuditEvent
+from controlplane.metrics.services import collect_metrics
 from controlplane.regions.models import Cluster
 from controlplane.tenants.models import Tenant
 from controlplane.topics.models import Topic
@@ -191,3 +192,16 @@ def test_groups_are_listed_a_page_at_a_time_and_ids_with_a_slash_are_reachable(
     )
     assert plan.status_code == 200, plan.json()
     assert developer.get("/api/v1/groups/acme.team/billing").status_code == 200
+
+
+def test_a_slashed_group_id_has_its_metrics_route(
+    acme: Tenant, broker: BrokerProcess, client_for: Callable[..., APIClient]
+) -> None:
+    with Admin(broker.address) as admin:
+        admin.alter_group_offsets("acme.team/billing", {TopicPartition(TOPIC, 0): 1})
+    collect_metrics()
+    viewer = client_for(roles={"acme": "viewer"})
+    for group in (GROUP, "acme.team/billing"):
+        response = viewer.get(f"/api/v1/groups/{group}/metrics")
+        assert response.status_code == 200, response.content
+        assert response.json()["group"] == group

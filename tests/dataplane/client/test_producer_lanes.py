@@ -208,6 +208,26 @@ def test_an_undeclared_lane_fails_only_its_records(fake: FakeBroker) -> None:
     assert sorted(r.value for r in stored(fake, TOPIC)) == [b"b", b"trunk"]  # none fell in
 
 
+def test_a_lane_declared_a_moment_ago_is_asked_again_before_its_records_fail(
+    fake: FakeBroker,
+) -> None:
+    """The brokers learn a new lane with the controller's next push: until then they
+    answer LANE_NOT_FOUND, which the producer confirms for lane_confirm_ms."""
+    lane_topic = f"{TOPIC}~fresh"
+    fake.refuse_lane_topic(lane_topic)
+    with producer(fake, lane_confirm_ms=5_000) as p:
+        future = p.send(TOPIC, b"x", lane="fresh")
+        assert threading_wait(lambda: fake.lane_metadata_calls[lane_topic] >= 3)
+        assert not future.done()
+        fake.pend_lane_topic(lane_topic, 1)  # the push declaring the lane arrived
+        fake.create_topic(lane_topic)
+        assert future.result(10).topic == lane_topic
+    fake.refuse_lane_topic(f"{TOPIC}~gone")
+    with producer(fake, lane_confirm_ms=300) as p:
+        with pytest.raises(LaneNotFoundError):
+            p.send(TOPIC, b"y", lane="gone").result(10)
+
+
 def test_a_lane_refused_while_pending_fails_its_parked_records(fake: FakeBroker) -> None:
     lane_topic = f"{TOPIC}~soon"
     fake.pend_lane_topic(lane_topic, 1)
