@@ -489,11 +489,12 @@ class Producer:
         try:
             self._prepare(topic)
         except MeridianError as error:
-            if error.code in _LANE_ERRORS:
-                # Not found is asked again for a while too (PendingLaneTopics.confirm_s):
-                # the lane may have been declared a moment ago.
-                if self._pending_lanes.park(topic, replay, results, start=True, size=size):
-                    return True
+            # Not found is asked again for a while too (PendingLaneTopics.confirm_s): the
+            # lane may have been declared a moment ago.
+            if error.code in _LANE_ERRORS and self._pending_lanes.park(
+                topic, replay, results, start=True, size=size
+            ):
+                return True
             if error.code != ErrorCode.LANE_NOT_FOUND:
                 raise
             refusal = lane_error(topic, error.code, error.message)

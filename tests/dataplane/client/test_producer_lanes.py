@@ -223,9 +223,8 @@ def test_a_lane_declared_a_moment_ago_is_asked_again_before_its_records_fail(
         fake.create_topic(lane_topic)
         assert future.result(10).topic == lane_topic
     fake.refuse_lane_topic(f"{TOPIC}~gone")
-    with producer(fake, lane_confirm_ms=300) as p:
-        with pytest.raises(LaneNotFoundError):
-            p.send(TOPIC, b"y", lane="gone").result(10)
+    with producer(fake, lane_confirm_ms=300) as p, pytest.raises(LaneNotFoundError):
+        p.send(TOPIC, b"y", lane="gone").result(10)
 
 
 def test_a_lane_refused_while_pending_fails_its_parked_records(fake: FakeBroker) -> None:
