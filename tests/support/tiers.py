@@ -36,6 +36,7 @@ PROCESS_LAUNCHERS = (
     "tests.support.brokers",
     "tests.support.replication",
     "tests.support.controlplane",
+    "tests.support.demo",
 )
 
 
