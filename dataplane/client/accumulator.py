@@ -198,10 +198,12 @@ class RecordAccumulator:
         now: int,
         reserve: int,
         keyed: int,
+        shared: bytes | None = None,
     ) -> list[Segment]:
         """Encode ``records`` (checked by ``records_size``; ``keyed`` of them have a key)
         into the batches of ``partition``, or of the partitions the partitioner chooses
-        when None; records without a timestamp take ``now``. All or none are queued:
+        when None; records without a timestamp take ``now``, and without headers the
+        encoded headers ``shared`` (when given). All or none are queued:
         ``reserve`` bytes of buffer are waited for first. Where each record went is in
         the returned segments.
 
@@ -214,11 +216,12 @@ class RecordAccumulator:
             if self.used + reserve > self.buffer_memory and self.used:
                 self._wait_for_space(reserve)
             if partition is not None:
-                segments = self._fill(topic, partition, False, records, now, None)
+                segments = self._fill(topic, partition, False, records, now, None, shared)
             elif self._sticky_all or (not keyed and self._sticky_keyless):
-                segments = self._fill(topic, self._sticky(topic), True, records, now, None)
+                sticky = self._sticky(topic)
+                segments = self._fill(topic, sticky, True, records, now, None, shared)
             else:
-                segments = self._route(topic, records, now)
+                segments = self._route(topic, records, now, shared)
         self.wakeup()
         return segments
 
@@ -227,7 +230,9 @@ class RecordAccumulator:
             topic.sticky = choose_sticky(topic.available, topic.count)
         return topic.sticky
 
-    def _route(self, topic: TopicQueues, records: Sequence[object], now: int) -> list[Segment]:
+    def _route(
+        self, topic: TopicQueues, records: Sequence[object], now: int, shared: bytes | None
+    ) -> list[Segment]:
         """Records to the partitions the partitioner names, keyless ones to the sticky
         partition when it keeps them (murmur2), each group in call order."""
         groups: dict[int, list[int]] = {}
@@ -243,9 +248,10 @@ class RecordAccumulator:
         for chosen, positions in groups.items():
             part = [records[i] for i in positions]
             if chosen < 0:
-                segments += self._fill(topic, self._sticky(topic), True, part, now, positions)
+                sticky = self._sticky(topic)
+                segments += self._fill(topic, sticky, True, part, now, positions, shared)
             else:
-                segments += self._fill(topic, chosen, False, part, now, positions)
+                segments += self._fill(topic, chosen, False, part, now, positions, shared)
         return segments
 
     def _fill(
@@ -256,6 +262,7 @@ class RecordAccumulator:
         records: Sequence[object],
         now: int,
         positions: list[int] | None,
+        shared: bytes | None = None,
     ) -> list[Segment]:
         """Encode ``records`` into ``partition``'s batches, opening batches (or, for
         ``sticky`` records, moving the sticky partition, as ``append`` does) as they fill."""
@@ -269,7 +276,7 @@ class RecordAccumulator:
             count, data = batch.count, batch.records
             end, base, highest, written = builder.encode_records(
                 data, records, index, count, batch.base_timestamp if count else None, now,
-                max(0, batch.limit - len(data)),
+                max(0, batch.limit - len(data)), shared,
             )  # fmt: skip
             if end > index:
                 assert base is not None  # records were written: both are set

@@ -276,6 +276,7 @@ class Producer:
         self._lane_routes: dict[
             tuple[str, str | None, str | None], tuple[str, bytes, dict[str, bytes | None]]
         ] = {}
+        self._header_routes: dict[tuple[Any, ...], tuple[str, bytes]] = {}
         self._pending_lanes = PendingLaneTopics(
             self._metadata,
             delivery_timeout_s=delivery_timeout_ms / 1000,
@@ -321,9 +322,7 @@ class Producer:
             if headers:
                 if not isinstance(headers, Mapping | list | tuple):
                     headers = list(headers)  # read once, for the lane and for the encoder
-                topic, headers = self._lane_route(topic, lane, headers)
-                if headers:
-                    encoded = encode_headers(headers)
+                topic, encoded = self._route_with_headers(topic, lane, headers)
             else:
                 topic, encoded = self._lane_only(topic, lane)
             if topic not in self._topics and lanes.is_lane_topic(topic):
@@ -388,11 +387,14 @@ class Producer:
         partition: int | None,
         on_delivery: DeliveryCallback | None,
         now: int | None = None,
+        shared: bytes | None = None,
     ) -> DeliveryFutures:
+        """``shared``: the encoded headers of every record (records without headers of
+        their own, as ``_send_batch_lane`` gives them)."""
         queues = self._topics.get(topic) or self._prepare(topic)
         if partition is not None and not (type(partition) is int and 0 <= partition < queues.count):
             queues = self._check_partition(topic, partition)
-        total, largest, earliest, keyed = builder.records_size(records)
+        total, largest, earliest, keyed = builder.records_size(records, shared)
         if earliest is not None and earliest < 0:
             raise MeridianError(ErrorCode.INVALID_TIMESTAMP, f"negative timestamp {earliest}")
         if largest > self._acc.max_record_bytes:
@@ -400,7 +402,7 @@ class Producer:
         if now is None:
             now = time.time_ns() // 1_000_000
         reserve = total + _BATCH_RECORD_OVERHEAD * len(records)
-        segments = self._acc.append_many(queues, partition, records, now, reserve, keyed)
+        segments = self._acc.append_many(queues, partition, records, now, reserve, keyed, shared)
         stamps = [now] * len(records) if earliest is None else _timestamps(records, now)
         futures = DeliveryFutures(segments, len(records), stamps)
         if on_delivery is not None:
@@ -425,6 +427,35 @@ class Producer:
         if chosen is None:
             return topic, headers
         return lanes.lane_topic(trunk, chosen), lanes.with_lane_header(items, chosen)
+
+    def _route_with_headers(
+        self, topic: str, explicit: str | None, headers: HeadersLike
+    ) -> tuple[str, bytes]:
+        """``_lane_route`` of a record with headers, and its headers encoded; remembered
+        per topic, lane and headers when the headers are a list or tuple of pairs (the
+        usual case: the same few headers on every record of a stream)."""
+        try:
+            key = (
+                (topic, explicit, _current_lane(), tuple(headers))
+                if type(headers)
+                in (
+                    list,
+                    tuple,
+                )
+                else None
+            )
+            known = None if key is None else self._header_routes.get(key)
+        except TypeError:  # a pair that is not hashable: not remembered
+            key = known = None
+        if known is not None:
+            return known
+        target, routed = self._lane_route(topic, explicit, headers)
+        known = (target, encode_headers(routed) if routed else _NO_HEADERS)
+        if key is not None:
+            if len(self._header_routes) >= _LANE_ROUTES_KEPT:
+                self._header_routes.clear()
+            self._header_routes[key] = known
+        return known
 
     def _lane_only(self, topic: str, explicit: str | None) -> tuple[str, bytes]:
         """``_lane_route`` of a record without headers: the topic and its encoded
@@ -513,15 +544,16 @@ class Producer:
     ) -> DeliveryFutures:
         """``send_batch`` of records without headers: all to one lane, each given the
         lane's header."""
-        target, _, pairs = self._lane_of_plain(topic, lane)
+        target, encoded, pairs = self._lane_of_plain(topic, lane)
         if not pairs:
             return self._send_batch(target, records, partition, on_delivery)
+        if target in self._topics or self._lane_topic_ready(target):
+            # the codec gives every record the lane's header
+            return self._send_batch(target, records, partition, on_delivery, shared=encoded)
         routed: list[RecordLike] = [
             (r[0], r[1], pairs, *r[3:]) if isinstance(r, tuple) else (None, r, pairs)
             for r in records
         ]
-        if target in self._topics:
-            return self._send_batch(target, routed, partition, on_delivery)
         now = time.time_ns() // 1_000_000
         positions = list(range(len(routed)))
         segments = self._lane_part(target, routed, partition, positions, now)
@@ -530,6 +562,20 @@ class Producer:
             for future in result:
                 future.add_delivery_callback(on_delivery)
         return result
+
+    def _lane_topic_ready(self, topic: str) -> bool:
+        """Whether the lane topic exists (now known to the producer); False while it is
+        being made or its lane is refused (the parking path decides) or records already
+        wait for it."""
+        if self._pending_lanes.waiting(topic):
+            return False
+        try:
+            self._prepare(topic)
+        except MeridianError as error:
+            if error.code in _LANE_ERRORS:
+                return False
+            raise
+        return True
 
     def _send_batch_lanes(
         self,

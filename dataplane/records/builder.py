@@ -181,11 +181,15 @@ def _indexed(index: int, error: TypeError | ValueError) -> TypeError | ValueErro
     return kind(f"record {index}: {error}")
 
 
-def _records_size(records: Sequence[object]) -> tuple[int, int, int | None, int]:
+def _records_size(
+    records: Sequence[object], shared_headers: bytes | None = None
+) -> tuple[int, int, int | None, int]:
     """``(total, largest, earliest, keyed)`` of ``records``: the bytes they take but length
     prefixes and deltas, the largest such record, the smallest explicit timestamp (None
-    if none has one), how many have a key. Raises ``TypeError`` or ``ValueError`` naming
-    the first bad record. The reference of ``meridian_codec.records_size``."""
+    if none has one), how many have a key. ``shared_headers`` (an encoded header block,
+    as ``encode_headers`` makes) stands for the headers of every record without its own.
+    Raises ``TypeError`` or ``ValueError`` naming the first bad record. The reference of
+    ``meridian_codec.records_size``."""
     total = largest = keyed = 0
     earliest: int | None = None
     for index, item in enumerate(records):
@@ -193,7 +197,7 @@ def _records_size(records: Sequence[object]) -> tuple[int, int, int | None, int]
             key, value, headers, timestamp = _parse(item)
         except (TypeError, ValueError) as error:
             raise _indexed(index, error) from None
-        fixed = _fixed(key, value, headers)
+        fixed = _fixed(key, value, headers or shared_headers)
         total += fixed
         largest = max(largest, fixed)
         if timestamp is not None:
@@ -210,10 +214,12 @@ def _encode_records(
     base_timestamp: int | None,
     now: int,
     room: int,
+    shared_headers: bytes | None = None,
 ) -> tuple[int, int | None, int | None, int]:
     """Append ``records[start:]`` to ``out`` as records of a batch holding
     ``offset_delta`` records so far, based at ``base_timestamp`` (None while empty: the
-    first record's), a record without a timestamp taking ``now``; stop before a record
+    first record's), a record without a timestamp taking ``now`` and one without headers
+    ``shared_headers`` (an encoded header block; None: no headers); stop before a record
     that would take ``out`` past ``room`` more bytes (the first record of an empty batch
     always goes in). Returns ``(next index, base timestamp, max timestamp of those
     written or None, bytes written)``. The reference of ``meridian_codec.encode_records``:
@@ -229,7 +235,8 @@ def _encode_records(
         first = timestamp if base is None else base
         if not -(2**63) <= timestamp - first < 2**63:
             raise ValueError(f"record {index}: timestamp delta past int64")
-        record = encode_record(timestamp - first, delta, key, value, headers or b"\x00")
+        block_of_headers = headers or shared_headers or b"\x00"
+        record = encode_record(timestamp - first, delta, key, value, block_of_headers)
         if delta > 0 and written + len(record) > room:
             out += block
             return index, base, highest, written

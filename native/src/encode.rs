@@ -92,6 +92,31 @@ fn encode_headers(headers: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
     Ok(out)
 }
 
+/// The last headers object of a call and its encoding: a call's records often share one
+/// (a lane's `x-lane` header), and iterating it again would cost more than the rest of
+/// the record. Only exact dicts, lists and tuples are remembered: reading them runs no
+/// Python code, so they cannot change during the call.
+type HeaderCache = Option<(usize, Vec<u8>)>;
+
+fn cached_headers(h: &Bound<'_, PyAny>, cache: &mut HeaderCache) -> PyResult<Vec<u8>> {
+    let plain = h.is_exact_instance_of::<PyDict>()
+        || h.is_exact_instance_of::<PyList>()
+        || h.is_exact_instance_of::<PyTuple>();
+    let id = h.as_ptr() as usize;
+    if plain {
+        if let Some((last, encoded)) = cache.as_ref() {
+            if *last == id {
+                return Ok(encoded.clone());
+            }
+        }
+    }
+    let encoded = encode_headers(h)?;
+    if plain {
+        *cache = Some((id, encoded.clone()));
+    }
+    Ok(encoded)
+}
+
 /// One record of a call: a value (bytes or None), or `(key, value[, headers[, timestamp]])`.
 struct Item<'py> {
     key: Option<Bound<'py, PyBytes>>,
@@ -111,7 +136,7 @@ impl Item<'_> {
     }
 }
 
-fn parse<'py>(item: &Bound<'py, PyAny>) -> PyResult<Item<'py>> {
+fn parse<'py>(item: &Bound<'py, PyAny>, cache: &mut HeaderCache) -> PyResult<Item<'py>> {
     let Ok(tuple) = item.downcast::<PyTuple>() else {
         let value = nullable(item, "value").map_err(|_| {
             PyTypeError::new_err(format!(
@@ -145,7 +170,7 @@ fn parse<'py>(item: &Bound<'py, PyAny>) -> PyResult<Item<'py>> {
                     h.get_type().name()?
                 )));
             }
-            headers = Some(encode_headers(&h)?);
+            headers = Some(cached_headers(&h, cache)?);
         }
     }
     let mut timestamp = None;
@@ -165,6 +190,15 @@ fn parse<'py>(item: &Bound<'py, PyAny>) -> PyResult<Item<'py>> {
         }
     }
     Ok(Item { key, value, headers, timestamp })
+}
+
+/// Gives a record without headers of its own the call's shared header block.
+fn share(item: &mut Item<'_>, shared_headers: Option<&[u8]>) {
+    if item.headers.is_none() {
+        if let Some(shared) = shared_headers {
+            item.headers = Some(shared.to_vec());
+        }
+    }
 }
 
 fn with_index<T>(index: usize, result: PyResult<T>) -> PyResult<T> {
@@ -198,11 +232,19 @@ fn length(records: &Bound<'_, PyAny>) -> PyResult<usize> {
 /// list or tuple): the bytes they take but length prefixes and deltas, the largest such
 /// record, the smallest explicit timestamp (None if none has one), how many have a key.
 /// Raises `TypeError` or `ValueError` prefixed with the index of the first bad record.
+/// `shared_headers` (an encoded header block) stands for the headers of every record
+/// without its own.
 #[pyfunction]
-fn records_size(records: &Bound<'_, PyAny>) -> PyResult<(usize, usize, Option<i64>, usize)> {
+#[pyo3(signature = (records, shared_headers=None))]
+fn records_size(
+    records: &Bound<'_, PyAny>,
+    shared_headers: Option<&[u8]>,
+) -> PyResult<(usize, usize, Option<i64>, usize)> {
     let (mut total, mut largest, mut earliest, mut keyed) = (0usize, 0usize, None::<i64>, 0);
+    let mut cache: HeaderCache = None;
     for index in 0..length(records)? {
-        let item = with_index(index, parse(&item_at(records, index)?))?;
+        let mut item = with_index(index, parse(&item_at(records, index)?, &mut cache))?;
+        share(&mut item, shared_headers);
         let fixed = item.fixed();
         total += fixed;
         largest = largest.max(fixed);
@@ -220,8 +262,10 @@ fn records_size(records: &Bound<'_, PyAny>) -> PyResult<(usize, usize, Option<i6
 /// record that would take `out` past `room` more bytes (the first record of an empty
 /// batch always goes in). Returns `(next index, base timestamp, max timestamp of those
 /// written or None, bytes written)`.
+/// A record without headers takes `shared_headers` (an encoded header block) if given.
 #[pyfunction]
-#[pyo3(signature = (out, records, start, offset_delta, base_timestamp, now, room))]
+#[pyo3(signature = (out, records, start, offset_delta, base_timestamp, now, room, shared_headers=None))]
+#[allow(clippy::too_many_arguments)]
 fn encode_records(
     out: &Bound<'_, PyByteArray>,
     records: &Bound<'_, PyAny>,
@@ -230,12 +274,15 @@ fn encode_records(
     base_timestamp: Option<i64>,
     now: i64,
     room: usize,
+    shared_headers: Option<&[u8]>,
 ) -> PyResult<(usize, Option<i64>, Option<i64>, usize)> {
     let n = length(records)?;
     let mut buf: Vec<u8> = Vec::new();
     let (mut index, mut delta, mut base, mut max) = (start, offset_delta, base_timestamp, None);
+    let mut cache: HeaderCache = None;
     while index < n {
-        let item = with_index(index, parse(&item_at(records, index)?))?;
+        let mut item = with_index(index, parse(&item_at(records, index)?, &mut cache))?;
+        share(&mut item, shared_headers);
         let timestamp = item.timestamp.unwrap_or(now);
         let first = base.unwrap_or(timestamp);
         let ts_delta = timestamp.checked_sub(first).ok_or_else(|| {

@@ -139,7 +139,12 @@ def test_send_batch_splits_the_call_by_lane_and_keeps_call_order(fake: FakeBroke
 def test_send_batch_inherits_the_lane_in_effect(fake: FakeBroker) -> None:
     with producer(fake) as p, lanes.processing_lane("ppe"):
         placed = p.send_batch(TOPIC, [b"a", b"b"]).result(5)
+        # Once the lane topic is known, the codec gives each record the lane's header.
+        placed += p.send_batch(TOPIC, [b"c", (b"k", b"d")]).result(5)
     assert {m.topic for m in placed} == {f"{TOPIC}~ppe"}
+    got = stored(fake, f"{TOPIC}~ppe")
+    assert sorted(r.value for r in got) == [b"a", b"b", b"c", b"d"]
+    assert all(lane_headers(r) == [b"ppe"] for r in got)
 
 
 def test_a_pending_lane_topic_holds_its_records_until_it_exists(fake: FakeBroker) -> None:

@@ -65,6 +65,42 @@ def test_records_encode_alike(records: list[Any], delta: int, base: int | None, 
     assert _size(builder._compiled_size, records) == _size(builder._records_size, records)
 
 
+@FAST
+@given(
+    st.lists(RECORD, max_size=20),
+    st.none() | st.lists(st.tuples(HEADER_KEYS, BYTES), max_size=3),
+    st.integers(min_value=0, max_value=2000),
+)
+def test_shared_headers_encode_alike(records: list[Any], shared: Any, room: int) -> None:
+    """A call's shared header block goes to the records without headers of their own,
+    alike in both encoders, and is what the record's own headers would have been."""
+    block = builder.encode_headers(shared) if shared else None
+    args = (0, 0, None, 1_700_000_000_000, room, block)
+    expected = _outcome(builder._encode_records, records, *args)
+    assert _outcome(builder._compiled_encode, records, *args) == expected
+    sized = _size(lambda r: builder._compiled_size(r, block), records)
+    assert sized == _size(lambda r: builder._records_size(r, block), records)
+    if block is not None and expected[0] == "ok":
+        spelled_out = [
+            (r[0], r[1], (r[2] if len(r) > 2 else None) or shared, *r[3:])
+            if isinstance(r, tuple)
+            else (None, r, shared)
+            for r in records
+        ]
+        assert _outcome(builder._encode_records, spelled_out, *args) == expected
+
+
+def test_records_sharing_one_headers_object_encode_as_each_their_own() -> None:
+    """The compiled encoder's reuse of one headers object's encoding within a call."""
+    shared = [("x-lane", b"ppe")]
+    records = [(None, b"a", shared), (b"k", b"b", shared), (None, b"c", [("x-lane", b"qa")])]
+    args = (0, 0, None, 5, 1 << 20)
+    copies = [(None, b"a", list(shared)), (b"k", b"b", list(shared)), records[2]]
+    assert _outcome(builder._compiled_encode, records, *args) == _outcome(
+        builder._encode_records, copies, *args
+    )
+
+
 BAD = [
     [b"ok", 7],
     [(b"k",)],
