@@ -5,9 +5,9 @@ filesystem transport (with beat for the periodic reconcile), two controllers of 
 ``local`` (one active, one standby), and the API server; then, through the REST API,
 creates a region with one cluster of three local brokers (the controller's local
 provisioner starts them, with authentication on: they verify the local issuer's tokens),
-a tenant ``demo``, the topic ``demo.orders`` (three replicas per partition) and a service
-account; produces to the topic (acks=all) and consumes it with the SDK as that service
-account, and prints the API URL, tokens and CLI commands.
+a tenant ``demo``, the topic ``demo.orders`` (three replicas per partition), the lane
+``ppe`` and a service account; produces to the topic (acks=all) and consumes it with the
+SDK as that service account, and prints the API URL, tokens and CLI commands.
 
 Everything runs until Ctrl-C, SIGTERM or SIGHUP (``--exit``: stop at once). A child that
 exits meanwhile is started again (the standby controller takes over while the active one
@@ -44,6 +44,7 @@ REGION = "local"
 CLUSTER = "main"
 TENANT = "demo"
 TOPIC = "orders"
+LANE = "ppe"
 # The console's demo users, one per role: (username, role in the demo tenant or None for
 # the platform admin). Their passwords are new each run, printed once, kept only hashed.
 CONSOLE_USERS = (
@@ -294,6 +295,8 @@ def build_platform(platform: Platform, api: Api) -> dict[str, Any]:
         "/api/v1/service-accounts",
         {"tenant": TENANT, "name": "orders-app", "role": "developer"},
     )
+    # A lane for test traffic: records tagged "ppe" go to demo.orders~ppe, made on first use.
+    api.call("POST", "/api/v1/lanes", {"tenant": TENANT, "name": LANE, "orphan_policy": "hold"})
     invite_console_members(api)
     return {"topic_ready_s": ready_s, "account": account}
 
@@ -417,6 +420,12 @@ Try:
        --client-secret {account["client_secret"]} \\
        consume {TENANT}.{TOPIC} --from-beginning --max-messages 5
   .venv/bin/meridian --token "$TOKEN" groups describe {TENANT}.billing
+
+Lane '{LANE}' (test traffic beside the trunk; its lane topic is made on first use):
+  echo hello | .venv/bin/meridian --token "$TOKEN" produce {TENANT}.{TOPIC} --lane {LANE}
+  .venv/bin/meridian --token "$TOKEN" consume {TENANT}.{TOPIC} --lane {LANE} \
+       --group {TENANT}.tester --from-beginning --max-messages 1
+  .venv/bin/meridian --api {url} --token "$TOKEN" lanes list
 """
     )
 

@@ -111,6 +111,27 @@ def test_demo_runs_the_platform_and_what_it_prints_works(tmp_path: Path) -> None
         summary = re.search(r"([\d,]+) records, ([\d,]+) bytes", described.stdout)
         assert summary is not None, described.stdout
         assert int(summary.group(2).replace(",", "")) > 0, described.stdout
+        # The printed lane commands: a record produced to lane ppe is read back in the
+        # lane (its lane topic made on first use), and the lane is listed.
+        lane_produced = subprocess.run(
+            [*cli, "produce", "demo.orders", "--lane", "ppe"], input="lane record\n",
+            env=cli_env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert lane_produced.returncode == 0, lane_produced.stderr
+        lane_read = subprocess.run(
+            [*cli, "consume", "demo.orders", "--lane", "ppe", "--group", "demo.tester",
+             "--from-beginning", "--max-messages", "1"],
+            env=cli_env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert lane_read.returncode == 0, lane_read.stderr
+        assert "lane record" in lane_read.stdout
+        listed = subprocess.run(
+            [meridian, "--api", f"http://127.0.0.1:{api_port}", "--token", token.group(1),
+             "lanes", "list"],
+            env=cli_env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert listed.returncode == 0, listed.stderr
+        assert "ppe" in listed.stdout
         # The brokers authenticate: without a token the same command is refused.
         anonymous = subprocess.run(
             [meridian, "topics", "describe", "demo.orders"], env=cli_env,
