@@ -30,10 +30,13 @@ without a lane reads its topics and the lane topics their metadata lists as orph
 (lanes with no live consumer, ``orphan_policy=trunk``). Both re-read that metadata every
 ``lane_refresh_ms`` and rejoin their group when what they read changes, so a lane's
 partitions move between the trunk's group and the lane's within seconds. Hand-over is
-exact: a lane-topic partition is committed before it is given up (revoked, unsubscribed,
-closed), whatever ``enable_auto_commit`` says, and a partition the other group of the
-family still holds (``HANDOVER_IN_PROGRESS``) is not read until the coordinator gives its
-starting offset.
+exact: with auto commit, positions are committed before partitions are given up
+(revoked, unsubscribed, closed; an application committing by hand does it in its
+``on_partitions_revoked`` and before closing); a partition the other group of the
+family still holds (``HANDOVER_IN_PROGRESS``) is not read until the coordinator gives
+its starting offset; and a lane-topic partition neither group of the family committed
+starts at its earliest record whatever ``auto_offset_reset`` says (a lane topic holds
+only the lane's records, all of them waiting for a consumer).
 
 Records keep their topic's name (``acme.orders~ppe``); ``record.lane`` is their lane
 (None on the trunk). While the application handles a lane record, the lane is in effect
@@ -81,6 +84,8 @@ PREFETCH_FETCHES = 4
 # A partition another group of its family still holds is asked for again after this,
 # doubling up to HANDOVER_BACKOFF_MAX_S.
 HANDOVER_BACKOFF_S = 0.1
+# Attempts of the commit made before partitions are given up (revoke, close).
+REVOKE_COMMIT_ATTEMPTS = 3
 HANDOVER_BACKOFF_MAX_S = 1.0
 
 
@@ -139,6 +144,12 @@ class Consumer:
         ):
             if value <= 0:
                 raise ConfigError(f"{name} must be positive, not {value}")
+        if group_id is not None and lanes.SEPARATOR in group_id:
+            raise ConfigError(
+                f"group_id {group_id!r}: '~' is reserved for lane groups; name the lane "
+                "with lane= instead",
+                ErrorCode.INVALID_GROUP_ID,
+            )
         self.trunk_group_id = group_id
         self.group_id = (
             lanes.lane_group(group_id, self.lane) if group_id and self.lane else group_id
@@ -147,6 +158,7 @@ class Consumer:
         self._auto_offset_reset = auto_offset_reset
         self._auto_commit = enable_auto_commit and group_id is not None
         self._auto_commit_s = auto_commit_interval_ms / 1000
+        self._retry_backoff_s = retry_backoff_ms / 1000
         self._next_auto_commit = time.monotonic() + self._auto_commit_s
         self._max_poll_records = max_poll_records
         self._request_timeout_s = request_timeout_ms / 1000
@@ -185,7 +197,6 @@ class Consumer:
         self._reading: tuple[tuple[str, ...], frozenset[str]] = ((), frozenset())
         self._next_lane_refresh = 0.0
         self._held: dict[TopicPartition, tuple[float, int]] = {}  # retry at, attempts
-        self._lane_commits = True  # off once close(commit=False) says to commit nothing
         self._round_ended = False
         self._committer: concurrent.futures.ThreadPoolExecutor | None = None
         self._closed = False
@@ -487,7 +498,14 @@ class Consumer:
                 + " and auto_offset_reset is 'none'",
             )
         spec = EARLIEST if self._auto_offset_reset == "earliest" else LATEST
-        found = self._list_offsets(dict.fromkeys(tps, spec))
+        # A group's lane partitions start at the beginning: a lane topic's records (held,
+        # or orphans produced before the trunk's groups saw the topic) wait for it.
+        found = self._list_offsets(
+            {
+                tp: EARLIEST if self.group_id and lanes.is_lane_topic(tp.topic) else spec
+                for tp in tps
+            }
+        )
         return {tp: offset for tp, (offset, _) in found.items()}
 
     def _list_offsets(
@@ -623,25 +641,24 @@ class Consumer:
         assert self.group_id is not None
         group.commit_offsets(self._metadata, self.group_id, offsets)
 
-    def commit_lane_positions(self, tps: Iterable[TopicPartition] | None = None) -> None:
-        """Commit the positions of the lane-topic partitions among ``tps`` (default:
-        all assigned), as done before giving them up: the group that takes them next
-        starts from the family's highest commit. Failures are logged."""
-        chosen = self._state.partitions if tps is None else tps
-        lane_tps = [tp for tp in chosen if lanes.is_lane_topic(tp.topic)]
-        if not lane_tps or not self._lane_commits:
-            return
-        try:
-            self._commit(self._positions(lane_tps))
-        except MeridianError as error:
-            log.warning("group %s: committing lane partitions failed: %s", self.group_id, error)
-
-    def _commit_quietly(self, tps: Iterable[TopicPartition] | None = None) -> None:
+    def _commit_quietly(
+        self, tps: Iterable[TopicPartition] | None = None, *, retry: bool = False
+    ) -> None:
+        """Auto commit: the positions of ``tps`` (default: all assigned). ``retry``
+        (before giving partitions up): a retriable failure (the coordinator moving) is
+        tried again a few times, as the commit is where the next owner starts (for a
+        lane partition, the family's other group). Failures are logged."""
         self._next_auto_commit = time.monotonic() + self._auto_commit_s
-        try:
-            self._commit(self._positions(tps))
-        except MeridianError as error:
-            log.warning("auto commit of group %s failed: %s", self.group_id, error)
+        positions = self._positions(tps)
+        for attempt in range(1, REVOKE_COMMIT_ATTEMPTS + 1):
+            try:
+                self._commit(positions)
+                return
+            except MeridianError as error:
+                if not (error.retriable and retry) or attempt == REVOKE_COMMIT_ATTEMPTS:
+                    log.warning("auto commit of group %s failed: %s", self.group_id, error)
+                    return
+                time.sleep(self._retry_backoff_s * attempt)
 
     def committed(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
         """The committed offsets of ``partitions`` for ``group_id`` (None: nothing)."""
@@ -658,19 +675,16 @@ class Consumer:
     def close(self, *, commit: bool | None = None) -> None:
         """Commit (with auto commit, or ``commit=True``), leave the group and stop.
 
-        Without auto commit, the positions of lane-topic partitions are committed all the
-        same (the next owner starts from them); ``commit=False`` commits nothing at all,
-        for an application that commits what it processed itself.
+        Without auto commit nothing is committed here, lane partitions included: an
+        application that commits what it processed commits before closing (and in its
+        ``on_partitions_revoked``), and the family's next owner of a lane partition
+        starts from that commit.
         """
         if self._closed:
             return
         try:
             if self.group_id is not None and (self._auto_commit if commit is None else commit):
-                self._commit_quietly()
-            elif self.group_id is not None and commit is None:
-                self.commit_lane_positions()  # the hand-over starts from it
-            if commit is False:
-                self._lane_commits = False
+                self._commit_quietly(retry=True)
             if self._member is not None:
                 self._member.close(leave=True)
         finally:
@@ -708,9 +722,7 @@ class _Rebalance:
 
     def on_partitions_revoked(self, tps: set[TopicPartition]) -> None:
         if self._consumer._auto_commit:
-            self._consumer._commit_quietly(tps)
-        else:  # lane partitions always: their next owner starts where we stopped
-            self._consumer.commit_lane_positions(tps)
+            self._consumer._commit_quietly(tps, retry=True)
         self._tell("on_partitions_revoked", tps)
         self._consumer._remove(tps)
 

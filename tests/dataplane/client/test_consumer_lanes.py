@@ -13,6 +13,7 @@ import pytest
 import lanes
 from dataplane.client import Admin, Consumer, MeridianError, Producer, TopicPartition
 from dataplane.client.connection import ConnectionPool
+from dataplane.client.errors import ConfigError
 from dataplane.client.group import commit_offsets
 from dataplane.client.metadata import ClusterMetadata
 from dataplane.errors import ErrorCode
@@ -153,7 +154,8 @@ def test_a_trunk_consumer_takes_orphaned_lane_topics_and_gives_them_back(
     produce(shared_broker.address, trunk, [b"t0"])
     produce(shared_broker.address, lane_topic, [b"l0", b"l1", b"l2"])
     name = group()
-    with consumer(proxy, group_id=name, enable_auto_commit=False) as c:
+    # Auto commit, but not on its interval here: only the commit before a revocation.
+    with consumer(proxy, group_id=name, auto_commit_interval_ms=600_000) as c:
         c.subscribe([trunk])
         assert c.reading() == (trunk,)
         assert [r.value for r in read(c, 1)] == [b"t0"]
@@ -171,14 +173,16 @@ def test_a_trunk_consumer_takes_orphaned_lane_topics_and_gives_them_back(
         assert wait(lambda: lane_tp not in c.assignment(), c)
         assert c.reading() == (trunk,)
         assert c.assignment() == {TopicPartition(trunk, 0)}
-    # given up with auto commit off: its position committed all the same, before
-    # the revocation (the lane group starts from it)
+    # given up: its position committed before the revocation (the lane group starts
+    # from it)
     assert (name, lane_topic, 0, 3) in proxy.commits
 
 
-def test_a_lane_partition_is_committed_on_close_whatever_auto_commit_says(
+def test_without_auto_commit_close_commits_nothing_lane_partitions_included(
     proxy: LaneProxy, shared_broker: BrokerProcess, family: Callable[..., str]
 ) -> None:
+    """An application committing by hand commits what it processed: records polled but
+    not processed are not committed for it (the next owner gets them again)."""
     trunk = family("ppe")
     lane_topic = f"{trunk}~ppe"
     proxy.consume_trunk.add(lane_topic)
@@ -189,9 +193,26 @@ def test_a_lane_partition_is_committed_on_close_whatever_auto_commit_says(
     c.subscribe([trunk])
     assert len(read(c, 3)) == 3
     c.close()
-    committed = {(t, o) for g, t, _, o in proxy.commits if g == f"{name}~ppe"}
-    assert (lane_topic, 2) in committed
-    assert not any(t == trunk for t, _ in committed)  # a trunk partition: as configured
+    assert not [commit for commit in proxy.commits if commit[0] == f"{name}~ppe"]
+
+
+def test_a_lane_partition_without_commits_starts_at_its_earliest_record(
+    proxy: LaneProxy, shared_broker: BrokerProcess, family: Callable[..., str]
+) -> None:
+    """Held records wait for the lane's first consumer whatever auto_offset_reset says."""
+    trunk = family("ppe")
+    lane_topic = f"{trunk}~ppe"
+    produce(shared_broker.address, lane_topic, [b"held-0", b"held-1"])
+    produce(shared_broker.address, trunk, [b"old-trunk"])
+    with consumer(proxy, group_id=group(), lane="ppe", auto_offset_reset="latest") as c:
+        c.subscribe([trunk])
+        assert [r.value for r in read(c, 2)] == [b"held-0", b"held-1"]
+
+
+def test_a_group_id_holding_the_lane_separator_is_refused() -> None:
+    with pytest.raises(ConfigError) as refused:
+        Consumer("127.0.0.1:1", group_id="acme.billing~ppe")
+    assert refused.value.code == ErrorCode.INVALID_GROUP_ID
 
 
 def test_a_partition_in_hand_over_stays_unread_until_its_offset_comes(
@@ -280,7 +301,7 @@ def test_unsubscribing_commits_the_lane_partitions_it_gives_up(
     lane_topic = f"{trunk}~ppe"
     produce(shared_broker.address, lane_topic, [b"l0", b"l1"])
     name = group()
-    with consumer(proxy, group_id=name, lane="ppe", enable_auto_commit=False) as c:
+    with consumer(proxy, group_id=name, lane="ppe", auto_commit_interval_ms=600_000) as c:
         c.subscribe([trunk])
         assert len(read(c, 2)) == 2
         assert not proxy.commits
