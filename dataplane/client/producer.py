@@ -318,7 +318,13 @@ class Producer:
         if key is not None and type(key) is not bytes:
             key = as_bytes(key, "key")
         encoded = _NO_HEADERS
-        if lane is not None or headers or self.lane is not None or _current_lane() is not None:
+        if (
+            lane is not None
+            or headers
+            or self.lane is not None
+            or _current_lane() is not None
+            or (type(topic) is str and lanes.SEPARATOR in topic)  # a lane topic named outright
+        ):
             if headers:
                 if not isinstance(headers, Mapping | list | tuple):
                     headers = list(headers)  # read once, for the lane and for the encoder

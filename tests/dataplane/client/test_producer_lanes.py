@@ -311,3 +311,23 @@ def test_a_lane_topic_named_outright_keeps_its_lane(fake: FakeBroker) -> None:
             p.send(f"{TOPIC}~ppe", b"v", lane="boe-alice")
     assert placed.topic == f"{TOPIC}~ppe"
     assert [lane_headers(r) for r in stored(fake, f"{TOPIC}~ppe")] == [[b"ppe"]]
+
+
+def test_a_lane_topic_named_outright_by_a_plain_producer_is_routed_as_its_lane(
+    fake: FakeBroker,
+) -> None:
+    """No lane configured, no header, none in effect: the name alone makes it a lane
+    record (its header added, held while its topic is made, refused typed)."""
+    pending = f"{TOPIC}~later"
+    fake.pend_lane_topic(pending, 1)
+    fake.refuse_lane_topic(f"{TOPIC}~gone")
+    with producer(fake, lane_confirm_ms=200) as p:
+        held = p.send(pending, b"held")
+        assert not held.done()
+        fake.create_topic(pending)
+        assert held.result(10).topic == pending
+        with pytest.raises(LaneNotFoundError):
+            p.send(f"{TOPIC}~gone", b"x").result(10)
+        p.send(f"{TOPIC}~ppe", b"v").result(5)
+    assert [lane_headers(r) for r in stored(fake, f"{TOPIC}~ppe")] == [[b"ppe"]]
+    assert [lane_headers(r) for r in stored(fake, pending, 1)] == [[b"later"]]
