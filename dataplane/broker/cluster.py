@@ -308,7 +308,8 @@ def _add_lane_fields(
 ) -> None:
     """Lane topics: their trunk and consume_trunk, and for one the cluster does not know,
     LANE_TOPIC_PENDING or LANE_NOT_FOUND (``BrokerLanes.missing``) instead of
-    UNKNOWN_TOPIC_OR_PARTITION; trunk topics: their orphaned lane topics. Only names a
+    UNKNOWN_TOPIC_OR_PARTITION; trunk topics: their orphaned lane topics and whether any
+    declared lane covers them (``lanes_declared``). Only names a
     client asked for can be missing: an every-topic answer lists existing topics alone."""
     by_trunk: dict[str, list[str]] = {}
     for name in placement:
@@ -321,8 +322,11 @@ def _add_lane_fields(
             if topic.name not in placement:
                 error = lanes.missing(topic.name, placement)
                 topic.error, topic.error_message = error.code, error.message  # type: ignore[assignment]
-        elif topic.name in by_trunk and not topic.error:
-            topic.orphaned_lane_topics.extend(lanes.orphaned(topic.name, by_trunk[topic.name]))
+        elif not topic.error and not is_internal(topic.name):
+            topic.lanes_declared = lanes.table.covers_any(topic.name)
+            if topic.name in by_trunk:
+                orphans = lanes.orphaned(topic.name, by_trunk[topic.name])
+                topic.orphaned_lane_topics.extend(orphans)
 
 
 def _topic(

@@ -134,6 +134,14 @@ class LaneTable:
         """The topics the last push names."""
         return self._current().pushed_topics
 
+    def covers_any(self, trunk: str) -> bool:
+        """Whether some declared lane covers trunk topic ``trunk``."""
+        tenant = tenant_of_topic(trunk)
+        return any(
+            spec.covers(trunk) for (owner, _), spec in self._current().specs.items()
+            if owner == tenant
+        )  # fmt: skip
+
 
 class BrokerLanes:
     """What the broker does about lanes (module docstring).

@@ -84,6 +84,9 @@ PREFETCH_FETCHES = 4
 # A partition another group of its family still holds is asked for again after this,
 # doubling up to HANDOVER_BACKOFF_MAX_S.
 HANDOVER_BACKOFF_S = 0.1
+# How often a consumer without a lane re-reads the lane fields of topics no declared lane
+# covers (a lane declared later is followed within this; covered topics: lane_refresh_ms).
+UNLANED_REFRESH_S = 30.0
 # Attempts of the commit made before partitions are given up (revoke, close).
 REVOKE_COMMIT_ATTEMPTS = 3
 HANDOVER_BACKOFF_MAX_S = 1.0
@@ -296,6 +299,11 @@ class Consumer:
                 topics.extend(snapshot.lanes.get(topic, NO_LANE_INFO).orphaned_lane_topics)
         reading = tuple(sorted(set(topics)))
         existing = frozenset(t for t in reading if snapshot.leaders.get(t))
+        if self.lane is None and not any(
+            snapshot.lanes.get(t, NO_LANE_INFO).lanes_declared for t in self._requested
+        ):
+            # No lane covers these topics: orphans cannot appear until one is declared.
+            self._next_lane_refresh = now + max(self._lane_refresh_s, UNLANED_REFRESH_S)
         previous, self._reading = self._reading, (reading, existing)
         if reading != previous[0]:
             if previous[0]:

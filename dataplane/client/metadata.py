@@ -38,11 +38,13 @@ class LaneTopicInfo:
     """What a topic's metadata says of lanes: for a lane topic (also while it is
     ``LANE_TOPIC_PENDING``) its ``trunk`` and whether its lane's groups read the trunk too
     (``consume_trunk``); for a trunk topic the lane topics its groups read while their
-    lane has no live consumer (``orphaned_lane_topics``)."""
+    lane has no live consumer (``orphaned_lane_topics``) and whether any declared lane
+    covers it (``lanes_declared``)."""
 
     trunk: str = ""
     consume_trunk: bool = False
     orphaned_lane_topics: tuple[str, ...] = ()
+    lanes_declared: bool = False
 
 
 NO_LANE_INFO = LaneTopicInfo()
@@ -130,9 +132,17 @@ class ClusterMetadata:
             lanes = {} if full else dict(old.lanes)
             now = time.monotonic()
             for topic in response.topics:
-                if topic.trunk or topic.consume_trunk or topic.orphaned_lane_topics:
+                if (
+                    topic.trunk
+                    or topic.consume_trunk
+                    or topic.orphaned_lane_topics
+                    or topic.lanes_declared
+                ):
                     lanes[topic.name] = LaneTopicInfo(
-                        topic.trunk, topic.consume_trunk, tuple(topic.orphaned_lane_topics)
+                        topic.trunk,
+                        topic.consume_trunk,
+                        tuple(topic.orphaned_lane_topics),
+                        topic.lanes_declared,
                     )
                 else:
                     lanes.pop(topic.name, None)

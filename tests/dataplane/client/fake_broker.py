@@ -247,6 +247,7 @@ class LaneProxy:
         self.pending: set[str] = set()
         self.consume_trunk: set[str] = set()
         self.orphans: dict[str, list[str]] = {}
+        self.unlaned: set[str] = set()  # trunk topics no declared lane covers
         self.held: set[tuple[str, int]] = set()
         self.held_asks: dict[str, int] = defaultdict(int)
         self.commits: list[tuple[str, str, int, int]] = []
@@ -334,6 +335,7 @@ class LaneProxy:
                 else:
                     del topic.orphaned_lane_topics[:]
                     topic.orphaned_lane_topics.extend(self.orphans.get(topic.name, []))
+                    topic.lanes_declared = topic.name not in self.unlaned
         return response.SerializeToString()
 
     def _find_coordinator(self, request_bytes: bytes, answer: bytes) -> bytes:

@@ -308,3 +308,21 @@ def test_unsubscribing_commits_the_lane_partitions_it_gives_up(
         c.unsubscribe()
         assert wait(lambda: not c.assignment(), c)
         assert (f"{name}~ppe", lane_topic, 0, 2) in proxy.commits
+
+
+def test_a_trunk_consumer_asks_rarely_for_topics_no_lane_covers(
+    proxy: LaneProxy, shared_broker: BrokerProcess, family: Callable[..., str]
+) -> None:
+    """Without a declared lane on its topics, a trunk consumer does not re-read their
+    lane fields every lane_refresh_ms (orphans cannot appear)."""
+    trunk = family("ppe")
+    lane_topic = f"{trunk}~ppe"
+    produce(shared_broker.address, lane_topic, [b"l0"])
+    proxy.unlaned.add(trunk)
+    with consumer(proxy, group_id=group()) as c:
+        c.subscribe([trunk])
+        read(c, 1, timeout_s=1.0)
+        with proxy.lock:
+            proxy.orphans[trunk] = [lane_topic]  # ignored until the slow refresh
+        assert read(c, 1, timeout_s=1.5) == []
+        assert c.reading() == (trunk,)

@@ -473,6 +473,7 @@ class TopicMetadata(_message.Message):
     TRUNK_FIELD_NUMBER: _builtins.int
     CONSUME_TRUNK_FIELD_NUMBER: _builtins.int
     ORPHANED_LANE_TOPICS_FIELD_NUMBER: _builtins.int
+    LANES_DECLARED_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     error: _errors_pb2.ErrorCode.ValueType
     error_message: _builtins.str
@@ -482,6 +483,10 @@ class TopicMetadata(_message.Message):
     whether its lane's consumer groups read the trunk too.
     """
     consume_trunk: _builtins.bool
+    lanes_declared: _builtins.bool
+    """A trunk topic: some declared lane covers it, so its consumers follow its lane
+    fields (orphaned_lane_topics) closely; without, they may ask rarely.
+    """
     @_builtins.property
     def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartitionMetadata]: ...
     @_builtins.property
@@ -501,10 +506,11 @@ class TopicMetadata(_message.Message):
         trunk: _builtins.str = ...,
         consume_trunk: _builtins.bool = ...,
         orphaned_lane_topics: _abc.Iterable[_builtins.str] | None = ...,
+        lanes_declared: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["consume_trunk", b"consume_trunk", "error", b"error", "error_message", b"error_message", "internal", b"internal", "name", b"name", "orphaned_lane_topics", b"orphaned_lane_topics", "partitions", b"partitions", "trunk", b"trunk"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["consume_trunk", b"consume_trunk", "error", b"error", "error_message", b"error_message", "internal", b"internal", "lanes_declared", b"lanes_declared", "name", b"name", "orphaned_lane_topics", b"orphaned_lane_topics", "partitions", b"partitions", "trunk", b"trunk"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
