@@ -69,9 +69,11 @@ def create_lane(
     """A new lane ``name`` of ``tenant``. ``topics`` (trunk topics of the tenant, as
     objects or full names ``<tenant>.<topic>``; a name without the tenant's prefix gets
     it) is what it covers when not ``all_topics``. Refuses a bad name or value, a topic
-    that is not one of the tenant's trunk topics (``InvalidRequest`` naming the field;
-    another tenant's topic answers like a missing one), a name in use or a tenant being
-    deleted (``Conflict``) and a lane past ``max_lanes`` (``QuotaExceeded``)."""
+    that is not one of the tenant's trunk topics, ``partitions`` above the count of a
+    covered trunk topic (any of the tenant's when ``all_topics``) (``InvalidRequest``
+    naming the field; another tenant's topic answers like a missing one), a name in use
+    or a tenant being deleted (``Conflict``) and a lane past ``max_lanes``
+    (``QuotaExceeded``)."""
     tenant = lock_open_tenant(tenant)
     _validate_name(name)
     covered = _resolve_topics(tenant, all_topics, list(topics))
@@ -83,6 +85,7 @@ def create_lane(
             "partitions": partitions,
         }
     )
+    _check_partitions(tenant, all_topics, covered, values["partitions"])
     check_lane_quota(tenant, lanes=1)
     if Lane.objects.filter(tenant=tenant, name=name).exists():
         raise Conflict(
@@ -99,7 +102,8 @@ def create_lane(
 @transaction.atomic
 def update_lane(lane: Lane, *, actor: Actor, **changes: Any) -> Lane:
     """Change some of ``UPDATABLE_FIELDS`` (the name is the lane's identity: it does not
-    change). A new ``partitions`` applies to lane topics created from then on; a lane
+    change). A new ``partitions`` applies to lane topics created from then on (it may
+    not exceed a covered trunk's count, ``InvalidRequest`` naming ``partitions``); a lane
     that stops covering a topic keeps its existing lane topic until the GC takes it.
     Same refusals as ``create_lane``."""
     unknown = sorted(set(changes) - set(UPDATABLE_FIELDS))
@@ -119,6 +123,8 @@ def update_lane(lane: Lane, *, actor: Actor, **changes: Any) -> Lane:
     plain = {k: v for k, v in changes.items() if k not in ("topics", "all_topics")}
     for field, value in _validated(plain).items():
         setattr(lane, field, value)
+    if {"partitions", "topics", "all_topics"} & set(changes):
+        _check_partitions(tenant, lane.all_topics, list(lane.topics.all()), lane.partitions)
     lane.full_clean()
     if _unstamped(snapshot(lane)) == _unstamped(before):
         return lane  # nothing changed: nothing to save or audit
@@ -208,6 +214,29 @@ def _resolve_topics(tenant: Tenant, all_topics: bool, topics: list[str | Topic])
         messages = [f"no topic {name!r} in tenant {tenant.slug!r}" for name in missing]
         raise InvalidRequest(f"topics: {messages[0]}", topics=messages)
     return found
+
+
+def _check_partitions(
+    tenant: Tenant, all_topics: bool, covered: list[Topic], partitions: int | None
+) -> None:
+    """Refuse a lane ``partitions`` above the partition count of a trunk topic it covers
+    (every trunk topic of the tenant when ``all_topics``): lane topics do not count
+    against the partition quota, so they may not be wider than their trunk."""
+    if partitions is None:
+        return
+    if all_topics:
+        covered = list(
+            Topic.objects.filter(tenant=tenant, trunk__isnull=True).exclude(
+                status=TopicStatus.DELETING
+            )
+        )
+    narrower = sorted((t for t in covered if t.partitions < partitions), key=lambda t: t.full_name)
+    if narrower:
+        message = (
+            f"at most {min(t.partitions for t in narrower)}: a lane topic may not have more "
+            f"partitions than its trunk ({', '.join(t.full_name for t in narrower)})"
+        )
+        raise InvalidRequest(f"partitions: {message}", partitions=[message])
 
 
 def _full_name(tenant: Tenant, topic: str | Topic) -> str:
@@ -301,8 +330,11 @@ def ensure_lane_topic(tenant_slug: str, full_name: str, *, actor: Actor) -> Topi
     trunk = _covered_trunk(lane, trunk_name)
     if trunk is None:
         return None
+    # Never wider than the trunk (lane topics escape the partition quota), whatever the
+    # trunk's count was when the lane was declared.
+    partitions = min(lane.partitions or trunk.partitions, trunk.partitions)
     topic = topic_services.create_lane_topic(
-        trunk, lane=lane.name, partitions=lane.partitions or trunk.partitions, actor=actor
+        trunk, lane=lane.name, partitions=partitions, actor=actor
     )
     now = timezone.now()
     LaneTopic.objects.create(lane=lane, topic=topic)

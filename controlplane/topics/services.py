@@ -165,8 +165,9 @@ def create_lane_topic(trunk: Topic, *, lane: str, partitions: int, actor: Actor)
     cluster, with its configuration and replication and ``partitions`` partitions, then
     reconciled like any topic. Lane topics count against no topic quota (only storage,
     which the brokers enforce on what is stored): the lane itself is what the tenant's
-    ``max_lanes`` bounds. The caller (``lanes.services``) decides the lane may have it;
-    a name in use is a ``Conflict``, a trunk being deleted too."""
+    ``max_lanes`` bounds, so it never gets more partitions than its trunk has (a larger
+    ``partitions`` is cut to the trunk's count). The caller (``lanes.services``) decides
+    the lane may have it; a name in use is a ``Conflict``, a trunk being deleted too."""
     lock_open_tenant(trunk.tenant)
     trunk = Topic.objects.select_for_update().select_related("tenant", "cluster").get(pk=trunk.pk)
     if trunk.is_lane_topic:
@@ -175,6 +176,7 @@ def create_lane_topic(trunk: Topic, *, lane: str, partitions: int, actor: Actor)
         )
     _check_not_deleting(trunk)
     validation.validate_partitions(partitions)
+    partitions = min(partitions, trunk.partitions)  # read under the trunk's lock
     name = lane_topic_name(trunk.name, lane)
     full_name = validation.full_name(trunk.tenant.slug, name)
     if Topic.objects.filter(full_name=full_name).exists():

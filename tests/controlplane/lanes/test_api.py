@@ -110,6 +110,19 @@ class TestLaneAPI(TenantScopedAPIContract):
         assert "no topic" in theirs_error["details"]["topics"][0]
         assert not Lane.objects.exists()
 
+    def test_partitions_above_a_covered_trunks_count_are_400_naming_partitions(self) -> None:
+        self._topic(self.tenant)  # 2 partitions
+        client = self.client(Role.DEVELOPER)
+        response = client.post(self.url(), {"name": "ppe", "partitions": 3}, format="json")
+        assert "partitions" in assert_error(response, 400, "invalid")["details"]
+        assert (
+            client.post(self.url(), {"name": "ppe", "partitions": 2}, format="json").status_code
+            == 201
+        )
+        response = client.patch(self.url("ppe"), {"partitions": 1024}, format="json")
+        assert "partitions" in assert_error(response, 400, "invalid")["details"]
+        assert Lane.objects.get(name="ppe").partitions == 2
+
     def test_a_lane_topic_cannot_be_named_as_a_covered_topic(self) -> None:
         self._topic(self.tenant)
         services.create_lane(self.tenant, name="ppe", actor=SYSTEM)

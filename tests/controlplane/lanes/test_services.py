@@ -83,6 +83,37 @@ def test_a_lane_with_partitions_gives_its_lane_topics_that_count(orders: Topic) 
     assert topic.partitions == 1
 
 
+def test_a_lane_topic_is_never_wider_than_its_trunk(orders: Topic) -> None:
+    _lane(orders.tenant, partitions=3)  # orders has 3
+    small = create_topic(orders.tenant, name="small", partitions=1, actor=SYSTEM)
+    topic = services.ensure_lane_topic("acme", "acme.small~ppe", actor=SYSTEM)
+    assert topic is not None
+    assert (topic.trunk_id, topic.partitions) == (small.pk, 1)
+
+
+def test_partitions_above_a_covered_trunks_count_are_refused(orders: Topic) -> None:
+    create_topic(orders.tenant, name="payments", partitions=1, actor=SYSTEM)
+    for kwargs in (
+        {"partitions": 4},  # all topics: orders has 3
+        {"partitions": 2},  # all topics: payments has 1
+        {"partitions": 4, "all_topics": False, "topics": ["orders"]},
+    ):
+        with pytest.raises(InvalidRequest) as refused:
+            _lane(orders.tenant, **kwargs)
+        assert "partitions" in refused.value.details, kwargs
+    assert not Lane.objects.exists()
+    lane = _lane(orders.tenant, partitions=3, all_topics=False, topics=["orders"])
+    with pytest.raises(InvalidRequest) as refused:
+        services.update_lane(lane, actor=SYSTEM, partitions=1024)
+    assert "partitions" in refused.value.details
+    with pytest.raises(InvalidRequest) as refused:  # payments is narrower than 3
+        services.update_lane(lane, actor=SYSTEM, topics=["orders", "payments"])
+    assert "partitions" in refused.value.details
+    lane.refresh_from_db()
+    assert lane.partitions == 3
+    assert services.update_lane(lane, actor=SYSTEM, partitions=1).partitions == 1
+
+
 @pytest.mark.parametrize(
     ("tenant_slug", "name"),
     [

@@ -179,13 +179,13 @@ def test_a_quota_overshoot_is_shown_above_the_form(
 
 def test_a_developer_changes_a_lane(acme: Tenant, console_for: ConsoleFactory) -> None:
     make_topic(acme)
-    make_lane(acme, partitions=3, consume_trunk=True)
+    make_lane(acme, partitions=2, consume_trunk=True)
     client = console_for(roles={"acme": "developer"})
     detail = client.get(f"{LIST}ppe/").content.decode()
     assert 'id="edit-consume_trunk" name="consume_trunk" type="checkbox" value="true" checked' in (
         detail
     )
-    assert input_value(detail, "edit-partitions") == "3"
+    assert input_value(detail, "edit-partitions") == "2"
     response = client.post(
         f"{LIST}ppe/edit/", {"topics": "orders", "orphan_policy": "hold", "ttl_s": "120"}
     )
