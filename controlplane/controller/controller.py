@@ -216,12 +216,14 @@ class Controller:
             if topic is not None:
                 found += 1
                 self._make_now(topic)
-        live_changed = False
-        # Liveness only from a complete set of answers: a broker silent this tick must
-        # not make its lanes' consumers look gone.
-        if all(o.response is not None for o in outcomes.values()):
-            reports = [group for answer in answers for group in answer.lane_consumers]
-            live_changed = lane_services.record_lane_consumers(reports, cluster=cluster)
+        # With a broker silent this tick, the answers can make a lane live but not end
+        # liveness: the silent broker may be the one that sees its consumers.
+        reports = [group for answer in answers for group in answer.lane_consumers]
+        live_changed = lane_services.record_lane_consumers(
+            reports,
+            cluster=cluster,
+            complete=all(o.response is not None for o in outcomes.values()),
+        )
         lane_services.record_lane_activity([a for answer in answers for a in answer.lane_activity])
         return found > 0 or live_changed
 

@@ -19,12 +19,14 @@ class Lane(TimestampedModel):
     """A tenant's lane (``lanes.model.LaneSpec``): which trunk topics it covers
     (``all_topics``, else ``topics``), whether its consumers read the trunk too, its
     orphan policy, how long it and its lane topics live without traffic (``ttl_s``) and
-    its lane topics' partition count (null: each trunk's).
+    its lane topics' partition count (null: each trunk's; never more than a trunk's).
 
     What the brokers report is kept here by the controller: ``live_topics`` (trunk full
-    names some consumer group of the lane consumes now), ``last_live_at`` (when that set
-    was last non-empty) and ``last_traffic_at`` (the latest append, fetch or demand of
-    any of its lane topics)."""
+    names some consumer group of the lane consumes now, or did within
+    ``settings.LANE_ORPHAN_AFTER_S``; ``live_seen`` says when each was last reported),
+    ``last_live_at`` (when that set was last non-empty) and ``last_traffic_at`` (the
+    latest append, fetch or demand of any of its lane topics). The timestamps move
+    forward in steps (``services.touch_step``), not on every report."""
 
     tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="lanes")
     name = models.CharField(max_length=32, validators=[lane_name_validator])
@@ -41,6 +43,9 @@ class Lane(TimestampedModel):
     last_traffic_at = models.DateTimeField(null=True, blank=True)
     last_live_at = models.DateTimeField(null=True, blank=True)
     live_topics = models.JSONField(default=list, blank=True)
+    # When each of ``live_topics`` was last seen in a report (trunk full name -> ISO
+    # time), so a lane stays live through a consumer's restart (``LANE_ORPHAN_AFTER_S``).
+    live_seen = models.JSONField(default=dict, blank=True)
     created_by = models.CharField(max_length=255, blank=True, default="")
 
     class Meta:

@@ -369,17 +369,37 @@ def _liveness(reports: Iterable[admin_pb2.LaneConsumers]) -> dict[tuple[str, str
     return live
 
 
+def touch_step(span_s: float) -> timedelta:
+    """How stale a stored "last seen" time may get before a report moves it forward,
+    for a time read against a span of ``span_s`` (a TTL, a grace): a tenth of it, at
+    most 30 s, so the controller does not write every lane on every tick."""
+    return timedelta(seconds=min(span_s / 10, 30.0))
+
+
+def _stale(stored: datetime | None, at: datetime, step: timedelta) -> bool:
+    return stored is None or stored < at - step
+
+
 @transaction.atomic
 def record_lane_consumers(
-    reports: Iterable[admin_pb2.LaneConsumers], *, cluster: Cluster | None = None
+    reports: Iterable[admin_pb2.LaneConsumers],
+    *,
+    cluster: Cluster | None = None,
+    complete: bool = True,
+    now: datetime | None = None,
 ) -> bool:
-    """Set each lane's ``live_topics`` from the brokers' ``lane_consumers`` (see
-    ``_liveness``), and ``last_live_at`` (now) of every lane live somewhere. With
-    ``cluster``, the reports are that cluster's brokers' only, and so decide only about
-    trunk topics of that cluster; a lane's live topics elsewhere are kept. Returns
-    whether any lane's ``live_topics`` changed (the brokers must learn it)."""
+    """Update each lane's ``live_topics`` from the brokers' ``lane_consumers`` (see
+    ``_liveness``). A reported topic becomes live at once. A live topic stops being
+    live only when ``complete`` (every broker answered: a silent one may be the one
+    that sees its consumers) and no report has shown it for
+    ``settings.LANE_ORPHAN_AFTER_S`` (a consumer's restart does not orphan the lane
+    topic). ``last_live_at`` of a live lane moves to ``now`` in steps of
+    ``touch_step(LANE_LIVE_GRACE_S)``. With ``cluster``, the reports are that cluster's
+    brokers' only, and so decide only about trunk topics of that cluster; a lane's
+    live topics elsewhere are kept. Returns whether any lane's ``live_topics`` changed
+    (the brokers must learn it)."""
     liveness = _liveness(reports)
-    now = timezone.now()
+    now = now or timezone.now()
     local: set[str] | None = None
     if cluster is not None:
         local = set(
@@ -390,7 +410,10 @@ def record_lane_consumers(
     changed = False
     lanes = Lane.objects.select_for_update().select_related("tenant").order_by("pk")
     for lane in lanes.filter(~Q(live_topics=[]) | _named(liveness)):
-        changed |= _set_live(lane, liveness.get((lane.tenant.slug, lane.name), set()), local, now)
+        reported = liveness.get((lane.tenant.slug, lane.name), set())
+        if local is not None:
+            reported &= local
+        changed |= _set_live(lane, reported, local, complete, now)
     return changed
 
 
@@ -401,17 +424,40 @@ def _named(liveness: dict[tuple[str, str], set[str]]) -> Q:
     return query
 
 
-def _set_live(lane: Lane, reported: set[str], local: set[str] | None, now: datetime) -> bool:
-    kept = set() if local is None else {t for t in lane.live_topics if t not in local}
-    if local is not None:
-        reported &= local
-    live = sorted(kept | reported)
-    fields: dict[str, Any] = {"live_topics": live} if live != sorted(lane.live_topics) else {}
-    if live:
+def _set_live(
+    lane: Lane, reported: set[str], local: set[str] | None, complete: bool, now: datetime
+) -> bool:
+    orphan_after = timedelta(seconds=settings.LANE_ORPHAN_AFTER_S)
+    seen_step = touch_step(settings.LANE_ORPHAN_AFTER_S)
+    seen = {t: _parse(at) for t, at in (lane.live_seen or {}).items()}
+    live: set[str] = set(reported)
+    for topic in lane.live_topics:
+        last = seen.get(topic) or lane.last_live_at
+        if (
+            (local is not None and topic not in local)  # another cluster decides
+            or not complete  # a silent broker may be the one seeing its consumers
+            or (last is not None and now - last < orphan_after)  # held down
+        ):
+            live.add(topic)
+    touched = {t: now for t in reported if _stale(seen.get(t), now, seen_step)}
+    new_seen = {t: touched.get(t) or seen.get(t) or now for t in live}
+    fields: dict[str, Any] = {}
+    if sorted(live) != sorted(lane.live_topics):
+        fields["live_topics"] = sorted(live)
+    if touched or set(new_seen) != set(seen):
+        fields["live_seen"] = {t: at.isoformat() for t, at in sorted(new_seen.items())}
+    if live and _stale(lane.last_live_at, now, touch_step(settings.LANE_LIVE_GRACE_S)):
         fields["last_live_at"] = now
     if fields:
         Lane.objects.filter(pk=lane.pk).update(**fields)
     return "live_topics" in fields
+
+
+def _parse(at: object) -> datetime | None:
+    try:
+        return datetime.fromisoformat(str(at))
+    except ValueError:
+        return None
 
 
 @transaction.atomic

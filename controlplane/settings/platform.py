@@ -43,3 +43,7 @@ PREFERRED_LEADER_DELAY_S = env("MERIDIAN_PREFERRED_LEADER_DELAY_S", 5.0, float)
 # as live when someone deletes it (409 unless forced).
 LANE_DEFAULT_TTL_S = env("MERIDIAN_LANE_DEFAULT_TTL_S", 7 * 24 * 3600, int)
 LANE_LIVE_GRACE_S = env("MERIDIAN_LANE_LIVE_GRACE_S", 60.0, float)
+# How long a lane stays live for a trunk topic after the last broker report showing one
+# of its consumer groups on it: a lane consumer's restart must not orphan the lane topic
+# (and rebalance every trunk group of the topic twice).
+LANE_ORPHAN_AFTER_S = env("MERIDIAN_LANE_ORPHAN_AFTER_S", 10.0, float)

@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -175,7 +176,7 @@ def test_an_undeclared_lane_is_demanded_in_vain(world: World) -> None:
     assert not Topic.objects.filter(trunk__isnull=False).exists()
 
 
-def test_a_change_of_liveness_is_pushed_at_once(world: World) -> None:
+def test_a_change_of_liveness_is_pushed_at_once(world: World, settings: Any) -> None:
     world.trunk()
     lanes.create_lane(world.tenant, name="ppe", actor=ADMIN)
     world.settle()
@@ -189,9 +190,33 @@ def test_a_change_of_liveness_is_pushed_at_once(world: World) -> None:
     assert len(world.tick()) == 1  # still live: nothing new to tell
 
     world.pusher.consumers = []
+    assert len(world.tick()) == 1  # held down: a consumer's restart orphans nothing
+    assert Lane.objects.get(name="ppe").live_topics == ["acme.orders"]
+    settings.LANE_ORPHAN_AFTER_S = 0
     pushes = world.tick()
     assert len(pushes) == 2
     assert [list(lane.live_topics) for lane in pushes[-1].lanes] == [[]]
+
+
+def test_with_a_broker_silent_a_lane_can_become_live_but_not_stop(
+    world: World, settings: Any
+) -> None:
+    settings.LANE_ORPHAN_AFTER_S = 0  # only the silence keeps the lane live below
+    world.trunk()
+    lanes.create_lane(world.tenant, name="ppe", actor=ADMIN)
+    world.settle()
+    world.brokers[1].terminate()
+    world.tick()
+    world.pusher.consumers = [
+        admin_pb2.LaneConsumers(group_id="acme.billing~ppe", topics=[LANE_TOPIC])
+    ]
+    pushes = world.tick()
+    assert Lane.objects.get(name="ppe").live_topics == ["acme.orders"]
+    assert [list(lane.live_topics) for lane in pushes[-1].lanes] == [["acme.orders"]]
+
+    world.pusher.consumers = []  # the silent broker may be the one seeing them
+    world.tick()
+    assert Lane.objects.get(name="ppe").live_topics == ["acme.orders"]
 
 
 def test_the_gc_deletes_an_idle_lane_topic_from_the_brokers(world: World) -> None:

@@ -8,6 +8,9 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.conf import settings
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from controlplane.core.actors import Actor
@@ -263,10 +266,61 @@ def test_a_lane_is_live_for_a_topic_its_groups_subscribe_to(orders: Topic) -> No
     assert lane.last_live_at is not None
     assert (other.live_topics, other.last_live_at) == ([], None)
     assert services.record_lane_consumers(reports) is False  # nothing changed
-    assert services.record_lane_consumers([]) is True
+    later = timezone.now() + timedelta(seconds=settings.LANE_ORPHAN_AFTER_S + 1)
+    assert services.record_lane_consumers([], now=later) is True
     lane.refresh_from_db()
     assert lane.live_topics == []
     assert lane.last_live_at is not None  # still known: deleting within the grace is 409
+
+
+def test_a_lane_stays_live_through_a_consumers_restart(orders: Topic) -> None:
+    lane = _lane(orders.tenant)
+    reports = [_consumers("acme.billing~ppe", "acme.orders~ppe")]
+    start = timezone.now()
+    assert services.record_lane_consumers(reports, now=start) is True
+    hold = timedelta(seconds=settings.LANE_ORPHAN_AFTER_S)
+    # Not reported for less than the hold-down: still live.
+    assert services.record_lane_consumers([], now=start + hold / 2) is False
+    # Back before the hold-down ends: the hold-down starts again from then.
+    assert services.record_lane_consumers(reports, now=start + hold * 0.9) is False
+    assert services.record_lane_consumers([], now=start + hold * 1.5) is False
+    lane.refresh_from_db()
+    assert lane.live_topics == ["acme.orders"]
+    assert services.record_lane_consumers([], now=start + hold * 2) is True
+    lane.refresh_from_db()
+    assert (lane.live_topics, lane.live_seen) == ([], {})
+
+
+def test_a_silent_broker_can_make_a_lane_live_but_not_end_it(orders: Topic) -> None:
+    lane = _lane(orders.tenant)
+    reports = [_consumers("acme.billing~ppe", "acme.orders~ppe")]
+    start = timezone.now()
+    assert services.record_lane_consumers(reports, complete=False, now=start) is True
+    lane.refresh_from_db()
+    assert lane.live_topics == ["acme.orders"]
+    much_later = start + timedelta(seconds=settings.LANE_ORPHAN_AFTER_S * 10)
+    assert services.record_lane_consumers([], complete=False, now=much_later) is False
+    lane.refresh_from_db()
+    assert lane.live_topics == ["acme.orders"]
+    assert services.record_lane_consumers([], complete=True, now=much_later) is True
+    lane.refresh_from_db()
+    assert lane.live_topics == []
+
+
+def test_liveness_is_written_in_steps_not_every_report(orders: Topic) -> None:
+    lane = _lane(orders.tenant)
+    reports = [_consumers("acme.billing~ppe", "acme.orders~ppe")]
+    start = timezone.now()
+    services.record_lane_consumers(reports, now=start)
+    with CaptureQueriesContext(connection) as queries:
+        services.record_lane_consumers(reports, now=start + timedelta(milliseconds=500))
+    assert not [q for q in queries if q["sql"].startswith("UPDATE")]
+    lane.refresh_from_db()
+    assert lane.last_live_at == start
+    step = services.touch_step(settings.LANE_LIVE_GRACE_S)
+    services.record_lane_consumers(reports, now=start + step * 2)
+    lane.refresh_from_db()
+    assert lane.last_live_at == start + step * 2
 
 
 def test_a_clusters_reports_decide_only_about_its_topics(orders: Topic) -> None:
