@@ -20,7 +20,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Case, DateTimeField, F, Q, Value, When
 from django.utils import timezone
 
 from controlplane.core import audit
@@ -464,24 +464,51 @@ def _parse(at: object) -> datetime | None:
 def record_lane_activity(reports: Iterable[admin_pb2.LaneTopicActivity]) -> int:
     """Note the brokers' ``lane_activity``: each lane topic's and its lane's
     ``last_traffic_at`` move forward to the latest append or fetch reported (0: none
-    since the broker started). Returns how many lane topics moved."""
+    since the broker started), when the stored time is older than that by more than
+    ``touch_step(lane.ttl_s)`` (the GC needs no finer time). One read, and at most one
+    UPDATE for the lane topics and one for the lanes. Returns how many lane topics
+    moved."""
     latest: dict[str, datetime] = {}
     for report in reports:
         ms = max(report.last_append_ms, report.last_fetch_ms)
         if ms > 0:
             at = datetime.fromtimestamp(ms / 1000, tz=UTC)
             latest[report.topic] = max(at, latest.get(report.topic, at))
-    moved = 0
-    links = LaneTopic.objects.filter(topic__full_name__in=list(latest)).select_related("topic")
-    for link in links:
-        at = latest[link.topic.full_name]
-        moved += LaneTopic.objects.filter(
-            Q(last_traffic_at__isnull=True) | Q(last_traffic_at__lt=at), pk=link.pk
-        ).update(last_traffic_at=at)
-        Lane.objects.filter(
-            Q(last_traffic_at__isnull=True) | Q(last_traffic_at__lt=at), pk=link.lane_id
-        ).update(last_traffic_at=at)
-    return moved
+    if not latest:
+        return 0
+    rows = LaneTopic.objects.filter(topic__full_name__in=list(latest)).values_list(
+        "pk", "topic__full_name", "last_traffic_at", "lane_id", "lane__ttl_s",
+        "lane__last_traffic_at",
+    )  # fmt: skip
+    links: dict[int, datetime] = {}
+    lanes: dict[int, datetime] = {}
+    for pk, name, link_last, lane_id, ttl_s, lane_last in rows:
+        at, step = latest[name], touch_step(ttl_s)
+        if _stale(link_last, at, step):
+            links[pk] = at
+        if _stale(lane_last, at, step):
+            lanes[lane_id] = max(at, lanes.get(lane_id, at))
+    _move_forward(LaneTopic.objects, links)
+    _move_forward(Lane.objects, lanes)
+    return len(links)
+
+
+def _move_forward(manager: Any, times: dict[int, datetime]) -> None:
+    """One UPDATE setting each row's ``last_traffic_at`` to ``times[pk]`` unless a
+    concurrent write already moved it past that (forward only)."""
+    if not times:
+        return
+    moved = Case(
+        *(
+            When(
+                Q(pk=pk) & (Q(last_traffic_at__isnull=True) | Q(last_traffic_at__lt=at)),
+                then=Value(at, output_field=DateTimeField()),
+            )
+            for pk, at in times.items()
+        ),
+        default=F("last_traffic_at"),
+    )
+    manager.filter(pk__in=list(times)).update(last_traffic_at=moved)
 
 
 # -- the GC -----------------------------------------------------------------------------

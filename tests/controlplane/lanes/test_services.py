@@ -348,6 +348,31 @@ def test_activity_moves_traffic_forward_only(orders: Topic) -> None:
     assert lane.last_traffic_at == link.last_traffic_at
 
 
+def test_activity_is_written_in_steps_in_few_queries(orders: Topic) -> None:
+    lane = _lane(orders.tenant, ttl_s=600)  # a step of 30 s
+    services.ensure_lane_topic("acme", "acme.orders~ppe", actor=SYSTEM)
+    _lane(orders.tenant, name="boe-alice", ttl_s=600)
+    services.ensure_lane_topic("acme", "acme.orders~boe-alice", actor=SYSTEM)
+    now_ms = int(timezone.now().timestamp() * 1000) + 60_000
+
+    def report(ms: int) -> list[admin_pb2.LaneTopicActivity]:
+        return [
+            admin_pb2.LaneTopicActivity(topic=f"acme.orders~{name}", last_append_ms=ms)
+            for name in ("ppe", "boe-alice")
+        ]
+
+    with CaptureQueriesContext(connection) as queries:
+        assert services.record_lane_activity(report(now_ms)) == 2
+    assert len([q for q in queries if q["sql"].startswith("UPDATE")]) == 2  # topics, lanes
+    with CaptureQueriesContext(connection) as queries:
+        assert services.record_lane_activity(report(now_ms + 10_000)) == 0  # within the step
+    assert not [q for q in queries if q["sql"].startswith("UPDATE")]
+    assert services.record_lane_activity(report(now_ms + 31_000)) == 2
+    lane.refresh_from_db()
+    assert lane.last_traffic_at is not None
+    assert int(lane.last_traffic_at.timestamp() * 1000) == now_ms + 31_000
+
+
 def test_declarations_list_every_live_tenants_lanes(orders: Topic) -> None:
     _lane(orders.tenant, name="ppe", consume_trunk=True, orphan_policy="hold", partitions=2)
     _lane(orders.tenant, name="boe-alice", all_topics=False, topics=[orders])
