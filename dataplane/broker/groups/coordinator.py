@@ -7,7 +7,9 @@ a *family* — share one coordinator; the broker leading that partition coordina
 group. A
 request for a group of a partition this coordinator has not loaded gets
 ``NOT_COORDINATOR`` (``COORDINATOR_LOAD_IN_PROGRESS`` while it is being loaded, and
-until ``start`` has finished).
+until ``start`` has finished). A group id has 1 to ``MAX_GROUP_ID_CHARS`` characters,
+and one holding ``~`` must be a lane group ``G~L`` (non-empty ``G``, one ``~``, a valid
+lane name ``L``); any other is refused with ``INVALID_GROUP_ID`` (``check_group_id``).
 
 Offset commits (``commit_offsets``):
 
@@ -71,7 +73,13 @@ from dataplane.storage.config import Durability, LogConfig
 from dataplane.storage.errors import StorageError
 from dataplane.storage.log import wall_clock_ms
 from dataplane.storage.manager import LogManager
-from lanes.names import SEPARATOR, trunk_group
+from lanes.names import (
+    SEPARATOR,
+    InvalidLaneNameError,
+    check_lane_name,
+    split_group,
+    trunk_group,
+)
 
 log = logging.getLogger(__name__)
 
@@ -459,8 +467,26 @@ class GroupCoordinator:
 
 
 def check_group_id(group_id: str) -> None:
+    """``INVALID_GROUP_ID`` unless ``group_id`` has 1 to ``MAX_GROUP_ID_CHARS``
+    characters and, holding ``~``, is a lane group ``G~L``: a non-empty trunk group,
+    one ``~`` and a valid lane name (``lanes.names.check_lane_name``)."""
     if not group_id or len(group_id) > MAX_GROUP_ID_CHARS:
         raise MeridianError(
             ErrorCode.INVALID_GROUP_ID,
             f"a group id has 1 to {MAX_GROUP_ID_CHARS} characters, got {len(group_id)}",
         )
+    trunk, lane = split_group(group_id)
+    if lane is None:
+        return
+    try:
+        check_lane_name(lane)  # a second '~' is no lane name character either
+    except InvalidLaneNameError as exc:
+        reason = str(exc)
+    else:
+        if trunk:
+            return
+        reason = "the group before it is empty"
+    raise MeridianError(
+        ErrorCode.INVALID_GROUP_ID,
+        f"{group_id!r} is no lane group <group>{SEPARATOR}<lane>: {reason}",
+    )

@@ -7,9 +7,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import grpc
+import pytest
 
 from dataplane._gen.meridian.v1 import common_pb2, group_pb2, group_pb2_grpc
-from dataplane.errors import ErrorCode
+from dataplane.errors import ErrorCode, MeridianError
 from dataplane.hashing import partition_for_key
 from tests.support.brokers import BrokerProcess
 
@@ -115,7 +116,7 @@ def test_offset_fetch_fences_a_lane_partition_the_trunk_group_holds(
     # The trunk group itself: its peer has no member, so the larger commit.
     assert offsets(channel, "acme.g", (LANE_TOPIC, 0)) == {(LANE_TOPIC, 0): 7}
     # A group of another lane is no peer for this lane's topic: its own commit (none).
-    assert offsets(channel, "acme.g~qa", (LANE_TOPIC, 0)) == {(LANE_TOPIC, 0): -1}
+    assert offsets(channel, "acme.g~dev", (LANE_TOPIC, 0)) == {(LANE_TOPIC, 0): -1}
     trunk.leave()
     assert offsets(channel, "acme.g~ppe", (LANE_TOPIC, 0)) == {(LANE_TOPIC, 0): 7}
 
@@ -169,3 +170,32 @@ def state_of(server: CoordinatorServer, group_id: str) -> str:
         return group.state.value if group is not None else "none"
 
     return server.run(read())
+
+
+def test_a_group_id_with_a_bad_lane_part_is_refused(channel: grpc.Channel) -> None:
+    stub = group_pb2_grpc.GroupCoordinatorStub(channel)
+    for group_id in ("acme.g~Bad", "acme.g~ppe~qa", "acme.g~", "~ppe", "acme.g~p"):
+        requests = [
+            (stub.FindCoordinator, group_pb2.FindCoordinatorRequest(group_id=group_id)),
+            (stub.JoinGroup, RawMember(channel, group_id).join_request()),
+            (
+                stub.OffsetCommit,
+                group_pb2.OffsetCommitRequest(
+                    group_id=group_id,
+                    generation_id=-1,
+                    partitions=[{"topic": LANE_TOPIC, "offset": 1}],
+                ),
+            ),
+            (
+                stub.OffsetFetch,
+                group_pb2.OffsetFetchRequest(group_id=group_id, partitions=[{"topic": LANE_TOPIC}]),
+            ),
+        ]
+        for method, request in requests:
+            with pytest.raises(MeridianError) as refused:
+                call(method, request)
+            assert refused.value.code == ErrorCode.INVALID_GROUP_ID, (group_id, method)
+    # A well-formed lane group is served.
+    assert RawMember(channel, "acme.g~ppe").commit({(LANE_TOPIC, 0): 3}, **OUTSIDE) == {
+        (LANE_TOPIC, 0): ErrorCode.NONE
+    }
