@@ -18,6 +18,9 @@ Metadata (``BrokerLanes``):
 - known, produce (``produce_refusal``): with ``listed``, LANE_NOT_FOUND when L is no
   longer declared by ``t`` or no longer covers T (the records are refused; nothing of
   the trunk is touched); without ``listed`` it is a plain topic;
+- hosted here, produce, with ``listed``, but not named by the push (the controller is
+  deleting it, or created it and has not pushed it yet): LANE_TOPIC_PENDING without a
+  demand, so no record is acknowledged into a log about to be deleted;
 - its metadata carries ``trunk`` and the lane's ``consume_trunk`` (``lane_fields``);
   the metadata of a trunk topic T lists its existing lane topics whose lane is declared
   and ``orphaned_to_trunk(T)`` (``orphaned``).
@@ -199,6 +202,8 @@ class BrokerLanes:
         known: Any = () if hosted else set(self.known())
         exists = hosted or topic in known
         error = self._undeclared(topic) if exists else self.missing(topic, known)
+        if error is None and hosted:
+            error = self._unlisted(topic)
         if error is not None and self._on_refused is not None:
             self._on_refused(error.code_name)
         return error
@@ -214,6 +219,18 @@ class BrokerLanes:
         if not spec.covers(trunk):
             return _not_found(f"lane {lane!r} of tenant {tenant!r} no longer covers {trunk!r}")
         return None
+
+    def _unlisted(self, topic: str) -> MeridianError | None:
+        """LANE_TOPIC_PENDING for a hosted lane topic the last push (``listed``) does not
+        name: it is being deleted (its records would be lost with it) or is so new that
+        the push naming it has not come yet. No demand: it still exists here; once its
+        partitions are gone, a produce finds it missing and demands it again."""
+        if not self.table.listed or topic in self.table.pushed_topics():
+            return None
+        return MeridianError(
+            ErrorCode.LANE_TOPIC_PENDING,
+            f"lane topic {topic!r} is being deleted or created by the controller: retry shortly",
+        )
 
     def lane_fields(self, topic: str) -> tuple[str, bool]:
         """(trunk, consume_trunk) of lane topic ``topic`` for its metadata."""

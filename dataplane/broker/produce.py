@@ -19,7 +19,9 @@ lock, so a refused request leaves the log unchanged.
 A lane topic (``<trunk>~<lane>``) is checked first by ``lanes`` (``BrokerLanes``): one
 the cluster does not know is LANE_TOPIC_PENDING (a declared lane covering an existing
 trunk: the topic is being created) or LANE_NOT_FOUND; one whose lane is no longer
-declared is LANE_NOT_FOUND. Nothing is appended to any log for a refused partition.
+declared is LANE_NOT_FOUND; one hosted here that the controller's push no longer names
+(being deleted) is LANE_TOPIC_PENDING. Nothing is appended to any log for a refused
+partition.
 """
 
 from __future__ import annotations

@@ -156,7 +156,7 @@ def test_a_lane_topic_of_a_deleted_lane_refuses_records_and_leaves_the_trunk_alo
         # No controller has pushed: lane topics that exist are plain topics.
         assert produce_error(s, "acme.orders~ppe", b"early")[0] == ErrorCode.NONE
         assert produce_error(s, "acme.orders~gone")[0] == ErrorCode.LANE_NOT_FOUND
-        push(s, broker, 1, [lane("ppe")])
+        push(s, broker, 1, [lane("ppe")], topics=("acme.orders", "acme.orders~ppe"))
         assert produce_error(s, "acme.orders~ppe", b"declared")[0] == ErrorCode.NONE
         push(s, broker, 2, [lane("other")])
         code, message = produce_error(s, "acme.orders~ppe", b"deleted")
@@ -170,6 +170,38 @@ def test_a_lane_topic_of_a_deleted_lane_refuses_records_and_leaves_the_trunk_alo
         assert produce_error(s, "acme.orders~ppe", b"plain")[0] == ErrorCode.NONE
     meta = topic_meta(broker, "acme.orders~ppe")
     assert (meta.error, meta.trunk, len(meta.partitions)) == (0, "acme.orders", 1)
+
+
+def test_a_hosted_lane_topic_the_push_no_longer_lists_refuses_records_retriably(
+    broker: BrokerProcess,
+) -> None:
+    with stubs(broker) as s:
+        create(s, "acme.orders")
+        create(s, "acme.orders~ppe")
+        lanes = [lane("ppe")]
+        push(s, broker, 1, lanes, topics=("acme.orders", "acme.orders~ppe"))
+        assert produce_error(s, "acme.orders~ppe", b"kept")[0] == ErrorCode.NONE
+        # The controller deletes the lane topic: the push drops it before the reconciler
+        # deletes its partitions here. A record appended now would be acknowledged, then
+        # lost with the partition.
+        push(s, broker, 2, lanes, topics=("acme.orders",))
+        code, message = produce_error(s, "acme.orders~ppe", b"lost")
+        assert code == ErrorCode.LANE_TOPIC_PENDING, message
+        assert is_retriable(code)
+        assert [r.value for r in fetch_records(s, "acme.orders~ppe")] == [b"kept"]
+        assert end_offset(s, "acme.orders") == 0
+        # Still hosted: no demand (it would make the controller recreate it at once).
+        assert list(push(s, broker, 3, lanes, topics=("acme.orders",)).lane_topic_demands) == []
+        s.admin.DeletePartitions(
+            admin_pb2.DeletePartitionsRequest(
+                partitions=[common_pb2.TopicPartition(topic="acme.orders~ppe", partition=0)]
+            ),
+            timeout=TIMEOUT_S,
+        )
+        # Gone: the producer's next try demands it, and the lane topic is made again.
+        assert produce_error(s, "acme.orders~ppe")[0] == ErrorCode.LANE_TOPIC_PENDING
+        answer = push(s, broker, 4, lanes, topics=("acme.orders",))
+        assert list(answer.lane_topic_demands) == ["acme.orders~ppe"]
 
 
 def test_trunk_metadata_lists_lane_topics_orphaned_to_the_trunk(broker: BrokerProcess) -> None:
@@ -216,7 +248,13 @@ def test_the_push_answer_reports_lane_consumers_and_lane_topic_activity(
         create(s, "acme.orders")
         create(s, "acme.orders~ppe")
         create(s, "acme.orders~idle")
-        idle = push(s, broker, 1, [lane("ppe"), lane("idle")])
+        idle = push(
+            s,
+            broker,
+            1,
+            [lane("ppe"), lane("idle")],
+            topics=("acme.orders", "acme.orders~ppe", "acme.orders~idle"),
+        )
         assert {(a.topic, a.last_append_ms, a.last_fetch_ms) for a in idle.lane_activity} == {
             ("acme.orders~ppe", 0, 0),
             ("acme.orders~idle", 0, 0),
