@@ -46,7 +46,8 @@ class FetchHandler:
         on_bytes_out: Callable[[str, int], None] | None = None,
         on_lane_fetch: Callable[[Iterable[str]], None] | None = None,
     ) -> None:
-        """``on_lane_fetch(topics)``: told the lane topics of each consumer fetch."""
+        """``on_lane_fetch(topics)``: told the lane topics of each consumer fetch that
+        have an asked partition led here."""
         self.registry = registry
         self._on_lane_fetch = on_lane_fetch
         self._executor = executor
@@ -72,7 +73,7 @@ class FetchHandler:
         """Answer ``request`` (see the module docstring); raises ``MeridianError``."""
         self.check_request(request)
         if self._on_lane_fetch is not None:
-            lane_topics = {i.topic for i in request.partitions if SEPARATOR in i.topic}
+            lane_topics = self._led_lane_topics(request)
             if lane_topics:
                 self._on_lane_fetch(lane_topics)
         loop = asyncio.get_running_loop()
@@ -95,6 +96,17 @@ class FetchHandler:
                 if size:
                     self._on_bytes_out(item.topic, size)
         return response
+
+    def _led_lane_topics(self, request: broker_pb2.FetchRequest) -> set[str]:
+        """The lane topics of ``request`` with an asked partition led here: only those
+        count as fetched, so names that exist nowhere cannot grow the activity table."""
+        found: set[str] = set()
+        for item in request.partitions:
+            if SEPARATOR in item.topic and item.topic not in found:
+                part = self.registry.get(item.topic, item.partition)
+                if part is not None and not_leader(part) is None:
+                    found.add(item.topic)
+        return found
 
     def _read_all(
         self, request: broker_pb2.FetchRequest, max_bytes: int

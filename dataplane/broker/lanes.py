@@ -31,13 +31,17 @@ push lists the topic (then dropped).
 
 Activity (``BrokerLanes.appended`` / ``fetched``): per lane topic, the wall-clock ms of
 the last append and of the last consumer fetch since this broker started — one dict
-write per Produce or Fetch of a lane topic, nothing per record. Reported for the lane
-topics with a partition led here.
+write per Produce or Fetch of a lane topic with a partition led here (a name hosted
+nowhere is not recorded), nothing per record. Reported for the lane topics with a
+partition led here; each report forgets the other topics' entries, so the table never
+outgrows the lane topics led here.
 
 Thread safety: the declared lanes are rebuilt from a push into a new immutable snapshot
 that replaces the old one in a single reference assignment, so readers on any thread see
 one push or the next, never a mix. Demands are guarded by a lock; activity is two dicts
-whose entries are replaced whole (one atomic store each under the GIL).
+whose entries are replaced whole (one atomic store each under the GIL), pruned by a
+report into new dicts (a time written during the prune may be lost: it is only
+activity, written again at the next Produce or Fetch).
 """
 
 from __future__ import annotations
@@ -277,13 +281,18 @@ class BrokerLanes:
             self._fetched[topic] = now
 
     def activity(self, led_lane_topics: Iterable[str]) -> list[admin_pb2.LaneTopicActivity]:
+        """The activity of ``led_lane_topics``; forgets every other topic's, so the table
+        holds only lane topics led here (a deleted one made again starts idle)."""
+        led = set(led_lane_topics)
+        self._appended = _kept(self._appended, led)
+        self._fetched = _kept(self._fetched, led)
         return [
             admin_pb2.LaneTopicActivity(
                 topic=topic,
                 last_append_ms=self._appended.get(topic, 0),
                 last_fetch_ms=self._fetched.get(topic, 0),
             )
-            for topic in sorted(set(led_lane_topics))
+            for topic in sorted(led)
         ]
 
     # -- the heartbeat ------------------------------------------------------------------
@@ -295,6 +304,13 @@ class BrokerLanes:
         for group_id, topics in sorted(self.consumers()):
             response.lane_consumers.add(group_id=group_id, topics=sorted(set(topics)))
         response.lane_activity.extend(self.activity(led_lane_topics))
+
+
+def _kept(times: dict[str, int], topics: set[str]) -> dict[str, int]:
+    """``times`` restricted to ``topics`` (the same dict when nothing goes)."""
+    if times.keys() <= topics:
+        return times
+    return {topic: ms for topic, ms in list(times.items()) if topic in topics}
 
 
 def _not_found(message: str) -> MeridianError:

@@ -294,6 +294,41 @@ def test_the_push_answer_reports_lane_consumers_and_lane_topic_activity(
         assert list(push(s, broker, 5, []).lane_consumers) == []
 
 
+def test_lane_activity_is_kept_only_for_lane_topics_led_here(broker: BrokerProcess) -> None:
+    topics = ("acme.orders", "acme.orders~ppe")
+    lanes = [lane("ppe")]
+    with stubs(broker) as s:
+        create(s, "acme.orders")
+        # Fetches naming lane topics hosted nowhere record nothing.
+        names = ["acme.orders~ppe", *(f"acme.orders~n{i:04d}" for i in range(50))]
+        request = broker_pb2.FetchRequest(
+            max_wait_ms=0,
+            partitions=[broker_pb2.FetchPartition(topic=name, partition=0) for name in names],
+        )
+        s.broker.Fetch(request, timeout=TIMEOUT_S)
+        create(s, "acme.orders~ppe")
+        activity = {a.topic: a for a in push(s, broker, 1, lanes, topics=topics).lane_activity}
+        assert set(activity) == {"acme.orders~ppe"}
+        assert activity["acme.orders~ppe"].last_fetch_ms == 0
+
+        assert produce_error(s, "acme.orders~ppe")[0] == ErrorCode.NONE
+        fetch_records(s, "acme.orders~ppe")
+        (active,) = push(s, broker, 2, lanes, topics=topics).lane_activity
+        assert active.last_append_ms > 0
+        assert active.last_fetch_ms > 0
+        # Deleted, then made again: the new lane topic starts idle.
+        s.admin.DeletePartitions(
+            admin_pb2.DeletePartitionsRequest(
+                partitions=[common_pb2.TopicPartition(topic="acme.orders~ppe", partition=0)]
+            ),
+            timeout=TIMEOUT_S,
+        )
+        assert list(push(s, broker, 3, lanes, topics=("acme.orders",)).lane_activity) == []
+        create(s, "acme.orders~ppe")
+        (again,) = push(s, broker, 4, lanes, topics=topics).lane_activity
+        assert (again.topic, again.last_append_ms, again.last_fetch_ms) == ("acme.orders~ppe", 0, 0)
+
+
 def test_lane_metrics_count_refusals_pending_demands_and_handover_fences(
     broker: BrokerProcess,
 ) -> None:
