@@ -23,6 +23,7 @@ when the broker already was in the asked state):
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
@@ -39,6 +40,8 @@ from dataplane.errors import ErrorCode, MeridianError
 from dataplane.storage.config import LogConfig
 from lanes.names import is_lane_topic
 
+log = logging.getLogger(__name__)
+
 VERSION = "0.1.0"
 
 
@@ -52,11 +55,15 @@ class AdminHandler:
         executor: Executor | None = None,
         replicas: ReplicaManager | None = None,
         lanes: BrokerLanes | None = None,
+        on_push: Callable[[admin_pb2.UpdateMetadataRequest], Awaitable[Any]] | None = None,
     ) -> None:
         """``identity`` is (broker id, region, cluster id); ``pushed`` keeps the
         controller's metadata (persisted by ``executor``'s threads); ``replicas`` applies
-        it to the hosted partitions; ``lanes`` fills the heartbeat's lane fields."""
+        it to the hosted partitions; ``lanes`` fills the heartbeat's lane fields;
+        ``on_push(request)`` is awaited after each accepted push (its failure is logged,
+        the push stands)."""
         self.lanes = lanes
+        self._on_push = on_push
         self.replicas = replicas
         self.registry = registry
         self.defaults = defaults
@@ -155,6 +162,11 @@ class AdminHandler:
         await self.pushed.accept(request, self._run)
         if self.replicas is not None:
             await self.replicas.apply(request)
+        if self._on_push is not None:
+            try:
+                await self._on_push(request)
+            except Exception:  # the push is accepted whatever its follow-up does
+                log.exception("acting on the controller's push failed")
         return self._heartbeat()
 
     def _run(self, fn: Callable[[], Any]) -> Awaitable[Any]:

@@ -29,6 +29,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 
 from dataplane._gen.meridian.v1 import (
+    admin_pb2,
     admin_pb2_grpc,
     broker_pb2_grpc,
     group_pb2_grpc,
@@ -227,6 +228,7 @@ class BrokerApp:
             self.executor,
             self.replicas,
             lanes=self.lanes,
+            on_push=self._pushed_lane_topics,
         )
         admin_pb2_grpc.add_AdminServicer_to_server(
             AdminServicer(admin, self.metrics, self.readiness, self.authorizer), server
@@ -246,6 +248,11 @@ class BrokerApp:
             self.coordinator.committed_offsets,
             lambda: self.remote_lags.snapshot,
         )
+
+    async def _pushed_lane_topics(self, request: admin_pb2.UpdateMetadataRequest) -> None:
+        """Drop the group commits of lane topics the controller deleted (``coordinator``)."""
+        listed = [t.name for t in request.topics] if request.lanes_listed else None
+        await self.coordinator.lane_topics_pushed(listed)
 
     async def _load(self) -> None:
         loop = asyncio.get_running_loop()

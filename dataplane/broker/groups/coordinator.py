@@ -45,6 +45,14 @@ Each refused partition is counted by ``on_handover_refused`` (metrics).
 Deleting a group (``delete_groups``) is allowed only when it has no member
 (``NON_EMPTY_GROUP``); it writes tombstones for its offsets and its metadata.
 
+Commits of deleted lane topics (``lane_topics_pushed``, called with every controller
+push): when a push listing lanes no longer names a lane topic (``T~L``) that groups
+coordinated here committed, tombstones drop those commits (of every group, as group
+deletion writes them), so a lane topic deleted and later made again starts with no
+commit: the fence's ``max(committed(G), committed(G~L))`` would otherwise make its new
+consumers skip its first records. Trunk topics' commits are never touched. A partition
+loaded later is cleaned the same way against the last push.
+
 Every log operation runs off the event loop. A timer task checks sessions and
 rebalance deadlines every ``tick_interval_ms`` against ``clock_ms``.
 
@@ -181,6 +189,10 @@ class GroupCoordinator:
         self.membership = Membership(clock_ms=clock_ms, persist=self._persist, bounds=bounds)
         self._ticker: asyncio.Task[None] | None = None
         self._started = False
+        # The lane topics of the last push listing lanes (None: no such push), and the
+        # lane topics committed since while that push did not name them.
+        self._lane_topics: frozenset[str] | None = None
+        self._unlisted_commits: set[str] = set()
 
     # -- lifecycle ---------------------------------------------------------------------
     async def start(self, owned_partitions: Iterable[int]) -> None:
@@ -215,11 +227,17 @@ class GroupCoordinator:
 
     async def _load_one(self, partition: int) -> None:
         try:
-            self._loaded[partition] = await asyncio.to_thread(self._load, partition)
+            loaded = self._loaded[partition] = await asyncio.to_thread(self._load, partition)
             self._failed.pop(partition, None)
         except (StorageError, CorruptBatchError) as exc:  # refused until loaded again
             log.exception("offsets partition %d could not be loaded", partition)
             self._failed[partition] = str(exc)
+            return
+        if self._lane_topics is not None:  # deleted while another broker coordinated
+            try:
+                await self._forget_lane_offsets(loaded, self._lane_topics)
+            except MeridianError:  # the next change of the pushed lane topics retries
+                log.exception("offsets partition %d: dropping lane commits failed", partition)
 
     def _load(self, partition: int) -> _Loaded:
         partition_log = self.manager.get_or_create_log(
@@ -334,6 +352,11 @@ class GroupCoordinator:
         await loaded.store.write(entries)
         if entries and group_id not in loaded.groups:
             loaded.groups[group_id] = Group(group_id)
+        listed = self._lane_topics
+        if listed is not None:
+            self._unlisted_commits.update(
+                c.topic for c in commits if _unlisted_lane_topic(c.topic, listed)
+            )
         return results
 
     def _check_commit(self, commit: OffsetCommit) -> MeridianError | None:
@@ -400,6 +423,55 @@ class GroupCoordinator:
             merged.update(loaded.store.committed_offsets())
         return merged
 
+    # -- lane topics deleted -------------------------------------------------------------
+    async def lane_topics_pushed(self, listed: Iterable[str] | None) -> int:
+        """Drop the commits of lane topics the controller no longer names, so a lane
+        topic deleted and later made again starts with no commit; returns how many.
+
+        ``listed``: the topics of a push listing lanes (its lane topics are those that
+        exist), or None (no such push: lane topics are left alone). Cheap: it scans the
+        offsets only when the pushed lane topics changed, or when a lane topic the push
+        did not name was committed since the last push (a consumer giving up a
+        partition of a topic being deleted commits after the push that dropped it).
+        Trunk topics' commits are never touched."""
+        if listed is None:
+            self._lane_topics = None
+            self._unlisted_commits.clear()
+            return 0
+        lane_topics = frozenset(topic for topic in listed if SEPARATOR in topic)
+        changed = lane_topics != self._lane_topics
+        committed = bool(self._unlisted_commits - lane_topics)
+        self._lane_topics = lane_topics
+        self._unlisted_commits.clear()
+        if not (changed or committed):
+            return 0
+        dropped = 0
+        for loaded in list(self._loaded.values()):
+            dropped += await self._forget_lane_offsets(loaded, lane_topics)
+        return dropped
+
+    async def _forget_lane_offsets(self, loaded: _Loaded, lane_topics: frozenset[str]) -> int:
+        """Tombstones (as ``delete_groups`` writes) for ``loaded``'s commits of lane
+        topics not in ``lane_topics``; a group left with no commit, no metadata and no
+        member is forgotten, as a replay of the log would."""
+        keys = await asyncio.to_thread(
+            loaded.store.offset_keys, lambda topic: _unlisted_lane_topic(topic, lane_topics)
+        )
+        if not keys:
+            return 0
+        await loaded.store.write([(key, None) for key in keys])
+        known = loaded.store.group_ids()
+        for group_id in {key.group_id for key in keys} - known:
+            group = loaded.groups.get(group_id)
+            if group is not None and not group.members and group.state is GroupState.EMPTY:
+                del loaded.groups[group_id]
+        log.info(
+            "offsets partition %d: dropped %d commits of deleted lane topics",
+            loaded.store.partition,
+            len(keys),
+        )
+        return len(keys)
+
     # -- administration ----------------------------------------------------------------
     def describe(self, group_id: str) -> GroupSummary:
         """A group's state, members and committed offsets; ``GROUP_ID_NOT_FOUND`` if none."""
@@ -464,6 +536,10 @@ class GroupCoordinator:
             group.state = GroupState.EMPTY
             loaded.groups.setdefault(group_id, group)
             raise
+
+
+def _unlisted_lane_topic(topic: str, lane_topics: frozenset[str]) -> bool:
+    return SEPARATOR in topic and topic not in lane_topics
 
 
 def check_group_id(group_id: str) -> None:

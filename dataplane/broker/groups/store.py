@@ -106,6 +106,16 @@ class OffsetsPartition:
                 for group, offsets in self._offsets.items()
             }
 
+    def offset_keys(self, topic_filter: Callable[[str], bool]) -> list[OffsetKey]:
+        """The keys of the committed offsets whose topic passes ``topic_filter``."""
+        with self._state_lock:
+            return [
+                OffsetKey(group, topic, partition)
+                for group, offsets in self._offsets.items()
+                for topic, partition in offsets
+                if topic_filter(topic)
+            ]
+
     @property
     def live_keys(self) -> int:
         with self._state_lock:

@@ -204,6 +204,58 @@ def test_a_hosted_lane_topic_the_push_no_longer_lists_refuses_records_retriably(
         assert list(answer.lane_topic_demands) == ["acme.orders~ppe"]
 
 
+def committed(s: Stubs, group_id: str, *partitions: tuple[str, int]) -> list[int]:
+    """The offsets OffsetFetch answers for ``group_id`` (-1: none committed)."""
+    request = group_pb2.OffsetFetchRequest(
+        group_id=group_id, partitions=[{"topic": t, "partition": p} for t, p in partitions]
+    )
+    results = group_pb2_grpc.GroupCoordinatorStub(s.channel).OffsetFetch(request).results
+    assert all(r.error == ErrorCode.NONE for r in results), results
+    found = {(r.topic, r.partition): r.offset for r in results}
+    return [found[tp] for tp in partitions]
+
+
+def test_commits_of_a_deleted_lane_topic_are_dropped_so_it_starts_afresh_when_made_again(
+    broker: BrokerProcess,
+) -> None:
+    lanes = [lane("ppe"), lane("dev")]
+    ppe, dev, trunk = ("acme.orders~ppe", 0), ("acme.orders~dev", 0), ("acme.orders", 0)
+    everything = ("acme.orders", "acme.orders~ppe", "acme.orders~dev")
+    without_ppe = ("acme.orders", "acme.orders~dev")
+    outside = {"generation_id": -1, "member_id": ""}
+    with stubs(broker) as s:
+        for topic in everything:
+            create(s, topic)
+        push(s, broker, 1, lanes, topics=everything)
+        trunk_group = RawMember(s.channel, "acme.g")
+        lane_group = RawMember(s.channel, "acme.g~ppe")
+        trunk_group.commit({ppe: 5000, trunk: 70, dev: 9}, **outside)
+        lane_group.commit({ppe: 4000}, **outside)
+        assert committed(s, "acme.g~ppe", ppe) == [5000]  # the fence's max of the family
+
+        push(s, broker, 2, lanes, topics=without_ppe)  # the lane topic is being deleted
+        assert committed(s, "acme.g~ppe", ppe) == [-1]
+        assert committed(s, "acme.g", ppe, trunk, dev) == [-1, 70, 9]
+        # A consumer giving the partition up commits after that push: the next push
+        # (the same lane topics) drops it too.
+        trunk_group.commit({ppe: 5100}, **outside)
+        push(s, broker, 3, lanes, topics=without_ppe)
+        assert committed(s, "acme.g", ppe) == [-1]
+
+        push(s, broker, 4, lanes, topics=everything)  # made again
+        lane_group.commit({ppe: 3}, **outside)
+        push(s, broker, 5, lanes, topics=everything)
+        assert committed(s, "acme.g", ppe, trunk, dev) == [3, 70, 9]
+        # A push that does not list lanes (no controller manages them) drops nothing.
+        push(s, broker, 6, [], listed=False, topics=("acme.orders",))
+        assert committed(s, "acme.g", ppe, trunk, dev) == [3, 70, 9]
+        push(s, broker, 7, lanes, topics=without_ppe)
+    broker.restart()
+    with stubs(broker) as s:  # the drop is in the offsets log
+        assert committed(s, "acme.g", ppe, trunk, dev) == [-1, 70, 9]
+        assert committed(s, "acme.g~ppe", ppe) == [-1]
+
+
 def test_trunk_metadata_lists_lane_topics_orphaned_to_the_trunk(broker: BrokerProcess) -> None:
     with stubs(broker) as s:
         for topic in (

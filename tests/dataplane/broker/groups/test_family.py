@@ -199,3 +199,20 @@ def test_a_group_id_with_a_bad_lane_part_is_refused(channel: grpc.Channel) -> No
     assert RawMember(channel, "acme.g~ppe").commit({(LANE_TOPIC, 0): 3}, **OUTSIDE) == {
         (LANE_TOPIC, 0): ErrorCode.NONE
     }
+
+
+def test_an_offsets_partition_loaded_later_drops_the_commits_of_deleted_lane_topics(
+    server: CoordinatorServer, channel: grpc.Channel
+) -> None:
+    coordinator = server.coordinator
+    assert coordinator is not None
+    RawMember(channel, "acme.g").commit({(LANE_TOPIC, 0): 50, ("acme.orders", 0): 8}, **OUTSIDE)
+    partition = coordinator.partition_for("acme.g")
+    # Another broker coordinated the family while the lane topic was deleted.
+    server.run(coordinator.unload_partitions([partition]))
+    assert server.run(coordinator.lane_topics_pushed(["acme.orders"])) == 0
+    server.run(coordinator.load_partitions([partition]))
+    assert offsets(channel, "acme.g", (LANE_TOPIC, 0), ("acme.orders", 0)) == {
+        (LANE_TOPIC, 0): -1,
+        ("acme.orders", 0): 8,
+    }
