@@ -23,8 +23,9 @@ Every ``tick()`` (the process calls it every ``settings.CONTROLLER_TICK_S``):
    shows it restarted (a smaller uptime) counts as dead for that tick, however short
    its outage: it gives up its leaderships and ISR places and rejoins as a follower.
    The brokers' lane reports are fed to the lanes app first (``_lanes``): a demanded
-   lane topic is created as desired state and on its brokers, so its leaders are
-   elected and pushed in the same tick; a change of a lane's liveness is pushed at once too.
+   lane topic is created as desired state (the reconciler makes it on its brokers, and
+   a later tick elects and pushes its leaders); a change of a lane's liveness is
+   pushed at once too.
    A broker that refuses the push as STALE_CONTROLLER_EPOCH has accepted a newer
    epoch: if the region names a newer controller, this one steps down; if the region
    still names this controller's epoch, the broker's epoch came from elsewhere (a
@@ -49,15 +50,12 @@ from controlplane.controller.push import MetadataPusher, PushOutcome
 from controlplane.core.actors import Actor
 from controlplane.core.choices import ProvisioningStatus
 from controlplane.core.errors import DomainError
-from controlplane.gateway.errors import BrokerUnavailable
 from controlplane.lanes import services as lane_services
 from controlplane.regions import services
 from controlplane.regions.choices import BrokerPhase
 from controlplane.regions.models import Broker, Cluster
 from controlplane.regions.provisioners import Provisioner, ProvisioningError, get_provisioner
-from controlplane.topics import reassignment, reconcile
-from controlplane.topics.locks import TopicBusy
-from controlplane.topics.models import Topic
+from controlplane.topics import reassignment
 from controlplane.topics.partitions import (
     Proposal,
     commit_isr_proposals,
@@ -68,8 +66,6 @@ from controlplane.topics.partitions import (
 log = logging.getLogger(__name__)
 
 ACTOR = Actor.system("controller")
-# How long a tick waits for a demanded lane topic's lock (the worker may be making it).
-LANE_TOPIC_LOCK_WAIT_S = 0.2
 # Brokers the provisioner does not keep running.
 NOT_RUN_PHASES = (BrokerPhase.STOPPING, BrokerPhase.STOPPED, BrokerPhase.DECOMMISSIONED)
 # Brokers being retired: they keep that phase (their liveness is their heartbeats) and
@@ -213,9 +209,7 @@ class Controller:
             except DomainError as exc:  # the trunk's cluster refuses: the demand returns
                 log.warning("lane topic %s not created: %s", name, exc.message)
                 continue
-            if topic is not None:
-                found += 1
-                self._make_now(topic)
+            found += topic is not None
         # With a broker silent this tick, the answers can make a lane live but not end
         # liveness: the silent broker may be the one that sees its consumers.
         reports = [group for answer in answers for group in answer.lane_consumers]
@@ -226,18 +220,6 @@ class Controller:
         )
         lane_services.record_lane_activity([a for answer in answers for a in answer.lane_activity])
         return found > 0 or live_changed
-
-    def _make_now(self, topic: Topic) -> None:
-        """Create a demanded lane topic on its brokers in this tick, so the push that
-        ends the demand already leads it (a producer waits on it). The worker's run,
-        enqueued when the topic was recorded, is the fallback: reconciling is idempotent
-        and takes the topic's lock, so whichever runs second finds nothing to do."""
-        if topic.status == ProvisioningStatus.READY:
-            return
-        try:
-            reconcile.reconcile_topic(topic.pk, lock_wait_s=LANE_TOPIC_LOCK_WAIT_S)
-        except (BrokerUnavailable, TopicBusy) as exc:
-            log.info("lane topic %s left to the reconciler: %s", topic.full_name, exc)
 
     def _after_push(self, cluster: Cluster, brokers: list[Broker]) -> None:
         """Work that must follow a push: deleting partitions from brokers that are no
