@@ -1,0 +1,3 @@
+"""Databus: the sidecar agent that takes applications' writes over local gRPC and HTTP,
+spools them durably and sends them to their topics in large batches, under configuration
+it watches on the control plane (``databus.config``) and applies live."""
