@@ -1,0 +1,385 @@
+"""Draining a stream's spool to its topic, exactly once and in order.
+
+The drain works one *chunk* at a time: the spool's records ``[start, end)``, cut so that
+each partition's share fits one batch of ``batch_bytes``. A chunk's lifecycle:
+
+1. **Plan** (``plan``) under the stream's configuration of the moment: each record's
+   target topic (the stream's topic, or its lane topic when the record carries
+   ``x-lane`` or the stream names a lane: ``lanes.lane_topic``) and partition
+   (``murmur2`` of the key, as every Meridian and Kafka producer computes it; keyless
+   records of a chunk go to one partition, rotating by chunk, or one by one with
+   ``round_robin``). The plan is a pure function of the records and the
+   ``PendingChunk`` parameters.
+2. **Journal**: the chunk, with the producer id and the base sequence of each
+   partition's batch, is written to the drain state (``spool.DrainState.pending``) and
+   synced *before* any batch is sent.
+3. **Send** one batch per partition until every one is written or answered as a
+   duplicate; retriable failures (a leader moving, brokers down, a lane topic still
+   being made) are retried with backoff, the same bytes each time; other failures are
+   retried slowly, counted and shown in the health endpoint, never dropped.
+4. **Commit**: ``committed`` moves to ``end`` and each partition's next sequence past
+   its batch, in one durable write of the drain state.
+
+After a kill at any point the agent starts from the drain state: a journaled chunk is
+planned again from the same records and parameters and sent again with the same
+sequences, so the brokers store what they missed and answer the rest as duplicates:
+every record spooled reaches its topic once, in spool order per partition. Should the
+brokers have forgotten the producer (``UNKNOWN_PRODUCER_ID``: its state expired), the
+drain takes a new producer id and resends only the batches not yet written.
+
+Configuration changes apply from the next chunk: a chunk in flight finishes under the
+parameters it was journaled with.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from typing import TypeVar
+
+from databus.config import StreamConfig
+from databus.metrics import BATCH_RECORDS, SEND_SECONDS
+from databus.spool import PendingChunk, Spool
+from databus.upstream import Outcome, PartitionBatch, Upstream
+from dataplane.errors import ErrorCode, MeridianError, is_retriable
+from dataplane.hashing import partition_for_key
+from dataplane.records import Compression, Record
+from dataplane.records.builder import BatchBuilder
+from lanes.names import lane_of_headers, lane_topic, with_lane_header
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+_CODECS = {c.name.lower(): c for c in Compression}
+SEND_TIMEOUT_S = 30.0
+BACKOFF_MIN_S = 0.05
+BACKOFF_MAX_S = 2.0
+# Partitions whose batches may share one chunk: bounds a chunk's read.
+MAX_CHUNK_PARTITIONS = 16
+
+
+def tp_key(topic: str, partition: int) -> str:
+    return f"{topic}/{partition}"
+
+
+@dataclass
+class Planned:
+    """A chunk's batches: records by target "topic/partition", in spool order."""
+
+    records: dict[str, list[Record]]
+    end: int  # the chunk ends before this offset (the records that fit)
+
+
+def target_of(record: Record, chunk: PendingChunk) -> str:
+    lane = lane_of_headers(record.headers) or chunk.lane
+    return chunk.topic if lane is None else lane_topic(chunk.topic, lane)
+
+
+def plan(records: list[Record], chunk: PendingChunk, batch_bytes: int | None) -> Planned:
+    """Assign ``records`` (from ``chunk.start``) to partitions; with ``batch_bytes``,
+    stop before the first record whose partition's batch would outgrow it (a first
+    record always fits). Pure: the same records and chunk always give the same plan."""
+    out: dict[str, list[Record]] = {}
+    sizes: dict[str, int] = {}
+    end = chunk.start
+    for index, record in enumerate(records):
+        topic = target_of(record, chunk)
+        count = chunk.partitions[topic]
+        if record.key is not None and chunk.partitioner == "murmur2":
+            partition = partition_for_key(record.key, count)
+        elif chunk.partitioner == "round_robin":
+            partition = (chunk.sticky + index) % count
+        else:
+            partition = chunk.sticky % count
+        key = tp_key(topic, partition)
+        size = 32 + len(record.key or b"") + len(record.value or b"")
+        size += sum(len(k) + len(v or b"") + 8 for k, v in record.headers)
+        if batch_bytes is not None and key in out and sizes[key] + size > batch_bytes:
+            break
+        if batch_bytes is not None and key not in out and len(out) >= MAX_CHUNK_PARTITIONS:
+            break
+        out.setdefault(key, []).append(record)
+        sizes[key] = sizes.get(key, 0) + size
+        end = record.offset + 1
+    return Planned(out, end)
+
+
+def build_batches(
+    planned: Planned, chunk: PendingChunk, producer_id: int, epoch: int
+) -> dict[str, PartitionBatch]:
+    """The batch of every partition of ``planned`` not yet written, sequenced by the
+    chunk; records written to a lane by the stream's setting carry ``x-lane``."""
+    batches = {}
+    for key, records in planned.records.items():
+        if key in chunk.acked:
+            continue
+        topic, _, partition = key.rpartition("/")
+        builder = BatchBuilder(
+            compression=_CODECS[chunk.compression],
+            producer_id=producer_id,
+            producer_epoch=epoch,
+            base_sequence=chunk.sequences[key],
+        )
+        for r in records:
+            headers: list[tuple[str, bytes | None]] = list(r.headers)
+            if chunk.lane is not None and lane_of_headers(headers) is None:
+                headers = with_lane_header(headers, chunk.lane)
+            builder.append(r.value, key=r.key, timestamp=r.timestamp, headers=headers)
+        batches[key] = PartitionBatch(topic, int(partition), builder.build(), len(records))
+    return batches
+
+
+class DrainStats:
+    """What the drain did, read by the metrics (plain counters, one writer)."""
+
+    def __init__(self) -> None:
+        self.records_out = 0
+        self.bytes_out = 0
+        self.batches = 0
+        self.requests = 0
+        self.send_errors = 0
+        self.last_error = ""
+        self.last_error_at = 0.0
+        self.undeliverable = 0
+
+
+class Drainer:
+    """The thread draining one stream's spool (see the module docstring).
+
+    ``config()`` gives the stream's current configuration; ``on_commit(offset)`` runs
+    after each chunk is committed (it wakes ``ack_on_broker`` writers).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        spool: Spool,
+        upstream: Upstream,
+        config: Callable[[], StreamConfig],
+        on_commit: Callable[[int], None],
+    ) -> None:
+        self.name = name
+        self.spool = spool
+        self.upstream = upstream
+        self.config = config
+        self.on_commit = on_commit
+        self.stats = DrainStats()
+        self._stop = threading.Event()
+        self._stop_when_empty = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"databus-drain-{name}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, drain_timeout_s: float = 0.0) -> None:
+        """Stop; first keep draining up to ``drain_timeout_s`` while records are left."""
+        self._stop_when_empty.set()
+        self._thread.join(drain_timeout_s)
+        self._stop.set()
+        with self.spool._lock:
+            self.spool._lock.notify_all()
+        self._thread.join()
+
+    @property
+    def idle(self) -> bool:
+        state = self.spool.state
+        return state.pending is None and self.spool.depth_records() == 0
+
+    # -- the loop -------------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                if self._stop_when_empty.is_set() and self.idle:
+                    return
+                if self.spool.state.pending is not None:
+                    self._deliver()
+                    continue
+                self._next_chunk()
+        except Exception:
+            log.exception("the drain of stream %s failed", self.name)
+            raise
+
+    def _next_chunk(self) -> None:
+        state = self.spool.state
+        start = max(state.committed, state.skip_to)
+        if start > state.committed:  # dropped records: nothing of them is in flight
+            state.committed = start
+            self.spool.save_state()
+            self.spool.drained(start)
+        if not self.spool.wait_for_records(start, 0.2):
+            return
+        config = self.config()
+        self._linger(start, config)
+        if self._stop.is_set():
+            return
+        records = self.spool.read(start, self.spool.end_offset, config.batch_bytes * 4)
+        if not records:
+            return
+        chunk = self._journal(records, start, config)
+        if chunk is not None:
+            log.debug("stream %s: chunk %s..%s", self.name, chunk.start, chunk.end)
+
+    def _linger(self, start: int, config: StreamConfig) -> None:
+        """Wait up to ``linger_ms`` for a chunk's worth of records."""
+        deadline = time.monotonic() + config.linger_ms / 1000
+        while not self._stop.is_set() and not self._stop_when_empty.is_set():
+            if self.spool.depth_bytes >= config.batch_bytes or time.monotonic() >= deadline:
+                return
+            time.sleep(min(0.005, max(0.0, deadline - time.monotonic())))
+
+    def _journal(
+        self, records: list[Record], start: int, config: StreamConfig
+    ) -> PendingChunk | None:
+        state = self.spool.state
+        if state.producer_id < 0:
+            identity = self._retrying(self.upstream.new_producer)
+            if identity is None:
+                return None
+            state.producer_id, state.producer_epoch = identity
+            self.spool.save_state()
+        chunk = PendingChunk(
+            start=start,
+            end=start,
+            topic=config.topic,
+            lane=config.lane,
+            partitioner=config.partitioner,
+            compression=config.compression,
+            acks=config.acks,
+            partitions={},
+            sticky=state.chunks,
+            sequences={},
+        )
+        targets = self._targets(records, chunk)
+        if targets is None:
+            return None
+        chunk.partitions = targets
+        planned = plan(records, chunk, config.batch_bytes)
+        chunk.end = planned.end
+        chunk.sequences = {key: state.sequences.get(key, 0) for key in planned.records}
+        state.pending = chunk
+        self.spool.save_state()
+        return chunk
+
+    def _targets(self, records: list[Record], chunk: PendingChunk) -> dict[str, int] | None:
+        """The partition count of every topic the records go to (asked of the brokers,
+        which also make a declared lane's topic on first use); None if stopping."""
+        wanted = sorted({target_of(r, chunk) for r in records})
+        counts: dict[str, int] = {}
+        for topic in wanted:
+            count = self._retrying(partial(self.upstream.partitions, topic))
+            if count is None:
+                return None
+            counts[topic] = count
+        return counts
+
+    def _retrying(self, call: Callable[[], T]) -> T | None:
+        attempt = 0
+        while not self._stop.is_set():
+            try:
+                return call()
+            except MeridianError as error:
+                self._note_error(error.code, str(error))
+                attempt += 1
+                self._stop.wait(self._backoff(attempt, error.code))
+        return None
+
+    # -- delivering the chunk in flight ---------------------------------------------------
+    def _deliver(self) -> None:
+        state = self.spool.state
+        chunk = state.pending
+        assert chunk is not None
+        records = self.spool.read(chunk.start, chunk.end, 1 << 62)
+        planned = plan(records, chunk, None)
+        attempt = 0
+        while not self._stop.is_set():
+            batches = build_batches(planned, chunk, state.producer_id, state.producer_epoch)
+            if not batches:
+                self._commit(chunk, planned)
+                return
+            started = time.monotonic()
+            outcomes = self.upstream.produce(
+                list(batches.values()), acks=chunk.acks, timeout_s=SEND_TIMEOUT_S
+            )
+            self.stats.requests += 1
+            SEND_SECONDS.labels(self.name).observe(time.monotonic() - started)
+            failed = self._settle(batches, outcomes, chunk)
+            if failed is None:
+                continue
+            attempt += 1
+            self._stop.wait(self._backoff(attempt, failed))
+
+    def _settle(
+        self,
+        batches: dict[str, PartitionBatch],
+        outcomes: dict[tuple[str, int], Outcome],
+        chunk: PendingChunk,
+    ) -> int | None:
+        """Mark the written batches; the code to back off for, or None to go on at once."""
+        worst: int | None = None
+        for key, batch in batches.items():
+            outcome = outcomes.get((batch.topic, batch.partition))
+            if outcome is None:
+                worst = ErrorCode.UNKNOWN_SERVER_ERROR
+                continue
+            if outcome.ok:
+                chunk.acked.append(key)
+                self.stats.batches += 1
+                self.stats.records_out += batch.count
+                self.stats.bytes_out += len(batch.data)
+                BATCH_RECORDS.labels(self.name).observe(batch.count)
+                continue
+            code = outcome.error
+            self._note_error(code, outcome.message)
+            if code == ErrorCode.UNKNOWN_PRODUCER_ID:
+                self._new_producer(chunk)
+                return None
+            worst = code if worst is None or not is_retriable(code) else worst
+        return worst
+
+    def _new_producer(self, chunk: PendingChunk) -> None:
+        """The brokers forgot our producer: a new id, sequences from 0, and only the
+        batches not yet written are sent again (journaled before they are)."""
+        state = self.spool.state
+        identity = self._retrying(self.upstream.new_producer)
+        if identity is None:
+            return
+        state.producer_id, state.producer_epoch = identity
+        state.sequences = {}
+        chunk.sequences = {k: 0 for k in chunk.sequences if k not in chunk.acked}
+        self.spool.save_state()
+        log.warning("stream %s: the brokers forgot its producer; now %s", self.name, identity)
+
+    def _commit(self, chunk: PendingChunk, planned: Planned) -> None:
+        state = self.spool.state
+        for key, base in chunk.sequences.items():
+            state.sequences[key] = (base + len(planned.records.get(key, ()))) & 0x7FFFFFFF
+        state.committed = chunk.end
+        state.pending = None
+        state.chunks += 1
+        self.spool.save_state()
+        self.spool.drained(chunk.end)
+        self.on_commit(chunk.end)
+
+    def _note_error(self, code: int, message: str) -> None:
+        self.stats.send_errors += 1
+        self.stats.last_error = f"{_code_name(code)}: {message}"
+        self.stats.last_error_at = time.time()
+        log.info("stream %s: %s", self.name, self.stats.last_error)
+
+    @staticmethod
+    def _backoff(attempt: int, code: int) -> float:
+        ceiling = BACKOFF_MAX_S if is_retriable(code) else 4 * BACKOFF_MAX_S
+        delay: float = min(ceiling, BACKOFF_MIN_S * 2 ** min(attempt, 10))
+        return delay * (0.5 + random.random() / 2)
+
+
+def _code_name(code: int) -> str:
+    try:
+        return ErrorCode.Name(code)  # type: ignore[arg-type]
+    except ValueError:
+        return str(code)

@@ -1,0 +1,228 @@
+"""One stream inside the agent: the write path (validate, make room, spool, acknowledge)
+and its drain.
+
+A write is all of a request's records, accepted together or not at all. Before anything
+is spooled every record is checked: its lane (the write's, or its own ``x-lane``
+header) must be a valid lane name, and its size must fit the topic's largest message
+(``max_record_bytes``, from the control plane). Then room is made in the spool per the
+stream's ``when_full``, the records are appended as one batch of the spool, and the
+write is answered: at once with ``ack_on_spool`` (the spool's ``fsync`` mode decides
+how durable that is), or once the drain has committed it with ``ack_on_broker``.
+
+``WriteError.kind`` names every refusal; the HTTP and gRPC front ends map kinds to their
+statuses in one table each (``KIND_HTTP_STATUS`` here, ``databus.grpc_ingest``).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from databus.config import StreamConfig
+from databus.drain import Drainer
+from databus.metrics import WRITE_SECONDS
+from databus.spool import Spool, SpoolFull, log_config
+from databus.upstream import Upstream
+from lanes.names import InvalidLaneNameError, check_lane_name, lane_of_headers, with_lane_header
+
+Header = tuple[str, bytes | None]
+ACK_ON_BROKER_TIMEOUT_S = 30.0
+RECORD_OVERHEAD = 32  # a record's framing in a batch, at most
+
+KIND_HTTP_STATUS = {
+    "invalid": 400,
+    "unauthenticated": 401,
+    "unknown_stream": 404,
+    "too_large": 413,
+    "spool_full": 429,
+    "unavailable": 503,
+    "timeout": 504,
+}
+
+
+class WriteError(Exception):
+    """A write refused (nothing of it spooled), or not confirmed in time (``timeout``:
+    it is spooled and will be delivered)."""
+
+    def __init__(self, kind: str, message: str, *, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.retry_after_s = retry_after_s
+
+
+@dataclass(slots=True)
+class WriteRecord:
+    key: bytes | None
+    value: bytes | None
+    headers: list[Header] = field(default_factory=list)
+    timestamp_ms: int | None = None
+
+
+@dataclass
+class StreamCounters:
+    records_in: int = 0
+    bytes_in: int = 0
+    writes: int = 0
+    rejected: int = 0
+
+
+class Stream:
+    """One stream: its spool, its drain and its write path (see the module docstring)."""
+
+    def __init__(
+        self,
+        config: StreamConfig,
+        max_record_bytes: int,
+        directory: Path,
+        upstream: Upstream,
+    ) -> None:
+        self.name = config.name
+        self.config = config
+        self.max_record_bytes = max_record_bytes
+        self.accepting = True
+        self.counters = StreamCounters()
+        self.spool = Spool(directory, self._log_config(config))
+        self._committed = threading.Condition()
+        self.drainer = Drainer(
+            config.name, self.spool, upstream, lambda: self.config, self._on_commit
+        )
+        self.drainer.start()
+
+    @staticmethod
+    def _log_config(config: StreamConfig):  # type: ignore[no-untyped-def]
+        return log_config(config.fsync, config.fsync_interval_ms, config.spool_max_bytes)
+
+    def reconfigure(self, config: StreamConfig, max_record_bytes: int) -> None:
+        """Take a new configuration: the next write and the next chunk use it."""
+        self.spool.update_config(self._log_config(config))
+        self.config = config
+        self.max_record_bytes = max_record_bytes
+        self.accepting = True
+
+    # -- writing --------------------------------------------------------------------------
+    def write(self, records: list[WriteRecord], lane: str | None, now_ms: int | None = None) -> int:
+        """Spool a write (see the module docstring); the number of records accepted."""
+        started = time.monotonic()
+        config = self.config
+        if not self.accepting:
+            raise WriteError("unknown_stream", f"no stream {self.name!r} in the configuration")
+        if not records:
+            raise WriteError("invalid", "a write needs at least one record")
+        now = time.time_ns() // 1_000_000 if now_ms is None else now_ms
+        rows, size = self._checked(records, lane, config)
+        try:
+            self.spool.reserve(
+                size,
+                when_full=config.when_full,
+                max_bytes=config.spool_max_bytes,
+                timeout_s=config.block_timeout_ms / 1000,
+            )
+        except SpoolFull as full:
+            self.counters.rejected += len(records)
+            raise WriteError("spool_full", str(full), retry_after_s=1.0) from None
+        _, end = self.spool.append(rows, now)
+        self.counters.writes += 1
+        self.counters.records_in += len(rows)
+        self.counters.bytes_in += size
+        if config.delivery == "ack_on_broker":
+            self._wait_committed(end)
+        WRITE_SECONDS.labels(self.name, config.delivery).observe(time.monotonic() - started)
+        return len(rows)
+
+    def _checked(
+        self, records: list[WriteRecord], lane: str | None, config: StreamConfig
+    ) -> tuple[list[tuple[bytes | None, bytes | None, list[Header], int | None]], int]:
+        if lane:
+            try:
+                check_lane_name(lane)
+            except InvalidLaneNameError as err:
+                raise WriteError("invalid", str(err)) from None
+        rows = []
+        total = 0
+        for index, record in enumerate(records):
+            headers = record.headers
+            try:
+                own = lane_of_headers(headers)
+            except InvalidLaneNameError as err:
+                raise WriteError("invalid", f"record {index}: {err}") from None
+            if lane and own is None:
+                headers = with_lane_header(headers, lane)
+            key = record.key
+            if key is None and config.key_field is not None:
+                key = key_from_value(record.value, config.key_field)
+            size = RECORD_OVERHEAD + len(key or b"") + len(record.value or b"")
+            size += sum(len(k.encode()) + len(v or b"") + 10 for k, v in headers)
+            if size > self.max_record_bytes:
+                raise WriteError(
+                    "too_large",
+                    f"record {index} is {size} bytes; topic {config.topic} takes at most "
+                    f"{self.max_record_bytes}",
+                )
+            rows.append((key, record.value, headers, record.timestamp_ms))
+            total += size
+        return rows, total
+
+    def _on_commit(self, offset: int) -> None:
+        with self._committed:
+            self._committed.notify_all()
+
+    def _wait_committed(self, end: int) -> None:
+        deadline = time.monotonic() + ACK_ON_BROKER_TIMEOUT_S
+        with self._committed:
+            while self.spool.state.committed < end:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise WriteError(
+                        "timeout",
+                        "spooled, but the brokers did not take it in time; it will be "
+                        "delivered (do not write it again)",
+                    )
+                self._committed.wait(min(left, 0.5))
+
+    # -- state ----------------------------------------------------------------------------
+    def snapshot(self, now_ms: int) -> dict[str, float | int | str]:
+        stats = self.drainer.stats
+        return {
+            "records_in": self.counters.records_in,
+            "records_out": stats.records_out,
+            "bytes_in": self.counters.bytes_in,
+            "bytes_out": stats.bytes_out,
+            "spool_records": self.spool.depth_records(),
+            "spool_bytes": self.spool.depth_bytes,
+            "spool_age_s": round(self.spool.oldest_age_s(now_ms), 3),
+            "dropped": self.spool.dropped_records,
+            "rejected": self.counters.rejected,
+            "rejected_records": self.counters.rejected,
+            "dropped_records": self.spool.dropped_records,
+            "broker_requests": stats.requests,
+            "send_errors": stats.send_errors,
+        }
+
+    def close(self, drain_timeout_s: float = 0.0) -> None:
+        self.accepting = False
+        self.drainer.stop(drain_timeout_s)
+        self.spool.close()
+
+
+def key_from_value(value: bytes | None, path: str) -> bytes | None:
+    """The key taken from field ``path`` of a JSON object value (None if absent): a
+    string as its UTF-8 bytes, another JSON value as its compact JSON text."""
+    if not value or value[:1] != b"{":
+        return None
+    try:
+        node: object = json.loads(value)
+    except (ValueError, RecursionError):
+        return None
+    for part in path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    if node is None:
+        return None
+    if isinstance(node, str):
+        return node.encode()
+    return json.dumps(node, separators=(",", ":")).encode()
