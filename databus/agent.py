@@ -149,6 +149,8 @@ class Agent:
     def close(self, drain_timeout_s: float = 5.0) -> None:
         """Stop taking writes, drain for up to ``drain_timeout_s``, then stop."""
         with self._apply_lock:
+            if self._lock_fd < 0:
+                return
             for stream in self.streams.values():
                 stream.accepting = False
             deadline = time.monotonic() + drain_timeout_s
@@ -156,6 +158,7 @@ class Agent:
                 stream.close(max(0.0, deadline - time.monotonic()))
             self.upstream.close()
             os.close(self._lock_fd)
+            self._lock_fd = -1
 
 
 def _max_record_bytes(resolved: object) -> int:

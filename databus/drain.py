@@ -181,14 +181,15 @@ class Drainer:
         self._stop_when_empty.set()
         self._thread.join(drain_timeout_s)
         self._stop.set()
-        with self.spool._lock:
-            self.spool._lock.notify_all()
+        with self.spool.lock:
+            self.spool.lock.notify_all()
         self._thread.join()
 
     @property
     def idle(self) -> bool:
         state = self.spool.state
-        return state.pending is None and self.spool.depth_records() == 0
+        spool = self.spool
+        return state.pending is None and spool.depth_records() == 0 and spool.depth_bytes == 0
 
     # -- the loop -------------------------------------------------------------------------
     def _run(self) -> None:
@@ -261,7 +262,10 @@ class Drainer:
         planned = plan(records, chunk, config.batch_bytes)
         chunk.end = planned.end
         chunk.sequences = {key: state.sequences.get(key, 0) for key in planned.records}
-        state.pending = chunk
+        with self.spool.lock:  # ``drop_oldest`` takes it too: no drop inside the chunk
+            if max(state.skip_to, state.committed) > start:
+                return None  # records at its start were dropped meanwhile: plan again
+            state.pending = chunk
         self.spool.save_state()
         return chunk
 
@@ -321,6 +325,7 @@ class Drainer:
     ) -> int | None:
         """Mark the written batches; the code to back off for, or None to go on at once."""
         worst: int | None = None
+        forgotten = False
         for key, batch in batches.items():
             outcome = outcomes.get((batch.topic, batch.partition))
             if outcome is None:
@@ -336,9 +341,11 @@ class Drainer:
             code = outcome.error
             self._note_error(code, outcome.message)
             if code == ErrorCode.UNKNOWN_PRODUCER_ID:
-                self._new_producer(chunk)
-                return None
+                forgotten = True
             worst = code if worst is None or not is_retriable(code) else worst
+        if forgotten:  # only once every written batch is marked, so none is sent again
+            self._new_producer(chunk)
+            return None
         return worst
 
     def _new_producer(self, chunk: PendingChunk) -> None:

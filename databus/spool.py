@@ -20,7 +20,9 @@ Dropping (``drop_oldest``) moves ``skip_to`` past whole writes at the front of w
 not yet in flight; disk space returns as the drain passes whole segments (``trim``).
 
 Thread safety: ``append`` may be called from many threads (the log serialises them);
-the drain state belongs to the stream's drainer; the accounting takes ``_lock``.
+the drain state belongs to the stream's drainer, except ``skip_to``, which
+``drop_oldest`` moves: both take ``lock`` to change or check it against ``pending``;
+the accounting takes ``lock`` too.
 """
 
 from __future__ import annotations
@@ -119,7 +121,7 @@ class Spool:
         self.log = PartitionLog.open(self.directory / "log", config)
         self._state_path = self.directory / DRAIN_FILE
         self.state = self._load_state()
-        self._lock = threading.Condition()
+        self.lock = threading.Condition()
         # (end offset, bytes) of each write not yet drained or dropped, oldest first
         self._writes: deque[tuple[int, int]] = deque()
         self.depth_bytes = 0
@@ -148,18 +150,18 @@ class Spool:
         data = builder.build()
         info = self.log.append(data)
         end = info.last_offset + 1
-        with self._lock:
+        with self.lock:
             self._writes.append((end, len(data)))
             self._oldest_ms.append((end, now_ms))
             self.depth_bytes += len(data)
-            self._lock.notify_all()
+            self.lock.notify_all()
         return info.base_offset, end
 
     def reserve(self, size: int, *, when_full: str, max_bytes: int, timeout_s: float) -> None:
         """Wait (``block``), refuse (``reject``) or drop (``drop_oldest``) until ``size``
         more bytes fit under ``max_bytes``; raises ``SpoolFull`` when they don't."""
         deadline = time.monotonic() + timeout_s
-        with self._lock:
+        with self.lock:
             while self.depth_bytes and self.depth_bytes + size > max_bytes:
                 if when_full == "drop_oldest" and self._drop_oldest_locked():
                     continue
@@ -167,7 +169,7 @@ class Spool:
                 if when_full != "block" or left <= 0:
                     reason = "timed out waiting for room" if when_full == "block" else when_full
                     raise SpoolFull(reason, self.depth_bytes, max_bytes)
-                self._lock.wait(min(left, 0.5))
+                self.lock.wait(min(left, 0.5))
 
     def _drop_oldest_locked(self) -> bool:
         """Drop the oldest write not in flight; False when every write is in flight."""
@@ -199,33 +201,33 @@ class Spool:
 
     def wait_for_records(self, after: int, timeout_s: float) -> bool:
         """Whether records at or above ``after`` exist, waiting up to ``timeout_s``."""
-        with self._lock:
+        with self.lock:
             if self.end_offset > after:
                 return True
-            self._lock.wait(timeout_s)
+            self.lock.wait(timeout_s)
             return self.end_offset > after
 
     def drained(self, committed: int) -> None:
         """Records below ``committed`` reached their topic: forget their accounting,
         wake writers waiting for room, and give whole drained segments back."""
-        with self._lock:
+        with self.lock:
             while self._writes and self._writes[0][0] <= committed:
                 self.depth_bytes -= self._writes.popleft()[1]
             while self._oldest_ms and self._oldest_ms[0][0] <= committed:
                 self._oldest_ms.popleft()
-            self._lock.notify_all()
+            self.lock.notify_all()
         self.log.advance_log_start_offset(committed)
         self.log.maybe_flush()
 
     def oldest_age_s(self, now_ms: int) -> float:
-        with self._lock:
+        with self.lock:
             return max(0.0, (now_ms - self._oldest_ms[0][1]) / 1000) if self._oldest_ms else 0.0
 
     def depth_records(self) -> int:
         return max(0, self.end_offset - max(self.state.committed, self.state.skip_to))
 
     def _rebuild_accounting(self) -> None:
-        start = self.state.committed
+        start = max(self.state.committed, self.state.skip_to)
         now = time.time_ns() // 1_000_000
         for base, header in self.log.batch_headers(start):
             end = base + header.last_offset_delta + 1

@@ -1,0 +1,171 @@
+"""The drain, on an in-memory cluster with the brokers' idempotence rules: order per key,
+lanes, and exactly once across failures, a lost producer and a kill between the journal
+and the acknowledgement (simulated by closing the agent without draining)."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Callable
+
+import pytest
+
+from databus.agent import Agent
+from databus.stream import WriteError, WriteRecord
+from databus.upstream import MemoryUpstream
+from dataplane.errors import ErrorCode
+from dataplane.hashing import partition_for_key
+from tests.databus.conftest import config, wait_until
+
+
+def values(cluster: MemoryUpstream, topic: str) -> list[bytes]:
+    return [v for (t, _), log in sorted(cluster.logs.items()) if t == topic for _, v, _ in log]
+
+
+def drained(agent: Agent) -> bool:
+    return all(s.drainer.idle for s in agent.streams.values())
+
+
+def test_records_land_by_key_in_order(
+    make_agent: Callable[..., Agent], cluster: MemoryUpstream
+) -> None:
+    agent = make_agent(clicks={"topic": "acme.clicks", "linger_ms": 1})
+    for i in range(300):
+        agent.write("clicks", [WriteRecord(b"k%d" % (i % 5), b"%d" % i)], None)
+    wait_until(lambda: drained(agent))
+    for key in range(5):
+        partition = partition_for_key(b"k%d" % key, 3)
+        seen = [int(v) for k, v, _ in cluster.logs[("acme.clicks", partition)] if k == b"k%d" % key]
+        assert seen == [i for i in range(300) if i % 5 == key]
+    assert sorted(int(v) for v in values(cluster, "acme.clicks")) == list(range(300))
+
+
+def test_lanes_route_to_lane_topics_and_keep_the_header(
+    make_agent: Callable[..., Agent], cluster: MemoryUpstream
+) -> None:
+    agent = make_agent(
+        clicks={"topic": "acme.clicks", "linger_ms": 1}, ppe={"topic": "acme.clicks", "lane": "ppe"}
+    )
+    agent.write("clicks", [WriteRecord(None, b"trunk")], None)
+    agent.write("clicks", [WriteRecord(None, b"by-write")], "ppe")
+    agent.write("clicks", [WriteRecord(None, b"by-header", [("x-lane", b"ppe")])], None)
+    agent.write("ppe", [WriteRecord(None, b"by-stream")], None)
+    wait_until(lambda: drained(agent))
+    assert values(cluster, "acme.clicks") == [b"trunk"]
+    assert sorted(values(cluster, "acme.clicks~ppe")) == [b"by-header", b"by-stream", b"by-write"]
+    for log in (log for (t, _), log in cluster.logs.items() if t == "acme.clicks~ppe"):
+        for _, _, headers in log:
+            assert [h for h in headers if h[0] == "x-lane"] == [("x-lane", b"ppe")]
+
+
+def test_a_kill_between_journal_and_acknowledgement_resends_without_duplicates(
+    make_agent: Callable[..., Agent], cluster: MemoryUpstream
+) -> None:
+    """Partition 0 takes the chunk, the others fail; the agent then stops without
+    draining (its journal says the chunk is in flight). Started again, it resends the
+    same batches: the written one is a duplicate, the others land once."""
+    agent = make_agent(
+        clicks={"topic": "acme.clicks", "linger_ms": 1, "partitioner": "round_robin"}
+    )
+    for tp in (("acme.clicks", 1), ("acme.clicks", 2)):
+        cluster.fail_next[tp] = [ErrorCode.NOT_LEADER_OR_FOLLOWER] * 1000
+    agent.write("clicks", [WriteRecord(None, b"%d" % i) for i in range(30)], None)
+    wait_until(lambda: cluster.logs[("acme.clicks", 0)], what="partition 0 written")
+    assert agent.streams["clicks"].spool.state.pending is not None
+    agent.close(0)
+    journal = json.loads((agent.data_dir / "streams" / "clicks" / "drain.json").read_bytes())
+    assert journal["pending"]["start"] == 0
+    assert journal["pending"]["end"] == 30
+    cluster.fail_next.clear()
+    again = make_agent()
+    wait_until(lambda: drained(again))
+    got = values(cluster, "acme.clicks")
+    assert sorted(int(v) for v in got) == list(range(30))
+    assert len(got) == 30
+
+
+def test_a_forgotten_producer_gets_a_new_id_and_nothing_twice(
+    make_agent: Callable[..., Agent], cluster: MemoryUpstream
+) -> None:
+    agent = make_agent(
+        clicks={"topic": "acme.clicks", "linger_ms": 1, "partitioner": "round_robin"}
+    )
+    agent.write("clicks", [WriteRecord(None, b"a%d" % i) for i in range(6)], None)
+    wait_until(lambda: drained(agent))
+    first = agent.streams["clicks"].spool.state.producer_id
+    cluster.fail_next[("acme.clicks", 2)] = [ErrorCode.UNKNOWN_PRODUCER_ID]
+    agent.write("clicks", [WriteRecord(None, b"b%d" % i) for i in range(6)], None)
+    wait_until(lambda: drained(agent))
+    assert agent.streams["clicks"].spool.state.producer_id != first
+    agent.write("clicks", [WriteRecord(None, b"c%d" % i) for i in range(6)], None)
+    wait_until(lambda: drained(agent))
+    counts = Counter(values(cluster, "acme.clicks"))
+    assert set(counts.values()) == {1}
+    assert len(counts) == 18
+
+
+def test_a_live_topic_change_applies_from_the_next_chunk(
+    make_agent: Callable[..., Agent], cluster: MemoryUpstream
+) -> None:
+    agent = make_agent(clicks={"topic": "acme.clicks", "linger_ms": 1})
+    agent.write("clicks", [WriteRecord(b"k", b"before")], None)
+    wait_until(lambda: drained(agent))
+    stream = agent.streams["clicks"]
+    agent.apply(
+        config(2, clicks={"topic": "acme.other", "linger_ms": 1, "compression": "zstd"}), {}
+    )
+    assert agent.streams["clicks"] is stream  # the same stream, not restarted
+    agent.write("clicks", [WriteRecord(b"k", b"after")], None)
+    wait_until(lambda: drained(agent))
+    assert values(cluster, "acme.clicks") == [b"before"]
+    assert values(cluster, "acme.other") == [b"after"]
+
+
+@pytest.mark.parametrize("when_full", ["reject", "block"])
+def test_a_full_spool_refuses_and_counts(
+    make_agent: Callable[..., Agent], cluster: MemoryUpstream, when_full: str
+) -> None:
+    cluster.down = True
+    agent = make_agent(
+        clicks={
+            "topic": "acme.clicks",
+            "spool_max_bytes": 1024 * 1024,
+            "when_full": when_full,
+            "block_timeout_ms": 100,
+        }
+    )
+    record = [WriteRecord(None, b"x" * 60_000)]
+    accepted = 0
+    refusal: WriteError | None = None
+    for _ in range(100):
+        try:
+            agent.write("clicks", record, None)
+        except WriteError as err:
+            refusal = err
+            break
+        accepted += 1
+    assert refusal is not None
+    assert refusal.kind == "spool_full"
+    assert 10 <= accepted < 20
+    assert agent.stats()["clicks"]["rejected"] == 1
+    cluster.down = False
+    wait_until(lambda: drained(agent), 20)
+    assert len(values(cluster, "acme.clicks")) == accepted
+    agent.write("clicks", record, None)  # room again
+
+
+def test_drop_oldest_makes_room_and_counts_what_it_dropped(
+    make_agent: Callable[..., Agent], cluster: MemoryUpstream
+) -> None:
+    cluster.down = True
+    agent = make_agent(
+        clicks={"topic": "acme.clicks", "spool_max_bytes": 1024 * 1024, "when_full": "drop_oldest"}
+    )
+    for i in range(40):
+        agent.write("clicks", [WriteRecord(None, b"%03d" % i + b"x" * 60_000)], None)
+    dropped = agent.stats()["clicks"]["dropped"]
+    assert dropped > 0
+    cluster.down = False
+    wait_until(lambda: drained(agent), 20)
+    got = sorted(int(v[:3]) for v in values(cluster, "acme.clicks"))
+    assert got == list(range(dropped, 40))  # nothing was in flight: the oldest went
