@@ -37,6 +37,7 @@ PROCESS_LAUNCHERS = (
     "tests.support.replication",
     "tests.support.controlplane",
     "tests.support.demo",
+    "tests.support.databus",
 )
 
 
