@@ -14,11 +14,11 @@ Every option has an environment variable (``MERIDIAN_DATABUS_*``, and the CLI's
 
 Applications write to ``--http`` (default 127.0.0.1:8470), ``--grpc`` (127.0.0.1:8471)
 and the unix socket ``--socket`` (default ``<data dir>/databus.sock``), presenting the
-ingest token kept in ``<data dir>/ingest-token`` (made, private, at first start; or
-``MERIDIAN_DATABUS_INGEST_TOKEN``). SIGTERM or SIGINT stops taking writes, drains for
-up to ``--drain-timeout`` seconds and exits; what is left stays spooled for the next
-start. Under ``./dev run`` the agent also stops when its supervisor dies
-(``dataplane.lifeline``).
+ingest token kept in ``--ingest-token-file`` (default ``<data dir>/ingest-token``; made,
+private, at first start) or given in ``MERIDIAN_DATABUS_INGEST_TOKEN``. SIGTERM or
+SIGINT stops taking writes, drains for up to ``--drain-timeout`` seconds and exits;
+what is left stays spooled for the next start. Under ``./dev run`` the agent also stops
+when its supervisor dies (``dataplane.lifeline``).
 """
 
 from __future__ import annotations
@@ -68,6 +68,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--http", default=_env("MERIDIAN_DATABUS_HTTP", "127.0.0.1:8470"))
     p.add_argument("--grpc", default=_env("MERIDIAN_DATABUS_GRPC", "127.0.0.1:8471"))
     p.add_argument("--socket", default=_env("MERIDIAN_DATABUS_SOCKET"))
+    p.add_argument("--ingest-token-file", default=_env("MERIDIAN_DATABUS_INGEST_TOKEN_FILE"))
     p.add_argument(
         "--drain-timeout",
         type=float,
@@ -98,11 +99,10 @@ def _credentials(args: argparse.Namespace) -> TokenSource | None:
     return ClientCredentials(args.token_url, args.client_id, secret)
 
 
-def _ingest_token(data_dir: Path) -> str:
+def _ingest_token(path: Path) -> str:
     given = os.environ.get("MERIDIAN_DATABUS_INGEST_TOKEN")
     if given:
         return given
-    path = data_dir / TOKEN_FILE
     create_file(path, secrets.token_urlsafe(32).encode(), private=True)
     return path.read_text().strip()
 
@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
             ConfigWatcher(agent, control_plane, args.config),
             Heartbeat(agent, control_plane, args.heartbeat_interval),
         ]
-    token = _ingest_token(data_dir)
+    token = _ingest_token(Path(args.ingest_token_file or data_dir / TOKEN_FILE))
     REGISTRY.register(AgentCollector(agent.stats, lambda: agent.version))
     http = IngestServer(_host_port(args.http), agent, token, REGISTRY)
     http.start()

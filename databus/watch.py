@@ -39,6 +39,18 @@ from dataplane.errors import MeridianError
 log = logging.getLogger(__name__)
 
 WAIT_S = 25
+# The per-stream figures a heartbeat reports (the control plane takes exactly these).
+HEARTBEAT_STATS = (
+    "records_in",
+    "records_out",
+    "bytes_in",
+    "bytes_out",
+    "spool_records",
+    "spool_bytes",
+    "spool_age_s",
+    "dropped",
+    "rejected",
+)
 BACKOFF_MAX_S = 30.0
 
 
@@ -165,7 +177,10 @@ class Heartbeat:
             "hostname": socket.gethostname()[:200],
             "pid": os.getpid(),
             "started_at": datetime.fromtimestamp(self.agent.started_at, UTC).isoformat(),
-            "stats": self.agent.stats(),
+            "stats": {
+                name: {key: stats[key] for key in HEARTBEAT_STATS}
+                for name, stats in self.agent.stats().items()
+            },
         }
         status, _, answer = self.cp.call("POST", "/api/v1/databus-agents/heartbeat", body)
         if status == 200 and isinstance(answer, dict):
