@@ -10,6 +10,7 @@ urlpatterns = [
     path("api/v1/", include("controlplane.regions.api.urls")),
     path("api/v1/", include("controlplane.topics.api.urls")),
     path("api/v1/", include("controlplane.lanes.api.urls")),
+    path("api/v1/", include("controlplane.databus.api.urls")),
     # Before groups: a group id may hold '/', so the groups' detail route would take
     # ".../metrics" for an id.
     path("api/v1/", include("controlplane.metrics.api.urls")),

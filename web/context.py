@@ -23,6 +23,7 @@ SECTIONS = (
     ("Topics", "web:topic-list"),
     ("Consumer groups", "web:group-list"),
     ("Lanes", "web:lane-list"),
+    ("Databus", "web:databus-list"),
     ("Service accounts", "web:service-account-list"),
     ("ACLs", "web:acl-list"),
     ("Members", "web:member-list"),

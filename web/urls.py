@@ -7,6 +7,7 @@ from web.views import (
     audit,
     charts,
     dashboard,
+    databus,
     groups,
     home,
     lanes,
@@ -24,6 +25,8 @@ ACCOUNTS = "t/<slug:tenant>/service-accounts/"
 ACCOUNT = ACCOUNTS + "<str:account>/"
 LANES = "t/<slug:tenant>/lanes/"
 LANE = LANES + "<str:lane>/"
+DATABUS = "t/<slug:tenant>/databus/"
+DATABUS_CONFIG = DATABUS + "<str:config>/"
 
 urlpatterns = [
     path("", home.index, name="index"),
@@ -56,6 +59,10 @@ urlpatterns = [
     path(LANE, lanes.lane_detail, name="lane-detail"),
     path(LANE + "edit/", lanes.lane_edit, name="lane-edit"),
     path(LANE + "delete/", lanes.lane_delete, name="lane-delete"),
+    path(DATABUS, databus.config_list, name="databus-list"),
+    path(DATABUS_CONFIG, databus.config_detail, name="databus-detail"),
+    path(DATABUS_CONFIG + "edit/", databus.config_edit, name="databus-edit"),
+    path(DATABUS_CONFIG + "delete/", databus.config_delete, name="databus-delete"),
     path("t/<slug:tenant>/acls/", acls.acl_list, name="acl-list"),
     path("t/<slug:tenant>/acls/grant/", acls.acl_grant, name="acl-grant"),
     path("t/<slug:tenant>/acls/<int:acl>/operations/", acls.acl_operations, name="acl-operations"),

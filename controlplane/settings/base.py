@@ -22,6 +22,7 @@ INSTALLED_APPS = [
     "controlplane.provisioning",
     "controlplane.groups",
     "controlplane.metrics",
+    "controlplane.databus",
 ]
 
 # The console's session, CSRF and sign-in middleware join these in settings/console.py.

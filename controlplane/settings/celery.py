@@ -27,6 +27,8 @@ RECONCILE_INTERVAL_S = env("MERIDIAN_RECONCILE_INTERVAL_S", 30.0, float)
 METRICS_INTERVAL_S = env("MERIDIAN_METRICS_INTERVAL_S", 10.0, float)
 # Idle lanes and lane topics are collected once per interval (their TTL is hours or days).
 LANES_GC_INTERVAL_S = env("MERIDIAN_LANES_GC_INTERVAL_S", 60.0, float)
+# Databus agents silent for days are forgotten; an hourly pass is fine enough.
+DATABUS_FORGET_INTERVAL_S = env("MERIDIAN_DATABUS_FORGET_INTERVAL_S", 3600.0, float)
 
 # The beat schedule, in one place.
 CELERY_BEAT_SCHEDULE = {
@@ -49,6 +51,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "lanes.collect_idle_lanes",
         "schedule": LANES_GC_INTERVAL_S,
         "options": {"expires": LANES_GC_INTERVAL_S},
+    },
+    "databus.forget_silent_agents": {
+        "task": "databus.forget_silent_agents",
+        "schedule": DATABUS_FORGET_INTERVAL_S,
+        "options": {"expires": DATABUS_FORGET_INTERVAL_S},
     },
     "metrics.collect_metrics": {
         "task": "metrics.collect_metrics",

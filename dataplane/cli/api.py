@@ -1,5 +1,5 @@
 """A small client of the control plane's REST API, for the commands whose objects live
-there (lanes), not on the brokers.
+there (lanes, Databus configurations and agents), not on the brokers.
 
 Standard library only (``urllib``): the SDK distribution gains no dependency. Requests
 carry the same bearer token the CLI gives the brokers (``--token``, or a token of
@@ -66,8 +66,10 @@ class Api:
     def post(self, path: str, body: Mapping[str, Any]) -> Any:
         return self.call("POST", path, body=body)
 
-    def patch(self, path: str, body: Mapping[str, Any]) -> Any:
-        return self.call("PATCH", path, body=body)
+    def patch(
+        self, path: str, body: Mapping[str, Any], query: Mapping[str, str] | None = None
+    ) -> Any:
+        return self.call("PATCH", path, query=query, body=body)
 
     def delete(self, path: str, query: Mapping[str, str] | None = None) -> Any:
         return self.call("DELETE", path, query=query)
@@ -149,6 +151,10 @@ def _strings(value: Any) -> list[str]:
         return []  # a detail value (``name=...``), not a message
     if isinstance(value, list):
         return [m for item in value for m in ([item] if isinstance(item, str) else _strings(item))]
-    if isinstance(value, dict):
-        return [m for item in value.values() for m in _strings(item)]
+    if isinstance(value, dict):  # per item index, or per field within the field
+        return [
+            m if str(key).isdigit() else f"{key}: {m}"
+            for key, item in value.items()
+            for m in _strings(item)
+        ]
     return []

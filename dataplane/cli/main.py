@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from dataplane.cli import groups, lanes, topics
+from dataplane.cli import databus, groups, lanes, topics
 from dataplane.cli.api import DEFAULT_API_URL
 from dataplane.cli.base import DEFAULT_BOOTSTRAP, Settings, credentials_from, fail, reporting
 from dataplane.cli.consume import consume
@@ -19,7 +19,7 @@ app = typer.Typer(
     name="meridian",
     help=(
         "Produce, consume and inspect topics and consumer groups of a Meridian cluster; "
-        "manage a tenant's lanes."
+        "manage a tenant's lanes and Databus configurations."
     ),
     no_args_is_help=True,
     add_completion=False,
@@ -29,6 +29,16 @@ topics_app = typer.Typer(help="List, create, describe and delete topics.", no_ar
 groups_app = typer.Typer(help="List and describe consumer groups.", no_args_is_help=True)
 lanes_app = typer.Typer(
     help="List, create, describe and delete a tenant's lanes (the control plane's REST API).",
+    no_args_is_help=True,
+)
+databus_app = typer.Typer(
+    help="A tenant's Databus configurations and the agents running them (the control "
+    "plane's REST API).",
+    no_args_is_help=True,
+)
+databus_configs_app = typer.Typer(
+    help="List, describe, apply (create or update from a JSON file) and delete Databus "
+    "configurations.",
     no_args_is_help=True,
 )
 
@@ -72,7 +82,7 @@ def options(
         typer.Option(
             "--api",
             envvar="MERIDIAN_API_URL",
-            help="The control plane's REST API, http(s)://host:port (lanes).",
+            help="The control plane's REST API, http(s)://host:port (lanes, databus).",
         ),
     ] = DEFAULT_API_URL,
 ) -> None:
@@ -99,6 +109,13 @@ lanes_app.command("describe")(reporting(lanes.describe))
 lanes_app.command("delete")(reporting(lanes.delete))
 app.add_typer(groups_app, name="groups")
 app.add_typer(lanes_app, name="lanes")
+databus_configs_app.command("list")(reporting(databus.list_configs))
+databus_configs_app.command("describe")(reporting(databus.describe))
+databus_configs_app.command("apply")(reporting(databus.apply))
+databus_configs_app.command("delete")(reporting(databus.delete))
+databus_app.add_typer(databus_configs_app, name="configs")
+databus_app.command("agents")(reporting(databus.list_agents))
+app.add_typer(databus_app, name="databus")
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -2,7 +2,7 @@
 that a new endpoint is covered the day it is added.
 
 Tenant ``acme`` owns a topic, a topic ACL entry, a service account, a member, a lane,
-audit events and a quota.
+a Databus configuration and agent, audit events and a quota.
 A tenant-admin of ``beta`` (the strongest tenant role) then calls every operation:
 - no list answer names anything of ``acme``, with or without ``?tenant=acme``;
 - every operation on an ``acme`` object answers exactly as it does for an object that
@@ -24,6 +24,8 @@ from controlplane.accounts import services as accounts
 from controlplane.core.actors import Actor
 from controlplane.core.audit import snapshot
 from controlplane.core.models import AuditEvent
+from controlplane.databus import services as databus
+from controlplane.databus.models import DatabusAgent, DatabusConfig
 from controlplane.lanes.models import Lane
 from controlplane.lanes.services import create_lane
 from controlplane.lanes.services import snapshot as lane_snapshot
@@ -39,6 +41,8 @@ SECRET_TOPIC = "secret-orders"
 SECRET_ACCOUNT = "secret-app"
 SECRET_MEMBER = "secret-person"
 SECRET_LANE = "secret-lane"
+SECRET_CONFIG = "secret-config"
+SECRET_AGENT = "5ec7e7a9-0000-4000-8000-000000000001"
 # Path parameters: for each, the value of acme's object and one that exists nowhere.
 _PARAM = re.compile(r"\{(\w+)\}")
 
@@ -57,6 +61,12 @@ def world(db: None, local_identity: Any) -> dict[str, Any]:
         acme, username=SECRET_MEMBER, email="secret@acme.test", role="viewer", actor=operator
     )
     create_lane(acme, name=SECRET_LANE, actor=operator)
+    document = {"streams": {"s": {"topic": topic.full_name}}}
+    databus.create_databus_config(acme, name=SECRET_CONFIG, document=document, actor=operator)
+    databus.record_agent_heartbeat(
+        acme, agent_id=SECRET_AGENT, config_name=SECRET_CONFIG, version=1, hostname="h",
+        pid=1, started_at=topic.created_at, stats={}, principal="p",
+    )  # fmt: skip
     event = AuditEvent.objects.filter(tenant_slug="acme").first()
     assert event is not None
     return {
@@ -69,6 +79,8 @@ def world(db: None, local_identity: Any) -> dict[str, Any]:
             "members": str(member.pk),
             "audit-events": str(event.pk),
             "lanes": SECRET_LANE,
+            "databus-configs": SECRET_CONFIG,
+            "databus-agents": SECRET_AGENT,
         },
         "missing_values": {
             "tenants": "zzzz",
@@ -79,6 +91,8 @@ def world(db: None, local_identity: Any) -> dict[str, Any]:
             "members": "999999",
             "audit-events": "999999",
             "lanes": "zzzz-lane",
+            "databus-configs": "zzzz-config",
+            "databus-agents": "5ec7e7a9-0000-4000-8000-000000000002",
         },
         "token": token_for(local_identity, roles={"beta": "tenant-admin"}, username="mallory"),
     }
@@ -121,6 +135,8 @@ def _acme_state() -> Any:
         [snapshot(q) for q in Quota.objects.filter(tenant__slug="acme")],
         [snapshot(a) for a in TopicAcl.objects.filter(topic__tenant__slug="acme")],
         [lane_snapshot(lane) for lane in Lane.objects.filter(tenant__slug="acme")],
+        [snapshot(c) for c in DatabusConfig.objects.filter(tenant__slug="acme")],
+        [snapshot(a) for a in DatabusAgent.objects.filter(tenant__slug="acme")],
         sorted(
             accounts.ServiceAccount.objects.filter(tenant__slug="acme").values_list(
                 "client_id", "role", "secret_hash"
@@ -130,7 +146,10 @@ def _acme_state() -> Any:
 
 
 def _leaks(text: str) -> list[str]:
-    secrets = ("acme", SECRET_TOPIC, SECRET_ACCOUNT, SECRET_MEMBER, SECRET_LANE)
+    secrets = (
+        "acme", SECRET_TOPIC, SECRET_ACCOUNT, SECRET_MEMBER, SECRET_LANE, SECRET_CONFIG,
+        SECRET_AGENT,
+    )  # fmt: skip
     return [s for s in secrets if s in text]
 
 

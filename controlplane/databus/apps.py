@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class DatabusConfig(AppConfig):
+    name = "controlplane.databus"
+    label = "databus"
