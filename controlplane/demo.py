@@ -7,7 +7,10 @@ creates a region with one cluster of three local brokers (the controller's local
 provisioner starts them, with authentication on: they verify the local issuer's tokens),
 a tenant ``demo``, the topic ``demo.orders`` (three replicas per partition), the lane
 ``ppe`` and a service account; produces to the topic (acks=all) and consumes it with the
-SDK as that service account, and prints the API URL, tokens and CLI commands.
+SDK as that service account; starts a Databus agent (``meridian-databus``) as that
+service account, following the Databus configuration ``demo-app`` (stream ``events`` to
+``demo.orders``, stream ``events-ppe`` to its lane ``ppe``), and writes through it once;
+and prints the API URL, tokens and CLI and curl commands.
 
 Everything runs until Ctrl-C, SIGTERM or SIGHUP (``--exit``: stop at once). A child that
 exits meanwhile is started again (the standby controller takes over while the active one
@@ -38,6 +41,7 @@ from typing import Any, TypeVar
 from controlplane.core.private_files import private_dir
 from controlplane.demo_traffic import start_traffic, stop_traffic
 from dataplane import lifeline
+from dataplane.local import free_ports
 
 T = TypeVar("T")
 REGION = "local"
@@ -54,6 +58,11 @@ CONSOLE_USERS = (
     ("demo-viewer", "viewer"),
 )
 CONTROLLERS = ("controller-1", "controller-2")
+DATABUS_CONFIG = "demo-app"
+DATABUS_STREAMS = {
+    "events": {"topic": f"{TENANT}.{TOPIC}", "key_field": "customer"},
+    "events-ppe": {"topic": f"{TENANT}.{TOPIC}", "lane": LANE},
+}
 
 
 RESTARTS_PER_MINUTE = 5
@@ -375,8 +384,62 @@ def broker_addresses(api: Api) -> str:
     return ",".join(b["address"] for b in brokers)
 
 
+def start_databus(platform: Platform, api: Api, account: dict[str, Any], bootstrap: str) -> str:
+    """The Databus configuration and its agent, as the service account; the agent's HTTP
+    address once it serves and a first write went through it."""
+    api.call(
+        "POST",
+        "/api/v1/databus-configs",
+        {"tenant": TENANT, "name": DATABUS_CONFIG, "document": {"streams": DATABUS_STREAMS}},
+    )
+    secret = platform.data_dir / "secrets" / "databus-client-secret"
+    secret.parent.mkdir(mode=0o700, exist_ok=True)
+    secret.write_text(account["client_secret"])
+    os.chmod(secret, 0o600)
+    http_port, grpc_port = free_ports(2)
+    platform.spawn(
+        "databus",
+        "databus",
+        f"--config={DATABUS_CONFIG}",
+        f"--api={platform.api_url}",
+        f"--bootstrap={bootstrap}",
+        f"--token-url={platform.api_url}/api/v1/auth/token",
+        f"--client-id={account['client_id']}",
+        f"--client-secret-file={secret}",
+        f"--data-dir={platform.data_dir / 'databus'}",
+        f"--http=127.0.0.1:{http_port}",
+        f"--grpc=127.0.0.1:{grpc_port}",
+    )
+    address = f"127.0.0.1:{http_port}"
+    wait_for("the Databus agent", lambda: _databus_ready(address), platform)
+    token = (platform.data_dir / "databus" / "ingest-token").read_text().strip()
+    body = json.dumps({"records": [{"value": {"customer": "c-1", "item": "tea"}}]}).encode()
+    request = urllib.request.Request(
+        f"http://{address}/v1/streams/events/records",
+        data=body,
+        method="POST",
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        json.loads(response.read())
+    return address
+
+
+def _databus_ready(address: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://{address}/healthz", timeout=2) as response:
+            return bool(json.loads(response.read())["status"] == "ok")
+    except (OSError, ValueError, KeyError):
+        return False
+
+
 def print_summary(
-    platform: Platform, admin_token: str, built: dict[str, Any], app_token: str, bootstrap: str
+    platform: Platform,
+    admin_token: str,
+    built: dict[str, Any],
+    app_token: str,
+    bootstrap: str,
+    databus: str,
 ) -> None:
     account = built["account"]
     url = platform.api_url
@@ -426,6 +489,14 @@ Lane '{LANE}' (test traffic beside the trunk; its lane topic is made on first us
   .venv/bin/meridian --token "$TOKEN" consume {TENANT}.{TOPIC} --lane {LANE} \
        --group {TENANT}.tester --from-beginning --max-messages 1
   .venv/bin/meridian --api {url} --token "$TOKEN" lanes list
+
+Databus agent, config '{DATABUS_CONFIG}' (events -> {TENANT}.{TOPIC}, events-ppe -> lane {LANE}):
+  export INGEST_TOKEN=$(cat {platform.data_dir / "databus" / "ingest-token"})
+  curl -s -H "Authorization: Bearer $INGEST_TOKEN" -H 'Content-Type: application/json' \\
+       -d '{{"records": [{{"value": {{"customer": "c-7", "item": "coffee"}}}}]}}' \\
+       http://{databus}/v1/streams/events/records
+  curl -s http://{databus}/healthz
+  .venv/bin/meridian --api {url} --token "$TOKEN" databus agents
 """
     )
 
@@ -477,7 +548,9 @@ def main(argv: list[str] | None = None) -> int:
               f"{TENANT}.billing in {seconds:.2f} s")  # fmt: skip
         if seen != args.records:
             raise SystemExit(f"consumed {seen} of {args.records} records")
-        print_summary(platform, admin_token, built, app_token, bootstrap)
+        databus = start_databus(platform, api, built["account"], bootstrap)
+        print(f"==> Databus agent at http://{databus} (config {DATABUS_CONFIG})")
+        print_summary(platform, admin_token, built, app_token, bootstrap, databus)
         if not args.exit:
             start_traffic(bootstrap, platform.api_url, built["account"], f"{TENANT}.{TOPIC}")
             print(f"==> steady traffic on {TENANT}.{TOPIC}: a producer, and group "
