@@ -61,6 +61,13 @@ BACKOFF_MIN_S = 0.05
 BACKOFF_MAX_S = 2.0
 # Partitions whose batches may share one chunk: bounds a chunk's read.
 MAX_CHUNK_PARTITIONS = 16
+# A target topic the brokers refuse for good when the chunk is planned: a write's lane
+# that its tenant does not declare (LANE_NOT_FOUND). Its records go to the stream's
+# dead-letter file instead of holding the stream. Other failures (an ACL, a token, a
+# deleted topic) may be fixed, so they are retried, holding the stream.
+UNDELIVERABLE = 0
+GIVE_UP_CODES = frozenset({ErrorCode.LANE_NOT_FOUND})
+DEAD = "!dead-letter"
 
 
 def tp_key(topic: str, partition: int) -> str:
@@ -90,6 +97,10 @@ def plan(records: list[Record], chunk: PendingChunk, batch_bytes: int | None) ->
     for index, record in enumerate(records):
         topic = target_of(record, chunk)
         count = chunk.partitions[topic]
+        if count == UNDELIVERABLE:
+            out.setdefault(DEAD, []).append(record)
+            end = record.offset + 1
+            continue
         if record.key is not None and chunk.partitioner == "murmur2":
             partition = partition_for_key(record.key, count)
         elif chunk.partitioner == "round_robin":
@@ -116,7 +127,7 @@ def build_batches(
     chunk; records written to a lane by the stream's setting carry ``x-lane``."""
     batches = {}
     for key, records in planned.records.items():
-        if key in chunk.acked:
+        if key in chunk.acked or key == DEAD:
             continue
         topic, _, partition = key.rpartition("/")
         builder = BatchBuilder(
@@ -146,6 +157,7 @@ class DrainStats:
         self.last_error = ""
         self.last_error_at = 0.0
         self.undeliverable = 0
+        self.undeliverable_reason = ""
 
 
 class Drainer:
@@ -275,19 +287,24 @@ class Drainer:
         wanted = sorted({target_of(r, chunk) for r in records})
         counts: dict[str, int] = {}
         for topic in wanted:
-            count = self._retrying(partial(self.upstream.partitions, topic))
+            count = self._retrying(partial(self.upstream.partitions, topic), give_up=True)
             if count is None:
                 return None
             counts[topic] = count
         return counts
 
-    def _retrying(self, call: Callable[[], T]) -> T | None:
+    def _retrying(self, call: Callable[[], T], *, give_up: bool = False) -> T | None:
+        """``call()``, retried while it fails; None once stopping. With ``give_up``, a
+        failure of ``GIVE_UP_CODES`` answers ``UNDELIVERABLE`` instead."""
         attempt = 0
         while not self._stop.is_set():
             try:
                 return call()
             except MeridianError as error:
                 self._note_error(error.code, str(error))
+                if give_up and error.code in GIVE_UP_CODES:
+                    self.stats.undeliverable_reason = self.stats.last_error
+                    return UNDELIVERABLE  # type: ignore[return-value]
                 attempt += 1
                 self._stop.wait(self._backoff(attempt, error.code))
         return None
@@ -362,6 +379,10 @@ class Drainer:
         log.warning("stream %s: the brokers forgot its producer; now %s", self.name, identity)
 
     def _commit(self, chunk: PendingChunk, planned: Planned) -> None:
+        dead = planned.records.get(DEAD)
+        if dead:
+            self.spool.dead_letter(dead, chunk, self.stats.undeliverable_reason)
+            self.stats.undeliverable += len(dead)
         state = self.spool.state
         for key, base in chunk.sequences.items():
             state.sequences[key] = (base + len(planned.records.get(key, ()))) & 0x7FFFFFFF

@@ -17,6 +17,8 @@ Computed at scrape time from the agent (``AgentCollector``), each ``{stream}``:
 - ``meridian_databus_send_errors_total``: failed sends and metadata lookups;
 - ``meridian_databus_rejected_records_total``: refused because the spool was full;
 - ``meridian_databus_dropped_records_total``: dropped by ``drop_oldest``;
+- ``meridian_databus_undeliverable_records_total``: kept in the stream's dead-letter
+  file, since no broker will take them (a lane its tenant does not declare);
 - ``meridian_databus_spool_records`` / ``_spool_bytes`` / ``_spool_age_seconds``: what
   the spool holds not yet delivered, and the age of its oldest write;
 - ``meridian_databus_config_version`` (no label): the configuration in force.
@@ -82,6 +84,7 @@ _COUNTERS = {
     "send_errors": "Failed sends and metadata lookups",
     "rejected_records": "Records refused because the spool was full",
     "dropped_records": "Records dropped by drop_oldest",
+    "undeliverable_records": "Records kept in the dead-letter file (an undeclared lane)",
 }
 _GAUGES = {  # metric name: (the snapshot's key, help)
     "spool_records": ("spool_records", "Records spooled and not yet delivered"),

@@ -7,6 +7,7 @@ Layout, in the stream's directory ``<data dir>/streams/<stream>/``:
   accepted write is one RecordBatch of its records (key, value, headers, the write's
   timestamp); the log's offsets are the spool's offsets. Its durability mode is the
   stream's ``fsync`` (``always``: an append returns after a group commit's fdatasync).
+- ``dead-letter.jsonl``: records no broker would take (see ``dead_letter``).
 - ``drain.json``: the drain state (``DrainState``), replaced whole and durably
   (``dataplane.files.replace_file``) at every step of the drain, so it survives a kill
   at any point: the offset below which every record reached its topic (``committed``),
@@ -27,7 +28,9 @@ the accounting takes ``lock`` too.
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 import threading
 import time
 from collections import deque
@@ -42,6 +45,7 @@ from dataplane.storage.config import Durability, LogConfig
 from dataplane.storage.log import PartitionLog
 
 DRAIN_FILE = "drain.json"
+DEAD_LETTER_FILE = "dead-letter.jsonl"
 _STATE_VERSION = 1
 MiB = 1024 * 1024
 # One write is one batch of the spool: the HTTP and gRPC bodies are bounded well below.
@@ -235,6 +239,34 @@ class Spool:
             self._writes.append((end, size))
             self._oldest_ms.append((end, min(now, header.max_timestamp)))
             self.depth_bytes += size
+
+    def dead_letter(self, records: list[Record], chunk: PendingChunk, reason: str) -> None:
+        """Keep records no broker will take in ``dead-letter.jsonl`` (one JSON object
+        per record: spool offset, target topic, key and value in base64, headers, the
+        reason), synced before the chunk commits."""
+        lines = []
+        for r in records:
+            entry = {
+                "offset": r.offset,
+                "timestamp_ms": r.timestamp,
+                "topic": chunk.topic,
+                "lane": chunk.lane,
+                "key_b64": None if r.key is None else base64.b64encode(r.key).decode(),
+                "value_b64": None if r.value is None else base64.b64encode(r.value).decode(),
+                "headers": [
+                    [k, None if v is None else v.decode("utf-8", "replace")] for k, v in r.headers
+                ],
+                "reason": reason,
+            }
+            lines.append(json.dumps(entry, separators=(",", ":")) + "\n")
+        fd = os.open(
+            self.directory / DEAD_LETTER_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600
+        )
+        try:
+            os.write(fd, "".join(lines).encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def update_config(self, config: LogConfig) -> None:
         if config != self.log.config:

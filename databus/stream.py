@@ -26,7 +26,14 @@ from databus.drain import Drainer
 from databus.metrics import WRITE_SECONDS
 from databus.spool import Spool, SpoolFull, log_config
 from databus.upstream import Upstream
-from lanes.names import InvalidLaneNameError, check_lane_name, lane_of_headers, with_lane_header
+from dataplane.errors import ErrorCode, MeridianError
+from lanes.names import (
+    InvalidLaneNameError,
+    check_lane_name,
+    lane_of_headers,
+    lane_topic,
+    with_lane_header,
+)
 
 Header = tuple[str, bytes | None]
 ACK_ON_BROKER_TIMEOUT_S = 30.0
@@ -86,6 +93,7 @@ class Stream:
         self.accepting = True
         self.counters = StreamCounters()
         self.spool = Spool(directory, self._log_config(config))
+        self.lanes = LaneCheck(upstream)
         self._committed = threading.Condition()
         self.drainer = Drainer(
             config.name, self.spool, upstream, lambda: self.config, self._on_commit
@@ -143,6 +151,7 @@ class Stream:
                 raise WriteError("invalid", str(err)) from None
         rows = []
         total = 0
+        lanes_seen: set[str] = set()
         for index, record in enumerate(records):
             headers = record.headers
             try:
@@ -151,6 +160,9 @@ class Stream:
                 raise WriteError("invalid", f"record {index}: {err}") from None
             if lane and own is None:
                 headers = with_lane_header(headers, lane)
+            if (own or lane) and (own or lane) not in lanes_seen:
+                lanes_seen.add(own or lane)  # type: ignore[arg-type]
+                self._check_declared(config.topic, own or lane)  # type: ignore[arg-type]
             key = record.key
             if key is None and config.key_field is not None:
                 key = key_from_value(record.value, config.key_field)
@@ -165,6 +177,12 @@ class Stream:
             rows.append((key, record.value, headers, record.timestamp_ms))
             total += size
         return rows, total
+
+    def _check_declared(self, topic: str, lane: str) -> None:
+        """Refuse a lane the brokers say the tenant does not declare (``invalid``); a lane
+        they cannot answer for now passes (the drain settles it, see ``databus.drain``)."""
+        if not self.lanes.declared(topic, lane):
+            raise WriteError("invalid", f"lane {lane!r} is not declared for topic {topic}")
 
     def _on_commit(self, offset: int) -> None:
         with self._committed:
@@ -200,12 +218,43 @@ class Stream:
             "dropped_records": self.spool.dropped_records,
             "broker_requests": stats.requests,
             "send_errors": stats.send_errors,
+            "undeliverable_records": stats.undeliverable,
         }
 
     def close(self, drain_timeout_s: float = 0.0) -> None:
         self.accepting = False
         self.drainer.stop(drain_timeout_s)
         self.spool.close()
+
+
+class LaneCheck:
+    """Whether a lane is declared for a topic, as the brokers answer for its lane topic,
+    remembered for ``TTL_S`` (``NOT_FOUND_TTL_S`` for a refusal, so a lane declared a
+    moment ago is soon seen)."""
+
+    TTL_S = 30.0
+    NOT_FOUND_TTL_S = 2.0
+
+    def __init__(self, upstream: Upstream) -> None:
+        self._upstream = upstream
+        self._known: dict[tuple[str, str], tuple[bool, float]] = {}
+        self._lock = threading.Lock()
+
+    def declared(self, topic: str, lane: str) -> bool:
+        now = time.monotonic()
+        with self._lock:
+            cached = self._known.get((topic, lane))
+        if cached is not None and cached[1] > now:
+            return cached[0]
+        try:
+            self._upstream.partitions(lane_topic(topic, lane))
+            answer = True
+        except MeridianError as error:
+            answer = error.code != ErrorCode.LANE_NOT_FOUND
+        ttl = self.TTL_S if answer else self.NOT_FOUND_TTL_S
+        with self._lock:
+            self._known[(topic, lane)] = (answer, now + ttl)
+        return answer
 
 
 def key_from_value(value: bytes | None, path: str) -> bytes | None:

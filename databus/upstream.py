@@ -176,6 +176,8 @@ class MemoryUpstream:
         if self.down:
             raise MeridianError(ErrorCode.BROKER_NOT_AVAILABLE, "the cluster is down")
         if topic not in self.topics:
+            if "~" in topic:  # lanes are declared here by naming their lane topics
+                raise MeridianError(ErrorCode.LANE_NOT_FOUND, f"lane of {topic} not declared")
             raise MeridianError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {topic}")
         return self.topics[topic]
 

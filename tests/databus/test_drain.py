@@ -169,3 +169,36 @@ def test_drop_oldest_makes_room_and_counts_what_it_dropped(
     wait_until(lambda: drained(agent), 20)
     got = sorted(int(v[:3]) for v in values(cluster, "acme.clicks"))
     assert got == list(range(dropped, 40))  # nothing was in flight: the oldest went
+
+
+def test_a_write_to_an_undeclared_lane_is_refused_at_the_door(
+    make_agent: Callable[..., Agent], cluster: MemoryUpstream
+) -> None:
+    agent = make_agent(clicks={"topic": "acme.clicks", "linger_ms": 1})
+    before = agent.streams["clicks"].spool.end_offset
+    with pytest.raises(WriteError) as caught:
+        agent.write("clicks", [WriteRecord(None, b"x")], "boe-nobody")
+    assert caught.value.kind == "invalid"
+    assert "not declared" in caught.value.message
+    assert agent.streams["clicks"].spool.end_offset == before
+
+
+def test_records_for_an_undeclared_lane_go_to_the_dead_letter_file_not_holding_the_stream(
+    make_agent: Callable[..., Agent], cluster: MemoryUpstream
+) -> None:
+    """A lane the brokers could not answer for at the write (here: declared then, gone
+    by the drain) must not hold the stream: its records are kept aside and counted."""
+    cluster.topics["acme.clicks~gone"] = 3
+    agent = make_agent(clicks={"topic": "acme.clicks", "linger_ms": 1})
+    cluster.down = True
+    agent.write("clicks", [WriteRecord(None, b"to-gone")], "gone")
+    agent.write("clicks", [WriteRecord(None, b"trunk")], None)
+    del cluster.topics["acme.clicks~gone"]
+    cluster.down = False
+    wait_until(lambda: drained(agent))
+    assert values(cluster, "acme.clicks") == [b"trunk"]
+    dead = agent.streams["clicks"].spool.directory / "dead-letter.jsonl"
+    [entry] = [json.loads(line) for line in dead.read_text().splitlines()]
+    assert entry["value_b64"] == "dG8tZ29uZQ=="
+    assert "LANE_NOT_FOUND" in entry["reason"]
+    assert agent.streams["clicks"].drainer.stats.undeliverable == 1
