@@ -202,3 +202,39 @@ def test_records_for_an_undeclared_lane_go_to_the_dead_letter_file_not_holding_t
     assert entry["value_b64"] == "dG8tZ29uZQ=="
     assert "LANE_NOT_FOUND" in entry["reason"]
     assert agent.streams["clicks"].drainer.stats.undeliverable == 1
+
+
+def test_ack_on_broker_answers_once_the_brokers_have_the_write(
+    make_agent: Callable[..., Agent], cluster: MemoryUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    agent = make_agent(clicks={"topic": "acme.clicks", "delivery": "ack_on_broker", "linger_ms": 1})
+    accepted, delivery, _ = agent.write(
+        "clicks", [WriteRecord(b"k", b"v1"), WriteRecord(b"k", b"v2")], None
+    )
+    assert (accepted, delivery) == (2, "ack_on_broker")
+    assert values(cluster, "acme.clicks") == [b"v1", b"v2"]  # already there at the answer
+    monkeypatch.setattr("databus.stream.ACK_ON_BROKER_TIMEOUT_S", 0.3)
+    cluster.down = True
+    with pytest.raises(WriteError) as caught:
+        agent.write("clicks", [WriteRecord(b"k", b"v3")], None)
+    assert caught.value.kind == "timeout"  # spooled: it goes out once the brokers return
+    cluster.down = False
+    wait_until(lambda: drained(agent))
+    assert values(cluster, "acme.clicks") == [b"v1", b"v2", b"v3"]
+
+
+def test_an_agent_started_without_the_control_plane_runs_its_last_configuration(
+    make_agent: Callable[..., Agent], cluster: MemoryUpstream
+) -> None:
+    agent = make_agent()
+    agent.apply(
+        config(7, clicks={"topic": "acme.clicks", "linger_ms": 1}),
+        {"clicks": {"max_record_bytes": 500}},
+    )
+    agent.close(0)
+    again = make_agent()  # nothing applied: what it runs comes from its data directory
+    assert again.version == 7
+    assert again.streams["clicks"].max_record_bytes == 500
+    assert again.write("clicks", [WriteRecord(None, b"x")], None)[0] == 1
+    saved = again.data_dir / "config.json"
+    assert saved.stat().st_mode & 0o777 == 0o600
