@@ -14,7 +14,8 @@ each partition's share fits one batch of ``batch_bytes``. A chunk's lifecycle:
    partition's batch, is written to the drain state (``spool.DrainState.pending``) and
    synced *before* any batch is sent.
 3. **Send** one batch per partition until every one is written or answered as a
-   duplicate; retriable failures (a leader moving, brokers down, a lane topic still
+   duplicate, pausing as long as a broker's ``throttle_ms`` asks (the tenant's quota);
+   retriable failures (a leader moving, brokers down, a lane topic still
    being made) are retried with backoff, the same bytes each time; other failures are
    retried slowly, counted and shown in the health endpoint, never dropped.
 4. **Commit**: ``committed`` moves to ``end`` and each partition's next sequence past
@@ -157,6 +158,7 @@ class DrainStats:
         self.last_error = ""
         self.last_error_at = 0.0
         self.undeliverable = 0
+        self.throttled_s = 0.0
         self.undeliverable_reason = ""
 
 
@@ -328,6 +330,10 @@ class Drainer:
             )
             self.stats.requests += 1
             SEND_SECONDS.labels(self.name).observe(time.monotonic() - started)
+            throttle_ms = max((o.throttle_ms for o in outcomes.values()), default=0)
+            if throttle_ms > 0:  # over the tenant's quota: the brokers ask for a pause
+                self.stats.throttled_s += throttle_ms / 1000
+                self._stop.wait(throttle_ms / 1000)
             failed = self._settle(batches, outcomes, chunk)
             if failed is None:
                 continue

@@ -19,6 +19,7 @@ Computed at scrape time from the agent (``AgentCollector``), each ``{stream}``:
 - ``meridian_databus_dropped_records_total``: dropped by ``drop_oldest``;
 - ``meridian_databus_undeliverable_records_total``: kept in the stream's dead-letter
   file, since no broker will take them (a lane its tenant does not declare);
+- ``meridian_databus_throttled_seconds_total``: pauses the brokers asked for (quotas);
 - ``meridian_databus_spool_records`` / ``_spool_bytes`` / ``_spool_age_seconds``: what
   the spool holds not yet delivered, and the age of its oldest write;
 - ``meridian_databus_config_version`` (no label): the configuration in force.
@@ -85,6 +86,7 @@ _COUNTERS = {
     "rejected_records": "Records refused because the spool was full",
     "dropped_records": "Records dropped by drop_oldest",
     "undeliverable_records": "Records kept in the dead-letter file (an undeclared lane)",
+    "throttled_seconds": "Time the drain paused because the brokers throttled it (quotas)",
 }
 _GAUGES = {  # metric name: (the snapshot's key, help)
     "spool_records": ("spool_records", "Records spooled and not yet delivered"),

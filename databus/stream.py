@@ -219,6 +219,7 @@ class Stream:
             "broker_requests": stats.requests,
             "send_errors": stats.send_errors,
             "undeliverable_records": stats.undeliverable,
+            "throttled_seconds": round(stats.throttled_s, 3),
         }
 
     def close(self, drain_timeout_s: float = 0.0) -> None:

@@ -19,7 +19,7 @@ import threading
 from collections import defaultdict
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import grpc
@@ -49,6 +49,7 @@ class Outcome:
     message: str = ""
     duplicate: bool = False
     base_offset: int = -1
+    throttle_ms: int = 0  # the broker asks for a pause before the next request (quotas)
 
     @property
     def ok(self) -> bool:
@@ -141,7 +142,9 @@ class BrokerUpstream:
             self.pool.forget(address)
             return {(b.topic, b.partition): Outcome(error.code, str(error)) for b in batches}
         return {
-            (r.topic, r.partition): Outcome(r.error, r.error_message, r.duplicate, r.base_offset)
+            (r.topic, r.partition): Outcome(
+                r.error, r.error_message, r.duplicate, r.base_offset, response.throttle_ms
+            )
             for r in response.results
         }
 
@@ -158,7 +161,8 @@ class MemoryUpstream:
     """An in-memory cluster with the brokers' idempotence rules (the last batch of each
     producer and partition is recognised when sent again), for fast tests of the drain.
     ``fail_next`` makes the next sends of a partition fail with a code; ``down`` makes
-    every send fail as an unreachable cluster does."""
+    every send fail as an unreachable cluster does; ``throttle_ms`` is set on every
+    answer, as brokers over a quota do."""
 
     def __init__(self, topics: dict[str, int]) -> None:
         self.topics = dict(topics)
@@ -166,6 +170,7 @@ class MemoryUpstream:
             tuple[str, int], list[tuple[bytes | None, bytes | None, tuple[Any, ...]]]
         ] = defaultdict(list)
         self.down = False
+        self.throttle_ms = 0
         self.fail_next: dict[tuple[str, int], list[int]] = defaultdict(list)
         self._producers: dict[tuple[int, str, int], tuple[int, int]] = {}
         self._next_pid = 1000
@@ -191,7 +196,10 @@ class MemoryUpstream:
     ) -> dict[tuple[str, int], Outcome]:
         with self._lock:
             self.requests += 1
-            return {(b.topic, b.partition): self._append(b) for b in batches}
+            outcomes = {(b.topic, b.partition): self._append(b) for b in batches}
+        if self.throttle_ms:
+            return {tp: replace(o, throttle_ms=self.throttle_ms) for tp, o in outcomes.items()}
+        return outcomes
 
     def _append(self, batch: PartitionBatch) -> Outcome:
         tp = (batch.topic, batch.partition)

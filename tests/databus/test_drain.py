@@ -238,3 +238,16 @@ def test_an_agent_started_without_the_control_plane_runs_its_last_configuration(
     assert again.write("clicks", [WriteRecord(None, b"x")], None)[0] == 1
     saved = again.data_dir / "config.json"
     assert saved.stat().st_mode & 0o777 == 0o600
+
+
+def test_the_drain_pauses_as_long_as_throttled_brokers_ask(
+    make_agent: Callable[..., Agent], cluster: MemoryUpstream
+) -> None:
+    cluster.throttle_ms = 300
+    agent = make_agent(clicks={"topic": "acme.clicks", "linger_ms": 1})
+    agent.write("clicks", [WriteRecord(None, b"a")], None)
+    wait_until(lambda: drained(agent))
+    agent.write("clicks", [WriteRecord(None, b"b")], None)
+    wait_until(lambda: drained(agent))
+    assert agent.stats()["clicks"]["throttled_seconds"] >= 0.6
+    assert values(cluster, "acme.clicks") == [b"a", b"b"]
