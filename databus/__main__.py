@@ -99,10 +99,19 @@ def _credentials(args: argparse.Namespace) -> TokenSource | None:
     return ClientCredentials(args.token_url, args.client_id, secret)
 
 
+MIN_TOKEN_CHARS = 16
+
+
 def _ingest_token(path: Path) -> str:
-    given = os.environ.get("MERIDIAN_DATABUS_INGEST_TOKEN")
-    if given:
-        return given
+    """The token applications present; refuses to start with a short one (an empty file
+    would otherwise let anyone in)."""
+    token = os.environ.get("MERIDIAN_DATABUS_INGEST_TOKEN") or _token_file(path)
+    if len(token) < MIN_TOKEN_CHARS:
+        raise SystemExit(f"the ingest token must have at least {MIN_TOKEN_CHARS} characters")
+    return token
+
+
+def _token_file(path: Path) -> str:
     create_file(path, secrets.token_urlsafe(32).encode(), private=True)
     return path.read_text().strip()
 

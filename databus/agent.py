@@ -4,8 +4,9 @@
 starts its drain; a changed stream takes the new settings for its next write and its
 next chunk (the chunk in flight finishes as journaled, see ``databus.drain``); a stream
 no longer configured stops taking writes (404) but its drain goes on until its spool is
-empty, to the topic it was last given. Nothing is restarted, so no record in flight is
-lost or sent twice.
+empty, to the topic it was last given (also after a restart: each stream keeps the
+settings it was last drained under in ``stream.json``), and is then closed. Nothing is
+restarted, so no record in flight is lost or sent twice.
 
 The configuration in force is kept in ``<data dir>/config.json`` (private), so an agent
 started while the control plane is unreachable works on the last one it had. One agent
@@ -58,8 +59,26 @@ class Agent:
         self._apply_lock = threading.Lock()
         self.applied_at = 0.0
         self._load_saved()
+        with self._apply_lock:
+            self._reopen_leftovers()
 
     # -- configuration --------------------------------------------------------------------
+    def _reopen_leftovers(self) -> None:
+        """Streams no longer configured whose spools still hold records (the agent
+        stopped before they drained): drain them under their last settings."""
+        for directory in sorted((self.data_dir / "streams").glob("*/")):
+            name = directory.name
+            if name in self.streams:
+                continue
+            stream = Stream.reopen(name, directory, self.upstream)
+            if stream is not None:
+                log.info("stream %s left the configuration: draining what it holds", name)
+                self.streams[name] = stream
+
+    def _close_retired(self) -> None:
+        for name in [n for n, s in self.streams.items() if s.retired]:
+            self.streams.pop(name).close()
+
     def _load_saved(self) -> None:
         path = self.data_dir / CONFIG_FILE
         try:
@@ -76,6 +95,7 @@ class Agent:
         """Take ``config`` live (see the module docstring); ``resolved`` gives each
         stream's ``max_record_bytes`` as the control plane resolved it."""
         with self._apply_lock:
+            self._close_retired()
             for name, stream_config in config.streams.items():
                 limit = _max_record_bytes(resolved.get(name))
                 current = self.streams.get(name)
@@ -86,7 +106,7 @@ class Agent:
                     current.reconfigure(stream_config, limit)
             for name, stream in self.streams.items():
                 if name not in config.streams:
-                    stream.accepting = False
+                    stream.retire()
             self.config = config
             self.applied_at = time.time()
             if save:
@@ -121,6 +141,8 @@ class Agent:
 
     # -- state ----------------------------------------------------------------------------
     def stats(self) -> dict[str, dict[str, Any]]:
+        with self._apply_lock:
+            self._close_retired()
         now = time.time_ns() // 1_000_000
         return {name: s.snapshot(now) for name, s in sorted(self.streams.items())}
 

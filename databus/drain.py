@@ -38,7 +38,7 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import TypeVar
@@ -51,17 +51,28 @@ from dataplane.errors import ErrorCode, MeridianError, is_retriable
 from dataplane.hashing import partition_for_key
 from dataplane.records import Compression, Record
 from dataplane.records.builder import BatchBuilder
-from lanes.names import lane_of_headers, lane_topic, with_lane_header
+from dataplane.records.layout import HEADER_SIZE
+from dataplane.storage.errors import StorageError
+from lanes.names import LANE_HEADER, lane_of_headers, lane_topic, with_lane_header
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _CODECS = {c.name.lower(): c for c in Compression}
 SEND_TIMEOUT_S = 30.0
+STOP_JOIN_S = 2.0
 BACKOFF_MIN_S = 0.05
 BACKOFF_MAX_S = 2.0
 # Partitions whose batches may share one chunk: bounds a chunk's read.
 MAX_CHUNK_PARTITIONS = 16
+# A record's framing in a batch at most (length, attributes, timestamp and offset
+# deltas, key and value lengths, header count: zigzag varints at their widest), and a
+# header's (its key and value lengths).
+RECORD_OVERHEAD = 40
+HEADER_OVERHEAD = 10
+# OUT_OF_ORDER_SEQUENCE_NUMBER for this long on end: the brokers lost what came before
+# (an acks=1 write lost with its leader), so the batch is sent under a new producer id.
+OUT_OF_ORDER_GIVE_UP_S = 30.0
 # A target topic the brokers refuse for good when the chunk is planned: a write's lane
 # that its tenant does not declare (LANE_NOT_FOUND). Its records go to the stream's
 # dead-letter file instead of holding the stream. Other failures (an ACL, a token, a
@@ -88,6 +99,27 @@ def target_of(record: Record, chunk: PendingChunk) -> str:
     return chunk.topic if lane is None else lane_topic(chunk.topic, lane)
 
 
+def record_size(
+    key: bytes | None,
+    value: bytes | None,
+    headers: Sequence[tuple[str, bytes | None]],
+    lane: str | None,
+) -> int:
+    """An upper bound of a record's bytes in a batch (framing varints at their widest),
+    with the ``x-lane`` header a lane adds at the drain."""
+    size = RECORD_OVERHEAD + len(key or b"") + len(value or b"")
+    size += sum(len(k.encode()) + len(v or b"") + HEADER_OVERHEAD for k, v in headers)
+    if lane is not None:
+        size += len(LANE_HEADER) + len(lane) + HEADER_OVERHEAD
+    return size
+
+
+def batch_limit(batch_bytes: int, max_batch_bytes: int) -> int:
+    """The records' bytes one partition's batch of a chunk may hold: ``batch_bytes``,
+    and never more than the topic takes in one batch (its ``max_message_bytes``)."""
+    return max(1, min(batch_bytes, max_batch_bytes - HEADER_SIZE))
+
+
 def plan(records: list[Record], chunk: PendingChunk, batch_bytes: int | None) -> Planned:
     """Assign ``records`` (from ``chunk.start``) to partitions; with ``batch_bytes``,
     stop before the first record whose partition's batch would outgrow it (a first
@@ -109,8 +141,7 @@ def plan(records: list[Record], chunk: PendingChunk, batch_bytes: int | None) ->
         else:
             partition = chunk.sticky % count
         key = tp_key(topic, partition)
-        size = 32 + len(record.key or b"") + len(record.value or b"")
-        size += sum(len(k) + len(v or b"") + 8 for k, v in record.headers)
+        size = record_size(record.key, record.value, record.headers, chunk.lane)
         if batch_bytes is not None and key in out and sizes[key] + size > batch_bytes:
             break
         if batch_bytes is not None and key not in out and len(out) >= MAX_CHUNK_PARTITIONS:
@@ -128,7 +159,7 @@ def build_batches(
     chunk; records written to a lane by the stream's setting carry ``x-lane``."""
     batches = {}
     for key, records in planned.records.items():
-        if key in chunk.acked or key == DEAD:
+        if key in chunk.acked or key == DEAD or key in chunk.dead:
             continue
         topic, _, partition = key.rpartition("/")
         builder = BatchBuilder(
@@ -176,13 +207,17 @@ class Drainer:
         upstream: Upstream,
         config: Callable[[], StreamConfig],
         on_commit: Callable[[int], None],
+        max_batch_bytes: Callable[[], int] = lambda: 1024 * 1024,
     ) -> None:
         self.name = name
         self.spool = spool
         self.upstream = upstream
         self.config = config
         self.on_commit = on_commit
+        self.max_batch_bytes = max_batch_bytes
         self.stats = DrainStats()
+        self.alive = True
+        self._out_of_order_since: float | None = None
         self._stop = threading.Event()
         self._stop_when_empty = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"databus-drain-{name}", daemon=True)
@@ -197,7 +232,16 @@ class Drainer:
         self._stop.set()
         with self.spool.lock:
             self.spool.lock.notify_all()
-        self._thread.join()
+        # A produce call in flight may take its timeout to return; the journal makes
+        # leaving it safe (the chunk is sent again at the next start).
+        self._thread.join(STOP_JOIN_S)
+
+    def stop_when_empty(self) -> None:
+        """End the thread once the spool is drained (the stream left the configuration)."""
+        self._stop_when_empty.set()
+
+    def keep_running(self) -> None:
+        self._stop_when_empty.clear()
 
     @property
     def idle(self) -> bool:
@@ -207,17 +251,24 @@ class Drainer:
 
     # -- the loop -------------------------------------------------------------------------
     def _run(self) -> None:
-        try:
-            while not self._stop.is_set():
-                if self._stop_when_empty.is_set() and self.idle:
-                    return
+        failures = 0
+        while not self._stop.is_set():
+            if self._stop_when_empty.is_set() and self.idle:
+                break
+            try:
                 if self.spool.state.pending is not None:
                     self._deliver()
-                    continue
-                self._next_chunk()
-        except Exception:
-            log.exception("the drain of stream %s failed", self.name)
-            raise
+                else:
+                    self._next_chunk()
+                failures = 0
+            except Exception as error:
+                # Nothing is lost: the spool and the journal hold every record; the same
+                # step runs again after a pause (a full disk, a storage error).
+                failures += 1
+                log.exception("the drain of stream %s failed; trying again", self.name)
+                self._note_error(ErrorCode.UNKNOWN_SERVER_ERROR, f"{type(error).__name__}: {error}")
+                self._stop.wait(self._backoff(failures, ErrorCode.UNKNOWN_SERVER_ERROR))
+        self.alive = False
 
     def _next_chunk(self) -> None:
         state = self.spool.state
@@ -229,26 +280,29 @@ class Drainer:
         if not self.spool.wait_for_records(start, 0.2):
             return
         config = self.config()
-        self._linger(start, config)
+        limit = batch_limit(config.batch_bytes, self.max_batch_bytes())
+        self._linger(config, limit)
         if self._stop.is_set():
             return
-        records = self.spool.read(start, self.spool.end_offset, config.batch_bytes * 4)
+        records = self.spool.read(start, self.spool.end_offset, limit * 4)
         if not records:
             return
-        chunk = self._journal(records, start, config)
+        chunk = self._journal(records, start, config, limit)
         if chunk is not None:
             log.debug("stream %s: chunk %s..%s", self.name, chunk.start, chunk.end)
 
-    def _linger(self, start: int, config: StreamConfig) -> None:
-        """Wait up to ``linger_ms`` for a chunk's worth of records."""
-        deadline = time.monotonic() + config.linger_ms / 1000
+    def _linger(self, config: StreamConfig, limit: int) -> None:
+        """Wait for a chunk's worth of records, until the oldest record not yet sent has
+        waited ``linger_ms`` (as a Kafka producer's batch does): a backlog goes at once."""
         while not self._stop.is_set() and not self._stop_when_empty.is_set():
-            if self.spool.depth_bytes >= config.batch_bytes or time.monotonic() >= deadline:
+            now_ms = time.time_ns() // 1_000_000
+            waited_ms = self.spool.oldest_age_s(now_ms) * 1000
+            if self.spool.depth_bytes >= limit or waited_ms >= config.linger_ms:
                 return
-            time.sleep(min(0.005, max(0.0, deadline - time.monotonic())))
+            time.sleep(min(0.005, (config.linger_ms - waited_ms) / 1000))
 
     def _journal(
-        self, records: list[Record], start: int, config: StreamConfig
+        self, records: list[Record], start: int, config: StreamConfig, limit: int
     ) -> PendingChunk | None:
         state = self.spool.state
         if state.producer_id < 0:
@@ -273,7 +327,7 @@ class Drainer:
         if targets is None:
             return None
         chunk.partitions = targets
-        planned = plan(records, chunk, config.batch_bytes)
+        planned = plan(records, chunk, limit)
         chunk.end = planned.end
         chunk.sequences = {key: state.sequences.get(key, 0) for key in planned.records}
         with self.spool.lock:  # ``drop_oldest`` takes it too: no drop inside the chunk
@@ -317,6 +371,13 @@ class Drainer:
         chunk = state.pending
         assert chunk is not None
         records = self.spool.read(chunk.start, chunk.end, 1 << 62)
+        if len(records) != chunk.end - chunk.start:
+            # Never commit a chunk whose records were not all read back: that would skip
+            # them. (The drain loop logs this and tries again.)
+            raise StorageError(
+                f"spool {self.spool.directory}: read {len(records)} records of chunk "
+                f"[{chunk.start}, {chunk.end})"
+            )
         planned = plan(records, chunk, None)
         attempt = 0
         while not self._stop.is_set():
@@ -363,13 +424,36 @@ class Drainer:
                 continue
             code = outcome.error
             self._note_error(code, outcome.message)
-            if code == ErrorCode.UNKNOWN_PRODUCER_ID:
+            if code == ErrorCode.UNKNOWN_PRODUCER_ID or self._out_of_order_too_long(code):
                 forgotten = True
+            elif code == ErrorCode.MESSAGE_TOO_LARGE:
+                # The topic takes smaller batches than it did when the records were
+                # taken (its limit was lowered): nothing of the batch was stored, and no
+                # resend can succeed. Its records go to the dead-letter file.
+                chunk.dead.append(key)
+                self.stats.undeliverable_reason = self.stats.last_error
+                continue
             worst = code if worst is None or not is_retriable(code) else worst
         if forgotten:  # only once every written batch is marked, so none is sent again
             self._new_producer(chunk)
             return None
+        if any(key in chunk.dead for key in batches):
+            self.spool.save_state()
+            return None
+        if worst != ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER:
+            self._out_of_order_since = None
         return worst
+
+    def _out_of_order_too_long(self, code: int) -> bool:
+        if code != ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER:
+            return False
+        now = time.monotonic()
+        if self._out_of_order_since is None:
+            self._out_of_order_since = now
+        if now - self._out_of_order_since < OUT_OF_ORDER_GIVE_UP_S:
+            return False
+        self._out_of_order_since = None
+        return True
 
     def _new_producer(self, chunk: PendingChunk) -> None:
         """The brokers forgot our producer: a new id, sequences from 0, and only the
@@ -385,12 +469,14 @@ class Drainer:
         log.warning("stream %s: the brokers forgot its producer; now %s", self.name, identity)
 
     def _commit(self, chunk: PendingChunk, planned: Planned) -> None:
-        dead = planned.records.get(DEAD)
+        dead = [r for key in (DEAD, *chunk.dead) for r in planned.records.get(key, ())]
         if dead:
             self.spool.dead_letter(dead, chunk, self.stats.undeliverable_reason)
             self.stats.undeliverable += len(dead)
         state = self.spool.state
         for key, base in chunk.sequences.items():
+            if key in chunk.dead:
+                continue  # never stored: the next batch reuses its sequence
             state.sequences[key] = (base + len(planned.records.get(key, ()))) & 0x7FFFFFFF
         state.committed = chunk.end
         state.pending = None

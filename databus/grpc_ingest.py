@@ -25,6 +25,7 @@ KIND_GRPC_STATUS = {
     "spool_full": grpc.StatusCode.RESOURCE_EXHAUSTED,
     "unavailable": grpc.StatusCode.UNAVAILABLE,
     "timeout": grpc.StatusCode.DEADLINE_EXCEEDED,
+    "undelivered": grpc.StatusCode.DATA_LOSS,
 }
 ERROR_METADATA_KEY = "databus-error"
 

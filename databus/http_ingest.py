@@ -60,6 +60,9 @@ class IngestServer(ThreadingHTTPServer):
         self.token = token
         self.registry = registry
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        log.info("HTTP connection from %s failed", client_address, exc_info=True)
+
     def start(self) -> threading.Thread:
         thread = threading.Thread(target=self.serve_forever, name="databus-http", daemon=True)
         thread.start()
@@ -69,6 +72,7 @@ class IngestServer(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     server: IngestServer
     protocol_version = "HTTP/1.1"
+    timeout = 60  # a client silent this long mid-request loses its connection
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("%s " + format, self.address_string(), *args)
@@ -94,6 +98,7 @@ class _Handler(BaseHTTPRequestHandler):
         parts = urlsplit(self.path)
         path = parts.path
         if not (path.startswith(_PREFIX) and path.endswith("/records")):
+            self._drain_body()
             self._error(404, "not_found", f"no route {path}")
             return
         stream = unquote(path[len(_PREFIX) : -len("/records")])
@@ -133,7 +138,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _body(self) -> bytes | None:
         length = self.headers.get("Content-Length")
-        if length is None or not length.isdigit():
+        if length is None or not (length.isascii() and length.isdigit()):
             self._error(411 if length is None else 400, "invalid", "a Content-Length is required")
             self.close_connection = True
             return None
@@ -141,11 +146,16 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(413, "too_large", f"bodies are at most {MAX_BODY_BYTES} bytes")
             self.close_connection = True
             return None
-        return self.rfile.read(int(length))
+        body = self.rfile.read(int(length))
+        if len(body) != int(length):
+            self._error(400, "invalid", "the body ended before its Content-Length")
+            self.close_connection = True
+            return None
+        return body
 
     def _drain_body(self) -> None:
         length = self.headers.get("Content-Length", "")
-        if length.isdigit() and int(length) <= MAX_BODY_BYTES:
+        if length.isascii() and length.isdigit() and int(length) <= MAX_BODY_BYTES:
             self.rfile.read(int(length))
         else:
             self.close_connection = True
@@ -154,7 +164,9 @@ class _Handler(BaseHTTPRequestHandler):
         kind = (self.headers.get("Content-Type") or "application/json").split(";")[0].strip()
         if kind == "application/octet-stream":
             key = self.headers.get("X-Databus-Key")
-            return [WriteRecord(None if key is None else key.encode(), body)], None
+            # http.server reads header values as ISO-8859-1: back to the bytes sent.
+            raw_key = None if key is None else key.encode("iso-8859-1")
+            return [WriteRecord(raw_key, body)], None
         if kind != "application/json":
             raise WriteError("invalid", f"unsupported Content-Type {kind!r}")
         return parse_json_write(body)

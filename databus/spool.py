@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import os
 import threading
 import time
@@ -44,12 +45,14 @@ from dataplane.records.builder import BatchBuilder
 from dataplane.storage.config import Durability, LogConfig
 from dataplane.storage.log import PartitionLog
 
+log = logging.getLogger(__name__)
 DRAIN_FILE = "drain.json"
 DEAD_LETTER_FILE = "dead-letter.jsonl"
 _STATE_VERSION = 1
 MiB = 1024 * 1024
 # One write is one batch of the spool: the HTTP and gRPC bodies are bounded well below.
 MAX_WRITE_BYTES = 64 * MiB
+READ_STEP_BYTES = 4 * MiB
 
 
 @dataclass
@@ -68,6 +71,7 @@ class PendingChunk:
     sticky: int  # the partition keyless records of this chunk go to (murmur2)
     sequences: dict[str, int]  # "topic/partition" -> base sequence of its batch
     acked: list[str] = field(default_factory=list)  # "topic/partition" already written
+    dead: list[str] = field(default_factory=list)  # "topic/partition" no broker will take
 
 
 @dataclass
@@ -130,6 +134,9 @@ class Spool:
         self._writes: deque[tuple[int, int]] = deque()
         self.depth_bytes = 0
         self.dropped_records = 0
+        # Offset ranges accepted and then dropped or dead-lettered, newest last, for
+        # ``ack_on_broker`` writers still waiting on them.
+        self.undelivered: deque[tuple[int, int]] = deque(maxlen=10_000)
         self._oldest_ms: deque[tuple[int, int]] = deque()  # (end offset, write time)
         self._rebuild_accounting()
 
@@ -140,6 +147,23 @@ class Spool:
         except FileNotFoundError:
             state = DrainState(committed=self.log.log_start_offset)
         state.committed = max(state.committed, self.log.log_start_offset)
+        end = self.log.log_end_offset
+        if (
+            state.committed > end
+            or state.skip_to > end
+            or (state.pending and state.pending.end > end)
+        ):
+            # The log lost its tail to a power loss (fsync interval or never) after the
+            # drain had moved past it: the lost records are gone, and the offsets they
+            # held will be given to new writes, so the drain starts again at the log's
+            # end, under a new producer id (the brokers know the old one's sequences).
+            log.warning(
+                "spool %s ends at %s, below its drain state %s: its tail was lost",
+                self.directory,
+                end,
+                state,
+            )
+            state = DrainState(committed=end, skip_to=end)
         return state
 
     def save_state(self) -> None:
@@ -155,9 +179,10 @@ class Spool:
         info = self.log.append(data)
         end = info.last_offset + 1
         with self.lock:
-            self._writes.append((end, len(data)))
-            self._oldest_ms.append((end, now_ms))
-            self.depth_bytes += len(data)
+            if end > self.state.committed:  # else the drain was quicker than this line
+                self._writes.append((end, len(data)))
+                self._oldest_ms.append((end, now_ms))
+                self.depth_bytes += len(data)
             self.lock.notify_all()
         return info.base_offset, end
 
@@ -189,6 +214,7 @@ class Spool:
                 self.depth_bytes -= size
                 self.dropped_records += end - start
                 self.state.skip_to = end
+                self.undelivered.append((start, end))
                 return True
         return False
 
@@ -198,10 +224,20 @@ class Spool:
         return self.log.high_watermark
 
     def read(self, start: int, end: int, max_bytes: int) -> list[Record]:
-        """Records of offsets ``[start, end)``, whole writes of at most about ``max_bytes``
-        (at least one write)."""
-        result = self.log.read(start, max_bytes, max_offset=end)
-        return [r for r in decode_batches(result.data) if start <= r.offset < end]
+        """Records of offsets ``[start, end)``: all of them, or, past ``max_bytes`` of
+        writes read, the first ones (at least one write's). ``start`` and ``end`` may fall
+        inside a write (a chunk may end inside one): the log is read in whole writes
+        up to the spool's end and the records outside the range are left out."""
+        records: list[Record] = []
+        offset, read = start, 0
+        while offset < end and read < max_bytes:
+            result = self.log.read(offset, min(max_bytes - read, READ_STEP_BYTES))
+            if not result.data:
+                break
+            read += len(result.data)
+            records.extend(r for r in decode_batches(result.data) if start <= r.offset < end)
+            offset = result.next_offset
+        return records
 
     def wait_for_records(self, after: int, timeout_s: float) -> bool:
         """Whether records at or above ``after`` exist, waiting up to ``timeout_s``."""
@@ -223,6 +259,11 @@ class Spool:
         self.log.advance_log_start_offset(committed)
         self.log.maybe_flush()
 
+    def was_undelivered(self, start: int, end: int) -> bool:
+        """Whether any offset of ``[start, end)`` was dropped or dead-lettered."""
+        with self.lock:
+            return any(s < end and start < e for s, e in self.undelivered)
+
     def oldest_age_s(self, now_ms: int) -> float:
         with self.lock:
             return max(0.0, (now_ms - self._oldest_ms[0][1]) / 1000) if self._oldest_ms else 0.0
@@ -237,7 +278,7 @@ class Spool:
             end = base + header.last_offset_delta + 1
             size = header.size
             self._writes.append((end, size))
-            self._oldest_ms.append((end, min(now, header.max_timestamp)))
+            self._oldest_ms.append((end, now))  # write times are not kept: from the start
             self.depth_bytes += size
 
     def dead_letter(self, records: list[Record], chunk: PendingChunk, reason: str) -> None:
@@ -259,6 +300,7 @@ class Spool:
                 "reason": reason,
             }
             lines.append(json.dumps(entry, separators=(",", ":")) + "\n")
+            self.undelivered.append((r.offset, r.offset + 1))
         fd = os.open(
             self.directory / DEAD_LETTER_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600
         )

@@ -21,12 +21,14 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from databus.config import StreamConfig
-from databus.drain import Drainer
+from databus.config import StreamConfig, parse_stream
+from databus.drain import Drainer, record_size
 from databus.metrics import WRITE_SECONDS
 from databus.spool import Spool, SpoolFull, log_config
 from databus.upstream import Upstream
 from dataplane.errors import ErrorCode, MeridianError
+from dataplane.files import replace_file
+from dataplane.records.layout import HEADER_SIZE
 from lanes.names import (
     InvalidLaneNameError,
     check_lane_name,
@@ -37,7 +39,9 @@ from lanes.names import (
 
 Header = tuple[str, bytes | None]
 ACK_ON_BROKER_TIMEOUT_S = 30.0
-RECORD_OVERHEAD = 32  # a record's framing in a batch, at most
+SETTINGS_FILE = "stream.json"
+# Timestamps a batch can carry as deltas from another record's (int64 both ways).
+MAX_TIMESTAMP_MS = 2**62
 
 KIND_HTTP_STATUS = {
     "invalid": 400,
@@ -47,6 +51,7 @@ KIND_HTTP_STATUS = {
     "spool_full": 429,
     "unavailable": 503,
     "timeout": 504,
+    "undelivered": 502,
 }
 
 
@@ -96,9 +101,15 @@ class Stream:
         self.lanes = LaneCheck(upstream)
         self._committed = threading.Condition()
         self.drainer = Drainer(
-            config.name, self.spool, upstream, lambda: self.config, self._on_commit
+            config.name,
+            self.spool,
+            upstream,
+            lambda: self.config,
+            self._on_commit,
+            lambda: self.max_record_bytes,
         )
         self.drainer.start()
+        self._save_settings()
 
     @staticmethod
     def _log_config(config: StreamConfig):  # type: ignore[no-untyped-def]
@@ -110,6 +121,43 @@ class Stream:
         self.config = config
         self.max_record_bytes = max_record_bytes
         self.accepting = True
+        self.drainer.keep_running()
+        self._save_settings()
+
+    def retire(self) -> None:
+        """No longer configured: refuse writes, drain what is spooled, then stop (the
+        agent closes it once ``retired``)."""
+        self.accepting = False
+        self.drainer.stop_when_empty()
+
+    @property
+    def retired(self) -> bool:
+        return not self.accepting and not self.drainer.alive
+
+    def _save_settings(self) -> None:
+        """The settings the spool was last drained under (``stream.json``), so a restart
+        after the stream left the configuration still drains what it holds."""
+        settings = {"config": self.config.to_json(), "max_record_bytes": self.max_record_bytes}
+        replace_file(
+            self.spool.directory / SETTINGS_FILE, json.dumps(settings).encode(), private=True
+        )
+
+    @classmethod
+    def reopen(cls, name: str, directory: Path, upstream: Upstream) -> Stream | None:
+        """A stream no longer configured whose spool still holds records, to drain them
+        under its last settings; None if it holds none (or has no settings)."""
+        try:
+            saved = json.loads((directory / SETTINGS_FILE).read_bytes())
+            config = parse_stream(name, saved["config"])
+            limit = int(saved["max_record_bytes"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        stream = cls(config, limit, directory, upstream)
+        if stream.drainer.idle:
+            stream.close()
+            return None
+        stream.retire()
+        return stream
 
     # -- writing --------------------------------------------------------------------------
     def write(self, records: list[WriteRecord], lane: str | None, now_ms: int | None = None) -> int:
@@ -132,12 +180,12 @@ class Stream:
         except SpoolFull as full:
             self.counters.rejected += len(records)
             raise WriteError("spool_full", str(full), retry_after_s=1.0) from None
-        _, end = self.spool.append(rows, now)
+        first, end = self.spool.append(rows, now)
         self.counters.writes += 1
         self.counters.records_in += len(rows)
         self.counters.bytes_in += size
         if config.delivery == "ack_on_broker":
-            self._wait_committed(end)
+            self._wait_committed(first, end)
         WRITE_SECONDS.labels(self.name, config.delivery).observe(time.monotonic() - started)
         return len(rows)
 
@@ -166,13 +214,18 @@ class Stream:
             key = record.key
             if key is None and config.key_field is not None:
                 key = key_from_value(record.value, config.key_field)
-            size = RECORD_OVERHEAD + len(key or b"") + len(record.value or b"")
-            size += sum(len(k.encode()) + len(v or b"") + 10 for k, v in headers)
-            if size > self.max_record_bytes:
+            timestamp = record.timestamp_ms
+            if timestamp is not None and not 0 <= timestamp < MAX_TIMESTAMP_MS:
+                raise WriteError(
+                    "invalid", f"record {index}: timestamp_ms {timestamp} out of range"
+                )
+            drain_lane = config.lane if (own or lane) is None else None
+            size = record_size(key, record.value, headers, drain_lane)
+            if size + HEADER_SIZE > self.max_record_bytes:
                 raise WriteError(
                     "too_large",
-                    f"record {index} is {size} bytes; topic {config.topic} takes at most "
-                    f"{self.max_record_bytes}",
+                    f"record {index} takes {size + HEADER_SIZE} bytes in a batch; topic "
+                    f"{config.topic} takes batches of at most {self.max_record_bytes}",
                 )
             rows.append((key, record.value, headers, record.timestamp_ms))
             total += size
@@ -188,7 +241,7 @@ class Stream:
         with self._committed:
             self._committed.notify_all()
 
-    def _wait_committed(self, end: int) -> None:
+    def _wait_committed(self, first: int, end: int) -> None:
         deadline = time.monotonic() + ACK_ON_BROKER_TIMEOUT_S
         with self._committed:
             while self.spool.state.committed < end:
@@ -200,6 +253,12 @@ class Stream:
                         "delivered (do not write it again)",
                     )
                 self._committed.wait(min(left, 0.5))
+        if self.spool.was_undelivered(first, end):
+            raise WriteError(
+                "undelivered",
+                "accepted, then dropped to make room (drop_oldest) or kept in the dead-letter "
+                "file: not on the topic",
+            )
 
     # -- state ----------------------------------------------------------------------------
     def snapshot(self, now_ms: int) -> dict[str, float | int | str]:
@@ -235,6 +294,7 @@ class LaneCheck:
 
     TTL_S = 30.0
     NOT_FOUND_TTL_S = 2.0
+    MAX_REMEMBERED = 1000
 
     def __init__(self, upstream: Upstream) -> None:
         self._upstream = upstream
@@ -254,6 +314,8 @@ class LaneCheck:
             answer = error.code != ErrorCode.LANE_NOT_FOUND
         ttl = self.TTL_S if answer else self.NOT_FOUND_TTL_S
         with self._lock:
+            if len(self._known) >= self.MAX_REMEMBERED:  # names come from clients
+                self._known.clear()
             self._known[(topic, lane)] = (answer, now + ttl)
         return answer
 

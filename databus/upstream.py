@@ -176,6 +176,7 @@ class MemoryUpstream:
         self._next_pid = 1000
         self._lock = threading.Lock()
         self.requests = 0
+        self.batch_sizes: list[int] = []
 
     def partitions(self, topic: str) -> int:
         if self.down:
@@ -209,6 +210,7 @@ class MemoryUpstream:
             return Outcome(self.fail_next[tp].pop(0), "injected failure")
         records = decode_batches(batch.data)
         header = read_header(batch.data)
+        self.batch_sizes.append(len(batch.data))
         base_seq = header.base_sequence
         key = (header.producer_id, *tp)
         last = self._producers.get(key)

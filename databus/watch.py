@@ -143,7 +143,13 @@ class ConfigWatcher:
             self._stop.wait(5)
             return
         if config.version != self.agent.version or self.agent.config is None:
-            self.agent.apply(config, resolved)
+            try:
+                self.agent.apply(config, resolved)
+            except Exception as err:
+                self.last_error = f"configuration {version} not applied: {err}"
+                log.exception("%s", self.last_error)
+                self._stop.wait(5)
+                return
         self.last_error = ""
 
     def _failed(self, message: str, failures: int) -> None:
@@ -192,7 +198,7 @@ class Heartbeat:
         while True:
             try:
                 self.beat()
-            except (OSError, MeridianError, ValueError) as err:
+            except Exception as err:
                 log.info("heartbeat failed: %s", err)
             if self._stop.wait(self.interval_s * (0.9 + random.random() / 5)):
                 return
@@ -222,10 +228,10 @@ class FileWatcher:
             return
         document = json.loads(self.path.read_bytes())
         config = parse_config(document, version=self._version + 1)
-        self._seen = seen
         if self.agent.config is None or config.to_json() != self.agent.config.to_json():
-            self._version += 1
             self.agent.apply(config, {})
+            self._version += 1
+        self._seen = seen
 
     def start(self) -> None:
         self._thread.start()
@@ -238,7 +244,7 @@ class FileWatcher:
             try:
                 self.load()
                 self.last_error = ""
-            except (OSError, ValueError, ConfigError) as err:
+            except Exception as err:
                 if str(err) != self.last_error:
                     log.error("%s: not applied: %s", self.path, err)
                 self.last_error = str(err)

@@ -76,12 +76,19 @@ class Writers:
         for process in self.processes:
             assert process.wait(60) == 0
 
+    def acked(self) -> int:
+        return sum(len(acked) for acked, _ in self.outcomes().values())
+
+    def wait_acked(self, more_than: int, timeout_s: float = 60) -> None:
+        wait_until(lambda: self.acked() > more_than, timeout_s, f"{more_than} acknowledged")
+
     def outcomes(self) -> dict[int, tuple[set[int], set[int]]]:
         """writer -> (acknowledged seqs, unknown seqs)"""
         result = {}
         for n, out in enumerate(self.outs):
             acked, unknown = set(), set()
-            for line in out.read_text().splitlines():
+            text = out.read_text() if out.exists() else ""
+            for line in text.splitlines()[: -1 if text and not text.endswith("\n") else None]:
                 mark, seq = line.split()
                 (acked if mark == "A" else unknown).add(int(seq))
             result[n] = (acked, unknown)
@@ -128,11 +135,12 @@ def test_kill_9_under_load_loses_and_repeats_no_acknowledged_write(
 ) -> None:
     writers = Writers(tmp_path, agent, 4)
     try:
+        writers.wait_acked(0)
         for _ in range(4):
-            time.sleep(1.5)
+            writers.wait_acked(writers.acked() + 200)
             agent.kill()
             agent.start()
-        time.sleep(1.0)
+        writers.wait_acked(writers.acked() + 200)
     finally:
         writers.stop()
     wait_drained(agent)
@@ -147,7 +155,7 @@ def test_brokers_down_fill_the_spool_which_drains_when_they_return(
 ) -> None:
     writers = Writers(tmp_path, agent, 2)
     try:
-        time.sleep(0.5)
+        writers.wait_acked(50)
         broker.kill()
         wait_until(
             lambda: agent.health()["streams"]["clicks"]["spool_records"] > 200,
@@ -171,10 +179,10 @@ def test_a_live_configuration_change_moves_the_stream_without_a_restart(
     writers = Writers(tmp_path, agent, 2)
     pid = agent.process.pid  # type: ignore[union-attr]
     try:
-        time.sleep(1.0)
+        writers.wait_acked(100)
         write_config(agent.config_path, topic="acme.other", compression="zstd", linger_ms=50)  # type: ignore[attr-defined]
-        wait_until(lambda: agent.health()["version"] == 2, 10, "the new configuration")
-        time.sleep(1.0)
+        wait_until(lambda: agent.health()["version"] == 2, 30, "the new configuration")
+        writers.wait_acked(writers.acked() + 100)
     finally:
         writers.stop()
     assert agent.process.pid == pid  # type: ignore[union-attr]

@@ -251,3 +251,93 @@ def test_the_drain_pauses_as_long_as_throttled_brokers_ask(
     wait_until(lambda: drained(agent))
     assert agent.stats()["clicks"]["throttled_seconds"] >= 0.6
     assert values(cluster, "acme.clicks") == [b"a", b"b"]
+
+
+def test_a_stream_removed_from_the_configuration_still_drains_after_a_restart(
+    make_agent: Callable[..., Agent], cluster: MemoryUpstream
+) -> None:
+    cluster.down = True
+    agent = make_agent(
+        clicks={"topic": "acme.clicks", "linger_ms": 1}, other={"topic": "acme.other"}
+    )
+    agent.write("clicks", [WriteRecord(None, b"%d" % i) for i in range(5)], None)
+    agent.apply(config(2, other={"topic": "acme.other"}), {})
+    with pytest.raises(WriteError) as caught:
+        agent.write("clicks", [WriteRecord(None, b"late")], None)
+    assert caught.value.kind == "unknown_stream"
+    agent.close(0.2)
+    cluster.down = False
+    again = make_agent()
+    wait_until(lambda: len(values(cluster, "acme.clicks")) == 5)
+    assert sorted(values(cluster, "acme.clicks")) == [b"%d" % i for i in range(5)]
+    wait_until(lambda: "clicks" not in again.stats(), what="the drained stream to close")
+    assert list(again.stats()) == ["other"]
+
+
+def test_batches_never_outgrow_what_the_topic_takes_and_a_big_write_spans_chunks(
+    make_agent: Callable[..., Agent], cluster: MemoryUpstream
+) -> None:
+    agent = make_agent()
+    agent.apply(
+        config(1, clicks={"topic": "acme.clicks", "lane": "ppe", "linger_ms": 50}),
+        {"clicks": {"max_record_bytes": 4000}},
+    )
+    cluster.topics["acme.clicks~ppe"] = 3
+    agent.write("clicks", [WriteRecord(b"k", b"x" * 500) for _ in range(40)], None)
+    with pytest.raises(WriteError) as caught:  # fits alone only without the lane header
+        agent.write("clicks", [WriteRecord(b"k", b"y" * (4000 - 61 - 40))], None)
+    assert caught.value.kind == "too_large"
+    wait_until(lambda: drained(agent))
+    assert len(values(cluster, "acme.clicks~ppe")) == 40
+    assert max(cluster.batch_sizes) <= 4000
+
+
+def test_a_batch_the_topic_refuses_as_too_large_goes_to_the_dead_letter_file(
+    make_agent: Callable[..., Agent], cluster: MemoryUpstream
+) -> None:
+    agent = make_agent(clicks={"topic": "acme.clicks", "linger_ms": 1})
+    cluster.fail_next[("acme.clicks", partition_for_key(b"big", 3))] = [ErrorCode.MESSAGE_TOO_LARGE]
+    agent.write("clicks", [WriteRecord(b"big", b"refused")], None)
+    agent.write("clicks", [WriteRecord(b"big", b"after")], None)
+    wait_until(lambda: drained(agent))
+    assert values(cluster, "acme.clicks") == [b"after"]  # the next batch reuses the sequence
+    dead = agent.streams["clicks"].spool.directory / "dead-letter.jsonl"
+    assert "MESSAGE_TOO_LARGE" in dead.read_text()
+
+
+def test_the_drain_outlives_an_unexpected_failure(
+    make_agent: Callable[..., Agent], cluster: MemoryUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    agent = make_agent(clicks={"topic": "acme.clicks", "linger_ms": 1})
+    real = cluster.produce
+    failures = iter([RuntimeError("boom")])
+
+    def flaky(*args: object, **kwargs: object) -> object:
+        for error in failures:
+            raise error
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(cluster, "produce", flaky)
+    agent.write("clicks", [WriteRecord(None, b"x")], None)
+    wait_until(lambda: drained(agent))
+    assert values(cluster, "acme.clicks") == [b"x"]
+    assert "boom" in agent.streams["clicks"].drainer.stats.last_error
+
+
+def test_a_drain_state_past_the_end_of_a_truncated_spool_starts_again_at_its_end(
+    make_agent: Callable[..., Agent], cluster: MemoryUpstream
+) -> None:
+    """A power loss took the spool's unsynced tail (fsync never) after the drain state
+    had moved past it: new writes take those offsets and must still go out."""
+    agent = make_agent(clicks={"topic": "acme.clicks", "linger_ms": 1, "fsync": "never"})
+    agent.write("clicks", [WriteRecord(None, b"a")], None)
+    wait_until(lambda: drained(agent))
+    agent.close(0)
+    state_path = agent.data_dir / "streams" / "clicks" / "drain.json"
+    state = json.loads(state_path.read_bytes())
+    state["committed"] = 50  # as if offsets below 50 had been spooled and drained
+    state_path.write_text(json.dumps(state))
+    again = make_agent()
+    again.write("clicks", [WriteRecord(None, b"b")], None)
+    wait_until(lambda: drained(again))
+    assert values(cluster, "acme.clicks") == [b"a", b"b"]
