@@ -39,6 +39,7 @@ from dataplane.errors import MeridianError
 log = logging.getLogger(__name__)
 
 WAIT_S = 25
+RECHECK_EVERY = 20  # watches (about 8 minutes when nothing changes)
 # The per-stream figures a heartbeat reports (the control plane takes exactly these).
 HEARTBEAT_STATS = (
     "records_in",
@@ -98,6 +99,7 @@ class ConfigWatcher:
         self.name = config_name
         self.last_error = ""
         self.last_contact = 0.0
+        self._lost = False  # the configuration answered 404: ask again without a version
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="databus-watch", daemon=True)
 
@@ -112,8 +114,13 @@ class ConfigWatcher:
         path = (
             f"/api/v1/databus-configs/{urllib.parse.quote(self.name, safe='')}/watch?wait={WAIT_S}"
         )
+        polls = 0
         while not self._stop.is_set():
-            headers = {"If-None-Match": f'"{self.agent.version}"'} if self.agent.config else {}
+            polls += 1
+            # A configuration deleted and made again starts again at version 1: after a
+            # 404, and every RECHECK_EVERY polls, ask without a version and compare.
+            known = self.agent.config is not None and not self._lost and polls % RECHECK_EVERY
+            headers = {"If-None-Match": f'"{self.agent.version}"'} if known else {}
             try:
                 status, _, body = self.cp.call("GET", path, headers=headers, timeout_s=WAIT_S + 10)
             except (OSError, MeridianError, ValueError) as err:
@@ -125,8 +132,10 @@ class ConfigWatcher:
                 failures = 0
             elif status == 200:
                 failures = 0
+                self._lost = False
                 self._take(body)
             else:
+                self._lost = self._lost or status == 404
                 failures += 1
                 self._failed(f"control plane answered {status}: {body}", failures)
 
@@ -142,7 +151,8 @@ class ConfigWatcher:
             log.error("%s", self.last_error)
             self._stop.wait(5)
             return
-        if config.version != self.agent.version or self.agent.config is None:
+        current = self.agent.config
+        if current is None or config.version != current.version or config != current:
             try:
                 self.agent.apply(config, resolved)
             except Exception as err:

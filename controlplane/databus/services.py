@@ -32,7 +32,7 @@ from django.utils import timezone
 
 from controlplane.core import audit
 from controlplane.core.actors import Actor
-from controlplane.core.errors import Conflict, InvalidRequest
+from controlplane.core.errors import Conflict, InvalidRequest, PermissionDenied
 from controlplane.core.validators import SLUG_RE, slug_validator
 from controlplane.databus.models import DatabusAgent, DatabusConfig
 from controlplane.lanes.models import Lane
@@ -260,9 +260,19 @@ def record_agent_heartbeat(
     heartbeats of one agent never conflict) and return the current version of the
     configuration it names in ``tenant`` (None: no such configuration). ``stats`` is
     checked (``check_stats``: ``InvalidRequest`` naming the field)."""
+    agent_uuid = uuid.UUID(str(agent_id))
+    reported_by = (
+        DatabusAgent.objects.filter(tenant=tenant, agent_id=agent_uuid)
+        .values_list("principal", flat=True)
+        .first()
+    )
+    if reported_by is not None and reported_by != principal:
+        # An agent's row belongs to the identity that first reported it: another
+        # member or service account of the tenant cannot overwrite its figures.
+        raise PermissionDenied(f"agent {agent_uuid} reports as another identity")
     agent = DatabusAgent(
         tenant=tenant,
-        agent_id=uuid.UUID(str(agent_id)),
+        agent_id=agent_uuid,
         config_name=config_name,
         version=version,
         hostname=hostname,

@@ -467,3 +467,25 @@ def test_the_forgetting_task_is_on_the_beat_schedule(settings: Any) -> None:
     entry = settings.CELERY_BEAT_SCHEDULE["databus.forget_silent_agents"]
     assert entry["task"] == "databus.forget_silent_agents"
     assert entry["options"]["expires"] == entry["schedule"]
+
+
+def test_another_identity_of_the_tenant_cannot_overwrite_an_agents_reports(
+    acme: Tenant, local_identity: Any
+) -> None:
+    first, _ = service_account_client(acme)
+    second, _ = service_account_client(acme)
+    agent_id = str(uuid.uuid4())
+    assert (
+        first.post(
+            "/api/v1/databus-agents/heartbeat", heartbeat(agent_id), format="json"
+        ).status_code
+        == 200
+    )
+    response = second.post("/api/v1/databus-agents/heartbeat", heartbeat(agent_id), format="json")
+    assert response.status_code == 403
+    assert (
+        first.post(
+            "/api/v1/databus-agents/heartbeat", heartbeat(agent_id), format="json"
+        ).status_code
+        == 200
+    )
