@@ -6,6 +6,9 @@ from controlplane.settings.env import as_bool, env
 CELERY_BROKER_URL = env("MERIDIAN_CELERY_BROKER_URL", "redis://127.0.0.1:6379/0")
 CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {}
 _queue_dir = env("MERIDIAN_CELERY_QUEUE_DIR", "")
+if CELERY_BROKER_URL.startswith("filesystem://"):
+    # kombu's own writes a message file in place, which a polling worker may read empty.
+    CELERY_BROKER_TRANSPORT = "controlplane.core.filesystem_transport:Transport"
 if CELERY_BROKER_URL.startswith("filesystem://") and _queue_dir:
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": _queue_dir,

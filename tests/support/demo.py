@@ -121,7 +121,7 @@ class Demo:
 
     def logs(self) -> str:
         parts = [self.output, "".join(self._later)]
-        for path in sorted(self.data_dir.rglob("*.log")):
+        for path in sorted((self.data_dir / "logs").glob("*.log")):  # not the brokers' segments
             parts.append(f"===== {path} =====\n{path.read_text(errors='replace')[-4000:]}")
         return "\n".join(parts)
 

@@ -167,7 +167,7 @@ def test_a_trunk_consumer_takes_orphaned_lane_topics_and_gives_them_back(
         assert [r.value for r in records] == [b"l0", b"l1", b"l2"]
         assert c.reading() == (trunk, lane_topic)
         assert lane_tp in c.assignment()
-        assert not any(g == name and t == lane_topic for g, t, _, _ in proxy.commits)
+        given_back_at = len(proxy.commits)  # (a rebalance meanwhile may have committed)
         with proxy.lock:
             proxy.orphans[trunk] = []  # a lane consumer came back
         assert wait(lambda: lane_tp not in c.assignment(), c)
@@ -175,7 +175,7 @@ def test_a_trunk_consumer_takes_orphaned_lane_topics_and_gives_them_back(
         assert c.assignment() == {TopicPartition(trunk, 0)}
     # given up: its position committed before the revocation (the lane group starts
     # from it)
-    assert (name, lane_topic, 0, 3) in proxy.commits
+    assert (name, lane_topic, 0, 3) in proxy.commits[given_back_at:]
 
 
 def test_without_auto_commit_close_commits_nothing_lane_partitions_included(
