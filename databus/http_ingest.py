@@ -64,7 +64,9 @@ class IngestServer(ThreadingHTTPServer):
         log.info("HTTP connection from %s failed", client_address, exc_info=True)
 
     def start(self) -> threading.Thread:
-        thread = threading.Thread(target=self.serve_forever, name="databus-http", daemon=True)
+        thread = threading.Thread(
+            target=self.serve_forever, args=(0.1,), name="databus-http", daemon=True
+        )
         thread.start()
         return thread
 

@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 
 WAIT_S = 25
 RECHECK_EVERY = 20  # watches (about 8 minutes when nothing changes)
+REFUSED_PAUSE_S = 5.0  # after a configuration the agent could not take
 # The per-stream figures a heartbeat reports (the control plane takes exactly these).
 HEARTBEAT_STATS = (
     "records_in",
@@ -149,7 +150,7 @@ class ConfigWatcher:
         except (ConfigError, KeyError, TypeError, ValueError) as err:
             self.last_error = f"configuration not applied: {err}"
             log.error("%s", self.last_error)
-            self._stop.wait(5)
+            self._stop.wait(REFUSED_PAUSE_S)
             return
         current = self.agent.config
         if current is None or config.version != current.version or config != current:
@@ -158,7 +159,7 @@ class ConfigWatcher:
             except Exception as err:
                 self.last_error = f"configuration {version} not applied: {err}"
                 log.exception("%s", self.last_error)
-                self._stop.wait(5)
+                self._stop.wait(REFUSED_PAUSE_S)
                 return
         self.last_error = ""
 

@@ -298,6 +298,7 @@ def test_a_batch_the_topic_refuses_as_too_large_goes_to_the_dead_letter_file(
     agent = make_agent(clicks={"topic": "acme.clicks", "linger_ms": 1})
     cluster.fail_next[("acme.clicks", partition_for_key(b"big", 3))] = [ErrorCode.MESSAGE_TOO_LARGE]
     agent.write("clicks", [WriteRecord(b"big", b"refused")], None)
+    wait_until(lambda: drained(agent))
     agent.write("clicks", [WriteRecord(b"big", b"after")], None)
     wait_until(lambda: drained(agent))
     assert values(cluster, "acme.clicks") == [b"after"]  # the next batch reuses the sequence

@@ -8,6 +8,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from databus.agent import Agent
 from databus.upstream import MemoryUpstream
 from databus.watch import ConfigWatcher
@@ -39,8 +41,9 @@ def served(version: int, topic: str) -> dict[str, Any]:
 
 
 def test_versions_refusals_and_a_recreated_configuration(
-    make_agent: Callable[..., Agent], cluster: MemoryUpstream
+    make_agent: Callable[..., Agent], cluster: MemoryUpstream, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr("databus.watch.REFUSED_PAUSE_S", 0.05)
     agent = make_agent()
     cp = ScriptedControlPlane(
         [
