@@ -92,7 +92,7 @@ PARTITIONS = 3
 REPLICAS = [1, 2, 3]
 LINGER_MS = 20
 AIM_FEWER_REQUESTS = 10.0
-WRITERS_PER_APP = 48
+WRITERS_PER_APP = 16
 WRITE_BACKOFF_S = 0.05  # a writer whose write failed waits this long before its next
 START_LEAD_S = 3.0  # every application is told to start this far ahead
 WARMUP_S = 2.0
@@ -123,14 +123,14 @@ def parse_args(argv: Sequence[str] | None) -> tuple[argparse.Namespace, Plan]:
     parser.add_argument(
         "--sustained-rate",
         type=int,
-        default=20,
+        default=10,
         help="a second part 1 run at a rate the agent keeps up with (also part 3's)",
     )
     parser.add_argument("--window-s", type=float, default=None)
     parser.add_argument("--max-s", type=float, default=None)
     parser.add_argument("--kill-after-s", type=float, default=None)
     args = parser.parse_args(argv)
-    window, max_s, recovery, kill = (6.0, 2.0, 8.0, 3.0) if args.quick else (20.0, 8.0, 20, 7)
+    window, max_s, recovery, kill = (6.0, 2.0, 12.0, 3.0) if args.quick else (20.0, 8.0, 20.0, 6.0)
     plan = Plan(
         apps=args.apps,
         rates=(args.rate, args.sustained_rate),
