@@ -330,11 +330,43 @@ class Setup:
         }
         return sum(offset for offset, _ in (admin or self.admin).list_offsets(specs).values())
 
+    def agent_cpu_s(self) -> float:
+        assert self.agent.process is not None
+        return cpu_s([self.agent.process.pid])
+
+    def broker_cpu_s(self) -> float:
+        return cpu_s([b.pid for b in self.brokers if b.pid is not None])
+
     def wait_drained(self) -> None:
         def drained() -> bool:
             return all(s["spool_records"] == 0 for s in self.agent.health()["streams"].values())
 
         wait_until(drained, DRAIN_TIMEOUT_S, "the agent's spool to drain")
+
+
+def cpu_s(pids: list[int]) -> float:
+    """CPU seconds (user and system) the processes ``pids`` have used so far."""
+    total = 0.0
+    for pid in pids:
+        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+class Adopted:
+    """An ``AgentProcess`` as ``Cleanup`` stops things and counts their CPU (whichever
+    process the agent runs as, after a restart too)."""
+
+    def __init__(self, agent: AgentProcess) -> None:
+        self.agent = agent
+
+    @property
+    def process(self) -> subprocess.Popen[bytes] | None:
+        return self.agent.process
+
+    def stop(self, timeout_s: float = 0.0) -> int:
+        self.agent.stop()
+        return 0
 
 
 def create_topic(controller: TestController, topic: str) -> None:
@@ -366,6 +398,7 @@ def start_setup(cleanup: Cleanup, root: Path, plan: Plan) -> Setup:
     progress("starting the agent")
     agent = AgentProcess(root / "agent", brokers[0].address, args=["--config-file", str(config)])
     agent.start()
+    cleanup.adopt(Adopted(agent))
     progress(f"starting {plan.apps} application processes")
     apps = Apps(cleanup, plan.apps)
     return Setup(brokers, controller, agent, Admin(brokers[0].address), apps, topics)
@@ -386,6 +419,8 @@ class Case:
     behind: int = 0  # writes never started: the application fell behind its schedule
     in_topic: int = 0
     errors: dict[str, int] = field(default_factory=dict)  # failed writes by kind
+    agent_cpus: float = math.nan  # the agent's CPU use in the window, in CPUs
+    broker_cpus: float = math.nan  # the three brokers' together
     result: Throughput | None = None
 
     @property
@@ -407,10 +442,13 @@ def many_writers(setup: Setup, plan: Plan, rate: int, name: str, kind: str, stre
     _sleep_until(start_ns + int(WARMUP_S * 1e9))
     with stopwatch(case.result):
         requests, count, at = setup.produce_requests(), setup.topic_count(topic), time.monotonic()
+        agent, brokers = setup.agent_cpu_s(), setup.broker_cpu_s()
         _sleep_until(start_ns + int(plan.window_s * 1e9))
         seconds = time.monotonic() - at
         case.requests_s = (setup.produce_requests() - requests) / seconds
         case.delivered_s = (setup.topic_count(topic) - count) / seconds
+        case.agent_cpus = (setup.agent_cpu_s() - agent) / seconds
+        case.broker_cpus = (setup.broker_cpu_s() - brokers) / seconds
     measured_from = start_ns + int(WARMUP_S * 1e9)
     for answer in setup.apps.results():
         add_writes(case, answer, measured_from)
@@ -460,6 +498,7 @@ def report_many(plan: Plan, rate: int, cases: list[Case]) -> None:
             f"{pct_ms(case.latencies_ns, 0.99):.2f}", send if case.send_ns else "",
             f"{case.acked:,} / {case.failed:,} / {case.behind:,}",
             f"{case.in_topic:,} {'PASS' if case.intact else 'MISS'}",
+            num(case.agent_cpus, 2), num(case.broker_cpus, 2),
             num(case.result.other_cpus, 2) if case.result else "-",
         ])  # fmt: skip
     print_table(
@@ -468,7 +507,7 @@ def report_many(plan: Plan, rate: int, cases: list[Case]) -> None:
         ["case", "produce req/s", "req/1k rec", "fewer", f"aim >= {AIM_FEWER_REQUESTS:.0f}x",
          "records/s",
          "write p50 ms", "p99 ms", "send() p50/p99 ms", "acked / failed / behind",
-         "in topic = acked", "others"],
+         "in topic = acked", "agent CPUs", "broker CPUs", "others"],
         rows,
     )  # fmt: skip
     for case in cases:
@@ -510,6 +549,7 @@ class Recovery:
     to_backlog_s: float = math.nan
     to_first_ack_s: float = math.nan
     backlog: int = 0  # records the restarted agent's spool held
+    unsent_at_kill: int = 0  # acknowledged before the kill, not in the topic at the kill
     acked_before: int = 0
     acked: int = 0
     failed: int = 0
@@ -571,6 +611,9 @@ def recovery(setup: Setup, plan: Plan) -> Recovery:
     ]
     if reached:
         result.to_backlog_s = (min(reached) - killed_ns) / 1e9
+    before = [count for at, count in poller.samples if at <= killed_ns]
+    if before:
+        result.unsent_at_kill = max(0, result.acked_before - before[-1])
     check_delivered(setup, topic, answers, result)
     return result
 
@@ -603,6 +646,8 @@ def report_recovery(plan: Plan, r: Recovery) -> None:
             ["kill -> backlog delivered (topic holds every record acked before the kill)",
              f"{r.to_backlog_s:.2f} s"],
             ["kill -> first acknowledged write after it", f"{r.to_first_ack_s:.2f} s"],
+            ["acknowledged, not in the topic at the kill (last count before it)",
+             f"{r.unsent_at_kill:,} records"],
             ["spool backlog when the new agent answered", f"{r.backlog:,} records"],
             ["writes acknowledged (before the kill) / failed",
              f"{r.acked:,} ({r.acked_before:,}) / {r.failed:,}"],
