@@ -2,7 +2,7 @@
 one application writes through it, and how it recovers from ``kill -9``.
 
     .venv/bin/python bench/databus_bench.py            # ~5 min here
-    .venv/bin/python bench/databus_bench.py --quick    # a smoke run, ~1.5 min
+    .venv/bin/python bench/databus_bench.py --quick    # smoke run: part 1 at one rate
     ./dev bench databus [--quick]
 
 Three broker processes on 127.0.0.1 (``tests/support/brokers.py``), led by the test
@@ -14,8 +14,9 @@ always: ``spool``, ``ingest`` and ``recovery`` (``ack_on_spool``) and ``broker``
 (``ack_on_broker``). ``--apps`` application processes start once and take part in every
 run; an application keys its records by its number, values are 200 B.
 
-1. **Many small writers**: every application writes ``--rate`` records/s for
-   ``--window-s`` seconds, one record a write, paced (``benchkit.Pacer``; up to
+1. **Many small writers**: every application writes ``--rate`` records/s (200), then
+   ``--sustained-rate`` (10, a load the agent keeps up with here), for ``--window-s``
+   seconds, one record a write, paced (``benchkit.Pacer``; up to
    ``WRITERS_PER_APP`` writes of an application wait for their answers at once, as the
    request threads of a server would); through the agent over its unix socket
    (``databus.Client``), to ``spool`` and to ``broker``; then with an SDK ``Producer``
@@ -23,12 +24,15 @@ run; an application keys its records by its number, values are 200 B.
    brokers' produce requests a second (``meridian_broker_requests_total`` of ``Produce``
    and ``ProduceStream``, summed over the three), the records a second the topic gained,
    and each write's time from call to answer (the SDK: to its delivery callback; and the
-   time in ``send()``). At the end the topic must hold exactly the acknowledged records.
-   Aim: at least 10x fewer broker requests through Databus than with a producer each.
+   time in ``send()``); the agent's and the brokers' CPU. At the end the topic must hold
+   exactly the acknowledged records. Aim: at least 10x fewer broker requests through
+   Databus than with a producer each, per record delivered (where the agent falls
+   behind, fewer requests a second alone would say nothing).
 2. **One application's maximum ingest** to ``ingest``, one writer thread, for
    ``--max-s`` seconds a case: HTTP (one keep-alive connection, a JSON body built once)
    and gRPC (``databus.Client`` over the unix socket), 100 records a write and one.
-3. **kill -9 under load**: every application writes to ``recovery`` as in part 1; after
+3. **kill -9 under load**: every application writes ``--sustained-rate`` records/s to
+   ``recovery`` as in part 1; after
    ``--kill-after-s`` the agent is killed and started again at once. The time from the
    kill to the new agent answering ``/healthz``; to the topic holding as many records
    as were acknowledged before the kill (the backlog delivered: the spool drains in
