@@ -16,9 +16,9 @@ run; an application keys its records by its number, values are 200 B.
 
 1. **Many small writers**: every application writes ``--rate`` records/s (200), then
    ``--sustained-rate`` (10, a load the agent keeps up with here), for ``--window-s``
-   seconds, one record a write, paced (``benchkit.Pacer``; up to
-   ``WRITERS_PER_APP`` writes of an application wait for their answers at once, as the
-   request threads of a server would); through the agent over its unix socket
+   seconds, one record a write, paced (``benchkit.Pacer``; up to ``WRITERS_PER_APP``
+   writes of an application wait for their answers at once, as the request threads of a
+   server would); through the agent over its unix socket
    (``databus.Client``), to ``spool`` and to ``broker``; then with an SDK ``Producer``
    each (acks=all, its default linger of 5 ms). After a warm-up of ``WARMUP_S``: the
    brokers' produce requests a second (``meridian_broker_requests_total`` of ``Produce``
@@ -32,13 +32,12 @@ run; an application keys its records by its number, values are 200 B.
    ``--max-s`` seconds a case: HTTP (one keep-alive connection, a JSON body built once)
    and gRPC (``databus.Client`` over the unix socket), 100 records a write and one.
 3. **kill -9 under load**: every application writes ``--sustained-rate`` records/s to
-   ``recovery`` as in part 1; after
-   ``--kill-after-s`` the agent is killed and started again at once. The time from the
-   kill to the new agent answering ``/healthz``; to the topic holding as many records
-   as were acknowledged before the kill (the backlog delivered: the spool drains in
-   order); and to the first acknowledged write after the kill. A write that fails is
-   not sent again. At the end the topic is read back: every acknowledged write must be
-   there, once.
+   ``recovery`` as in part 1; after ``--kill-after-s`` the agent is killed and started
+   again at once. The time from the kill to the new agent answering ``/healthz``; to
+   the topic holding as many records as were acknowledged before the kill (the backlog
+   delivered: the spool drains in order); and to the first acknowledged write after the
+   kill. A write that fails is not sent again. At the end the topic is read back: every
+   acknowledged write must be there, once.
 
 Figures only: nothing here asserts a speed. Progress goes to stderr, the report to stdout.
 (Not ``databus.py``: in ``bench/`` that name would shadow the ``databus`` package.)
