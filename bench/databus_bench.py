@@ -277,10 +277,13 @@ class Apps:
 
     def __init__(self, cleanup: Cleanup, count: int) -> None:
         self.conns: list[Connection] = []
+        self.pids: list[int] = []
         for index in range(count):
             parent, child = multiprocessing.get_context("spawn").Pipe()
-            cleanup.spawn(app_main, index, child)
+            process = cleanup.spawn(app_main, index, child)
+            assert process.pid is not None
             self.conns.append(parent)
+            self.pids.append(process.pid)
         for conn in self.conns:
             if not conn.poll(300) or conn.recv() != "ready":
                 raise RuntimeError("an application process did not start")
@@ -426,6 +429,7 @@ class Case:
     errors: dict[str, int] = field(default_factory=dict)  # failed writes by kind
     agent_cpus: float = math.nan  # the agent's CPU use in the window, in CPUs
     broker_cpus: float = math.nan  # the three brokers' together
+    apps_cpus: float = math.nan  # the application processes' together
     result: Throughput | None = None
 
     @property
@@ -447,13 +451,14 @@ def many_writers(setup: Setup, plan: Plan, rate: int, name: str, kind: str, stre
     _sleep_until(start_ns + int(WARMUP_S * 1e9))
     with stopwatch(case.result):
         requests, count, at = setup.produce_requests(), setup.topic_count(topic), time.monotonic()
-        agent, brokers = setup.agent_cpu_s(), setup.broker_cpu_s()
+        agent, brokers, apps = setup.agent_cpu_s(), setup.broker_cpu_s(), cpu_s(setup.apps.pids)
         _sleep_until(start_ns + int(plan.window_s * 1e9))
         seconds = time.monotonic() - at
         case.requests_s = (setup.produce_requests() - requests) / seconds
         case.delivered_s = (setup.topic_count(topic) - count) / seconds
         case.agent_cpus = (setup.agent_cpu_s() - agent) / seconds
         case.broker_cpus = (setup.broker_cpu_s() - brokers) / seconds
+        case.apps_cpus = (cpu_s(setup.apps.pids) - apps) / seconds
     measured_from = start_ns + int(WARMUP_S * 1e9)
     for answer in setup.apps.results():
         add_writes(case, answer, measured_from)
@@ -503,7 +508,7 @@ def report_many(plan: Plan, rate: int, cases: list[Case]) -> None:
             f"{pct_ms(case.latencies_ns, 0.99):.2f}", send if case.send_ns else "",
             f"{case.acked:,} / {case.failed:,} / {case.behind:,}",
             f"{case.in_topic:,} {'PASS' if case.intact else 'MISS'}",
-            num(case.agent_cpus, 2), num(case.broker_cpus, 2),
+            num(case.agent_cpus, 2), num(case.broker_cpus, 2), num(case.apps_cpus, 2),
             num(case.result.other_cpus, 2) if case.result else "-",
         ])  # fmt: skip
     print_table(
@@ -512,7 +517,7 @@ def report_many(plan: Plan, rate: int, cases: list[Case]) -> None:
         ["case", "produce req/s", "req/1k rec", "fewer", f"aim >= {AIM_FEWER_REQUESTS:.0f}x",
          "records/s",
          "write p50 ms", "p99 ms", "send() p50/p99 ms", "acked / failed / behind",
-         "in topic = acked", "agent CPUs", "broker CPUs", "others"],
+         "in topic = acked", "agent CPUs", "broker CPUs", "apps CPUs", "others"],
         rows,
     )  # fmt: skip
     for case in cases:
