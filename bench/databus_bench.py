@@ -1,7 +1,7 @@
 """Databus benchmark: what the sidecar agent saves the brokers and costs a write, how fast
 one application writes through it, and how it recovers from ``kill -9``.
 
-    .venv/bin/python bench/databus_bench.py            # ~5 min here
+    .venv/bin/python bench/databus_bench.py            # ~4 min here
     .venv/bin/python bench/databus_bench.py --quick    # smoke run: part 1 at one rate
     ./dev bench databus [--quick]
 
@@ -24,10 +24,11 @@ run; an application keys its records by its number, values are 200 B.
    brokers' produce requests a second (``meridian_broker_requests_total`` of ``Produce``
    and ``ProduceStream``, summed over the three), the records a second the topic gained,
    and each write's time from call to answer (the SDK: to its delivery callback; and the
-   time in ``send()``); the agent's and the brokers' CPU. At the end the topic must hold
-   exactly the acknowledged records. Aim: at least 10x fewer broker requests through
-   Databus than with a producer each, per record delivered (where the agent falls
-   behind, fewer requests a second alone would say nothing).
+   time in ``send()``); the agent's, the brokers' and the applications' CPU. At the end
+   the topic must hold every acknowledged record and nothing else but failed writes
+   (whose outcome is unknown). Aim: at least 10x fewer broker requests through Databus
+   than with a producer each, per record delivered (where the agent falls behind, fewer
+   requests a second alone would say nothing).
 2. **One application's maximum ingest** to ``ingest``, one writer thread, for
    ``--max-s`` seconds a case: HTTP (one keep-alive connection, a JSON body built once)
    and gRPC (``databus.Client`` over the unix socket), 100 records a write and one.
@@ -434,7 +435,9 @@ class Case:
 
     @property
     def intact(self) -> bool:
-        return self.in_topic == self.acked and not self.failed
+        """Every acknowledged record in the topic, and nothing but them and failed writes
+        (a failed write's outcome is unknown: the agent may have spooled it)."""
+        return self.acked <= self.in_topic <= self.acked + self.failed
 
 
 def many_writers(setup: Setup, plan: Plan, rate: int, name: str, kind: str, stream: str) -> Case:
