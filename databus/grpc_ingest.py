@@ -17,6 +17,9 @@ from databus.stream import WriteError, WriteRecord
 from dataplane._gen.meridian.v1 import databus_pb2, databus_pb2_grpc
 
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+# An ack_on_broker write holds its thread until the drain commits it: the writes that
+# may wait at once.
+MAX_WORKERS = 256
 KIND_GRPC_STATUS = {
     "invalid": grpc.StatusCode.INVALID_ARGUMENT,
     "unauthenticated": grpc.StatusCode.UNAUTHENTICATED,
@@ -73,7 +76,7 @@ def create_server(agent: Agent, token: str, addresses: list[str]) -> tuple[grpc.
     """A started server on ``addresses`` (``127.0.0.1:port``, ``unix:/path``); the ports
     bound (0 for a unix socket)."""
     server = grpc.server(
-        ThreadPoolExecutor(max_workers=32, thread_name_prefix="databus-grpc"),
+        ThreadPoolExecutor(max_workers=MAX_WORKERS, thread_name_prefix="databus-grpc"),
         options=[
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
             ("grpc.so_reuseport", 0),
