@@ -9,8 +9,8 @@ Three broker processes on 127.0.0.1 (``tests/support/brokers.py``), led by the t
 controller of ``tests/support/replication.py`` (no control plane); every topic has three
 partitions on all three brokers (RF=3, min ISR 2, durability ``interval``), one led by
 each. One agent (``python -m databus --config-file``, ``tests/support/databus.py``) with
-four streams, each to its own topic, all ``linger_ms`` 20, lz4, acks all, spool ``fsync``
-always: ``spool``, ``ingest`` and ``recovery`` (``ack_on_spool``) and ``broker``
+four streams, each to its own topic, with the default settings (``linger_ms`` 50, lz4,
+acks all, spool ``fsync`` always): ``spool``, ``ingest`` and ``recovery`` (``ack_on_spool``) and ``broker``
 (``ack_on_broker``). ``--apps`` application processes start once and take part in every
 run; an application keys its records by its number, values are 200 B.
 
@@ -94,7 +94,6 @@ REPO = Path(__file__).resolve().parents[1]
 VALUE_BYTES = 200
 PARTITIONS = 3
 REPLICAS = [1, 2, 3]
-LINGER_MS = 20
 AIM_FEWER_REQUESTS = 10.0
 WRITERS_PER_APP = 16
 WRITE_BACKOFF_S = 0.05  # a writer whose write failed waits this long before its next
@@ -400,8 +399,7 @@ def start_setup(cleanup: Cleanup, root: Path, plan: Plan) -> Setup:
     controller.start()
     config = root / "databus.json"
     streams = {
-        name: {"topic": topics[name], "delivery": delivery, "linger_ms": LINGER_MS}
-        for name, delivery in STREAMS.items()
+        name: {"topic": topics[name], "delivery": delivery} for name, delivery in STREAMS.items()
     }
     config.write_text(json.dumps({"streams": streams}))
     progress("starting the agent")

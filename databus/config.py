@@ -18,7 +18,8 @@ Each stream's settings, with their defaults (``STREAM_DEFAULTS``):
 ``key_field``         for a write without a key whose value is a JSON object: the field
                       (dotted path, ``user.id``) whose value becomes the key (null: none)
 ``partitioner``       ``murmur2`` (by key; keyless records spread), ``round_robin``
-``linger_ms``         how long the agent waits to fill a batch (0-60000)
+``linger_ms``         how long a record may wait for others to fill a batch (0-60000; 50:
+                      longer than a producer's, since batching is the agent's purpose)
 ``batch_bytes``       the bytes at which a partition's batch is sent (1 KiB-16 MiB)
 ``compression``       none, gzip, snappy, lz4 or zstd
 ``acks``              ``all`` or ``1``
@@ -86,7 +87,7 @@ class StreamConfig:
     lane: str | None = None
     key_field: str | None = None
     partitioner: str = "murmur2"
-    linger_ms: int = 20
+    linger_ms: int = 50
     batch_bytes: int = 1 * MiB
     compression: str = "lz4"
     acks: str = "all"

@@ -19,7 +19,7 @@ from dataplane._gen.meridian.v1 import databus_pb2, databus_pb2_grpc
 MAX_MESSAGE_BYTES = 16 * 1024 * 1024
 # An ack_on_broker write holds its thread until the drain commits it: the writes that
 # may wait at once.
-MAX_WORKERS = 256
+MAX_WORKERS = 64
 KIND_GRPC_STATUS = {
     "invalid": grpc.StatusCode.INVALID_ARGUMENT,
     "unauthenticated": grpc.StatusCode.UNAUTHENTICATED,

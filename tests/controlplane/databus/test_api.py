@@ -101,7 +101,7 @@ class TestDatabusConfigAPI(TenantScopedAPIContract):
         assert created["tenant"] == "acme"
         clicks = created["document"]["streams"]["clicks"]
         assert clicks["topic"] == "acme.orders"
-        assert (clicks["linger_ms"], clicks["compression"], clicks["lane"]) == (20, "lz4", None)
+        assert (clicks["linger_ms"], clicks["compression"], clicks["lane"]) == (50, "lz4", None)
         assert created["resolved"] == {
             "clicks": {"topic": "acme.orders", "max_record_bytes": 1_048_576, "partitions": 3}
         }
