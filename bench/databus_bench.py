@@ -10,8 +10,8 @@ controller of ``tests/support/replication.py`` (no control plane); every topic h
 partitions on all three brokers (RF=3, min ISR 2, durability ``interval``), one led by
 each. One agent (``python -m databus --config-file``, ``tests/support/databus.py``) with
 four streams, each to its own topic, with the default settings (``linger_ms`` 50, lz4,
-acks all, spool ``fsync`` always): ``spool``, ``ingest`` and ``recovery`` (``ack_on_spool``) and ``broker``
-(``ack_on_broker``). ``--apps`` application processes start once and take part in every
+acks all, spool ``fsync`` always): ``spool``, ``ingest`` and ``recovery``
+(``ack_on_spool``) and ``broker`` (``ack_on_broker``). ``--apps`` application processes start once and take part in every
 run; an application keys its records by its number, values are 200 B.
 
 1. **Many small writers**: every application writes ``--rate`` records/s (200), then
