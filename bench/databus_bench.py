@@ -11,8 +11,9 @@ partitions on all three brokers (RF=3, min ISR 2, durability ``interval``), one 
 each. One agent (``python -m databus --config-file``, ``tests/support/databus.py``) with
 four streams, each to its own topic, with the default settings (``linger_ms`` 50, lz4,
 acks all, spool ``fsync`` always): ``spool``, ``ingest`` and ``recovery``
-(``ack_on_spool``) and ``broker`` (``ack_on_broker``). ``--apps`` application processes start once and take part in every
-run; an application keys its records by its number, values are 200 B.
+(``ack_on_spool``) and ``broker`` (``ack_on_broker``). ``--apps`` application processes
+start once and take part in every run; an application keys its records by its number,
+values are 200 B.
 
 1. **Many small writers**: every application writes ``--rate`` records/s (200), then
    ``--sustained-rate`` (10, a load the agent keeps up with here), for ``--window-s``
