@@ -73,7 +73,7 @@ def test_a_developer_creates_changes_and_deletes_a_configuration(ui: Ui, console
     expect(stream).to_contain_text("acme.orders")
     expect(stream).to_contain_text("zstd")
     expect(stream).to_contain_text("ack_on_spool")
-    expect(stream).to_contain_text("20 ms")
+    expect(stream).to_contain_text("50 ms")
 
     # What an agent's heartbeat records.
     config = DatabusConfig.objects.get(tenant=acme, name="web")

@@ -127,7 +127,7 @@ class TestDatabusConfigAPI(TenantScopedAPIContract):
     ) -> None:
         name = self.make_object(self.tenant)
         client = self.client(Role.DEVELOPER)
-        changed = document(self.tenant, linger_ms=50)
+        changed = document(self.tenant, linger_ms=75)
         response = client.patch(self.url(name), {"document": changed}, format="json")
         assert response.status_code == 200, response.content
         assert (response.json()["version"], response["ETag"]) == (2, '"2"')
