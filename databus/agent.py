@@ -55,6 +55,7 @@ class Agent:
         self.agent_id = _agent_id(self.data_dir / AGENT_ID_FILE)
         self.started_at = time.time()
         self.config: DatabusConfig | None = None
+        self.resolved: dict[str, Any] = {}
         self.streams: dict[str, Stream] = {}
         self._apply_lock = threading.Lock()
         self.applied_at = 0.0
@@ -76,8 +77,9 @@ class Agent:
                 self.streams[name] = stream
 
     def _close_retired(self) -> None:
-        for name in [n for n, s in self.streams.items() if s.retired]:
-            self.streams.pop(name).close()
+        for name, stream in list(self.streams.items()):
+            if not stream.accepting and stream.close_if_drained():
+                del self.streams[name]
 
     def _load_saved(self) -> None:
         path = self.data_dir / CONFIG_FILE
@@ -108,6 +110,7 @@ class Agent:
                 if name not in config.streams:
                     stream.retire()
             self.config = config
+            self.resolved = resolved
             self.applied_at = time.time()
             if save:
                 document = {

@@ -34,6 +34,7 @@ parameters it was journaled with.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import threading
@@ -63,8 +64,10 @@ SEND_TIMEOUT_S = 30.0
 STOP_JOIN_S = 2.0
 BACKOFF_MIN_S = 0.05
 BACKOFF_MAX_S = 2.0
-# Partitions whose batches may share one chunk: bounds a chunk's read.
+# Partitions whose batches may share one chunk, and the bytes of a chunk: bound a
+# chunk's read and its produce requests (the brokers take 64 MiB a request).
 MAX_CHUNK_PARTITIONS = 16
+MAX_CHUNK_BYTES = 16 * 1024 * 1024
 # A record's framing in a batch at most (length, attributes, timestamp and offset
 # deltas, key and value lengths, header count: zigzag varints at their widest), and a
 # header's (its key and value lengths).
@@ -114,10 +117,18 @@ def record_size(
     return size
 
 
+def compression_slack(size: int) -> int:
+    """What compressing ``size`` bytes may add at most, for data that does not compress
+    (measured: gzip and snappy add ~300 B to 1 MiB, lz4 and zstd less)."""
+    return size // 128 + 64
+
+
 def batch_limit(batch_bytes: int, max_batch_bytes: int) -> int:
     """The records' bytes one partition's batch of a chunk may hold: ``batch_bytes``,
-    and never more than the topic takes in one batch (its ``max_message_bytes``)."""
-    return max(1, min(batch_bytes, max_batch_bytes - HEADER_SIZE))
+    and never more than the topic takes in one batch (its ``max_message_bytes``, less
+    the header and what compression may add)."""
+    room = max_batch_bytes - HEADER_SIZE
+    return max(1, min(batch_bytes, room - compression_slack(room)))
 
 
 def plan(records: list[Record], chunk: PendingChunk, batch_bytes: int | None) -> Planned:
@@ -126,6 +137,7 @@ def plan(records: list[Record], chunk: PendingChunk, batch_bytes: int | None) ->
     record always fits). Pure: the same records and chunk always give the same plan."""
     out: dict[str, list[Record]] = {}
     sizes: dict[str, int] = {}
+    total = 0
     end = chunk.start
     for index, record in enumerate(records):
         topic = target_of(record, chunk)
@@ -144,6 +156,9 @@ def plan(records: list[Record], chunk: PendingChunk, batch_bytes: int | None) ->
         size = record_size(record.key, record.value, record.headers, chunk.lane)
         if batch_bytes is not None and key in out and sizes[key] + size > batch_bytes:
             break
+        if batch_bytes is not None and out and total + size > MAX_CHUNK_BYTES:
+            break
+        total += size
         if batch_bytes is not None and key not in out and len(out) >= MAX_CHUNK_PARTITIONS:
             break
         out.setdefault(key, []).append(record)
@@ -236,13 +251,6 @@ class Drainer:
         # leaving it safe (the chunk is sent again at the next start).
         self._thread.join(STOP_JOIN_S)
 
-    def stop_when_empty(self) -> None:
-        """End the thread once the spool is drained (the stream left the configuration)."""
-        self._stop_when_empty.set()
-
-    def keep_running(self) -> None:
-        self._stop_when_empty.clear()
-
     @property
     def idle(self) -> bool:
         state = self.spool.state
@@ -263,8 +271,12 @@ class Drainer:
                 failures = 0
             except Exception as error:
                 # Nothing is lost: the spool and the journal hold every record; the same
-                # step runs again after a pause (a full disk, a storage error).
+                # step runs again after a pause (a full disk, a storage error), from the
+                # drain state on disk (memory may hold a step that was not saved, and
+                # nothing is sent that was not journaled first).
                 failures += 1
+                with contextlib.suppress(Exception):
+                    self.spool.reload_state()
                 log.exception("the drain of stream %s failed; trying again", self.name)
                 self._note_error(ErrorCode.UNKNOWN_SERVER_ERROR, f"{type(error).__name__}: {error}")
                 self._stop.wait(self._backoff(failures, ErrorCode.UNKNOWN_SERVER_ERROR))
@@ -295,8 +307,7 @@ class Drainer:
         """Wait for a chunk's worth of records, until the oldest record not yet sent has
         waited ``linger_ms`` (as a Kafka producer's batch does): a backlog goes at once."""
         while not self._stop.is_set() and not self._stop_when_empty.is_set():
-            now_ms = time.time_ns() // 1_000_000
-            waited_ms = self.spool.oldest_age_s(now_ms) * 1000
+            waited_ms = self.spool.oldest_age_s() * 1000
             if self.spool.depth_bytes >= limit or waited_ms >= config.linger_ms:
                 return
             time.sleep(min(0.005, (config.linger_ms - waited_ms) / 1000))
@@ -434,15 +445,35 @@ class Drainer:
                 self.stats.undeliverable_reason = self.stats.last_error
                 continue
             worst = code if worst is None or not is_retriable(code) else worst
-        if forgotten:  # only once every written batch is marked, so none is sent again
+        if forgotten and self._all_refused(batches, outcomes, chunk):
+            # Only once every batch not yet written was refused for its sequence: a batch
+            # whose outcome is unknown (a timeout) might be stored, and under a new id
+            # would be stored twice.
             self._new_producer(chunk)
-            return None
+            return ErrorCode.UNKNOWN_PRODUCER_ID
+        if forgotten:
+            return ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
         if any(key in chunk.dead for key in batches):
             self.spool.save_state()
-            return None
+            return ErrorCode.MESSAGE_TOO_LARGE
         if worst != ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER:
             self._out_of_order_since = None
         return worst
+
+    @staticmethod
+    def _all_refused(
+        batches: dict[str, PartitionBatch],
+        outcomes: dict[tuple[str, int], Outcome],
+        chunk: PendingChunk,
+    ) -> bool:
+        refused = (ErrorCode.UNKNOWN_PRODUCER_ID, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER)
+        for key, batch in batches.items():
+            outcome = outcomes.get((batch.topic, batch.partition))
+            if key in chunk.acked or key in chunk.dead:
+                continue
+            if outcome is None or outcome.error not in refused:
+                return False
+        return True
 
     def _out_of_order_too_long(self, code: int) -> bool:
         if code != ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER:

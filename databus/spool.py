@@ -137,7 +137,7 @@ class Spool:
         # Offset ranges accepted and then dropped or dead-lettered, newest last, for
         # ``ack_on_broker`` writers still waiting on them.
         self.undelivered: deque[tuple[int, int]] = deque(maxlen=10_000)
-        self._oldest_ms: deque[tuple[int, int]] = deque()  # (end offset, write time)
+        self._oldest_ms: deque[tuple[int, float]] = deque()  # (end offset, monotonic time)
         self._rebuild_accounting()
 
     # -- drain state ----------------------------------------------------------------------
@@ -163,8 +163,18 @@ class Spool:
                 end,
                 state,
             )
-            state = DrainState(committed=end, skip_to=end)
+            # Records below ``end`` that the drain may not have delivered (a chunk in
+            # flight) are sent again: at least once rather than lost.
+            state = DrainState(committed=min(state.committed, end), skip_to=min(state.skip_to, end))
+            replace_file(self._state_path, state.to_json(), private=True)
         return state
+
+    def reload_state(self) -> None:
+        """Take the drain state on disk again: after a failed step, memory may hold
+        changes that never reached it (``save_state`` raised)."""
+        state = self._load_state()
+        with self.lock:
+            self.state = state
 
     def save_state(self) -> None:
         replace_file(self._state_path, self.state.to_json(), private=True)
@@ -181,7 +191,7 @@ class Spool:
         with self.lock:
             if end > self.state.committed:  # else the drain was quicker than this line
                 self._writes.append((end, len(data)))
-                self._oldest_ms.append((end, now_ms))
+                self._oldest_ms.append((end, time.monotonic()))
                 self.depth_bytes += len(data)
             self.lock.notify_all()
         return info.base_offset, end
@@ -264,16 +274,17 @@ class Spool:
         with self.lock:
             return any(s < end and start < e for s, e in self.undelivered)
 
-    def oldest_age_s(self, now_ms: int) -> float:
+    def oldest_age_s(self) -> float:
+        """How long the oldest write not yet delivered has waited (monotonic clock)."""
         with self.lock:
-            return max(0.0, (now_ms - self._oldest_ms[0][1]) / 1000) if self._oldest_ms else 0.0
+            return max(0.0, time.monotonic() - self._oldest_ms[0][1]) if self._oldest_ms else 0.0
 
     def depth_records(self) -> int:
         return max(0, self.end_offset - max(self.state.committed, self.state.skip_to))
 
     def _rebuild_accounting(self) -> None:
         start = max(self.state.committed, self.state.skip_to)
-        now = time.time_ns() // 1_000_000
+        now = time.monotonic()
         for base, header in self.log.batch_headers(start):
             end = base + header.last_offset_delta + 1
             size = header.size
@@ -300,7 +311,13 @@ class Spool:
                 "reason": reason,
             }
             lines.append(json.dumps(entry, separators=(",", ":")) + "\n")
-            self.undelivered.append((r.offset, r.offset + 1))
+        with self.lock:
+            for r in records:
+                last = self.undelivered[-1] if self.undelivered else None
+                if last is not None and last[1] == r.offset:
+                    self.undelivered[-1] = (last[0], r.offset + 1)
+                else:
+                    self.undelivered.append((r.offset, r.offset + 1))
         fd = os.open(
             self.directory / DEAD_LETTER_FILE, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600
         )

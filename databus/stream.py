@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from databus.config import StreamConfig, parse_stream
-from databus.drain import Drainer, record_size
+from databus.drain import Drainer, batch_limit, compression_slack, record_size
 from databus.metrics import WRITE_SECONDS
 from databus.spool import Spool, SpoolFull, log_config
 from databus.upstream import Upstream
@@ -96,6 +96,8 @@ class Stream:
         self.config = config
         self.max_record_bytes = max_record_bytes
         self.accepting = True
+        self._gate = threading.Lock()  # orders writes starting against the stream closing
+        self._writing = 0  # writes past the gate, not yet answered
         self.counters = StreamCounters()
         self.spool = Spool(directory, self._log_config(config))
         self.lanes = LaneCheck(upstream)
@@ -120,19 +122,25 @@ class Stream:
         self.spool.update_config(self._log_config(config))
         self.config = config
         self.max_record_bytes = max_record_bytes
-        self.accepting = True
-        self.drainer.keep_running()
+        with self._gate:
+            self.accepting = True
         self._save_settings()
 
     def retire(self) -> None:
-        """No longer configured: refuse writes, drain what is spooled, then stop (the
-        agent closes it once ``retired``)."""
-        self.accepting = False
-        self.drainer.stop_when_empty()
+        """No longer configured: refuse writes; the drain goes on with what is spooled
+        (the agent closes the stream once ``close_if_drained`` says it may)."""
+        with self._gate:
+            self.accepting = False
 
-    @property
-    def retired(self) -> bool:
-        return not self.accepting and not self.drainer.alive
+    def close_if_drained(self) -> bool:
+        """Close a retired stream with nothing left to deliver and no write under way;
+        whether it did."""
+        with self._gate:
+            if self.accepting or self._writing or not self.drainer.idle:
+                return False
+            self.accepting = False
+        self.close()
+        return True
 
     def _save_settings(self) -> None:
         """The settings the spool was last drained under (``stream.json``), so a restart
@@ -162,10 +170,19 @@ class Stream:
     # -- writing --------------------------------------------------------------------------
     def write(self, records: list[WriteRecord], lane: str | None, now_ms: int | None = None) -> int:
         """Spool a write (see the module docstring); the number of records accepted."""
+        with self._gate:
+            if not self.accepting:
+                raise WriteError("unknown_stream", f"no stream {self.name!r} in the configuration")
+            self._writing += 1
+        try:
+            return self._write(records, lane, now_ms)
+        finally:
+            with self._gate:
+                self._writing -= 1
+
+    def _write(self, records: list[WriteRecord], lane: str | None, now_ms: int | None) -> int:
         started = time.monotonic()
         config = self.config
-        if not self.accepting:
-            raise WriteError("unknown_stream", f"no stream {self.name!r} in the configuration")
         if not records:
             raise WriteError("invalid", "a write needs at least one record")
         now = time.time_ns() // 1_000_000 if now_ms is None else now_ms
@@ -221,7 +238,9 @@ class Stream:
                 )
             drain_lane = config.lane if (own or lane) is None else None
             size = record_size(key, record.value, headers, drain_lane)
-            if size + HEADER_SIZE > self.max_record_bytes:
+            if batch_limit(config.batch_bytes, self.max_record_bytes) < size and (
+                size + HEADER_SIZE + compression_slack(size) > self.max_record_bytes
+            ):
                 raise WriteError(
                     "too_large",
                     f"record {index} takes {size + HEADER_SIZE} bytes in a batch; topic "
@@ -270,7 +289,7 @@ class Stream:
             "bytes_out": stats.bytes_out,
             "spool_records": self.spool.depth_records(),
             "spool_bytes": self.spool.depth_bytes,
-            "spool_age_s": round(self.spool.oldest_age_s(now_ms), 3),
+            "spool_age_s": round(self.spool.oldest_age_s(), 3),
             "dropped": self.spool.dropped_records,
             "rejected": self.counters.rejected,
             "rejected_records": self.counters.rejected,

@@ -139,8 +139,20 @@ class BrokerUpstream:
             response = self.pool.get(address).broker.Produce(request, timeout=timeout_s + 5)
         except grpc.RpcError as exc:
             error = error_from_rpc(exc)
+            if error.code == ErrorCode.MESSAGE_TOO_LARGE and len(batches) > 1:
+                # The request as a whole was too large: one batch a request instead.
+                outcomes: dict[tuple[str, int], Outcome] = {}
+                for batch in batches:
+                    outcomes.update(self._send(address, [batch], acks, timeout_s))
+                return outcomes
             self.pool.forget(address)
-            return {(b.topic, b.partition): Outcome(error.code, str(error)) for b in batches}
+            # A whole request refused is no verdict on its batches: try them again.
+            code = (
+                error.code
+                if error.code != ErrorCode.MESSAGE_TOO_LARGE
+                else ErrorCode.BROKER_NOT_AVAILABLE
+            )
+            return {(b.topic, b.partition): Outcome(code, str(error)) for b in batches}
         return {
             (r.topic, r.partition): Outcome(
                 r.error, r.error_message, r.duplicate, r.base_offset, response.throttle_ms

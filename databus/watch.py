@@ -153,7 +153,8 @@ class ConfigWatcher:
             self._stop.wait(REFUSED_PAUSE_S)
             return
         current = self.agent.config
-        if current is None or config.version != current.version or config != current:
+        changed = current is None or config.version != current.version or config != current
+        if changed or resolved != self.agent.resolved:  # e.g. a topic's size limit moved
             try:
                 self.agent.apply(config, resolved)
             except Exception as err:

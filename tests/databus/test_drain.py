@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -342,3 +343,33 @@ def test_a_drain_state_past_the_end_of_a_truncated_spool_starts_again_at_its_end
     again.write("clicks", [WriteRecord(None, b"b")], None)
     wait_until(lambda: drained(again))
     assert values(cluster, "acme.clicks") == [b"a", b"b"]
+
+
+def test_a_drain_state_that_cannot_be_saved_sends_nothing_unjournaled(
+    make_agent: Callable[..., Agent], cluster: MemoryUpstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A failed save of the journal (a full disk) must not let a chunk go out unjournaled:
+    the drain takes the state on disk again and retries, and nothing arrives twice."""
+    agent = make_agent(clicks={"topic": "acme.clicks", "linger_ms": 1})
+    spool = agent.streams["clicks"].spool
+    real = spool.save_state
+    failures = iter([OSError(28, "No space left on device")] * 3)
+
+    def flaky() -> None:
+        for error in failures:
+            raise error
+        real()
+
+    monkeypatch.setattr(spool, "save_state", flaky)
+    real_produce = cluster.produce
+    journal = spool.directory / "drain.json"
+
+    def produce(*args: Any, **kwargs: Any) -> Any:
+        assert json.loads(journal.read_bytes())["pending"] is not None, "sent unjournaled"
+        return real_produce(*args, **kwargs)
+
+    monkeypatch.setattr(cluster, "produce", produce)
+    for i in range(20):
+        agent.write("clicks", [WriteRecord(b"k", b"%d" % i)], None)
+    wait_until(lambda: drained(agent), 20)
+    assert values(cluster, "acme.clicks") == [b"%d" % i for i in range(20)]

@@ -57,6 +57,7 @@ def test_versions_refusals_and_a_recreated_configuration(
             ),
             (404, {"error": {"code": "not_found"}}),
             (200, served(1, "acme.other")),  # made again: version 1, another document
+            (200, {**served(1, "acme.other"), "resolved": {"s": {"max_record_bytes": 777}}}),
         ]
     )
     watcher = ConfigWatcher(agent, cp, "web")  # type: ignore[arg-type]
@@ -71,3 +72,4 @@ def test_versions_refusals_and_a_recreated_configuration(
     assert cp.asked[1] == {"If-None-Match": '"1"'}
     assert cp.asked[3] == {}  # after the 404: no version named, so the new one comes at once
     assert agent.version == 1
+    assert agent.streams["s"].config.topic == "acme.other"  # and its topic's new limit
