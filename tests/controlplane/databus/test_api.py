@@ -142,7 +142,7 @@ class TestDatabusConfigAPI(TenantScopedAPIContract):
         response = client.put(self.url(name), {"document": document(self.tenant)}, format="json")
         assert response.status_code == 200, response.content
         assert (response.json()["version"], response.json()["description"]) == (3, "")
-        assert response.json()["document"]["streams"]["clicks"]["linger_ms"] == 20
+        assert response.json()["document"]["streams"]["clicks"]["linger_ms"] == 50
         assert AuditEvent.objects.filter(action="databus_config.update").count() == 3
 
     def test_a_schema_error_is_400_naming_the_field_under_document(self) -> None:
