@@ -4,8 +4,10 @@ A channel is opened with ``broker_security()`` — TLS when ``BROKER_TLS_CA_FILE
 the controller's token on every call when ``BROKER_AUTH`` is on — and with reconnect
 backoff capped at a second, so a restarted broker is heard from at the next call rather
 than after gRPC's default backoff (up to two minutes). A forked worker never reuses its
-parent's channels (the key holds the process id). After a transport failure the caller
-drops the channel (``drop_channel``) so the next call reconnects at once.
+parent's channels (the key holds the process id), and a channel opened with other
+credentials or TLS roots than the current ones (a new identity provider, a rotated CA
+file) is replaced rather than reused. After a transport failure the caller drops the
+channel (``drop_channel``) so the next call reconnects at once.
 
 Thread-safe.
 """
@@ -28,7 +30,7 @@ OPTIONS = [
     ("grpc.max_reconnect_backoff_ms", 1000),
 ]
 
-_channels: dict[tuple[int, str], grpc.Channel] = {}
+_channels: dict[tuple[int, str], tuple[ChannelSecurity, grpc.Channel]] = {}
 _lock = threading.Lock()
 
 
@@ -45,10 +47,18 @@ def open_channel(address: str) -> grpc.Channel:
 
 def _pooled(address: str) -> grpc.Channel:
     key = (os.getpid(), address)
+    security = broker_security()
+    stale = None
     with _lock:
-        channel = _channels.get(key)
-        if channel is None:
-            channel = _channels[key] = open_channel(address)
+        pooled = _channels.get(key)
+        if pooled is not None and pooled[0] == security:
+            return pooled[1]
+        if pooled is not None:
+            stale = pooled[1]
+        channel = security.channel(address, OPTIONS)
+        _channels[key] = (security, channel)
+    if stale is not None:
+        stale.close()
     return channel
 
 
@@ -72,15 +82,15 @@ def broker_stub(address: str) -> broker_pb2_grpc.BrokerStub:
 def drop_channel(address: str) -> None:
     """Close and forget the pooled channel to ``address`` (if any)."""
     with _lock:
-        channel = _channels.pop((os.getpid(), address), None)
-    if channel is not None:
-        channel.close()
+        pooled = _channels.pop((os.getpid(), address), None)
+    if pooled is not None:
+        pooled[1].close()
 
 
 def close_channels() -> None:
     """Close every pooled channel of this process."""
     with _lock:
         mine = [key for key in _channels if key[0] == os.getpid()]
-        channels = [_channels.pop(key) for key in mine]
+        channels = [_channels.pop(key)[1] for key in mine]
     for channel in channels:
         channel.close()

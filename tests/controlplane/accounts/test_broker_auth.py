@@ -20,11 +20,13 @@ from django.core.wsgi import get_wsgi_application
 from django.db import connections
 
 from controlplane.accounts import internal, services
-from controlplane.accounts.identity import LocalIdentity, get_identity
+from controlplane.accounts.identity import LocalIdentity, get_identity, reset_identity
 from controlplane.accounts.keycloak import internal_client_secret
+from controlplane.accounts.models import SigningKey
 from controlplane.accounts.tokens import InvalidToken
 from controlplane.core.actors import Actor
-from controlplane.gateway.channels import open_channel
+from controlplane.gateway import admin as brokers
+from controlplane.gateway.channels import close_channels, open_channel
 from controlplane.provisioning.local import LocalProvisioner
 from dataplane._gen.meridian.v1 import admin_pb2, admin_pb2_grpc, common_pb2
 from dataplane.client import Consumer, Producer
@@ -154,6 +156,34 @@ def test_local_issuer_tokens_work_on_brokers(
         assert _admin_refusal(broker, credentials.token()) == "CLUSTER_AUTHORIZATION_FAILED"
     finally:
         broker.kill()
+
+
+def test_pooled_channels_follow_a_new_identity_provider(
+    api_url: str,
+    local_identity: LocalIdentity,
+    settings: Any,
+    broker_auth: None,
+    tmp_path: Path,
+) -> None:
+    """A pooled channel carries the token source it was opened with: once the identity
+    provider is rebuilt with new keys (the old ones gone from the JWKS), the next call
+    to a broker at the same address must carry the new provider's tokens, not be refused
+    for an unknown signing key."""
+    settings.API_BASE_URL = api_url
+    broker = _broker(tmp_path / "broker", tmp_path / "broker-secret")
+    try:
+        assert brokers.describe_state(broker.address, []) is not None
+        old_kid = local_identity.signing_key()[0]
+        SigningKey.objects.all().delete()
+        reset_identity()
+        new_identity = get_identity()
+        assert new_identity is not local_identity
+        assert new_identity.signing_key()[0] != old_kid
+        broker.restart()  # on the same address, remembering no token it verified
+        assert brokers.describe_state(broker.address, []) is not None
+    finally:
+        broker.kill()
+        close_channels()
 
 
 def test_the_local_issuer_gives_internal_clients_the_internal_role(
