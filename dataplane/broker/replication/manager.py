@@ -181,7 +181,6 @@ class ReplicaManager:
             self._update_isr(part, state, meta)
             return
         await self._run(functools.partial(self._change_role, part, state, meta, role))
-        part.replica = state
         log.info(
             "%s-%s: %s at leader epoch %d (leader %d, isr %s)",
             part.topic,
@@ -210,7 +209,8 @@ class ReplicaManager:
         append lock). A new leader records (epoch, LEO) and forgets followers' progress
         before it takes the role; a broker that stops leading drops the role first (the
         event loop reads the state without locks). A follower knowing no epoch drops
-        the records it holds (``_drop_unstamped``)."""
+        the records it holds (``_drop_unstamped``). The partition's ``replica`` is
+        ``state`` once it returns."""
         with state.lock:
             self._take_role(part, state, meta, role)
             if role is Role.FOLLOWER and not state.epochs.entries:
@@ -235,6 +235,11 @@ class ReplicaManager:
                 state.start_leading()
             state.leader_epoch = meta.leader_epoch
             state.role = role
+            # Installed before the append lock is released: a client append after it
+            # is checked against (and stamped with) this role and epoch, never taken
+            # for an append to a partition no push has named (unstamped, at the start
+            # offset the new epoch was just given).
+            part.replica = state
 
     def _update_isr(
         self, part: Partition, state: ReplicaState, meta: admin_pb2.MetadataPartition

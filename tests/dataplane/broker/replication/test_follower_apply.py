@@ -247,6 +247,31 @@ def test_no_append_interleaves_with_becoming_leader(tmp_path: Path) -> None:
         executor.shutdown()
 
 
+def test_a_client_append_just_after_becoming_leader_is_stamped(tmp_path: Path) -> None:
+    """A partition no push has named yet has no replica state: its appends carry no
+    epoch. The push making this broker its leader installs the state under the append
+    lock, with the epoch starting at the log end: a client append right after the role
+    change is stamped with the new epoch. (Were the state installed after the lock was
+    released, that append would land unstamped at the epoch's start offset, and every
+    follower would truncate it and fetch it again, for ever.)"""
+    log = PartitionLog.open(tmp_path / "t-0", replicated=True)
+    executor = ThreadPoolExecutor(1)
+    part = Partition(TopicPartition("t", 0), log, ProducerStateTable(), executor)
+    manager = ReplicaManager(1, None, executor, replica_lag_time_max_ms=1000)  # type: ignore[arg-type]
+    meta = admin_pb2.MetadataPartition(
+        partition=0, leader_id=1, leader_epoch=0, replicas=[1, 2], isr=[1, 2], isr_version=0
+    )
+    try:
+        state = ReplicaState(1, LeaderEpochCache(log.directory))
+        manager._change_role(part, state, meta, Role.LEADER)
+        part.append(build_batch([b"first"]))  # a produce arriving at once
+        assert state.epochs.entries == [(0, 0)]
+        assert [h.partition_leader_epoch for _, h in log.batch_headers(0)] == [0]
+    finally:
+        log.close()
+        executor.shutdown()
+
+
 def test_records_of_no_epoch_are_not_kept_by_a_follower(tmp_path: Path) -> None:
     """Before any push every replica accepted produce without an epoch: such records
     cannot be compared with the leader's. A follower knowing no epoch drops them when it
