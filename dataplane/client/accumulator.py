@@ -400,6 +400,14 @@ class RecordAccumulator:
             self._nonempty.clear()
         return batches
 
+    def take_topic(self, topic: str) -> list[ProducerBatch]:
+        """Remove every queued batch of ``topic``."""
+        taken: list[ProducerBatch] = []
+        with self.lock:
+            for tp in [tp for tp in self._nonempty if tp.topic == topic]:
+                taken.extend(self._nonempty.pop(tp))
+        return taken
+
     def queued_partitions(self) -> Iterable[TopicPartition]:
         with self.lock:
             return list(self._nonempty)

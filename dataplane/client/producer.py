@@ -269,7 +269,7 @@ class Producer:
             max_request_bytes=max_request_bytes,
             client_id=client_id,
         )
-        self._sender = Sender(self._acc, self._metadata, config, self._update_topics)
+        self._sender = Sender(self._acc, self._metadata, config, self._on_metadata)
         self._topics = self._acc.topics
         self._append = self._acc.append
         self._topic_lock = threading.Lock()
@@ -285,6 +285,8 @@ class Producer:
             max_block_s=self._max_block_s,
             confirm_s=lane_confirm_ms / 1000,
         )
+        self._lane_confirm_s = lane_confirm_ms / 1000
+        self._lane_refused_since: dict[str, float] = {}  # the sender's thread only
         self._closed = False
         self._sender.start()
 
@@ -717,6 +719,28 @@ class Producer:
                 leaders = snapshot.leaders.get(name)
                 if leaders:
                     queues.resize(max(leaders) + 1, self._available(name))
+
+    def _on_metadata(self) -> None:
+        """The sender refreshed the metadata (on its thread): adopt it, and fail the
+        records of a lane topic whose lane the brokers have refused for
+        ``lane_confirm_ms`` (the lane was deleted, or no longer covers the trunk) with
+        ``LANE_NOT_FOUND`` rather than let them wait for a leader."""
+        self._update_topics()
+        snapshot = self._metadata.snapshot()
+        now = time.monotonic()
+        with self._acc.lock:
+            names = list(self._acc.topics)
+        refused: list[str] = []
+        for name in names:
+            if snapshot.topic_errors.get(name) != ErrorCode.LANE_NOT_FOUND:
+                self._lane_refused_since.pop(name, None)
+                continue
+            since = self._lane_refused_since.setdefault(name, now)
+            if now - since >= self._lane_confirm_s:
+                refused.append(name)
+        for name in refused:
+            error = lane_error(name, ErrorCode.LANE_NOT_FOUND, "refused by the brokers")
+            self._sender.fail_topic(name, error)
 
     def partitions_for(self, topic: str) -> list[int]:
         """The partitions of ``topic``."""

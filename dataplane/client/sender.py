@@ -74,6 +74,7 @@ _REFRESH_CODES = frozenset(
         ErrorCode.LEADER_NOT_AVAILABLE,
         ErrorCode.FENCED_LEADER_EPOCH,
         ErrorCode.UNKNOWN_LEADER_EPOCH,
+        ErrorCode.LANE_TOPIC_PENDING,  # the lane topic is being made, or deleted
     }
 )
 
@@ -447,6 +448,22 @@ class Sender:
         batch.retry_at = now + self._backoff(batch.attempts)
         state.retry_at = max(state.retry_at, batch.retry_at)
         self._resend.add(state)
+
+    def fail_topic(self, topic: str, error: MeridianError) -> None:
+        """Fail every batch of ``topic`` that is not in flight (queued, or waiting to be
+        resent) with ``error``: the brokers refuse the topic for good (its lane is gone),
+        so the batches must not wait for a leader until ``delivery_timeout_ms``. Batches
+        in flight get their answers. Runs on the sender's thread (a metadata callback)."""
+        for batch in self._acc.take_topic(topic):
+            self._acc.complete(batch, -1, error=error)
+        for tp, state in list(self._states.items()):
+            if tp.topic != topic:
+                continue
+            for batch in [b for b in state.pending if not b.in_flight]:
+                state.pending.remove(batch)
+                self._acc.complete(batch, -1, error=error)
+            if not state.pending:
+                self._resend.discard(state)
 
     def _split(self, state: PartitionState, batch: ProducerBatch) -> None:
         """The broker refused the batch as too large: send its halves instead, in its

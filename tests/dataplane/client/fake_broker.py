@@ -84,6 +84,10 @@ class FakeBroker(broker_pb2_grpc.BrokerServicer):
         with self.lock:
             self.topics[name] = self.pending.pop(name)
 
+    def delete_topic(self, name: str) -> None:
+        with self.lock:
+            del self.topics[name]
+
     def refuse_lane_topic(self, name: str) -> None:
         with self.lock:
             self.refused.add(name)

@@ -292,6 +292,31 @@ def test_a_lane_undeclared_after_its_topic_existed_fails_with_the_typed_error(
     assert fake.values(f"{TOPIC}~ppe") == [b"before"]
 
 
+def test_records_of_a_lane_topic_deleted_with_its_lane_fail_instead_of_waiting(
+    fake: FakeBroker,
+) -> None:
+    """A lane deleted by force takes its lane topics with it. A broker that lost the
+    topic before it heard of the lane's deletion answers LANE_TOPIC_PENDING (retriable:
+    the records wait for a leader); then the brokers' metadata calls it LANE_NOT_FOUND.
+    The waiting records fail with the typed error once that is confirmed, rather than
+    wait for a leader until the delivery timeout."""
+    lane_topic = f"{TOPIC}~ppe"
+    with producer(fake, lane_confirm_ms=300, delivery_timeout_ms=120_000) as p:
+        assert p.send(TOPIC, b"before", lane="ppe").result(5).topic == lane_topic
+        fake.delete_topic(lane_topic)
+        fake.pend_lane_topic(lane_topic, 3)
+        futures = [p.send(TOPIC, f"after-{i}".encode(), lane="ppe") for i in range(5)]
+        assert threading_wait(lambda: fake.lane_metadata_calls[lane_topic] >= 2)
+        assert not any(future.done() for future in futures)
+        fake.refuse_lane_topic(lane_topic)
+        for future in futures:
+            with pytest.raises(LaneNotFoundError) as info:
+                future.result(10)
+            assert (info.value.lane, info.value.topic) == ("ppe", TOPIC)
+        assert p.send(TOPIC, b"trunk").result(5).topic == TOPIC
+    assert [r.value for r in stored(fake, lane_topic)] == [b"before"]
+
+
 def test_a_send_batch_over_lanes_refuses_a_bad_record_before_queuing_any(
     fake: FakeBroker,
 ) -> None:
