@@ -120,10 +120,17 @@ class TestController:
             )
 
     def elect(
-        self, topic: str, partition: int, leader: int, isr: Iterable[int] | None = None
+        self,
+        topic: str,
+        partition: int,
+        leader: int,
+        isr: Iterable[int] | None = None,
+        *,
+        push: bool = True,
     ) -> None:
         """Make ``leader`` (-1: none) lead at the next leader epoch; optionally set the
-        ISR (a new ``isr_version``); push."""
+        ISR (a new ``isr_version``); push (``push`` false: the caller pushes, so that
+        several elections reach the brokers in one push)."""
         with self._lock:
             found = self.topics[topic].partitions[partition]
             found.leader = leader
@@ -132,7 +139,8 @@ class TestController:
                 found.isr = sorted(isr)
                 found.isr_version += 1
             self.proposals.pop((topic, partition), None)
-        self.push()
+        if push:
+            self.push()
 
     def set_isr(self, topic: str, partition: int, isr: Iterable[int]) -> None:
         with self._lock:
