@@ -28,7 +28,8 @@ or it appends, and wakes consumers and acks=all waiters (``Partition.notify``) w
 moves. A periodic check proposes ISR shrinks (a follower behind for
 ``replica_lag_time_max_ms``); ``proposals`` are sent back on every heartbeat.
 
-Thread safety: event-loop only; blocking work goes to the I/O pool.
+Thread safety: event-loop only; blocking work goes to the I/O pool. Pushes apply one at
+a time, each to its end once begun, whether or not its caller waits (``apply``).
 """
 
 from __future__ import annotations
