@@ -10,7 +10,7 @@ does (the controller epoch grows at every change; leaders, epochs, replicas, ISR
     controller.stop()
 
 Every push sends the whole state to every broker in parallel (a stopped or paused one is
-skipped after a short timeout) and reads the ISR proposals of the heartbeats: with
+skipped after ``push_timeout_s``, its deadline) and reads the ISR proposals of the heartbeats: with
 ``auto_commit`` (the default) a proposal based on the current ``isr_version`` by the
 current leader is committed at once (the ISR changes, ``isr_version`` grows) and pushed;
 without it, proposals are only kept in ``proposals`` for the test to commit
@@ -60,6 +60,7 @@ class TestController:
         cluster_id: str = "meridian",
         interval_s: float = 0.1,
         auto_commit: bool = True,
+        push_timeout_s: float = PUSH_TIMEOUT_S,
     ) -> None:
         if not isinstance(brokers, dict):
             brokers = {b.broker_id: b for b in brokers}
@@ -67,6 +68,7 @@ class TestController:
         self.cluster_id = cluster_id
         self.interval_s = interval_s
         self.auto_commit = auto_commit
+        self.push_timeout_s = push_timeout_s
         self.epoch = 0
         self.topics: dict[str, TopicPlan] = {}
         self.proposals: dict[tuple[str, int], admin_pb2.IsrProposal] = {}
@@ -120,10 +122,17 @@ class TestController:
             )
 
     def elect(
-        self, topic: str, partition: int, leader: int, isr: Iterable[int] | None = None
+        self,
+        topic: str,
+        partition: int,
+        leader: int,
+        isr: Iterable[int] | None = None,
+        *,
+        push: bool = True,
     ) -> None:
         """Make ``leader`` (-1: none) lead at the next leader epoch; optionally set the
-        ISR (a new ``isr_version``); push."""
+        ISR (a new ``isr_version``); push (``push`` false: the caller pushes, so that
+        several elections reach the brokers in one push)."""
         with self._lock:
             found = self.topics[topic].partitions[partition]
             found.leader = leader
@@ -132,7 +141,8 @@ class TestController:
                 found.isr = sorted(isr)
                 found.isr_version += 1
             self.proposals.pop((topic, partition), None)
-        self.push()
+        if push:
+            self.push()
 
     def set_isr(self, topic: str, partition: int, isr: Iterable[int]) -> None:
         with self._lock:
@@ -175,7 +185,7 @@ class TestController:
             if not self.brokers[broker_id].running:
                 continue
             calls[broker_id] = self._admin(broker_id).UpdateMetadata.future(
-                request, timeout=PUSH_TIMEOUT_S
+                request, timeout=self.push_timeout_s
             )
         answers = {}
         for broker_id, call in calls.items():

@@ -28,7 +28,8 @@ or it appends, and wakes consumers and acks=all waiters (``Partition.notify``) w
 moves. A periodic check proposes ISR shrinks (a follower behind for
 ``replica_lag_time_max_ms``); ``proposals`` are sent back on every heartbeat.
 
-Thread safety: event-loop only; blocking work goes to the I/O pool.
+Thread safety: event-loop only; blocking work goes to the I/O pool. Pushes apply one at
+a time, each to its end once begun, whether or not its caller waits (``apply``).
 """
 
 from __future__ import annotations
@@ -104,7 +105,21 @@ class ReplicaManager:
         push arrives, the leaderships it names of partitions with more than one replica
         are offline (the controller may have moved them meanwhile: leading at the old
         epoch would accept appends a newer leader never sees); single-replica ones lead,
-        so a broker keeps serving them across its restart with no controller running."""
+        so a broker keeps serving them across its restart with no controller running.
+
+        Once begun, it runs to its end even if the caller is cancelled (a push whose
+        deadline passed, as when a paused broker resumes): a role change under way in
+        the I/O pool cannot be called back, and left half done it is a follower no
+        fetcher pulls, which a later push at the same epoch finds nothing to change in.
+        The caller's cancellation is raised once the apply is done."""
+        applying = asyncio.ensure_future(self._apply(push, saved))
+        try:
+            await asyncio.shield(applying)
+        except asyncio.CancelledError:
+            await asyncio.wait([applying])
+            raise
+
+    async def _apply(self, push: admin_pb2.UpdateMetadataRequest | None, saved: bool) -> None:
         async with self._lock:
             if push is not None:
                 self._current = push

@@ -1,0 +1,108 @@
+"""A push whose caller gives up while the role change runs on the I/O pool.
+
+A broker resumed after a pause (or slowed down) handles pushes whose deadline passes
+while it applies them: gRPC cancels the handler. The role change already under way in
+the I/O pool cannot be called back, so the apply must still reach its end -- tell the
+follower fetchers, wake waiters -- or the partition is a follower no fetcher pulls, and
+every later push at the same leader epoch finds nothing to change: the broker never
+rejoins the ISR.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from dataplane._gen.meridian.v1 import admin_pb2
+from dataplane.broker.partitions import Partition, PartitionRegistry
+from dataplane.broker.replication.manager import ReplicaManager
+from dataplane.broker.replication.state import Role
+from dataplane.storage.config import LogConfig
+from dataplane.storage.manager import LogManager
+
+TOPIC = "acme.t"
+
+
+class _WatchedExecutor(ThreadPoolExecutor):
+    """An I/O pool that keeps the future of the last job submitted (so a test knows
+    when the role change runs)."""
+
+    def __init__(self) -> None:
+        super().__init__(2)
+        self.last: Future[Any] | None = None
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        self.last = super().submit(fn, *args, **kwargs)
+        return self.last
+
+
+def _push(leader: int, leader_epoch: int, isr: list[int]) -> admin_pb2.UpdateMetadataRequest:
+    return admin_pb2.UpdateMetadataRequest(
+        controller_id="c",
+        controller_epoch=1,
+        cluster_id="meridian",
+        topics=[
+            admin_pb2.MetadataTopic(
+                name=TOPIC,
+                min_insync_replicas=2,
+                partitions=[
+                    admin_pb2.MetadataPartition(
+                        partition=0,
+                        leader_id=leader,
+                        leader_epoch=leader_epoch,
+                        replicas=[3, 1, 2],
+                        isr=isr,
+                        isr_version=leader_epoch + 1,
+                    )
+                ],
+            )
+        ],
+    )
+
+
+def test_a_leader_told_to_follow_by_a_cancelled_push_still_follows(tmp_path: Path) -> None:
+    """Broker 3 leads at epoch 0; the push making broker 1 leader at epoch 1 is
+    cancelled while its role change runs, waiting for a client append in flight (which
+    holds the log's append lock). The fetchers are still told that broker 3 follows
+    broker 1, once."""
+    executor = _WatchedExecutor()
+    logs = LogManager(tmp_path / "data")
+    logs.open()
+    told: list[tuple[int, Role]] = []
+
+    def on_follow(part: Partition) -> None:
+        assert part.replica is not None
+        told.append((part.replica.leader_id, part.replica.role))
+
+    async def scenario() -> None:
+        registry = PartitionRegistry(logs, executor)
+        part = await registry.create(TOPIC, 0, LogConfig())
+        manager = ReplicaManager(
+            3, registry, executor, replica_lag_time_max_ms=1500, on_follow=on_follow
+        )
+        await manager.apply(_push(leader=3, leader_epoch=0, isr=[3, 1, 2]))
+        assert told == [(3, Role.LEADER)]
+
+        moved = _push(leader=1, leader_epoch=1, isr=[1, 2])
+        with part.log.append_lock():  # a client append in flight
+            executor.last = None
+            applying = asyncio.ensure_future(manager.apply(moved))
+            while executor.last is None or not executor.last.running():
+                await asyncio.sleep(0.001)
+            applying.cancel()  # the push's deadline passed
+        await asyncio.wait([applying])
+        await asyncio.wrap_future(executor.last)
+
+        await manager.apply(moved)  # the controller's next tick: the same push
+        assert part.replica is not None
+        assert (part.replica.role, part.replica.leader_id) == (Role.FOLLOWER, 1)
+        assert told == [(3, Role.LEADER), (1, Role.FOLLOWER)]
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        logs.close()
+        executor.shutdown()
