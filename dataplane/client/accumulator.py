@@ -405,7 +405,9 @@ class RecordAccumulator:
         taken: list[ProducerBatch] = []
         with self.lock:
             for tp in [tp for tp in self._nonempty if tp.topic == topic]:
-                taken.extend(self._nonempty.pop(tp))
+                queue = self._nonempty.pop(tp)  # the partition's own queue: empty it
+                taken.extend(queue)
+                queue.clear()
         return taken
 
     def queued_partitions(self) -> Iterable[TopicPartition]:

@@ -459,11 +459,16 @@ class Sender:
         for tp, state in list(self._states.items()):
             if tp.topic != topic:
                 continue
-            for batch in [b for b in state.pending if not b.in_flight]:
+            waiting = [b for b in state.pending if not b.in_flight]
+            for batch in waiting:
                 state.pending.remove(batch)
                 self._acc.complete(batch, -1, error=error)
             if not state.pending:
                 self._resend.discard(state)
+            if waiting and self._config.idempotent:
+                # Their sequences were given out: a new epoch restarts them (once
+                # nothing is in flight), as after any batch failed for good.
+                self._bump_wanted = True
 
     def _split(self, state: PartitionState, batch: ProducerBatch) -> None:
         """The broker refused the batch as too large: send its halves instead, in its

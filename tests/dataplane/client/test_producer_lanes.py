@@ -307,6 +307,8 @@ def test_records_of_a_lane_topic_deleted_with_its_lane_fail_instead_of_waiting(
         fake.pend_lane_topic(lane_topic, 3)
         futures = [p.send(TOPIC, f"after-{i}".encode(), lane="ppe") for i in range(5)]
         assert threading_wait(lambda: fake.lane_metadata_calls[lane_topic] >= 2)
+        # no leader known now: these wait in the producer's queues
+        futures += [p.send(TOPIC, f"queued-{i}".encode(), lane="ppe", key=b"k") for i in range(3)]
         assert not any(future.done() for future in futures)
         fake.refuse_lane_topic(lane_topic)
         for future in futures:
@@ -314,7 +316,19 @@ def test_records_of_a_lane_topic_deleted_with_its_lane_fail_instead_of_waiting(
                 future.result(10)
             assert (info.value.lane, info.value.topic) == ("ppe", TOPIC)
         assert p.send(TOPIC, b"trunk").result(5).topic == TOPIC
-    assert [r.value for r in stored(fake, lane_topic)] == [b"before"]
+        # The lane is declared again and its topic made anew: records go through again,
+        # none of them caught in what was failed, and the failed ones hold no memory.
+        with fake.lock:
+            fake.refused.discard(lane_topic)
+        fake.pend_lane_topic(lane_topic, 3)
+        fake.create_topic(lane_topic)
+        again = [p.send(TOPIC, f"again-{i}".encode(), lane="ppe", key=b"k") for i in range(8)]
+        assert {future.result(10).topic for future in again} == {lane_topic}
+        p.flush(10)
+        assert p._acc.used == 0  # every record's memory came back
+    assert sorted(r.value for r in stored(fake, lane_topic)) == sorted(
+        [b"before"] + [f"again-{i}".encode() for i in range(8)]
+    )
 
 
 def test_a_send_batch_over_lanes_refuses_a_bad_record_before_queuing_any(
