@@ -23,6 +23,7 @@ from django.conf import settings
 from controlplane.accounts.internal import controller_tokens
 from dataplane._gen.meridian.v1 import admin_pb2_grpc, broker_pb2_grpc, group_pb2_grpc
 from dataplane.client.connection import CHANNEL_OPTIONS, ChannelSecurity
+from dataplane.errors import MeridianError
 
 OPTIONS = [
     *CHANNEL_OPTIONS,
@@ -47,7 +48,14 @@ def open_channel(address: str) -> grpc.Channel:
 
 def _pooled(address: str) -> grpc.Channel:
     key = (os.getpid(), address)
-    security = broker_security()
+    try:
+        security = broker_security()
+    except MeridianError:  # the CA file unreadable a moment (being replaced)
+        with _lock:
+            pooled = _channels.get(key)
+        if pooled is None:
+            raise
+        return pooled[1]  # keep what worked until it can be read again
     stale = None
     with _lock:
         pooled = _channels.get(key)
