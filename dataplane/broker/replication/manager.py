@@ -10,7 +10,9 @@ start from the persisted one):
 - ``leader_id`` -1: offline, serving nothing.
 
 A partition of a topic the push names with more than one replica, created before the
-push names it, is offline until it does.
+push names it, is offline until it does; so is a partition of a topic no push names yet
+once the push replicates any topic (its controller places every topic). Otherwise a
+hosted partition no push names is led here, unreplicated.
 
 At start the persisted push is applied with this broker's leaderships of partitions with
 more than one replica offline until the first live push (the controller may have moved
@@ -18,10 +20,10 @@ them while this broker was down); single-replica partitions lead at once.
 
 A push with a leader epoch older than the one applied is ignored for that partition;
 one with the same epoch only updates the committed ISR (a newer ``isr_version`` ends the
-proposal it answers). A partition the push does not name is left as it is (unreplicated
-unless a push named it before); internal topics (``__consumer_offsets``) are never
-replicated. A push naming a partition this broker does not host yet applies when
-``CreatePartitions`` creates it (``apply_current``).
+proposal it answers). A partition of a topic the push names, the push not naming it,
+is left as it is (as a push left it, or unreplicated: see above); internal topics
+(``__consumer_offsets``) are never replicated. A push naming a partition this broker
+does not host yet applies when ``CreatePartitions`` creates it (``apply_current``).
 
 The leader moves the high watermark (``update_high_watermark``) when a follower fetches
 or it appends, and wakes consumers and acks=all waiters (``Partition.notify``) when it
@@ -139,6 +141,11 @@ class ReplicaManager:
                     if part is not None and not part.deleted:
                         await self._apply_one(part, self._restrained(meta), min_isr)
                 await self._hold_unnamed(topic, unreplicated.get(topic.name, []), min_isr)
+            if _replicates(self._current):
+                named = {topic.name for topic in self._current.topics}
+                for name, parts in unreplicated.items():
+                    if name not in named and not is_internal(name):
+                        await self._hold_unpushed(parts)
 
     async def _hold_unnamed(
         self, topic: admin_pb2.MetadataTopic, parts: list[Partition], min_isr: int
@@ -155,6 +162,18 @@ class ReplicaManager:
                     partition=part.index, leader_id=-1, leader_epoch=-1
                 )
                 await self._apply_one(part, unnamed, min_isr)
+
+    async def _hold_unpushed(self, parts: list[Partition]) -> None:
+        """Partitions of a topic no push names yet (``CreatePartitions`` ran ahead of the
+        push that places it) are offline until one does, on a broker whose controller
+        replicates topics: leading unreplicated, a replica would acknowledge appends
+        (acks=all too) that the push may then make it drop as a follower."""
+        for part in parts:
+            if part.replica is None and not part.deleted:
+                unnamed = admin_pb2.MetadataPartition(
+                    partition=part.index, leader_id=-1, leader_epoch=-1
+                )
+                await self._apply_one(part, unnamed, 1)
 
     def _restrained(self, meta: admin_pb2.MetadataPartition) -> admin_pb2.MetadataPartition:
         """``meta`` as applied now: a leadership of this broker from the saved push,
@@ -355,3 +374,8 @@ def _drop_unstamped(part: Partition) -> None:
         )
         log_.truncate_to(log_.log_start_offset)
         rebuild_producers(part)
+
+
+def _replicates(push: admin_pb2.UpdateMetadataRequest) -> bool:
+    """Whether ``push`` places any partition on more than one broker."""
+    return any(len(set(meta.replicas)) > 1 for topic in push.topics for meta in topic.partitions)

@@ -1,4 +1,5 @@
-"""A push whose caller gives up while the role change runs on the I/O pool.
+"""A push whose caller gives up while the role change runs on the I/O pool; and
+partitions created ahead of the push that places them.
 
 A broker resumed after a pause (or slowed down) handles pushes whose deadline passes
 while it applies them: gRPC cancels the handler. The role change already under way in
@@ -16,10 +17,14 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from dataplane._gen.meridian.v1 import admin_pb2
 from dataplane.broker.partitions import Partition, PartitionRegistry
 from dataplane.broker.replication.manager import ReplicaManager
 from dataplane.broker.replication.state import Role
+from dataplane.errors import ErrorCode, MeridianError
+from dataplane.records import build_batch
 from dataplane.storage.config import LogConfig
 from dataplane.storage.manager import LogManager
 
@@ -100,6 +105,57 @@ def test_a_leader_told_to_follow_by_a_cancelled_push_still_follows(tmp_path: Pat
         assert part.replica is not None
         assert (part.replica.role, part.replica.leader_id) == (Role.FOLLOWER, 1)
         assert told == [(3, Role.LEADER), (1, Role.FOLLOWER)]
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        logs.close()
+        executor.shutdown()
+
+
+def test_a_topic_no_push_names_yet_takes_no_append_on_a_managed_broker(tmp_path: Path) -> None:
+    """``CreatePartitions`` runs ahead of the push placing the topic. On a broker a
+    controller manages (it has a push), such a partition is offline until a push names
+    it: were it led unreplicated, it would acknowledge appends (acks=all too) that the
+    push could then make it drop as a follower."""
+    executor = _WatchedExecutor()
+    logs = LogManager(tmp_path / "data")
+    logs.open()
+
+    async def scenario() -> None:
+        registry = PartitionRegistry(logs, executor)
+        manager = ReplicaManager(1, registry, executor, replica_lag_time_max_ms=1500)
+        await registry.create(TOPIC, 0, LogConfig())
+        await manager.apply(_push(leader=3, leader_epoch=0, isr=[3, 1, 2]))  # a push
+        fresh = await registry.create("acme.fresh", 0, LogConfig())
+        await manager.apply_current()  # as CreatePartitions does
+        assert fresh.replica is not None
+        assert fresh.replica.role is Role.OFFLINE
+        with pytest.raises(MeridianError) as refused:
+            await asyncio.to_thread(fresh.append, build_batch([b"early"]))
+        assert refused.value.code == ErrorCode.LEADER_NOT_AVAILABLE
+        assert fresh.log.log_end_offset == 0
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        logs.close()
+        executor.shutdown()
+
+
+def test_a_broker_no_controller_manages_leads_what_it_hosts(tmp_path: Path) -> None:
+    executor = _WatchedExecutor()
+    logs = LogManager(tmp_path / "data")
+    logs.open()
+
+    async def scenario() -> None:
+        registry = PartitionRegistry(logs, executor)
+        manager = ReplicaManager(1, registry, executor, replica_lag_time_max_ms=1500)
+        part = await registry.create("acme.static", 0, LogConfig())
+        await manager.apply_current()  # no push ever came
+        assert part.replica is None
+        await asyncio.to_thread(part.append, build_batch([b"kept"]))
+        assert part.log.log_end_offset == 1
 
     try:
         asyncio.run(scenario())
