@@ -400,14 +400,17 @@ class RecordAccumulator:
             self._nonempty.clear()
         return batches
 
-    def take_topic(self, topic: str) -> list[ProducerBatch]:
-        """Remove every queued batch of ``topic``."""
+    def take_topic(self, topic: str, created_before: float) -> list[ProducerBatch]:
+        """Remove the queued batches of ``topic`` created before ``created_before``
+        (monotonic clock)."""
         taken: list[ProducerBatch] = []
         with self.lock:
             for tp in [tp for tp in self._nonempty if tp.topic == topic]:
-                queue = self._nonempty.pop(tp)  # the partition's own queue: empty it
-                taken.extend(queue)
-                queue.clear()
+                queue = self._nonempty[tp]  # the partition's own queue, oldest first
+                while queue and queue[0].created < created_before:
+                    taken.append(queue.popleft())
+                if not queue:
+                    del self._nonempty[tp]
         return taken
 
     def queued_partitions(self) -> Iterable[TopicPartition]:

@@ -100,6 +100,7 @@ class Sender:
         self._refresh_wanted = False
         self._refresh_task: asyncio.Task[None] | None = None
         self._last_refresh = 0.0
+        self._refresh_started = 0.0  # when the refresh last begun (monotonic)
         self._correlation = 0
         self._abort_error: MeridianError | None = None
         self.fatal: MeridianError | None = None
@@ -453,13 +454,16 @@ class Sender:
         """Fail every batch of ``topic`` that is not in flight (queued, or waiting to be
         resent) with ``error``: the brokers refuse the topic for good (its lane is gone),
         so the batches must not wait for a leader until ``delivery_timeout_ms``. Batches
-        in flight get their answers. Runs on the sender's thread (a metadata callback)."""
-        for batch in self._acc.take_topic(topic):
+        in flight get their answers; batches made after the refresh that read the
+        refusal began are left alone (the lane may be back). Runs on the sender's thread
+        (a metadata callback)."""
+        cutoff = self._refresh_started
+        for batch in self._acc.take_topic(topic, cutoff):
             self._acc.complete(batch, -1, error=error)
         for tp, state in list(self._states.items()):
             if tp.topic != topic:
                 continue
-            waiting = [b for b in state.pending if not b.in_flight]
+            waiting = [b for b in state.pending if not b.in_flight and b.created < cutoff]
             for batch in waiting:
                 state.pending.remove(batch)
                 self._acc.complete(batch, -1, error=error)
@@ -562,6 +566,7 @@ class Sender:
             self._bump_wanted = False
 
     async def _refresh(self) -> None:
+        self._refresh_started = time.monotonic()
         topics = list(self._acc.topics)
         suspects = [link.address for link in self._stalled(time.monotonic())]
         try:
