@@ -100,7 +100,7 @@ class Sender:
         self._refresh_wanted = False
         self._refresh_task: asyncio.Task[None] | None = None
         self._last_refresh = 0.0
-        self._refresh_started = 0.0  # when the refresh last begun (monotonic)
+        self._refresh_started = 0.0  # when the last refresh began (monotonic)
         self._correlation = 0
         self._abort_error: MeridianError | None = None
         self.fatal: MeridianError | None = None
