@@ -85,8 +85,15 @@ class FakeBroker(broker_pb2_grpc.BrokerServicer):
             self.topics[name] = self.pending.pop(name)
 
     def delete_topic(self, name: str) -> None:
+        """The topic and everything of it go, producer state included."""
         with self.lock:
-            del self.topics[name]
+            count = self.topics.pop(name)
+            for p in range(count):
+                self.logs.pop((name, p), None)
+                self.next_offset.pop((name, p), None)
+            for table in (self.epochs, self.seen):
+                for key in [k for k in table if k[1] == name]:
+                    del table[key]
 
     def refuse_lane_topic(self, name: str) -> None:
         with self.lock:
@@ -205,6 +212,11 @@ class FakeBroker(broker_pb2_grpc.BrokerServicer):
         ((_, header),) = list(iter_batches(part.records))
         if header.producer_id >= 0:
             key = (header.producer_id, *tp)
+            if key not in self.epochs and header.base_sequence != 0:
+                result.error = ErrorCode.UNKNOWN_PRODUCER_ID  # as the broker: state lost
+                result.error_message = f"must start at sequence 0, sent {header.base_sequence}"
+                result.base_offset = -1
+                return result
             if self.epochs.get(key, -1) < header.producer_epoch:  # a new epoch starts at 0
                 self.epochs[key] = header.producer_epoch
                 self.seen[key] = deque(maxlen=5)

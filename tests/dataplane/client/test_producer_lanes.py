@@ -327,8 +327,27 @@ def test_records_of_a_lane_topic_deleted_with_its_lane_fail_instead_of_waiting(
         p.flush(10)
         assert p._acc.used == 0  # every record's memory came back
     assert sorted(r.value for r in stored(fake, lane_topic)) == sorted(
-        [b"before"] + [f"again-{i}".encode() for i in range(8)]
-    )
+        f"again-{i}".encode() for i in range(8)
+    )  # the topic made anew holds only what came after
+
+
+def test_a_lane_topic_made_anew_under_a_live_producer_takes_its_records(
+    fake: FakeBroker,
+) -> None:
+    """A lane topic collected after its TTL and made again on first use holds no state
+    of the producers that wrote to the old one: the broker answers their next batch
+    UNKNOWN_PRODUCER_ID. The producer restarts that partition's sequences at 0 and
+    resends, so no record fails."""
+    lane_topic = f"{TOPIC}~ppe"
+    with producer(fake) as p:
+        for i in range(3):
+            p.send(TOPIC, f"old-{i}".encode(), lane="ppe", partition=1).result(5)
+        fake.delete_topic(lane_topic)
+        with fake.lock:
+            fake.topics[lane_topic] = 3  # made anew
+        futures = [p.send(TOPIC, f"new-{i}".encode(), lane="ppe", partition=1) for i in range(5)]
+        assert [future.result(10).offset for future in futures] == [0, 1, 2, 3, 4]
+    assert fake.values(lane_topic, 1) == [f"new-{i}".encode() for i in range(5)]
 
 
 def test_a_send_batch_over_lanes_refuses_a_bad_record_before_queuing_any(
