@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import http.client
 import json
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -203,3 +204,45 @@ def test_grpc_writes_and_refusals(front: Front, cluster: MemoryUpstream) -> None
         intruder.write("clicks", b"x")
     assert denied.value.kind == "unauthenticated"
     wait_until(lambda: sum(len(v) for v in cluster.logs.values()) == 2)
+
+
+def test_an_ack_on_broker_write_dropped_to_make_room_answers_undelivered(
+    make_agent: Callable[..., Agent], cluster: MemoryUpstream
+) -> None:
+    """With ``ack_on_broker`` the application waits for the brokers. A write accepted
+    into the spool and then dropped to make room (``drop_oldest``) while the cluster is
+    down is answered 502 ``undelivered`` once the drain has moved past it: never 200."""
+    cluster.down = True
+    agent = make_agent(
+        clicks={
+            "topic": "acme.clicks",
+            "delivery": "ack_on_broker",
+            "spool_max_bytes": 1024 * 1024,
+            "when_full": "drop_oldest",
+            "linger_ms": 1,
+        }
+    )
+    served = Front(agent)
+    answers: dict[str, tuple[int, dict[str, Any], dict[str, str]]] = {}
+
+    def write(name: str) -> None:
+        answers[name] = served.write([{"value": name * 600_000}])
+
+    try:
+        first = threading.Thread(target=write, args=("a",))
+        first.start()
+        wait_until(lambda: agent.stats()["clicks"]["spool_records"] == 1, 10, "a spooled")
+        second = threading.Thread(target=write, args=("b",))
+        second.start()
+        wait_until(lambda: agent.stats()["clicks"]["dropped"] == 1, 10, "a dropped for b")
+        assert answers == {}  # both wait for the brokers
+        cluster.down = False
+        first.join(30)
+        second.join(30)
+        assert answers["b"][0] == 200, answers["b"][1]
+        status, body, _ = answers["a"]
+        assert (status, body["error"]) == (502, "undelivered"), body
+        delivered = [v for log in cluster.logs.values() for _, v, _ in log]
+        assert delivered == [b"b" * 600_000]
+    finally:
+        served.close()
