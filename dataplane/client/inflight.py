@@ -38,28 +38,13 @@ class SenderConfig:
 class PartitionState:
     """Sequences and the batches sent and not yet acknowledged, of one partition."""
 
-    __slots__ = ("next_sequence", "pending", "restart", "retry_at", "tp")
+    __slots__ = ("next_sequence", "pending", "retry_at", "tp")
 
     def __init__(self, tp: TopicPartition) -> None:
         self.tp = tp
         self.next_sequence = 0
         self.pending: list[ProducerBatch] = []
         self.retry_at = 0.0
-        self.restart = False  # the leader knows this producer no more: restart at 0
-
-    def restart_sequences(self) -> None:
-        """The partition's leader holds no state of this producer: it stored none of the
-        batches waiting, and takes the producer again from sequence 0. The waiting
-        batches (none in flight) take the sequences from 0 in their order; they are
-        sealed again before they are resent."""
-        sequence = 0
-        for batch in self.pending:
-            batch.base_sequence = sequence
-            batch.sealed = None
-            batch.resequenced = True
-            sequence = (sequence + batch.count) & SEQUENCE_MASK
-        self.next_sequence = sequence
-        self.restart = False
 
     def in_flight(self) -> int:
         return sum(1 for batch in self.pending if batch.in_flight)

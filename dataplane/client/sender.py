@@ -21,9 +21,6 @@ sequences of the partition's later batches move down to close the gap. When the
 outcome of a sent batch is unknown (the stream broke and the batch then ran out of
 time), the later batches of its partition fail with it and the producer asks for a new
 epoch, which restarts every partition's sequences, once nothing is left in flight.
-``UNKNOWN_PRODUCER_ID`` (the partition's leader lost this producer's state: the topic was
-made anew, or retention removed its batches) restarts that partition's waiting batches
-at sequence 0, once nothing of it is in flight, and resends them.
 
 A hung leader. A broker that stops answering (a frozen process, a partition of the
 network) keeps its stream open, so its requests would wait for ``request_timeout_ms``.
@@ -296,8 +293,6 @@ class Sender:
     def _plan_resend(self, state: PartitionState, now: float, planner: Planner) -> None:
         if now < state.retry_at or state.in_flight():
             return
-        if state.restart:
-            state.restart_sequences()
         plan = planner.plan_for(state.tp)
         if plan is None:
             return
@@ -437,15 +432,8 @@ class Sender:
         elif code == ErrorCode.INVALID_PRODUCER_EPOCH:
             self._fatal(error)
             return
-        elif code == ErrorCode.UNKNOWN_PRODUCER_ID and self._config.idempotent:
-            # The leader holds no state of this producer for the partition (the topic
-            # was deleted and made again, as a lane topic collected after its TTL and
-            # made anew; or retention removed every batch of ours): it stored none of
-            # the waiting batches. They are resent from sequence 0 once nothing of the
-            # partition is in flight, as Kafka's producer resets a partition's
-            # sequences for this error (KIP-360).
-            state.restart = True
-            retriable = True
+        elif code == ErrorCode.UNKNOWN_PRODUCER_ID:
+            self._bump_wanted = True
         elif code == ErrorCode.MESSAGE_TOO_LARGE and batch.count > 1:
             self._split(state, batch)
             return

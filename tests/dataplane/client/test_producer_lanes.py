@@ -331,13 +331,13 @@ def test_records_of_a_lane_topic_deleted_with_its_lane_fail_instead_of_waiting(
     )  # the topic made anew holds only what came after
 
 
-def test_a_lane_topic_made_anew_under_a_live_producer_takes_its_records(
+def test_a_lane_topic_made_anew_under_a_live_producer_fails_one_batch_then_takes_records(
     fake: FakeBroker,
 ) -> None:
     """A lane topic collected after its TTL and made again on first use holds no state
     of the producers that wrote to the old one: the broker answers their next batch
-    UNKNOWN_PRODUCER_ID. The producer restarts that partition's sequences at 0 and
-    resends, so no record fails."""
+    UNKNOWN_PRODUCER_ID. That batch fails with the error (never silently); the producer
+    takes a new epoch, whose sequences start at 0, and what it sends next goes through."""
     lane_topic = f"{TOPIC}~ppe"
     with producer(fake) as p:
         for i in range(3):
@@ -345,6 +345,9 @@ def test_a_lane_topic_made_anew_under_a_live_producer_takes_its_records(
         fake.delete_topic(lane_topic)
         with fake.lock:
             fake.topics[lane_topic] = 3  # made anew
+        with pytest.raises(MeridianError) as refused:
+            p.send(TOPIC, b"lost-state", lane="ppe", partition=1).result(10)
+        assert refused.value.code == ErrorCode.UNKNOWN_PRODUCER_ID
         futures = [p.send(TOPIC, f"new-{i}".encode(), lane="ppe", partition=1) for i in range(5)]
         assert [future.result(10).offset for future in futures] == [0, 1, 2, 3, 4]
     assert fake.values(lane_topic, 1) == [f"new-{i}".encode() for i in range(5)]
