@@ -24,15 +24,14 @@ import random
 import socket
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from databus.agent import Agent
 from databus.config import ConfigError, parse_config
+from dataplane.client import rest
 from dataplane.client.auth import TokenSource
 from dataplane.errors import MeridianError
 
@@ -57,7 +56,9 @@ BACKOFF_MAX_S = 30.0
 
 
 class ControlPlane:
-    """JSON calls to the control plane's REST API with the agent's token."""
+    """JSON calls to the control plane's REST API with the agent's token
+    (``dataplane.client.rest``): every answer comes back as (status, headers, body), the
+    body decoded JSON, or its text; an unreachable API raises ``OSError``."""
 
     def __init__(self, api_url: str, tokens: TokenSource | None) -> None:
         self.api_url = api_url.rstrip("/")
@@ -71,26 +72,15 @@ class ControlPlane:
         headers: dict[str, str] | None = None,
         timeout_s: float = 10,
     ) -> tuple[int, dict[str, str], Any]:
-        data = None if body is None else json.dumps(body).encode()
-        request = urllib.request.Request(self.api_url + path, data=data, method=method)
-        request.add_header("Accept", "application/json")
-        if data is not None:
-            request.add_header("Content-Type", "application/json")
-        if self.tokens is not None:
-            request.add_header("Authorization", f"Bearer {self.tokens.token()}")
-        for name, value in (headers or {}).items():
-            request.add_header(name, value)
-        try:
-            with urllib.request.urlopen(request, timeout=timeout_s) as response:
-                raw = response.read()
-                return response.status, dict(response.headers), json.loads(raw) if raw else None
-        except urllib.error.HTTPError as err:
-            raw = err.read()
-            try:
-                payload = json.loads(raw) if raw else None
-            except ValueError:
-                payload = raw.decode(errors="replace")
-            return err.code, dict(err.headers or {}), payload
+        answer = rest.request(
+            method,
+            self.api_url + path,
+            body=body,
+            tokens=self.tokens,
+            headers=headers,
+            timeout_s=timeout_s,
+        )
+        return answer.status, answer.headers, answer.body
 
 
 class ConfigWatcher:

@@ -1,8 +1,8 @@
 """A small client of the control plane's REST API, for the commands whose objects live
 there (lanes, Databus configurations and agents), not on the brokers.
 
-Standard library only (``urllib``): the SDK distribution gains no dependency. Requests
-carry the same bearer token the CLI gives the brokers (``--token``, or a token of
+Calls go through ``dataplane.client.rest`` (standard library only). Requests carry the
+same bearer token the CLI gives the brokers (``--token``, or a token of
 ``--token-url`` with the client credentials), and JSON bodies.
 
 Every failure is an ``ApiError``: an answer of 4xx/5xx with the API's error body
@@ -13,18 +13,17 @@ code ``unavailable`` or ``bad_answer``.
 
 from __future__ import annotations
 
-import json
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Mapping
+from http import HTTPStatus
 from typing import Any
 
+from dataplane.client import rest
 from dataplane.client.auth import TokenSource
 
 DEFAULT_API_URL = "http://127.0.0.1:8000"
 TIMEOUT_S = 30.0
-MAX_ANSWER_BYTES = 16 * 1024 * 1024
+_STATUSES = {status.value for status in HTTPStatus}
 
 
 class ApiError(Exception):
@@ -84,29 +83,24 @@ class Api:
     ) -> Any:
         """The decoded JSON answer (None for an empty one); ``ApiError`` otherwise."""
         url = self.url(path, query)
-        request = urllib.request.Request(url, method=method, headers=self._headers(body))
-        if body is not None:
-            request.data = json.dumps(body).encode()
         try:
-            with urllib.request.urlopen(request, timeout=TIMEOUT_S) as answer:
-                return _decoded(answer.read(MAX_ANSWER_BYTES), answer.status)
-        except urllib.error.HTTPError as exc:
-            raise _refusal(exc) from None
-        except (urllib.error.URLError, OSError) as exc:
+            answer = rest.request(
+                method, url, body=body, tokens=self.credentials, timeout_s=TIMEOUT_S
+            )
+        except OSError as exc:
             reason = getattr(exc, "reason", exc)
             raise ApiError(0, "unavailable", f"cannot reach the API at {url}: {reason}") from None
+        if answer.status >= 400:
+            raise _refusal(answer)
+        if not answer.json:
+            raise ApiError(
+                answer.status, "bad_answer", "the API answered something other than JSON"
+            )
+        return answer.body
 
     def url(self, path: str, query: Mapping[str, str] | None = None) -> str:
         url = f"{self.base_url}/api/v1/{path.lstrip('/')}"
         return f"{url}?{urllib.parse.urlencode(query)}" if query else url
-
-    def _headers(self, body: Mapping[str, Any] | None) -> dict[str, str]:
-        headers = {"Accept": "application/json"}
-        if body is not None:
-            headers["Content-Type"] = "application/json"
-        if self.credentials is not None:
-            headers["Authorization"] = f"Bearer {self.credentials.token()}"
-        return headers
 
 
 def quoted(segment: str) -> str:
@@ -114,23 +108,15 @@ def quoted(segment: str) -> str:
     return urllib.parse.quote(segment, safe="")
 
 
-def _decoded(raw: bytes, status: int) -> Any:
-    if not raw:
-        return None
-    try:
-        return json.loads(raw)
-    except ValueError:
-        raise ApiError(status, "bad_answer", "the API answered something other than JSON") from None
-
-
-def _refusal(exc: urllib.error.HTTPError) -> ApiError:
+def _refusal(answer: rest.Answer) -> ApiError:
     """The API's error body as an ``ApiError`` (a body of another shape: its status)."""
     try:
-        error = json.loads(exc.read(MAX_ANSWER_BYTES))["error"]
+        error = answer.body["error"]
         code, message, details = str(error["code"]), str(error["message"]), error["details"]
-    except (ValueError, KeyError, TypeError):
-        return ApiError(exc.code, f"http_{exc.code}", str(exc.reason or "refused"))
-    return ApiError(exc.code, code, message, _field_messages(details))
+    except (KeyError, TypeError):
+        reason = HTTPStatus(answer.status).phrase if answer.status in _STATUSES else "refused"
+        return ApiError(answer.status, f"http_{answer.status}", reason)
+    return ApiError(answer.status, code, message, _field_messages(details))
 
 
 def _field_messages(details: Any) -> dict[str, list[str]]:
