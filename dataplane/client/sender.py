@@ -13,10 +13,14 @@ the broker sees the partition's batches in order. With idempotence (the default)
 batch carries the producer id, epoch and a base sequence, assigned when it is first
 sent and kept on retries, so the broker answers a batch it already stored as a
 duplicate with its original offset. ``OUT_OF_ORDER_SEQUENCE_NUMBER`` for a batch that
-follows one being retried is expected and retried too; for the first unacknowledged
+follows one being retried is expected and retried too (so is ``UNKNOWN_PRODUCER_ID``:
+the broker knows no producer whose first batch it has not stored yet); for the first
+unacknowledged
 batch it is retried after a metadata refresh (the broker that answered may be a former
 leader whose log is behind); at the last attempt it fails like a batch whose outcome
-is unknown (below). When a batch fails for good and the broker did not store it, the
+is unknown (below). ``UNKNOWN_PRODUCER_ID`` for the first unacknowledged batch (the
+leader lost the producer's state: the topic was made anew) fails it and asks for a new
+epoch. When a batch fails for good and the broker did not store it, the
 sequences of the partition's later batches move down to close the gap. When the
 outcome of a sent batch is unknown (the stream broke and the batch then ran out of
 time), the later batches of its partition fail with it and the producer asks for a new
@@ -432,8 +436,14 @@ class Sender:
         elif code == ErrorCode.INVALID_PRODUCER_EPOCH:
             self._fatal(error)
             return
-        elif code == ErrorCode.UNKNOWN_PRODUCER_ID:
-            self._bump_wanted = True
+        elif code == ErrorCode.UNKNOWN_PRODUCER_ID and self._config.idempotent:
+            if state.pending.index(batch) > 0 or batch.resequenced:
+                # An earlier batch of the partition is being retried: the broker has not
+                # stored this producer's first batch yet, so it does not know the
+                # producer. Expected, as OUT_OF_ORDER is above: retried in order.
+                retriable = True
+            else:
+                self._bump_wanted = True  # the leader lost this producer's state
         elif code == ErrorCode.MESSAGE_TOO_LARGE and batch.count > 1:
             self._split(state, batch)
             return
