@@ -12,7 +12,7 @@ rejoins the ISR.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -68,21 +68,32 @@ def _push(leader: int, leader_epoch: int, isr: list[int]) -> admin_pb2.UpdateMet
     )
 
 
+def _run_on_a_broker(
+    tmp_path: Path, scenario: Callable[[_WatchedExecutor, LogManager], Awaitable[None]]
+) -> None:
+    """Run ``scenario`` with a broker's I/O pool and log manager, closed after."""
+    executor = _WatchedExecutor()
+    logs = LogManager(tmp_path / "data")
+    logs.open()
+    try:
+        asyncio.run(scenario(executor, logs))
+    finally:
+        logs.close()
+        executor.shutdown()
+
+
 def test_a_leader_told_to_follow_by_a_cancelled_push_still_follows(tmp_path: Path) -> None:
     """Broker 3 leads at epoch 0; the push making broker 1 leader at epoch 1 is
     cancelled while its role change runs, waiting for a client append in flight (which
     holds the log's append lock). The fetchers are still told that broker 3 follows
     broker 1, once."""
-    executor = _WatchedExecutor()
-    logs = LogManager(tmp_path / "data")
-    logs.open()
     told: list[tuple[int, Role]] = []
 
     def on_follow(part: Partition) -> None:
         assert part.replica is not None
         told.append((part.replica.leader_id, part.replica.role))
 
-    async def scenario() -> None:
+    async def scenario(executor: _WatchedExecutor, logs: LogManager) -> None:
         registry = PartitionRegistry(logs, executor)
         part = await registry.create(TOPIC, 0, LogConfig())
         manager = ReplicaManager(
@@ -106,11 +117,7 @@ def test_a_leader_told_to_follow_by_a_cancelled_push_still_follows(tmp_path: Pat
         assert (part.replica.role, part.replica.leader_id) == (Role.FOLLOWER, 1)
         assert told == [(3, Role.LEADER), (1, Role.FOLLOWER)]
 
-    try:
-        asyncio.run(scenario())
-    finally:
-        logs.close()
-        executor.shutdown()
+    _run_on_a_broker(tmp_path, scenario)
 
 
 def test_a_topic_no_push_names_yet_takes_no_append_on_a_managed_broker(tmp_path: Path) -> None:
@@ -118,11 +125,8 @@ def test_a_topic_no_push_names_yet_takes_no_append_on_a_managed_broker(tmp_path:
     controller manages (it has a push), such a partition is offline until a push names
     it: were it led unreplicated, it would acknowledge appends (acks=all too) that the
     push could then make it drop as a follower."""
-    executor = _WatchedExecutor()
-    logs = LogManager(tmp_path / "data")
-    logs.open()
 
-    async def scenario() -> None:
+    async def scenario(executor: _WatchedExecutor, logs: LogManager) -> None:
         registry = PartitionRegistry(logs, executor)
         manager = ReplicaManager(1, registry, executor, replica_lag_time_max_ms=1500)
         await registry.create(TOPIC, 0, LogConfig())
@@ -136,19 +140,12 @@ def test_a_topic_no_push_names_yet_takes_no_append_on_a_managed_broker(tmp_path:
         assert refused.value.code == ErrorCode.LEADER_NOT_AVAILABLE
         assert fresh.log.log_end_offset == 0
 
-    try:
-        asyncio.run(scenario())
-    finally:
-        logs.close()
-        executor.shutdown()
+    _run_on_a_broker(tmp_path, scenario)
 
 
 def test_a_broker_no_controller_manages_leads_what_it_hosts(tmp_path: Path) -> None:
-    executor = _WatchedExecutor()
-    logs = LogManager(tmp_path / "data")
-    logs.open()
 
-    async def scenario() -> None:
+    async def scenario(executor: _WatchedExecutor, logs: LogManager) -> None:
         registry = PartitionRegistry(logs, executor)
         manager = ReplicaManager(1, registry, executor, replica_lag_time_max_ms=1500)
         part = await registry.create("acme.static", 0, LogConfig())
@@ -157,8 +154,4 @@ def test_a_broker_no_controller_manages_leads_what_it_hosts(tmp_path: Path) -> N
         await asyncio.to_thread(part.append, build_batch([b"kept"]))
         assert part.log.log_end_offset == 1
 
-    try:
-        asyncio.run(scenario())
-    finally:
-        logs.close()
-        executor.shutdown()
+    _run_on_a_broker(tmp_path, scenario)
