@@ -50,6 +50,7 @@ GRPC_STATUS: dict[int, grpc.StatusCode] = {
     ErrorCode.LEADER_NOT_AVAILABLE: grpc.StatusCode.UNAVAILABLE,
     ErrorCode.LANE_TOPIC_PENDING: grpc.StatusCode.UNAVAILABLE,
     ErrorCode.HANDOVER_IN_PROGRESS: grpc.StatusCode.UNAVAILABLE,
+    ErrorCode.REMOTE_STORAGE_NOT_AVAILABLE: grpc.StatusCode.UNAVAILABLE,
     ErrorCode.INVALID_REQUEST: grpc.StatusCode.INVALID_ARGUMENT,
     ErrorCode.CORRUPT_MESSAGE: grpc.StatusCode.INVALID_ARGUMENT,
     ErrorCode.INVALID_RECORD: grpc.StatusCode.INVALID_ARGUMENT,
@@ -82,6 +83,8 @@ GRPC_STATUS: dict[int, grpc.StatusCode] = {
     ErrorCode.QUOTA_EXCEEDED: grpc.StatusCode.RESOURCE_EXHAUSTED,
     ErrorCode.REASSIGNMENT_IN_PROGRESS: grpc.StatusCode.FAILED_PRECONDITION,
     ErrorCode.LANE_NOT_FOUND: grpc.StatusCode.NOT_FOUND,
+    ErrorCode.REMOTE_SEGMENT_MISSING: grpc.StatusCode.DATA_LOSS,
+    ErrorCode.REMOTE_SEGMENT_CORRUPT: grpc.StatusCode.DATA_LOSS,
 }
 
 

@@ -132,6 +132,7 @@ class AdminHandler:
         config = topics.apply_config(part.log.config, spec.config)
         if config == part.log.config:
             return False
+        topics.check_alterable(part.log.config, config)
         if not validate_only:
             await self.registry.alter(part, config)
         return True

@@ -21,6 +21,8 @@ A TOML file uses the field names of ``BrokerConfig`` (``id`` for ``broker_id``),
     tls_cert_file = "/etc/meridian/tls.crt"   # with tls_key_file: TLS on the listener
     tls_key_file = "/etc/meridian/tls.key"
     tls_ca_file = "/etc/meridian/ca.crt"      # what peers' certificates are checked with
+    remote_store_uri = "s3://meridian-tier/eu-west"   # tiered storage; "" turns it off
+    remote_store_options_file = "/etc/meridian/store.json"  # fsspec options (credentials)
     [peers]
     2 = "broker-2.internal:9092"
     [log]
@@ -92,6 +94,13 @@ class BrokerConfig:
     tls_key_file: str = ""
     tls_ca_file: str = ""
     quota_max_hold_ms: int = 10_000  # longest a throttled response is held (quotas.py)
+    # Tiered storage (dataplane/tiered): the cluster's object store, as an fsspec URI (a
+    # local folder path, file://, s3://, ...); "" turns tiering off. The options file is a
+    # private JSON object of the filesystem's options (endpoint, credentials), never a flag.
+    remote_store_uri: str = ""
+    remote_store_options_file: str = ""
+    remote_cache_bytes: int = 256 * MiB  # the local cache of remote chunks
+    tier_interval_ms: int = 1_000  # how often uploads, local and remote retention run
 
     def __post_init__(self) -> None:
         _check(0 <= self.broker_id <= MAX_BROKER_ID, "id", f"must be in [0, {MAX_BROKER_ID}]")
@@ -111,11 +120,18 @@ class BrokerConfig:
             "peer_expiry_ms",
             "replica_lag_time_max_ms",
             "group_lag_interval_ms",
+            "tier_interval_ms",
         ):
             _check(getattr(self, name) >= 1, name, "must be >= 1")
         _check(self.fetch_max_wait_ms >= 0, "fetch_max_wait_ms", "must be >= 0")
         _check(self.max_open_files >= 0, "max_open_files", "must be >= 0")
         _check(self.quota_max_hold_ms >= 0, "quota_max_hold_ms", "must be >= 0")
+        _check(self.remote_cache_bytes >= 0, "remote_cache_bytes", "must be >= 0")
+        _check(
+            bool(self.remote_store_uri) or not self.remote_store_options_file,
+            "remote_store_options_file",
+            "needs remote_store_uri",
+        )
         _check(self.producer_snapshot_interval_ms >= 1, "producer_snapshot_interval_ms", ">= 1")
         self._check_security()
 

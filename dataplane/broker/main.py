@@ -75,8 +75,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         ("--tls-cert-file", "certificate (PEM) of the TLS listener"),
         ("--tls-key-file", "private key (PEM) of the TLS listener"),
         ("--tls-ca-file", "CA (PEM) peers' certificates are checked with"),
+        ("--remote-store-uri", "the object store of tiered storage (a folder, s3://...)"),
+        ("--remote-store-options-file", "private JSON file of the store's options"),
     ):
         parser.add_argument(flag, help=what)
+    parser.add_argument(
+        "--tier-interval-ms", type=int, help="how often uploads and retention run (1000)"
+    )
     parser.add_argument("--ready-file", type=Path, help="written as JSON once serving")
     parser.add_argument("--log-level", default=os.environ.get("MERIDIAN_LOG_LEVEL", "INFO"))
     return parser.parse_args(argv)
@@ -104,6 +109,9 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         control_plane_url=args.control_plane_url,
         max_open_files=args.max_open_files,
         replica_lag_time_max_ms=args.replica_lag_time_max_ms,
+        remote_store_uri=args.remote_store_uri,
+        remote_store_options_file=args.remote_store_options_file,
+        tier_interval_ms=args.tier_interval_ms,
         **{name: getattr(args, name) for name in SECURITY_FLAGS},
     )
 

@@ -43,6 +43,8 @@ _INT_FIELDS = {
     "max_message_bytes": "max_batch_bytes",
     "flush_interval_ms": "flush_interval_ms",
     "index_interval_bytes": "index_interval_bytes",
+    "local_retention_ms": "local_retention_ms",
+    "local_retention_bytes": "local_retention_bytes",
 }
 
 
@@ -98,6 +100,10 @@ def requested_changes(config: common_pb2.PartitionConfig) -> dict[str, Any]:
                 f"timestamp_type {config.timestamp_type!r} is not one of {list(TIMESTAMP_TYPES)}"
             )
         changes["timestamp_type"] = TIMESTAMP_TYPES[config.timestamp_type]
+    if config.HasField("remote_storage"):
+        changes["remote_storage"] = config.remote_storage
+    if config.HasField("topic_id"):
+        changes["topic_id"] = config.topic_id
     return changes
 
 
@@ -107,6 +113,15 @@ def apply_config(base: LogConfig, config: common_pb2.PartitionConfig) -> LogConf
         return base.with_changes(**requested_changes(config))
     except InvalidConfigError as exc:
         raise _bad_config(str(exc)) from exc
+
+
+def check_alterable(current: LogConfig, wanted: LogConfig) -> None:
+    """``INVALID_CONFIG`` for the changes no alter may make: a topic's id is set once, and
+    a tiered topic stays tiered (its remote segments would otherwise be orphaned)."""
+    if current.topic_id and wanted.topic_id != current.topic_id:
+        raise _bad_config(f"topic_id is {current.topic_id!r} and cannot change")
+    if current.remote_storage and not wanted.remote_storage:
+        raise _bad_config("remote_storage cannot be turned off once on")
 
 
 def differs(current: LogConfig, config: common_pb2.PartitionConfig) -> list[str]:
@@ -121,6 +136,8 @@ def to_proto(config: LogConfig) -> common_pb2.PartitionConfig:
         **values,
         durability=config.durability.value,
         timestamp_type=_TIMESTAMP_NAMES[config.timestamp_type],
+        remote_storage=config.remote_storage,
+        topic_id=config.topic_id,
     )
 
 

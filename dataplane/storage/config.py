@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +43,7 @@ from dataplane.storage.errors import InvalidConfigError
 MiB = 1024 * 1024
 DAY_MS = 24 * 60 * 60 * 1000
 MAX_SEGMENT_BYTES_LIMIT = 2**31 - 1  # positions in the offset index are 32-bit
+_TOPIC_ID = re.compile(r"^[A-Za-z0-9_-]{0,64}$")
 
 
 class Durability(enum.StrEnum):
@@ -56,6 +58,13 @@ class LogConfig:
 
     ``retention_ms`` and ``retention_bytes`` of -1 mean unlimited.
     ``max_batch_bytes`` bounds one batch as stored (Kafka's ``max.message.bytes``).
+
+    Tiered storage (``dataplane.tiered``): with ``remote_storage`` the broker uploads
+    sealed segments to the cluster's object store; ``retention_ms`` / ``retention_bytes``
+    then bound the whole partition (remote and local), and ``local_retention_ms`` /
+    ``local_retention_bytes`` what stays on local disk once uploaded (-2: the same as the
+    total, -1: unlimited). A segment is never deleted locally before its upload is
+    confirmed. ``topic_id`` is the topic's immutable id, which names its objects.
     """
 
     max_segment_bytes: int = 1024 * MiB
@@ -68,6 +77,10 @@ class LogConfig:
     durability: Durability = Durability.INTERVAL
     flush_interval_ms: int = 1000
     timestamp_type: TimestampType = TimestampType.CREATE_TIME
+    remote_storage: bool = False
+    local_retention_ms: int = -2
+    local_retention_bytes: int = -2
+    topic_id: str = ""
 
     def __post_init__(self) -> None:
         _check_range("max_segment_bytes", self.max_segment_bytes, 1024, MAX_SEGMENT_BYTES_LIMIT)
@@ -78,8 +91,26 @@ class LogConfig:
         _check_range("retention_bytes", self.retention_bytes, -1, 2**63 - 1)
         _check_range("max_batch_bytes", self.max_batch_bytes, 61, MAX_SEGMENT_BYTES_LIMIT)
         _check_range("flush_interval_ms", self.flush_interval_ms, 1, 2**31 - 1)
+        _check_range("local_retention_ms", self.local_retention_ms, -2, 2**63 - 1)
+        _check_range("local_retention_bytes", self.local_retention_bytes, -2, 2**63 - 1)
+        if not isinstance(self.remote_storage, bool):
+            raise InvalidConfigError("remote_storage must be true or false")
+        if not isinstance(self.topic_id, str) or not _TOPIC_ID.match(self.topic_id):
+            raise InvalidConfigError("topic_id is up to 64 characters of [A-Za-z0-9_-]")
         if not isinstance(self.durability, Durability):
             raise InvalidConfigError(f"durability must be one of {[d.value for d in Durability]}")
+
+    @property
+    def effective_local_retention_ms(self) -> int:
+        """What stays on local disk by age: ``local_retention_ms``, or the total."""
+        return self.retention_ms if self.local_retention_ms == -2 else self.local_retention_ms
+
+    @property
+    def effective_local_retention_bytes(self) -> int:
+        """What stays on local disk by size: ``local_retention_bytes``, or the total."""
+        if self.local_retention_bytes == -2:
+            return self.retention_bytes
+        return self.local_retention_bytes
 
     def with_changes(self, **changes: Any) -> LogConfig:
         """A copy with ``changes`` applied and validated."""

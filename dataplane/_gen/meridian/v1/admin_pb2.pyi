@@ -243,6 +243,11 @@ class PartitionState(_message.Message):
     LEADER_EPOCH_FIELD_NUMBER: _builtins.int
     ROLE_FIELD_NUMBER: _builtins.int
     OFFLINE_FIELD_NUMBER: _builtins.int
+    REMOTE_LOG_START_OFFSET_FIELD_NUMBER: _builtins.int
+    REMOTE_END_OFFSET_FIELD_NUMBER: _builtins.int
+    REMOTE_BYTES_FIELD_NUMBER: _builtins.int
+    REMOTE_SEGMENTS_FIELD_NUMBER: _builtins.int
+    UPLOAD_LAG_MS_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
     log_start_offset: _builtins.int
@@ -254,6 +259,16 @@ class PartitionState(_message.Message):
     role: _builtins.str
     """leader"""
     offline: _builtins.bool
+    remote_log_start_offset: _builtins.int
+    """Tiered storage, as this broker knows it (the leader reads the manifest; a follower may
+    lag). remote_log_start_offset: the first offset kept at all (-1: nothing remote).
+    """
+    remote_end_offset: _builtins.int
+    """one past the last offset uploaded (0: none)"""
+    remote_bytes: _builtins.int
+    remote_segments: _builtins.int
+    upload_lag_ms: _builtins.int
+    """age of the oldest sealed segment not yet uploaded (0: none)"""
     @_builtins.property
     def config(self) -> _common_pb2.PartitionConfig:
         """every field set: the effective configuration"""
@@ -272,10 +287,15 @@ class PartitionState(_message.Message):
         leader_epoch: _builtins.int = ...,
         role: _builtins.str = ...,
         offline: _builtins.bool = ...,
+        remote_log_start_offset: _builtins.int = ...,
+        remote_end_offset: _builtins.int = ...,
+        remote_bytes: _builtins.int = ...,
+        remote_segments: _builtins.int = ...,
+        upload_lag_ms: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["config", b"config"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "high_watermark", b"high_watermark", "leader_epoch", b"leader_epoch", "log_end_offset", b"log_end_offset", "log_start_offset", b"log_start_offset", "offline", b"offline", "partition", b"partition", "role", b"role", "segments", b"segments", "size_bytes", b"size_bytes", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "high_watermark", b"high_watermark", "leader_epoch", b"leader_epoch", "log_end_offset", b"log_end_offset", "log_start_offset", b"log_start_offset", "offline", b"offline", "partition", b"partition", "remote_bytes", b"remote_bytes", "remote_end_offset", b"remote_end_offset", "remote_log_start_offset", b"remote_log_start_offset", "remote_segments", b"remote_segments", "role", b"role", "segments", b"segments", "size_bytes", b"size_bytes", "topic", b"topic", "upload_lag_ms", b"upload_lag_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

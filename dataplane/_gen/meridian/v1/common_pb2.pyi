@@ -86,6 +86,10 @@ class PartitionConfig(_message.Message):
     FLUSH_INTERVAL_MS_FIELD_NUMBER: _builtins.int
     TIMESTAMP_TYPE_FIELD_NUMBER: _builtins.int
     INDEX_INTERVAL_BYTES_FIELD_NUMBER: _builtins.int
+    REMOTE_STORAGE_FIELD_NUMBER: _builtins.int
+    LOCAL_RETENTION_MS_FIELD_NUMBER: _builtins.int
+    LOCAL_RETENTION_BYTES_FIELD_NUMBER: _builtins.int
+    TOPIC_ID_FIELD_NUMBER: _builtins.int
     retention_ms: _builtins.int
     retention_bytes: _builtins.int
     max_segment_bytes: _builtins.int
@@ -98,6 +102,17 @@ class PartitionConfig(_message.Message):
     timestamp_type: _builtins.str
     """CreateTime | LogAppendTime"""
     index_interval_bytes: _builtins.int
+    remote_storage: _builtins.bool
+    """Tiered storage (docs/tiered-storage.md). remote_storage: sealed segments are uploaded
+    to the cluster's object store. local_retention_ms / _bytes: what stays on the broker's
+    disk once uploaded (-2: the total retention_ms / retention_bytes). topic_id: the
+    immutable id of the topic (its control-plane id), which names its objects in the
+    store, so a topic made again under a deleted one's name never meets its objects; set
+    once, at create.
+    """
+    local_retention_ms: _builtins.int
+    local_retention_bytes: _builtins.int
+    topic_id: _builtins.str
     def __init__(
         self,
         *,
@@ -110,10 +125,14 @@ class PartitionConfig(_message.Message):
         flush_interval_ms: _builtins.int | None = ...,
         timestamp_type: _builtins.str | None = ...,
         index_interval_bytes: _builtins.int | None = ...,
+        remote_storage: _builtins.bool | None = ...,
+        local_retention_ms: _builtins.int | None = ...,
+        local_retention_bytes: _builtins.int | None = ...,
+        topic_id: _builtins.str | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["_durability", b"_durability", "_flush_interval_ms", b"_flush_interval_ms", "_index_interval_bytes", b"_index_interval_bytes", "_max_message_bytes", b"_max_message_bytes", "_max_segment_bytes", b"_max_segment_bytes", "_retention_bytes", b"_retention_bytes", "_retention_ms", b"_retention_ms", "_segment_ms", b"_segment_ms", "_timestamp_type", b"_timestamp_type", "durability", b"durability", "flush_interval_ms", b"flush_interval_ms", "index_interval_bytes", b"index_interval_bytes", "max_message_bytes", b"max_message_bytes", "max_segment_bytes", b"max_segment_bytes", "retention_bytes", b"retention_bytes", "retention_ms", b"retention_ms", "segment_ms", b"segment_ms", "timestamp_type", b"timestamp_type"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_durability", b"_durability", "_flush_interval_ms", b"_flush_interval_ms", "_index_interval_bytes", b"_index_interval_bytes", "_local_retention_bytes", b"_local_retention_bytes", "_local_retention_ms", b"_local_retention_ms", "_max_message_bytes", b"_max_message_bytes", "_max_segment_bytes", b"_max_segment_bytes", "_remote_storage", b"_remote_storage", "_retention_bytes", b"_retention_bytes", "_retention_ms", b"_retention_ms", "_segment_ms", b"_segment_ms", "_timestamp_type", b"_timestamp_type", "_topic_id", b"_topic_id", "durability", b"durability", "flush_interval_ms", b"flush_interval_ms", "index_interval_bytes", b"index_interval_bytes", "local_retention_bytes", b"local_retention_bytes", "local_retention_ms", b"local_retention_ms", "max_message_bytes", b"max_message_bytes", "max_segment_bytes", b"max_segment_bytes", "remote_storage", b"remote_storage", "retention_bytes", b"retention_bytes", "retention_ms", b"retention_ms", "segment_ms", b"segment_ms", "timestamp_type", b"timestamp_type", "topic_id", b"topic_id"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_durability", b"_durability", "_flush_interval_ms", b"_flush_interval_ms", "_index_interval_bytes", b"_index_interval_bytes", "_max_message_bytes", b"_max_message_bytes", "_max_segment_bytes", b"_max_segment_bytes", "_retention_bytes", b"_retention_bytes", "_retention_ms", b"_retention_ms", "_segment_ms", b"_segment_ms", "_timestamp_type", b"_timestamp_type", "durability", b"durability", "flush_interval_ms", b"flush_interval_ms", "index_interval_bytes", b"index_interval_bytes", "max_message_bytes", b"max_message_bytes", "max_segment_bytes", b"max_segment_bytes", "retention_bytes", b"retention_bytes", "retention_ms", b"retention_ms", "segment_ms", b"segment_ms", "timestamp_type", b"timestamp_type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_durability", b"_durability", "_flush_interval_ms", b"_flush_interval_ms", "_index_interval_bytes", b"_index_interval_bytes", "_local_retention_bytes", b"_local_retention_bytes", "_local_retention_ms", b"_local_retention_ms", "_max_message_bytes", b"_max_message_bytes", "_max_segment_bytes", b"_max_segment_bytes", "_remote_storage", b"_remote_storage", "_retention_bytes", b"_retention_bytes", "_retention_ms", b"_retention_ms", "_segment_ms", b"_segment_ms", "_timestamp_type", b"_timestamp_type", "_topic_id", b"_topic_id", "durability", b"durability", "flush_interval_ms", b"flush_interval_ms", "index_interval_bytes", b"index_interval_bytes", "local_retention_bytes", b"local_retention_bytes", "local_retention_ms", b"local_retention_ms", "max_message_bytes", b"max_message_bytes", "max_segment_bytes", b"max_segment_bytes", "remote_storage", b"remote_storage", "retention_bytes", b"retention_bytes", "retention_ms", b"retention_ms", "segment_ms", b"segment_ms", "timestamp_type", b"timestamp_type", "topic_id", b"topic_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__durability: _TypeAlias = _typing.Literal["durability"]  # noqa: Y015
     _WhichOneofArgType__durability: _TypeAlias = _typing.Literal["_durability", b"_durability"]  # noqa: Y015
@@ -121,10 +140,16 @@ class PartitionConfig(_message.Message):
     _WhichOneofArgType__flush_interval_ms: _TypeAlias = _typing.Literal["_flush_interval_ms", b"_flush_interval_ms"]  # noqa: Y015
     _WhichOneofReturnType__index_interval_bytes: _TypeAlias = _typing.Literal["index_interval_bytes"]  # noqa: Y015
     _WhichOneofArgType__index_interval_bytes: _TypeAlias = _typing.Literal["_index_interval_bytes", b"_index_interval_bytes"]  # noqa: Y015
+    _WhichOneofReturnType__local_retention_bytes: _TypeAlias = _typing.Literal["local_retention_bytes"]  # noqa: Y015
+    _WhichOneofArgType__local_retention_bytes: _TypeAlias = _typing.Literal["_local_retention_bytes", b"_local_retention_bytes"]  # noqa: Y015
+    _WhichOneofReturnType__local_retention_ms: _TypeAlias = _typing.Literal["local_retention_ms"]  # noqa: Y015
+    _WhichOneofArgType__local_retention_ms: _TypeAlias = _typing.Literal["_local_retention_ms", b"_local_retention_ms"]  # noqa: Y015
     _WhichOneofReturnType__max_message_bytes: _TypeAlias = _typing.Literal["max_message_bytes"]  # noqa: Y015
     _WhichOneofArgType__max_message_bytes: _TypeAlias = _typing.Literal["_max_message_bytes", b"_max_message_bytes"]  # noqa: Y015
     _WhichOneofReturnType__max_segment_bytes: _TypeAlias = _typing.Literal["max_segment_bytes"]  # noqa: Y015
     _WhichOneofArgType__max_segment_bytes: _TypeAlias = _typing.Literal["_max_segment_bytes", b"_max_segment_bytes"]  # noqa: Y015
+    _WhichOneofReturnType__remote_storage: _TypeAlias = _typing.Literal["remote_storage"]  # noqa: Y015
+    _WhichOneofArgType__remote_storage: _TypeAlias = _typing.Literal["_remote_storage", b"_remote_storage"]  # noqa: Y015
     _WhichOneofReturnType__retention_bytes: _TypeAlias = _typing.Literal["retention_bytes"]  # noqa: Y015
     _WhichOneofArgType__retention_bytes: _TypeAlias = _typing.Literal["_retention_bytes", b"_retention_bytes"]  # noqa: Y015
     _WhichOneofReturnType__retention_ms: _TypeAlias = _typing.Literal["retention_ms"]  # noqa: Y015
@@ -133,6 +158,8 @@ class PartitionConfig(_message.Message):
     _WhichOneofArgType__segment_ms: _TypeAlias = _typing.Literal["_segment_ms", b"_segment_ms"]  # noqa: Y015
     _WhichOneofReturnType__timestamp_type: _TypeAlias = _typing.Literal["timestamp_type"]  # noqa: Y015
     _WhichOneofArgType__timestamp_type: _TypeAlias = _typing.Literal["_timestamp_type", b"_timestamp_type"]  # noqa: Y015
+    _WhichOneofReturnType__topic_id: _TypeAlias = _typing.Literal["topic_id"]  # noqa: Y015
+    _WhichOneofArgType__topic_id: _TypeAlias = _typing.Literal["_topic_id", b"_topic_id"]  # noqa: Y015
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__durability) -> _WhichOneofReturnType__durability | None: ...
     @_typing.overload
@@ -140,9 +167,15 @@ class PartitionConfig(_message.Message):
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__index_interval_bytes) -> _WhichOneofReturnType__index_interval_bytes | None: ...
     @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__local_retention_bytes) -> _WhichOneofReturnType__local_retention_bytes | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__local_retention_ms) -> _WhichOneofReturnType__local_retention_ms | None: ...
+    @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__max_message_bytes) -> _WhichOneofReturnType__max_message_bytes | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__max_segment_bytes) -> _WhichOneofReturnType__max_segment_bytes | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__remote_storage) -> _WhichOneofReturnType__remote_storage | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__retention_bytes) -> _WhichOneofReturnType__retention_bytes | None: ...
     @_typing.overload
@@ -151,5 +184,7 @@ class PartitionConfig(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType__segment_ms) -> _WhichOneofReturnType__segment_ms | None: ...
     @_typing.overload
     def WhichOneof(self, oneof_group: _WhichOneofArgType__timestamp_type) -> _WhichOneofReturnType__timestamp_type | None: ...
+    @_typing.overload
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__topic_id) -> _WhichOneofReturnType__topic_id | None: ...
 
 Global___PartitionConfig: _TypeAlias = PartitionConfig  # noqa: Y015

@@ -54,6 +54,8 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     """a declared lane's topic is being created on first use: retry shortly"""
     HANDOVER_IN_PROGRESS: _ErrorCode.ValueType  # 18
     """another group of the family still holds this lane partition: retry"""
+    REMOTE_STORAGE_NOT_AVAILABLE: _ErrorCode.ValueType  # 19
+    """the offsets are in the remote tier and its object store did not answer: retry"""
     INVALID_REQUEST: _ErrorCode.ValueType  # 100
     """-- not retriable ------------------------------------------------------------------"""
     CORRUPT_MESSAGE: _ErrorCode.ValueType  # 101
@@ -97,6 +99,10 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     REASSIGNMENT_IN_PROGRESS: _ErrorCode.ValueType  # 130
     LANE_NOT_FOUND: _ErrorCode.ValueType  # 131
     """the lane is not declared by the topic's tenant, or does not cover the topic"""
+    REMOTE_SEGMENT_MISSING: _ErrorCode.ValueType  # 132
+    """a remote segment the manifest lists is gone from the object store"""
+    REMOTE_SEGMENT_CORRUPT: _ErrorCode.ValueType  # 133
+    """a remote segment fails its checksum or a batch its CRC: no data is served from it"""
 
 class ErrorCode(_ErrorCode, metaclass=_ErrorCodeEnumTypeWrapper):
     """Every failure the data plane reports. Per-partition failures travel in the result's
@@ -138,6 +144,8 @@ LANE_TOPIC_PENDING: ErrorCode.ValueType  # 17
 """a declared lane's topic is being created on first use: retry shortly"""
 HANDOVER_IN_PROGRESS: ErrorCode.ValueType  # 18
 """another group of the family still holds this lane partition: retry"""
+REMOTE_STORAGE_NOT_AVAILABLE: ErrorCode.ValueType  # 19
+"""the offsets are in the remote tier and its object store did not answer: retry"""
 INVALID_REQUEST: ErrorCode.ValueType  # 100
 """-- not retriable ------------------------------------------------------------------"""
 CORRUPT_MESSAGE: ErrorCode.ValueType  # 101
@@ -181,4 +189,8 @@ QUOTA_EXCEEDED: ErrorCode.ValueType  # 129
 REASSIGNMENT_IN_PROGRESS: ErrorCode.ValueType  # 130
 LANE_NOT_FOUND: ErrorCode.ValueType  # 131
 """the lane is not declared by the topic's tenant, or does not cover the topic"""
+REMOTE_SEGMENT_MISSING: ErrorCode.ValueType  # 132
+"""a remote segment the manifest lists is gone from the object store"""
+REMOTE_SEGMENT_CORRUPT: ErrorCode.ValueType  # 133
+"""a remote segment fails its checksum or a batch its CRC: no data is served from it"""
 Global___ErrorCode: _TypeAlias = ErrorCode  # noqa: Y015
