@@ -116,9 +116,10 @@ def apply_config(base: LogConfig, config: common_pb2.PartitionConfig) -> LogConf
 
 
 def check_alterable(current: LogConfig, wanted: LogConfig) -> None:
-    """``INVALID_CONFIG`` for the changes no alter may make: a topic's id is set once, and
-    a tiered topic stays tiered (its remote segments would otherwise be orphaned)."""
-    if current.topic_id and wanted.topic_id != current.topic_id:
+    """``INVALID_CONFIG`` for the changes no alter may make: a topic's id is set once (and
+    not after its segments were uploaded under none), and a tiered topic stays tiered
+    (its remote segments would otherwise be orphaned)."""
+    if wanted.topic_id != current.topic_id and (current.topic_id or current.remote_storage):
         raise _bad_config(f"topic_id is {current.topic_id!r} and cannot change")
     if current.remote_storage and not wanted.remote_storage:
         raise _bad_config("remote_storage cannot be turned off once on")
