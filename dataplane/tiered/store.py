@@ -1,0 +1,267 @@
+"""The object store of tiered storage: immutable objects under a root, through fsspec.
+
+``ObjectStore.open(uri, options)`` takes what a cluster is configured with: a local folder
+(a path or ``file://``), ``s3://bucket/prefix`` (s3fs), or any other fsspec URI
+(``gs://``, ``hdfs://``, ``memory://`` in tests); ``options`` are the filesystem's own
+keyword arguments (endpoint, credentials), read from a private file by the broker.
+
+Keys are ``/``-separated paths below the root (``layout.py`` names them). Every object is
+written once and never changed, with two ways to write:
+
+- ``put_file`` / ``put_bytes``: whole or not at all (a local folder writes a temporary
+  file, fsyncs it and renames it; an object store's PUT is atomic), so a writer killed
+  half-way never leaves a partial object under the key;
+- ``create``: the same, but only if the key is free, atomically (a hard link locally,
+  ``If-None-Match: *`` on S3): of racing creators exactly one wins. Manifest versions are
+  committed this way, which is what makes a manifest a compare-and-set register.
+
+Failures are typed: ``RemoteObjectMissingError`` for a key that is not there,
+``RemoteStoreUnavailableError`` for anything else the store answered (or did not). The
+store never retries: its callers decide (the uploader backs off, a fetch answers a
+retriable error).
+
+Thread safety: any number of threads may call any method.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import fsspec
+from fsspec.implementations.local import LocalFileSystem
+
+from dataplane.files import PUBLIC_MODE, create_file, fsync_directory
+
+T = TypeVar("T")
+
+# An S3 endpoint that does not answer should fail a call in seconds, not minutes: the
+# uploader retries on its own schedule, and a fetch should answer while the client waits.
+_S3_DEFAULTS: dict[str, Any] = {
+    "retries": 1,
+    "config_kwargs": {"connect_timeout": 3, "read_timeout": 20, "retries": {"max_attempts": 1}},
+}
+_COPY_CHUNK = 4 * 1024 * 1024
+
+
+class RemoteStoreError(Exception):
+    """Base of the object store's failures."""
+
+
+class RemoteStoreUnavailableError(RemoteStoreError):
+    """The store did not do what was asked (unreachable, refused, timed out)."""
+
+
+class RemoteObjectMissingError(RemoteStoreError):
+    """No object under the key."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"no object {key!r} in the remote store")
+        self.key = key
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectInfo:
+    key: str  # relative to the store's root
+    size: int
+    modified_s: float  # when it was written (seconds since the epoch); 0 if unknown
+
+
+class ObjectStore:
+    """Immutable objects under ``root`` of an fsspec filesystem (see the module docstring)."""
+
+    def __init__(self, fs: fsspec.AbstractFileSystem, root: str, uri: str) -> None:
+        self.fs = fs
+        self.root = root.rstrip("/")
+        self.uri = uri
+        self.local = isinstance(fs, LocalFileSystem)
+
+    @classmethod
+    def open(cls, uri: str, options: dict[str, Any] | None = None) -> ObjectStore:
+        """The store at ``uri`` with the filesystem ``options``; a local folder is made."""
+        if not uri:
+            raise ValueError("an object store needs a URI")
+        protocol = uri.split("://", 1)[0] if "://" in uri else "file"
+        kwargs = dict(options or {})
+        if protocol in ("s3", "s3a"):
+            kwargs = {**_S3_DEFAULTS, **kwargs}
+            kwargs["config_kwargs"] = {
+                **_S3_DEFAULTS["config_kwargs"],
+                **dict(kwargs.get("config_kwargs") or {}),
+            }
+        fs, root = fsspec.core.url_to_fs(uri, **kwargs)
+        store = cls(fs, root, uri)
+        if store.local:
+            Path(store.root).mkdir(parents=True, exist_ok=True)
+        return store
+
+    @classmethod
+    def from_options_file(cls, uri: str, options_file: str | None) -> ObjectStore:
+        """``open`` with the options of a JSON file (a private file holding credentials)."""
+        options: dict[str, Any] = {}
+        if options_file:
+            loaded = json.loads(Path(options_file).read_text())
+            if not isinstance(loaded, dict):
+                raise ValueError(f"{options_file}: the store's options must be a JSON object")
+            options = loaded
+        return cls.open(uri, options)
+
+    def path(self, key: str) -> str:
+        return f"{self.root}/{key}"
+
+    # -- writing ------------------------------------------------------------------------
+    def put_file(self, key: str, source: Path) -> None:
+        """Upload the file ``source`` under ``key``, whole or not at all."""
+        if self.local:
+            self._call(key, lambda: self._copy_local(source, Path(self.path(key))))
+        else:
+            self._call(key, lambda: self.fs.put_file(str(source), self.path(key)))
+
+    def put_bytes(self, key: str, data: bytes) -> None:
+        """Write ``data`` under ``key``, whole or not at all."""
+        if self.local:
+            target = Path(self.path(key))
+            self._call(key, lambda: self._write_local(target, data))
+        else:
+            self._call(key, lambda: self.fs.pipe_file(self.path(key), data))
+
+    def create(self, key: str, data: bytes) -> bool:
+        """Write ``data`` under ``key`` if no object is there; False if one was."""
+        if self.local:
+            target = Path(self.path(key))
+
+            def make() -> bool:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                return create_file(target, data)
+
+            return self._call(key, make)
+        try:
+            self._call(key, lambda: self.fs.pipe_file(self.path(key), data, mode="create"))
+        except RemoteStoreUnavailableError as exc:
+            if isinstance(exc.__cause__, FileExistsError):
+                return False
+            raise
+        return True
+
+    # -- reading ------------------------------------------------------------------------
+    def get(self, key: str) -> bytes:
+        return self._call(key, lambda: self.fs.cat_file(self.path(key)))
+
+    def get_range(self, key: str, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of the object (fewer at its end)."""
+        return self._call(key, lambda: self.fs.cat_file(self.path(key), start=start, end=end))
+
+    def list(self, prefix: str) -> list[ObjectInfo]:
+        """Every object whose key starts with the folder ``prefix`` (recursively), fresh
+        from the store (never a cached listing)."""
+        base = self.path(prefix.rstrip("/"))
+
+        def find() -> list[ObjectInfo]:
+            self.fs.invalidate_cache(base)
+            try:
+                found = self.fs.find(base, detail=True)
+            except FileNotFoundError:
+                return []
+            return [self._info(path, info) for path, info in found.items()]
+
+        return sorted(self._call(prefix, find), key=lambda info: info.key)
+
+    def children(self, prefix: str) -> list[str]:
+        """The names directly below the folder ``prefix`` (folders and objects)."""
+        base = self.path(prefix.rstrip("/")) if prefix else self.root
+
+        def ls() -> list[str]:
+            self.fs.invalidate_cache(base)
+            try:
+                names = self.fs.ls(base, detail=False)
+            except FileNotFoundError:
+                return []
+            return sorted({str(name).rstrip("/").rsplit("/", 1)[-1] for name in names})
+
+        return self._call(prefix, ls)
+
+    def exists(self, key: str) -> bool:
+        path = self.path(key)
+
+        def check() -> bool:
+            self.fs.invalidate_cache(path.rsplit("/", 1)[0])
+            return bool(self.fs.exists(path))
+
+        return self._call(key, check)
+
+    # -- deleting -----------------------------------------------------------------------
+    def delete(self, keys: list[str]) -> None:
+        """Remove the objects (a missing one is no error)."""
+        if not keys:
+            return
+        paths = [self.path(key) for key in keys]
+
+        def remove() -> None:
+            for chunk in _chunks(paths, 500):
+                try:
+                    self.fs.rm(chunk)
+                except FileNotFoundError:
+                    for path in chunk:
+                        with contextlib.suppress(FileNotFoundError):
+                            self.fs.rm_file(path)
+
+        self._call(keys[0], remove)
+
+    # -- helpers ------------------------------------------------------------------------
+    def _call(self, key: str, action: Callable[[], T]) -> T:
+        try:
+            return action()
+        except FileNotFoundError as exc:
+            raise RemoteObjectMissingError(key) from exc
+        except RemoteStoreError:
+            raise
+        except Exception as exc:  # every failure of a store is one of its two kinds
+            raise RemoteStoreUnavailableError(f"{self.uri}: {key}: {exc}") from exc
+
+    def _info(self, path: str, info: dict[str, Any]) -> ObjectInfo:
+        key = path[len(self.root) + 1 :] if path.startswith(self.root + "/") else path
+        modified = info.get("mtime") or info.get("LastModified") or 0
+        if hasattr(modified, "timestamp"):
+            modified = modified.timestamp()
+        return ObjectInfo(key, int(info.get("size") or 0), float(modified))
+
+    @staticmethod
+    def _write_local(target: Path, data: bytes) -> None:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        temporary = target.with_name(f".{target.name}.{os.getpid()}.{time.monotonic_ns()}.tmp")
+        try:
+            with open(temporary, "wb") as file:
+                file.write(data)
+                file.flush()
+                os.fsync(file.fileno())
+            os.chmod(temporary, PUBLIC_MODE)
+            os.replace(temporary, target)
+        finally:
+            temporary.unlink(missing_ok=True)
+        fsync_directory(target.parent)
+
+    @staticmethod
+    def _copy_local(source: Path, target: Path) -> None:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        temporary = target.with_name(f".{target.name}.{os.getpid()}.{time.monotonic_ns()}.tmp")
+        try:
+            with open(source, "rb") as src, open(temporary, "wb") as dst:
+                shutil.copyfileobj(src, dst, _COPY_CHUNK)
+                dst.flush()
+                os.fsync(dst.fileno())
+            os.replace(temporary, target)
+        finally:
+            temporary.unlink(missing_ok=True)
+        fsync_directory(target.parent)
+
+
+def _chunks(items: list[str], size: int) -> Iterator[list[str]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
