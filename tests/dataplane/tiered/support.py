@@ -1,0 +1,167 @@
+"""Helpers for tiered-storage tests: partition logs with many sealed segments, their
+segments copied to an object store and listed in a manifest (as the uploader does), and
+the oracle of what was appended."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from crc32c import crc32c
+
+from dataplane import records
+from dataplane.records import BatchBuilder, Compression, Record
+from dataplane.storage.config import Durability, LogConfig
+from dataplane.storage.log import PartitionLog
+from dataplane.storage.segment import LogSegment
+from dataplane.storage.segment_files import segment_file_name
+from dataplane.tiered import layout, manifests
+from dataplane.tiered.layout import Manifest, RemoteSegment
+from dataplane.tiered.store import ObjectStore
+
+TOPIC = "acme.orders"
+TOPIC_ID = "42"
+PARTITION = 0
+SUFFIXES = {"log": ".log", "index": ".index", "timeindex": ".timeindex"}
+
+
+def log_config(max_segment_bytes: int = 4096) -> LogConfig:
+    """Small segments and dense indexes, so a few hundred batches make many segments."""
+    return LogConfig(
+        max_segment_bytes=max_segment_bytes,
+        index_interval_bytes=256,
+        durability=Durability.NEVER,
+        retention_ms=-1,
+    )
+
+
+@dataclass
+class Appended:
+    """What was appended: every record by offset, and every batch's bytes."""
+
+    records: dict[int, Record] = field(default_factory=dict)
+    batches: list[bytes] = field(default_factory=list)
+
+    def between(self, start: int, end: int) -> list[Record]:
+        return [self.records[o] for o in range(start, end) if o in self.records]
+
+    def first_at_or_after(self, timestamp: int, start: int) -> int | None:
+        hits = [o for o, r in self.records.items() if o >= start and r.timestamp >= timestamp]
+        return min(hits) if hits else None
+
+
+def make_batches(count: int, seed: int = 7) -> Appended:
+    """``count`` batches of 1-6 records: keys, values of 0-300 bytes (some null), a few
+    headers, timestamps rising with some jitter inside a batch, every 5th batch gzip."""
+    rng = random.Random(seed)
+    appended = Appended()
+    offset, clock = 0, 1_700_000_000_000
+    for n in range(count):
+        compression = Compression.GZIP if n % 5 == 4 else Compression.NONE
+        builder = BatchBuilder(compression=compression)
+        for _ in range(rng.randint(1, 6)):
+            clock += rng.randint(0, 40)
+            timestamp = clock - rng.randint(0, 30)
+            key = f"key-{offset}".encode() if rng.random() < 0.8 else None
+            value = rng.randbytes(rng.randint(0, 300)) if rng.random() < 0.95 else None
+            headers = (("trace", f"t{offset}".encode()),) if rng.random() < 0.3 else ()
+            builder.append(value, key=key, timestamp=timestamp, headers=headers)
+            appended.records[offset] = Record(offset, timestamp, key, value, headers)
+            offset += 1
+        appended.batches.append(builder.build())
+    return appended
+
+
+def fill_log(directory: Path, appended: Appended, max_segment_bytes: int = 4096) -> PartitionLog:
+    """A log of ``appended``'s batches, rolled so every segment is sealed."""
+    log = PartitionLog.open(directory, log_config(max_segment_bytes))
+    for batch in appended.batches:
+        log.append(batch)
+    log.roll()
+    return log
+
+
+def upload_segment(
+    store: ObjectStore,
+    segment: LogSegment,
+    *,
+    topic: str = TOPIC,
+    topic_id: str = TOPIC_ID,
+    partition: int = PARTITION,
+) -> RemoteSegment:
+    """Copy a sealed segment's files to their keys and describe it as a manifest does."""
+    segment_id = layout.new_segment_id()
+    files = {}
+    for kind, suffix in SUFFIXES.items():
+        data = (segment.directory / segment_file_name(segment.base_offset, suffix)).read_bytes()
+        key = layout.segment_key(topic, topic_id, partition, segment.base_offset, segment_id, kind)
+        store.put_bytes(key, data)
+        files[kind] = (len(data), crc32c(data))
+    log_bytes = (segment.directory / segment_file_name(segment.base_offset, ".log")).read_bytes()
+    return RemoteSegment(
+        id=segment_id,
+        base_offset=segment.base_offset,
+        start_offset=segment.base_offset,
+        end_offset=segment.next_offset,
+        size_bytes=len(log_bytes),
+        first_timestamp=records.read_header(log_bytes, 0).max_timestamp,
+        max_timestamp=segment.max_timestamp,
+        leader_epoch=-1,
+        uploaded_at_ms=1_700_000_000_000,
+        files=files,
+    )
+
+
+def upload_log(
+    store: ObjectStore,
+    log: PartitionLog,
+    *,
+    topic: str = TOPIC,
+    topic_id: str = TOPIC_ID,
+    partition: int = PARTITION,
+) -> list[RemoteSegment]:
+    """Every sealed segment of ``log``, uploaded."""
+    return [
+        upload_segment(store, segment, topic=topic, topic_id=topic_id, partition=partition)
+        for segment in log.segments
+        if segment.sealed and not segment.is_empty
+    ]
+
+
+def commit(
+    store: ObjectStore,
+    segments: list[RemoteSegment],
+    *,
+    topic: str = TOPIC,
+    topic_id: str = TOPIC_ID,
+    partition: int = PARTITION,
+) -> Manifest:
+    """Commit the next manifest version listing ``segments``."""
+    latest = manifests.latest(store, topic, topic_id, partition)
+    manifest = latest.next_version(segments, broker_id=1, leader_epoch=0, now_ms=1_700_000_000_000)
+    assert manifests.commit(store, manifest)
+    return manifest
+
+
+def tiered_partition(
+    store: ObjectStore, directory: Path, appended: Appended, **where: str | int
+) -> Manifest:
+    """``appended`` written to a log in ``directory``, every segment uploaded, committed."""
+    log = fill_log(directory, appended)
+    try:
+        return commit(store, upload_log(store, log, **where), **where)  # type: ignore[arg-type]
+    finally:
+        log.close()
+
+
+def decode(data: bytes) -> list[Record]:
+    return records.decode_batches(data)
+
+
+def batch_bounds(data: bytes) -> list[tuple[int, int, int]]:
+    """(base offset, last offset, size) of each batch in ``data``."""
+    return [
+        (header.base_offset, header.last_offset, header.size)
+        for _, header in records.iter_batches(data)
+    ]
