@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import itertools
+import os
 import signal
 import subprocess
 import sys
@@ -62,8 +63,7 @@ class S3Endpoint:
     def start(self) -> S3Endpoint:
         server = Path(sys.executable).parent / "moto_server"
         command = [str(server)] if server.exists() else [sys.executable, "-m", "moto.server"]
-        output = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL  # noqa: SIM115
-        try:
+        with open(self.log_path or os.devnull, "ab") as output:
             self.process = subprocess.Popen(
                 [*command, "-H", "127.0.0.1", "-p", str(self.port)],
                 stdout=output,
@@ -71,9 +71,6 @@ class S3Endpoint:
                 stdin=subprocess.DEVNULL,
                 preexec_fn=_die_with_parent,
             )
-        finally:
-            if output is not subprocess.DEVNULL:
-                output.close()
         self._wait_ready()
         return self
 

@@ -4,6 +4,7 @@ the oracle of what was appended."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,7 +12,7 @@ from pathlib import Path
 from crc32c import crc32c
 
 from dataplane import records
-from dataplane.records import BatchBuilder, Compression, Record
+from dataplane.records import BatchBuilder, Compression, Header, Record
 from dataplane.storage.config import Durability, LogConfig
 from dataplane.storage.log import PartitionLog
 from dataplane.storage.segment import LogSegment
@@ -65,7 +66,7 @@ def make_batches(count: int, seed: int = 7) -> Appended:
             timestamp = clock - rng.randint(0, 30)
             key = f"key-{offset}".encode() if rng.random() < 0.8 else None
             value = rng.randbytes(rng.randint(0, 300)) if rng.random() < 0.95 else None
-            headers = (("trace", f"t{offset}".encode()),) if rng.random() < 0.3 else ()
+            headers = (Header("trace", f"t{offset}".encode()),) if rng.random() < 0.3 else ()
             builder.append(value, key=key, timestamp=timestamp, headers=headers)
             appended.records[offset] = Record(offset, timestamp, key, value, headers)
             offset += 1
@@ -153,6 +154,35 @@ def tiered_partition(
         return commit(store, upload_log(store, log, **where), **where)  # type: ignore[arg-type]
     finally:
         log.close()
+
+
+def mixed_manifest(
+    store: ObjectStore, tmp_path: Path, appended: Appended
+) -> tuple[Manifest, range]:
+    """A manifest as two replicas that cut segments at other offsets leave it, with a gap.
+
+    Replica A's segments serve the offsets up to one of its boundaries X; replica B's
+    segment holding X (based below it) serves from X, so its batches below X are not its
+    to serve; then B's segments follow, one of them missing (a gap). Returns the
+    manifest and the offsets of the gap.
+    """
+    log_a = fill_log(tmp_path / "a", appended, max_segment_bytes=4096)
+    log_b = fill_log(tmp_path / "b", appended, max_segment_bytes=6100)
+    try:
+        ours, theirs = upload_log(store, log_a), upload_log(store, log_b)
+    finally:
+        log_a.close()
+        log_b.close()
+    k, j = next(
+        (k, j)
+        for k in range(5, len(ours))
+        for j, b in enumerate(theirs)
+        if b.base_offset < ours[k].base_offset < b.end_offset
+    )
+    joined = dataclasses.replace(theirs[j], start_offset=ours[k].base_offset)
+    gap = theirs[j + 3]
+    listed = [*ours[:k], joined, *theirs[j + 1 : j + 3], *theirs[j + 4 :]]
+    return commit(store, listed), range(gap.start_offset, gap.end_offset)
 
 
 def decode(data: bytes) -> list[Record]:

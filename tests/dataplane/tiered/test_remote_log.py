@@ -21,14 +21,11 @@ from .support import (
     PARTITION,
     TOPIC,
     TOPIC_ID,
-    Appended,
     batch_bounds,
-    commit,
     decode,
-    fill_log,
     make_batches,
+    mixed_manifest,
     tiered_partition,
-    upload_log,
 )
 
 APPENDED = make_batches(160)
@@ -122,35 +119,6 @@ def test_out_of_range_offsets(store: ObjectStore, manifest: Manifest) -> None:
         reader.read(manifest, manifest.end_offset + 1, 100)
     at_end = reader.read(manifest, manifest.end_offset, 100)
     assert (at_end.data, at_end.next_offset) == (b"", manifest.end_offset)
-
-
-def mixed_manifest(
-    store: ObjectStore, tmp_path: Path, appended: Appended
-) -> tuple[Manifest, range]:
-    """A manifest as two replicas that cut segments at other offsets leave it, with a gap.
-
-    Replica A's segments serve the offsets up to one of its boundaries X; replica B's
-    segment holding X (based below it) serves from X, so its batches below X are not its
-    to serve; then B's segments follow, one of them missing (a gap). Returns the
-    manifest and the offsets of the gap.
-    """
-    log_a = fill_log(tmp_path / "a", appended, max_segment_bytes=4096)
-    log_b = fill_log(tmp_path / "b", appended, max_segment_bytes=6100)
-    try:
-        ours, theirs = upload_log(store, log_a), upload_log(store, log_b)
-    finally:
-        log_a.close()
-        log_b.close()
-    k, j = next(
-        (k, j)
-        for k in range(5, len(ours))
-        for j, b in enumerate(theirs)
-        if b.base_offset < ours[k].base_offset < b.end_offset
-    )
-    joined = dataclasses.replace(theirs[j], start_offset=ours[k].base_offset)
-    gap = theirs[j + 3]
-    listed = [*ours[:k], joined, *theirs[j + 1 : j + 3], *theirs[j + 4 :]]
-    return commit(store, listed), range(gap.start_offset, gap.end_offset)
 
 
 def test_segments_cut_at_other_offsets_and_gaps(store: ObjectStore, tmp_path: Path) -> None:
