@@ -1,6 +1,5 @@
 """Helpers for tiered-storage tests: partition logs with many sealed segments, their
-segments copied to an object store and listed in a manifest (as the uploader does), and
-the oracle of what was appended."""
+segments uploaded and listed in a manifest, and the oracle of what was appended."""
 
 from __future__ import annotations
 
@@ -9,22 +8,18 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from crc32c import crc32c
-
 from dataplane import records
 from dataplane.records import BatchBuilder, Compression, Header, Record
 from dataplane.storage.config import Durability, LogConfig
 from dataplane.storage.log import PartitionLog
-from dataplane.storage.segment import LogSegment
-from dataplane.storage.segment_files import segment_file_name
-from dataplane.tiered import layout, manifests
+from dataplane.tiered import manifests
 from dataplane.tiered.layout import Manifest, RemoteSegment
 from dataplane.tiered.store import ObjectStore
+from dataplane.tiered.upload import upload_segment
 
 TOPIC = "acme.orders"
 TOPIC_ID = "42"
 PARTITION = 0
-SUFFIXES = {"log": ".log", "index": ".index", "timeindex": ".timeindex"}
 
 
 def log_config(max_segment_bytes: int = 4096) -> LogConfig:
@@ -83,37 +78,6 @@ def fill_log(directory: Path, appended: Appended, max_segment_bytes: int = 4096)
     return log
 
 
-def upload_segment(
-    store: ObjectStore,
-    segment: LogSegment,
-    *,
-    topic: str = TOPIC,
-    topic_id: str = TOPIC_ID,
-    partition: int = PARTITION,
-) -> RemoteSegment:
-    """Copy a sealed segment's files to their keys and describe it as a manifest does."""
-    segment_id = layout.new_segment_id()
-    files = {}
-    for kind, suffix in SUFFIXES.items():
-        data = (segment.directory / segment_file_name(segment.base_offset, suffix)).read_bytes()
-        key = layout.segment_key(topic, topic_id, partition, segment.base_offset, segment_id, kind)
-        store.put_bytes(key, data)
-        files[kind] = (len(data), crc32c(data))
-    log_bytes = (segment.directory / segment_file_name(segment.base_offset, ".log")).read_bytes()
-    return RemoteSegment(
-        id=segment_id,
-        base_offset=segment.base_offset,
-        start_offset=segment.base_offset,
-        end_offset=segment.next_offset,
-        size_bytes=len(log_bytes),
-        first_timestamp=records.read_header(log_bytes, 0).max_timestamp,
-        max_timestamp=segment.max_timestamp,
-        leader_epoch=-1,
-        uploaded_at_ms=1_700_000_000_000,
-        files=files,
-    )
-
-
 def upload_log(
     store: ObjectStore,
     log: PartitionLog,
@@ -122,9 +86,18 @@ def upload_log(
     topic_id: str = TOPIC_ID,
     partition: int = PARTITION,
 ) -> list[RemoteSegment]:
-    """Every sealed segment of ``log``, uploaded."""
+    """Every sealed segment of ``log``, uploaded (``dataplane.tiered.upload``)."""
     return [
-        upload_segment(store, segment, topic=topic, topic_id=topic_id, partition=partition)
+        upload_segment(
+            store,
+            topic,
+            topic_id,
+            partition,
+            segment,
+            start_offset=segment.base_offset,
+            sidecars={},
+            now_ms=1_700_000_000_000,
+        )
         for segment in log.segments
         if segment.sealed and not segment.is_empty
     ]
