@@ -6,7 +6,8 @@ first one whole even when larger than ``max_bytes``, with the offset after the l
 reads from the one segment serving ``offset`` (``Manifest.segment_for``; an offset in a
 gap between segments reads from the next segment's ``start_offset``) and returns no
 batch ending below that segment's ``start_offset`` (another segment served those
-offsets) nor starting at or after its ``end_offset``. A read that reaches the end of a
+offsets) nor holding offsets at or after its ``end_offset`` (segments end on a batch
+boundary: a batch across it is corrupt). A read that reaches the end of a
 segment stops there; the caller's next read goes on with the next segment (or the
 local log).
 
@@ -97,11 +98,14 @@ class RemoteLogReader:
         read = self._log_reader(objects, target)
         found = self._locate(objects, read, target)
         first_position, first = next(found)
+        if first.last_offset >= segment.end_offset:
+            reason = f"the batch at position {first_position} crosses the segment's end offset"
+            raise objects.corrupt("log", reason, target)
         stop = first_position + first.size
         try:
             for position, header in found:
                 end = position + header.size
-                if header.base_offset >= segment.end_offset or end - first_position > max_bytes:
+                if header.last_offset >= segment.end_offset or end - first_position > max_bytes:
                     break
                 stop = end
         except RemoteSegmentCorruptError:

@@ -276,3 +276,19 @@ def test_offset_for_timestamp_matches_the_oracle(store: ObjectStore, manifest: M
         assert reader.offset_for_timestamp(trimmed, timestamp) == APPENDED.first_at_or_after(
             timestamp, start
         ), timestamp
+
+
+def test_a_segment_ending_inside_a_batch_is_corrupt(store: ObjectStore, manifest: Manifest) -> None:
+    """No batch holding offsets at or past a segment's end is returned."""
+    last = manifest.segments[-1]
+    batches = _batch_positions(store.get(log_key(last)))
+    crossing = next(h for _, h in batches[1:] if h.record_count > 1)
+    cut = dataclasses.replace(last, end_offset=crossing.base_offset + 1)
+    shortened = dataclasses.replace(
+        manifest, end_offset=cut.end_offset, segments=(*manifest.segments[:-1], cut)
+    )
+    reader = RemoteLogReader(store, cache_bytes=1 << 20)
+    with pytest.raises(RemoteSegmentCorruptError):
+        reader.read(shortened, crossing.base_offset, 1 << 20)
+    before = reader.read(shortened, last.start_offset, 1 << 20)
+    assert before.next_offset == crossing.base_offset
