@@ -134,10 +134,7 @@ class TopicStoreReader:
             data = segment_objects.fetch(self.store, objects, "log", offset)
             return data, 0, segment.base_offset
         index = segment_objects.load_index(self.store, objects, "index", offset)
-        expected, position = segment_objects.offset_index_lookup(index, segment.base_offset, offset)
-        if position >= segment.size_bytes:
-            reason = f"index entry ({expected}, {position}) is past the object's end"
-            raise objects.corrupt("index", reason, offset)
+        expected, position = segment_objects.walk_start(index, objects, offset)
         data = segment_objects.fetch_range(
             self.store, objects, "log", position, segment.size_bytes, offset
         )

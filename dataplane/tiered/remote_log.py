@@ -193,14 +193,8 @@ class RemoteLogReader:
     ) -> Iterator[tuple[int, BatchHeader]]:
         """The batch holding ``offset`` and every one after it to the object's end, as
         headers (not yet verified), walked from the offset index's entry."""
-        segment = objects.segment
         index = self._index(objects, "index", offset)
-        entry_offset, position = segment_objects.offset_index_lookup(
-            index, segment.base_offset, offset
-        )
-        if position >= segment.size_bytes:
-            reason = f"index entry ({entry_offset}, {position}) is past the object's end"
-            raise objects.corrupt("index", reason, offset)
+        entry_offset, position = segment_objects.walk_start(index, objects, offset)
         walk = segment_objects.batches(read, position, entry_offset, objects, verify=False)
         for position, header in walk:
             if header.last_offset >= offset:

@@ -138,6 +138,16 @@ def offset_index_lookup(index: bytes, base_offset: int, offset: int) -> tuple[in
     return base_offset + relative, position
 
 
+def walk_start(index: bytes, objects: SegmentObjects, offset: int) -> tuple[int, int]:
+    """(base offset, position) of the batch a walk to ``offset`` starts at: the offset
+    index's entry (``offset_index_lookup``), which must lie inside the ``.log`` object."""
+    expected, position = offset_index_lookup(index, objects.segment.base_offset, offset)
+    if position >= objects.segment.size_bytes:
+        reason = f"index entry ({expected}, {position}) is past the end of the .log object"
+        raise objects.corrupt("index", reason, offset)
+    return expected, position
+
+
 def time_index_before(timeindex: bytes, base_offset: int, timestamp: int) -> tuple[int, int] | None:
     """(timestamp, offset) of the last ``.timeindex`` entry strictly before ``timestamp``:
     every batch up to that offset is older, so a search may start there; None: start at
