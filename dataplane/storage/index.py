@@ -46,6 +46,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar
 
+from dataplane.records import ReadableBuffer
 from dataplane.storage.errors import IndexCorruptError
 
 
@@ -251,15 +252,24 @@ class _MappedIndex:
         """Index of the last entry whose ``field`` is <= ``key``, or -1."""
         if self._mmap is None:
             self._ensure_mapped()
-        lo, hi = 0, self._entries
-        mm, size, unpack = self._mmap, self._entry_size, self.entry.unpack_from
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if unpack(mm, mid * size)[field] <= key:  # type: ignore[arg-type]
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo - 1
+        return last_entry_at_most(self._mmap, self._entries, self.entry, key, field)  # type: ignore[arg-type]
+
+
+def last_entry_at_most(
+    buf: ReadableBuffer, entries: int, entry: struct.Struct, key: int, field: int
+) -> int:
+    """Index of the last of the first ``entries`` entries of ``buf`` whose ``field`` is
+    <= ``key``, or -1: a binary search over entries sorted by that field (an index file,
+    mapped here or fetched whole from tiered storage)."""
+    lo, hi = 0, entries
+    size, unpack = entry.size, entry.unpack_from
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if unpack(buf, mid * size)[field] <= key:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo - 1
 
 
 def _map_file(fd: int, length: int) -> mmap.mmap:

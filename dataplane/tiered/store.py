@@ -25,6 +25,7 @@ Thread safety: any number of threads may call any method.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import json
 import os
@@ -96,7 +97,12 @@ class ObjectStore:
                 **_S3_DEFAULTS["config_kwargs"],
                 **dict(kwargs.get("config_kwargs") or {}),
             }
+        # s3fs takes its retry count as an attribute, not an argument (which it would
+        # hand on to its session, which refuses it).
+        retries = kwargs.pop("retries", None)
         fs, root = fsspec.core.url_to_fs(uri, **kwargs)
+        if retries is not None:
+            fs.retries = retries
         store = cls(fs, root, uri)
         if store.local:
             Path(store.root).mkdir(parents=True, exist_ok=True)
@@ -161,11 +167,13 @@ class ObjectStore:
 
     # -- reading ------------------------------------------------------------------------
     def get(self, key: str) -> bytes:
-        return self._call(key, lambda: self.fs.cat_file(self.path(key)))
+        return self._call(key, lambda: bytes(self.fs.cat_file(self.path(key))))
 
     def get_range(self, key: str, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` of the object (fewer at its end)."""
-        return self._call(key, lambda: self.fs.cat_file(self.path(key), start=start, end=end))
+        return self._call(
+            key, lambda: bytes(self.fs.cat_file(self.path(key), start=start, end=end))
+        )
 
     def list(self, prefix: str) -> list[ObjectInfo]:
         """Every object whose key starts with the folder ``prefix`` (recursively), fresh
@@ -182,11 +190,11 @@ class ObjectStore:
 
         return sorted(self._call(prefix, find), key=lambda info: info.key)
 
-    def children(self, prefix: str) -> list[str]:
+    def children(self, prefix: str) -> builtins.list[str]:
         """The names directly below the folder ``prefix`` (folders and objects)."""
         base = self.path(prefix.rstrip("/")) if prefix else self.root
 
-        def ls() -> list[str]:
+        def ls() -> builtins.list[str]:
             self.fs.invalidate_cache(base)
             try:
                 names = self.fs.ls(base, detail=False)
@@ -206,7 +214,7 @@ class ObjectStore:
         return self._call(key, check)
 
     # -- deleting -----------------------------------------------------------------------
-    def delete(self, keys: list[str]) -> None:
+    def delete(self, keys: builtins.list[str]) -> None:
         """Remove the objects (a missing one is no error)."""
         if not keys:
             return
