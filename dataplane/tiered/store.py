@@ -8,7 +8,7 @@ keyword arguments (endpoint, credentials), read from a private file by the broke
 Keys are ``/``-separated paths below the root (``layout.py`` names them). Every object is
 written once and never changed, with two ways to write:
 
-- ``put_file`` / ``put_bytes``: whole or not at all (a local folder writes a temporary
+- ``put_stream`` / ``put_bytes``: whole or not at all (a local folder writes a temporary
   file, fsyncs it and renames it; an object store's PUT is atomic), so a writer killed
   half-way never leaves a partial object under the key;
 - ``create``: the same, but only if the key is free, atomically (a hard link locally,
@@ -33,8 +33,9 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
+import crc32c
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
@@ -117,12 +118,21 @@ class ObjectStore:
         return f"{self.root}/{key}"
 
     # -- writing ------------------------------------------------------------------------
-    def put_file(self, key: str, source: Path) -> None:
-        """Upload the file ``source`` under ``key``, whole or not at all."""
+    def put_stream(self, key: str, source: BinaryIO, size: int) -> tuple[int, int]:
+        """Upload ``size`` bytes read from ``source`` under ``key``, whole or not at all;
+        (bytes written, their CRC-32C). A short source is an error (nothing is listed)."""
+        reader = _CrcReader(source, size)
         if self.local:
-            self._call(key, lambda: self._copy_local(source, Path(self.path(key))))
+            self._call(key, lambda: self._copy_local(reader, Path(self.path(key))))
         else:
-            self._call(key, lambda: self.fs.put_file(str(source), self.path(key)))
+
+            def upload() -> None:
+                with self.fs.open(self.path(key), "wb") as out:
+                    shutil.copyfileobj(reader, out, _COPY_CHUNK)
+                    reader.check_done()
+
+            self._call(key, upload)
+        return reader.read_bytes, reader.crc
 
     def put_bytes(self, key: str, data: bytes) -> None:
         """Write ``data`` under ``key``, whole or not at all."""
@@ -248,18 +258,41 @@ class ObjectStore:
         fsync_directory(target.parent)
 
     @staticmethod
-    def _copy_local(source: Path, target: Path) -> None:
+    def _copy_local(source: _CrcReader, target: Path) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
         temporary = target.with_name(f".{target.name}.{os.getpid()}.{time.monotonic_ns()}.tmp")
         try:
-            with open(source, "rb") as src, open(temporary, "wb") as dst:
-                shutil.copyfileobj(src, dst, _COPY_CHUNK)
+            with open(temporary, "wb") as dst:
+                shutil.copyfileobj(source, dst, _COPY_CHUNK)
+                source.check_done()
                 dst.flush()
                 os.fsync(dst.fileno())
+            os.chmod(temporary, PUBLIC_MODE)
             os.replace(temporary, target)
         finally:
             temporary.unlink(missing_ok=True)
         fsync_directory(target.parent)
+
+
+class _CrcReader:
+    """Reads at most ``size`` bytes of ``source``, keeping their CRC-32C."""
+
+    def __init__(self, source: BinaryIO, size: int) -> None:
+        self.source = source
+        self.size = size
+        self.read_bytes = 0
+        self.crc = 0
+
+    def read(self, n: int = -1) -> bytes:
+        left = self.size - self.read_bytes
+        data = self.source.read(left if n < 0 else min(n, left)) if left > 0 else b""
+        self.read_bytes += len(data)
+        self.crc = crc32c.crc32c(data, self.crc)
+        return data
+
+    def check_done(self) -> None:
+        if self.read_bytes != self.size:
+            raise OSError(f"the source ended after {self.read_bytes} of {self.size} bytes")
 
 
 def _chunks(items: list[str], size: int) -> Iterator[list[str]]:
