@@ -18,7 +18,8 @@ on its own thread (uploads never occupy the I/O pool that serves produce and fet
   ``retention_ms`` / beyond ``retention_bytes`` (remote plus what is only local) in a new
   manifest version, then deletes their objects, and moves the local log start up to the
   remote one. A crash between the two leaves orphans; so does an upload whose commit
-  never happened. The **cleaner** (every ``clean_interval_s``) deletes the objects of the
+  never happened. The **cleaner** (every ``clean_interval_s``: half the grace, at most a
+  minute) deletes the objects of the
   partition's folder that the latest manifest does not list and that are older than
   ``orphan_grace_s``, and prunes old manifest versions; each removal is counted.
 - **Failures** (store unreachable, a damaged manifest): the partition backs off
@@ -97,7 +98,6 @@ class TierManager:
         *,
         broker_id: int,
         interval_ms: int,
-        clean_interval_s: float = 60.0,
         orphan_grace_s: float = 300.0,
         cache_bytes: int = 256 * 1024 * 1024,
     ) -> None:
@@ -105,7 +105,8 @@ class TierManager:
         self.store = store
         self.broker_id = broker_id
         self.interval_s = interval_ms / 1000
-        self.clean_interval_s = clean_interval_s
+        # Often enough that an orphan goes soon after its grace, at most once a minute.
+        self.clean_interval_s = max(self.interval_s, min(60.0, orphan_grace_s / 2))
         self.orphan_grace_s = orphan_grace_s
         self.counters = TierCounters()
         self.reader = RemoteLogReader(store, cache_bytes)
@@ -157,7 +158,9 @@ class TierManager:
                 self._clean(part, state)
                 state.next_clean_at = now + self.clean_interval_s
             state.failures, state.last_error = 0, ""
-        except (RemoteStoreError, ManifestError) as exc:
+        except Exception as exc:  # one partition's failure must not stop the others
+            if not isinstance(exc, (RemoteStoreError, ManifestError)):
+                log.exception("%s-%s: tiered storage failed", part.topic, part.index)
             state.failures += 1
             self.counters.failures += 1
             state.retry_at = now + min(MAX_BACKOFF_S, self.interval_s * 2**state.failures)
