@@ -223,6 +223,21 @@ class ObjectStore:
                             self.fs.rm_file(path)
 
         self._call(keys[0], remove)
+        if self.local:
+            self._prune_folders({os.path.dirname(path) for path in paths})
+
+    def _prune_folders(self, folders: set[str]) -> None:
+        """Remove the folders a local delete emptied, up to the root: an object store
+        has no folders, and listings must not show empty ones."""
+        root = os.path.abspath(self.root)
+        for folder in sorted(folders, key=len, reverse=True):
+            current = os.path.abspath(folder)
+            while current.startswith(root + os.sep):
+                try:
+                    os.rmdir(current)
+                except OSError:
+                    break  # not empty (or gone): its parents are not empty either
+                current = os.path.dirname(current)
 
     # -- helpers ------------------------------------------------------------------------
     def _call(self, key: str, action: Callable[[], T]) -> T:
