@@ -46,7 +46,6 @@ T = TypeVar("T")
 # An S3 endpoint that does not answer should fail a call in seconds, not minutes: the
 # uploader retries on its own schedule, and a fetch should answer while the client waits.
 _S3_DEFAULTS: dict[str, Any] = {
-    "retries": 1,
     "config_kwargs": {"connect_timeout": 3, "read_timeout": 20, "retries": {"max_attempts": 1}},
 }
 _COPY_CHUNK = 4 * 1024 * 1024
