@@ -36,6 +36,7 @@ from dataplane.broker.errors import to_error
 from dataplane.broker.lanes import BrokerLanes
 from dataplane.broker.partitions import Partition, PartitionRegistry
 from dataplane.broker.replication.manager import ReplicaManager
+from dataplane.broker.tiering import TierManager
 from dataplane.errors import ErrorCode, MeridianError
 from dataplane.storage.config import LogConfig
 from lanes.names import is_lane_topic
@@ -56,12 +57,15 @@ class AdminHandler:
         replicas: ReplicaManager | None = None,
         lanes: BrokerLanes | None = None,
         on_push: Callable[[admin_pb2.UpdateMetadataRequest], Awaitable[Any]] | None = None,
+        tier: TierManager | None = None,
     ) -> None:
         """``identity`` is (broker id, region, cluster id); ``pushed`` keeps the
         controller's metadata (persisted by ``executor``'s threads); ``replicas`` applies
         it to the hosted partitions; ``lanes`` fills the heartbeat's lane fields;
         ``on_push(request)`` is awaited after each accepted push (its failure is logged,
-        the push stands)."""
+        the push stands); ``tier`` (when the broker has an object store) takes tiered
+        topics and reports their remote state."""
+        self.tier = tier
         self.lanes = lanes
         self._on_push = on_push
         self.replicas = replicas
@@ -87,6 +91,7 @@ class AdminHandler:
         topics.check_client_topic(spec.topic)
         topics.check_partition(spec.partition)
         config = topics.apply_config(self.defaults, spec.config)
+        self._check_tiering(config)
         existing = self.registry.get(spec.topic, spec.partition)
         if existing is not None:
             conflicts = topics.differs(existing.log.config, spec.config)
@@ -133,14 +138,22 @@ class AdminHandler:
         if config == part.log.config:
             return False
         topics.check_alterable(part.log.config, config)
+        self._check_tiering(config)
         if not validate_only:
             await self.registry.alter(part, config)
         return True
 
+    def _check_tiering(self, config: LogConfig) -> None:
+        if config.remote_storage and self.tier is None:
+            raise MeridianError(
+                ErrorCode.INVALID_CONFIG,
+                "remote_storage needs an object store, and this broker has none (remote_store_uri)",
+            )
+
     def describe(self, request: admin_pb2.DescribeStateRequest) -> admin_pb2.DescribeStateResponse:
         wanted = set(request.topics)
         states = [
-            _state(part)
+            _state(part, self.tier)
             for part in sorted(self.registry.all(), key=lambda p: p.tp)
             if not wanted or part.topic in wanted
         ]
@@ -202,12 +215,18 @@ def _led_lane_topics(parts: list[Partition]) -> set[str]:
     }
 
 
-def _state(part: Partition) -> admin_pb2.PartitionState:
+def _state(part: Partition, tier: TierManager | None) -> admin_pb2.PartitionState:
     """A partition's offsets and configuration; its role and leader epoch from the push
-    (a partition no push named is led here at epoch 0)."""
+    (a partition no push named is led here at epoch 0); its remote tier as known here."""
     log = part.log
     state = part.replica
+    remote = tier.describe(part) if tier is not None else (-1, 0, 0, 0, 0)
     return admin_pb2.PartitionState(
+        remote_log_start_offset=remote[0],
+        remote_end_offset=remote[1],
+        remote_bytes=remote[2],
+        remote_segments=remote[3],
+        upload_lag_ms=remote[4],
         topic=part.topic,
         partition=part.index,
         config=topics.to_proto(log.config),

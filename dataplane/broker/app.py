@@ -54,10 +54,12 @@ from dataplane.broker.replication.leader import ReplicaFetchHandler, Replication
 from dataplane.broker.replication.manager import ReplicaManager
 from dataplane.broker.services import AdminServicer, BrokerServicer, Readiness
 from dataplane.broker.throttling import QuotaInterceptor
+from dataplane.broker.tiering import TierManager
 from dataplane.client.connection import MAX_MESSAGE_BYTES
 from dataplane.records import decoder, validation
 from dataplane.storage.log import PartitionLog, wall_clock_ms
 from dataplane.storage.manager import LogManager
+from dataplane.tiered.store import ObjectStore
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +101,7 @@ class BrokerApp:
             on_follow=self.fetchers.update,
         )
         self.registry.on_leader_append = self.replicas.update_high_watermark
+        self.tier = self._tier_manager(config)
         self.coordinator = GroupCoordinator(
             broker_id=config.broker_id,
             manager=self.manager,
@@ -142,6 +145,24 @@ class BrokerApp:
         elif config.peers and not config.token_url:
             log.warning("no token_url/client_id: peers with authentication will refuse us")
 
+    def _tier_manager(self, config: BrokerConfig) -> TierManager | None:
+        """Tiered storage, when the broker has an object store."""
+        if not config.remote_store_uri:
+            return None
+        store = ObjectStore.from_options_file(
+            config.remote_store_uri, config.remote_store_options_file or None
+        )
+        tier = TierManager(
+            self.registry,
+            store,
+            broker_id=config.broker_id,
+            interval_ms=config.tier_interval_ms,
+            cache_bytes=config.remote_cache_bytes,
+            orphan_grace_s=config.orphan_grace_ms / 1000,
+        )
+        tier.on_remote_read = self.metrics.observe_remote_read
+        return tier
+
     def _topic_acls(self, topic: str) -> list[Any]:
         """The ACL entries the controller last pushed for ``topic`` (indexed per push)."""
         current = self.pushed.current
@@ -174,6 +195,9 @@ class BrokerApp:
         self.cluster.start()
         self._tasks.append(asyncio.create_task(self._snapshot_producers_forever()))
         self._tasks.append(asyncio.create_task(self.remote_lags.run_forever()))
+        if self.tier is not None:
+            self._tasks.append(asyncio.create_task(self.tier.run_forever()))
+            self.metrics.watch_tier(self.tier)
         self.readiness.ready = True
         await self._set_health(health_pb2.HealthCheckResponse.SERVING)
         log.info("broker %s serving on port %s", self.config.broker_id, self.port)
@@ -204,8 +228,9 @@ class BrokerApp:
             limits,
             self.metrics.add_bytes_out,
             on_lane_fetch=self.lanes.fetched,
+            tier=self.tier,
         )
-        offsets = OffsetsHandler(self.registry, self.executor)
+        offsets = OffsetsHandler(self.registry, self.executor, self.tier)
         producer_ids = ProducerIdAllocator(config.data_dir, config.broker_id)
         broker = BrokerServicer(
             produce,
@@ -229,6 +254,7 @@ class BrokerApp:
             self.replicas,
             lanes=self.lanes,
             on_push=self._pushed_lane_topics,
+            tier=self.tier,
         )
         admin_pb2_grpc.add_AdminServicer_to_server(
             AdminServicer(admin, self.metrics, self.readiness, self.authorizer), server
@@ -328,6 +354,8 @@ class BrokerApp:
                 await task
         for channel in self._peer_channels.values():
             await channel.close()
+        if self.tier is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.tier.stop)
         await self.fetchers.stop()
         await self.replicas.stop()
         self.registry.wake_all()

@@ -101,6 +101,9 @@ class BrokerConfig:
     remote_store_options_file: str = ""
     remote_cache_bytes: int = 256 * MiB  # the local cache of remote chunks
     tier_interval_ms: int = 1_000  # how often uploads, local and remote retention run
+    # An object in a partition's folder that no manifest lists is deleted once this old
+    # (an upload whose commit never came, or a segment whose deletion was cut short).
+    orphan_grace_ms: int = 300_000
 
     def __post_init__(self) -> None:
         _check(0 <= self.broker_id <= MAX_BROKER_ID, "id", f"must be in [0, {MAX_BROKER_ID}]")
@@ -121,6 +124,7 @@ class BrokerConfig:
             "replica_lag_time_max_ms",
             "group_lag_interval_ms",
             "tier_interval_ms",
+            "orphan_grace_ms",
         ):
             _check(getattr(self, name) >= 1, name, "must be >= 1")
         _check(self.fetch_max_wait_ms >= 0, "fetch_max_wait_ms", "must be >= 0")

@@ -33,6 +33,8 @@ from dataplane.storage.errors import (
     OffsetOutOfRangeError,
     StorageError,
 )
+from dataplane.tiered.layout import ManifestError
+from dataplane.tiered.store import RemoteObjectMissingError, RemoteStoreUnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +59,10 @@ STORAGE_ERRORS: tuple[tuple[type[BaseException], int], ...] = (
     (AppendTruncatedError, ErrorCode.NOT_LEADER_OR_FOLLOWER),
     (InvalidConfigError, ErrorCode.INVALID_CONFIG),
     (StorageError, ErrorCode.STORAGE_ERROR),
+    # Tiered storage: the store did not answer (retry), or lost or damaged what it holds.
+    (RemoteStoreUnavailableError, ErrorCode.REMOTE_STORAGE_NOT_AVAILABLE),
+    (RemoteObjectMissingError, ErrorCode.REMOTE_SEGMENT_MISSING),
+    (ManifestError, ErrorCode.REMOTE_SEGMENT_CORRUPT),
 )
 
 

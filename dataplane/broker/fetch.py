@@ -22,6 +22,7 @@ from dataplane._gen.meridian.v1 import broker_pb2
 from dataplane.broker.errors import to_error
 from dataplane.broker.lag import record_age, timestamp_at
 from dataplane.broker.partitions import Partition, PartitionRegistry
+from dataplane.broker.tiering import TierManager
 from dataplane.errors import ErrorCode, MeridianError
 from dataplane.storage.log import PartitionLog
 from lanes.names import SEPARATOR
@@ -45,10 +46,13 @@ class FetchHandler:
         limits: FetchLimits,
         on_bytes_out: Callable[[str, int], None] | None = None,
         on_lane_fetch: Callable[[Iterable[str]], None] | None = None,
+        tier: TierManager | None = None,
     ) -> None:
         """``on_lane_fetch(topics)``: told the lane topics of each consumer fetch that
-        have an asked partition led here."""
+        have an asked partition led here. ``tier``: reads below the local log start of a
+        tiered partition come from its remote segments."""
         self.registry = registry
+        self._tier = tier
         self._on_lane_fetch = on_lane_fetch
         self._executor = executor
         self._limits = limits
@@ -148,7 +152,14 @@ class FetchHandler:
         limit = min(item.partition_max_bytes or DEFAULT_PARTITION_MAX_BYTES, max(budget, 0))
         size = 0
         try:
-            if limit > 0 or first:
+            remote = self._tier.check_readable(part, item.fetch_offset) if self._tier else None
+            if remote is not None and self._tier is not None and (limit > 0 or first):
+                data = self._tier.read(part, remote, item.fetch_offset, max(limit, 1))
+                if first or len(data) <= limit:
+                    result.records, size = data, len(data)
+            elif remote is not None:
+                pass  # in the remote tier, and no budget left for it in this response
+            elif limit > 0 or first:
                 read = log.read(item.fetch_offset, max(limit, 1))
                 if first or len(read.data) <= limit:
                     result.records, size = read.data, len(read.data)
@@ -158,7 +169,9 @@ class FetchHandler:
             error = to_error(exc)
             _fail(result, error.code, error.message)
         result.high_watermark = log.high_watermark
-        result.log_start_offset = log.log_start_offset
+        result.log_start_offset = (
+            self._tier.log_start_offset(part) if self._tier else log.log_start_offset
+        )
         result.log_end_offset = log.log_end_offset
         return size
 
@@ -192,9 +205,12 @@ class OffsetsHandler:
     """ListOffsets: latest (the high watermark), earliest, or the first at a time; with
     ``record_at``, also the age of the record there (``lag``: a group's lag in time)."""
 
-    def __init__(self, registry: PartitionRegistry, executor: Executor) -> None:
+    def __init__(
+        self, registry: PartitionRegistry, executor: Executor, tier: TierManager | None = None
+    ) -> None:
         self.registry = registry
         self._executor = executor
+        self._tier = tier
 
     async def list_offsets(
         self, request: broker_pb2.ListOffsetsRequest
@@ -226,12 +242,46 @@ class OffsetsHandler:
             result.error, result.error_message = refused.code, refused.message  # type: ignore[assignment]
             return result
         try:
-            self._find(part.log, item, result)
+            if not self._find_remote(part, item, result):
+                self._find(part.log, item, result)
         except Exception as exc:  # every failure is a typed result
             error = to_error(exc)
             result.error, result.error_message = error.code, error.message  # type: ignore[assignment]
             result.offset, result.timestamp = -1, -1
         return result
+
+    def _find_remote(
+        self,
+        part: Partition,
+        item: broker_pb2.ListOffsetsPartition,
+        result: broker_pb2.ListOffsetsResult,
+    ) -> bool:
+        """Answer from the remote tier of a tiered partition: the earliest offset kept, or
+        the first at a time before the local log; False to look in the local log."""
+        tier = self._tier
+        if tier is None or not part.log.config.remote_storage or item.timestamp == LATEST:
+            return False
+        if item.timestamp < 0 and item.timestamp != EARLIEST:
+            return False
+        manifest = tier.remote_view(part)
+        if manifest is None:
+            raise MeridianError(
+                ErrorCode.REMOTE_STORAGE_NOT_AVAILABLE,
+                f"{part.topic}-{part.index}: the remote manifest is not read yet",
+            )
+        if item.timestamp == EARLIEST:
+            result.offset = tier.log_start_offset(part)
+        elif manifest.is_empty or item.timestamp > manifest.segments[-1].max_timestamp:
+            return False
+        else:
+            found = tier.offset_for_timestamp(manifest, item.timestamp)
+            if found is None:
+                return False
+            result.offset, result.timestamp = found, -1
+        if item.HasField("record_at"):
+            age = record_age(part.log, item.record_at)
+            result.record_timestamp, result.record_age_ms = age.timestamp, age.age_ms
+        return True
 
     @staticmethod
     def _find(

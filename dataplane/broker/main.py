@@ -82,6 +82,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--tier-interval-ms", type=int, help="how often uploads and retention run (1000)"
     )
+    parser.add_argument(
+        "--orphan-grace-ms",
+        type=int,
+        help="age at which an object no manifest lists is deleted (300000)",
+    )
     parser.add_argument("--ready-file", type=Path, help="written as JSON once serving")
     parser.add_argument("--log-level", default=os.environ.get("MERIDIAN_LOG_LEVEL", "INFO"))
     return parser.parse_args(argv)
@@ -112,6 +117,7 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         remote_store_uri=args.remote_store_uri,
         remote_store_options_file=args.remote_store_options_file,
         tier_interval_ms=args.tier_interval_ms,
+        orphan_grace_ms=args.orphan_grace_ms,
         **{name: getattr(args, name) for name in SECURITY_FLAGS},
     )
 

@@ -30,16 +30,30 @@ Gauges computed at scrape time from the hosted logs and the group coordinator:
   Both also cover the coordinated groups' partitions other brokers host, from their
   leaders' last answers (``group_lag.RemoteLags``, asked at a bounded interval);
 - ``meridian_broker_uptime_seconds``.
+
+Tiered storage (a broker with an object store; ``tiering.TierManager``):
+
+- ``meridian_tier_uploaded_bytes_total``, ``meridian_tier_uploaded_segments_total``,
+  ``meridian_tier_expired_segments_total`` (total retention),
+  ``meridian_tier_orphans_deleted_total`` (the cleaner and lost commits),
+  ``meridian_tier_failures_total`` (store calls that failed; each backs off);
+- ``meridian_tier_upload_lag_seconds{topic,partition}``: how long the oldest sealed,
+  committed segment not yet uploaded has waited (0: none waits), for the partitions led
+  here; ``meridian_partition_remote_bytes`` and ``meridian_partition_remote_log_start_offset``
+  beside it;
+- ``meridian_tier_remote_fetch_seconds``: latency of reads served from the remote tier;
+- ``meridian_tier_cache_hits_total`` / ``_misses_total`` and ``meridian_tier_cache_bytes``:
+  the cache of remote chunks (hit rate = hits / (hits + misses)).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import start_http_server
 from prometheus_client.registry import Collector
 
@@ -49,6 +63,9 @@ from dataplane.broker.lag import NO_RECORD, timestamp_at
 from dataplane.records.errors import RecordError
 from dataplane.storage.errors import StorageError
 from dataplane.storage.log import PartitionLog, wall_clock_ms
+
+if TYPE_CHECKING:
+    from dataplane.broker.tiering import TierManager
 
 LATENCY_BUCKETS = (
     0.0005,
@@ -169,6 +186,56 @@ class _StateCollector(Collector):
         return max(0, now_ms - timestamp)
 
 
+class _TierCollector(Collector):
+    def __init__(self, tier: TierManager) -> None:
+        self.tier = tier
+
+    def collect(self) -> Iterator[Metric]:
+        counters = self.tier.counters
+        for name, help_text, value in (
+            ("uploaded_bytes", "Bytes of segments uploaded", counters.bytes_uploaded),
+            ("uploaded_segments", "Segments uploaded", counters.segments_uploaded),
+            (
+                "expired_segments",
+                "Remote segments total retention deleted",
+                counters.segments_deleted,
+            ),
+            ("orphans_deleted", "Unlisted remote objects deleted", counters.orphans_deleted),
+            ("failures", "Object-store calls that failed", counters.failures),
+        ):
+            yield CounterMetricFamily(f"meridian_tier_{name}", help_text, value=value)
+        stats = self.tier.reader.stats()
+        yield CounterMetricFamily(
+            "meridian_tier_cache_hits", "Remote chunks read from the cache", value=stats.hits
+        )
+        yield CounterMetricFamily(
+            "meridian_tier_cache_misses", "Remote chunks fetched from the store", value=stats.misses
+        )
+        yield GaugeMetricFamily(
+            "meridian_tier_cache_bytes", "Bytes in the cache of remote chunks", value=stats.bytes
+        )
+        labels = ["topic", "partition"]
+        lag = GaugeMetricFamily(
+            "meridian_tier_upload_lag_seconds",
+            "Age of the oldest sealed segment waiting for upload",
+            labels=labels,
+        )
+        size = GaugeMetricFamily(
+            "meridian_partition_remote_bytes", "Bytes in the remote tier", labels=labels
+        )
+        start = GaugeMetricFamily(
+            "meridian_partition_remote_log_start_offset",
+            "The first offset kept in the remote tier (-1: none)",
+            labels=labels,
+        )
+        for (topic, index), described in self.tier.partitions().items():
+            key = [topic, str(index)]
+            start.add_metric(key, described[0])
+            size.add_metric(key, described[2])
+            lag.add_metric(key, described[4] / 1000)
+        yield from (lag, size, start)
+
+
 class BrokerMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
@@ -207,6 +274,12 @@ class BrokerMetrics:
             "Lane topics asked for and not created yet",
             registry=self.registry,
         )
+        self.remote_fetch = Histogram(
+            "meridian_tier_remote_fetch_seconds",
+            "Latency of reads served from the remote tier",
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
         self._server: Any = None
         self._started = time.monotonic()
 
@@ -216,6 +289,12 @@ class BrokerMetrics:
         """Report the gauges of ``logs()`` and the group lag from ``committed()`` (and,
         for partitions hosted elsewhere, ``remote()``: the leaders' last answers)."""
         self.registry.register(_StateCollector(logs, committed, self._started, remote))
+
+    def watch_tier(self, tier: TierManager) -> None:
+        self.registry.register(_TierCollector(tier))
+
+    def observe_remote_read(self, seconds: float) -> None:
+        self.remote_fetch.observe(seconds)
 
     def observe(self, rpc: str, error: str, seconds: float) -> None:
         self.requests.labels(rpc, error).inc()

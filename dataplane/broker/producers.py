@@ -199,6 +199,13 @@ class ProducerStateTable:
     # -- persistence --------------------------------------------------------------------
     def snapshot(self, directory: Path, covered_offset: int | None = None) -> None:
         """Write the table, and the offset it covers, to ``directory`` atomically."""
+        data = self.to_json(covered_offset)
+        self.dirty = False
+        replace_file(directory / SNAPSHOT_FILE, data)
+
+    def to_json(self, covered_offset: int | None = None) -> bytes:
+        """The snapshot's bytes: ``{"version", "offset" (covered), "producers": {id:
+        {"epoch", "batches": [[first_seq, last_seq, base_offset, last_offset], ...]}}}``."""
         with self._lock:
             covered = self.covered_offset if covered_offset is None else covered_offset
             data = {
@@ -209,8 +216,7 @@ class ProducerStateTable:
                     for pid, e in self._producers.items()
                 },
             }
-            self.dirty = False
-        replace_file(directory / SNAPSHOT_FILE, json.dumps(data).encode())
+        return json.dumps(data).encode()
 
     @classmethod
     def rebuild(cls, log: PartitionLog) -> ProducerStateTable:

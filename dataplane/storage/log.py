@@ -32,7 +32,9 @@ writes; ``_hw_lock`` guards the high watermark alone, so a flush can raise it wi
 the append lock; ``_unflushed_lock`` guards the sealed segments not yet synced.
 
 Removing records: retention (``delete_retained_segments``) deletes whole leading
-segments, never data at or above the high watermark; ``advance_log_start_offset`` makes
+segments, never data at or above the high watermark (a tiered log, ``remote_storage``,
+keeps its local retention and never deletes a segment its owner has not confirmed
+uploaded: ``remote_end_offset``); ``advance_log_start_offset`` makes
 the offsets below a point unreadable, deleting the segments wholly below it; truncation
 removes every record at or above an offset, a whole batch at a time, and is synced
 before it returns. Each takes the append lock for its whole run; one that changes the
@@ -161,6 +163,9 @@ class PartitionLog:
         self._activity_listener: Callable[[Self], None] | None = None
         self._active = False  # changed since the last ``settle``
         self.recovery = RecoveryReport(directory, clean_shutdown=True)
+        # Tiered logs: one past the last offset the owner confirmed uploaded (None: none
+        # confirmed since open); local retention deletes nothing at or above it.
+        self.remote_end_offset: int | None = None
 
     def append_lock(self) -> threading.RLock:
         """The lock every append holds while it checks (``before_write``) and writes:
@@ -519,12 +524,15 @@ class PartitionLog:
         its LEO kept. Returns the base offsets deleted.
         """
         now = self._clock_ms() if now_ms is None else now_ms
+        config = self.config
         with self._lock:
             self._check_writable()
             view, high_watermark = self._view, self._high_watermark
-            doomed = view.expired_by_time(now, self.config.retention_ms, high_watermark)
+            if config.remote_storage:
+                return self._delete_uploaded(now)
+            doomed = view.expired_by_time(now, config.retention_ms, high_watermark)
             if not doomed:
-                doomed = view.over_size(self.config.retention_bytes, high_watermark)
+                doomed = view.over_size(config.retention_bytes, high_watermark)
             if not doomed:
                 return []
             self._mark_unclean()
@@ -532,6 +540,25 @@ class PartitionLog:
             if doomed[-1] is self._view.segments[-1]:
                 self._roll(self._log_end_offset)
             return self._delete_leading(doomed)
+
+    def _delete_uploaded(self, now_ms: int) -> list[int]:
+        """Local retention of a tiered log (under the append lock): the leading sealed
+        segments past ``local_retention_ms`` or beyond ``local_retention_bytes``, of those
+        wholly below ``remote_end_offset`` (uploaded, as the owner confirmed); nothing
+        while no upload is confirmed."""
+        uploaded = self.remote_end_offset
+        if uploaded is None:
+            return []
+        view, config, bound = self._view, self.config, min(self._high_watermark, uploaded)
+        doomed = view.expired_by_time(now_ms, config.effective_local_retention_ms, bound)
+        if not doomed:
+            doomed = view.over_size(config.effective_local_retention_bytes, bound)
+        doomed = [s for s in doomed if s is not view.segments[-1] and s.next_offset <= uploaded]
+        if not doomed:
+            return []
+        self._mark_unclean()
+        self._note_activity()
+        return self._delete_leading(doomed)
 
     def _delete_leading(self, doomed: list[LogSegment]) -> list[int]:
         remaining = list(self._view.segments[len(doomed) :])

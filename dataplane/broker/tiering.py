@@ -1,0 +1,400 @@
+"""The broker's side of tiered storage: uploads, retention and reads below the local log.
+
+A ``TierManager`` runs when the broker has an object store (``remote_store_uri``). Every
+``tier_interval_ms`` it tends each hosted partition whose topic has ``remote_storage``,
+on its own thread (uploads never occupy the I/O pool that serves produce and fetch):
+
+- **Only the leader writes.** It reads the partition's latest manifest when it becomes
+  leader (and again whenever a commit loses a race), then uploads, one at a time and in
+  offset order, the sealed segments wholly below the high watermark that end past the
+  manifest (``upload.next_to_upload``), committing one manifest version per segment. A
+  segment that starts below the manifest's end (a former leader cut its segments at other
+  offsets) serves only from the manifest's end, so each offset has one remote copy. A
+  commit that loses to another writer deletes its own just-uploaded objects and re-reads.
+- **Local retention** (``PartitionLog``) deletes only below ``remote_end_offset``, which
+  the leader sets from its manifest after each commit. Followers delete nothing on their
+  own: they follow the leader's log start, as replication always did.
+- **Total retention**: the leader drops the leading remote segments past
+  ``retention_ms`` / beyond ``retention_bytes`` (remote plus what is only local) in a new
+  manifest version, then deletes their objects, and moves the local log start up to the
+  remote one. A crash between the two leaves orphans; so does an upload whose commit
+  never happened. The **cleaner** (every ``clean_interval_s``: half the grace, at most a
+  minute) deletes the objects of the
+  partition's folder that the latest manifest does not list and that are older than
+  ``orphan_grace_s``, and prunes old manifest versions; each removal is counted.
+- **Failures** (store unreachable, a damaged manifest): the partition backs off
+  (doubling up to ``MAX_BACKOFF_S``); produce and local reads go on; local retention
+  waits, so disk use grows, and ``upload_lag_ms`` (the age of the oldest sealed segment
+  still waiting) says so in DescribeState and the metrics.
+
+Reads: ``remote_view(part)`` is the manifest a fetch below the local log start is served
+from (``RemoteLogReader``), and ``log_start_offset(part)`` the first offset kept at all.
+A leader that has not read its manifest yet answers such reads with the retriable
+``REMOTE_STORAGE_NOT_AVAILABLE`` rather than an out-of-range error that would send a
+consumer to the local log start past the remote records.
+
+Thread safety: tending runs on the manager's one thread; the event loop reads
+``_states`` entries, which are replaced whole.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from dataplane.broker.partitions import Partition, PartitionRegistry
+from dataplane.broker.producers import ProducerStateTable
+from dataplane.errors import ErrorCode, MeridianError
+from dataplane.storage.log import wall_clock_ms
+from dataplane.storage.segment import LogSegment
+from dataplane.tiered import layout, manifests
+from dataplane.tiered.layout import Manifest, ManifestError, RemoteSegment
+from dataplane.tiered.remote_log import RemoteLogReader
+from dataplane.tiered.store import ObjectStore, RemoteStoreError
+from dataplane.tiered.upload import SegmentGoneError, epochs_json, next_to_upload, upload_segment
+
+log = logging.getLogger(__name__)
+
+MAX_BACKOFF_S = 30.0
+
+
+@dataclass
+class TierCounters:
+    """Totals since start, for the metrics."""
+
+    bytes_uploaded: int = 0
+    segments_uploaded: int = 0
+    segments_deleted: int = 0  # by total retention
+    orphans_deleted: int = 0  # by the cleaner, or a lost commit
+    manifests_pruned: int = 0
+    failures: int = 0
+    lost_commits: int = 0
+
+
+@dataclass
+class _PartitionTier:
+    manifest: Manifest | None = None  # None: not read since this broker became leader
+    epoch: int = -2  # the leader epoch the manifest was read under
+    failures: int = 0
+    retry_at: float = 0.0
+    next_clean_at: float = 0.0
+    waiting_since: dict[int, float] = field(default_factory=dict)  # base offset -> first seen
+    upload_lag_ms: int = 0
+    last_error: str = ""
+
+
+class TierManager:
+    """See the module docstring."""
+
+    def __init__(
+        self,
+        registry: PartitionRegistry,
+        store: ObjectStore,
+        *,
+        broker_id: int,
+        interval_ms: int,
+        orphan_grace_s: float = 300.0,
+        cache_bytes: int = 256 * 1024 * 1024,
+    ) -> None:
+        self.registry = registry
+        self.store = store
+        self.broker_id = broker_id
+        self.interval_s = interval_ms / 1000
+        # Often enough that an orphan goes soon after its grace, at most once a minute.
+        self.clean_interval_s = max(self.interval_s, min(60.0, orphan_grace_s / 2))
+        self.orphan_grace_s = orphan_grace_s
+        self.counters = TierCounters()
+        self.reader = RemoteLogReader(store, cache_bytes)
+        self.on_remote_read: Callable[[float], None] | None = None  # seconds per read
+        self._states: dict[tuple[str, int], _PartitionTier] = {}
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="broker-tier")
+        self._stopping = threading.Event()
+
+    # -- running -----------------------------------------------------------------------
+    async def run_forever(self) -> None:
+        loop = asyncio.get_running_loop()
+        while not self._stopping.is_set():
+            await loop.run_in_executor(self._pool, self.tick)
+            await asyncio.sleep(self.interval_s)
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def tick(self) -> None:
+        """Tend every tiered partition once (blocking; see the module docstring)."""
+        hosted = set()
+        for part in self.registry.all():
+            if part.deleted or not part.log.config.remote_storage:
+                continue
+            hosted.add((part.topic, part.index))
+            if self._stopping.is_set():
+                return
+            self._tend(part)
+        for key in set(self._states) - hosted:
+            del self._states[key]
+
+    def _tend(self, part: Partition) -> None:
+        state = self._states.setdefault((part.topic, part.index), _PartitionTier())
+        epoch = _leader_epoch(part)
+        if epoch is None:
+            state.manifest, state.epoch, state.waiting_since = None, -2, {}
+            return
+        now = time.monotonic()
+        if now < state.retry_at:
+            return
+        try:
+            if state.manifest is None or state.epoch != epoch:
+                state.manifest, state.epoch = self._read_manifest(part), epoch
+            self._upload(part, state, epoch)
+            self._expire(part, state, epoch)
+            self._publish(part, state)
+            if now >= state.next_clean_at:
+                self._clean(part, state)
+                state.next_clean_at = now + self.clean_interval_s
+            state.failures, state.last_error = 0, ""
+        except Exception as exc:  # one partition's failure must not stop the others
+            if not isinstance(exc, (RemoteStoreError, ManifestError)):
+                log.exception("%s-%s: tiered storage failed", part.topic, part.index)
+            state.failures += 1
+            self.counters.failures += 1
+            state.retry_at = now + min(MAX_BACKOFF_S, self.interval_s * 2**state.failures)
+            if state.last_error != str(exc):
+                log.warning("%s-%s: tiered storage: %s", part.topic, part.index, exc)
+            state.last_error = str(exc)
+        finally:
+            self._measure_lag(part, state)
+
+    # -- uploads -----------------------------------------------------------------------
+    def _read_manifest(self, part: Partition) -> Manifest:
+        config = part.log.config
+        return manifests.latest(self.store, part.topic, config.topic_id, part.index)
+
+    def _upload(self, part: Partition, state: _PartitionTier, epoch: int) -> None:
+        log_ = part.log
+        assert state.manifest is not None
+        for segment in next_to_upload(state.manifest, log_.segments, log_.high_watermark):
+            if self._stopping.is_set() or _leader_epoch(part) != epoch:
+                return
+            manifest = state.manifest
+            start = max(segment.base_offset, manifest.end_offset, log_.log_start_offset)
+            if start >= segment.next_offset:
+                continue
+            try:
+                remote = upload_segment(
+                    self.store,
+                    part.topic,
+                    log_.config.topic_id,
+                    part.index,
+                    segment,
+                    start_offset=start,
+                    sidecars=self._sidecars(part, segment, start),
+                    now_ms=wall_clock_ms(),
+                )
+            except SegmentGoneError:
+                return  # retention or a truncation took it: plan again next time
+            if not self._commit(part, state, [*manifest.segments, remote], epoch, remote):
+                return
+            self.counters.bytes_uploaded += remote.size_bytes
+            self.counters.segments_uploaded += 1
+            state.waiting_since.pop(segment.base_offset, None)
+
+    def _sidecars(self, part: Partition, segment: LogSegment, start: int) -> dict[str, bytes]:
+        entries = part.replica.epochs.entries if part.replica is not None else []
+        producers = ProducerStateTable()
+        with segment.pin():
+            for header in segment.batch_headers(segment.base_offset, segment.size_bytes):
+                producers.replay(header.base_offset, header)
+        return {
+            "epochs": epochs_json(entries, start, segment.next_offset),
+            "producers": producers.to_json(segment.next_offset),
+        }
+
+    def _commit(
+        self,
+        part: Partition,
+        state: _PartitionTier,
+        segments: list[RemoteSegment],
+        epoch: int,
+        uploaded: RemoteSegment | None,
+    ) -> bool:
+        """Commit the next manifest version; on a lost race, drop what was uploaded for
+        it and re-read the manifest (False)."""
+        assert state.manifest is not None
+        wanted = state.manifest.next_version(
+            segments, broker_id=self.broker_id, leader_epoch=epoch, now_ms=wall_clock_ms()
+        )
+        if manifests.commit(self.store, wanted):
+            state.manifest = wanted
+            return True
+        self.counters.lost_commits += 1
+        if uploaded is not None:
+            self.store.delete(uploaded.keys(part.topic, wanted.topic_id, part.index))
+            self.counters.orphans_deleted += len(layout.FILE_KINDS)
+        state.manifest = self._read_manifest(part)
+        return False
+
+    # -- retention ---------------------------------------------------------------------
+    def _expire(self, part: Partition, state: _PartitionTier, epoch: int) -> None:
+        manifest = state.manifest
+        assert manifest is not None
+        doomed = _expired(manifest, part, wall_clock_ms())
+        if not doomed:
+            return
+        if not self._commit(part, state, list(manifest.segments[len(doomed) :]), epoch, None):
+            return
+        keys = [key for s in doomed for key in s.keys(part.topic, manifest.topic_id, part.index)]
+        self.store.delete(keys)
+        self.counters.segments_deleted += len(doomed)
+
+    def _publish(self, part: Partition, state: _PartitionTier) -> None:
+        """Tell the local log what is uploaded, move its start up to the remote one, and
+        apply its local retention."""
+        manifest = state.manifest
+        assert manifest is not None
+        log_ = part.log
+        log_.remote_end_offset = manifest.end_offset
+        if manifest.version and log_.log_start_offset < manifest.log_start_offset:
+            log_.advance_log_start_offset(manifest.log_start_offset)
+        # Local retention at the pace of uploads (the log manager's own pass is slower);
+        # followers follow the log start this moves.
+        log_.delete_retained_segments()
+
+    def _clean(self, part: Partition, state: _PartitionTier) -> None:
+        manifest = state.manifest
+        assert manifest is not None
+        listed = {
+            key
+            for s in manifest.segments
+            for key in s.keys(part.topic, manifest.topic_id, part.index)
+        }
+        cutoff = time.time() - self.orphan_grace_s
+        found = manifests.segment_objects(self.store, part.topic, manifest.topic_id, part.index)
+        orphans = [o.key for o in found if o.key not in listed and o.modified_s < cutoff]
+        if orphans:
+            # Re-read first: a commit by another writer since ours may list them.
+            latest = self._read_manifest(part)
+            listed |= {
+                key
+                for s in latest.segments
+                for key in s.keys(part.topic, latest.topic_id, part.index)
+            }
+            orphans = [key for key in orphans if key not in listed]
+            self.store.delete(orphans)
+            self.counters.orphans_deleted += len(orphans)
+            if orphans:
+                log.info("%s-%s: deleted %d orphaned objects", part.topic, part.index, len(orphans))
+        if manifest.version:
+            self.counters.manifests_pruned += manifests.prune(self.store, manifest)
+
+    def _measure_lag(self, part: Partition, state: _PartitionTier) -> None:
+        """How long the oldest sealed, committed segment not yet uploaded has waited."""
+        manifest = state.manifest
+        if manifest is None or _leader_epoch(part) is None:
+            state.upload_lag_ms = 0
+            return
+        now = time.monotonic()
+        waiting = next_to_upload(manifest, part.log.segments, part.log.high_watermark)
+        seen = {s.base_offset for s in waiting}
+        state.waiting_since = {base: state.waiting_since.get(base, now) for base in seen}
+        oldest = min(state.waiting_since.values(), default=now)
+        state.upload_lag_ms = int((now - oldest) * 1000)
+
+    # -- what readers and describe see ---------------------------------------------------
+    def remote_view(self, part: Partition) -> Manifest | None:
+        """The manifest reads below the local log are served from (None: not read yet)."""
+        state = self._states.get((part.topic, part.index))
+        return None if state is None else state.manifest
+
+    def log_start_offset(self, part: Partition) -> int:
+        """The first offset kept at all: the remote start, or the local one."""
+        manifest = self.remote_view(part)
+        local = part.log.log_start_offset
+        if manifest is None or manifest.is_empty:
+            return local
+        return min(local, manifest.log_start_offset)
+
+    def check_readable(self, part: Partition, offset: int) -> Manifest | None:
+        """The manifest to serve ``offset`` from (below the local log start), None to read
+        locally; ``REMOTE_STORAGE_NOT_AVAILABLE`` while the manifest is unknown."""
+        if not part.log.config.remote_storage or offset >= part.log.log_start_offset:
+            return None
+        manifest = self.remote_view(part)
+        if manifest is None:
+            raise MeridianError(
+                ErrorCode.REMOTE_STORAGE_NOT_AVAILABLE,
+                f"{part.topic}-{part.index}: the remote manifest is not read yet",
+            )
+        if manifest.is_empty or offset < manifest.log_start_offset:
+            return None  # below everything kept: the local read answers out of range
+        return manifest
+
+    def read(self, part: Partition, manifest: Manifest, offset: int, max_bytes: int) -> bytes:
+        """Whole batches from the remote segment serving ``offset`` (blocking)."""
+        started = time.monotonic()
+        try:
+            return self.reader.read(manifest, offset, max_bytes).data
+        finally:
+            if self.on_remote_read is not None:
+                self.on_remote_read(time.monotonic() - started)
+
+    def offset_for_timestamp(self, manifest: Manifest, timestamp: int) -> int | None:
+        return self.reader.offset_for_timestamp(manifest, timestamp)
+
+    def describe(self, part: Partition) -> tuple[int, int, int, int, int]:
+        """(remote log start or -1, remote end, remote bytes, remote segments, upload lag)."""
+        state = self._states.get((part.topic, part.index))
+        manifest = None if state is None else state.manifest
+        if state is None or manifest is None:
+            return -1, 0, 0, 0, 0
+        start = manifest.log_start_offset if not manifest.is_empty else -1
+        return (
+            start,
+            manifest.end_offset,
+            manifest.size_bytes,
+            len(manifest.segments),
+            state.upload_lag_ms,
+        )
+
+    def partitions(self) -> dict[tuple[str, int], tuple[int, int, int, int, int]]:
+        """``describe`` of every tiered partition this broker leads, for the metrics."""
+        found = {}
+        for (topic, index), state in list(self._states.items()):
+            part = self.registry.get(topic, index)
+            if part is not None and state.manifest is not None:
+                found[(topic, index)] = self.describe(part)
+        return found
+
+
+def _leader_epoch(part: Partition) -> int | None:
+    """The leader epoch this broker leads ``part`` at (-1: unreplicated), or None."""
+    state = part.replica
+    if state is None:
+        return -1
+    return state.leader_epoch if state.is_leader else None
+
+
+def _expired(manifest: Manifest, part: Partition, now_ms: int) -> list[RemoteSegment]:
+    """The leading remote segments total retention removes."""
+    config = part.log.config
+    doomed: list[RemoteSegment] = []
+    if config.retention_ms >= 0:
+        for segment in manifest.segments:
+            if segment.max_timestamp < 0 or segment.max_timestamp >= now_ms - config.retention_ms:
+                break
+            doomed.append(segment)
+    if doomed or config.retention_bytes < 0:
+        return doomed
+    local_only = sum(s.size_bytes for s in part.log.segments if s.next_offset > manifest.end_offset)
+    excess = manifest.size_bytes + local_only - config.retention_bytes
+    for segment in manifest.segments:
+        if excess < segment.size_bytes:
+            break
+        doomed.append(segment)
+        excess -= segment.size_bytes
+    return doomed
