@@ -33,6 +33,7 @@ from dataplane.storage.errors import (
     OffsetOutOfRangeError,
     StorageError,
 )
+from dataplane.tiered.errors import RemoteSegmentCorruptError, RemoteSegmentMissingError
 from dataplane.tiered.layout import ManifestError
 from dataplane.tiered.store import RemoteObjectMissingError, RemoteStoreUnavailableError
 
@@ -61,6 +62,8 @@ STORAGE_ERRORS: tuple[tuple[type[BaseException], int], ...] = (
     (StorageError, ErrorCode.STORAGE_ERROR),
     # Tiered storage: the store did not answer (retry), or lost or damaged what it holds.
     (RemoteStoreUnavailableError, ErrorCode.REMOTE_STORAGE_NOT_AVAILABLE),
+    (RemoteSegmentMissingError, ErrorCode.REMOTE_SEGMENT_MISSING),
+    (RemoteSegmentCorruptError, ErrorCode.REMOTE_SEGMENT_CORRUPT),
     (RemoteObjectMissingError, ErrorCode.REMOTE_SEGMENT_MISSING),
     (ManifestError, ErrorCode.REMOTE_SEGMENT_CORRUPT),
 )

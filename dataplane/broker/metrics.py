@@ -212,7 +212,9 @@ class _TierCollector(Collector):
             "meridian_tier_cache_misses", "Remote chunks fetched from the store", value=stats.misses
         )
         yield GaugeMetricFamily(
-            "meridian_tier_cache_bytes", "Bytes in the cache of remote chunks", value=stats.bytes
+            "meridian_tier_cache_bytes",
+            "Bytes in the cache of remote chunks",
+            value=stats.size_bytes,
         )
         labels = ["topic", "partition"]
         lag = GaugeMetricFamily(

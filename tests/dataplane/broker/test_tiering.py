@@ -13,7 +13,7 @@ import pytest
 
 from dataplane._gen.meridian.v1 import admin_pb2, broker_pb2
 from dataplane.errors import ErrorCode
-from dataplane.records import build_batch, decode_batches
+from dataplane.records import Record, build_batch, decode_batches
 from dataplane.tiered import layout, manifests
 from dataplane.tiered.store import ObjectStore
 from tests.dataplane.broker.support import (
@@ -110,14 +110,16 @@ def test_sealed_segments_upload_leave_the_disk_and_read_back_from_the_start(
         assert wait_for(lambda: _state(s).remote_end_offset >= 250, timeout_s=30)
         assert wait_for(lambda: _state(s).log_start_offset >= 200, timeout_s=30)
         state = _state(s)
-        assert state.remote_segments >= 20 and state.remote_bytes > 0
+        assert state.remote_segments >= 20
+        assert state.remote_bytes > 0
         assert state.remote_log_start_offset == 0
         assert _earliest(s).offset == 0  # the first offset kept is the remote one
         stored = fetch_records(s, TOPIC, 0, 0)
     assert [r.value for r in stored] == values
     assert [r.offset for r in stored] == list(range(300))
     manifest = _check_manifest(store_dir)
-    assert manifest.log_start_offset == 0 and manifest.end_offset >= state.remote_end_offset
+    assert manifest.log_start_offset == 0
+    assert manifest.end_offset >= state.remote_end_offset
     local = sorted(p.name for p in (tiered_broker.data_dir / f"{TOPIC}-0").glob("*.log"))
     assert len(local) < len(manifest.segments)  # most segments are only remote now
 
@@ -143,7 +145,8 @@ def test_reads_at_every_offset_below_the_local_log_start_start_at_that_offset(
             assert result.error == 0, result
             assert result.log_start_offset == 0
             got = [r for r in decode_batches(result.records) if r.offset >= offset]
-            assert got and got[0].offset == offset and got[0].value == values[offset]
+            assert got
+            assert (got[0].offset, got[0].value) == (offset, values[offset])
 
 
 def test_a_broker_killed_while_uploading_lists_no_partial_object_and_loses_nothing(
@@ -157,7 +160,8 @@ def test_a_broker_killed_while_uploading_lists_no_partial_object_and_loses_nothi
         with stubs(tiered_broker) as s:
             if round_ == 1:
                 _produce_all(s, values[200:])
-            assert wait_for(lambda: _state(s).remote_segments > 5 * (round_ + 1), timeout_s=30)
+            wanted = 5 * (round_ + 1)
+            assert wait_for(lambda: _state(s).remote_segments > wanted, timeout_s=30)  # noqa: B023
         tiered_broker.kill()  # while it uploads the rest
         _check_manifest(store_dir)
         tiered_broker.restart()
@@ -209,6 +213,27 @@ def test_an_unreachable_store_holds_local_retention_and_produce_goes_on(
     assert [r.value for r in stored] == values
 
 
+def _fetch_until_error(
+    s: Stubs, offset: int
+) -> tuple[list[Record], broker_pb2.FetchPartitionResult]:
+    """The records fetched from ``offset`` on until a fetch fails, and that failure."""
+    got: list[Record] = []
+    for _ in range(1000):
+        request = broker_pb2.FetchRequest(
+            max_wait_ms=0,
+            partitions=[broker_pb2.FetchPartition(topic=TOPIC, partition=0, fetch_offset=offset)],
+        )
+        (result,) = s.broker.Fetch(request, timeout=TIMEOUT_S).results
+        if result.error:
+            assert not result.records
+            return got, result
+        records = [r for r in decode_batches(result.records) if r.offset >= offset]
+        assert records, result
+        got.extend(records)
+        offset = records[-1].offset + 1
+    raise AssertionError("no fetch failed")
+
+
 def tiered_broker_metrics(process: BrokerProcess) -> str:
     import urllib.request
 
@@ -232,18 +257,13 @@ def test_a_damaged_remote_segment_is_a_typed_error_never_wrong_data(
         path.write_bytes(bytes(data))
         second = manifest.segments[1]
         (store_dir / second.key(TOPIC, "7", 0, "log")).unlink()
-        codes = []
-        for offset in (first.start_offset, second.start_offset):
-            request = broker_pb2.FetchRequest(
-                max_wait_ms=0,
-                partitions=[
-                    broker_pb2.FetchPartition(topic=TOPIC, partition=0, fetch_offset=offset)
-                ],
-            )
-            (result,) = s.broker.Fetch(request, timeout=TIMEOUT_S).results
-            assert not result.records
-            codes.append(result.error)
+        good, damaged = _fetch_until_error(s, first.start_offset)
+        missing = _fetch_until_error(s, second.start_offset)[1]
         # Past the damaged ones everything still reads.
         later = fetch_records(s, TOPIC, 0, manifest.segments[2].start_offset)
-    assert codes == [ErrorCode.REMOTE_SEGMENT_CORRUPT, ErrorCode.REMOTE_SEGMENT_MISSING]
+    # The batches before the damaged one come back right; the damaged one never does.
+    assert len(good) < first.end_offset - first.start_offset
+    assert [r.value for r in good] == values[first.start_offset : first.start_offset + len(good)]
+    assert damaged.error == ErrorCode.REMOTE_SEGMENT_CORRUPT
+    assert missing.error == ErrorCode.REMOTE_SEGMENT_MISSING
     assert [r.value for r in later] == values[manifest.segments[2].start_offset :]
