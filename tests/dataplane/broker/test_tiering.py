@@ -5,8 +5,10 @@ retention back while produce goes on, and a damaged remote object is a typed err
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import crc32c
 import pytest
@@ -122,6 +124,46 @@ def test_sealed_segments_upload_leave_the_disk_and_read_back_from_the_start(
     assert manifest.end_offset >= state.remote_end_offset
     local = sorted(p.name for p in (tiered_broker.data_dir / f"{TOPIC}-0").glob("*.log"))
     assert len(local) < len(manifest.segments)  # most segments are only remote now
+
+
+def test_the_same_against_an_s3_endpoint(
+    tmp_path: Path, s3_store_uri: tuple[str, dict[str, Any]], request: pytest.FixtureRequest
+) -> None:
+    """Uploads, local deletion and reads from the start with the store on S3 (moto's
+    server); the credentials reach the broker in a private file."""
+    uri, options = s3_store_uri
+    options_file = tmp_path / "store.json"
+    options_file.write_text(json.dumps(options))
+    options_file.chmod(0o600)
+    process = BrokerProcess(
+        tmp_path / "broker-1",
+        broker_id=1,
+        extra_args=[
+            "--remote-store-uri",
+            uri,
+            "--remote-store-options-file",
+            str(options_file),
+            *TIER_ARGS,
+        ],
+    )
+    values = _values(0, 200)
+    try:
+        with stubs(process.start()) as s:
+            create(s, TOPIC, **TIERED)
+            _produce_all(s, values)
+            assert wait_for(lambda: _state(s).log_start_offset >= 150, timeout_s=60)
+            assert _earliest(s).offset == 0
+            stored = fetch_records(s, TOPIC, 0, 0)
+        assert [r.value for r in stored] == values
+        store = ObjectStore.open(uri, options)
+        manifest = manifests.latest(store, TOPIC, "7", 0)
+        assert manifest.log_start_offset == 0
+        assert manifest.end_offset >= 150
+    finally:
+        report = getattr(request.node, "report_call", None)
+        if report is not None and report.failed:
+            print(process.log_text()[-20000:])
+        stop_all([process])
 
 
 def test_reads_at_every_offset_below_the_local_log_start_start_at_that_offset(
