@@ -24,7 +24,9 @@ from dataplane.broker.lag import record_age, timestamp_at
 from dataplane.broker.partitions import Partition, PartitionRegistry
 from dataplane.broker.tiering import TierManager
 from dataplane.errors import ErrorCode, MeridianError
+from dataplane.storage.errors import OffsetOutOfRangeError
 from dataplane.storage.log import PartitionLog
+from dataplane.tiered.layout import Manifest
 from lanes.names import SEPARATOR
 
 DEFAULT_PARTITION_MAX_BYTES = 1024 * 1024
@@ -152,18 +154,11 @@ class FetchHandler:
         limit = min(item.partition_max_bytes or DEFAULT_PARTITION_MAX_BYTES, max(budget, 0))
         size = 0
         try:
-            remote = self._tier.check_readable(part, item.fetch_offset) if self._tier else None
-            if remote is not None and self._tier is not None and (limit > 0 or first):
-                data = self._tier.read(part, remote, item.fetch_offset, max(limit, 1))
+            if limit > 0 or first:
+                data = self._read(part, item.fetch_offset, max(limit, 1))
                 if first or len(data) <= limit:
                     result.records, size = data, len(data)
-            elif remote is not None:
-                pass  # in the remote tier, and no budget left for it in this response
-            elif limit > 0 or first:
-                read = log.read(item.fetch_offset, max(limit, 1))
-                if first or len(read.data) <= limit:
-                    result.records, size = read.data, len(read.data)
-            else:
+            elif self._remote(part, item.fetch_offset) is None:
                 log.read(item.fetch_offset, 1, max_offset=item.fetch_offset)  # range check
         except Exception as exc:  # every failure is a typed result
             error = to_error(exc)
@@ -174,6 +169,24 @@ class FetchHandler:
         )
         result.log_end_offset = log.log_end_offset
         return size
+
+    def _read(self, part: Partition, offset: int, max_bytes: int) -> bytes:
+        """Whole batches from ``offset``: from the remote tier below a tiered partition's
+        local log, else from the log (and from the remote tier after all when local
+        retention moved the log start past ``offset`` during the read)."""
+        remote = self._remote(part, offset)
+        if remote is None:
+            try:
+                return part.log.read(offset, max_bytes).data
+            except OffsetOutOfRangeError:
+                remote = self._remote(part, offset)
+                if remote is None:
+                    raise
+        assert self._tier is not None
+        return self._tier.read(part, remote, offset, max_bytes)
+
+    def _remote(self, part: Partition, offset: int) -> Manifest | None:
+        return self._tier.check_readable(part, offset) if self._tier is not None else None
 
 
 def not_leader(part: Partition) -> MeridianError | None:
@@ -263,12 +276,9 @@ class OffsetsHandler:
             return False
         if item.timestamp < 0 and item.timestamp != EARLIEST:
             return False
-        manifest = tier.remote_view(part)
+        manifest = tier.require_view(part)
         if manifest is None:
-            raise MeridianError(
-                ErrorCode.REMOTE_STORAGE_NOT_AVAILABLE,
-                f"{part.topic}-{part.index}: the remote manifest is not read yet",
-            )
+            return False  # nothing below the local log
         if item.timestamp == EARLIEST:
             result.offset = tier.log_start_offset(part)
         elif manifest.is_empty or item.timestamp > manifest.segments[-1].max_timestamp:

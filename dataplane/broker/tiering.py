@@ -319,18 +319,25 @@ class TierManager:
             return local
         return min(local, manifest.log_start_offset)
 
+    def require_view(self, part: Partition) -> Manifest | None:
+        """The manifest, when the remote tier may hold records below the local log;
+        ``REMOTE_STORAGE_NOT_AVAILABLE`` while it is not read yet (None: a log starting
+        at 0 has nothing below it)."""
+        manifest = self.remote_view(part)
+        if manifest is None and part.log.log_start_offset > 0:
+            raise MeridianError(
+                ErrorCode.REMOTE_STORAGE_NOT_AVAILABLE,
+                f"{part.topic}-{part.index}: the remote manifest is not read yet",
+            )
+        return manifest
+
     def check_readable(self, part: Partition, offset: int) -> Manifest | None:
         """The manifest to serve ``offset`` from (below the local log start), None to read
         locally; ``REMOTE_STORAGE_NOT_AVAILABLE`` while the manifest is unknown."""
         if not part.log.config.remote_storage or offset >= part.log.log_start_offset:
             return None
-        manifest = self.remote_view(part)
-        if manifest is None:
-            raise MeridianError(
-                ErrorCode.REMOTE_STORAGE_NOT_AVAILABLE,
-                f"{part.topic}-{part.index}: the remote manifest is not read yet",
-            )
-        if manifest.is_empty or offset < manifest.log_start_offset:
+        manifest = self.require_view(part)
+        if manifest is None or manifest.is_empty or offset < manifest.log_start_offset:
             return None  # below everything kept: the local read answers out of range
         return manifest
 
