@@ -149,6 +149,10 @@ class AdminHandler:
                 ErrorCode.INVALID_CONFIG,
                 "remote_storage needs an object store, and this broker has none (remote_store_uri)",
             )
+        if config.remote_storage and not config.topic_id:
+            # The id names the topic's objects: without one, a topic made again under the
+            # same name would take a deleted one's remote segments for its own.
+            raise MeridianError(ErrorCode.INVALID_CONFIG, "remote_storage needs a topic_id")
 
     def describe(self, request: admin_pb2.DescribeStateRequest) -> admin_pb2.DescribeStateResponse:
         wanted = set(request.topics)

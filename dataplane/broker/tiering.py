@@ -50,9 +50,11 @@ from dataclasses import dataclass, field
 from dataplane.broker.partitions import Partition, PartitionRegistry
 from dataplane.broker.producers import ProducerStateTable
 from dataplane.errors import ErrorCode, MeridianError
-from dataplane.storage.log import wall_clock_ms
+from dataplane.storage.errors import OffsetOutOfRangeError
+from dataplane.storage.log import PartitionLog, wall_clock_ms
 from dataplane.storage.segment import LogSegment
 from dataplane.tiered import layout, manifests
+from dataplane.tiered.errors import RemoteSegmentMissingError
 from dataplane.tiered.layout import Manifest, ManifestError, RemoteSegment
 from dataplane.tiered.remote_log import RemoteLogReader
 from dataplane.tiered.store import ObjectStore, RemoteStoreError
@@ -61,6 +63,7 @@ from dataplane.tiered.upload import SegmentGoneError, epochs_json, next_to_uploa
 log = logging.getLogger(__name__)
 
 MAX_BACKOFF_S = 30.0
+READ_WAIT_S = 1.0  # how long a fetch waits for a free remote reader
 
 
 @dataclass
@@ -78,6 +81,7 @@ class TierCounters:
 
 @dataclass
 class _PartitionTier:
+    log: PartitionLog  # the log this state is for (a topic made again has a new one)
     manifest: Manifest | None = None  # None: not read since this broker became leader
     epoch: int = -2  # the leader epoch the manifest was read under
     failures: int = 0
@@ -100,26 +104,35 @@ class TierManager:
         interval_ms: int,
         orphan_grace_s: float = 300.0,
         cache_bytes: int = 256 * 1024 * 1024,
+        remote_readers: int = 4,
     ) -> None:
         self.registry = registry
         self.store = store
         self.broker_id = broker_id
         self.interval_s = interval_ms / 1000
-        # Often enough that an orphan goes soon after its grace, at most once a minute.
-        self.clean_interval_s = max(self.interval_s, min(60.0, orphan_grace_s / 2))
+        # Listing a partition's objects costs a call per thousand: once per grace period
+        # (at most ten minutes apart), and at once after a failed or lost upload.
+        self.clean_interval_s = max(self.interval_s, min(600.0, orphan_grace_s))
         self.orphan_grace_s = orphan_grace_s
         self.counters = TierCounters()
         self.reader = RemoteLogReader(store, cache_bytes)
         self.on_remote_read: Callable[[float], None] | None = None  # seconds per read
+        self._readers = threading.BoundedSemaphore(remote_readers)
         self._states: dict[tuple[str, int], _PartitionTier] = {}
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="broker-tier")
         self._stopping = threading.Event()
+        self.exclusive_create_checked = False
 
     # -- running -----------------------------------------------------------------------
     async def run_forever(self) -> None:
         loop = asyncio.get_running_loop()
         while not self._stopping.is_set():
-            await loop.run_in_executor(self._pool, self.tick)
+            try:
+                await loop.run_in_executor(self._pool, self.tick)
+            except RuntimeError:
+                return  # the pool is shut down: the broker is stopping
+            except Exception:  # the loop outlives any one failure
+                log.exception("tiered storage: a round failed")
             await asyncio.sleep(self.interval_s)
 
     def stop(self) -> None:
@@ -127,31 +140,62 @@ class TierManager:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
     def tick(self) -> None:
-        """Tend every tiered partition once (blocking; see the module docstring)."""
-        hosted = set()
-        for part in self.registry.all():
-            if part.deleted or not part.log.config.remote_storage:
-                continue
-            hosted.add((part.topic, part.index))
-            if self._stopping.is_set():
-                return
-            self._tend(part)
-        for key in set(self._states) - hosted:
+        """Tend every tiered partition once (blocking; see the module docstring): first
+        read the manifests new leaders need (cheap, and reads wait for them), then give
+        each partition up to ``_upload_budget_s`` of uploads, in turn."""
+        if not self.exclusive_create_checked:
+            self._check_exclusive_create()
+        parts = [p for p in self.registry.all() if not p.deleted and p.log.config.remote_storage]
+        for key in set(self._states) - {(p.topic, p.index) for p in parts}:
             del self._states[key]
+        for upload in (False, True):
+            for part in parts:
+                if self._stopping.is_set():
+                    return
+                self._tend(part, upload=upload)
 
-    def _tend(self, part: Partition) -> None:
-        state = self._states.setdefault((part.topic, part.index), _PartitionTier())
+    def _check_exclusive_create(self) -> None:
+        """Creating one key twice must fail the second time, or two leaders could both
+        commit a manifest version: say so loudly (once the store answers)."""
+        key = f"_meridian/exclusive-create-check/{self.broker_id}-{time.time_ns()}"
+        try:
+            first, second = self.store.create(key, b"1"), self.store.create(key, b"2")
+            self.store.delete([key])
+        except RemoteStoreError:
+            return  # asked again next round
+        self.exclusive_create_checked = True
+        if first and second:
+            log.error(
+                "the object store %s does not refuse a second create of one key: "
+                "manifest commits cannot fence a former leader",
+                self.store.uri,
+            )
+
+    def _state(self, part: Partition) -> _PartitionTier:
+        key = (part.topic, part.index)
+        state = self._states.get(key)
+        if state is None or state.log is not part.log:  # new, or the topic made again
+            state = self._states[key] = _PartitionTier(part.log)
+        return state
+
+    def _tend(self, part: Partition, *, upload: bool) -> None:
+        state = self._state(part)
         epoch = _leader_epoch(part)
         if epoch is None:
+            if state.epoch != -2:
+                part.log.remote_end_offset = None  # a follower follows the leader's start
             state.manifest, state.epoch, state.waiting_since = None, -2, {}
             return
         now = time.monotonic()
-        if now < state.retry_at:
+        if now < state.retry_at or (upload and state.manifest is None):
             return
         try:
             if state.manifest is None or state.epoch != epoch:
                 state.manifest, state.epoch = self._read_manifest(part), epoch
-            self._upload(part, state, epoch)
+                state.next_clean_at = now  # a new leader looks for orphans first
+            if not upload:
+                return
+            self._upload(part, state, epoch, deadline=now + self._upload_budget_s)
             self._expire(part, state, epoch)
             self._publish(part, state)
             if now >= state.next_clean_at:
@@ -159,28 +203,50 @@ class TierManager:
                 state.next_clean_at = now + self.clean_interval_s
             state.failures, state.last_error = 0, ""
         except Exception as exc:  # one partition's failure must not stop the others
-            if not isinstance(exc, (RemoteStoreError, ManifestError)):
-                log.exception("%s-%s: tiered storage failed", part.topic, part.index)
-            state.failures += 1
-            self.counters.failures += 1
-            state.retry_at = now + min(MAX_BACKOFF_S, self.interval_s * 2**state.failures)
-            if state.last_error != str(exc):
-                log.warning("%s-%s: tiered storage: %s", part.topic, part.index, exc)
-            state.last_error = str(exc)
+            self._failed(part, state, exc, now)
         finally:
             self._measure_lag(part, state)
+
+    @property
+    def _upload_budget_s(self) -> float:
+        return max(self.interval_s, 1.0)
+
+    def _failed(self, part: Partition, state: _PartitionTier, exc: Exception, now: float) -> None:
+        if not isinstance(exc, (RemoteStoreError, ManifestError, UnknownRemoteStateError)):
+            log.exception("%s-%s: tiered storage failed", part.topic, part.index)
+        state.failures += 1
+        self.counters.failures += 1
+        state.manifest = None  # whatever happened, read the truth again
+        state.next_clean_at = now  # a failed upload may have left objects behind
+        backoff = self.interval_s * 2 ** min(state.failures, 10)
+        state.retry_at = now + min(MAX_BACKOFF_S, backoff)
+        if state.last_error != str(exc):
+            log.warning("%s-%s: tiered storage: %s", part.topic, part.index, exc)
+        state.last_error = str(exc)
 
     # -- uploads -----------------------------------------------------------------------
     def _read_manifest(self, part: Partition) -> Manifest:
         config = part.log.config
-        return manifests.latest(self.store, part.topic, config.topic_id, part.index)
+        manifest = manifests.latest(self.store, part.topic, config.topic_id, part.index)
+        if manifest.end_offset > part.log.log_end_offset:
+            # The store holds offsets this log never had: another incarnation's objects,
+            # or a log that lost its tail. Nothing may be deleted or served on its word.
+            raise UnknownRemoteStateError(
+                f"the remote manifest ends at {manifest.end_offset}, past this log's end "
+                f"{part.log.log_end_offset}"
+            )
+        return manifest
 
-    def _upload(self, part: Partition, state: _PartitionTier, epoch: int) -> None:
+    def _upload(
+        self, part: Partition, state: _PartitionTier, epoch: int, *, deadline: float
+    ) -> None:
         log_ = part.log
         assert state.manifest is not None
         for segment in next_to_upload(state.manifest, log_.segments, log_.high_watermark):
             if self._stopping.is_set() or _leader_epoch(part) != epoch:
                 return
+            if time.monotonic() > deadline:
+                return  # the other partitions' turn; this one goes on next round
             manifest = state.manifest
             start = max(segment.base_offset, manifest.end_offset, log_.log_start_offset)
             if start >= segment.next_offset:
@@ -196,7 +262,7 @@ class TierManager:
                     sidecars=self._sidecars(part, segment, start),
                     now_ms=wall_clock_ms(),
                 )
-            except SegmentGoneError:
+            except (SegmentGoneError, FileNotFoundError):
                 return  # retention or a truncation took it: plan again next time
             if not self._commit(part, state, [*manifest.segments, remote], epoch, remote):
                 return
@@ -232,11 +298,15 @@ class TierManager:
         if manifests.commit(self.store, wanted):
             state.manifest = wanted
             return True
+        # Lost, or did it? A retried create whose first try went through reads as lost.
+        latest = self._read_manifest(part)
+        state.manifest = latest
+        if uploaded is not None and any(s.id == uploaded.id for s in latest.segments):
+            return True
         self.counters.lost_commits += 1
         if uploaded is not None:
             self.store.delete(uploaded.keys(part.topic, wanted.topic_id, part.index))
             self.counters.orphans_deleted += len(layout.FILE_KINDS)
-        state.manifest = self._read_manifest(part)
         return False
 
     # -- retention ---------------------------------------------------------------------
@@ -275,7 +345,9 @@ class TierManager:
         }
         cutoff = time.time() - self.orphan_grace_s
         found = manifests.segment_objects(self.store, part.topic, manifest.topic_id, part.index)
-        orphans = [o.key for o in found if o.key not in listed and o.modified_s < cutoff]
+        orphans = [  # an object of unknown age is taken for a new one
+            o.key for o in found if o.key not in listed and 0 < o.modified_s < cutoff
+        ]
         if orphans:
             # Re-read first: a commit by another writer since ours may list them.
             latest = self._read_manifest(part)
@@ -293,15 +365,20 @@ class TierManager:
             self.counters.manifests_pruned += manifests.prune(self.store, manifest)
 
     def _measure_lag(self, part: Partition, state: _PartitionTier) -> None:
-        """How long the oldest sealed, committed segment not yet uploaded has waited."""
-        manifest = state.manifest
-        if manifest is None or _leader_epoch(part) is None:
+        """How long the oldest sealed, committed segment not yet uploaded has waited
+        (also while the manifest cannot be read: then against what was last confirmed)."""
+        if _leader_epoch(part) is None:
             state.upload_lag_ms = 0
             return
+        manifest = state.manifest
+        if manifest is None:
+            confirmed = part.log.remote_end_offset or 0
+            manifest = Manifest(part.topic, part.index, "", end_offset=confirmed)
         now = time.monotonic()
         waiting = next_to_upload(manifest, part.log.segments, part.log.high_watermark)
-        seen = {s.base_offset for s in waiting}
-        state.waiting_since = {base: state.waiting_since.get(base, now) for base in seen}
+        state.waiting_since = {
+            s.base_offset: state.waiting_since.get(s.base_offset, now) for s in waiting
+        }
         oldest = min(state.waiting_since.values(), default=now)
         state.upload_lag_ms = int((now - oldest) * 1000)
 
@@ -342,11 +419,28 @@ class TierManager:
         return manifest
 
     def read(self, part: Partition, manifest: Manifest, offset: int, max_bytes: int) -> bytes:
-        """Whole batches from the remote segment serving ``offset`` (blocking)."""
+        """Whole batches from the remote segment serving ``offset`` (blocking). At most
+        ``remote_readers`` run at once, so a slow store holds few of the I/O threads that
+        produce and local reads need; the others answer ``REMOTE_STORAGE_NOT_AVAILABLE``
+        (retriable) after ``READ_WAIT_S``."""
+        if not self._readers.acquire(timeout=READ_WAIT_S):
+            raise MeridianError(
+                ErrorCode.REMOTE_STORAGE_NOT_AVAILABLE,
+                f"{part.topic}-{part.index}: every remote reader is busy",
+            )
         started = time.monotonic()
         try:
             return self.reader.read(manifest, offset, max_bytes).data
+        except RemoteSegmentMissingError:
+            current = self.remote_view(part)
+            if current is not None and offset < current.log_start_offset:
+                # Total retention removed it since the read began: out of range now.
+                raise OffsetOutOfRangeError(
+                    offset, current.log_start_offset, part.log.log_end_offset
+                ) from None
+            raise
         finally:
+            self._readers.release()
             if self.on_remote_read is not None:
                 self.on_remote_read(time.monotonic() - started)
 
@@ -356,9 +450,11 @@ class TierManager:
     def describe(self, part: Partition) -> tuple[int, int, int, int, int]:
         """(remote log start or -1, remote end, remote bytes, remote segments, upload lag)."""
         state = self._states.get((part.topic, part.index))
-        manifest = None if state is None else state.manifest
-        if state is None or manifest is None:
+        if state is None:
             return -1, 0, 0, 0, 0
+        manifest = state.manifest
+        if manifest is None:
+            return -1, part.log.remote_end_offset or 0, 0, 0, state.upload_lag_ms
         start = manifest.log_start_offset if not manifest.is_empty else -1
         return (
             start,
@@ -373,9 +469,13 @@ class TierManager:
         found = {}
         for (topic, index), state in list(self._states.items()):
             part = self.registry.get(topic, index)
-            if part is not None and state.manifest is not None:
+            if part is not None and state.epoch != -2:
                 found[(topic, index)] = self.describe(part)
         return found
+
+
+class UnknownRemoteStateError(Exception):
+    """The store's manifest does not fit the local log (see ``_read_manifest``)."""
 
 
 def _leader_epoch(part: Partition) -> int | None:

@@ -46,8 +46,11 @@ T = TypeVar("T")
 
 # An S3 endpoint that does not answer should fail a call in seconds, not minutes: the
 # uploader retries on its own schedule, and a fetch should answer while the client waits.
+# s3fs itself retries a failed call 5 times: once is enough, and a retried exclusive create
+# whose first try succeeded would read as lost.
 _S3_DEFAULTS: dict[str, Any] = {
-    "config_kwargs": {"connect_timeout": 3, "read_timeout": 20, "retries": {"max_attempts": 1}},
+    "retries": 1,
+    "config_kwargs": {"connect_timeout": 3, "read_timeout": 10, "retries": {"max_attempts": 1}},
 }
 _COPY_CHUNK = 4 * 1024 * 1024
 
@@ -132,9 +135,18 @@ class ObjectStore:
         else:
 
             def upload() -> None:
-                with self.fs.open(self.path(key), "wb") as out:
+                # Not committed until whole: a failed copy discards its parts rather than
+                # leaving a short object under the key.
+                out = self.fs.open(self.path(key), "wb", autocommit=False)
+                try:
                     shutil.copyfileobj(reader, out, _COPY_CHUNK)
                     reader.check_done()
+                    out.close()
+                    out.commit()
+                except BaseException:
+                    with contextlib.suppress(Exception):
+                        out.discard()
+                    raise
 
             self._call(key, upload)
         return reader.read_bytes, reader.crc

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
 import crc32c
 import pytest
 
-from dataplane._gen.meridian.v1 import admin_pb2, broker_pb2
+from dataplane._gen.meridian.v1 import admin_pb2, broker_pb2, common_pb2
 from dataplane.errors import ErrorCode
 from dataplane.records import Record, build_batch, decode_batches
 from dataplane.tiered import layout, manifests
@@ -309,3 +310,30 @@ def test_a_damaged_remote_segment_is_a_typed_error_never_wrong_data(
     assert damaged.error == ErrorCode.REMOTE_SEGMENT_CORRUPT
     assert missing.error == ErrorCode.REMOTE_SEGMENT_MISSING
     assert [r.value for r in later] == values[manifest.segments[2].start_offset :]
+
+
+@pytest.mark.parametrize("new_id", ["8", "7"])
+def test_a_topic_made_again_under_a_deleted_ones_name_never_serves_its_records(
+    tiered_broker: BrokerProcess, new_id: str
+) -> None:
+    """With a new id the old objects are another folder's; with the old id (a caller
+    that reused it) the manifest ends past the new log, so it is not trusted."""
+    with stubs(tiered_broker) as s:
+        create(s, TOPIC, **TIERED)
+        _produce_all(s, _values(0, 200))
+        assert wait_for(lambda: _state(s).log_start_offset >= 100, timeout_s=30)
+        s.admin.DeletePartitions(
+            admin_pb2.DeletePartitionsRequest(
+                partitions=[common_pb2.TopicPartition(topic=TOPIC, partition=0)]
+            ),
+            timeout=TIMEOUT_S,
+        )
+        create(s, TOPIC, **{**TIERED, "topic_id": new_id})
+        fresh = [b"fresh-%03d" % i + b"z" * 300 for i in range(60)]
+        _produce_all(s, fresh)
+        time.sleep(2)  # rounds of the tier manager (every 100 ms) acting on what it believes
+        assert _earliest(s).offset == 0
+        stored = fetch_records(s, TOPIC, 0, 0)
+        state = _state(s)
+    assert [r.value for r in stored] == fresh
+    assert state.log_start_offset == 0 or state.remote_log_start_offset == 0
