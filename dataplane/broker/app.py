@@ -298,6 +298,15 @@ class BrokerApp:
         self.manager.start()
         repaired = [r for r in reports if not r.clean_shutdown or r.repaired]
         log.info("opened %d logs (%d recovered)", len(reports), len(repaired))
+        tiered = [tp for tp, pl in self.manager.logs().items() if pl.config.remote_storage]
+        if tiered and self.tier is None:
+            log.warning(
+                "%d partitions (%s, ...) have remote_storage but this broker has no object "
+                "store (remote_store_uri): nothing is uploaded, and their local retention "
+                "waits for uploads",
+                len(tiered),
+                tiered[0],
+            )
         await self.registry.adopt()
         await self.coordinator.start(self.owned_offsets_partitions())
         await self.registry.adopt()  # the offsets logs the coordinator opened
