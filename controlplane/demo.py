@@ -280,10 +280,19 @@ def build_platform(platform: Platform, api: Api) -> dict[str, Any]:
     # Two controllers: one holds the region's lease, the other stands by to take over.
     for name in CONTROLLERS:
         platform.spawn(name, "controlplane.controller", "--region", REGION, "--id", name)
+    # Tiered storage's object store: a folder of the demo's data, so topics made with
+    # remote_storage keep their sealed segments there.
+    (platform.data_dir / "objects").mkdir(mode=0o700, exist_ok=True)
     api.call(
         "POST",
         "/api/v1/clusters",
-        {"region": REGION, "name": CLUSTER, "provisioner": "local", "broker_count": 3},
+        {
+            "region": REGION,
+            "name": CLUSTER,
+            "provisioner": "local",
+            "broker_count": 3,
+            "remote_store_uri": str(platform.data_dir / "objects"),
+        },
     )
     print("==> region 'local' with two controllers (active and standby); cluster 'main' of 3 "
           "local brokers ...")  # fmt: skip
@@ -454,6 +463,7 @@ Meridian is running.
   API            {url}/api/v1/            (OpenAPI: {url}/api/v1/openapi.json)
   brokers        {bootstrap}
   data and logs  {platform.data_dir}
+  object store   {platform.data_dir / "objects"}   (topics with remote_storage=true tier there)
   controllers    {controllers}
                  (one active, one standby: kill the active one and the other takes over;
                  the demo starts the dead one again as the new standby)

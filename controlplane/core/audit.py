@@ -11,7 +11,8 @@ from django.forms.models import model_to_dict
 from controlplane.core.actors import Actor
 from controlplane.core.models import AuditEvent
 
-_HIDDEN = {"secret_hash", "sealed_private_key", "password"}
+# Secrets: hashes, keys, passwords, a cluster's object store options (credentials).
+_HIDDEN = {"secret_hash", "sealed_private_key", "password", "remote_store_options"}
 
 
 def snapshot(obj: models.Model | None) -> dict[str, Any] | None:

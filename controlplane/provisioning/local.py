@@ -3,14 +3,16 @@
 Broker ``N`` of cluster ``C`` in region ``R`` runs as
 ``python -m dataplane.broker --id N --data-dir <DATA_DIR>/R/C/broker-N
 --listen 127.0.0.1:<port> --peer M=127.0.0.1:<port of M> ... --region R --cluster-id C``;
-plus, with ``BROKER_AUTH``, the issuer's JWKS and the broker client's credentials, and
-TLS flags when configured (``security_args``); its ready file (``broker-N.ready``, JSON
-with its ``pid``) and its log (``broker-N.log``,
-stdout and stderr, appended) sit next to the data directory. Ports are chosen once, for
-every broker of the cluster before any starts (each needs the others' addresses), and
-kept in the rows, so a restarted broker comes back at the same address. Processes get a
-session of their own: they outlive the controller that started them, which is how
-brokers keep serving while no controller runs; the next controller finds them by pid.
+plus ``--remote-store-uri`` (and ``--remote-store-options-file``, a private file) when
+the cluster has an object store (``remote_store_args``); with ``BROKER_AUTH``, the
+issuer's JWKS and the broker client's credentials, and TLS flags when configured
+(``security_args``); its ready file (``broker-N.ready``, JSON with its ``pid``) and its
+log (``broker-N.log``, stdout and stderr, appended) sit next to the data directory.
+Ports are chosen once, for every broker of the cluster before any starts (each needs
+the others' addresses), and kept in the rows, so a restarted broker comes back at the
+same address. Processes get a session of their own: they outlive the controller that
+started them, which is how brokers keep serving while no controller runs; the next
+controller finds them by pid.
 They inherit the lifeline of ``./dev run`` when there is one (``dataplane/lifeline.py``),
 so they stop with the demo however it ends.
 """
@@ -126,7 +128,24 @@ class LocalProvisioner:
         args += ["--ready-file", str(paths.ready_file), "--metrics-listen", f"{HOST}:0"]
         for peer in cluster.brokers.exclude(pk=broker.pk).exclude(port__isnull=True):
             args += ["--peer", f"{peer.broker_id}={peer.host}:{peer.port}"]
-        return args + self.security_args()
+        return args + self.remote_store_args(cluster) + self.security_args()
+
+    def remote_store_args(self, cluster: Cluster) -> list[str]:
+        """Tiered storage's object store: its URI, and its options (credentials) in a
+        private file (``0600`` in a ``0700`` folder), never on the command line."""
+        if not cluster.remote_store_uri:
+            return []
+        args = ["--remote-store-uri", cluster.remote_store_uri]
+        path = self.remote_store_options_file(cluster)
+        if cluster.remote_store_options:
+            write_private(path, json.dumps(cluster.remote_store_options).encode())
+            args += ["--remote-store-options-file", str(path)]
+        else:  # cleared since an earlier start: no stale credentials left behind
+            path.unlink(missing_ok=True)
+        return args
+
+    def remote_store_options_file(self, cluster: Cluster) -> Path:
+        return self.data_root / "secrets" / f"remote-store-{cluster.pk}.json"
 
     def security_args(self) -> list[str]:
         """Authentication (``BROKER_AUTH``: the issuer's JWKS, and the broker client's

@@ -5,6 +5,10 @@ from django.db import models
 from controlplane.core.models import StatusModel, TimestampedModel
 from controlplane.core.validators import slug_validator
 from controlplane.regions.choices import BrokerPhase, ProvisionerKind
+from controlplane.regions.remote_store import (
+    remote_store_options_validator,
+    remote_store_uri_validator,
+)
 
 
 class Region(TimestampedModel):
@@ -25,7 +29,12 @@ class Region(TimestampedModel):
 
 
 class Cluster(StatusModel):
-    """A set of brokers in one region that hosts topics."""
+    """A set of brokers in one region that hosts topics.
+
+    ``remote_store_uri`` is the object store of tiered storage (an fsspec URI: an
+    absolute folder path, ``file://``, ``s3://bucket/prefix`` ...; blank: tiering off);
+    ``remote_store_options`` its filesystem options (endpoint, credentials): a secret,
+    never returned by the API, shown in the console or audited (``remote_store.py``)."""
 
     region = models.ForeignKey(Region, on_delete=models.PROTECT, related_name="clusters")
     name = models.CharField(max_length=32, validators=[slug_validator])
@@ -33,6 +42,12 @@ class Cluster(StatusModel):
         max_length=16, choices=ProvisionerKind.choices, default=ProvisionerKind.LOCAL
     )
     broker_count = models.PositiveIntegerField(default=3)
+    remote_store_uri = models.CharField(
+        max_length=1024, blank=True, default="", validators=[remote_store_uri_validator]
+    )
+    remote_store_options = models.JSONField(
+        default=dict, blank=True, validators=[remote_store_options_validator]
+    )
 
     class Meta:
         ordering = ["region", "name"]

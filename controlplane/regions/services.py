@@ -10,6 +10,7 @@ second half; they audit phase transitions only, not every heartbeat.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -72,13 +73,29 @@ def delete_region(region: Region, *, actor: Actor) -> None:
 # -- clusters -----------------------------------------------------------------------------
 @transaction.atomic
 def create_cluster(
-    region: Region, *, name: str, provisioner: str, broker_count: int, actor: Actor
+    region: Region,
+    *,
+    name: str,
+    provisioner: str,
+    broker_count: int,
+    actor: Actor,
+    remote_store_uri: str = "",
+    remote_store_options: dict[str, Any] | None = None,
 ) -> Cluster:
     """A cluster with brokers 1..``broker_count`` (phase pending). A ``local`` cluster's
     brokers are started by the region's controller; a ``static`` one's run elsewhere and
-    get their addresses through ``register_broker``."""
+    get their addresses through ``register_broker``. ``remote_store_uri`` (and its
+    secret ``remote_store_options``) is the object store of tiered storage."""
     _check_broker_count(broker_count)
-    cluster = Cluster(region=region, name=name, provisioner=provisioner, broker_count=broker_count)
+    cluster = Cluster(
+        region=region,
+        name=name,
+        provisioner=provisioner,
+        broker_count=broker_count,
+        remote_store_uri=remote_store_uri,
+        remote_store_options=remote_store_options or {},
+    )
+    _check_store_options(cluster)
     _validate(cluster, exclude=["region"])
     if Cluster.objects.filter(region=region, name=name).exists():
         raise Conflict(f"cluster {name!r} already exists in region {region.name!r}", field="name")
@@ -92,10 +109,24 @@ def create_cluster(
 
 
 @transaction.atomic
-def update_cluster(cluster: Cluster, *, broker_count: int, actor: Actor) -> Cluster:
-    """Grow a cluster by new brokers (pending). Shrinking is ``Conflict``: brokers leave
-    one at a time through decommissioning, which moves their replicas first."""
+def update_cluster(
+    cluster: Cluster,
+    *,
+    broker_count: int | None = None,
+    remote_store_uri: str | None = None,
+    remote_store_options: dict[str, Any] | None = None,
+    actor: Actor,
+) -> Cluster:
+    """Grow a cluster by new brokers (pending), and/or set its object store (see
+    ``set_remote_store``). Shrinking is ``Conflict``: brokers leave one at a time
+    through decommissioning, which moves their replicas first."""
     cluster = Cluster.objects.select_for_update().get(pk=cluster.pk)
+    if remote_store_uri is not None or remote_store_options is not None:
+        cluster = set_remote_store(
+            cluster, uri=remote_store_uri, options=remote_store_options, actor=actor
+        )
+    if broker_count is None or broker_count == cluster.broker_count:
+        return cluster
     _check_broker_count(broker_count)
     if broker_count < cluster.broker_count:
         raise Conflict(
@@ -111,6 +142,57 @@ def update_cluster(cluster: Cluster, *, broker_count: int, actor: Actor) -> Clus
     cluster.save(update_fields=["broker_count", "updated_at"])
     audit.record(actor, "cluster.update", cluster, before=before, after=audit.snapshot(cluster))
     return cluster
+
+
+@transaction.atomic
+def set_remote_store(
+    cluster: Cluster,
+    *,
+    uri: str | None = None,
+    options: dict[str, Any] | None = None,
+    actor: Actor,
+) -> Cluster:
+    """Set the cluster's object store (None keeps a value): the URI (blank: tiering
+    off) and its options (``{}`` clears them; a secret, audited only as set or not).
+    The URI does not change while a topic of the cluster keeps segments in the store
+    (``Conflict``): they would be lost to it; options may (rotated credentials). Brokers
+    read both when they start: a running broker keeps its store until restarted."""
+    cluster = Cluster.objects.select_for_update().get(pk=cluster.pk)
+    before = _store_snapshot(cluster)
+    if uri is not None and uri != cluster.remote_store_uri:
+        tiered = cluster.topics.filter(remote_storage=True)
+        if tiered.exists():
+            raise Conflict(
+                f"cluster {cluster} has topics with remote_storage: its store cannot change",
+                remote_store_uri=["topics of the cluster keep segments in the current store"],
+                topics=tiered.count(),
+            )
+        cluster.remote_store_uri = uri
+    if options is not None:
+        cluster.remote_store_options = options
+    _check_store_options(cluster)
+    _validate(cluster, exclude=["region"])
+    cluster.save(update_fields=["remote_store_uri", "remote_store_options", "updated_at"])
+    audit.record(
+        actor, "cluster.remote_store", cluster, before=before, after=_store_snapshot(cluster)
+    )
+    return cluster
+
+
+def _store_snapshot(cluster: Cluster) -> dict[str, Any]:
+    """The audit picture of a store: its URI and whether options are set, never them."""
+    return {
+        "remote_store_uri": cluster.remote_store_uri,
+        "remote_store_options_set": bool(cluster.remote_store_options),
+    }
+
+
+def _check_store_options(cluster: Cluster) -> None:
+    if cluster.remote_store_options and not cluster.remote_store_uri:
+        raise InvalidRequest(
+            "remote_store_options: needs remote_store_uri",
+            remote_store_options=["options without a store: set remote_store_uri too"],
+        )
 
 
 @transaction.atomic

@@ -54,10 +54,14 @@ class BrokerSummarySerializer(serializers.ModelSerializer[Broker]):
 
 
 class ClusterSerializer(serializers.ModelSerializer[Cluster]):
+    """A cluster. Its object store's options are a secret: never returned, only whether
+    they are set (``remote_store_options_set``)."""
+
     region: serializers.SlugRelatedField[Region] = serializers.SlugRelatedField(
         slug_field="name", read_only=True
     )
     brokers = BrokerSummarySerializer(many=True, read_only=True)
+    remote_store_options_set = serializers.SerializerMethodField()
 
     class Meta:
         model = Cluster
@@ -67,6 +71,8 @@ class ClusterSerializer(serializers.ModelSerializer[Cluster]):
             "name",
             "provisioner",
             "broker_count",
+            "remote_store_uri",
+            "remote_store_options_set",
             "status",
             "status_reason",
             "brokers",
@@ -75,8 +81,31 @@ class ClusterSerializer(serializers.ModelSerializer[Cluster]):
         ]
         read_only_fields = fields
 
+    def get_remote_store_options_set(self, cluster: Cluster) -> bool:
+        """Whether the object store has options (credentials); they are never shown."""
+        return bool(cluster.remote_store_options)
 
-class ClusterCreateSerializer(serializers.Serializer[Any]):
+
+class RemoteStoreSerializer(serializers.Serializer[Any]):
+    """A cluster's object store, written only. Types only: the rules are the model's
+    (``regions.remote_store``)."""
+
+    remote_store_uri = serializers.CharField(
+        max_length=1024,
+        required=False,
+        allow_blank=True,
+        help_text="tiered storage's object store: an absolute folder path, file://, s3://, "
+        "gs://, hdfs:// or memory:// URI; blank: tiering off",
+    )
+    remote_store_options = serializers.DictField(
+        required=False,
+        write_only=True,
+        help_text="the store's fsspec options (endpoint, credentials): a secret, never "
+        "returned (see remote_store_options_set)",
+    )
+
+
+class ClusterCreateSerializer(RemoteStoreSerializer):
     region = serializers.SlugRelatedField(slug_field="name", queryset=Region.objects.all())
     name = serializers.CharField(max_length=32)
     provisioner = serializers.ChoiceField(
@@ -85,9 +114,9 @@ class ClusterCreateSerializer(serializers.Serializer[Any]):
     broker_count = serializers.IntegerField(min_value=1, max_value=MAX_BROKERS_PER_CLUSTER)
 
 
-class ClusterUpdateSerializer(serializers.Serializer[Any]):
+class ClusterUpdateSerializer(RemoteStoreSerializer):
     broker_count = serializers.IntegerField(
-        min_value=1, max_value=MAX_BROKERS_PER_CLUSTER, help_text="may only grow"
+        min_value=1, max_value=MAX_BROKERS_PER_CLUSTER, required=False, help_text="may only grow"
     )
 
 

@@ -90,8 +90,7 @@ class ClusterViewSet(
         return services.create_cluster(region, actor=self.actor, **data)
 
     def update_object(self, cluster: Cluster, data: dict[str, Any]) -> Cluster:
-        broker_count = data.get("broker_count", cluster.broker_count)
-        return services.update_cluster(cluster, broker_count=broker_count, actor=self.actor)
+        return services.update_cluster(cluster, actor=self.actor, **data)
 
     def delete_object(self, cluster: Cluster) -> Cluster:
         return services.delete_cluster(cluster, actor=self.actor)
