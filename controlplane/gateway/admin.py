@@ -9,7 +9,7 @@ reconnects at once.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 import grpc
@@ -25,28 +25,55 @@ K = TypeVar("K")
 
 @dataclass(frozen=True)
 class DesiredConfig:
-    """The partition configuration the control plane owns (a topic's settings)."""
+    """The partition configuration the control plane owns (a topic's settings).
+
+    ``topic_id`` names the topic's objects in the object store; a broker keeps the
+    first one it is given and refuses another (``INVALID_CONFIG``). ``without_topic_id``
+    is the same config asking nothing of the id: what an alter of a partition that
+    already has another id can still send."""
 
     retention_ms: int
     retention_bytes: int
     max_message_bytes: int
     durability: str
+    remote_storage: bool = False
+    local_retention_ms: int = -2
+    local_retention_bytes: int = -2
+    topic_id: str | None = None
 
     def to_proto(self) -> common_pb2.PartitionConfig:
-        return common_pb2.PartitionConfig(
+        config = common_pb2.PartitionConfig(
             retention_ms=self.retention_ms,
             retention_bytes=self.retention_bytes,
             max_message_bytes=self.max_message_bytes,
             durability=self.durability,
+            remote_storage=self.remote_storage,
+            local_retention_ms=self.local_retention_ms,
+            local_retention_bytes=self.local_retention_bytes,
         )
+        if self.topic_id is not None:
+            config.topic_id = self.topic_id
+        return config
 
     def differences(self, actual: common_pb2.PartitionConfig) -> list[str]:
         """The names of the fields whose value on the broker is not the desired one."""
-        return [
-            name
-            for name in ("retention_ms", "retention_bytes", "max_message_bytes", "durability")
-            if getattr(actual, name) != getattr(self, name)
-        ]
+        names = [*CONFIG_FIELDS, *(("topic_id",) if self.topic_id is not None else ())]
+        return [name for name in names if getattr(actual, name) != getattr(self, name)]
+
+    def without_topic_id(self) -> DesiredConfig:
+        return replace(self, topic_id=None)
+
+
+# The fields of ``DesiredConfig`` every create and alter sends (``topic_id`` aside).
+CONFIG_FIELDS = (
+    "retention_ms",
+    "retention_bytes",
+    "max_message_bytes",
+    "durability",
+    "remote_storage",
+    "local_retention_ms",
+    "local_retention_bytes",
+)
 
 
 def spec(topic: str, partition: int, config: DesiredConfig) -> admin_pb2.PartitionSpec:

@@ -47,3 +47,8 @@ LANE_LIVE_GRACE_S = env("MERIDIAN_LANE_LIVE_GRACE_S", 60.0, float)
 # of its consumer groups on it: a lane consumer's restart must not orphan the lane topic
 # (and rebalance every trunk group of the topic twice).
 LANE_ORPHAN_AFTER_S = env("MERIDIAN_LANE_ORPHAN_AFTER_S", 10.0, float)
+
+# Tiered storage: a partition leader whose oldest sealed segment has waited longer than
+# this for its upload is reported as drift (the object store may be unreachable; local
+# retention waits for the upload, so the broker's disk fills meanwhile).
+TIER_UPLOAD_LAG_FINDING_MS = env("MERIDIAN_TIER_UPLOAD_LAG_FINDING_MS", 5 * 60 * 1000, int)

@@ -15,12 +15,16 @@ class DriftKind(models.TextChoices):
     """What the reconciler found: a desired partition missing on its broker (healed),
     a partition whose config differs (healed), one no topic wants (reported only), or
     a replica whose role or leader epoch is not the controller's (reported only: the
-    controller's next push is what corrects it)."""
+    controller's next push is what corrects it), a partition whose ``topic_id`` on the
+    broker is another topic's (reported only: an id is set once), and a leader whose
+    uploads to the object store are behind (reported only: tiered storage)."""
 
     MISSING = "missing"
     CONFIG = "config"
     UNKNOWN = "unknown"
     ROLE = "role"
+    IDENTITY = "identity"
+    UPLOAD_LAG = "upload_lag"
 
 
 class AclOperation(models.TextChoices):

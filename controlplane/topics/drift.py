@@ -11,8 +11,18 @@ concurrent ``reconcile_topic`` always has its row already). Per broker:
   as ``kind=unknown`` and left alone: deleting data is an operator's decision;
 - a replica whose role (leader, follower, offline) or leader epoch is not the
   controller's is reported as ``kind=role``: the controller's pushes correct it;
-- what the partition's leader reports (``size_bytes``, ``log_end_offset``) is copied
-  onto the assignments, for quota usage and placement.
+- a partition whose ``topic_id`` on the broker is another one (a broker keeps the first
+  id it is given) is reported as ``kind=identity`` and its config healed without the
+  id; a partition without an id gets the topic's (topics made before ids were sent).
+  A broker that refuses an id is reported the same way, and the id is not sent again
+  by a drift pass while that finding is open (a reconcile run of the topic, after a
+  change, sends it again): a refusal never turns into a retry at every pass;
+- a leader whose oldest sealed segment has waited for its upload to the object store
+  longer than ``settings.TIER_UPLOAD_LAG_FINDING_MS`` is reported as ``kind=upload_lag``:
+  the store may be unreachable, and local retention waits for the upload;
+- what the partition's leader reports (``size_bytes``, ``remote_bytes``,
+  ``log_end_offset``) is copied onto the assignments, for quota usage, placement and
+  the topic's local and remote sizes.
 
 Topics still converging are not drift: their partitions may be half-made; but a
 partition a topic refused to adopt (``reconcile._strangers``: an open ``unknown``
@@ -159,6 +169,10 @@ def desired_config(topic: Topic) -> DesiredConfig:
         retention_bytes=topic.retention_bytes,
         max_message_bytes=topic.max_message_bytes,
         durability=topic.durability,
+        remote_storage=topic.remote_storage,
+        local_retention_ms=topic.local_retention_ms,
+        local_retention_bytes=topic.local_retention_bytes,
+        topic_id=str(topic.pk),
     )
 
 
@@ -183,6 +197,7 @@ def _reconcile_broker(
         ),
         *_refused(broker, desired, actual),
         *_roles(broker, desired, actual),
+        *_upload_lag(broker, desired, actual),
     ]
     report.findings.extend(findings)
     report.resolved += record_findings(broker, findings)
@@ -243,6 +258,27 @@ def _roles(
     return findings
 
 
+def _upload_lag(
+    broker: Broker,
+    desired: _Desired,
+    actual: dict[TopicPartition, admin_pb2.PartitionState],
+) -> list[Finding]:
+    """Partitions ``broker`` leads whose uploads to the object store are behind."""
+    limit_ms = settings.TIER_UPLOAD_LAG_FINDING_MS
+    findings = []
+    for key in sorted(desired.assigned):
+        row, state = desired.assigned[key], actual.get(key)
+        if state is None or row.leader_id != broker.pk or state.upload_lag_ms <= limit_ms:
+            continue
+        detail = (
+            f"uploads are behind: the oldest sealed segment has waited "
+            f"{state.upload_lag_ms // 1000} s (limit {limit_ms // 1000} s); the object "
+            "store may be unreachable; local retention waits"
+        )
+        findings.append(Finding(DriftKind.UPLOAD_LAG, key[0], key[1], detail))
+    return findings
+
+
 def _describe(state: admin_pb2.PartitionState) -> str:
     return f"size_bytes={state.size_bytes} log_end_offset={state.log_end_offset}"
 
@@ -259,13 +295,16 @@ def _copy_observed(
         reporter = row.leader_id if row.leader_id is not None else row.broker_id
         if state is None or reporter != broker.pk:
             continue
-        row.size_bytes, row.log_end_offset, row.observed_at = (
+        row.size_bytes, row.remote_bytes, row.log_end_offset, row.observed_at = (
             state.size_bytes,
+            state.remote_bytes,
             state.log_end_offset,
             now,
         )
         rows.append(row)
-    PartitionAssignment.objects.bulk_update(rows, ["size_bytes", "log_end_offset", "observed_at"])
+    PartitionAssignment.objects.bulk_update(
+        rows, ["size_bytes", "remote_bytes", "log_end_offset", "observed_at"]
+    )
 
 
 def _heal(
@@ -275,21 +314,54 @@ def _heal(
 ) -> list[Finding]:
     """Create missing partitions and fix configs of converged topics on ``broker``, one
     topic at a time under its lock (see the module docstring)."""
+    held_ids = _open_identity(broker)
     wrong: dict[int, dict[TopicPartition, str]] = {}
+    configs: dict[TopicPartition, DesiredConfig] = {}
+    findings: list[Finding] = []
     for key, want in desired.converged.items():
-        state = actual.get(key)
+        state, configs[key] = actual.get(key), want.config
         if state is None:
             wrong.setdefault(want.topic_id, {})[key] = DriftKind.MISSING
-        elif diff := want.config.differences(state.config):
+            continue
+        diff = want.config.differences(state.config)
+        if "topic_id" in diff and (state.config.topic_id or key in held_ids):
+            diff.remove("topic_id")
+            configs[key] = want.config.without_topic_id()
+            findings.append(_identity(key, state.config.topic_id, want.config.topic_id))
+        if diff:
             wrong.setdefault(want.topic_id, {})[key] = DriftKind.CONFIG + ":" + ",".join(diff)
-    findings: list[Finding] = []
     for topic_id in sorted(wrong):
-        findings.extend(_heal_topic(broker, desired, topic_id, wrong[topic_id]))
+        findings.extend(_heal_topic(broker, desired, topic_id, wrong[topic_id], configs))
     return findings
 
 
+def _open_identity(broker: Broker) -> set[TopicPartition]:
+    """The partitions with an open ``identity`` finding on ``broker``: their id is not
+    sent by a drift pass (the broker has another, or refused it)."""
+    rows = DriftFinding.objects.filter(
+        broker=broker, kind=DriftKind.IDENTITY, resolved_at__isnull=True
+    ).values_list("topic_name", "partition")
+    return set(rows)
+
+
+def _identity(key: TopicPartition, actual: str, wanted: str | None, error: str = "") -> Finding:
+    if actual:
+        detail = (
+            f"topic_id on the broker is {actual!r}, the topic's is {wanted!r}: the partition "
+            "may be another topic's (an id is set once; an operator must look)"
+        )
+    else:
+        detail = f"the broker does not take the topic's id {wanted!r}"
+        detail += f": {error}" if error else " (refused before; not sent again by drift)"
+    return Finding(DriftKind.IDENTITY, key[0], key[1], detail)
+
+
 def _heal_topic(
-    broker: Broker, desired: _Desired, topic_id: int, wrong: dict[TopicPartition, str]
+    broker: Broker,
+    desired: _Desired,
+    topic_id: int,
+    wrong: dict[TopicPartition, str],
+    configs: dict[TopicPartition, DesiredConfig],
 ) -> list[Finding]:
     generation = desired.converged[next(iter(wrong))].generation
     error = ""
@@ -299,16 +371,33 @@ def _heal_topic(
             keys = _still_wanted(broker, topic_id, generation, set(wrong))
             wrong = {key: what for key, what in wrong.items() if key in keys}
             if wrong:
-                specs = [
-                    brokers.spec(t, p, desired.converged[(t, p)].config) for (t, p) in sorted(wrong)
-                ]
+                specs = [brokers.spec(t, p, configs[(t, p)]) for (t, p) in sorted(wrong)]
                 changed = brokers.ensure_partitions(broker.address, specs)
     except TopicBusy:
         error = "a reconcile run of the topic is in progress"
     except (BrokerUnavailable, BrokerRefusedError) as exc:
         log.warning("drift heal of topic %s on %s failed: %s", topic_id, broker, exc.message)
         error = exc.message
+        if isinstance(exc, BrokerRefusedError):
+            return [
+                *(_finding(key, what, False, error) for key, what in sorted(wrong.items())),
+                *_refused_ids(wrong, configs, exc),
+            ]
     return [_finding(key, what, key in changed, error) for key, what in sorted(wrong.items())]
+
+
+def _refused_ids(
+    wrong: dict[TopicPartition, str],
+    configs: dict[TopicPartition, DesiredConfig],
+    exc: BrokerRefusedError,
+) -> list[Finding]:
+    """An ``identity`` finding for each partition whose refused heal was to set its id:
+    the next passes heal it without the id (``_open_identity``)."""
+    return [
+        _identity(key, "", configs[key].topic_id, exc.message)
+        for key, what in sorted(wrong.items())
+        if "topic_id" in what.partition(":")[2].split(",")
+    ]
 
 
 def _still_wanted(

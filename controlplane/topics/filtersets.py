@@ -13,10 +13,11 @@ class TopicFilterSet(FilterSet):
     name = django_filters.CharFilter(lookup_expr="icontains", help_text="name contains")
     region = django_filters.CharFilter(field_name="cluster__region__name")
     cluster = django_filters.CharFilter(field_name="cluster__name")
+    remote_storage = django_filters.BooleanFilter(help_text="tiered storage on")
 
     class Meta:
         model = Topic
-        fields = ["tenant", "status", "name", "region", "cluster"]
+        fields = ["tenant", "status", "name", "region", "cluster", "remote_storage"]
 
 
 class DriftFindingFilterSet(FilterSet):

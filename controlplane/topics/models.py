@@ -31,6 +31,27 @@ def full_name_problem(tenant_slug: str, name: str) -> str | None:
     return None
 
 
+# A local retention of -2 means "as the total retention", -1 unlimited.
+LOCAL_RETENTION_TOTAL = -2
+LOCAL_RETENTION_FIELDS = {
+    "local_retention_ms": "retention_ms",
+    "local_retention_bytes": "retention_bytes",
+}
+
+
+def local_retention_problems(topic: Topic) -> dict[str, list[str]]:
+    """Why the topic's local retentions cannot be: each is -2 (the total), -1
+    (unlimited) or >= 0, and at most the total when both are bounded."""
+    problems: dict[str, list[str]] = {}
+    for field, total_field in LOCAL_RETENTION_FIELDS.items():
+        local, total = getattr(topic, field), getattr(topic, total_field)
+        if not isinstance(local, int) or local < LOCAL_RETENTION_TOTAL:
+            problems[field] = ["-2 (the total retention), -1 (unlimited) or >= 0"]
+        elif local >= 0 and total is not None and total >= 0 and local > total:
+            problems[field] = [f"at most {total_field} ({total}): the local part of the total"]
+    return problems
+
+
 # A token's ``azp`` or ``sub``: printable, no whitespace.
 principal_validator = RegexValidator(
     r"\A[!-~]{1,255}\Z", "a client id or subject: printable ASCII, no spaces"
@@ -71,6 +92,12 @@ class Topic(StatusModel):
         default=1, validators=[MinValueValidator(1)]
     )
     unclean_leader_election = models.BooleanField(default=False)
+    # Tiered storage (docs/tiered-storage.md): sealed segments go to the cluster's object
+    # store; the local retentions bound what stays on the brokers' disks once uploaded
+    # (LOCAL_RETENTION_TOTAL: the same as the total retention, -1: unlimited).
+    remote_storage = models.BooleanField(default=False)
+    local_retention_ms = models.BigIntegerField(default=-2)
+    local_retention_bytes = models.BigIntegerField(default=-2, help_text="per partition")
     generation = models.PositiveBigIntegerField(default=1)
     observed_generation = models.PositiveBigIntegerField(default=0)
     created_by = models.CharField(max_length=255, blank=True, default="")
@@ -113,6 +140,9 @@ class Topic(StatusModel):
                     ]
                 }
             )
+        problems = local_retention_problems(self)
+        if problems:
+            raise ValidationError(problems)
 
     @property
     def storage_bytes(self) -> int:
@@ -150,7 +180,8 @@ class PartitionAssignment(TimestampedModel):
     status = models.CharField(
         max_length=16, choices=ProvisioningStatus.choices, default=ProvisioningStatus.PENDING
     )
-    size_bytes = models.BigIntegerField(default=0)
+    size_bytes = models.BigIntegerField(default=0)  # on the leader's disk
+    remote_bytes = models.BigIntegerField(default=0)  # in the object store (tiered storage)
     log_end_offset = models.BigIntegerField(default=0)
     observed_at = models.DateTimeField(null=True, blank=True)
 

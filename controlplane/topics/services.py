@@ -34,6 +34,29 @@ UPDATABLE_FIELDS = ("partitions", *validation.CONFIG_FIELDS, *validation.REPLICA
 CLOSED_CLUSTER_STATUSES = (TopicStatus.FAILED, TopicStatus.DELETING)
 
 
+class RemoteStorageUnavailable(InvalidRequest):
+    """``remote_storage`` asked of a topic whose cluster has no object store."""
+
+    code = "remote_storage_unavailable"
+
+    def __init__(self, cluster: Cluster) -> None:
+        message = "the topic's cluster has no object store: tiered storage is not available"
+        super().__init__(f"remote_storage: {message}", remote_storage=[message])
+        self.cluster_id = cluster.pk
+
+
+class RemoteStorageIrreversible(InvalidRequest):
+    """``remote_storage`` turned off on a topic that has it: its remote segments would
+    be orphaned in the object store (brokers refuse it too)."""
+
+    code = "remote_storage_irreversible"
+
+    def __init__(self, topic: Topic) -> None:
+        message = "cannot be turned off once on: the remote segments would be orphaned"
+        super().__init__(f"remote_storage: {message}", remote_storage=[message])
+        self.topic = topic.full_name
+
+
 @transaction.atomic
 def create_topic(
     tenant: Tenant,
@@ -48,6 +71,9 @@ def create_topic(
     replication_factor: int | None = None,
     min_insync_replicas: int | None = None,
     unclean_leader_election: bool | None = None,
+    remote_storage: bool | None = None,
+    local_retention_ms: int | None = None,
+    local_retention_bytes: int | None = None,
     actor: Actor,
 ) -> Topic:
     """A new topic ``<tenant>.<name>`` (status pending) on the least-loaded cluster of
@@ -56,7 +82,8 @@ def create_topic(
     name in use or a tenant being deleted (``Conflict``) and a quota overshoot
     (``QuotaExceeded``). The replication factor defaults to
     ``settings.DEFAULT_REPLICATION_FACTOR`` capped by the cluster's brokers; more
-    replicas than brokers is an ``InvalidRequest``."""
+    replicas than brokers is an ``InvalidRequest``; ``remote_storage`` on a cluster
+    without an object store is ``RemoteStorageUnavailable``."""
     tenant = lock_open_tenant(tenant)
     validation.validate_name(name, tenant.slug)
     validation.validate_partitions(partitions)
@@ -66,6 +93,9 @@ def create_topic(
             "retention_bytes": retention_bytes,
             "max_message_bytes": max_message_bytes,
             "durability": durability,
+            "remote_storage": remote_storage,
+            "local_retention_ms": local_retention_ms,
+            "local_retention_bytes": local_retention_bytes,
         }
     )
     full_name = validation.full_name(tenant.slug, name)
@@ -79,6 +109,7 @@ def create_topic(
     if Topic.objects.filter(full_name=full_name).exists():
         raise Conflict(f"topic {full_name!r} already exists", name=[f"{name!r} is in use"])
     cluster = pick_cluster(tenant, region)
+    _check_remote_storage(cluster, config)
     replication = _replication_for(cluster, replication_factor, min_insync_replicas,
                                    unclean_leader_election)  # fmt: skip
     topic = Topic(
@@ -105,8 +136,10 @@ def update_topic(topic: Topic, *, actor: Actor, **changes: Any) -> Topic:
     """Grow the topic's partitions and/or change its configuration (also
     ``min_insync_replicas`` and ``unclean_leader_election``). Partitions never shrink
     (``InvalidRequest``) and the replication factor does not change (``Conflict``; a
-    reassignment moves replicas); growth is checked against quotas. A real change bumps
-    ``generation`` and sets the topic pending until the reconciler applies it."""
+    reassignment moves replicas); growth is checked against quotas. ``remote_storage``
+    is turned on only on a cluster with an object store (``RemoteStorageUnavailable``)
+    and never off (``RemoteStorageIrreversible``). A real change bumps ``generation``
+    and sets the topic pending until the reconciler applies it."""
     if topic.is_lane_topic:
         raise Conflict(
             f"topic {topic.full_name!r} is a lane topic: it has its trunk's configuration",
@@ -130,6 +163,10 @@ def update_topic(topic: Topic, *, actor: Actor, **changes: Any) -> Topic:
     partitions = topic.partitions if partitions is None else partitions
     validation.validate_partitions(partitions, current=topic.partitions)
     config = validation.resolve_config(changes, _config_of(topic))
+    if topic.remote_storage and not config["remote_storage"]:
+        raise RemoteStorageIrreversible(topic)
+    if config["remote_storage"] and not topic.remote_storage:
+        _check_remote_storage(topic.cluster, config)
     replication = validation.resolve_replication(
         topic.replication_factor, changes, _replication_of(topic)
     )
@@ -290,6 +327,11 @@ def _check_growth(topic: Topic, partitions: int, retention_bytes: int) -> None:
         partitions=partitions - topic.partitions,
         storage_bytes=max(grown_storage, 0),
     )
+
+
+def _check_remote_storage(cluster: Cluster, config: dict[str, Any]) -> None:
+    if config["remote_storage"] and not cluster.remote_store_uri:
+        raise RemoteStorageUnavailable(cluster)
 
 
 def _config_of(topic: Topic) -> dict[str, Any]:

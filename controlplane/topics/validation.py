@@ -12,11 +12,19 @@ from django.conf import settings
 
 from controlplane.core.errors import InvalidRequest
 from controlplane.topics.choices import Durability
-from controlplane.topics.models import TOPIC_NAME_RE, full_name_problem
+from controlplane.topics.models import LOCAL_RETENTION_TOTAL, TOPIC_NAME_RE, full_name_problem
 
 LANE_SEPARATOR = "~"  # <tenant>.<topic>~<lane> names a lane topic
 INTERNAL_PREFIX = "__"  # internal topics; never a tenant's
-CONFIG_FIELDS = ("retention_ms", "retention_bytes", "max_message_bytes", "durability")
+CONFIG_FIELDS = (
+    "retention_ms",
+    "retention_bytes",
+    "max_message_bytes",
+    "durability",
+    "remote_storage",
+    "local_retention_ms",
+    "local_retention_bytes",
+)
 MIN_MESSAGE_BYTES = 1024
 MAX_MESSAGE_BYTES = 64 * 2**20
 
@@ -83,6 +91,8 @@ def resolve_config(
     )
     if config["durability"] not in Durability.values:
         _refuse("durability", f"one of {', '.join(Durability.values)}")
+    if not isinstance(config["remote_storage"], bool):
+        _refuse("remote_storage", "true or false")
     return config
 
 
@@ -127,6 +137,9 @@ def _defaults(limits: Mapping[str, int]) -> dict[str, Any]:
         "retention_bytes": limits["default_retention_bytes"],
         "max_message_bytes": 1_048_576,
         "durability": str(Durability.INTERVAL),
+        "remote_storage": False,
+        "local_retention_ms": LOCAL_RETENTION_TOTAL,
+        "local_retention_bytes": LOCAL_RETENTION_TOTAL,
     }
 
 

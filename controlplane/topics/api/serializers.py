@@ -24,6 +24,21 @@ class TopicConfigSerializer(serializers.Serializer[Any]):
     unclean_leader_election = serializers.BooleanField(
         required=False, help_text="elect an out-of-sync replica rather than stay offline"
     )
+    remote_storage = serializers.BooleanField(
+        required=False,
+        help_text="tiered storage: sealed segments go to the cluster's object store (400 "
+        "remote_storage_unavailable without one); cannot be turned off once on",
+    )
+    local_retention_ms = serializers.IntegerField(
+        required=False,
+        help_text="with remote_storage: how long records stay on the brokers' disks; "
+        "-2 (default): retention_ms, -1: unlimited, else at most retention_ms",
+    )
+    local_retention_bytes = serializers.IntegerField(
+        required=False,
+        help_text="per partition, with remote_storage: what stays on the brokers' disks; "
+        "-2 (default): retention_bytes, -1: unlimited, else at most retention_bytes",
+    )
 
 
 class AssignmentSerializer(serializers.ModelSerializer[PartitionAssignment]):
@@ -90,6 +105,9 @@ class TopicSummarySerializer(serializers.ModelSerializer[Topic]):
             "replication_factor",
             "min_insync_replicas",
             "unclean_leader_election",
+            "remote_storage",
+            "local_retention_ms",
+            "local_retention_bytes",
             "status",
             "status_reason",
             "generation",
@@ -102,13 +120,25 @@ class TopicSummarySerializer(serializers.ModelSerializer[Topic]):
 
 
 class TopicSerializer(TopicSummarySerializer):
-    """One topic with its partition assignments."""
+    """One topic with its partition assignments, and its size as its partitions'
+    leaders last reported it to the reconciler: on their disks (``local_bytes``) and in
+    the object store (``remote_bytes``, tiered storage)."""
 
     assignments = AssignmentSerializer(many=True, read_only=True)
+    local_bytes = serializers.SerializerMethodField()
+    remote_bytes = serializers.SerializerMethodField()
 
     class Meta(TopicSummarySerializer.Meta):
-        fields = [*TopicSummarySerializer.Meta.fields, "assignments"]
+        fields = [*TopicSummarySerializer.Meta.fields, "local_bytes", "remote_bytes", "assignments"]
         read_only_fields = fields
+
+    def get_local_bytes(self, topic: Topic) -> int:
+        """Sum over partitions of the leader's bytes on disk, as last observed."""
+        return sum(a.size_bytes for a in topic.assignments.all())
+
+    def get_remote_bytes(self, topic: Topic) -> int:
+        """Sum over partitions of the bytes in the object store, as last observed."""
+        return sum(a.remote_bytes for a in topic.assignments.all())
 
 
 class TopicCreateSerializer(TopicConfigSerializer):
