@@ -76,6 +76,23 @@ def test_the_document_is_public_json(anonymous_client: Any) -> None:
     assert document["components"]["securitySchemes"]["bearerAuth"]["scheme"] == "bearer"
 
 
+def test_the_tiered_storage_fields_are_documented(anonymous_client: Any) -> None:
+    """Topics' tiered settings and observed sizes; a cluster's store, whose options are
+    written only (never in an answer's schema)."""
+    schemas = anonymous_client.get(SCHEMA_URL).json()["components"]["schemas"]
+    tiered = {"remote_storage", "local_retention_ms", "local_retention_bytes"}
+    assert tiered <= set(schemas["Topic"]["properties"])
+    assert tiered <= set(schemas["TopicSummary"]["properties"])
+    assert {"local_bytes", "remote_bytes"} <= set(schemas["Topic"]["properties"])
+    assert tiered <= set(schemas["TopicCreateRequest"]["properties"])
+    assert tiered <= set(schemas["PatchedTopicUpdateRequest"]["properties"])
+    cluster = schemas["Cluster"]["properties"]
+    assert {"remote_store_uri", "remote_store_options_set"} <= set(cluster)
+    assert "remote_store_options" not in cluster
+    assert "remote_store_options" in schemas["ClusterCreateRequest"]["properties"]
+    assert "remote_store_options" in schemas["PatchedClusterUpdateRequest"]["properties"]
+
+
 def test_a_bad_token_does_not_hide_the_document(anonymous_client: Any) -> None:
     anonymous_client.credentials(HTTP_AUTHORIZATION="Bearer nonsense")
     assert anonymous_client.get(SCHEMA_URL).status_code == 200
