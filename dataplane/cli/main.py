@@ -25,7 +25,9 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-topics_app = typer.Typer(help="List, create, describe and delete topics.", no_args_is_help=True)
+topics_app = typer.Typer(
+    help="List, create, alter, describe and delete topics.", no_args_is_help=True
+)
 groups_app = typer.Typer(help="List and describe consumer groups.", no_args_is_help=True)
 lanes_app = typer.Typer(
     help="List, create, describe and delete a tenant's lanes (the control plane's REST API).",
@@ -98,6 +100,7 @@ app.command("consume")(reporting(consume))
 app.command("offsets")(reporting(offsets))
 topics_app.command("list")(reporting(topics.list_topics))
 topics_app.command("create")(reporting(topics.create))
+topics_app.command("alter")(reporting(topics.alter))
 topics_app.command("describe")(reporting(topics.describe))
 topics_app.command("delete")(reporting(topics.delete))
 groups_app.command("list")(reporting(groups.list_groups))

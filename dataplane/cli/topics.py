@@ -1,4 +1,5 @@
-"""``meridian topics``: list, create, describe and delete topics (the SDK's ``Admin``)."""
+"""``meridian topics``: list, create, alter, describe and delete topics (the SDK's
+``Admin``)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,38 @@ from dataplane.errors import ErrorCode, MeridianError
 
 _FIELDS = common_pb2.PartitionConfig.DESCRIPTOR.fields_by_name
 _STRING = 9  # FieldDescriptor.TYPE_STRING
+_BOOL = 8  # FieldDescriptor.TYPE_BOOL
+_BOOLS = {"true": True, "false": False, "1": True, "0": False, "on": True, "off": False}
+
+ConfigOption = Annotated[
+    list[str] | None,
+    typer.Option("--config", "-c", help="A setting KEY=VALUE, e.g. retention_ms=86400000."),
+]
+RemoteStorageOption = Annotated[
+    bool | None,
+    typer.Option(
+        "--remote-storage/--no-remote-storage",
+        help="Tiered storage: upload sealed segments to the cluster's object store "
+        "(once on, brokers refuse turning it off).",
+        show_default=False,
+    ),
+]
+LocalRetentionMsOption = Annotated[
+    int | None,
+    typer.Option(
+        help="With tiered storage: how long records stay on the brokers' disks "
+        "(-2: the retention, -1: unlimited).",
+        show_default=False,
+    ),
+]
+LocalRetentionBytesOption = Annotated[
+    int | None,
+    typer.Option(
+        help="With tiered storage: bytes per partition kept on the brokers' disks "
+        "(-2: the retention, -1: unlimited).",
+        show_default=False,
+    ),
+]
 
 
 def list_topics(
@@ -31,19 +64,55 @@ def create(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="Topic name, <tenant>.<topic>.")],
     partitions: Annotated[int, typer.Option(help="Number of partitions.")] = 1,
-    config: Annotated[
-        list[str] | None,
-        typer.Option("--config", "-c", help="A setting KEY=VALUE, e.g. retention_ms=86400000."),
-    ] = None,
+    config: ConfigOption = None,
+    remote_storage: RemoteStorageOption = None,
+    local_retention_ms: LocalRetentionMsOption = None,
+    local_retention_bytes: LocalRetentionBytesOption = None,
 ) -> None:
     """Create topic NAME with --partitions partitions and optional --config settings."""
-    settings_ = typed_config(parse_pairs(config or [], "config"))
+    settings_ = config_with(config, remote_storage, local_retention_ms, local_retention_bytes)
     with Admin(settings(ctx).bootstrap, client_id="meridian-cli", **settings(ctx).connect) as admin:
         if name in admin.list_topics(internal=True):
             raise MeridianError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
         placement = admin.create_topic(name, partitions, settings_)
     brokers = ", ".join(str(b) for b in sorted(set(placement.values())))
     stdout().print(f"created topic {name} with {len(placement)} partitions on broker(s) {brokers}")
+
+
+def alter(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="Topic name, <tenant>.<topic>.")],
+    config: ConfigOption = None,
+    remote_storage: RemoteStorageOption = None,
+    local_retention_ms: LocalRetentionMsOption = None,
+    local_retention_bytes: LocalRetentionBytesOption = None,
+) -> None:
+    """Change settings of topic NAME on every partition (only the ones given)."""
+    settings_ = config_with(config, remote_storage, local_retention_ms, local_retention_bytes)
+    if not settings_:
+        raise invalid(
+            "nothing to change: give --config or a setting flag", ErrorCode.INVALID_CONFIG
+        )
+    with Admin(settings(ctx).bootstrap, client_id="meridian-cli", **settings(ctx).connect) as admin:
+        admin.alter_topic_config(name, settings_)
+    changed = ", ".join(f"{k}={v}" for k, v in sorted(settings_.items()))
+    stdout().print(f"altered topic {name}: {changed}")
+
+
+def config_with(
+    pairs: list[str] | None,
+    remote_storage: bool | None,
+    local_retention_ms: int | None,
+    local_retention_bytes: int | None,
+) -> dict[str, Any]:
+    """The typed ``--config`` pairs with the setting flags given (a flag wins)."""
+    typed = typed_config(parse_pairs(pairs or [], "config"))
+    flags = {
+        "remote_storage": remote_storage,
+        "local_retention_ms": local_retention_ms,
+        "local_retention_bytes": local_retention_bytes,
+    }
+    return typed | {key: value for key, value in flags.items() if value is not None}
 
 
 def typed_config(values: dict[str, str]) -> dict[str, Any]:
@@ -54,6 +123,11 @@ def typed_config(values: dict[str, str]) -> dict[str, Any]:
         field = _FIELDS.get(key)
         if field is None or field.type == _STRING:
             typed[key] = value
+            continue
+        if field.type == _BOOL:
+            if value.lower() not in _BOOLS:
+                raise invalid(f"{key} takes true or false, not {value!r}", ErrorCode.INVALID_CONFIG)
+            typed[key] = _BOOLS[value.lower()]
             continue
         try:
             typed[key] = int(value)
@@ -69,9 +143,10 @@ def describe(ctx: typer.Context, name: Annotated[str, typer.Argument(help="Topic
     with Admin(settings(ctx).bootstrap, client_id="meridian-cli", **settings(ctx).connect) as admin:
         topic = admin.describe_topic(name)
     out = stdout()
+    remote = f", {topic.remote_bytes:,} bytes in the object store" if topic.remote_bytes else ""
     out.print(
         f"topic {topic.name}: {len(topic.partitions)} partitions, "
-        f"{topic.records:,} records, {topic.size_bytes:,} bytes"
+        f"{topic.records:,} records, {topic.size_bytes:,} bytes{remote}"
     )
     rows = [
         [
@@ -82,11 +157,14 @@ def describe(ctx: typer.Context, name: Annotated[str, typer.Argument(help="Topic
             p.log_end_offset,
             f"{p.size_bytes:,}",
             p.segments,
+            *((f"{p.remote_bytes:,}", p.remote_segments) if topic.remote_bytes else ()),
             "offline" if p.offline else "online",
         ]
         for p in topic.partitions
     ]
     headers = ["partition", "leader", "start", "high watermark", "end", "bytes", "segments"]
+    if topic.remote_bytes:
+        headers += ["remote bytes", "remote segments"]
     out.print(table(None, [*headers, "state"], rows))
     config = next((p.config for p in topic.partitions if p.config), {})
     if config:

@@ -48,6 +48,8 @@ class PartitionDescription:
     segments: int = 0
     offline: bool = False
     config: dict[str, Any] = field(default_factory=dict)
+    remote_bytes: int = 0  # in the cluster's object store (tiered storage)
+    remote_segments: int = 0
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,10 @@ class TopicDescription:
     @property
     def size_bytes(self) -> int:
         return sum(p.size_bytes for p in self.partitions)
+
+    @property
+    def remote_bytes(self) -> int:
+        return sum(p.remote_bytes for p in self.partitions)
 
     @property
     def records(self) -> int:
@@ -246,6 +252,8 @@ class Admin:
                     state.segments,
                     state.offline,
                     _config_dict(state.config),
+                    state.remote_bytes,
+                    state.remote_segments,
                 )
             )
         return TopicDescription(name, partitions)

@@ -1,0 +1,76 @@
+"""meridian topics create / alter with the tiered storage flags, against a broker with
+an object store (a folder); describe shows the settings it reports."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.dataplane.cli.conftest import Cli
+from tests.support.brokers import BrokerProcess, stop_all
+
+
+@pytest.fixture(scope="module")
+def tiered_cli(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cli]:
+    base = Path(tmp_path_factory.mktemp("tiered-cli"))
+    (base / "objects").mkdir()
+    process = BrokerProcess(
+        base, broker_id=1, extra_args=["--remote-store-uri", str(base / "objects")]
+    )
+    try:
+        yield Cli(process.start().address)
+    finally:
+        stop_all([process])
+
+
+def _settings(described: str) -> dict[str, str]:
+    rows = (line.split() for line in described.splitlines())
+    return {row[0]: row[1] for row in rows if len(row) == 2}
+
+
+def test_create_with_the_tiered_flags(tiered_cli: Cli) -> None:
+    tiered_cli.ok(
+        "topics", "create", "cli.tiered", "--remote-storage",
+        "--local-retention-ms", "60000", "--local-retention-bytes", "1048576",
+    )  # fmt: skip
+
+    settings = _settings(tiered_cli.ok("topics", "describe", "cli.tiered").stdout)
+
+    assert settings["remote_storage"] == "True"
+    assert (settings["local_retention_ms"], settings["local_retention_bytes"]) == (
+        "60000",
+        "1048576",
+    )
+
+
+def test_alter_changes_only_what_it_names(tiered_cli: Cli) -> None:
+    tiered_cli.ok("topics", "create", "cli.alter", "--config", "retention_ms=3600000")
+
+    altered = tiered_cli.ok(
+        "topics", "alter", "cli.alter", "--remote-storage", "--config", "local_retention_ms=600000"
+    )
+
+    assert "altered topic cli.alter" in altered.stdout
+    settings = _settings(tiered_cli.ok("topics", "describe", "cli.alter").stdout)
+    assert (settings["remote_storage"], settings["local_retention_ms"]) == ("True", "600000")
+    assert settings["retention_ms"] == "3600000"
+
+
+def test_the_broker_refuses_turning_remote_storage_off(tiered_cli: Cli) -> None:
+    tiered_cli.ok("topics", "create", "cli.once", "--config", "remote_storage=true")
+
+    refused = tiered_cli("topics", "alter", "cli.once", "--no-remote-storage")
+
+    assert refused.exit_code == 1
+    assert refused.stderr.startswith("error: INVALID_CONFIG: ")
+
+
+def test_a_bad_boolean_and_an_empty_alter_are_refused_before_any_call(tiered_cli: Cli) -> None:
+    bad = tiered_cli("topics", "create", "cli.bad", "--config", "remote_storage=maybe")
+    assert bad.exit_code != 0
+    assert "remote_storage takes true or false" in bad.stderr
+    empty = tiered_cli("topics", "alter", "cli.bad")
+    assert empty.exit_code != 0
+    assert "nothing to change" in empty.stderr
