@@ -1,9 +1,10 @@
 """A topic's partitions as the detail page shows them: where they live (the topic's
-assignments, as the REST topic detail serializes them) and their offsets and size, asked
-of each partition's leader (``DescribeState``, one call per leader broker).
+assignments, as the REST topic detail serializes them) and their offsets and sizes (on
+the leader's disk, and in the object store with tiered storage), asked of each
+partition's leader (``DescribeState``, one call per leader broker).
 
 A leader that does not answer leaves its partitions with what the reconciler last
-copied from it (end offset and size, ``observed``) and no start offset; the page says
+copied from it (end offset and sizes, ``observed``) and no start offset; the page says
 so without naming the broker: a tenant never sees broker addresses."""
 
 from __future__ import annotations
@@ -35,7 +36,24 @@ class PartitionRow:
     start_offset: int | None
     end_offset: int | None
     size_bytes: int | None
+    remote_bytes: int  # in the object store (tiered storage)
     live: bool  # offsets and size read from the leader just now
+
+
+@dataclass(frozen=True)
+class TopicSizes:
+    """A topic's bytes, summed over its partitions' leaders: on their disks and in the
+    object store."""
+
+    local_bytes: int
+    remote_bytes: int
+
+
+def topic_sizes(rows: list[PartitionRow]) -> TopicSizes:
+    return TopicSizes(
+        local_bytes=sum(r.size_bytes or 0 for r in rows),
+        remote_bytes=sum(r.remote_bytes for r in rows),
+    )
 
 
 def partition_rows(topic: Topic) -> list[PartitionRow]:
@@ -46,11 +64,11 @@ def partition_rows(topic: Topic) -> list[PartitionRow]:
         assignments, AssignmentSerializer(assignments, many=True).data, strict=True
     ):
         state = states.get(assignment.partition)
-        rows.append(_row(data, state, assignment.log_end_offset, assignment.size_bytes))
+        rows.append(_row(data, state, assignment))
     return rows
 
 
-def _row(data: Any, state: Any, observed_end: int, observed_size: int) -> PartitionRow:
+def _row(data: Any, state: Any, observed: PartitionAssignment) -> PartitionRow:
     return PartitionRow(
         partition=data["partition"],
         leader_id=data["leader_id"],
@@ -58,8 +76,9 @@ def _row(data: Any, state: Any, observed_end: int, observed_size: int) -> Partit
         isr=list(data["isr"]),
         status=data["status"],
         start_offset=state.log_start_offset if state is not None else None,
-        end_offset=state.log_end_offset if state is not None else observed_end,
-        size_bytes=state.size_bytes if state is not None else observed_size,
+        end_offset=state.log_end_offset if state is not None else observed.log_end_offset,
+        size_bytes=state.size_bytes if state is not None else observed.size_bytes,
+        remote_bytes=state.remote_bytes if state is not None else observed.remote_bytes,
         live=state is not None,
     )
 

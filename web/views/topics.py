@@ -29,7 +29,7 @@ from controlplane.topics.models import Topic
 from web import charts
 from web.access import Console, console_of, tenant_page
 from web.forms import FormState, submit, typed_confirmation
-from web.partitions import partition_rows
+from web.partitions import partition_rows, topic_sizes
 
 PAGE_SIZE = 50
 # ?sort= value -> (label, ORDER BY): the API's ordering fields, the full name breaking ties.
@@ -50,6 +50,9 @@ CONFIG_FIELDS = (
     "durability",
     "min_insync_replicas",
     "unclean_leader_election",
+    "remote_storage",
+    "local_retention_ms",
+    "local_retention_bytes",
 )
 CREATE_FIELDS = ("name", "partitions", "replication_factor", "region", *CONFIG_FIELDS)
 DURABILITY_CHOICES = Durability.values
@@ -119,10 +122,12 @@ def topic_detail(request: HttpRequest, topic: str) -> HttpResponse:
     console = console_of(request)
     row = topic_in_tenant(console, topic)
     range_key = charts.range_of(request.GET.get("range"))
+    partitions = partition_rows(row)
     context = {
         "topic": row,
         **_charts(console, row, range_key),
-        "partitions": partition_rows(row),
+        "partitions": partitions,
+        "sizes": topic_sizes(partitions),
         "config_form": _config_state(row),
         "partitions_form": FormState(fields=("partitions",), values={}),
         "delete_form": FormState(fields=("confirm",)),
@@ -201,10 +206,12 @@ def _update(
 
 def _detail_with(request: HttpRequest, row: Topic, form: str, state: FormState) -> HttpResponse:
     """The detail page with one form showing what was typed and its errors (422)."""
+    partitions = partition_rows(row)
     context: dict[str, Any] = {
         "topic": row,
         **_charts(console_of(request), row, charts.DEFAULT_RANGE),
-        "partitions": partition_rows(row),
+        "partitions": partitions,
+        "sizes": topic_sizes(partitions),
         "config_form": _config_state(row),
         "partitions_form": FormState(fields=("partitions",)),
         "delete_form": FormState(fields=("confirm",)),
