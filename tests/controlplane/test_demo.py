@@ -139,12 +139,22 @@ def test_demo_runs_the_platform_and_what_it_prints_works(tmp_path: Path) -> None
         )  # fmt: skip
         assert anonymous.returncode == 1
         assert "UNAUTHENTICATED" in anonymous.stderr
+        admin = re.search(r"export ADMIN_TOKEN=(\S+)", output)
+        assert admin is not None, output
+        # Tiered storage: the cluster's object store is a folder of the demo's data, so a
+        # topic with remote_storage is taken and made on the brokers.
+        [cluster] = _get(f"{api}/clusters", admin.group(1))["results"]  # type: ignore[misc]
+        assert Path(cluster["remote_store_uri"]).is_dir(), cluster
+        assert Path(cluster["remote_store_uri"]).name == "objects", cluster
+        assert cluster["remote_store_options_set"] is False
+        _post(f"{api}/topics", token.group(1),
+              {"name": "tiered", "partitions": 1, "remote_storage": True})  # fmt: skip
+        tiered = _wait_ready(f"{api}/topics/demo.tiered", token.group(1), 60)
+        assert (tiered["status"], tiered["remote_storage"]) == ("ready", True), tiered
         # Killing each controller in turn kills the active one once: the platform goes on,
         # a topic created after each kill is placed, led and served.
         controllers = _controller_pids(output)
         assert sorted(controllers) == ["controller-1", "controller-2"], output
-        admin = re.search(r"export ADMIN_TOKEN=(\S+)", output)
-        assert admin is not None, output
         for n, (name, pid) in enumerate(sorted(controllers.items())):
             os.kill(pid, signal.SIGKILL)
             restarted = demo.read_until(f"{name} exited", timeout_s=30)
