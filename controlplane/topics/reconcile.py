@@ -22,6 +22,11 @@ with each other and with desired-state changes:
 - A partition the control plane never asked a broker for (its assignment pending or
   failed) that already exists there holding records is a stranger's: see
   ``_strangers``.
+- Every create and alter carries the topic's ``topic_id`` (its primary key), which
+  names its objects in the object store (tiered storage). A broker takes it where the
+  partition has none (partitions made before ids were sent) and refuses another one
+  (``INVALID_CONFIG``): a partition holding another topic's id is not this topic's, so
+  the run fails like any refusal (the drift pass reports it as ``identity``).
 
 The reconciler's own changes (ready, failed, the deleted row) are audited as the actor
 ``system:reconciler``.
