@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from dataplane.cli import topics
+from dataplane.client.admin import PartitionDescription, TopicDescription
 from tests.dataplane.cli.conftest import Cli
 from tests.support.brokers import BrokerProcess, stop_all
 
@@ -74,3 +76,37 @@ def test_a_bad_boolean_and_an_empty_alter_are_refused_before_any_call(tiered_cli
     empty = tiered_cli("topics", "alter", "cli.bad")
     assert empty.exit_code != 0
     assert "nothing to change" in empty.stderr
+
+
+class _TieredAdmin:
+    """An ``Admin`` whose one topic has segments in the object store (no broker has
+    uploaded any yet when this test runs: the sizes are made up)."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        pass
+
+    def __enter__(self) -> _TieredAdmin:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def describe_topic(self, name: str) -> TopicDescription:
+        partition = PartitionDescription(
+            0, 1, 0, 500, 500, size_bytes=4096, segments=1, config={"remote_storage": True},
+            remote_bytes=3_000_000, remote_segments=6,
+        )  # fmt: skip
+        return TopicDescription(name, [partition])
+
+
+def test_describe_shows_remote_bytes_when_there_are_some(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(topics, "Admin", _TieredAdmin)
+
+    described = Cli("127.0.0.1:1").ok("topics", "describe", "cli.remote").stdout
+
+    assert "4,096 bytes, 3,000,000 bytes in the object store" in described
+    assert "remote bytes" in described
+    row = next(line.split() for line in described.splitlines() if line.split()[:1] == ["0"])
+    assert row[-3:] == ["3,000,000", "6", "online"]
