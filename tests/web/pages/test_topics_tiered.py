@@ -107,3 +107,5 @@ def test_no_console_page_shows_a_clusters_store_options(
         response = admin.get(url)
         assert response.status_code == 200, url
         assert SECRET not in response.content.decode()
+    overview = admin.get("/console/platform/").content.decode()
+    assert "object store s3://tier/local, options set" in overview
