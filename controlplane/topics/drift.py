@@ -17,6 +17,9 @@ concurrent ``reconcile_topic`` always has its row already). Per broker:
   A broker that refuses an id is reported the same way, and the id is not sent again
   by a drift pass while that finding is open (a reconcile run of the topic, after a
   change, sends it again): a refusal never turns into a retry at every pass;
+- a partition tiered on the broker (``remote_storage``) whose topic is not is reported
+  as ``kind=remote_storage``: brokers never turn tiering off, so its other settings are
+  healed with tiering left on;
 - a leader whose oldest sealed segment has waited for its upload to the object store
   longer than ``settings.TIER_UPLOAD_LAG_FINDING_MS`` is reported as ``kind=upload_lag``:
   the store may be unreachable, and local retention waits for the upload;
@@ -42,7 +45,7 @@ checks it. Topics whose desired state has not been made true for a while are lis
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -326,8 +329,12 @@ def _heal(
         diff = want.config.differences(state.config)
         if "topic_id" in diff and (state.config.topic_id or key in held_ids):
             diff.remove("topic_id")
-            configs[key] = want.config.without_topic_id()
+            configs[key] = configs[key].without_topic_id()
             findings.append(_identity(key, state.config.topic_id, want.config.topic_id))
+        if "remote_storage" in diff and state.config.remote_storage:
+            diff.remove("remote_storage")
+            configs[key] = replace(configs[key], remote_storage=True)
+            findings.append(_tiered_behind_our_back(key))
         if diff:
             wrong.setdefault(want.topic_id, {})[key] = DriftKind.CONFIG + ":" + ",".join(diff)
     for topic_id in sorted(wrong):
@@ -354,6 +361,15 @@ def _identity(key: TopicPartition, actual: str, wanted: str | None, error: str =
         detail = f"the broker does not take the topic's id {wanted!r}"
         detail += f": {error}" if error else " (refused before; not sent again by drift)"
     return Finding(DriftKind.IDENTITY, key[0], key[1], detail)
+
+
+def _tiered_behind_our_back(key: TopicPartition) -> Finding:
+    detail = (
+        "tiered on the broker (remote_storage), not in the topic: brokers never turn it "
+        "off (its remote segments would be orphaned); turn it on for the topic, or an "
+        "operator must look"
+    )
+    return Finding(DriftKind.REMOTE_STORAGE, key[0], key[1], detail)
 
 
 def _heal_topic(

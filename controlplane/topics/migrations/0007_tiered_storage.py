@@ -33,6 +33,6 @@ class Migration(migrations.Migration):
         migrations.AlterField(
             model_name='driftfinding',
             name='kind',
-            field=models.CharField(choices=[('missing', 'Missing'), ('config', 'Config'), ('unknown', 'Unknown'), ('role', 'Role'), ('identity', 'Identity'), ('upload_lag', 'Upload Lag')], max_length=16),
+            field=models.CharField(choices=[('missing', 'Missing'), ('config', 'Config'), ('unknown', 'Unknown'), ('role', 'Role'), ('identity', 'Identity'), ('remote_storage', 'Remote Storage'), ('upload_lag', 'Upload Lag')], max_length=16),
         ),
     ]

@@ -154,3 +154,23 @@ def test_an_id_the_broker_refuses_is_a_finding_not_a_retry_at_every_pass(
     identity.refresh_from_db()
     assert identity.resolved_at is None
     assert _config(owner, "acme.orders").topic_id == ""  # type: ignore[attr-defined]
+
+
+def test_a_partition_tiered_behind_the_topics_back_is_reported_and_the_rest_healed(
+    tiered: list[BrokerProcess], tiered_row: Cluster, acme: Tenant
+) -> None:
+    topic = services.create_topic(acme, name="orders", partitions=1, replication_factor=1,
+                                  actor=OPERATOR)  # fmt: skip
+    reconcile_topic(topic.pk)
+    owner = _owner(tiered, topic)
+    admin.alter(owner, "acme.orders", 0, remote_storage=True, retention_ms=61_000)
+
+    for _ in range(2):
+        reconcile_cluster(tiered_row.pk)
+
+    config = _config(owner, "acme.orders")
+    assert config.remote_storage  # type: ignore[attr-defined]
+    assert config.retention_ms == topic.retention_ms  # type: ignore[attr-defined]
+    finding = DriftFinding.objects.get(kind="remote_storage")
+    assert (finding.healed, finding.resolved_at) == (False, None)
+    assert [f.healed for f in DriftFinding.objects.filter(kind="config")] == [True]
