@@ -172,6 +172,8 @@ def set_remote_store(
         cluster.remote_store_options = options
     _check_store_options(cluster)
     _validate(cluster, exclude=["region"])
+    if (uri is None or uri == before["remote_store_uri"]) and options is None:
+        return cluster  # nothing asked to change: no write, no audit record
     cluster.save(update_fields=["remote_store_uri", "remote_store_options", "updated_at"])
     audit.record(
         actor, "cluster.remote_store", cluster, before=before, after=_store_snapshot(cluster)
