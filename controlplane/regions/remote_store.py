@@ -10,10 +10,15 @@ starts in a private file (``--remote-store-options-file``), never on a command l
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from django.core.exceptions import ValidationError
+
+from dataplane.tiered.store import ObjectStore
+
+if TYPE_CHECKING:
+    from controlplane.regions.models import Cluster
 
 REMOTE_STORE_SCHEMES = ("file", "s3", "gs", "hdfs", "memory")
 MAX_OPTIONS_BYTES = 16 * 1024  # as JSON
@@ -51,3 +56,9 @@ def _depth(value: Any) -> int:
     if isinstance(value, list):
         return 1 + max((_depth(v) for v in value), default=0)
     return 0
+
+
+def open_store(cluster: Cluster) -> ObjectStore:
+    """The cluster's object store as the brokers see it (``ValueError`` without one).
+    Opening is local; the first call on it may raise ``RemoteStoreError``."""
+    return ObjectStore.open(cluster.remote_store_uri, dict(cluster.remote_store_options))

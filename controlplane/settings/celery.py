@@ -32,6 +32,9 @@ METRICS_INTERVAL_S = env("MERIDIAN_METRICS_INTERVAL_S", 10.0, float)
 LANES_GC_INTERVAL_S = env("MERIDIAN_LANES_GC_INTERVAL_S", 60.0, float)
 # Databus agents silent for days are forgotten; an hourly pass is fine enough.
 DATABUS_FORGET_INTERVAL_S = env("MERIDIAN_DATABUS_FORGET_INTERVAL_S", 3600.0, float)
+# Stray incarnations in the clusters' object stores (tiered storage) are rare leftovers
+# of deletions the store missed: an hourly pass is enough.
+TIER_CLEAN_INTERVAL_S = env("MERIDIAN_TIER_CLEAN_INTERVAL_S", 3600.0, float)
 
 # The beat schedule, in one place.
 CELERY_BEAT_SCHEDULE = {
@@ -39,6 +42,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "topics.reconcile_all",
         "schedule": RECONCILE_INTERVAL_S,
         "options": {"expires": RECONCILE_INTERVAL_S},
+    },
+    "topics.clean_remote_stores": {
+        "task": "topics.clean_remote_stores",
+        "schedule": TIER_CLEAN_INTERVAL_S,
+        "options": {"expires": TIER_CLEAN_INTERVAL_S},
     },
     "regions.reconcile_clusters": {
         "task": "regions.reconcile_clusters",

@@ -27,6 +27,9 @@ with each other and with desired-state changes:
   partition has none (partitions made before ids were sent) and refuses another one
   (``INVALID_CONFIG``): a partition holding another topic's id is not this topic's, so
   the run fails like any refusal (the drift pass reports it as ``identity``).
+- Deleting a tiered topic deletes its objects from the cluster's object store once no
+  broker holds its partitions (``tiering.delete_remote_objects``; a store that does not
+  answer leaves them to the periodic cleaner).
 
 The reconciler's own changes (ready, failed, the deleted row) are audited as the actor
 ``system:reconciler``.
@@ -48,6 +51,7 @@ from controlplane.core.choices import ProvisioningStatus
 from controlplane.gateway import admin as brokers
 from controlplane.gateway.errors import BrokerRefusedError, BrokerUnavailable
 from controlplane.regions.models import Broker
+from controlplane.topics import tiering
 from controlplane.topics.choices import DriftKind
 from controlplane.topics.drift import (
     ClusterReport,
@@ -311,6 +315,7 @@ def _delete(topic: Topic) -> Outcome:
         except BrokerRefusedError as exc:
             log.warning("topic %s: %s refused delete: %s", topic.full_name, broker, exc.message)
             return _fail_delete(topic, generation, _refusal(broker, exc))
+    tiering.delete_remote_objects(topic)  # no broker holds a partition to upload from now
     return _delete_row(topic, generation)
 
 

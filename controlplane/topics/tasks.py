@@ -18,9 +18,10 @@ from celery import shared_task
 
 from controlplane.gateway.errors import BrokerUnavailable
 from controlplane.regions.models import Cluster
-from controlplane.topics import reconcile
+from controlplane.topics import reconcile, tiering
 from controlplane.topics.drift import RETRY_BACKOFF_MAX_S
 from controlplane.topics.locks import TopicBusy
+from dataplane.tiered.store import RemoteStoreError
 
 log = logging.getLogger(__name__)
 
@@ -80,3 +81,18 @@ def reconcile_all() -> int:
     for cluster_id in cluster_ids:
         reconcile_cluster.delay(cluster_id)
     return len(cluster_ids)
+
+
+@shared_task(name="topics.clean_remote_stores", acks_late=True)
+def clean_remote_stores() -> dict[str, int]:
+    """Delete stray incarnations from every cluster's object store (``topics.tiering``);
+    a store that does not answer is left to the next run. Returns per cluster id how
+    many incarnations went."""
+    cleaned: dict[str, int] = {}
+    clusters = Cluster.objects.exclude(remote_store_uri="").order_by("pk")
+    for cluster_id in clusters.values_list("pk", flat=True):
+        try:
+            cleaned[str(cluster_id)] = len(tiering.clean_remote_store(cluster_id))
+        except RemoteStoreError as exc:
+            log.warning("cluster %s: its store was not cleaned: %s", cluster_id, exc)
+    return cleaned

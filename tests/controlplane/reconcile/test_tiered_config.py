@@ -1,7 +1,8 @@
 """Tiered storage settings reach real brokers: a topic's ``remote_storage``, local
 retentions and ``topic_id`` are in the config its brokers report; a partition without
 an id gets the topic's from the drift pass; one with another topic's id is reported
-(``identity``), never retried, while its other settings are still healed."""
+(``identity``), never retried, while its other settings are still healed; deleting a
+tiered topic deletes its objects from the store."""
 
 from __future__ import annotations
 
@@ -11,10 +12,12 @@ from pathlib import Path
 import pytest
 
 from controlplane.regions.models import Cluster
+from controlplane.regions.remote_store import open_store
 from controlplane.tenants.models import Tenant
 from controlplane.topics import services
 from controlplane.topics.models import DriftFinding, Topic
 from controlplane.topics.reconcile import reconcile_cluster, reconcile_topic
+from dataplane.tiered import deletion, layout
 from tests.controlplane.reconcile import admin
 from tests.controlplane.reconcile.conftest import OPERATOR
 from tests.support.brokers import BrokerProcess, start_cluster, stop_all, wait_for_cluster
@@ -174,3 +177,21 @@ def test_a_partition_tiered_behind_the_topics_back_is_reported_and_the_rest_heal
     finding = DriftFinding.objects.get(kind="remote_storage")
     assert (finding.healed, finding.resolved_at) == (False, None)
     assert [f.healed for f in DriftFinding.objects.filter(kind="config")] == [True]
+
+
+def test_deleting_a_tiered_topic_deletes_its_objects_from_the_store(
+    tiered: list[BrokerProcess], tiered_row: Cluster, acme: Tenant
+) -> None:
+    topic = services.create_topic(acme, name="orders", partitions=1, replication_factor=3,
+                                  remote_storage=True, actor=OPERATOR)  # fmt: skip
+    reconcile_topic(topic.pk)
+    store = open_store(tiered_row)
+    key = f"{layout.partition_prefix('acme.orders', str(topic.pk), 0)}/uploaded-before"
+    store.put_bytes(key, b"records")
+
+    services.delete_topic(topic, actor=OPERATOR)
+    assert str(reconcile_topic(topic.pk)) == "deleted"
+
+    assert not store.exists(key)
+    assert deletion.incarnations(store) == []
+    assert all(admin.hosted(b, "acme.orders") == {} for b in tiered)
