@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Annotated, Any
 
 import typer
@@ -10,6 +11,7 @@ import typer
 from dataplane._gen.meridian.v1 import common_pb2
 from dataplane.cli.base import invalid, parse_pairs, settings, stdout, table
 from dataplane.client import Admin
+from dataplane.client.admin import TopicDescription
 from dataplane.errors import ErrorCode, MeridianError
 
 _FIELDS = common_pb2.PartitionConfig.DESCRIPTOR.fields_by_name
@@ -69,8 +71,11 @@ def create(
     local_retention_ms: LocalRetentionMsOption = None,
     local_retention_bytes: LocalRetentionBytesOption = None,
 ) -> None:
-    """Create topic NAME with --partitions partitions and optional --config settings."""
+    """Create topic NAME with --partitions partitions and optional --config settings. A
+    tiered topic (--remote-storage) gets a new topic_id unless --config names one."""
     settings_ = config_with(config, remote_storage, local_retention_ms, local_retention_bytes)
+    if settings_.get("remote_storage") and not settings_.get("topic_id"):
+        settings_["topic_id"] = new_topic_id()
     with Admin(settings(ctx).bootstrap, client_id="meridian-cli", **settings(ctx).connect) as admin:
         if name in admin.list_topics(internal=True):
             raise MeridianError(ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists")
@@ -87,16 +92,30 @@ def alter(
     local_retention_ms: LocalRetentionMsOption = None,
     local_retention_bytes: LocalRetentionBytesOption = None,
 ) -> None:
-    """Change settings of topic NAME on every partition (only the ones given)."""
+    """Change settings of topic NAME on every partition (only the ones given). Turning
+    tiered storage on keeps the topic's topic_id, or gives it a new one."""
     settings_ = config_with(config, remote_storage, local_retention_ms, local_retention_bytes)
     if not settings_:
         raise invalid(
             "nothing to change: give --config or a setting flag", ErrorCode.INVALID_CONFIG
         )
     with Admin(settings(ctx).bootstrap, client_id="meridian-cli", **settings(ctx).connect) as admin:
+        if settings_.get("remote_storage") and not settings_.get("topic_id"):
+            settings_["topic_id"] = _topic_id_of(admin.describe_topic(name)) or new_topic_id()
         admin.alter_topic_config(name, settings_)
     changed = ", ".join(f"{k}={v}" for k, v in sorted(settings_.items()))
     stdout().print(f"altered topic {name}: {changed}")
+
+
+def new_topic_id() -> str:
+    """An id for a topic made outside the control plane (whose ids are its topics' keys):
+    it names the topic's objects in the object store, so it must never repeat."""
+    return uuid.uuid4().hex
+
+
+def _topic_id_of(topic: TopicDescription) -> str:
+    ids = (str(p.config.get("topic_id") or "") for p in topic.partitions)
+    return next((topic_id for topic_id in ids if topic_id), "")
 
 
 def config_with(

@@ -1,8 +1,10 @@
 """meridian topics create / alter with the tiered storage flags, against a broker with
-an object store (a folder); describe shows the settings it reports."""
+an object store (a folder): a tiered topic gets a topic_id, which an alter keeps;
+describe shows the settings it reports."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -45,6 +47,7 @@ def test_create_with_the_tiered_flags(tiered_cli: Cli) -> None:
         "60000",
         "1048576",
     )
+    assert re.fullmatch("[0-9a-f]{32}", settings["topic_id"])  # a tiered topic needs an id
 
 
 def test_alter_changes_only_what_it_names(tiered_cli: Cli) -> None:
@@ -58,6 +61,10 @@ def test_alter_changes_only_what_it_names(tiered_cli: Cli) -> None:
     settings = _settings(tiered_cli.ok("topics", "describe", "cli.alter").stdout)
     assert (settings["remote_storage"], settings["local_retention_ms"]) == ("True", "600000")
     assert settings["retention_ms"] == "3600000"
+    topic_id = settings["topic_id"]
+    tiered_cli.ok("topics", "alter", "cli.alter", "--remote-storage", "--local-retention-ms", "1")
+    again = _settings(tiered_cli.ok("topics", "describe", "cli.alter").stdout)
+    assert (again["topic_id"], again["local_retention_ms"]) == (topic_id, "1")  # kept
 
 
 def test_the_broker_refuses_turning_remote_storage_off(tiered_cli: Cli) -> None:
