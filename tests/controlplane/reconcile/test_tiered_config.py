@@ -126,39 +126,6 @@ def test_another_topics_id_is_reported_not_retried_and_the_rest_still_healed(
     assert [f.healed for f in config_findings] == [True]  # healed once, not again
 
 
-def test_an_id_the_broker_refuses_is_a_finding_not_a_retry_at_every_pass(
-    tiered: list[BrokerProcess], tiered_row: Cluster, acme: Tenant
-) -> None:
-    """A tiered partition without an id (its segments may be uploaded under none): the
-    broker refuses to take one; the drift pass reports it once as refused and does not
-    send it again."""
-    topic = services.create_topic(acme, name="orders", partitions=1, replication_factor=1,
-                                  remote_storage=True, actor=OPERATOR)  # fmt: skip
-    reconcile_topic(topic.pk)
-    owner = _owner(tiered, topic)
-    admin.delete(owner, "acme.orders", 0)
-    admin.create(owner, "acme.orders", 0, remote_storage=True, retention_ms=topic.retention_ms,
-                 retention_bytes=topic.retention_bytes, max_message_bytes=topic.max_message_bytes,
-                 durability=topic.durability)  # fmt: skip
-
-    first = reconcile_cluster(tiered_row.pk)
-
-    assert sorted(f.kind for f in first.findings) == ["config", "identity"]
-    refused = next(f for f in first.findings if f.kind == "config")
-    assert not refused.healed
-    assert "not healed" in refused.detail
-    identity = DriftFinding.objects.get(kind="identity", resolved_at__isnull=True)
-    assert "does not take the topic's id" in identity.detail
-
-    second = reconcile_cluster(tiered_row.pk)
-
-    assert [f.kind for f in second.findings] == ["identity"]  # nothing sent: no new refusal
-    assert DriftFinding.objects.get(kind="config").resolved_at is not None
-    identity.refresh_from_db()
-    assert identity.resolved_at is None
-    assert _config(owner, "acme.orders").topic_id == ""  # type: ignore[attr-defined]
-
-
 def test_a_partition_tiered_behind_the_topics_back_is_reported_and_the_rest_healed(
     tiered: list[BrokerProcess], tiered_row: Cluster, acme: Tenant
 ) -> None:

@@ -1,7 +1,7 @@
-"""The drift pass reports a leader whose uploads to the object store are behind, from
-what the broker answers to ``DescribeState`` (made up here: a broker whose store is
-down for minutes is not something a test waits for), and copies its remote size onto
-the assignment."""
+"""The drift pass against broker answers made up here (states no test can bring a real
+broker to: a store down for minutes, a tiered partition made by an older broker without
+an id): a leader whose uploads are behind is reported and its remote size copied onto
+the assignment; an id the broker refuses is reported once and never sent again."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from django.test import override_settings
 from controlplane.core.actors import Actor
 from controlplane.core.choices import ProvisioningStatus
 from controlplane.gateway import admin as gateway
+from controlplane.gateway.errors import BrokerRefusedError
 from controlplane.regions.models import Broker, Cluster
 from controlplane.topics import services
 from controlplane.topics.drift import desired_config, reconcile_cluster
@@ -43,13 +44,18 @@ def topic(db: None) -> Topic:
     return topic
 
 
-def _answer(topic: Topic, upload_lag_ms: int) -> admin_pb2.DescribeStateResponse:
+def _answer(
+    topic: Topic, upload_lag_ms: int, topic_id: str | None = None
+) -> admin_pb2.DescribeStateResponse:
+    config = desired_config(topic).to_proto()
+    if topic_id is not None:
+        config.topic_id = topic_id
     return admin_pb2.DescribeStateResponse(
         partitions=[
             admin_pb2.PartitionState(
                 topic=topic.full_name,
                 partition=0,
-                config=desired_config(topic).to_proto(),
+                config=config,
                 role="leader",
                 leader_epoch=0,
                 size_bytes=4096,
@@ -103,3 +109,37 @@ def test_a_follower_lagging_is_not_judged(topic: Topic, monkeypatch: pytest.Monk
     reconcile_cluster(topic.cluster_id)
 
     assert not DriftFinding.objects.filter(kind="upload_lag").exists()
+
+
+def test_an_id_the_broker_refuses_is_a_finding_not_a_retry_at_every_pass(
+    topic: Topic, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tiered partition without an id (an older broker made it; segments may be in the
+    store under none): the broker refuses to take one."""
+    _brokers_answer(monkeypatch, _answer(topic, upload_lag_ms=0, topic_id=""))
+    sent: list[list[str]] = []
+
+    def refuse(address: str, specs: list[admin_pb2.PartitionSpec]) -> set[object]:
+        sent.append([spec.config.topic_id for spec in specs])
+        raise BrokerRefusedError("acme.orders-0: INVALID_CONFIG: topic_id cannot change")
+
+    monkeypatch.setattr(gateway, "ensure_partitions", refuse)
+
+    first = reconcile_cluster(topic.cluster_id)
+
+    assert sent == [[str(topic.pk)]]
+    assert sorted((f.kind, f.healed) for f in first.findings) == [
+        ("config", False),
+        ("identity", False),
+    ]
+    identity = DriftFinding.objects.get(kind="identity")
+    assert "does not take the topic's id" in identity.detail
+    assert "INVALID_CONFIG" in identity.detail
+
+    second = reconcile_cluster(topic.cluster_id)
+
+    assert sent == [[str(topic.pk)]]  # not sent again
+    assert [f.kind for f in second.findings] == ["identity"]
+    identity.refresh_from_db()
+    assert identity.resolved_at is None
+    assert DriftFinding.objects.get(kind="config").resolved_at is not None
