@@ -362,7 +362,9 @@ class TierManager:
             if orphans:
                 log.info("%s-%s: deleted %d orphaned objects", part.topic, part.index, len(orphans))
         if manifest.version:
-            self.counters.manifests_pruned += manifests.prune(self.store, manifest)
+            self.counters.manifests_pruned += manifests.prune(
+                self.store, manifest, leftovers_before_s=cutoff
+            )
 
     def _measure_lag(self, part: Partition, state: _PartitionTier) -> None:
         """How long the oldest sealed, committed segment not yet uploaded has waited

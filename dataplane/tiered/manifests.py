@@ -53,13 +53,24 @@ def commit(store: ObjectStore, manifest: Manifest) -> bool:
     return store.create(manifest.key, manifest.to_bytes())
 
 
-def prune(store: ObjectStore, manifest: Manifest) -> int:
-    """Remove versions older than the last ``KEEP_VERSIONS``; how many went."""
-    committed = versions(store, manifest.topic, manifest.topic_id, manifest.partition)
-    doomed = [v for v in committed if v <= manifest.version - KEEP_VERSIONS]
+def prune(store: ObjectStore, manifest: Manifest, *, leftovers_before_s: float = 0.0) -> int:
+    """Remove versions older than the last ``KEEP_VERSIONS``, and the folder's objects
+    that are no version (a local store's temporary files of a killed writer) written
+    before ``leftovers_before_s`` (seconds since the epoch); how many went."""
+    prefix = (
+        f"{layout.partition_prefix(manifest.topic, manifest.topic_id, manifest.partition)}/manifest"
+    )
+    found = store.list(prefix)
     keys = [
-        layout.manifest_key(manifest.topic, manifest.topic_id, manifest.partition, v)
-        for v in doomed
+        info.key
+        for info in found
+        if (version := layout.manifest_version(info.key)) is not None
+        and version <= manifest.version - KEEP_VERSIONS
+    ]
+    keys += [
+        info.key
+        for info in found
+        if layout.manifest_version(info.key) is None and 0 < info.modified_s < leftovers_before_s
     ]
     store.delete(keys)
     return len(keys)
