@@ -36,7 +36,7 @@ from dataplane.broker.errors import to_error
 from dataplane.broker.lanes import BrokerLanes
 from dataplane.broker.partitions import Partition, PartitionRegistry
 from dataplane.broker.replication.manager import ReplicaManager
-from dataplane.broker.tiering import TierManager
+from dataplane.broker.tiering import RemoteState, TierManager
 from dataplane.errors import ErrorCode, MeridianError
 from dataplane.storage.config import LogConfig
 from lanes.names import is_lane_topic
@@ -224,13 +224,14 @@ def _state(part: Partition, tier: TierManager | None) -> admin_pb2.PartitionStat
     (a partition no push named is led here at epoch 0); its remote tier as known here."""
     log = part.log
     state = part.replica
-    remote = tier.describe(part) if tier is not None else (-1, 0, 0, 0, 0)
+    remote = tier.describe(part) if tier is not None else RemoteState()
     return admin_pb2.PartitionState(
-        remote_log_start_offset=remote[0],
-        remote_end_offset=remote[1],
-        remote_bytes=remote[2],
-        remote_segments=remote[3],
-        upload_lag_ms=remote[4],
+        remote_log_start_offset=remote.log_start_offset,
+        remote_end_offset=remote.end_offset,
+        remote_bytes=remote.size_bytes,
+        remote_segments=remote.segments,
+        upload_lag_ms=remote.upload_lag_ms,
+        remote_only_bytes=remote.only_bytes,
         topic=part.topic,
         partition=part.index,
         config=topics.to_proto(log.config),

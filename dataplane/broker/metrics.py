@@ -232,9 +232,9 @@ class _TierCollector(Collector):
         )
         for (topic, index), described in self.tier.partitions().items():
             key = [topic, str(index)]
-            start.add_metric(key, described[0])
-            size.add_metric(key, described[2])
-            lag.add_metric(key, described[4] / 1000)
+            start.add_metric(key, described.log_start_offset)
+            size.add_metric(key, described.size_bytes)
+            lag.add_metric(key, described.upload_lag_ms / 1000)
         yield from (lag, size, start)
 
 

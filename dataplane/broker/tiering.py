@@ -46,6 +46,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from dataplane.broker.partitions import Partition, PartitionRegistry
 from dataplane.broker.producers import ProducerStateTable
@@ -449,24 +450,27 @@ class TierManager:
     def offset_for_timestamp(self, manifest: Manifest, timestamp: int) -> int | None:
         return self.reader.offset_for_timestamp(manifest, timestamp)
 
-    def describe(self, part: Partition) -> tuple[int, int, int, int, int]:
-        """(remote log start or -1, remote end, remote bytes, remote segments, upload lag)."""
+    def describe(self, part: Partition) -> RemoteState:
+        """The partition's remote tier as this broker knows it."""
         state = self._states.get((part.topic, part.index))
         if state is None:
-            return -1, 0, 0, 0, 0
+            return RemoteState()
         manifest = state.manifest
         if manifest is None:
-            return -1, part.log.remote_end_offset or 0, 0, 0, state.upload_lag_ms
-        start = manifest.log_start_offset if not manifest.is_empty else -1
-        return (
-            start,
-            manifest.end_offset,
-            manifest.size_bytes,
-            len(manifest.segments),
-            state.upload_lag_ms,
+            return RemoteState(
+                end_offset=part.log.remote_end_offset or 0, upload_lag_ms=state.upload_lag_ms
+            )
+        local_start = part.log.log_start_offset
+        return RemoteState(
+            log_start_offset=manifest.log_start_offset if not manifest.is_empty else -1,
+            end_offset=manifest.end_offset,
+            size_bytes=manifest.size_bytes,
+            segments=len(manifest.segments),
+            upload_lag_ms=state.upload_lag_ms,
+            only_bytes=sum(s.size_bytes for s in manifest.segments if s.end_offset <= local_start),
         )
 
-    def partitions(self) -> dict[tuple[str, int], tuple[int, int, int, int, int]]:
+    def partitions(self) -> dict[tuple[str, int], RemoteState]:
         """``describe`` of every tiered partition this broker leads, for the metrics."""
         found = {}
         for (topic, index), state in list(self._states.items()):
@@ -474,6 +478,17 @@ class TierManager:
             if part is not None and state.epoch != -2:
                 found[(topic, index)] = self.describe(part)
         return found
+
+
+class RemoteState(NamedTuple):
+    """What ``TierManager.describe`` tells of a partition's remote tier."""
+
+    log_start_offset: int = -1  # the first remote offset kept (-1: none)
+    end_offset: int = 0  # one past the last uploaded offset
+    size_bytes: int = 0  # of the remote segments
+    segments: int = 0
+    upload_lag_ms: int = 0  # age of the oldest sealed segment waiting (0: none)
+    only_bytes: int = 0  # of the remote segments wholly below the local log start
 
 
 class UnknownRemoteStateError(Exception):

@@ -115,6 +115,8 @@ def test_sealed_segments_upload_leave_the_disk_and_read_back_from_the_start(
         state = _state(s)
         assert state.remote_segments >= 20
         assert state.remote_bytes > 0
+        # What left the disk is stored once: only in the store.
+        assert 0 < state.remote_only_bytes <= state.remote_bytes
         assert state.remote_log_start_offset == 0
         assert _earliest(s).offset == 0  # the first offset kept is the remote one
         stored = fetch_records(s, TOPIC, 0, 0)

@@ -248,6 +248,7 @@ class PartitionState(_message.Message):
     REMOTE_BYTES_FIELD_NUMBER: _builtins.int
     REMOTE_SEGMENTS_FIELD_NUMBER: _builtins.int
     UPLOAD_LAG_MS_FIELD_NUMBER: _builtins.int
+    REMOTE_ONLY_BYTES_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
     log_start_offset: _builtins.int
@@ -269,6 +270,10 @@ class PartitionState(_message.Message):
     remote_segments: _builtins.int
     upload_lag_ms: _builtins.int
     """age of the oldest sealed segment not yet uploaded (0: none)"""
+    remote_only_bytes: _builtins.int
+    """Bytes of the remote segments wholly below this broker's local log start: stored only
+    in the object store, so size_bytes + remote_only_bytes is the partition's footprint.
+    """
     @_builtins.property
     def config(self) -> _common_pb2.PartitionConfig:
         """every field set: the effective configuration"""
@@ -292,10 +297,11 @@ class PartitionState(_message.Message):
         remote_bytes: _builtins.int = ...,
         remote_segments: _builtins.int = ...,
         upload_lag_ms: _builtins.int = ...,
+        remote_only_bytes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["config", b"config"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "high_watermark", b"high_watermark", "leader_epoch", b"leader_epoch", "log_end_offset", b"log_end_offset", "log_start_offset", b"log_start_offset", "offline", b"offline", "partition", b"partition", "remote_bytes", b"remote_bytes", "remote_end_offset", b"remote_end_offset", "remote_log_start_offset", b"remote_log_start_offset", "remote_segments", b"remote_segments", "role", b"role", "segments", b"segments", "size_bytes", b"size_bytes", "topic", b"topic", "upload_lag_ms", b"upload_lag_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["config", b"config", "high_watermark", b"high_watermark", "leader_epoch", b"leader_epoch", "log_end_offset", b"log_end_offset", "log_start_offset", b"log_start_offset", "offline", b"offline", "partition", b"partition", "remote_bytes", b"remote_bytes", "remote_end_offset", b"remote_end_offset", "remote_log_start_offset", b"remote_log_start_offset", "remote_only_bytes", b"remote_only_bytes", "remote_segments", b"remote_segments", "role", b"role", "segments", b"segments", "size_bytes", b"size_bytes", "topic", b"topic", "upload_lag_ms", b"upload_lag_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
