@@ -5,12 +5,14 @@ filesystem transport (with beat for the periodic reconcile), two controllers of 
 ``local`` (one active, one standby), and the API server; then, through the REST API,
 creates a region with one cluster of three local brokers (the controller's local
 provisioner starts them, with authentication on: they verify the local issuer's tokens),
-a tenant ``demo``, the topic ``demo.orders`` (three replicas per partition), the lane
-``ppe`` and a service account; produces to the topic (acks=all) and consumes it with the
-SDK as that service account; starts a Databus agent (``meridian-databus``) as that
-service account, following the Databus configuration ``demo-app`` (stream ``events`` to
-``demo.orders``, stream ``events-ppe`` to its lane ``ppe``), and writes through it once;
-and prints the API URL, tokens and CLI and curl commands.
+a tenant ``demo``, the topic ``demo.orders`` (three replicas per partition), the tiered
+topic ``demo.history`` (segments sealed within a minute, then uploaded to the object
+store, a folder of the demo's data), the lane ``ppe`` and a service account; produces to
+the topic (acks=all) and consumes it with the SDK as that service account; starts a
+Databus agent (``meridian-databus``) as that service account, following the Databus
+configuration ``demo-app`` (stream ``events`` to ``demo.orders``, stream ``events-ppe`` to
+its lane ``ppe``), and writes through it once; and prints the API URL, tokens and CLI
+and curl commands.
 
 Everything runs until Ctrl-C, SIGTERM or SIGHUP (``--exit``: stop at once). A child that
 exits meanwhile is started again (the standby controller takes over while the active one
@@ -48,6 +50,16 @@ REGION = "local"
 CLUSTER = "main"
 TENANT = "demo"
 TOPIC = "orders"
+# Tiered, with segments sealed at 1 MiB or 1 minute and kept on the brokers' disks for a
+# minute once uploaded: the steady traffic writes to it, so uploads show within minutes.
+HISTORY_TOPIC = "history"
+HISTORY_CONFIG = {
+    "partitions": 1,
+    "remote_storage": True,
+    "max_segment_bytes": 2**20,
+    "segment_ms": 60_000,
+    "local_retention_ms": 60_000,
+}
 LANE = "ppe"
 # The console's demo users, one per role: (username, role in the demo tenant or None for
 # the platform admin). Their passwords are new each run, printed once, kept only hashed.
@@ -308,6 +320,9 @@ def build_platform(platform: Platform, api: Api) -> dict[str, Any]:
     path = f"/api/v1/topics/{TENANT}.{TOPIC}"
     wait_for("topic ready", lambda: _status(api, path) == "ready", platform)
     ready_s = time.monotonic() - started
+    # Not waited for: it is ready long before the steady traffic starts writing to it.
+    history = {"tenant": TENANT, "name": HISTORY_TOPIC, **HISTORY_CONFIG}
+    api.call("POST", "/api/v1/topics", history)
     account = api.call(
         "POST",
         "/api/v1/service-accounts",
@@ -500,6 +515,11 @@ Lane '{LANE}' (test traffic beside the trunk; its lane topic is made on first us
        --group {TENANT}.tester --from-beginning --max-messages 1
   .venv/bin/meridian --api {url} --token "$TOKEN" lanes list
 
+Tiered storage: {TENANT}.{HISTORY_TOPIC} seals a segment at 1 MiB or 1 minute and uploads it
+(kept on the brokers' disks a minute more); the steady producer writes to it:
+  .venv/bin/meridian --token "$TOKEN" topics describe {TENANT}.{HISTORY_TOPIC}
+  ls -R {platform.data_dir / "objects"}
+
 Databus agent, config '{DATABUS_CONFIG}' (events -> {TENANT}.{TOPIC}, events-ppe -> lane {LANE}):
   export INGEST_TOKEN=$(cat {platform.data_dir / "databus" / "ingest-token"})
   curl -s -H "Authorization: Bearer $INGEST_TOKEN" -H 'Content-Type: application/json' \\
@@ -562,9 +582,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"==> Databus agent at http://{databus} (config {DATABUS_CONFIG})")
         print_summary(platform, admin_token, built, app_token, bootstrap, databus)
         if not args.exit:
-            start_traffic(bootstrap, platform.api_url, built["account"], f"{TENANT}.{TOPIC}")
-            print(f"==> steady traffic on {TENANT}.{TOPIC}: a producer, and group "
-                  f"{TENANT}.analytics consuming slower (its lag grows)")  # fmt: skip
+            history = f"{TENANT}.{HISTORY_TOPIC}"
+            start_traffic(bootstrap, platform.api_url, built["account"], f"{TENANT}.{TOPIC}",
+                          history=history)  # fmt: skip
+            print(f"==> steady traffic on {TENANT}.{TOPIC} (some on {history}): a producer, "
+                  f"and group {TENANT}.analytics consuming slower (its lag grows)")  # fmt: skip
             print("Ctrl-C stops everything.")
             while True:
                 platform.supervise()

@@ -1,6 +1,8 @@
 """The demo's steady traffic, so the console's rate and lag charts move: a light producer
 (about 20 records/s) and a slower consumer group ``<tenant>.analytics`` (about 12
-records/s, committing as it goes), whose lag grows until the demo stops.
+records/s, committing as it goes), whose lag grows until the demo stops. The producer
+also writes one record in ``HISTORY_EVERY`` to the tiered history topic, so its segments
+are sealed (by age) and uploaded.
 
 Runs in daemon threads of the demo process, as the demo's service account; a failure
 (a broker restarting) is printed once and retried after a pause.
@@ -18,10 +20,14 @@ STOP_WAIT_S = 5.0
 PRODUCE_PER_S = 20
 CONSUME_PER_S = 12
 RETRY_PAUSE_S = 5.0
+HISTORY_EVERY = 5
 
 
-def start_traffic(bootstrap: str, api_url: str, account: dict[str, Any], topic: str) -> None:
-    """Start the producer and the consumer threads (they stop with the process)."""
+def start_traffic(
+    bootstrap: str, api_url: str, account: dict[str, Any], topic: str, history: str = ""
+) -> None:
+    """Start the producer and the consumer threads (they stop with the process); the
+    producer writes to ``history`` too, when given."""
     from dataplane.client.auth import ClientCredentials
 
     credentials = ClientCredentials(
@@ -31,7 +37,7 @@ def start_traffic(bootstrap: str, api_url: str, account: dict[str, Any], topic: 
     for name, loop in (("produce", _produce), ("consume", _consume)):
         thread = threading.Thread(
             target=_forever,
-            args=(name, loop, bootstrap, credentials, topic, group),
+            args=(name, loop, bootstrap, credentials, topic, group, history),
             name=f"demo-traffic-{name}",
             daemon=True,
         )
@@ -55,18 +61,20 @@ def _forever(name: str, loop: Any, *args: Any) -> None:
             _stopping.wait(RETRY_PAUSE_S)
 
 
-def _produce(bootstrap: str, credentials: Any, topic: str, group: str) -> None:
+def _produce(bootstrap: str, credentials: Any, topic: str, group: str, history: str) -> None:
     from dataplane.client import Producer
 
     with Producer(bootstrap, credentials=credentials) as producer:
         sent = 0
         while not _stopping.is_set():
             producer.send(topic, value=f"event-{sent}".encode(), key=f"k{sent % 31}".encode())
+            if history and sent % HISTORY_EVERY == 0:
+                producer.send(history, value=f"event-{sent} at {time.time():.3f}".encode())
             sent += 1
             _stopping.wait(1 / PRODUCE_PER_S)
 
 
-def _consume(bootstrap: str, credentials: Any, topic: str, group: str) -> None:
+def _consume(bootstrap: str, credentials: Any, topic: str, group: str, history: str) -> None:
     from dataplane.client import Consumer
 
     with Consumer(

@@ -39,6 +39,8 @@ class DesiredConfig:
     remote_storage: bool = False
     local_retention_ms: int = -2
     local_retention_bytes: int = -2
+    max_segment_bytes: int = 1024 * 2**20
+    segment_ms: int = 7 * 24 * 3600 * 1000
     topic_id: str | None = None
 
     def to_proto(self) -> common_pb2.PartitionConfig:
@@ -50,6 +52,8 @@ class DesiredConfig:
             remote_storage=self.remote_storage,
             local_retention_ms=self.local_retention_ms,
             local_retention_bytes=self.local_retention_bytes,
+            max_segment_bytes=self.max_segment_bytes,
+            segment_ms=self.segment_ms,
         )
         if self.topic_id is not None:
             config.topic_id = self.topic_id
@@ -73,6 +77,8 @@ CONFIG_FIELDS = (
     "remote_storage",
     "local_retention_ms",
     "local_retention_bytes",
+    "max_segment_bytes",
+    "segment_ms",
 )
 
 

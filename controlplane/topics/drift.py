@@ -175,6 +175,8 @@ def desired_config(topic: Topic) -> DesiredConfig:
         remote_storage=topic.remote_storage,
         local_retention_ms=topic.local_retention_ms,
         local_retention_bytes=topic.local_retention_bytes,
+        max_segment_bytes=topic.max_segment_bytes,
+        segment_ms=topic.segment_ms,
         topic_id=str(topic.pk),
     )
 

@@ -52,6 +52,17 @@ def local_retention_problems(topic: Topic) -> dict[str, list[str]]:
     return problems
 
 
+# When a partition's active segment is sealed (so, with remote_storage, uploaded): at
+# this size or age. The defaults are the brokers' (1 GiB, 7 days); the bounds keep a
+# tenant from segments so small that their files and uploads swamp a broker.
+MIB = 2**20
+DAY_MS = 24 * 3600 * 1000
+DEFAULT_SEGMENT_BYTES = 1024 * MIB
+DEFAULT_SEGMENT_MS = 7 * DAY_MS
+MIN_SEGMENT_BYTES, MAX_SEGMENT_BYTES = MIB, 1024 * MIB
+MIN_SEGMENT_MS, MAX_SEGMENT_MS = 60 * 1000, 30 * DAY_MS
+
+
 # A token's ``azp`` or ``sub``: printable, no whitespace.
 principal_validator = RegexValidator(
     r"\A[!-~]{1,255}\Z", "a client id or subject: printable ASCII, no spaces"
@@ -98,6 +109,15 @@ class Topic(StatusModel):
     remote_storage = models.BooleanField(default=False)
     local_retention_ms = models.BigIntegerField(default=-2)
     local_retention_bytes = models.BigIntegerField(default=-2, help_text="per partition")
+    # When the active segment is sealed (hence, with remote_storage, uploaded).
+    max_segment_bytes = models.BigIntegerField(
+        default=DEFAULT_SEGMENT_BYTES,
+        validators=[MinValueValidator(MIN_SEGMENT_BYTES), MaxValueValidator(MAX_SEGMENT_BYTES)],
+    )
+    segment_ms = models.BigIntegerField(
+        default=DEFAULT_SEGMENT_MS,
+        validators=[MinValueValidator(MIN_SEGMENT_MS), MaxValueValidator(MAX_SEGMENT_MS)],
+    )
     generation = models.PositiveBigIntegerField(default=1)
     observed_generation = models.PositiveBigIntegerField(default=0)
     created_by = models.CharField(max_length=255, blank=True, default="")

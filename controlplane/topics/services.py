@@ -74,6 +74,8 @@ def create_topic(
     remote_storage: bool | None = None,
     local_retention_ms: int | None = None,
     local_retention_bytes: int | None = None,
+    max_segment_bytes: int | None = None,
+    segment_ms: int | None = None,
     actor: Actor,
 ) -> Topic:
     """A new topic ``<tenant>.<name>`` (status pending) on the least-loaded cluster of
@@ -96,6 +98,8 @@ def create_topic(
             "remote_storage": remote_storage,
             "local_retention_ms": local_retention_ms,
             "local_retention_bytes": local_retention_bytes,
+            "max_segment_bytes": max_segment_bytes,
+            "segment_ms": segment_ms,
         }
     )
     full_name = validation.full_name(tenant.slug, name)

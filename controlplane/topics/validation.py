@@ -12,7 +12,17 @@ from django.conf import settings
 
 from controlplane.core.errors import InvalidRequest
 from controlplane.topics.choices import Durability
-from controlplane.topics.models import LOCAL_RETENTION_TOTAL, TOPIC_NAME_RE, full_name_problem
+from controlplane.topics.models import (
+    DEFAULT_SEGMENT_BYTES,
+    DEFAULT_SEGMENT_MS,
+    LOCAL_RETENTION_TOTAL,
+    MAX_SEGMENT_BYTES,
+    MAX_SEGMENT_MS,
+    MIN_SEGMENT_BYTES,
+    MIN_SEGMENT_MS,
+    TOPIC_NAME_RE,
+    full_name_problem,
+)
 
 LANE_SEPARATOR = "~"  # <tenant>.<topic>~<lane> names a lane topic
 INTERNAL_PREFIX = "__"  # internal topics; never a tenant's
@@ -24,6 +34,8 @@ CONFIG_FIELDS = (
     "remote_storage",
     "local_retention_ms",
     "local_retention_bytes",
+    "max_segment_bytes",
+    "segment_ms",
 )
 MIN_MESSAGE_BYTES = 1024
 MAX_MESSAGE_BYTES = 64 * 2**20
@@ -89,6 +101,10 @@ def resolve_config(
     _check_range(
         "max_message_bytes", config["max_message_bytes"], MIN_MESSAGE_BYTES, MAX_MESSAGE_BYTES
     )
+    _check_range(
+        "max_segment_bytes", config["max_segment_bytes"], MIN_SEGMENT_BYTES, MAX_SEGMENT_BYTES
+    )
+    _check_range("segment_ms", config["segment_ms"], MIN_SEGMENT_MS, MAX_SEGMENT_MS)
     if config["durability"] not in Durability.values:
         _refuse("durability", f"one of {', '.join(Durability.values)}")
     if not isinstance(config["remote_storage"], bool):
@@ -140,6 +156,8 @@ def _defaults(limits: Mapping[str, int]) -> dict[str, Any]:
         "remote_storage": False,
         "local_retention_ms": LOCAL_RETENTION_TOTAL,
         "local_retention_bytes": LOCAL_RETENTION_TOTAL,
+        "max_segment_bytes": DEFAULT_SEGMENT_BYTES,
+        "segment_ms": DEFAULT_SEGMENT_MS,
     }
 
 

@@ -48,6 +48,23 @@ LocalRetentionBytesOption = Annotated[
         show_default=False,
     ),
 ]
+SegmentBytesOption = Annotated[
+    int | None,
+    typer.Option(
+        "--segment-bytes",
+        help="Seal a partition's active segment at this size (max_segment_bytes); a tiered "
+        "topic uploads a segment once sealed.",
+        show_default=False,
+    ),
+]
+SegmentMsOption = Annotated[
+    int | None,
+    typer.Option(
+        "--segment-ms",
+        help="Seal a partition's active segment at this age, in ms (segment_ms).",
+        show_default=False,
+    ),
+]
 
 
 def list_topics(
@@ -70,10 +87,19 @@ def create(
     remote_storage: RemoteStorageOption = None,
     local_retention_ms: LocalRetentionMsOption = None,
     local_retention_bytes: LocalRetentionBytesOption = None,
+    segment_bytes: SegmentBytesOption = None,
+    segment_ms: SegmentMsOption = None,
 ) -> None:
     """Create topic NAME with --partitions partitions and optional --config settings. A
     tiered topic (--remote-storage) gets a new topic_id unless --config names one."""
-    settings_ = config_with(config, remote_storage, local_retention_ms, local_retention_bytes)
+    settings_ = config_with(
+        config,
+        remote_storage=remote_storage,
+        local_retention_ms=local_retention_ms,
+        local_retention_bytes=local_retention_bytes,
+        max_segment_bytes=segment_bytes,
+        segment_ms=segment_ms,
+    )
     if settings_.get("remote_storage") and not settings_.get("topic_id"):
         settings_["topic_id"] = new_topic_id()
     with Admin(settings(ctx).bootstrap, client_id="meridian-cli", **settings(ctx).connect) as admin:
@@ -91,10 +117,19 @@ def alter(
     remote_storage: RemoteStorageOption = None,
     local_retention_ms: LocalRetentionMsOption = None,
     local_retention_bytes: LocalRetentionBytesOption = None,
+    segment_bytes: SegmentBytesOption = None,
+    segment_ms: SegmentMsOption = None,
 ) -> None:
     """Change settings of topic NAME on every partition (only the ones given). Turning
     tiered storage on keeps the topic's topic_id, or gives it a new one."""
-    settings_ = config_with(config, remote_storage, local_retention_ms, local_retention_bytes)
+    settings_ = config_with(
+        config,
+        remote_storage=remote_storage,
+        local_retention_ms=local_retention_ms,
+        local_retention_bytes=local_retention_bytes,
+        max_segment_bytes=segment_bytes,
+        segment_ms=segment_ms,
+    )
     if not settings_:
         raise invalid(
             "nothing to change: give --config or a setting flag", ErrorCode.INVALID_CONFIG
@@ -118,19 +153,10 @@ def _topic_id_of(topic: TopicDescription) -> str:
     return next((topic_id for topic_id in ids if topic_id), "")
 
 
-def config_with(
-    pairs: list[str] | None,
-    remote_storage: bool | None,
-    local_retention_ms: int | None,
-    local_retention_bytes: int | None,
-) -> dict[str, Any]:
-    """The typed ``--config`` pairs with the setting flags given (a flag wins)."""
+def config_with(pairs: list[str] | None, **flags: Any) -> dict[str, Any]:
+    """The typed ``--config`` pairs with the setting flags given (``PartitionConfig``
+    field names; a flag given wins, None is not given)."""
     typed = typed_config(parse_pairs(pairs or [], "config"))
-    flags = {
-        "remote_storage": remote_storage,
-        "local_retention_ms": local_retention_ms,
-        "local_retention_bytes": local_retention_bytes,
-    }
     return typed | {key: value for key, value in flags.items() if value is not None}
 
 

@@ -151,6 +151,27 @@ def test_demo_runs_the_platform_and_what_it_prints_works(tmp_path: Path) -> None
               {"name": "tiered", "partitions": 1, "remote_storage": True})  # fmt: skip
         tiered = _wait_ready(f"{api}/topics/demo.tiered", token.group(1), 60)
         assert (tiered["status"], tiered["remote_storage"]) == ("ready", True), tiered
+        # The demo's own tiered topic, with segments small enough to be sealed (and so
+        # uploaded) within a minute, and the printed command to look at it.
+        history = _wait_ready(f"{api}/topics/demo.history", token.group(1), 60)
+        assert history["status"] == "ready", history
+        assert (
+            history["remote_storage"],
+            history["max_segment_bytes"],
+            history["segment_ms"],
+        ) == (True, 2**20, 60_000), history
+        assert 'meridian --token "$TOKEN" topics describe demo.history' in output
+        assert f"ls -R {cluster['remote_store_uri']}" in output
+        described_history = subprocess.run(
+            [*cli, "topics", "describe", "demo.history"], env=cli_env,
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert described_history.returncode == 0, described_history.stderr
+        settings = dict(
+            line.split() for line in described_history.stdout.splitlines()
+            if len(line.split()) == 2
+        )  # fmt: skip
+        assert (settings["max_segment_bytes"], settings["segment_ms"]) == ("1048576", "60000")
         # Killing each controller in turn kills the active one once: the platform goes on,
         # a topic created after each kill is placed, led and served.
         controllers = _controller_pids(output)

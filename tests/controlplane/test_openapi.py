@@ -77,10 +77,17 @@ def test_the_document_is_public_json(anonymous_client: Any) -> None:
 
 
 def test_the_tiered_storage_fields_are_documented(anonymous_client: Any) -> None:
-    """Topics' tiered settings and observed sizes; a cluster's store, whose options are
+    """Topics' tiered settings (with the segment settings that say when a segment is
+    sealed, hence uploaded) and observed sizes; a cluster's store, whose options are
     written only (never in an answer's schema)."""
     schemas = anonymous_client.get(SCHEMA_URL).json()["components"]["schemas"]
-    tiered = {"remote_storage", "local_retention_ms", "local_retention_bytes"}
+    tiered = {
+        "remote_storage",
+        "local_retention_ms",
+        "local_retention_bytes",
+        "max_segment_bytes",
+        "segment_ms",
+    }
     assert tiered <= set(schemas["Topic"]["properties"])
     assert tiered <= set(schemas["TopicSummary"]["properties"])
     assert {"local_bytes", "remote_bytes"} <= set(schemas["Topic"]["properties"])

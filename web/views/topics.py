@@ -53,6 +53,8 @@ CONFIG_FIELDS = (
     "remote_storage",
     "local_retention_ms",
     "local_retention_bytes",
+    "max_segment_bytes",
+    "segment_ms",
 )
 CREATE_FIELDS = ("name", "partitions", "replication_factor", "region", *CONFIG_FIELDS)
 DURABILITY_CHOICES = Durability.values

@@ -39,6 +39,15 @@ class TopicConfigSerializer(serializers.Serializer[Any]):
         help_text="per partition, with remote_storage: what stays on the brokers' disks; "
         "-2 (default): retention_bytes, -1: unlimited, else at most retention_bytes",
     )
+    max_segment_bytes = serializers.IntegerField(
+        required=False,
+        help_text="a partition's active segment is sealed (with remote_storage: uploaded) "
+        "at this size; 1 MiB to 1 GiB, default 1 GiB",
+    )
+    segment_ms = serializers.IntegerField(
+        required=False,
+        help_text="... or at this age; 60000 (1 min) to 30 days, default 7 days",
+    )
 
 
 class AssignmentSerializer(serializers.ModelSerializer[PartitionAssignment]):
@@ -108,6 +117,8 @@ class TopicSummarySerializer(serializers.ModelSerializer[Topic]):
             "remote_storage",
             "local_retention_ms",
             "local_retention_bytes",
+            "max_segment_bytes",
+            "segment_ms",
             "status",
             "status_reason",
             "generation",

@@ -1,8 +1,8 @@
 """Tiered storage settings reach real brokers: a topic's ``remote_storage``, local
-retentions and ``topic_id`` are in the config its brokers report; a partition without
-an id gets the topic's from the drift pass; one with another topic's id is reported
-(``identity``), never retried, while its other settings are still healed; deleting a
-tiered topic deletes its objects from the store."""
+retentions, segment settings and ``topic_id`` are in the config its brokers report; a
+partition without an id gets the topic's from the drift pass; one with another topic's
+id is reported (``identity``), never retried, while its other settings are still healed;
+deleting a tiered topic deletes its objects from the store."""
 
 from __future__ import annotations
 
@@ -162,3 +162,33 @@ def test_deleting_a_tiered_topic_deletes_its_objects_from_the_store(
     assert not store.exists(key)
     assert deletion.incarnations(store) == []
     assert all(admin.hosted(b, "acme.orders") == {} for b in tiered)
+
+
+def test_segment_settings_reach_every_replica_and_drift_heals_them(
+    tiered: list[BrokerProcess], tiered_row: Cluster, acme: Tenant
+) -> None:
+    """A tiered topic's segments are sealed (hence uploaded) at its ``max_segment_bytes``
+    or ``segment_ms``: both reach its brokers, a change follows, and a broker altered
+    behind the topic's back gets them back from the drift pass."""
+    topic = services.create_topic(
+        acme, name="history", partitions=1, replication_factor=3, remote_storage=True,
+        max_segment_bytes=2**20, segment_ms=60_000, actor=OPERATOR,
+    )  # fmt: skip
+    reconcile_topic(topic.pk)
+
+    for broker in tiered:
+        config = _config(broker, "acme.history")
+        assert (config.max_segment_bytes, config.segment_ms) == (2**20, 60_000)  # type: ignore[attr-defined]
+
+    services.update_topic(topic, max_segment_bytes=4 * 2**20, actor=OPERATOR)
+    reconcile_topic(topic.pk)
+    assert _config(tiered[0], "acme.history").max_segment_bytes == 4 * 2**20  # type: ignore[attr-defined]
+
+    owner = _owner(tiered, topic)
+    admin.alter(owner, "acme.history", 0, segment_ms=3_600_000)
+    reconcile_cluster(tiered_row.pk)
+
+    assert _config(owner, "acme.history").segment_ms == 60_000  # type: ignore[attr-defined]
+    finding = DriftFinding.objects.get(kind="config")
+    assert finding.healed
+    assert "segment_ms" in finding.detail

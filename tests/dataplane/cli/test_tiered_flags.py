@@ -1,6 +1,7 @@
-"""meridian topics create / alter with the tiered storage flags, against a broker with
-an object store (a folder): a tiered topic gets a topic_id, which an alter keeps;
-describe shows the settings it reports."""
+"""meridian topics create / alter with the tiered storage flags (and the segment flags,
+which say when a segment is sealed, hence uploaded), against a broker with an object
+store (a folder): a tiered topic gets a topic_id, which an alter keeps; describe shows
+the settings it reports."""
 
 from __future__ import annotations
 
@@ -65,6 +66,29 @@ def test_alter_changes_only_what_it_names(tiered_cli: Cli) -> None:
     tiered_cli.ok("topics", "alter", "cli.alter", "--remote-storage", "--local-retention-ms", "1")
     again = _settings(tiered_cli.ok("topics", "describe", "cli.alter").stdout)
     assert (again["topic_id"], again["local_retention_ms"]) == (topic_id, "1")  # kept
+
+
+def test_the_segment_flags_set_when_a_segment_is_sealed(tiered_cli: Cli) -> None:
+    tiered_cli.ok(
+        "topics", "create", "cli.segments", "--remote-storage",
+        "--segment-bytes", "1048576", "--segment-ms", "60000",
+    )  # fmt: skip
+
+    settings = _settings(tiered_cli.ok("topics", "describe", "cli.segments").stdout)
+    assert (settings["max_segment_bytes"], settings["segment_ms"]) == ("1048576", "60000")
+
+    altered = tiered_cli.ok("topics", "alter", "cli.segments", "--segment-ms", "120000")
+    assert "segment_ms=120000" in altered.stdout
+    again = _settings(tiered_cli.ok("topics", "describe", "cli.segments").stdout)
+    assert (again["max_segment_bytes"], again["segment_ms"]) == ("1048576", "120000")
+
+
+def test_the_broker_refuses_a_segment_below_its_floor(tiered_cli: Cli) -> None:
+    refused = tiered_cli("topics", "create", "cli.tiny", "--segment-bytes", "100")
+
+    assert refused.exit_code == 1
+    assert refused.stderr.startswith("error: INVALID_CONFIG: ")
+    assert "max_segment_bytes" in refused.stderr
 
 
 def test_the_broker_refuses_turning_remote_storage_off(tiered_cli: Cli) -> None:

@@ -1,6 +1,7 @@
 """Tiered storage on the topic pages: the detail shows a topic's bytes on the brokers'
 disks and in the object store; the config form turns tiered storage on where the
-cluster has a store and shows the API's refusals on the field; no console page shows a
+cluster has a store and shows the API's refusals on the field; the create and config
+forms set the segment settings (when a segment is sealed, hence uploaded); no console page shows a
 cluster's store options."""
 
 from __future__ import annotations
@@ -81,6 +82,48 @@ def test_refusals_show_on_the_field(acme: Tenant, console_for: ConsoleFactory) -
     too_long = client.post(CONFIG_URL, {"retention_ms": "3600000", "local_retention_ms": "7200000"})
     assert too_long.status_code == 422
     assert field_errors(too_long.content.decode(), "local_retention_ms", "config-")
+
+
+def test_the_create_form_sets_the_segment_settings(
+    cluster_rows: Cluster, acme: Tenant, console_for: ConsoleFactory
+) -> None:
+    _with_store(cluster_rows)
+    client = _developer(console_for)
+    form = client.get("/console/t/acme/topics/new/").content.decode()
+    assert 'name="max_segment_bytes"' in form
+    assert 'name="segment_ms"' in form
+
+    response = client.post(
+        "/console/t/acme/topics/new/",
+        {"name": "history", "partitions": "1", "remote_storage": "true",
+         "max_segment_bytes": "1048576", "segment_ms": "60000"},
+    )  # fmt: skip
+
+    assert response.status_code == 302
+    topic = Topic.objects.get(full_name="acme.history")
+    assert (topic.remote_storage, topic.max_segment_bytes, topic.segment_ms) == (
+        True,
+        2**20,
+        60_000,
+    )
+    page = client.get("/console/t/acme/topics/acme.history/").content.decode()
+    assert "Segments sealed at</dt><dd>1.0\xa0MB (1048576 bytes) or 60000 ms</dd>" in page
+
+
+def test_the_config_form_changes_segments_and_refuses_on_the_field(
+    acme: Tenant, console_for: ConsoleFactory
+) -> None:
+    services.create_topic(acme, name="orders", partitions=1, actor=SYSTEM)
+    client = _developer(console_for)
+
+    changed = client.post(CONFIG_URL, {"segment_ms": "3600000"})
+    assert changed.status_code == 302
+    assert Topic.objects.get(full_name="acme.orders").segment_ms == 3_600_000
+
+    tiny = client.post(CONFIG_URL, {"max_segment_bytes": "1024"})
+    assert tiny.status_code == 422
+    assert field_errors(tiny.content.decode(), "max_segment_bytes", "config-")
+    assert Topic.objects.get(full_name="acme.orders").max_segment_bytes == 2**30
 
 
 def test_turning_it_off_is_refused_on_the_field(
