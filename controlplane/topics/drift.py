@@ -306,9 +306,10 @@ def _copy_observed(
             state.log_end_offset,
             now,
         )
+        row.remote_only_bytes = state.remote_only_bytes
         rows.append(row)
     PartitionAssignment.objects.bulk_update(
-        rows, ["size_bytes", "remote_bytes", "log_end_offset", "observed_at"]
+        rows, ["size_bytes", "remote_bytes", "remote_only_bytes", "log_end_offset", "observed_at"]
     )
 
 

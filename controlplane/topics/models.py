@@ -202,6 +202,9 @@ class PartitionAssignment(TimestampedModel):
     )
     size_bytes = models.BigIntegerField(default=0)  # on the leader's disk
     remote_bytes = models.BigIntegerField(default=0)  # in the object store (tiered storage)
+    # Of those, the bytes no longer on the leader's disk: size_bytes + remote_only_bytes
+    # is what the partition holds, each byte counted once (storage quotas).
+    remote_only_bytes = models.BigIntegerField(default=0)
     log_end_offset = models.BigIntegerField(default=0)
     observed_at = models.DateTimeField(null=True, blank=True)
 

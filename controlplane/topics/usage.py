@@ -30,11 +30,12 @@ class TopicUsage:
         }
 
     def stored_bytes(self, tenant_ids: Collection[int]) -> Mapping[int, int]:
-        """What the brokers last reported the tenants' partitions hold. A partition
-        counts once (the one reported size of its assignment), not once per replica."""
+        """What the brokers last reported the tenants' partitions hold, on the leaders'
+        disks and only in the object store (tiered storage). A partition counts once (the
+        one reported size of its assignment), not once per replica."""
         return dict(
             PartitionAssignment.objects.filter(topic__tenant__in=list(tenant_ids))
             .values_list("topic__tenant_id")
-            .annotate(total=Sum("size_bytes", default=0))
+            .annotate(total=Sum(F("size_bytes") + F("remote_only_bytes"), default=0))
             .values_list("topic__tenant_id", "total")
         )

@@ -132,6 +132,16 @@ def test_usage_counts_reserved_and_stored_bytes(acme: Any) -> None:
     }
 
 
+def test_stored_bytes_count_the_remote_tier_once(acme: Any) -> None:
+    """A tiered partition holds what is on its leader's disk plus what is only in the
+    object store; a segment in both (uploaded, not yet past local retention) counts once."""
+    topic = create_topic(acme, name="t", partitions=1, retention_bytes=GIB, actor=SYSTEM)
+    PartitionAssignment.objects.filter(topic=topic).update(
+        size_bytes=1000, remote_bytes=5000, remote_only_bytes=4200
+    )
+    assert quota_usage(acme)["stored_bytes"] == 5200
+
+
 def test_a_member_reads_its_quota_with_usage_but_not_others(acme: Any, client_for: Any) -> None:
     create_topic(acme, name="t", partitions=3, actor=SYSTEM)
     client = client_for(roles={"acme": Role.VIEWER})

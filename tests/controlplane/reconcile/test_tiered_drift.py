@@ -60,6 +60,7 @@ def _answer(
                 leader_epoch=0,
                 size_bytes=4096,
                 remote_bytes=1_000_000,
+                remote_only_bytes=900_000,
                 remote_segments=3,
                 upload_lag_ms=upload_lag_ms,
             )
@@ -90,7 +91,7 @@ def test_uploads_behind_are_a_finding_until_they_catch_up(
     assert "uploads are behind" in finding.detail
     assert "object store may be unreachable" in finding.detail
     row = PartitionAssignment.objects.get(topic=topic)
-    assert (row.size_bytes, row.remote_bytes) == (4096, 1_000_000)
+    assert (row.size_bytes, row.remote_bytes, row.remote_only_bytes) == (4096, 1_000_000, 900_000)
 
     _brokers_answer(monkeypatch, _answer(topic, upload_lag_ms=1_000))
     reconcile_cluster(topic.cluster_id)
