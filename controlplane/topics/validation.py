@@ -11,6 +11,7 @@ from typing import Any
 from django.conf import settings
 
 from controlplane.core.errors import InvalidRequest
+from controlplane.gateway.admin import CONFIG_FIELDS as CONFIG_FIELDS
 from controlplane.topics.choices import Durability
 from controlplane.topics.models import (
     DEFAULT_SEGMENT_BYTES,
@@ -26,17 +27,6 @@ from controlplane.topics.models import (
 
 LANE_SEPARATOR = "~"  # <tenant>.<topic>~<lane> names a lane topic
 INTERNAL_PREFIX = "__"  # internal topics; never a tenant's
-CONFIG_FIELDS = (
-    "retention_ms",
-    "retention_bytes",
-    "max_message_bytes",
-    "durability",
-    "remote_storage",
-    "local_retention_ms",
-    "local_retention_bytes",
-    "max_segment_bytes",
-    "segment_ms",
-)
 MIN_MESSAGE_BYTES = 1024
 MAX_MESSAGE_BYTES = 64 * 2**20
 

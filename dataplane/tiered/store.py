@@ -40,7 +40,7 @@ import crc32c
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from dataplane.files import PUBLIC_MODE, create_file, fsync_directory
+from dataplane.files import PUBLIC_MODE, create_file, fsync_directory, replace_file
 
 T = TypeVar("T")
 
@@ -155,7 +155,12 @@ class ObjectStore:
         """Write ``data`` under ``key``, whole or not at all."""
         if self.local:
             target = Path(self.path(key))
-            self._call(key, lambda: self._write_local(target, data))
+
+            def write() -> None:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                replace_file(target, data)
+
+            self._call(key, write)
         else:
             self._call(key, lambda: self.fs.pipe_file(self.path(key), data))
 
@@ -275,21 +280,6 @@ class ObjectStore:
         if hasattr(modified, "timestamp"):
             modified = modified.timestamp()
         return ObjectInfo(key, int(info.get("size") or 0), float(modified))
-
-    @staticmethod
-    def _write_local(target: Path, data: bytes) -> None:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        temporary = target.with_name(f".{target.name}.{os.getpid()}.{time.monotonic_ns()}.tmp")
-        try:
-            with open(temporary, "wb") as file:
-                file.write(data)
-                file.flush()
-                os.fsync(file.fileno())
-            os.chmod(temporary, PUBLIC_MODE)
-            os.replace(temporary, target)
-        finally:
-            temporary.unlink(missing_ok=True)
-        fsync_directory(target.parent)
 
     @staticmethod
     def _copy_local(source: _CrcReader, target: Path) -> None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import shutil
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -46,13 +48,12 @@ def store_dir(tmp_path: Path) -> Path:
     return tmp_path / "objects"
 
 
-@pytest.fixture
-def tiered_broker(tmp_path: Path, store_dir: Path, request: pytest.FixtureRequest):
-    process = BrokerProcess(
-        tmp_path / "broker-1",
-        broker_id=1,
-        extra_args=["--remote-store-uri", str(store_dir), *TIER_ARGS],
-    )
+@contextmanager
+def _tiered_process(
+    directory: Path, request: pytest.FixtureRequest, store_args: list[str]
+) -> Iterator[BrokerProcess]:
+    """A broker process with an object store, its log printed if the test failed."""
+    process = BrokerProcess(directory, broker_id=1, extra_args=[*store_args, *TIER_ARGS])
     try:
         yield process.start()
     finally:
@@ -60,6 +61,16 @@ def tiered_broker(tmp_path: Path, store_dir: Path, request: pytest.FixtureReques
         if report is not None and report.failed:
             print(process.log_text()[-20000:])
         stop_all([process])
+
+
+@pytest.fixture
+def tiered_broker(
+    tmp_path: Path, store_dir: Path, request: pytest.FixtureRequest
+) -> Iterator[BrokerProcess]:
+    with _tiered_process(
+        tmp_path / "broker-1", request, ["--remote-store-uri", str(store_dir)]
+    ) as process:
+        yield process
 
 
 def _values(start: int, count: int) -> list[bytes]:
@@ -138,35 +149,18 @@ def test_the_same_against_an_s3_endpoint(
     options_file = tmp_path / "store.json"
     options_file.write_text(json.dumps(options))
     options_file.chmod(0o600)
-    process = BrokerProcess(
-        tmp_path / "broker-1",
-        broker_id=1,
-        extra_args=[
-            "--remote-store-uri",
-            uri,
-            "--remote-store-options-file",
-            str(options_file),
-            *TIER_ARGS,
-        ],
-    )
+    args = ["--remote-store-uri", uri, "--remote-store-options-file", str(options_file)]
     values = _values(0, 200)
-    try:
-        with stubs(process.start()) as s:
-            create(s, TOPIC, **TIERED)
-            _produce_all(s, values)
-            assert wait_for(lambda: _state(s).log_start_offset >= 150, timeout_s=60)
-            assert _earliest(s).offset == 0
-            stored = fetch_records(s, TOPIC, 0, 0)
-        assert [r.value for r in stored] == values
-        store = ObjectStore.open(uri, options)
-        manifest = manifests.latest(store, TOPIC, "7", 0)
-        assert manifest.log_start_offset == 0
-        assert manifest.end_offset >= 150
-    finally:
-        report = getattr(request.node, "report_call", None)
-        if report is not None and report.failed:
-            print(process.log_text()[-20000:])
-        stop_all([process])
+    with _tiered_process(tmp_path / "broker-1", request, args) as process, stubs(process) as s:
+        create(s, TOPIC, **TIERED)
+        _produce_all(s, values)
+        assert wait_for(lambda: _state(s).log_start_offset >= 150, timeout_s=60)
+        assert _earliest(s).offset == 0
+        stored = fetch_records(s, TOPIC, 0, 0)
+    assert [r.value for r in stored] == values
+    manifest = manifests.latest(ObjectStore.open(uri, options), TOPIC, "7", 0)
+    assert manifest.log_start_offset == 0
+    assert manifest.end_offset >= 150
 
 
 def test_reads_at_every_offset_below_the_local_log_start_start_at_that_offset(
