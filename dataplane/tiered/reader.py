@@ -33,6 +33,7 @@ from typing import Any
 from dataplane import records
 from dataplane.records import Record
 from dataplane.records.errors import CorruptBatchError
+from dataplane.records.header import BatchHeader
 from dataplane.tiered import manifests, segment_objects
 from dataplane.tiered.layout import Manifest, RemoteSegment
 from dataplane.tiered.segment_objects import SegmentObjects
@@ -107,6 +108,19 @@ class TopicStoreReader:
         end_offset: int | None = None,
     ) -> Iterator[Record]:
         """The records ``segment`` serves within ``[start_offset, end_offset)``."""
+        for _header, batch in self.segment_batches(manifest, segment, start_offset, end_offset):
+            yield from batch
+
+    def segment_batches(
+        self,
+        manifest: Manifest,
+        segment: RemoteSegment,
+        start_offset: int | None = None,
+        end_offset: int | None = None,
+    ) -> Iterator[tuple[BatchHeader, list[Record]]]:
+        """Batch by batch, the records ``segment`` serves within ``[start_offset,
+        end_offset)``, each list with the header of the batch it came from (a reader
+        skipping control batches, as consumers do, looks at ``header.is_control``)."""
         low = max(segment.start_offset, manifest.log_start_offset, start_offset or 0)
         high = segment.end_offset if end_offset is None else min(end_offset, segment.end_offset)
         if low >= high:
@@ -121,9 +135,10 @@ class TopicStoreReader:
                 continue
             if header.base_offset >= high:
                 return
-            yield from (
-                r for r in _decode(view, at - position, at, objects) if low <= r.offset < high
-            )
+            decoded = _decode(view, at - position, at, objects)
+            if header.base_offset < low or header.last_offset >= high:
+                decoded = [r for r in decoded if low <= r.offset < high]
+            yield header, decoded
 
     def _log_bytes(self, objects: SegmentObjects, offset: int) -> tuple[bytes, int, int]:
         """The ``.log`` bytes to read ``offset`` from, the position they start at and the
