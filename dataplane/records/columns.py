@@ -47,15 +47,24 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypeAlias
 
 from dataplane.records.decoder import _decode, decode_headers, records_bytes
 from dataplane.records.errors import RecordCountMismatchError, TruncatedRecordError
-from dataplane.records.header import BatchHeader, check_crc, check_fields, check_structure
+from dataplane.records.header import (
+    check_crc,
+    check_fields,
+    check_structure,
+    read_header,
+    valid_fields_or_none,
+)
 from dataplane.records.layout import (
     COMPRESSION_MASK,
     CONTROL_MASK,
+    HEADER_STRUCT,
+    LOG_OVERHEAD,
     MAX_UNCOMPRESSED_BYTES,
+    MIN_BATCH_LENGTH,
     RECORDS_OFFSET,
     TIMESTAMP_TYPE_MASK,
     ReadableBuffer,
@@ -72,6 +81,9 @@ INT64_END: Final = 2**63
 """``high`` by default: past every offset."""
 MAX_COLUMN_BYTES: Final = 2**31 - 1
 """What a column of Arrow's 32-bit offsets addresses."""
+ColumnBuffer: TypeAlias = bytes | memoryview
+"""A column's bytes: the Python builder's, or a read-only view of the compiled one's
+memory (handed over without a copy; it lives while anything holds the view)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,9 +92,9 @@ class BinaryColumn:
     the entries, from 0), ``data``, ``validity`` (a bit per entry, LSB first; None when
     no entry is null) and ``null_count``."""
 
-    offsets: bytes
-    data: bytes
-    validity: bytes | None
+    offsets: ColumnBuffer
+    data: ColumnBuffer
+    validity: ColumnBuffer | None
     null_count: int
 
     def __len__(self) -> int:
@@ -94,11 +106,11 @@ class Columns:
     """The records of ``decode_columns``; see the module docstring for each field."""
 
     count: int
-    offsets: bytes
-    timestamps: bytes
+    offsets: ColumnBuffer
+    timestamps: ColumnBuffer
     keys: BinaryColumn
     values: BinaryColumn
-    header_offsets: bytes
+    header_offsets: ColumnBuffer
     header_keys: BinaryColumn
     header_values: BinaryColumn
     picked: BinaryColumn | None
@@ -106,19 +118,31 @@ class Columns:
     @classmethod
     def of(cls, parts: tuple[Any, ...]) -> Columns:
         """From a builder's ``finish()``: binary columns as ``(offsets, data, validity,
-        null_count)`` tuples."""
+        null_count)`` tuples, each buffer bytes or any object exporting its bytes."""
         count, offsets, timestamps, keys, values, header_offsets, hkeys, hvalues, picked = parts
         return cls(
             count,
-            offsets,
-            timestamps,
-            BinaryColumn(*keys),
-            BinaryColumn(*values),
-            header_offsets,
-            BinaryColumn(*hkeys),
-            BinaryColumn(*hvalues),
-            None if picked is None else BinaryColumn(*picked),
+            _view(offsets),
+            _view(timestamps),
+            _binary(keys),
+            _binary(values),
+            _view(header_offsets),
+            _binary(hkeys),
+            _binary(hvalues),
+            None if picked is None else _binary(picked),
         )
+
+
+def _view(buffer: Any) -> ColumnBuffer:
+    """``buffer`` as bytes, or a view of the compiled builder's memory (no copy)."""
+    return buffer if type(buffer) is bytes else memoryview(buffer)
+
+
+def _binary(parts: tuple[Any, Any, Any, int]) -> BinaryColumn:
+    offsets, data, validity, nulls = parts
+    return BinaryColumn(
+        _view(offsets), _view(data), None if validity is None else _view(validity), nulls
+    )
 
 
 COMPILED = _CompiledBuilder is not None
@@ -145,46 +169,69 @@ def decode_columns(
     checks one; the CRC only with ``verify_crc``), with the batch's position in ``buf``.
     """
     low, high = max(low, INT64_MIN), min(high, INT64_END)
-    builder: Any = _CompiledBuilder(pick_header) if COMPILED else ColumnsReference(pick_header)
     end = len(buf) if end is None else end
+    if COMPILED:
+        builder: Any = _CompiledBuilder(pick_header, *_room(buf, position, end))
+    else:
+        builder = ColumnsReference(pick_header)
     while position < end:
-        header = check_structure(buf, position, None)
-        if verify_crc:
-            check_crc(buf, position, header)
-        check_fields(header, position)
-        wanted = header.last_offset >= low and header.base_offset < high
-        if wanted and not header.attributes & CONTROL_MASK:
-            _add(builder, buf, position, header, max_uncompressed_bytes, low, high)
-        position += header.size
+        fields = valid_fields_or_none(buf, position, None, crc=verify_crc)
+        if fields is None:  # find out what is wrong, and say it
+            header = check_structure(buf, position, None)
+            if verify_crc:
+                check_crc(buf, position, header)
+            check_fields(header, position)
+            fields = HEADER_STRUCT.unpack_from(buf, position)
+        base_offset, length, attributes, last_delta = fields[0], fields[1], fields[5], fields[6]
+        wanted = base_offset + last_delta >= low and base_offset < high
+        if wanted and not attributes & CONTROL_MASK:
+            _add(builder, buf, position, fields, max_uncompressed_bytes, low, high)
+        position += length + LOG_OVERHEAD
     return Columns.of(builder.finish())
+
+
+def _room(buf: ReadableBuffer, position: int, end: int) -> tuple[int, int]:
+    """About how many records and key and value bytes the batches at ``position`` hold,
+    from their headers alone (a hint: a short or damaged header ends the count): what
+    the compiled builder makes room for at once. A compressed batch counts for 4 times
+    its size; room never used costs no memory touched."""
+    records = size = 0
+    unpack, end = HEADER_STRUCT.unpack_from, min(end, len(buf))
+    while position + RECORDS_OFFSET <= end:
+        fields = unpack(buf, position)
+        length = fields[1]
+        if length < MIN_BATCH_LENGTH:
+            break
+        records += max(fields[12], 0)
+        size += length * (4 if fields[5] & COMPRESSION_MASK else 1)
+        position += length + LOG_OVERHEAD
+    return records, size
 
 
 def _add(
     builder: Any,
     buf: ReadableBuffer,
     position: int,
-    header: BatchHeader,
+    fields: tuple[int, ...],
     limit: int,
     low: int,
     high: int,
 ) -> None:
-    """The records of the (checked) batch at ``position`` appended to ``builder``."""
-    if header.attributes & COMPRESSION_MASK:
-        data: ReadableBuffer = records_bytes(buf, position, header, limit)
+    """The records of the (checked) batch at ``position`` (its header ``fields``)
+    appended to ``builder``."""
+    base_offset, length, attributes, count = fields[0], fields[1], fields[5], fields[12]
+    if attributes & COMPRESSION_MASK:
+        data: ReadableBuffer = records_bytes(buf, position, read_header(buf, position), limit)
         start, stop = 0, len(data)
     else:  # read in place
-        data, start, stop = buf, position + RECORDS_OFFSET, position + header.size
-    stamp = header.max_timestamp if header.attributes & TIMESTAMP_TYPE_MASK else None
+        data, start, stop = buf, position + RECORDS_OFFSET, position + length + LOG_OVERHEAD
+    stamp = fields[8] if attributes & TIMESTAMP_TYPE_MASK else None
     try:
-        read = builder.add(
-            data, start, stop, header.base_offset, header.base_timestamp, stamp, low, high
-        )
+        read = builder.add(data, start, stop, base_offset, fields[7], stamp, low, high)
     except ValueError as err:
-        raise TruncatedRecordError(str(err), position=position, offset=header.base_offset) from None
-    if read != header.record_count:
-        raise RecordCountMismatchError(
-            header.record_count, read, position=position, offset=header.base_offset
-        )
+        raise TruncatedRecordError(str(err), position=position, offset=base_offset) from None
+    if read != count:
+        raise RecordCountMismatchError(count, read, position=position, offset=base_offset)
 
 
 class _BinaryReference:

@@ -8,8 +8,12 @@
 //! compiled), its header block as `decoder.read_headers` reads it: no Python object is
 //! made per record, which is what a record costs in the `Record` decoders.
 
+use std::ffi::{c_int, c_void};
+use std::ptr;
+
 use pyo3::buffer::PyBuffer;
-use pyo3::exceptions::PyValueError;
+use pyo3::exceptions::{PyBufferError, PyValueError};
+use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 
@@ -17,6 +21,67 @@ use crate::decode::{cut, quick, signed, Bad, Batch, Field, Fields, Step};
 
 /// What an Arrow binary or string column (32-bit offsets) holds at most.
 const MAX_COLUMN_BYTES: usize = i32::MAX as usize;
+
+/// Bytes handed to Python without a copy: a read-only buffer (the buffer protocol) over
+/// memory the builder wrote, which lives as long as anything (an Arrow array) holds it.
+#[pyclass(module = "meridian_codec", frozen)]
+pub struct Buffer {
+    data: Vec<u8>,
+}
+
+#[pymethods]
+impl Buffer {
+    /// SAFETY (for the caller, CPython): `view` is a Py_buffer to fill. The data never
+    /// changes (the class is frozen and nothing mutates `data`), and `view.obj` holds a
+    /// reference to `self`, so the pointer stays valid until the view is released.
+    unsafe fn __getbuffer__(
+        slf: Bound<'_, Self>,
+        view: *mut ffi::Py_buffer,
+        flags: c_int,
+    ) -> PyResult<()> {
+        if view.is_null() {
+            return Err(PyBufferError::new_err("no view to fill"));
+        }
+        if flags & ffi::PyBUF_WRITABLE == ffi::PyBUF_WRITABLE {
+            return Err(PyBufferError::new_err("the buffer is read-only"));
+        }
+        let data = &slf.get().data;
+        (*view).buf = data.as_ptr() as *mut c_void;
+        (*view).len = data.len() as ffi::Py_ssize_t;
+        (*view).readonly = 1;
+        (*view).itemsize = 1;
+        (*view).format = if flags & ffi::PyBUF_FORMAT == ffi::PyBUF_FORMAT {
+            c"B".as_ptr() as *mut _
+        } else {
+            ptr::null_mut()
+        };
+        (*view).ndim = 1;
+        (*view).shape = if flags & ffi::PyBUF_ND == ffi::PyBUF_ND {
+            &mut (*view).len
+        } else {
+            ptr::null_mut()
+        };
+        (*view).strides = if flags & ffi::PyBUF_STRIDES == ffi::PyBUF_STRIDES {
+            &mut (*view).itemsize
+        } else {
+            ptr::null_mut()
+        };
+        (*view).suboffsets = ptr::null_mut();
+        (*view).internal = ptr::null_mut();
+        (*view).obj = slf.into_any().into_ptr();
+        Ok(())
+    }
+
+    unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {}
+
+    fn __len__(&self) -> usize {
+        self.data.len()
+    }
+}
+
+fn buffer(py: Python<'_>, data: Vec<u8>) -> PyResult<PyObject> {
+    Ok(Bound::new(py, Buffer { data })?.into_any().unbind())
+}
 
 /// One binary column: 32-bit offsets (from 0), the bytes, and a validity bitmap.
 struct Binary {
@@ -28,11 +93,14 @@ struct Binary {
 }
 
 impl Binary {
-    fn new() -> Self {
+    /// Room for `items` entries of `bytes` bytes in all, so the column rarely moves.
+    fn with_capacity(items: usize, bytes: usize) -> Self {
+        let mut offsets = Vec::with_capacity(4 * (items + 1));
+        offsets.extend_from_slice(&0i32.to_ne_bytes());
         Binary {
-            offsets: 0i32.to_ne_bytes().to_vec(),
-            data: Vec::new(),
-            validity: Vec::new(),
+            offsets,
+            data: Vec::with_capacity(bytes),
+            validity: Vec::with_capacity(items.div_ceil(8)),
             len: 0,
             nulls: 0,
         }
@@ -59,22 +127,21 @@ impl Binary {
         self.len += 1;
     }
 
-    /// `(offsets, data, validity or None when nothing is null, null count)`.
-    fn to_py<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+    /// `(offsets, data, validity or None when nothing is null, null count)`, handed
+    /// over as `Buffer`s.
+    fn into_py(self, py: Python<'_>) -> PyResult<PyObject> {
         let validity = if self.nulls == 0 {
             py.None()
         } else {
-            PyBytes::new(py, &self.validity).into_any().unbind()
+            buffer(py, self.validity)?
         };
-        PyTuple::new(
-            py,
-            [
-                PyBytes::new(py, &self.offsets).into_any().unbind(),
-                PyBytes::new(py, &self.data).into_any().unbind(),
-                validity,
-                self.nulls.into_pyobject(py)?.into_any().unbind(),
-            ],
-        )
+        let parts = [
+            buffer(py, self.offsets)?,
+            buffer(py, self.data)?,
+            validity,
+            self.nulls.into_pyobject(py)?.into_any().unbind(),
+        ];
+        Ok(PyTuple::new(py, parts)?.into_any().unbind())
     }
 }
 
@@ -215,20 +282,27 @@ impl ColumnBuilder {
 
 #[pymethods]
 impl ColumnBuilder {
+    /// `pick_header`: the header whose last value per record `picked` holds. `records`
+    /// and `bytes`: about how many records and key and value bytes will come (room is
+    /// made for them at once: memory touched the first time is what copying costs).
     #[new]
-    #[pyo3(signature = (pick_header=None))]
-    fn new(pick_header: Option<&str>) -> Self {
+    #[pyo3(signature = (pick_header=None, records=0, bytes=0))]
+    fn new(pick_header: Option<&str>, records: usize, bytes: usize) -> Self {
+        let records = records.min(MAX_COLUMN_BYTES / 16);
+        let bytes = bytes.min(MAX_COLUMN_BYTES);
+        let mut header_offsets = Vec::with_capacity(4 * (records + 1));
+        header_offsets.extend_from_slice(&0i32.to_ne_bytes());
         ColumnBuilder {
             count: 0,
-            offsets: Vec::new(),
-            timestamps: Vec::new(),
-            keys: Binary::new(),
-            values: Binary::new(),
-            header_offsets: 0i32.to_ne_bytes().to_vec(),
-            header_keys: Binary::new(),
-            header_values: Binary::new(),
+            offsets: Vec::with_capacity(8 * records),
+            timestamps: Vec::with_capacity(8 * records),
+            keys: Binary::with_capacity(records, 16 * records),
+            values: Binary::with_capacity(records, bytes),
+            header_offsets,
+            header_keys: Binary::with_capacity(0, 0),
+            header_values: Binary::with_capacity(0, 0),
             pick: pick_header.map(|name| name.as_bytes().to_vec()),
-            picked: Binary::new(),
+            picked: Binary::with_capacity(if pick_header.is_some() { records } else { 0 }, 0),
             entries: Vec::new(),
         }
     }
@@ -304,26 +378,27 @@ impl ColumnBuilder {
     }
 
     /// `(count, offsets, timestamps, keys, values, header offsets, header keys, header
-    /// values, picked or None)`, each binary column as `Binary::to_py` gives it.
-    fn finish<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        let picked = match self.pick {
-            Some(_) => self.picked.to_py(py)?.into_any().unbind(),
+    /// values, picked or None)`, each binary column as `Binary::into_py` gives it, every
+    /// buffer a `Buffer`; the builder is empty again after.
+    fn finish(&mut self, py: Python<'_>) -> PyResult<PyObject> {
+        let done = std::mem::replace(self, ColumnBuilder::new(None, 0, 0));
+        self.pick.clone_from(&done.pick);
+        let picked = match done.pick {
+            Some(_) => done.picked.into_py(py)?,
             None => py.None(),
         };
-        PyTuple::new(
-            py,
-            [
-                self.count.into_pyobject(py)?.into_any().unbind(),
-                PyBytes::new(py, &self.offsets).into_any().unbind(),
-                PyBytes::new(py, &self.timestamps).into_any().unbind(),
-                self.keys.to_py(py)?.into_any().unbind(),
-                self.values.to_py(py)?.into_any().unbind(),
-                PyBytes::new(py, &self.header_offsets).into_any().unbind(),
-                self.header_keys.to_py(py)?.into_any().unbind(),
-                self.header_values.to_py(py)?.into_any().unbind(),
-                picked,
-            ],
-        )
+        let parts = [
+            done.count.into_pyobject(py)?.into_any().unbind(),
+            buffer(py, done.offsets)?,
+            buffer(py, done.timestamps)?,
+            done.keys.into_py(py)?,
+            done.values.into_py(py)?,
+            buffer(py, done.header_offsets)?,
+            done.header_keys.into_py(py)?,
+            done.header_values.into_py(py)?,
+            picked,
+        ];
+        Ok(PyTuple::new(py, parts)?.into_any().unbind())
     }
 }
 

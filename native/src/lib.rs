@@ -273,6 +273,7 @@ fn meridian_codec(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(scan_records, m)?)?;
     m.add_function(wrap_pyfunction!(decode::decode_records, m)?)?;
     m.add_class::<columns::ColumnBuilder>()?;
+    m.add_class::<columns::Buffer>()?;
     encode::register(m)?;
     Ok(())
 }

@@ -81,14 +81,20 @@ def _batches(specs: list[dict[str, Any]]) -> bytes:
     return b"".join(parts)
 
 
+def _ints(kind: str, buffer: bytes | memoryview) -> array[int]:
+    """A buffer's int32 (``i``) or int64 (``q``) values."""
+    return array(kind, bytes(buffer))
+
+
 def _binary(column: BinaryColumn) -> list[bytes | None]:
-    offsets = array("i", column.offsets)
+    offsets = _ints("i", column.offsets)
     valid = [
         column.validity is None or bool(column.validity[n >> 3] >> (n & 7) & 1)
         for n in range(len(column))
     ]
     return [
-        column.data[offsets[n] : offsets[n + 1]] if valid[n] else None for n in range(len(column))
+        bytes(column.data[offsets[n] : offsets[n + 1]]) if valid[n] else None
+        for n in range(len(column))
     ]
 
 
@@ -96,10 +102,10 @@ def _rows(decoded: Columns) -> list[Record]:
     """The records the columns hold, rebuilt."""
     keys, values = _binary(decoded.keys), _binary(decoded.values)
     names, contents = _binary(decoded.header_keys), _binary(decoded.header_values)
-    bounds = array("i", decoded.header_offsets)
+    bounds = _ints("i", decoded.header_offsets)
     rows = []
     for n, (offset, timestamp) in enumerate(
-        zip(array("q", decoded.offsets), array("q", decoded.timestamps), strict=True)
+        zip(_ints("q", decoded.offsets), _ints("q", decoded.timestamps), strict=True)
     ):
         headers = tuple(
             Header(names[h].decode(), contents[h])  # type: ignore[union-attr]
@@ -184,11 +190,11 @@ def test_buffers_are_arrow_layout_without_validity_when_nothing_is_null() -> Non
     builder.append(b"", key=b"kk", timestamp=1002, headers=[("a", b"1"), ("b", None)])
     decoded = decode_columns(builder.build())
     assert decoded.count == 2
-    assert array("q", decoded.offsets).tolist() == [7, 8]
-    assert array("q", decoded.timestamps).tolist() == [1001, 1002]
+    assert _ints("q", decoded.offsets).tolist() == [7, 8]
+    assert _ints("q", decoded.timestamps).tolist() == [1001, 1002]
     assert decoded.keys == BinaryColumn(array("i", [0, 1, 3]).tobytes(), b"kkk", None, 0)
     assert decoded.values == BinaryColumn(array("i", [0, 2, 2]).tobytes(), b"v1", None, 0)
-    assert array("i", decoded.header_offsets).tolist() == [0, 0, 2]
+    assert _ints("i", decoded.header_offsets).tolist() == [0, 0, 2]
     assert decoded.header_values.validity == bytes([0b01])
     assert decoded.header_values.null_count == 1
     assert decoded.picked is None
@@ -199,7 +205,7 @@ def test_a_log_append_time_batch_stamps_every_record_with_its_max_timestamp() ->
     builder.append(b"a", timestamp=5)
     builder.append(b"b", timestamp=9)
     for _ in _modes():
-        assert array("q", decode_columns(builder.build()).timestamps).tolist() == [9, 9]
+        assert _ints("q", decode_columns(builder.build()).timestamps).tolist() == [9, 9]
 
 
 def test_nothing_in_range_gives_empty_columns() -> None:
@@ -207,8 +213,8 @@ def test_nothing_in_range_gives_empty_columns() -> None:
                      "log_append": False, "control": False}])  # fmt: skip
     decoded = decode_columns(buf, low=500)
     assert decoded.count == 0
-    assert array("i", decoded.keys.offsets).tolist() == [0]
-    assert array("i", decoded.header_offsets).tolist() == [0]
+    assert _ints("i", decoded.keys.offsets).tolist() == [0]
+    assert _ints("i", decoded.header_offsets).tolist() == [0]
 
 
 # --- damaged input: the same errors either way -----------------------------------------
@@ -285,7 +291,7 @@ def _added(cls: Any, data: bytes, low: int, high: int, stamp: int | None) -> tup
         read = builder.add(b"pad" + data + b"pad", 3, 3 + len(data), 5, 1000, stamp, low, high)
     except ValueError as err:
         return ("error", type(err).__name__, str(err))
-    return ("ok", read, builder.finish())
+    return ("ok", read, Columns.of(builder.finish()))
 
 
 def _same_loop(data: bytes, low: int = 0, high: int = 2**63, stamp: int | None = None) -> None:
