@@ -13,14 +13,14 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from dataplane.records import BatchBuilder, Compression, TimestampType, columns
+from dataplane.records import BatchBuilder, Compression, TimestampType, columns, decode_columns
 from dataplane.records.header import set_log_append_time
 from dataplane.tiered.errors import RemoteSegmentCorruptError
 from dataplane.tiered.layout import Manifest
 from dataplane.tiered.reader import TopicStoreReader
 from dataplane.tiered.store import ObjectStore
 from lanes.names import InvalidLaneNameError
-from spark.columns import SCHEMA, record_batches, segment_batches
+from spark.columns import SCHEMA, columns_batch, record_batches, segment_batches
 from tests.dataplane.tiered.support import Appended, commit, fill_log, upload_log
 
 TRUNK = "acme.orders"
@@ -196,3 +196,10 @@ def test_control_batches_alone_yield_no_batch(tmp_path: Path, compiled: bool) ->
     marker.append(b"\x00\x00\x00\x00", key=b"\x00\x00\x00\x00")
     reader, manifest = _partition(tmp_path, TRUNK, Appended(batches=[marker.build()]))
     assert list(_columnar(reader, TRUNK, manifest, None, None, 100)) == []
+
+
+def test_no_records_make_an_empty_batch_of_the_schema() -> None:
+    batch = columns_batch(TRUNK, 0, decode_columns(b"", pick_header="x-lane"))
+    batch.validate(full=True)
+    assert batch.schema == SCHEMA
+    assert batch.num_rows == 0
