@@ -10,6 +10,8 @@ of transactions, Spark and Databus read and write it too):
 - ``builder``: encoding records and batches;
 - ``decoder``: decoding records, eagerly (``Record``) or lazily for a consumer, with a
   fast path for dense batches;
+- ``columns``: decoding batches into columns in Arrow's buffer layout, no object per
+  record (Spark reads topics this way);
 - ``validation``: every record of a client's batch checked before a leader stores it;
 - ``errors``: the ``CorruptBatchError`` family, one class per failure mode.
 
@@ -28,6 +30,11 @@ from dataplane.records.builder import (
     encode_batch,
     encode_headers,
     encode_record,
+)
+from dataplane.records.columns import (
+    BinaryColumn,
+    Columns,
+    decode_columns,
 )
 from dataplane.records.compression import (
     DECOMPRESSION_ERRORS,
@@ -159,7 +166,9 @@ __all__ = [
     "BatchBuilder",
     "BatchHeader",
     "BatchLengthError",
+    "BinaryColumn",
     "Bytes",
+    "Columns",
     "Compression",
     "CorruptBatchError",
     "CrcMismatchError",
@@ -190,6 +199,7 @@ __all__ = [
     "compress",
     "decode_batch",
     "decode_batches",
+    "decode_columns",
     "decode_lazy",
     "decompress",
     "encode_batch",

@@ -207,8 +207,21 @@ def valid_header_or_none(
 
     None means some check failed; the caller then runs them one by one for the error.
     """
+    fields = valid_fields_or_none(buf, position, max_batch_bytes)
+    if fields is None:
+        return None
+    header: BatchHeader = _BatchHeaderTwin(*fields)
+    header.__class__ = BatchHeader
+    return header
+
+
+def valid_fields_or_none(
+    buf: ReadableBuffer, position: int, max_batch_bytes: int | None, *, crc: bool = True
+) -> tuple[int, ...] | None:
+    """``valid_header_or_none``'s checks (the CRC only with ``crc``), the header's
+    fields as ``HEADER_STRUCT`` unpacks them: for loops that need no ``BatchHeader``."""
     try:
-        fields = HEADER_STRUCT.unpack_from(buf, position)
+        fields: tuple[int, ...] = HEADER_STRUCT.unpack_from(buf, position)
     except struct.error:
         return None
     length, count = fields[1], fields[12]
@@ -223,12 +236,11 @@ def valid_header_or_none(
         and fields[6] >= count - 1
     ):
         return None
-    with memoryview(buf) as view:
-        if crc32c(view[position + ATTRIBUTES_OFFSET : end]) != fields[4]:
-            return None
-    header: BatchHeader = _BatchHeaderTwin(*fields)
-    header.__class__ = BatchHeader
-    return header
+    if crc:
+        with memoryview(buf) as view:
+            if crc32c(view[position + ATTRIBUTES_OFFSET : end]) != fields[4]:
+                return None
+    return fields
 
 
 def check_structure(buf: ReadableBuffer, position: int, max_batch_bytes: int | None) -> BatchHeader:

@@ -6,7 +6,8 @@ filesystem options it is configured with) and reads what ``layout.py`` specifies
 ``manifest`` of a partition, its ``segments``, and its decoded ``records`` (offset,
 timestamp, key, value, headers: ``dataplane.records.Record``) in offset order. A batch
 reader such as a Spark data source builds on it, one task per segment
-(``segment_records``).
+(``segment_records``, or ``segment_columns``: the same records as columns in Arrow's
+buffer layout, ``records.decode_columns``, with no object per record).
 
 Records are decoded by the project's decoder (``records.decode_batch``) from batches
 that passed the checks of ``segment_objects``: a segment read from its start is fetched
@@ -28,10 +29,11 @@ Thread safety: any number of threads may call any method.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from dataplane import records
-from dataplane.records import Record
+from dataplane.records import Columns, Record
 from dataplane.records.errors import CorruptBatchError
 from dataplane.records.header import BatchHeader
 from dataplane.tiered import manifests, segment_objects
@@ -121,13 +123,56 @@ class TopicStoreReader:
         """Batch by batch, the records ``segment`` serves within ``[start_offset,
         end_offset)``, each list with the header of the batch it came from (a reader
         skipping control batches, as consumers do, looks at ``header.is_control``)."""
+        for walk, at, header in self._walk(manifest, segment, start_offset, end_offset):
+            decoded = _decode(walk.view, at - walk.position, at, walk.objects)
+            if header.base_offset < walk.low or header.last_offset >= walk.high:
+                decoded = [r for r in decoded if walk.low <= r.offset < walk.high]
+            yield header, decoded
+
+    def segment_columns(
+        self,
+        manifest: Manifest,
+        segment: RemoteSegment,
+        start_offset: int | None = None,
+        end_offset: int | None = None,
+        *,
+        max_records: int = 65_536,
+        pick_header: str | None = None,
+    ) -> Iterator[Columns]:
+        """The user records ``segment`` serves within ``[start_offset, end_offset)``
+        (control batches skipped), as ``records.Columns`` (``decode_columns``) of runs of
+        consecutive batches holding at most ``max_records`` records together (a batch
+        holding more comes alone); runs of control batches alone yield nothing."""
+        run: list[tuple[int, BatchHeader]] = []
+        walk: _Walk | None = None
+        held = 0
+        for walk, at, header in self._walk(manifest, segment, start_offset, end_offset):
+            if run and held + header.record_count > max_records:
+                yield from _columns(walk, run, pick_header)
+                run, held = [], 0
+            run.append((at, header))
+            held += header.record_count
+        if run and walk is not None:
+            yield from _columns(walk, run, pick_header)
+
+    def _walk(
+        self,
+        manifest: Manifest,
+        segment: RemoteSegment,
+        start_offset: int | None,
+        end_offset: int | None,
+    ) -> Iterator[tuple[_Walk, int, BatchHeader]]:
+        """The batches of ``segment`` holding offsets of ``[start_offset, end_offset)``
+        (clipped to what it serves) as ``segment_objects.batches`` walks and checks them:
+        each at its position in the ``.log`` object, with the bytes it lies in."""
         low = max(segment.start_offset, manifest.log_start_offset, start_offset or 0)
         high = segment.end_offset if end_offset is None else min(end_offset, segment.end_offset)
         if low >= high:
             return
         objects = SegmentObjects.of(manifest, segment)
         data, position, expected = self._log_bytes(objects, low)
-        view = memoryview(data)
+        walk = _Walk(memoryview(data), position, objects, low, high)
+        view = walk.view
         for at, header in segment_objects.batches(
             lambda s, e: view[s - position : e - position], position, expected, objects
         ):
@@ -135,10 +180,7 @@ class TopicStoreReader:
                 continue
             if header.base_offset >= high:
                 return
-            decoded = _decode(view, at - position, at, objects)
-            if header.base_offset < low or header.last_offset >= high:
-                decoded = [r for r in decoded if low <= r.offset < high]
-            yield header, decoded
+            yield walk, at, header
 
     def _log_bytes(self, objects: SegmentObjects, offset: int) -> tuple[bytes, int, int]:
         """The ``.log`` bytes to read ``offset`` from, the position they start at and the
@@ -154,6 +196,36 @@ class TopicStoreReader:
             self.store, objects, "log", position, segment.size_bytes, offset
         )
         return data, position, expected
+
+
+@dataclass(frozen=True, slots=True)
+class _Walk:
+    """One walk over a segment's ``.log`` bytes: ``view`` holds the object from
+    ``position`` on; the records served are those of ``[low, high)``."""
+
+    view: memoryview
+    position: int
+    objects: SegmentObjects
+    low: int
+    high: int
+
+
+def _columns(
+    walk: _Walk, run: list[tuple[int, BatchHeader]], pick_header: str | None
+) -> Iterator[Columns]:
+    """The records of the consecutive (validated) batches ``run``, as columns."""
+    first, last = run[0][0], run[-1][0] + run[-1][1].size
+    start = first - walk.position
+    try:
+        columns = records.decode_columns(
+            walk.view, start, last - walk.position, low=walk.low, high=walk.high,
+            verify_crc=False, pick_header=pick_header,
+        )  # fmt: skip
+    except CorruptBatchError as exc:
+        at = first if exc.position is None else exc.position + walk.position
+        raise segment_objects.batch_error(walk.objects, exc, at) from exc
+    if columns.count:
+        yield columns
 
 
 def _decode(view: memoryview, at: int, position: int, objects: SegmentObjects) -> list[Record]:

@@ -20,13 +20,13 @@ const HEADER_SETS_KEPT: usize = 256;
 
 /// Why the loop stopped: a read past the end of the data (Python's `IndexError`), a
 /// bad record (a `ValueError` message), or an exception raised by `headers_of`.
-enum Bad {
+pub(crate) enum Bad {
     Index,
     Value(String),
     Raised(PyErr),
 }
 
-fn at(data: &[u8], pos: u128) -> Result<u128, Bad> {
+pub(crate) fn at(data: &[u8], pos: u128) -> Result<u128, Bad> {
     usize::try_from(pos)
         .ok()
         .and_then(|i| data.get(i))
@@ -48,7 +48,7 @@ fn uvarint(data: &[u8], pos: u128) -> Result<(u128, u128), Bad> {
 }
 
 /// The one- and two-byte forms first, as the Python loop reads them.
-fn quick(data: &[u8], pos: u128) -> Result<(u128, u128), Bad> {
+pub(crate) fn quick(data: &[u8], pos: u128) -> Result<(u128, u128), Bad> {
     let u = at(data, pos)?;
     if u < 0x80 {
         return Ok((u, pos + 1));
@@ -60,12 +60,12 @@ fn quick(data: &[u8], pos: u128) -> Result<(u128, u128), Bad> {
     uvarint(data, pos)
 }
 
-fn signed(u: u128) -> i128 {
+pub(crate) fn signed(u: u128) -> i128 {
     ((u >> 1) as i128) ^ -((u & 1) as i128)
 }
 
 /// Python's `data[start:start + len]`: cut at the end of the data.
-fn cut(data: &[u8], start: u128, len: u128) -> &[u8] {
+pub(crate) fn cut(data: &[u8], start: u128, len: u128) -> &[u8] {
     let size = data.len() as u128;
     let from = start.min(size) as usize;
     let to = start.saturating_add(len).min(size) as usize;
@@ -73,7 +73,7 @@ fn cut(data: &[u8], start: u128, len: u128) -> &[u8] {
 }
 
 /// A nullable key or value at `pos`: `(None or its (start, length), position after)`.
-type Field = Option<(u128, u128)>;
+pub(crate) type Field = Option<(u128, u128)>;
 
 fn nullable(data: &[u8], pos: u128, n: usize, what: &str) -> Result<(Field, u128), Bad> {
     if at(data, pos)? == 1 {
@@ -90,34 +90,34 @@ fn nullable(data: &[u8], pos: u128, n: usize, what: &str) -> Result<(Field, u128
 }
 
 /// One record read: skipped (below `min_offset`) or its fields, and where it stops.
-enum Step {
+pub(crate) enum Step {
     Skip(u128),
     Take(Fields),
 }
 
-struct Fields {
-    offset: i128,
-    timestamp: i128,
-    key: Field,
-    value: Field,
+pub(crate) struct Fields {
+    pub(crate) offset: i128,
+    pub(crate) timestamp: i128,
+    pub(crate) key: Field,
+    pub(crate) value: Field,
     /// The header block's `(start, stop)`, or None for a record without headers.
-    headers: Option<(u128, u128)>,
-    stop: u128,
+    pub(crate) headers: Option<(u128, u128)>,
+    pub(crate) stop: u128,
 }
 
 /// What stays the same for every record of the batch.
-struct Batch<'a> {
-    data: &'a [u8],
-    end: u128,
-    base_offset: i128,
-    base_timestamp: i128,
-    min_offset: i128,
-    dense: bool,
+pub(crate) struct Batch<'a> {
+    pub(crate) data: &'a [u8],
+    pub(crate) end: u128,
+    pub(crate) base_offset: i128,
+    pub(crate) base_timestamp: i128,
+    pub(crate) min_offset: i128,
+    pub(crate) dense: bool,
 }
 
 impl Batch<'_> {
     /// The record at `pos` (the `n`th); `offset` is the previous record's (dense batches).
-    fn record(&self, mut pos: u128, n: usize, offset: &mut i128) -> Result<Step, Bad> {
+    pub(crate) fn record(&self, mut pos: u128, n: usize, offset: &mut i128) -> Result<Step, Bad> {
         let data = self.data;
         let (u, at_) = quick(data, pos)?;
         pos = at_;

@@ -4,9 +4,12 @@
 //! batch's records, the same checks in the same order, the same fault reasons.
 //! `decode_records` (`decode.rs`) is `dataplane.records.decoder._decode` compiled: the
 //! same records, built the same way, and the same errors with the same messages.
+//! `ColumnBuilder` (`columns.rs`) is `dataplane.records.columns.ColumnsReference`
+//! compiled: the same columns, in Arrow's buffer layout, and the same errors.
 //! The Python functions stay the reference; the tests compare each pair on random,
 //! damaged and crafted batches.
 
+mod columns;
 mod decode;
 mod encode;
 
@@ -269,6 +272,8 @@ fn scan_records(py: Python<'_>, data: &Bound<'_, PyBytes>, pos: u64, end: u64) -
 fn meridian_codec(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(scan_records, m)?)?;
     m.add_function(wrap_pyfunction!(decode::decode_records, m)?)?;
+    m.add_class::<columns::ColumnBuilder>()?;
+    m.add_class::<columns::Buffer>()?;
     encode::register(m)?;
     Ok(())
 }
