@@ -13,6 +13,7 @@ of their own on it.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -39,6 +40,8 @@ CONTROL_OFFSET = EVENTS_PER_PARTITION // 2  # partition 0's transaction marker
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
+    # py4j logs its connections closing at exit, after pytest closed the captured streams.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     session = local_session("meridian-tests")
     session.range(1).count()
     empty = tmp_path_factory.mktemp("empty-store")
