@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -202,3 +203,25 @@ def test_the_same_through_an_s3_endpoint(
         sdk = consume(s3.address, s3.token(), "acme.s3", 1)
     assert got == sdk_rows([r for r in sdk if r.offset < end])
     assert len(got) == end > 0
+
+
+def test_spark_never_reads_the_segments_pushed_filters_prune(
+    spark: SparkSession, tiered: TieredCluster, tmp_path: Path
+) -> None:
+    """In a copy of the store whose partition 0 and first segment of partition 1 lost
+    their objects, the filtered queries that exclude them still read."""
+    copy = tmp_path / "objects"
+    shutil.copytree(tiered.store_uri, copy)
+    store = TieredCluster(tiered.broker, tiered.issuer, str(copy), {})
+    first = store.store().segments(EVENTS, 1)[0]
+    for log in copy.glob(f"{EVENTS}/*/0/segments/*.log"):
+        log.unlink()
+    for log in copy.glob(f"{EVENTS}/*/1/segments/{first.base_offset:020d}-*.log"):
+        log.unlink()
+    options = store.options(EVENTS)
+    with pytest.raises(PySparkException, match="RemoteSegmentMissing"):
+        _load(spark, options).count()
+    everything = rows(_load(spark, tiered.options(EVENTS)).toArrow())
+    wanted = [r for r in everything if r[1] == 1 and r[2] >= first.end_offset]
+    query = f"partition = 1 and offset >= {first.end_offset}"
+    assert rows(_load(spark, options).where(query).toArrow()) == wanted
