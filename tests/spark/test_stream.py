@@ -24,7 +24,9 @@ pytestmark = pytest.mark.slow
 TOPIC = "acme.stream"
 
 
-def _run_available_now(spark: SparkSession, tiered: TieredCluster, checkpoint: Path) -> list:
+def _run_available_now(
+    spark: SparkSession, tiered: TieredCluster, checkpoint: Path, topic: str = TOPIC, **extra: str
+) -> list:
     """The rows one ``availableNow`` run delivers, micro-batch after micro-batch."""
     delivered: list = []
 
@@ -33,7 +35,7 @@ def _run_available_now(spark: SparkSession, tiered: TieredCluster, checkpoint: P
 
     query = (
         spark.readStream.format("meridian")
-        .options(**tiered.options(TOPIC, startingOffsets="earliest"))
+        .options(**tiered.options(topic, startingOffsets="earliest", **extra))
         .load()
         .writeStream.foreachBatch(collect)
         .option("checkpointLocation", str(checkpoint))
@@ -72,3 +74,20 @@ def test_a_second_trigger_reads_only_the_new_segments(
 
     sdk = consume(tiered.address, tiered.token(), TOPIC, 1)
     assert first + second == sdk_rows([r for r in sdk if r.offset < second_end])
+
+
+def test_with_a_token_each_trigger_also_reads_the_tail_through_fetch_once(
+    spark: SparkSession, tiered: TieredCluster, tmp_path: Path
+) -> None:
+    topic, checkpoint, token = "acme.streamtail", tmp_path / "checkpoint", tiered.token()
+    with tiered.internal() as c:
+        create_tiered(c, topic, 1, "302")
+        write_events(c, topic, 0, 0, 80)
+    brokers = {"bootstrap": tiered.address, "token": token}
+    first = _run_available_now(spark, tiered, checkpoint, topic, **brokers)
+    assert first == sdk_rows(consume(tiered.address, token, topic, 1))
+    assert len(first) > tiered.store().manifest(topic, 0).end_offset  # the tail too
+    with tiered.internal() as c:
+        write_events(c, topic, 0, 80, 7)
+    second = _run_available_now(spark, tiered, checkpoint, topic, **brokers)
+    assert [r[2] for r in second] == list(range(80, 87))
