@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dataplane._gen.meridian.v1 import admin_pb2, broker_pb2, common_pb2
-from dataplane.client import Consumer, ConsumerRecord, TopicPartition
+from dataplane.client import Admin, Consumer, ConsumerRecord, TopicPartition
 from dataplane.records import BatchBuilder, Compression, Header, Record
 from dataplane.storage.log import PartitionLog
 from dataplane.tiered.reader import TopicStoreReader
@@ -167,12 +167,15 @@ def wait_uploaded(c: Caller, topic: str, *, min_segments: int, timeout_s: float 
 
 def consume(address: str, token: str, topic: str, partitions: int) -> list[ConsumerRecord]:
     """Every record of ``topic`` up to its high watermark, read by the SDK consumer."""
-    consumer = Consumer(address, auto_offset_reset="earliest", credentials=token)
     tps = [TopicPartition(topic, p) for p in range(partitions)]
+    with Admin(address, credentials=token) as admin:
+        ends = {
+            tp: end for tp, (end, _) in admin.list_offsets(dict.fromkeys(tps, "latest")).items()
+        }
+    consumer = Consumer(address, auto_offset_reset="earliest", credentials=token)
     try:
         consumer.assign(tps)
         consumer.seek_to_beginning(tps)
-        ends = {tp: end for tp, (end, _) in consumer._list_offsets(dict.fromkeys(tps, -1)).items()}
         got: list[ConsumerRecord] = []
         deadline = time.monotonic() + 30
         while any(consumer.position(tp) < ends[tp] for tp in tps):
