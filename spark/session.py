@@ -19,6 +19,8 @@ import sys
 import tempfile
 from typing import TYPE_CHECKING
 
+from spark.source import MeridianDataSource
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -79,9 +81,4 @@ def local_session(app: str = "meridian", *, memory: str = "1g") -> SparkSession:
 
 
 def _register(spark: SparkSession) -> None:
-    """Registers the ``meridian`` data source once the module holding it exists."""
-    try:
-        from spark.source import MeridianDataSource
-    except ImportError:
-        return
     spark.dataSource.register(MeridianDataSource)

@@ -7,6 +7,8 @@
     broker.terminate()        # SIGTERM; asserts a clean exit (code 0)
 
     brokers = start_cluster(tmp_path, 3)   # ids 1..n, every one knows every other
+    with tiered_process(tmp_path / "b1", ["--remote-store-uri", str(objects)]) as broker:
+        ...                                # a broker tiering every 100 ms to that store
     wait_for_cluster(brokers)              # until each one's Metadata lists them all
 
 A broker keeps its data in ``<dir>/data`` and its log (stdout and stderr) in
@@ -18,11 +20,13 @@ the fixtures) kills whatever is left.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import grpc
+import pytest
 
 from dataplane._gen.meridian.v1 import broker_pb2, broker_pb2_grpc
 from dataplane.client.connection import CHANNEL_OPTIONS
@@ -31,6 +35,9 @@ from dataplane.local import READY_TIMEOUT_S, BrokerStartError, LocalBroker, free
 REPO_ROOT = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 30.0
+# A broker that uploads sealed segments within 100 ms and removes a killed upload's
+# leftovers after a second.
+TIER_ARGS = ("--tier-interval-ms", "100", "--orphan-grace-ms", "1000")
 
 
 class BrokerProcess(LocalBroker):
@@ -166,6 +173,28 @@ def _placement(response: Any) -> set[tuple[str, int, int]]:
     return {(t.name, p.partition, p.leader_id) for t in response.topics for p in t.partitions}
 
 
+@contextmanager
+def tiered_process(
+    directory: Path,
+    store_args: Sequence[str],
+    request: pytest.FixtureRequest | None = None,
+    *,
+    extra_args: Sequence[str] = (),
+) -> Iterator[BrokerProcess]:
+    """A running broker (id 1) with an object store (``store_args``: the
+    ``--remote-store-*`` flags) tiering often; its log printed if the test failed."""
+    process = BrokerProcess(
+        directory, broker_id=1, extra_args=[*store_args, *TIER_ARGS, *extra_args]
+    )
+    try:
+        yield process.start()
+    finally:
+        report = getattr(request.node, "report_call", None) if request is not None else None
+        if report is not None and report.failed:
+            print(process.log_text()[-20000:])
+        stop_all([process])
+
+
 def stop_all(brokers: Iterable[BrokerProcess]) -> None:
     """Kill every broker still running (teardown: never raises for one that is gone)."""
     for broker in brokers:
@@ -179,5 +208,6 @@ __all__ = [
     "metadata",
     "start_cluster",
     "stop_all",
+    "tiered_process",
     "wait_for_cluster",
 ]

@@ -9,7 +9,6 @@ import json
 import shutil
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -30,10 +29,9 @@ from tests.dataplane.broker.support import (
     stubs,
     wait_for,
 )
-from tests.support.brokers import BrokerProcess, stop_all
+from tests.support.brokers import BrokerProcess, tiered_process
 
 TOPIC = "acme.tiered"
-TIER_ARGS = ["--tier-interval-ms", "100", "--orphan-grace-ms", "1000"]
 # Small segments (about 10 batches each), and nothing kept locally once uploaded.
 TIERED = {
     "remote_storage": True,
@@ -48,27 +46,12 @@ def store_dir(tmp_path: Path) -> Path:
     return tmp_path / "objects"
 
 
-@contextmanager
-def _tiered_process(
-    directory: Path, request: pytest.FixtureRequest, store_args: list[str]
-) -> Iterator[BrokerProcess]:
-    """A broker process with an object store, its log printed if the test failed."""
-    process = BrokerProcess(directory, broker_id=1, extra_args=[*store_args, *TIER_ARGS])
-    try:
-        yield process.start()
-    finally:
-        report = getattr(request.node, "report_call", None)
-        if report is not None and report.failed:
-            print(process.log_text()[-20000:])
-        stop_all([process])
-
-
 @pytest.fixture
 def tiered_broker(
     tmp_path: Path, store_dir: Path, request: pytest.FixtureRequest
 ) -> Iterator[BrokerProcess]:
-    with _tiered_process(
-        tmp_path / "broker-1", request, ["--remote-store-uri", str(store_dir)]
+    with tiered_process(
+        tmp_path / "broker-1", ["--remote-store-uri", str(store_dir)], request
     ) as process:
         yield process
 
@@ -151,7 +134,7 @@ def test_the_same_against_an_s3_endpoint(
     options_file.chmod(0o600)
     args = ["--remote-store-uri", uri, "--remote-store-options-file", str(options_file)]
     values = _values(0, 200)
-    with _tiered_process(tmp_path / "broker-1", request, args) as process, stubs(process) as s:
+    with tiered_process(tmp_path / "broker-1", args, request) as process, stubs(process) as s:
         create(s, TOPIC, **TIERED)
         _produce_all(s, values)
         assert wait_for(lambda: _state(s).log_start_offset >= 150, timeout_s=60)
