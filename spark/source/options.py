@@ -16,6 +16,10 @@ endingTimestamp     epoch ms: each partition up to its first offset with a times
 includeLanes        ``true``: also the lane topics ``<topic>~<lane>`` of the topics read
 bootstrap           a broker address: the unsealed tail is read through Fetch
 token               the JWT the brokers are asked with (needs ``bootstrap``)
+pushFilters         ``true``: filters on topic, partition, offset and timestamp prune splits
+                    (off by default: Spark 4 reuses one pruned plan for every later query
+                    of the same loaded DataFrame, so ``df.where(...)`` then ``df.count()``
+                    would count only what the first query kept; load once per query)
 ==================  =====================================================================
 
 One of ``topic`` and ``topicPattern``; ``store`` or ``bootstrap`` (or both). An offset
@@ -78,6 +82,7 @@ class SourceOptions:
     include_lanes: bool
     bootstrap: str | None
     token: str | None
+    push_filters: bool = False
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool = False) -> SourceOptions:
@@ -109,6 +114,7 @@ class SourceOptions:
             include_lanes=_flag(given, "includelanes", "includeLanes"),
             bootstrap=bootstrap or None,
             token=token or None,
+            push_filters=_flag(given, "pushfilters", "pushFilters"),
         )
 
     def matches(self, topic: str) -> bool:

@@ -29,6 +29,8 @@ class MeridianReader(DataSourceReader):
         self.pushdown = Pushdown()
 
     def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:  # noqa: N802 (Spark's name)
+        if not self.options.push_filters:
+            return iter(filters)  # Spark applies them all; no split is pruned
         self.pushdown, rejected = Pushdown.of(filters)
         return iter(rejected)
 
