@@ -1,4 +1,4 @@
-"""Celery jobs of the exports app: thin wrappers over ``controlplane.exports.services``.
+"""Celery jobs of the exports app: thin wrappers over ``controlplane.exports.running``.
 
 ``exports.run_export`` retries only ``ExportBusy`` (another task runs the export now);
 a job's failure is the run's outcome, recorded, not an error of the task."""
@@ -9,8 +9,8 @@ from celery import shared_task
 from django.utils import timezone
 
 from controlplane.core.actors import Actor
-from controlplane.exports import services
-from controlplane.exports.services import ExportBusy
+from controlplane.exports import running
+from controlplane.exports.running import ExportBusy
 from controlplane.topics.drift import RETRY_BACKOFF_MAX_S
 
 SCHEDULER = Actor.system("exports-schedule")
@@ -27,11 +27,13 @@ SCHEDULER = Actor.system("exports-schedule")
 )
 def run_export(export_id: int, run_id: int) -> str | None:
     """Run one queued run of an export; returns its final state (None: nothing to do)."""
-    run = services.run_export(export_id, run_id)
+    run = running.run_export(export_id, run_id)
     return None if run is None else str(run.state)
 
 
 @shared_task(name="exports.enqueue_due_exports", acks_late=True)
 def enqueue_due_exports() -> list[int]:
     """Queue a run of every export whose schedule is due; returns the run ids."""
-    return services.enqueue_due_exports(timezone.now(), actor=SCHEDULER)
+    return running.enqueue_due_exports(
+        timezone.now(), actor=SCHEDULER, enqueue=lambda e, r: run_export.delay(e, r)
+    )

@@ -10,7 +10,8 @@ store (``TopicNotTiered``, ``ClusterWithoutStore``); 1 to 8 fields
 them after commit (``indexes.delete_index_files``).
 
 ``request_build`` queues a build (409 ``run_in_progress`` while one is queued or
-running); ``build_index`` runs it under the index's lock. ``query`` answers the Index
+running); the ``indexes.build_index`` task runs it (``building``: under the index's
+lock). ``query`` answers the Index
 Query (``indexes.query``) with a tail reader of the index's topics only.
 """
 
@@ -18,15 +19,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
 from django.db import IntegrityError, transaction
 
 from controlplane.core import audit
 from controlplane.core.actors import Actor
-from controlplane.core.errors import Conflict, InvalidRequest, Unavailable
-from controlplane.exports import jobs, runs
-from controlplane.exports.fields import spec_fields
-from controlplane.exports.services import (
+from controlplane.core.errors import Conflict, InvalidRequest
+from controlplane.exports import runs
+from controlplane.exports.rules import (
     RunInProgress,
     check_name,
     check_topic_readable,
@@ -34,30 +33,17 @@ from controlplane.exports.services import (
 )
 from controlplane.gateway.tail import tail_reader
 from controlplane.indexes import query as index_query
+from controlplane.indexes.building import index_spec
 from controlplane.indexes.choices import RunState, RunTrigger
 from controlplane.indexes.models import Index, IndexBuild
+from controlplane.indexes.tasks import build_index, delete_index_files
 from controlplane.quotas.services import check_count_quota
 from controlplane.regions.models import Broker
 from controlplane.tenants.models import Tenant
 from controlplane.tenants.services import lock_open_tenant
-from controlplane.topics.locks import object_lock
 from controlplane.topics.models import Topic
-from dataplane.tiered.store import ObjectStore
-from spark.jobs.spec import IndexSpec, JobResult
 
 UPDATABLE_FIELDS = ("description",)
-# classid of the two-key advisory lock space ("MI": Meridian indexes).
-LOCK_NAMESPACE = 0x4D49
-INDEX_MODULE = "spark.jobs.index"
-
-
-class IndexBusy(Unavailable):
-    """Another build of the index holds its lock; the task retries later."""
-
-    code = "index_busy"
-
-    def __init__(self, index_id: int) -> None:
-        super().__init__(f"index {index_id} is being built by another task", index_id=index_id)
 
 
 @transaction.atomic
@@ -134,42 +120,7 @@ def delete_index(index: Index, *, actor: Actor) -> Index:
 
 
 def _enqueue_file_deletion(tenant_id: int, index_id: int) -> None:
-    from controlplane.indexes.tasks import delete_index_files  # tasks import this module
-
     delete_index_files.delay(tenant_id, index_id)
-
-
-def index_key(tenant_id: int, index_id: int) -> str:
-    return f"{tenant_id}/{index_id}"
-
-
-def index_target(index: Index) -> str:
-    """``<INDEX_ROOT>/<tenant id>/<index id>``: by ids, so no name can reach another's."""
-    return f"{str(settings.INDEX_ROOT).rstrip('/')}/{index_key(index.tenant_id, index.pk)}"
-
-
-def delete_index_files(tenant_id: int, index_id: int) -> int:
-    """Delete a deleted index's files; returns how many objects went."""
-    store = ObjectStore.open(str(settings.INDEX_ROOT), dict(settings.INDEX_ROOT_OPTIONS))
-    keys = [info.key for info in store.list(index_key(tenant_id, index_id))]
-    if keys:
-        store.delete(keys)
-    return len(keys)
-
-
-def index_spec(index: Index) -> IndexSpec:
-    cluster = index.topic.cluster
-    return IndexSpec(
-        index_id=str(index.pk),
-        topic=index.topic.full_name,
-        store_uri=cluster.remote_store_uri,
-        store_options=dict(cluster.remote_store_options),
-        target_uri=index_target(index),
-        target_options=dict(settings.INDEX_ROOT_OPTIONS),
-        fields=spec_fields(index.fields),
-        value_format=index.value_format,
-        include_lanes=index.include_lanes,
-    )
 
 
 # -- building ------------------------------------------------------------------------------------
@@ -190,29 +141,7 @@ def request_build(index: Index, *, actor: Actor) -> IndexBuild:
 
 
 def _enqueue_build(index_id: int, build_id: int) -> None:
-    from controlplane.indexes.tasks import build_index
-
     build_index.delay(index_id, build_id)
-
-
-def build_index(index_id: int, build_id: int) -> IndexBuild | None:
-    """Run the queued build ``build_id`` to its end (None: gone or finished already);
-    ``IndexBusy`` while another task builds this index."""
-    with object_lock(LOCK_NAMESPACE, index_id, lambda: IndexBusy(index_id)):
-        index = Index.objects.select_related("tenant", "topic__cluster").filter(pk=index_id).first()
-        if index is None:
-            return None
-        builds = IndexBuild.objects.filter(index=index)
-        if runs.claim(builds, build_id, runs.now()) is None:
-            return None
-        try:
-            check_topic_readable(index.topic)
-        except InvalidRequest as refused:
-            return runs.finish(builds, build_id, JobResult("failed", error=refused.message),
-                               runs.now())  # fmt: skip
-        spec = index_spec(index).to_json()
-        result = jobs.run_job(INDEX_MODULE, spec, timeout_s=settings.SPARK_JOB_TIMEOUT_S)
-        return runs.finish(builds, build_id, result, runs.now())
 
 
 def progress(index: Index) -> dict[str, Any]:

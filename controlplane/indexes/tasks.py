@@ -1,4 +1,4 @@
-"""Celery jobs of the indexes app: thin wrappers over ``controlplane.indexes.services``.
+"""Celery jobs of the indexes app: thin wrappers over ``controlplane.indexes.building``.
 
 ``indexes.build_index`` retries only ``IndexBusy``; a job's failure is the build's
 outcome, recorded. ``indexes.delete_index_files`` retries while the store is
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from controlplane.indexes import services
-from controlplane.indexes.services import IndexBusy
+from controlplane.indexes import building
+from controlplane.indexes.building import IndexBusy
 from controlplane.topics.drift import RETRY_BACKOFF_MAX_S
 from dataplane.tiered.store import RemoteStoreError
 
@@ -25,7 +25,7 @@ from dataplane.tiered.store import RemoteStoreError
 )
 def build_index(index_id: int, build_id: int) -> str | None:
     """Run one queued build of an index; returns its final state (None: nothing to do)."""
-    build = services.build_index(index_id, build_id)
+    build = building.build_index(index_id, build_id)
     return None if build is None else str(build.state)
 
 
@@ -39,4 +39,4 @@ def build_index(index_id: int, build_id: int) -> str | None:
 )
 def delete_index_files(tenant_id: int, index_id: int) -> int:
     """Delete a deleted index's files; returns how many objects went."""
-    return services.delete_index_files(tenant_id, index_id)
+    return building.delete_index_files(tenant_id, index_id)

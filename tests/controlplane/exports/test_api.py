@@ -73,7 +73,11 @@ class TestExportAPI(TenantScopedAPIContract):
         assert body["topic"] == "acme.orders"
         assert body["target_uri"] == f"{self.exports_root}/acme/clicks"
         assert (body["fields"], body["partition_by"]) == (fields, ["date", "hour"])
-        assert (body["schedule_kind"], body["cron"], body["enabled"]) == ("cron", "*/15 * * * *", True)
+        assert (body["schedule_kind"], body["cron"], body["enabled"]) == (
+            "cron",
+            "*/15 * * * *",
+            True,
+        )
         assert body["last_run"] is None
         assert body["progress"] == {
             "covered": {},
@@ -90,7 +94,9 @@ class TestExportAPI(TenantScopedAPIContract):
         event = AuditEvent.objects.get(action="export.update")
         assert (event.before["enabled"], event.after["enabled"]) == (True, False)
         assert client.delete(self.url(name)).status_code == 204
-        assert AuditEvent.objects.filter(action="export.delete", object_repr=f"acme/{name}").exists()
+        assert AuditEvent.objects.filter(
+            action="export.delete", object_repr=f"acme/{name}"
+        ).exists()
 
     @pytest.mark.parametrize(
         ("change", "code", "field"),
@@ -124,10 +130,20 @@ class TestExportAPI(TenantScopedAPIContract):
         assert field in error["details"], error
 
     @pytest.mark.parametrize(
-        "target", ["{root}/acme/../globex/x", "{root}/acme/./x", "{root}/acme//x", "file://host{root}/acme/x"]
+        "target",
+        [
+            "{root}/acme/../globex/x",
+            "{root}/acme/./x",
+            "{root}/acme//x",
+            "file://host{root}/acme/x",
+        ],
     )
     def test_a_target_escaping_or_oddly_written_is_refused(self, target: str) -> None:
-        body = {"name": "bad", "topic": "orders", "target_uri": target.format(root=self.exports_root)}
+        body = {
+            "name": "bad",
+            "topic": "orders",
+            "target_uri": target.format(root=self.exports_root),
+        }
         assert_error(self.post(body), 400, "target_not_allowed")
 
     def test_another_tenants_folder_is_not_allowed(self) -> None:
@@ -135,7 +151,11 @@ class TestExportAPI(TenantScopedAPIContract):
         assert_error(self.post(body), 400, "target_not_allowed")
 
     def test_file_uris_inside_the_allowed_folder_are_stored_as_paths(self) -> None:
-        body = {"name": "xyz", "topic": "orders", "target_uri": f"file://{self.exports_root}/acme/x/"}
+        body = {
+            "name": "xyz",
+            "topic": "orders",
+            "target_uri": f"file://{self.exports_root}/acme/x/",
+        }
         response = self.post(body)
         assert response.status_code == 201, response.content
         assert response.json()["target_uri"] == f"{self.exports_root}/acme/x"
@@ -152,14 +172,20 @@ class TestExportAPI(TenantScopedAPIContract):
     def test_a_cluster_without_a_store_is_refused(self) -> None:
         tiered_topic(self.tenant, name="later")
         type(self.cluster).objects.filter(pk=self.cluster.pk).update(remote_store_uri="")
-        error = assert_error(self.post({"name": "xyz", "topic": "later"}), 400, "cluster_without_store")
+        error = assert_error(
+            self.post({"name": "xyz", "topic": "later"}), 400, "cluster_without_store"
+        )
         assert "object store" in error["message"]
 
     @pytest.mark.parametrize("second", ["{root}/acme/aaa", "{root}/acme/aaa/sub", "{root}/acme"])
     def test_overlapping_targets_are_refused(self, second: str) -> None:
         first = {"name": "aaa", "topic": "orders", "target_uri": f"{self.exports_root}/acme/aaa"}
         assert self.post(first).status_code == 201
-        body = {"name": "bbb", "topic": "orders", "target_uri": second.format(root=self.exports_root)}
+        body = {
+            "name": "bbb",
+            "topic": "orders",
+            "target_uri": second.format(root=self.exports_root),
+        }
         error = assert_error(self.post(body), 400, "target_overlap")
         assert error["details"]["export"] == "aaa"
 
@@ -215,8 +241,12 @@ class TestExportAPI(TenantScopedAPIContract):
     def test_progress_is_the_last_succeeded_run_against_the_reported_end_offsets(self) -> None:
         name = self.make_object(self.tenant)
         export = Export.objects.get(name=name)
-        PartitionAssignment.objects.filter(topic=export.topic, partition=0).update(log_end_offset=120)
-        PartitionAssignment.objects.filter(topic=export.topic, partition=1).update(log_end_offset=80)
+        PartitionAssignment.objects.filter(topic=export.topic, partition=0).update(
+            log_end_offset=120
+        )
+        PartitionAssignment.objects.filter(topic=export.topic, partition=1).update(
+            log_end_offset=80
+        )
         ExportRun.objects.create(export=export, state="succeeded", rows=150,
                                  covered={"acme.orders/0": 100, "acme.orders/1": 50})  # fmt: skip
         ExportRun.objects.create(export=export, state="failed", error="boom")
