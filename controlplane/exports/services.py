@@ -47,7 +47,7 @@ from controlplane.tenants.models import Tenant
 from controlplane.tenants.services import lock_open_tenant
 from controlplane.topics.models import Topic
 
-__all__ = ["ClusterWithoutStore", "RunInProgress", "TopicNotTiered"]
+__all__ = ["ClusterWithoutStore", "InvalidRequest", "RunInProgress", "TopicNotTiered"]
 
 UPDATABLE_FIELDS = (
     "value_format", "fields", "partition_by", "target_uri", "include_lanes",

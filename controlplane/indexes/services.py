@@ -43,6 +43,8 @@ from controlplane.tenants.models import Tenant
 from controlplane.tenants.services import lock_open_tenant
 from controlplane.topics.models import Topic
 
+__all__ = ["InvalidRequest", "RunInProgress"]
+
 UPDATABLE_FIELDS = ("description",)
 
 
