@@ -99,7 +99,9 @@ def _schedule_problems(export: Export) -> dict[str, list[str]]:
 
 class JobRun(models.Model):
     """One run of a Spark job. ``covered``: per ``"<topic>/<partition>"`` the end offset
-    (exclusive) the job's committed manifest covers after the run; ``rows``, ``bytes``,
+    (exclusive) the job's committed manifest covers after the run; ``lag``: per partition,
+    the records its end offset (as last reported) was past ``covered`` when the run
+    ended; ``rows``, ``bytes``,
     ``files`` and ``dead_letter_rows``: what the run added (``spark.jobs.spec.JobResult``);
     ``error``: why it failed (the job's own words, or the launcher's)."""
 
@@ -110,6 +112,7 @@ class JobRun(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     manifest_version = models.PositiveBigIntegerField(default=0)
     covered = models.JSONField(default=dict, blank=True)
+    lag = models.JSONField(default=dict, blank=True)
     rows = models.PositiveBigIntegerField(default=0)
     bytes = models.PositiveBigIntegerField(default=0)
     files = models.PositiveBigIntegerField(default=0)

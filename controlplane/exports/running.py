@@ -90,7 +90,8 @@ def run_export(export_id: int, run_id: int) -> ExportRun | None:
         if runs.claim(export_runs, run_id, runs.now()) is None:
             return None
         result = _run_job(export)
-        return runs.finish(export_runs, run_id, result, runs.now())
+        ends = runs.end_offsets(export.topic, export.include_lanes)
+        return runs.finish(export_runs, run_id, result, runs.now(), ends)
 
 
 def _run_job(export: Export) -> JobResult:

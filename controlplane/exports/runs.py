@@ -37,14 +37,20 @@ def claim(runs: QuerySet[R], run_id: int, now: datetime) -> R | None:
     return runs.get(pk=run_id) if claimed else None
 
 
-def finish(runs: QuerySet[R], run_id: int, result: JobResult, now: datetime) -> R:
-    """Record what the job answered; a run already finished keeps its outcome."""
+def finish(
+    runs: QuerySet[R], run_id: int, result: JobResult, now: datetime, ends: dict[str, int]
+) -> R:
+    """Record what the job answered and the lag it leaves against ``ends`` (the end
+    offsets when it finished); a run already finished keeps its outcome. A failed job
+    that names no coverage leaves the last committed one."""
     succeeded = result.status == "succeeded"
+    covered = _covered(result.covered) or ({} if succeeded else last_covered(runs))
     runs.filter(pk=run_id, state=RunState.RUNNING).update(
         state=RunState.SUCCEEDED if succeeded else RunState.FAILED,
         finished_at=now,
         manifest_version=max(result.manifest_version, 0),
-        covered=_covered(result.covered),
+        covered=covered,
+        lag=lag(covered, ends),
         rows=max(result.rows, 0),
         bytes=max(result.bytes, 0),
         files=max(result.files, 0),

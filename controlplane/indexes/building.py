@@ -72,11 +72,15 @@ def build_index(index_id: int, build_id: int) -> IndexBuild | None:
         builds = IndexBuild.objects.filter(index=index)
         if runs.claim(builds, build_id, runs.now()) is None:
             return None
-        try:
-            check_topic_readable(index.topic)
-        except InvalidRequest as refused:
-            return runs.finish(builds, build_id, JobResult("failed", error=refused.message),
-                               runs.now())  # fmt: skip
-        spec = index_spec(index).to_json()
-        result = jobs.run_job(INDEX_MODULE, spec, timeout_s=settings.SPARK_JOB_TIMEOUT_S)
-        return runs.finish(builds, build_id, result, runs.now())
+        result = _run_job(index)
+        ends = runs.end_offsets(index.topic, index.include_lanes)
+        return runs.finish(builds, build_id, result, runs.now(), ends)
+
+
+def _run_job(index: Index) -> JobResult:
+    try:
+        check_topic_readable(index.topic)
+    except InvalidRequest as refused:
+        return JobResult(status="failed", error=refused.message)
+    spec = index_spec(index).to_json()
+    return jobs.run_job(INDEX_MODULE, spec, timeout_s=settings.SPARK_JOB_TIMEOUT_S)

@@ -12,7 +12,7 @@ from spark.jobs.spec import FIELD_TYPES, PARTITION_COLUMNS
 
 RUN_FIELDS = [
     "id", "state", "trigger", "queued_at", "started_at", "finished_at", "manifest_version",
-    "covered", "rows", "bytes", "files", "dead_letter_rows", "error", "requested_by",
+    "covered", "lag", "rows", "bytes", "files", "dead_letter_rows", "error", "requested_by",
 ]  # fmt: skip
 
 PROGRESS = inline_serializer(
@@ -42,10 +42,12 @@ class FieldSerializer(serializers.Serializer[Any]):
 
 
 class ExportRunSerializer(serializers.ModelSerializer[ExportRun]):
-    """One run: its state, when, what the committed manifest covers after it and what it
-    added (rows, bytes, files, dead-letter rows: records that did not fit the fields)."""
+    """One run: its state, when, what the committed manifest covers after it, the lag it
+    left (records per partition) and what it added (rows, bytes, files, dead-letter
+    rows: records that did not fit the fields)."""
 
     covered = serializers.DictField(child=serializers.IntegerField(), read_only=True)
+    lag = serializers.DictField(child=serializers.IntegerField(), read_only=True)
 
     class Meta:
         model = ExportRun

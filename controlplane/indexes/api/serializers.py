@@ -14,6 +14,7 @@ class IndexBuildSerializer(serializers.ModelSerializer[IndexBuild]):
     """One build: its state, when, what the index covers after it and what it added."""
 
     covered = serializers.DictField(child=serializers.IntegerField(), read_only=True)
+    lag = serializers.DictField(child=serializers.IntegerField(), read_only=True)
 
     class Meta:
         model = IndexBuild

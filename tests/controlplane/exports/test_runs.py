@@ -5,7 +5,11 @@ script at the launcher's one seam (``jobs.job_command``); the real jobs are
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
+import subprocess
 import sys
 import textwrap
 from datetime import UTC, datetime, timedelta
@@ -18,9 +22,11 @@ from controlplane.exports import jobs, running, services, tasks
 from controlplane.exports.models import Export, ExportRun
 from controlplane.exports.schedule import cron_due
 from controlplane.tenants.models import Tenant
+from controlplane.topics.models import PartitionAssignment
 from spark.jobs.spec import ExportSpec
 from tests.controlplane.exports.support import SYSTEM, tiered_cluster, tiered_topic
-from tests.support.controlplane import make_tenant
+from tests.support.brokers import REPO_ROOT
+from tests.support.controlplane import make_tenant, wait_until
 
 FAKE_JOB = textwrap.dedent(
     """
@@ -91,6 +97,10 @@ def test_a_run_gives_the_job_its_spec_privately_and_records_its_answer(
     fields = [{"name": "user_id", "path": "user.id", "type": "long"}]
     export = _export(acme, fields=fields, partition_by=["date"], include_lanes=True)
     run = _queued(export, monkeypatch)
+    for partition, end in ((0, 10), (1, 3)):  # as the leaders last reported
+        PartitionAssignment.objects.filter(topic=export.topic, partition=partition).update(
+            log_end_offset=end
+        )
     assert tasks.run_export(export.pk, run.pk) == "succeeded"
     seen = json.loads(fake_job.read_text())
     assert (seen["mode"], seen["dir_mode"]) == (0o600, 0o700)
@@ -107,6 +117,7 @@ def test_a_run_gives_the_job_its_spec_privately_and_records_its_answer(
         "succeeded", 10, 2048, 2, 1,
     )  # fmt: skip
     assert run.covered == {"acme.orders/0": 7, "acme.orders/1": 3}
+    assert run.lag == {"acme.orders/0": 3, "acme.orders/1": 0}
     assert run.started_at is not None
     assert run.finished_at is not None
     assert services.progress(export)["covered"] == run.covered
@@ -254,3 +265,51 @@ def test_the_real_command_runs_the_module_under_the_lifeline() -> None:
         "--spec",
         "/x/spec.json",
     ]
+
+
+SLEEPER = """
+import os, sys, time
+with open(sys.argv[1], "w") as out:
+    out.write(str(os.getpid()))
+time.sleep(600)
+"""
+
+WORKER = """
+import sys
+from pathlib import Path
+from controlplane.exports.jobs import _launch
+command = [sys.executable, "-m", "dataplane.lifeline", "sleeper", sys.argv[1]]
+_launch(command, Path(sys.argv[2]), 600)
+"""
+
+
+def test_the_job_dies_with_the_worker_that_launched_it(tmp_path: Path) -> None:
+    """The job runs under a lifeline only the launching process holds: SIGKILL the
+    worker and the job gets SIGTERM (no orphan Spark job keeps running)."""
+    (tmp_path / "sleeper.py").write_text(SLEEPER)
+    (tmp_path / "worker.py").write_text(WORKER)
+    pid_file, workdir = tmp_path / "job.pid", tmp_path / "work"
+    workdir.mkdir()
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{REPO_ROOT}"}
+    env.pop("MERIDIAN_LIFELINE_FD", None)
+    worker = subprocess.Popen(
+        [sys.executable, str(tmp_path / "worker.py"), str(pid_file), str(workdir)], env=env
+    )
+    try:
+        wait_until(lambda: pid_file.exists() and pid_file.read_text(), timeout_s=30)
+        job_pid = int(pid_file.read_text())
+        worker.kill()
+        worker.wait(timeout=30)
+        wait_until(lambda: not _alive(job_pid), timeout_s=30)
+    finally:
+        worker.kill()
+        with contextlib.suppress(ProcessLookupError, ValueError, FileNotFoundError):
+            os.kill(int(pid_file.read_text()), signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
