@@ -20,7 +20,7 @@ from controlplane.exports.api.serializers import (
 )
 from controlplane.exports.filtersets import ExportFilterSet
 from controlplane.exports.models import Export
-from controlplane.tenants.api.scoped import TenantScopedViewSet
+from controlplane.tenants.api.scoped import TenantScopedViewSet, named_tenant
 
 MAX_RUNS_LISTED = 100
 
@@ -80,9 +80,13 @@ class ExportViewSet(
     lookup_value_regex = r"[^/]+"
     noun = "export"
 
-    def create_object(self, data: dict[str, Any]) -> Export:
-        tenant = self.tenant_for_write(data.pop("tenant", None))
-        return services.create_export(tenant, actor=self.actor, **data)
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """The tenant first (``named_tenant``), then the body."""
+        tenant = self.tenant_for_write(named_tenant(request))
+        data = self.validated_input()
+        data.pop("tenant", None)
+        created = services.create_export(tenant, actor=self.actor, **data)
+        return self.respond(created, status.HTTP_201_CREATED)
 
     def update_object(self, export: Export, data: dict[str, Any]) -> Export:
         export = services.update_export(export, actor=self.actor, **data)

@@ -23,7 +23,7 @@ from controlplane.indexes.api.serializers import (
 from controlplane.indexes.filtersets import IndexFilterSet
 from controlplane.indexes.models import Index
 from controlplane.indexes.query import DEFAULT_LIMIT, MAX_LIMIT
-from controlplane.tenants.api.scoped import TenantScopedViewSet
+from controlplane.tenants.api.scoped import TenantScopedViewSet, named_tenant
 
 QUERY_PARAMETERS = [
     OpenApiParameter(
@@ -71,9 +71,13 @@ class IndexViewSet(
     lookup_value_regex = r"[^/]+"
     noun = "index"
 
-    def create_object(self, data: dict[str, Any]) -> Index:
-        tenant = self.tenant_for_write(data.pop("tenant", None))
-        return services.create_index(tenant, actor=self.actor, **data)
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """The tenant first (``named_tenant``), then the body."""
+        tenant = self.tenant_for_write(named_tenant(request))
+        data = self.validated_input()
+        data.pop("tenant", None)
+        created = services.create_index(tenant, actor=self.actor, **data)
+        return self.respond(created, status.HTTP_201_CREATED)
 
     def update_object(self, index: Index, data: dict[str, Any]) -> Index:
         index = services.update_index(index, actor=self.actor, **data)
