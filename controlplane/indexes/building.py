@@ -4,6 +4,8 @@ Celery tasks call this module."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from django.conf import settings
 
 from controlplane.core.errors import InvalidRequest, Unavailable
@@ -35,12 +37,18 @@ def index_key(tenant_id: int, index_id: int) -> str:
 
 def index_target(index: Index) -> str:
     """``<INDEX_ROOT>/<tenant id>/<index id>``: by ids, so no name can reach another's."""
-    return f"{str(settings.INDEX_ROOT).rstrip('/')}/{index_key(index.tenant_id, index.pk)}"
+    return f"{index_root().rstrip('/')}/{index_key(index.tenant_id, index.pk)}"
+
+
+def index_root() -> str:
+    """``settings.INDEX_ROOT``, a relative folder made absolute (the jobs run elsewhere)."""
+    root = str(settings.INDEX_ROOT)
+    return root if "://" in root or root.startswith("/") else str(Path(root).resolve())
 
 
 def delete_index_files(tenant_id: int, index_id: int) -> int:
     """Delete a deleted index's files; returns how many objects went."""
-    store = ObjectStore.open(str(settings.INDEX_ROOT), dict(settings.INDEX_ROOT_OPTIONS))
+    store = ObjectStore.open(index_root(), dict(settings.INDEX_ROOT_OPTIONS))
     keys = [info.key for info in store.list(index_key(tenant_id, index_id))]
     if keys:
         store.delete(keys)

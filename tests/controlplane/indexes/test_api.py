@@ -149,6 +149,10 @@ class TestIndexAPI(TenantScopedAPIContract):
         assert spec.target_uri == f"{settings.INDEX_ROOT}/{self.tenant.pk}/{index.pk}"
         assert spec.store_uri == str(self.store)
         assert [f.name for f in spec.fields] == ["user_id", "country"]
+        settings.INDEX_ROOT = "var/somewhere"
+        assert building.index_spec(index).target_uri == (
+            f"{Path('var/somewhere').resolve()}/{self.tenant.pk}/{index.pk}"
+        )
 
     def test_deleting_an_index_deletes_its_files_after_commit(
         self, settings: Any, django_capture_on_commit_callbacks: Any
@@ -165,6 +169,7 @@ class TestIndexAPI(TenantScopedAPIContract):
         assert deleted == [(self.tenant.pk, index.pk)]
         assert building.delete_index_files(*deleted[0]) == 1
         assert not (folder / "_manifest" / "v1.json").exists()
+        assert building.delete_index_files(*deleted[0]) == 0  # again: nothing left, no error
 
     def test_a_build_is_queued_once_and_listed(
         self, django_capture_on_commit_callbacks: Any
