@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db.models import QuerySet
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, status
@@ -37,6 +38,9 @@ QUERY_PARAMETERS = [
         "limit", OpenApiTypes.INT, description=f"1 to {MAX_LIMIT} (default {DEFAULT_LIMIT})"
     ),
     OpenApiParameter("cursor", OpenApiTypes.STR, description="next_cursor of the last page"),
+    OpenApiParameter(
+        "tenant", OpenApiTypes.STR, description="the tenant, when several of yours have the index"
+    ),
 ]
 
 
@@ -70,6 +74,15 @@ class IndexViewSet(
     lookup_field = "name"
     lookup_value_regex = r"[^/]+"
     noun = "index"
+
+    def get_queryset(self) -> QuerySet[Index]:
+        """The query's own parameters are field names, not filters (``filter_backends``
+        is off for it), so its ``?tenant=`` is applied here."""
+        queryset = super().get_queryset()
+        tenant = self.request.query_params.get("tenant")
+        if self.action == "query" and tenant:
+            queryset = queryset.filter(tenant__slug=tenant)
+        return queryset
 
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         """The tenant first (``named_tenant``), then the body."""

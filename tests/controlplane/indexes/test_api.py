@@ -299,6 +299,19 @@ class TestIndexAPI(TenantScopedAPIContract):
         assert_error(client.post(f"{self.url(theirs)}/builds"), 404, "not_found")
         assert calls == []
 
+    def test_a_name_several_of_your_tenants_use_is_queried_with_tenant(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        calls = self.fake_query(monkeypatch)
+        for tenant in (self.tenant, self.other_tenant):
+            services.create_index(tenant, name="shared", topic="orders", fields=FIELDS,
+                                  actor=SYSTEM)  # fmt: skip
+        client = self.client_for(roles={"acme": Role.VIEWER, "globex": Role.VIEWER})
+        url = f"{self.url('shared')}/query"
+        assert_error(client.get(url, {"user_id": "1"}), 400, "invalid")
+        assert client.get(url, {"user_id": "1", "tenant": "globex"}).status_code == 200
+        assert calls[-1]["spec"].topic == "globex.orders"
+
     def test_the_tail_reader_reads_the_index_topics_only(
         self, monkeypatch: pytest.MonkeyPatch
     ) -> None:
