@@ -277,9 +277,10 @@ time.sleep(600)
 WORKER = """
 import sys
 from pathlib import Path
-from controlplane.exports.jobs import _launch
+from controlplane.exports.jobs import _started, _wait
 command = [sys.executable, "-m", "dataplane.lifeline", "sleeper", sys.argv[1]]
-_launch(command, Path(sys.argv[2]), 600)
+with _started(command, Path(sys.argv[2])) as process:
+    _wait(process, 600)
 """
 
 
