@@ -12,10 +12,12 @@ class RunState(models.TextChoices):
 
 
 class RunTrigger(models.TextChoices):
-    """Who asked for a run: a caller of the API or console, or the schedule."""
+    """Who asked for a run: a caller of the API or console, the schedule, or a continuous
+    export's job (one row per run that moved its coverage or failed)."""
 
     MANUAL = "manual"
     SCHEDULE = "schedule"
+    CONTINUOUS = "continuous"
 
 
 class ValueFormat(models.TextChoices):
@@ -27,7 +29,8 @@ class ValueFormat(models.TextChoices):
 
 class ScheduleKind(models.TextChoices):
     """When an export runs: on request only, every ``interval_minutes``, at the minutes
-    a ``cron`` expression names, or ``continuous`` (a new run as soon as the last ends)."""
+    a ``cron`` expression names, or ``continuous`` (one long-lived job, kept running by
+    the beat, runs every ``settings.EXPORT_CONTINUOUS_INTERVAL_S``)."""
 
     MANUAL = "manual"
     INTERVAL = "interval"

@@ -47,7 +47,12 @@ from controlplane.tenants.models import Tenant
 from controlplane.tenants.services import lock_open_tenant
 from controlplane.topics.models import Topic
 
-__all__ = ["ClusterWithoutStore", "InvalidRequest", "RunInProgress", "TopicNotTiered"]
+ExportIsContinuous = running.ExportIsContinuous
+
+__all__ = [
+    "ClusterWithoutStore", "ExportIsContinuous", "InvalidRequest", "RunInProgress",
+    "TopicNotTiered",
+]  # fmt: skip
 
 UPDATABLE_FIELDS = (
     "value_format", "fields", "partition_by", "target_uri", "include_lanes",
@@ -178,7 +183,8 @@ def _check_no_overlap(target: str, export: Export | None) -> None:
 
 # -- running them ------------------------------------------------------------------------------
 def request_run(export: Export, *, actor: Actor) -> ExportRun:
-    """Queue a manual run (``running.queue_run``) and, after commit, its task."""
+    """Queue a manual run (``running.queue_run``) and, after commit, its task.
+    ``RunInProgress``, ``ExportIsContinuous`` (409) or the topic's refusals."""
     with transaction.atomic():
         run = running.queue_run(export, actor=actor)
         transaction.on_commit(lambda: _enqueue(run.export_id, run.pk))

@@ -33,7 +33,18 @@ def run_export(export_id: int, run_id: int) -> str | None:
 
 @shared_task(name="exports.enqueue_due_exports", acks_late=True)
 def enqueue_due_exports() -> list[int]:
-    """Queue a run of every export whose schedule is due; returns the run ids."""
+    """Queue a run of every export whose schedule is due and start the keepers of the
+    continuous exports whose job does not run; returns the run ids."""
     return running.enqueue_due_exports(
-        timezone.now(), actor=SCHEDULER, enqueue=lambda e, r: run_export.delay(e, r)
+        timezone.now(),
+        actor=SCHEDULER,
+        enqueue=lambda e, r: run_export.delay(e, r),
+        keep=lambda e: keep_continuous_export.delay(e),
     )
+
+
+@shared_task(name="exports.keep_continuous_export", acks_late=True)
+def keep_continuous_export(export_id: int) -> str:
+    """Run a continuous export's job for as long as the export wants it (it occupies a
+    worker slot meanwhile); returns how it ended. A second keeper returns at once."""
+    return running.keep_continuous(export_id)

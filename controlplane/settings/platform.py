@@ -59,6 +59,8 @@ TIER_UPLOAD_LAG_FINDING_MS = env("MERIDIAN_TIER_UPLOAD_LAG_FINDING_MS", 5 * 60 *
 
 # Spark jobs (exports, index builds): a run is killed past this long.
 SPARK_JOB_TIMEOUT_S = env("MERIDIAN_SPARK_JOB_TIMEOUT_S", 3600.0, float)
+# A continuous export's job starts a run this long after the last began.
+EXPORT_CONTINUOUS_INTERVAL_S = env("MERIDIAN_EXPORT_CONTINUOUS_INTERVAL_S", 30.0, float)
 # Where exports may write: comma-separated prefixes (folder paths or URIs; ``{tenant}``
 # stands for the tenant's slug), by default a folder per tenant under the data directory.
 EXPORT_ALLOWED_URIS = [

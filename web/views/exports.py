@@ -20,6 +20,7 @@ from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
+from controlplane.core.errors import Conflict, InvalidRequest
 from controlplane.exports import services
 from controlplane.exports.api.serializers import ExportCreateSerializer
 from controlplane.exports.api.views import ExportViewSet
@@ -86,7 +87,7 @@ def export_run(request: HttpRequest, export: str) -> HttpResponse:
     check_form_tenant(console, request.POST)
     try:
         services.request_run(row, actor=console.actor)
-    except (services.RunInProgress, services.InvalidRequest) as exc:
+    except (Conflict, InvalidRequest) as exc:  # one queued already, continuous, not tiered
         state = FormState(fields=(), errors={NON_FIELD: [exc.message]})
         return _detail(request, row, run_form=state, status=409)
     return redirect("web:export-detail", tenant=console.tenant.slug, export=row.name)

@@ -314,3 +314,86 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+CONTINUOUS_JOB = """
+import json, os, sys, time
+spec = json.load(open(sys.argv[sys.argv.index("--spec") + 1]))
+assert "--continuous" in sys.argv and "--interval-s" in sys.argv
+with open(os.environ["FAKE_JOB_SEEN"], "w") as seen:
+    seen.write(str(os.getpid()))
+for i in range(6000):
+    covered = {spec["topic"] + "/0": i // 2}  # every other run adds nothing
+    print(json.dumps({"status": "succeeded", "rows": i % 2, "covered": covered}), flush=True)
+    time.sleep(0.05)
+"""
+
+
+def test_a_continuous_export_is_refused_a_manual_run(
+    acme: Tenant, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    export = _export(acme, schedule_kind="continuous")
+    with pytest.raises(running.ExportIsContinuous):
+        _queued(export, monkeypatch)
+
+
+def test_the_schedule_asks_keepers_for_continuous_exports_without_a_job(acme: Tenant) -> None:
+    kept = _export(acme, schedule_kind="continuous")
+    services.create_export(
+        acme, name="off", topic="orders", schedule_kind="continuous", enabled=False,
+        actor=SYSTEM,
+    )  # fmt: skip
+    asked: list[int] = []
+    queued = running.enqueue_due_exports(
+        datetime.now(UTC), actor=SYSTEM, enqueue=lambda e, r: None, keep=asked.append
+    )
+    assert (queued, asked) == ([], [kept.pk])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_continuous_export_keeps_one_job_until_it_is_disabled(
+    tmp_path: Path, settings: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One keeper runs the job (a second returns at once), records the runs that moved
+    the coverage, and stops the job once the export is disabled."""
+    import threading
+
+    from django.db import connection
+
+    settings.EXPORT_ALLOWED_URIS = [f"{tmp_path}/exports/{{tenant}}/"]
+    settings.DATA_DIR = str(tmp_path / "data")
+    tiered_cluster(tmp_path / "store")
+    acme = make_tenant("acme")
+    tiered_topic(acme)
+    export = _export(acme, schedule_kind="continuous")
+    script = tmp_path / "continuous_job.py"
+    script.write_text(CONTINUOUS_JOB)
+    seen = tmp_path / "seen"
+    monkeypatch.setenv("FAKE_JOB_SEEN", str(seen))
+    monkeypatch.setattr(
+        jobs, "job_command", lambda module, spec: [sys.executable, str(script), "--spec", str(spec)]
+    )
+    monkeypatch.setattr(running, "CONTINUOUS_POLL_S", 0.1)
+    second: list[str] = []
+
+    def meanwhile() -> None:
+        try:
+            wait_until(
+                lambda: ExportRun.objects.filter(export=export, trigger="continuous").count() >= 3,
+                timeout_s=60,
+            )
+            second.append(running.keep_continuous(export.pk))
+            Export.objects.filter(pk=export.pk).update(enabled=False)
+        finally:
+            connection.close()
+
+    other = threading.Thread(target=meanwhile, daemon=True)
+    other.start()
+    assert running.keep_continuous(export.pk).startswith("the job ended")
+    other.join(30)
+    assert second == ["kept by another task"]
+    recorded = list(export.runs.order_by("pk"))
+    assert {(r.trigger, r.state) for r in recorded} == {("continuous", "succeeded")}
+    ends = [r.covered["acme.orders/0"] for r in recorded]
+    assert ends == sorted(set(ends))  # one row per move of the coverage, never a repeat
+    assert not _alive(int(seen.read_text()))
