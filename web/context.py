@@ -24,6 +24,8 @@ SECTIONS = (
     ("Consumer groups", "web:group-list"),
     ("Lanes", "web:lane-list"),
     ("Databus", "web:databus-list"),
+    ("Exports", "web:export-list"),
+    ("Indexes", "web:index-list"),
     ("Service accounts", "web:service-account-list"),
     ("ACLs", "web:acl-list"),
     ("Members", "web:member-list"),

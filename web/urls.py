@@ -8,8 +8,10 @@ from web.views import (
     charts,
     dashboard,
     databus,
+    exports,
     groups,
     home,
+    indexes,
     lanes,
     members,
     messages,
@@ -27,6 +29,10 @@ LANES = "t/<slug:tenant>/lanes/"
 LANE = LANES + "<str:lane>/"
 DATABUS = "t/<slug:tenant>/databus/"
 DATABUS_CONFIG = DATABUS + "<str:config>/"
+EXPORTS = "t/<slug:tenant>/exports/"
+EXPORT = EXPORTS + "<str:export>/"
+INDEXES = "t/<slug:tenant>/indexes/"
+INDEX = INDEXES + "<str:index>/"
 
 urlpatterns = [
     path("", home.index, name="index"),
@@ -63,6 +69,14 @@ urlpatterns = [
     path(DATABUS_CONFIG, databus.config_detail, name="databus-detail"),
     path(DATABUS_CONFIG + "edit/", databus.config_edit, name="databus-edit"),
     path(DATABUS_CONFIG + "delete/", databus.config_delete, name="databus-delete"),
+    path(EXPORTS, exports.export_list, name="export-list"),
+    path(EXPORT, exports.export_detail, name="export-detail"),
+    path(EXPORT + "run/", exports.export_run, name="export-run"),
+    path(EXPORT + "delete/", exports.export_delete, name="export-delete"),
+    path(INDEXES, indexes.index_list, name="index-list"),
+    path(INDEX, indexes.index_detail, name="index-detail"),
+    path(INDEX + "build/", indexes.index_build, name="index-build"),
+    path(INDEX + "delete/", indexes.index_delete, name="index-delete"),
     path("t/<slug:tenant>/acls/", acls.acl_list, name="acl-list"),
     path("t/<slug:tenant>/acls/grant/", acls.acl_grant, name="acl-grant"),
     path("t/<slug:tenant>/acls/<int:acl>/operations/", acls.acl_operations, name="acl-operations"),

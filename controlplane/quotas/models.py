@@ -21,6 +21,8 @@ class Quota(TimestampedModel):
     requests_per_s = models.PositiveIntegerField()
     max_lanes = models.PositiveIntegerField()
     max_mirrors = models.PositiveIntegerField()
+    max_exports = models.PositiveIntegerField()
+    max_indexes = models.PositiveIntegerField()
 
     def __str__(self) -> str:
         return f"quota of {self.tenant.slug}"

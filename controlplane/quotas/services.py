@@ -28,6 +28,8 @@ LIMIT_FIELDS = (
     "requests_per_s",
     "max_lanes",
     "max_mirrors",
+    "max_exports",
+    "max_indexes",
 )
 # Which usage figure each count/storage limit bounds.
 USAGE_OF_LIMIT = {
@@ -35,6 +37,8 @@ USAGE_OF_LIMIT = {
     "max_partitions": "partitions",
     "max_storage_bytes": "storage_bytes",
     "max_lanes": "lanes",
+    "max_exports": "exports",
+    "max_indexes": "indexes",
 }
 
 
@@ -111,10 +115,19 @@ def check_topic_quota(
 def check_lane_quota(tenant: Tenant, *, lanes: int = 1) -> Quota:
     """Lock the quota and refuse (``QuotaExceeded`` naming ``max_lanes``) when ``lanes``
     more lanes would pass the tenant's limit. Call inside the change's transaction."""
+    return check_count_quota(tenant, "max_lanes", lanes)
+
+
+def check_count_quota(tenant: Tenant, limit_field: str, requested: int = 1) -> Quota:
+    """Lock the quota and refuse (``QuotaExceeded`` naming ``limit_field``, a count limit
+    of ``USAGE_OF_LIMIT``: ``max_lanes``, ``max_exports``, ``max_indexes``) when
+    ``requested`` more objects would pass the tenant's limit. Call inside the change's
+    transaction, before writing it."""
     quota = lock_quota(tenant)
-    current = usage.reserved_usage(tenant).get("lanes", 0)
-    if lanes > 0 and current + lanes > quota.max_lanes:
-        raise QuotaExceeded("max_lanes", quota.max_lanes, lanes, current)
+    current = usage.reserved_usage(tenant).get(USAGE_OF_LIMIT[limit_field], 0)
+    limit = getattr(quota, limit_field)
+    if requested > 0 and current + requested > limit:
+        raise QuotaExceeded(limit_field, limit, requested, current)
     return quota
 
 

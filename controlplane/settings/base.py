@@ -23,6 +23,8 @@ INSTALLED_APPS = [
     "controlplane.groups",
     "controlplane.metrics",
     "controlplane.databus",
+    "controlplane.exports",
+    "controlplane.indexes",
 ]
 
 # The console's session, CSRF and sign-in middleware join these in settings/console.py.

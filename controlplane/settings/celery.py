@@ -36,6 +36,9 @@ DATABUS_FORGET_INTERVAL_S = env("MERIDIAN_DATABUS_FORGET_INTERVAL_S", 3600.0, fl
 # of deletions the store missed: an hourly pass is enough.
 TIER_CLEAN_INTERVAL_S = env("MERIDIAN_TIER_CLEAN_INTERVAL_S", 3600.0, float)
 
+# Exports due by their schedule are queued at most this often (cron's resolution).
+EXPORTS_SCHEDULE_INTERVAL_S = env("MERIDIAN_EXPORTS_SCHEDULE_INTERVAL_S", 60.0, float)
+
 # The beat schedule, in one place.
 CELERY_BEAT_SCHEDULE = {
     "topics.reconcile_all": {
@@ -67,6 +70,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "databus.forget_silent_agents",
         "schedule": DATABUS_FORGET_INTERVAL_S,
         "options": {"expires": DATABUS_FORGET_INTERVAL_S},
+    },
+    "exports.enqueue_due_exports": {
+        "task": "exports.enqueue_due_exports",
+        "schedule": EXPORTS_SCHEDULE_INTERVAL_S,
+        "options": {"expires": EXPORTS_SCHEDULE_INTERVAL_S},
     },
     "metrics.collect_metrics": {
         "task": "metrics.collect_metrics",

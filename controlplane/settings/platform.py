@@ -1,5 +1,7 @@
 """Meridian's own knobs: default quotas, the controller, local brokers."""
 
+import json
+
 from controlplane.settings.env import env
 
 DATA_DIR = env("MERIDIAN_DATA_DIR", "var/controlplane")
@@ -13,6 +15,8 @@ DEFAULT_QUOTA = {
     "requests_per_s": env("MERIDIAN_DEFAULT_REQUESTS_PER_S", 10_000, int),
     "max_lanes": env("MERIDIAN_DEFAULT_MAX_LANES", 20, int),
     "max_mirrors": env("MERIDIAN_DEFAULT_MAX_MIRRORS", 5, int),
+    "max_exports": env("MERIDIAN_DEFAULT_MAX_EXPORTS", 10, int),
+    "max_indexes": env("MERIDIAN_DEFAULT_MAX_INDEXES", 10, int),
 }
 
 TOPIC_LIMITS = {
@@ -52,3 +56,24 @@ LANE_ORPHAN_AFTER_S = env("MERIDIAN_LANE_ORPHAN_AFTER_S", 10.0, float)
 # this for its upload is reported as drift (the object store may be unreachable; local
 # retention waits for the upload, so the broker's disk fills meanwhile).
 TIER_UPLOAD_LAG_FINDING_MS = env("MERIDIAN_TIER_UPLOAD_LAG_FINDING_MS", 5 * 60 * 1000, int)
+
+# Spark jobs (exports, index builds): a run is killed past this long.
+SPARK_JOB_TIMEOUT_S = env("MERIDIAN_SPARK_JOB_TIMEOUT_S", 3600.0, float)
+# A continuous export's job starts a run this long after the last began.
+EXPORT_CONTINUOUS_INTERVAL_S = env("MERIDIAN_EXPORT_CONTINUOUS_INTERVAL_S", 30.0, float)
+# Where exports may write: comma-separated prefixes (folder paths or URIs; ``{tenant}``
+# stands for the tenant's slug), by default a folder per tenant under the data directory.
+EXPORT_ALLOWED_URIS = [
+    p.strip()
+    for p in env("MERIDIAN_EXPORT_ALLOWED_URIS", f"{DATA_DIR}/exports/{{tenant}}/").split(",")
+    if p.strip()
+]
+# The filesystem options (an S3 endpoint, credentials) of targets under an allowed
+# prefix: a JSON object of prefix -> options.
+EXPORT_TARGET_OPTIONS: dict[str, dict[str, object]] = env(
+    "MERIDIAN_EXPORT_TARGET_OPTIONS", {}, json.loads
+)
+# Where index files go: ``<INDEX_ROOT>/<tenant id>/<index id>`` (a folder path or a URI),
+# opened with INDEX_ROOT_OPTIONS (JSON).
+INDEX_ROOT = env("MERIDIAN_INDEX_ROOT", f"{DATA_DIR}/indexes")
+INDEX_ROOT_OPTIONS: dict[str, object] = env("MERIDIAN_INDEX_ROOT_OPTIONS", {}, json.loads)

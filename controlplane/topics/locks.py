@@ -1,4 +1,6 @@
-"""One reconcile run per topic at a time: ``topic_lock(topic_id)``.
+"""One reconcile run per topic at a time: ``topic_lock(topic_id)``; the same lock, in
+another namespace, for any object whose runs must never overlap (``object_lock``: one
+export run per export, one build per index).
 
 ``reconcile_topic`` holds the lock for its whole run (reading the desired state, the
 broker calls, the status write) and the drift pass holds it while it heals one topic's
@@ -27,7 +29,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from django.db import DatabaseError, connection
@@ -42,7 +44,7 @@ NAMESPACE = 0x4D54
 DEFAULT_WAIT_S = 5.0
 _POLL_S = 0.05
 
-_local_locks: dict[int, threading.RLock] = {}
+_local_locks: dict[tuple[int, int], threading.RLock] = {}
 _local_guard = threading.Lock()
 
 
@@ -56,27 +58,44 @@ class TopicBusy(Unavailable):
         self.topic_id = topic_id
 
 
-def _objid(topic_id: int) -> int:
-    """``topic_id`` as a signed 32-bit key. Ids past 2**32 share keys with lower ones;
-    such a collision only serializes two topics' runs, it never lets two of one run."""
-    return (topic_id + 2**31) % 2**32 - 2**31
+def _objid(object_id: int) -> int:
+    """``object_id`` as a signed 32-bit key. Ids past 2**32 share keys with lower ones;
+    such a collision only serializes two objects' runs, it never lets two of one run."""
+    return (object_id + 2**31) % 2**32 - 2**31
 
 
 @contextmanager
 def topic_lock(topic_id: int, *, wait_s: float = DEFAULT_WAIT_S) -> Iterator[None]:
     """Hold topic ``topic_id``'s reconcile lock for the ``with`` block (see the module
     docstring). Raises ``TopicBusy`` when it is not free within ``wait_s`` seconds."""
+    with object_lock(NAMESPACE, topic_id, lambda: TopicBusy(topic_id), wait_s=wait_s):
+        yield
+
+
+@contextmanager
+def object_lock(
+    namespace: int,
+    object_id: int,
+    busy: Callable[[], Exception],
+    *,
+    wait_s: float = DEFAULT_WAIT_S,
+) -> Iterator[None]:
+    """Hold the lock of ``object_id`` in ``namespace`` (a 16-bit classid of its own per
+    kind of object) for the ``with`` block, as ``topic_lock`` does; raises ``busy()``
+    when it is not free within ``wait_s`` seconds."""
     if connection.vendor == "postgresql":
-        with _advisory_lock(topic_id, wait_s):
+        with _advisory_lock(namespace, object_id, wait_s, busy):
             yield
     else:
-        with _local_lock(topic_id, wait_s):
+        with _local_lock(namespace, object_id, wait_s, busy):
             yield
 
 
 @contextmanager
-def _advisory_lock(topic_id: int, wait_s: float) -> Iterator[None]:
-    key = [NAMESPACE, _objid(topic_id)]
+def _advisory_lock(
+    namespace: int, object_id: int, wait_s: float, busy: Callable[[], Exception]
+) -> Iterator[None]:
+    key = [namespace, _objid(object_id)]
     deadline = time.monotonic() + wait_s
     while True:
         with connection.cursor() as cursor:
@@ -85,15 +104,15 @@ def _advisory_lock(topic_id: int, wait_s: float) -> Iterator[None]:
         if row and row[0]:
             break
         if time.monotonic() >= deadline:
-            raise TopicBusy(topic_id)
+            raise busy()
         time.sleep(_POLL_S)
     try:
         yield
     finally:
-        _advisory_unlock(topic_id, key)
+        _advisory_unlock(object_id, key)
 
 
-def _advisory_unlock(topic_id: int, key: list[int]) -> None:
+def _advisory_unlock(object_id: int, key: list[int]) -> None:
     try:
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_unlock(%s::int4, %s::int4)", key)
@@ -101,17 +120,19 @@ def _advisory_unlock(topic_id: int, key: list[int]) -> None:
         # The session may be broken or inside a failed transaction; ending the session
         # releases every lock it holds. Inside an atomic block the caller's transaction
         # owns the connection, and the session's end (worker shutdown) releases it.
-        log.warning("cannot unlock topic %s; closing the session", topic_id, exc_info=True)
+        log.warning("cannot unlock %s; closing the session", key, exc_info=True)
         if not connection.in_atomic_block:
             connection.close()
 
 
 @contextmanager
-def _local_lock(topic_id: int, wait_s: float) -> Iterator[None]:
+def _local_lock(
+    namespace: int, object_id: int, wait_s: float, busy: Callable[[], Exception]
+) -> Iterator[None]:
     with _local_guard:
-        lock = _local_locks.setdefault(topic_id, threading.RLock())
+        lock = _local_locks.setdefault((namespace, object_id), threading.RLock())
     if not lock.acquire(timeout=max(wait_s, 0.0)):
-        raise TopicBusy(topic_id)
+        raise busy()
     try:
         yield
     finally:

@@ -14,7 +14,7 @@ code ``unavailable`` or ``bad_answer``.
 from __future__ import annotations
 
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from http import HTTPStatus
 from typing import Any
 
@@ -144,3 +144,23 @@ def _strings(value: Any) -> list[str]:
             for m in _strings(item)
         ]
     return []
+
+
+PAGE_LIMIT = 1000
+
+
+def every_row(api: Api, path: str, query: Mapping[str, str]) -> Iterator[Any]:
+    """Every row of a list endpoint (``{"count", "results"}`` pages), page by page."""
+    offset = 0
+    while True:
+        answer = api.get(path, {**query, "limit": str(PAGE_LIMIT), "offset": str(offset)})
+        page = answer["results"] if isinstance(answer, dict) else answer
+        yield from page
+        offset += len(page)
+        if not isinstance(answer, dict) or not page or offset >= answer.get("count", 0):
+            return
+
+
+def tenant_query(tenant: str | None) -> dict[str, str]:
+    """``?tenant=`` when the caller named one (else the API takes its only tenant)."""
+    return {"tenant": tenant} if tenant else {}

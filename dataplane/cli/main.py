@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from dataplane.cli import databus, groups, lanes, topics
+from dataplane.cli import databus, exports, groups, indexes, lanes, topics
 from dataplane.cli.api import DEFAULT_API_URL
 from dataplane.cli.base import DEFAULT_BOOTSTRAP, Settings, credentials_from, fail, reporting
 from dataplane.cli.consume import consume
@@ -19,7 +19,7 @@ app = typer.Typer(
     name="meridian",
     help=(
         "Produce, consume and inspect topics and consumer groups of a Meridian cluster; "
-        "manage a tenant's lanes and Databus configurations."
+        "manage a tenant's lanes, Databus configurations, Parquet exports and indexes."
     ),
     no_args_is_help=True,
     add_completion=False,
@@ -38,6 +38,17 @@ databus_app = typer.Typer(
     "plane's REST API).",
     no_args_is_help=True,
 )
+exports_app = typer.Typer(
+    help="Create, list, describe, run and delete a tenant's Parquet exports (the control "
+    "plane's REST API).",
+    no_args_is_help=True,
+)
+indexes_app = typer.Typer(
+    help="Create, list, describe, build and delete a tenant's secondary indexes (the "
+    "control plane's REST API).",
+    no_args_is_help=True,
+)
+index_app = typer.Typer(help="Query a secondary index.", no_args_is_help=True)
 databus_configs_app = typer.Typer(
     help="List, describe, apply (create or update from a JSON file) and delete Databus "
     "configurations.",
@@ -84,7 +95,8 @@ def options(
         typer.Option(
             "--api",
             envvar="MERIDIAN_API_URL",
-            help="The control plane's REST API, http(s)://host:port (lanes, databus).",
+            help="The control plane's REST API, http(s)://host:port (lanes, databus, "
+            "exports, indexes).",
         ),
     ] = DEFAULT_API_URL,
 ) -> None:
@@ -119,6 +131,20 @@ databus_configs_app.command("delete")(reporting(databus.delete))
 databus_app.add_typer(databus_configs_app, name="configs")
 databus_app.command("agents")(reporting(databus.list_agents))
 app.add_typer(databus_app, name="databus")
+exports_app.command("list")(reporting(exports.list_exports))
+exports_app.command("create")(reporting(exports.create))
+exports_app.command("describe")(reporting(exports.describe))
+exports_app.command("run")(reporting(exports.run))
+exports_app.command("delete")(reporting(exports.delete))
+app.add_typer(exports_app, name="exports")
+indexes_app.command("list")(reporting(indexes.list_indexes))
+indexes_app.command("create")(reporting(indexes.create))
+indexes_app.command("describe")(reporting(indexes.describe))
+indexes_app.command("build")(reporting(indexes.build))
+indexes_app.command("delete")(reporting(indexes.delete))
+app.add_typer(indexes_app, name="indexes")
+index_app.command("query")(reporting(indexes.query))
+app.add_typer(index_app, name="index")
 
 
 def main(argv: Sequence[str] | None = None) -> None:

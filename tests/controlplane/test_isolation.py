@@ -2,7 +2,8 @@
 that a new endpoint is covered the day it is added.
 
 Tenant ``acme`` owns a topic, a topic ACL entry, a service account, a member, a lane,
-a Databus configuration and agent, audit events and a quota.
+a Databus configuration and agent, an export and its run, an index, audit events and a
+quota.
 A tenant-admin of ``beta`` (the strongest tenant role) then calls every operation:
 - no list answer names anything of ``acme``, with or without ``?tenant=acme``;
 - every operation on an ``acme`` object answers exactly as it does for an object that
@@ -26,6 +27,10 @@ from controlplane.core.audit import snapshot
 from controlplane.core.models import AuditEvent
 from controlplane.databus import services as databus
 from controlplane.databus.models import DatabusAgent, DatabusConfig
+from controlplane.exports import services as exports
+from controlplane.exports.models import Export, ExportRun
+from controlplane.indexes import services as indexes
+from controlplane.indexes.models import Index
 from controlplane.lanes.models import Lane
 from controlplane.lanes.services import create_lane
 from controlplane.lanes.services import snapshot as lane_snapshot
@@ -43,13 +48,18 @@ SECRET_MEMBER = "secret-person"
 SECRET_LANE = "secret-lane"
 SECRET_CONFIG = "secret-config"
 SECRET_AGENT = "5ec7e7a9-0000-4000-8000-000000000001"
+SECRET_EXPORT = "secret-export"
+SECRET_INDEX = "secret-index"
 # Path parameters: for each, the value of acme's object and one that exists nowhere.
 _PARAM = re.compile(r"\{(\w+)\}")
 
 
 @pytest.fixture
-def world(db: None, local_identity: Any) -> dict[str, Any]:
-    make_cluster()
+def world(db: None, local_identity: Any, tmp_path: Any, monkeypatch: Any) -> dict[str, Any]:
+    cluster = make_cluster()
+    cluster.remote_store_uri = str(tmp_path / "store")
+    cluster.save()
+    monkeypatch.setattr(exports, "_enqueue", lambda e, r: None)
     acme = make_tenant("acme")
     make_tenant("beta")
     operator = Actor.system("test")
@@ -67,6 +77,11 @@ def world(db: None, local_identity: Any) -> dict[str, Any]:
         acme, agent_id=SECRET_AGENT, config_name=SECRET_CONFIG, version=1, hostname="h",
         pid=1, started_at=topic.created_at, stats={}, principal="p",
     )  # fmt: skip
+    tiered = create_topic(acme, name="tiered", partitions=1, remote_storage=True, actor=operator)
+    export = exports.create_export(acme, name=SECRET_EXPORT, topic=tiered, actor=operator)
+    exports.request_run(export, actor=operator)
+    fields = [{"name": "user_id", "path": "user.id", "type": "long"}]
+    indexes.create_index(acme, name=SECRET_INDEX, topic=tiered, fields=fields, actor=operator)
     event = AuditEvent.objects.filter(tenant_slug="acme").first()
     assert event is not None
     return {
@@ -81,6 +96,8 @@ def world(db: None, local_identity: Any) -> dict[str, Any]:
             "lanes": SECRET_LANE,
             "databus-configs": SECRET_CONFIG,
             "databus-agents": SECRET_AGENT,
+            "exports": SECRET_EXPORT,
+            "indexes": SECRET_INDEX,
         },
         "missing_values": {
             "tenants": "zzzz",
@@ -93,6 +110,8 @@ def world(db: None, local_identity: Any) -> dict[str, Any]:
             "lanes": "zzzz-lane",
             "databus-configs": "zzzz-config",
             "databus-agents": "5ec7e7a9-0000-4000-8000-000000000002",
+            "exports": "zzzz-export",
+            "indexes": "zzzz-index",
         },
         "token": token_for(local_identity, roles={"beta": "tenant-admin"}, username="mallory"),
     }
@@ -137,6 +156,9 @@ def _acme_state() -> Any:
         [lane_snapshot(lane) for lane in Lane.objects.filter(tenant__slug="acme")],
         [snapshot(c) for c in DatabusConfig.objects.filter(tenant__slug="acme")],
         [snapshot(a) for a in DatabusAgent.objects.filter(tenant__slug="acme")],
+        [snapshot(e) for e in Export.objects.filter(tenant__slug="acme")],
+        [snapshot(r) for r in ExportRun.objects.filter(export__tenant__slug="acme")],
+        [snapshot(i) for i in Index.objects.filter(tenant__slug="acme")],
         sorted(
             accounts.ServiceAccount.objects.filter(tenant__slug="acme").values_list(
                 "client_id", "role", "secret_hash"
@@ -148,7 +170,7 @@ def _acme_state() -> Any:
 def _leaks(text: str) -> list[str]:
     secrets = (
         "acme", SECRET_TOPIC, SECRET_ACCOUNT, SECRET_MEMBER, SECRET_LANE, SECRET_CONFIG,
-        SECRET_AGENT,
+        SECRET_AGENT, SECRET_EXPORT, SECRET_INDEX,
     )  # fmt: skip
     return [s for s in secrets if s in text]
 

@@ -52,6 +52,8 @@ PATHS = (
     "/api/v1/auth/jwks.json",
     "/api/v1/auth/whoami",
     "/api/v1/groups",
+    "/api/v1/exports",
+    "/api/v1/indexes",
 )
 CHECKS = [
     not_a_server_error,
@@ -73,6 +75,9 @@ def test_the_document_is_public_json(anonymous_client: Any) -> None:
     assert document["openapi"].startswith("3.")
     assert set(PATHS) <= set(document["paths"])
     assert "/api/v1/topics/{full_name}" in document["paths"]
+    for path in ("/api/v1/exports/{name}/runs", "/api/v1/indexes/{name}/builds",
+                 "/api/v1/indexes/{name}/query"):  # fmt: skip
+        assert path in document["paths"]
     assert document["components"]["securitySchemes"]["bearerAuth"]["scheme"] == "bearer"
 
 

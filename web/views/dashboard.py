@@ -33,6 +33,8 @@ LABELS = {
     "requests_per_s": "Requests",
     "max_lanes": "Lanes",
     "max_mirrors": "Mirrors",
+    "max_exports": "Exports",
+    "max_indexes": "Indexes",
 }
 
 

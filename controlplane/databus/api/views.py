@@ -28,7 +28,7 @@ from controlplane.databus.api.serializers import (
 )
 from controlplane.databus.filtersets import DatabusAgentFilterSet, DatabusConfigFilterSet
 from controlplane.databus.models import DatabusAgent, DatabusConfig
-from controlplane.tenants.api.scoped import TenantScopedViewSet
+from controlplane.tenants.api.scoped import TenantScopedViewSet, named_tenant
 
 WATCH_DEFAULT_S = 25.0
 WATCH_MAX_S = 30.0
@@ -167,14 +167,6 @@ class DatabusConfigViewSet(
         if version is None:
             raise NotFound(f"Databus configuration {config.name!r} was deleted")
         return self.respond(self.get_queryset().get(pk=config.pk))
-
-
-def named_tenant(request: Request) -> str | None:
-    """The tenant slug a write's body names (None: the caller's only tenant), read
-    before the body is validated; a value of another type is the serializer's to
-    refuse."""
-    slug = request.data.get("tenant") if isinstance(request.data, dict) else None
-    return slug if isinstance(slug, str) else None
 
 
 def _etag(version: int) -> dict[str, str]:

@@ -19,6 +19,8 @@ class QuotaUsageSerializer(serializers.Serializer[dict[str, Any]]):
     )
     stored_bytes = serializers.IntegerField(help_text="what the brokers last reported")
     lanes = serializers.IntegerField(help_text="lanes declared (lane topics count as storage)")
+    exports = serializers.IntegerField(help_text="Parquet exports declared")
+    indexes = serializers.IntegerField(help_text="secondary indexes declared")
 
 
 class QuotaSerializer(serializers.ModelSerializer[Quota]):
@@ -52,3 +54,5 @@ class QuotaUpdateSerializer(serializers.Serializer[Any]):
     )
     max_lanes = serializers.IntegerField(min_value=0, max_value=2**31 - 1, required=False)
     max_mirrors = serializers.IntegerField(min_value=0, max_value=2**31 - 1, required=False)
+    max_exports = serializers.IntegerField(min_value=0, max_value=2**31 - 1, required=False)
+    max_indexes = serializers.IntegerField(min_value=0, max_value=2**31 - 1, required=False)

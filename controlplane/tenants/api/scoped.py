@@ -69,3 +69,12 @@ class TenantScopedViewSet(ServiceViewSet[M]):
                 role=actor.role_in(slug),
             )
         return tenant
+
+
+def named_tenant(request: Request) -> str | None:
+    """The tenant slug a write's body names (None: the caller's only tenant), read
+    before the body is validated, so a caller learns nothing of a tenant it has no role
+    in, not even what its body lacks; a value of another type is the serializer's to
+    refuse."""
+    slug = request.data.get("tenant") if isinstance(request.data, dict) else None
+    return slug if isinstance(slug, str) else None

@@ -283,11 +283,15 @@ def test_an_empty_partition_already_there_is_taken_over(
     assert state.config.retention_ms == 3_600_000  # type: ignore[attr-defined]
 
 
+def _local_lock(topic_id: int, wait_s: float) -> Any:
+    return locks._local_lock(locks.NAMESPACE, topic_id, wait_s, lambda: TopicBusy(topic_id))
+
+
 def test_the_sqlite_lock_is_per_topic_and_re_entrant_for_its_thread() -> None:
     held, release = threading.Event(), threading.Event()
 
     def hold() -> None:
-        with locks._local_lock(1, 0):
+        with _local_lock(1, 0):
             held.set()
             release.wait(30)
 
@@ -295,12 +299,12 @@ def test_the_sqlite_lock_is_per_topic_and_re_entrant_for_its_thread() -> None:
     holder.start()
     assert held.wait(30)
     try:
-        with pytest.raises(TopicBusy), locks._local_lock(1, 0.1):
+        with pytest.raises(TopicBusy), _local_lock(1, 0.1):
             pass
-        with locks._local_lock(2, 0), locks._local_lock(2, 0):  # another topic; nested
+        with _local_lock(2, 0), _local_lock(2, 0):  # another topic; nested
             pass
     finally:
         release.set()
         holder.join(timeout=30)
-    with locks._local_lock(1, 0):
+    with _local_lock(1, 0):
         pass
