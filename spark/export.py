@@ -89,7 +89,8 @@ def export_tables(
     """(the rows, the dead letters: record columns, ``value`` and ``reason``)."""
     records = table.select(list(RECORD_COLUMNS))
     if value_format == "raw":
-        return records.append_column("value", table.column("value")), _dead_letters(table, [])
+        raw = records.append_column("value", table.column("value"))
+        return raw, _dead_letters(table.slice(0, 0), [])
     extraction = extract(table.column("value").to_pylist(), fields)
     mask = extraction.fits()
     rows = records

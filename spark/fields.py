@@ -193,7 +193,10 @@ def parse_value(field: Field, text: str) -> Any:
         loaded = json.loads(text) if field.type != "timestamp" or text.isdigit() else text
     except ValueError as exc:
         raise WrongTypeError(f"{field.name}: {text!r} is not a {field.type}") from exc
-    converted: Any = _CONVERTERS[field.type](loaded)
+    try:
+        converted: Any = _CONVERTERS[field.type](loaded)
+    except WrongTypeError as exc:
+        raise WrongTypeError(f"{field.name}: expected {field.type}, got {exc}") from exc
     return converted
 
 

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from tests.spark.jobs.support import Source, build_source
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -20,3 +22,9 @@ def spark() -> Iterator[SparkSession]:
     session.range(1).count()
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def source(tmp_path_factory: pytest.TempPathFactory) -> Source:
+    """A tiered topic in a store, shared by the tests that only read it."""
+    return build_source(tmp_path_factory.mktemp("source"))
