@@ -36,7 +36,7 @@ from spark.jobs.spec import Field, IndexSpec
 from spark.manifests import OutputFile
 from spark.output import ChunkResult, write_parquet
 
-ROW_GROUP_ROWS: Final = 16_384
+ROW_GROUP_ROWS: Final = 4096
 VALUE_COLUMN: Final = "indexed_value"
 SORT_KEYS: Final = [
     (VALUE_COLUMN, "ascending"),

@@ -28,28 +28,35 @@ the index's lag. Thread safety: pure function; any number of concurrent queries.
 from __future__ import annotations
 
 import base64
+import bisect
+import functools
 import hashlib
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 
 from dataplane import records
 from dataplane.tiered.reader import TopicNotInStoreError, TopicStoreReader
 from dataplane.tiered.store import ObjectStore
 from spark import chunks, manifests
 from spark.columns import SCHEMA, record_batches
-from spark.fields import WrongTypeError, extract, parse_value
+from spark.fields import ARROW_TYPES, WrongTypeError, extract, parse_value
 from spark.index import VALUE_COLUMN, definition
 from spark.jobs.spec import Field, IndexSpec
-from spark.manifests import OutputManifest, OutputManifestError
+from spark.manifests import OutputFile, OutputManifest, OutputManifestError
 
 TailReader = Callable[[str, int, int], Iterable[records.Record]]
 MAX_LIMIT: Final = 10_000
+FOOTER_CACHE_FILES: Final = 4096
+_COLUMNS: Final = [VALUE_COLUMN, *SCHEMA.names]
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _ORDER: Final = [
     ("timestamp", "ascending"),
     ("partition", "ascending"),
@@ -129,6 +136,14 @@ class _Bounds:
     to_ms: int | None
     after: tuple[int, int, int, str] | None  # (timestamp ms, partition, offset, topic)
 
+    def admits(self, first_ms: int, last_ms: int) -> bool:
+        """Whether records stamped within ``[first_ms, last_ms]`` may be in range."""
+        if self.from_ms is not None and last_ms < self.from_ms:
+            return False
+        if self.to_ms is not None and first_ms >= self.to_ms:
+            return False
+        return self.after is None or last_ms >= self.after[0]
+
     def expression(self) -> ds.Expression:
         """The filter on the record columns (timestamps as ``SCHEMA``'s microseconds)."""
         ts = pc.field("timestamp")
@@ -187,21 +202,92 @@ def _from_index(
     bounds: _Bounds,
     limit: int,
 ) -> pa.Table:
-    """The first ``limit`` matches in the index files of ``declared``, in order."""
+    """The first ``limit`` matches in the index files of ``declared``, in order: only the
+    row groups whose statistics admit ``wanted`` (and the time range) are read."""
     if manifest is None:
         return SCHEMA.empty_table()
     store = ObjectStore.open(spec.target_uri, spec.target_options)
-    paths = [
-        store.path(f.path) for f in manifest.files if f.kind == "index" and f.field == declared.name
-    ]
-    if not paths:
-        return SCHEMA.empty_table()
-    dataset = ds.dataset(paths, format="parquet", filesystem=store.fs)
-    condition = (
-        pc.field(VALUE_COLUMN) == pa.scalar(wanted, dataset.schema.field(VALUE_COLUMN).type)
-    ) & bounds.expression()
-    table = dataset.to_table(columns=SCHEMA.names, filter=condition)
-    return table.sort_by(_ORDER).slice(0, limit)
+    value_type = ARROW_TYPES[declared.type]
+    condition = (pc.field(VALUE_COLUMN) == pa.scalar(wanted, value_type)) & bounds.expression()
+    found = [SCHEMA.empty_table()]
+    for entry in manifest.files:
+        if entry.kind == "index" and entry.field == declared.name:
+            found.extend(_read_matching(store, entry, wanted, bounds, condition))
+    return pa.concat_tables(found).sort_by(_ORDER).slice(0, limit)
+
+
+def _read_matching(
+    store: ObjectStore, entry: OutputFile, wanted: Any, bounds: _Bounds, condition: ds.Expression
+) -> list[pa.Table]:
+    path = store.path(entry.path)
+    footer = _footer(store, path, entry.bytes)
+    groups = footer.row_groups(_comparable(wanted), bounds)
+    if not groups:
+        return []
+    with store.fs.open(path, "rb") as handle:
+        parquet = pq.ParquetFile(handle, metadata=footer.metadata)
+        table = parquet.read_row_groups(groups, columns=_COLUMNS, use_threads=False)
+    return [table.filter(condition).select(SCHEMA.names)]
+
+
+@dataclass(frozen=True)
+class _Footer:
+    """A file's Parquet footer and its row groups' statistics: value bounds (ascending,
+    the file being sorted by value) and time bounds (ms)."""
+
+    metadata: pq.FileMetaData
+    lows: list[Any]
+    highs: list[Any]
+    first_ms: list[int]
+    last_ms: list[int]
+
+    def row_groups(self, wanted: Any, bounds: _Bounds) -> list[int]:
+        """The row groups whose statistics leave room for a match."""
+        found = []
+        group = bisect.bisect_left(self.highs, wanted)
+        while group < len(self.lows) and self.lows[group] <= wanted:
+            if bounds.admits(self.first_ms[group], self.last_ms[group]):
+                found.append(group)
+            group += 1
+        return found
+
+
+@functools.lru_cache(maxsize=FOOTER_CACHE_FILES)
+def _cached_footer(fs: Any, path: str, size: int) -> _Footer:
+    with fs.open(path, "rb") as handle:
+        metadata = pq.ParquetFile(handle).metadata
+    lows, highs, first, last = [], [], [], []
+    at = _COLUMNS.index("timestamp")
+    for number in range(metadata.num_row_groups):
+        group = metadata.row_group(number)
+        values, times = group.column(0).statistics, group.column(at).statistics
+        lows.append(_comparable(values.min))
+        highs.append(_comparable(values.max))
+        first.append(_ms_of(times.min))
+        last.append(_ms_of(times.max))
+    return _Footer(metadata, lows, highs, first, last)
+
+
+def _footer(store: ObjectStore, path: str, size: int) -> _Footer:
+    """A file's footer; kept, since a listed file never changes (a re-run writes the same
+    rows under the same name)."""
+    return _cached_footer(store.fs, path, size)
+
+
+def _ms_of(moment: Any) -> int:
+    """Milliseconds of a timestamp statistic (a datetime, or microseconds)."""
+    if isinstance(moment, datetime):
+        aware = moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+        return (aware - _EPOCH) // timedelta(milliseconds=1)
+    return int(moment) // 1000
+
+
+def _comparable(value: Any) -> Any:
+    """Statistics and the wanted value on one footing (datetimes as microseconds)."""
+    if isinstance(value, datetime):
+        aware = value if value.tzinfo else value.replace(tzinfo=UTC)
+        return (aware - _EPOCH) // timedelta(microseconds=1)
+    return value
 
 
 def _from_scan(
