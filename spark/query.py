@@ -33,6 +33,7 @@ import functools
 import hashlib
 import json
 from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
@@ -55,6 +56,7 @@ from spark.manifests import OutputFile, OutputManifest, OutputManifestError
 TailReader = Callable[[str, int, int], Iterable[records.Record]]
 MAX_LIMIT: Final = 10_000
 FOOTER_CACHE_FILES: Final = 4096
+READ_THREADS: Final = 8
 _COLUMNS: Final = [VALUE_COLUMN, *SCHEMA.names]
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 _ORDER: Final = [
@@ -209,10 +211,11 @@ def _from_index(
     store = ObjectStore.open(spec.target_uri, spec.target_options)
     value_type = ARROW_TYPES[declared.type]
     condition = (pc.field(VALUE_COLUMN) == pa.scalar(wanted, value_type)) & bounds.expression()
-    found = [SCHEMA.empty_table()]
-    for entry in manifest.files:
-        if entry.kind == "index" and entry.field == declared.name:
-            found.extend(_read_matching(store, entry, wanted, bounds, condition))
+    listed = [f for f in manifest.files if f.kind == "index" and f.field == declared.name]
+    # Files are read side by side: an object store answers each read in a round trip.
+    with ThreadPoolExecutor(READ_THREADS) as pool:
+        parts = pool.map(lambda f: _read_matching(store, f, wanted, bounds, condition), listed)
+        found = [SCHEMA.empty_table(), *(table for part in parts for table in part)]
     return pa.concat_tables(found).sort_by(_ORDER).slice(0, limit)
 
 
