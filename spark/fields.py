@@ -110,6 +110,10 @@ def _extract_columnar(values: list[bytes | None], fields: tuple[Field, ...]) -> 
         return None  # a tombstone
     if data.count(b"\n") != len(values) - 1 or b"\r" in data:
         return None  # a value spans lines: rows would not be records
+    if not all(v.strip() for v in values):  # type: ignore[union-attr]
+        # A blank line gives no row, so another line could give two (``{}{}``) and the
+        # count still match: one row per line holds only when no line is blank.
+        return None
     try:
         table = pa_json.read_json(
             io.BytesIO(data),

@@ -137,3 +137,9 @@ def test_query_values_parse_as_the_fields_type() -> None:
     ]:
         with pytest.raises(WrongTypeError):
             parse_value(field, text)
+
+
+def test_a_value_of_two_objects_beside_an_empty_one_is_not_taken_for_two_records() -> None:
+    extraction = extract([b'{"country": "fr"}{"country": "de"}', b"", b'{"country": "us"}'], FIELDS)
+    assert extraction.fits().to_pylist() == [False, False, True]
+    assert extraction.columns["country"].to_pylist() == [None, None, "us"]
