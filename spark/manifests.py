@@ -59,13 +59,14 @@ class DamagedManifestError(OutputManifestError):
 class OverlappingRunError(OutputManifestError):
     """Another run committed the version this one meant to: two runs of one job overlapped."""
 
-    def __init__(self, target: str, version: int) -> None:
+    def __init__(self, target: str, version: int, latest: int) -> None:
         super().__init__(
-            f"{target}: another run committed manifest version {version} first "
-            "(overlapping runs of one job); nothing of this run was listed"
+            f"{target}: another run committed manifest version {version} first (the latest "
+            f"is now {latest}): overlapping runs of one job; nothing of this run was listed"
         )
         self.target = target
         self.version = version
+        self.latest = latest
 
 
 class DefinitionChangedError(OutputManifestError):
@@ -187,9 +188,10 @@ def read_latest(store: ObjectStore) -> OutputManifest | None:
 
 
 def commit(store: ObjectStore, manifest: OutputManifest) -> None:
-    """Create ``manifest``'s version; ``OverlappingRunError`` when another run did."""
+    """Create ``manifest``'s version; ``OverlappingRunError`` (saying which version is
+    the latest now, read again) when another run did."""
     if not store.create(manifest_key(manifest.version), manifest.to_bytes()):
-        raise OverlappingRunError(store.uri, manifest.version)
+        raise OverlappingRunError(store.uri, manifest.version, max(versions(store), default=0))
 
 
 def _add(old: dict[str, int], new: dict[str, int]) -> dict[str, int]:

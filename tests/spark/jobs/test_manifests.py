@@ -55,7 +55,7 @@ def test_a_run_that_loses_the_commit_race_gets_a_typed_error_and_lists_nothing(
     manifests.commit(store, winner)
     with pytest.raises(OverlappingRunError) as caught:
         manifests.commit(store, loser)
-    assert caught.value.version == 1
+    assert (caught.value.version, caught.value.latest) == (1, 1)
     assert manifests.latest(store, "export", DEFINITION) == winner
 
 
