@@ -11,6 +11,12 @@ A run (``run_once``):
 4. commits the next manifest version listing the files and the new covered ends; a run
    that loses this commit to an overlapping run fails with ``OverlappingRunError``.
 
+The transforms are pure functions of Arrow tables run inside the tasks (``spark.export``,
+``spark.index``), not DataFrame transforms ending in ``df.write``: a file's name must
+carry its chunk's offset range and its content be a function of that chunk alone, and
+the commit must be one exclusive create, none of which Spark's writers give (their
+files are named ``part-<n>-<uuid>``, and pyspark ships no S3 filesystem).
+
 A run killed anywhere before step 4 committed nothing: the next run plans the same
 chunks and writes the same files again. ``main`` parses ``--spec FILE`` (and
 ``--continuous --interval-s N``: one session, a run every N seconds until SIGTERM) and
@@ -72,6 +78,7 @@ def run_once(spark: SparkSession, job: Job, spec: Spec) -> JobResult:
     task = functools.partial(job.task, spec, fields)
     results: list[ChunkResult] = []
     if plan.chunks:
+        # One partition per chunk, so a task is a chunk (see the module docstring).
         rdd = spark.sparkContext.parallelize(plan.chunks, len(plan.chunks))
         results = rdd.map(task).collect()
     files = [f for result in results for f in result.files]
