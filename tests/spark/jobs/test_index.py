@@ -26,6 +26,7 @@ FIELDS = (
     Field("country", "country", "string"),
     Field("amount", "amount", "double"),
     Field("coupon", "coupon", "string"),
+    Field("paid", "paid", "boolean"),
 )
 Key = tuple[int, int, int, str]
 
@@ -143,6 +144,7 @@ def test_what_is_not_indexed_is_counted_by_reason(
         (FIELDS[1], "de", "de"),
         (FIELDS[3], "c1", "c1"),
         (FIELDS[2], "45.0", 45.0),
+        (FIELDS[4], "false", False),
     ],
 )
 def test_a_query_of_a_covered_range_equals_a_brute_force_scan(
