@@ -165,7 +165,9 @@ def synthetic_index(root: Path, records: int) -> IndexSpec:
             }
         ).sort_by(index_files.SORT_KEYS)
         path = f"user_id/{TOPIC}-{partition}-{start:020d}-{end:020d}.parquet"
-        size = write_parquet(store, path, table, index_files.ROW_GROUP_ROWS)
+        size = write_parquet(
+            store, path, table, index_files.ROW_GROUP_ROWS, index_files.COMPRESSION
+        )
         files.append(
             OutputFile(path, TOPIC, partition, start, end, count, size, "index", "user_id")
         )

@@ -37,6 +37,8 @@ from spark.manifests import OutputFile
 from spark.output import ChunkResult, write_parquet
 
 ROW_GROUP_ROWS: Final = 4096
+# Index files are read far more often than written, from object stores too: smaller wins.
+COMPRESSION: Final = "zstd"
 VALUE_COLUMN: Final = "indexed_value"
 SORT_KEYS: Final = [
     (VALUE_COLUMN, "ascending"),
@@ -104,7 +106,7 @@ def index_chunk(spec: IndexSpec, chunk: Chunk) -> ChunkResult:
         if rows.num_rows == 0:
             continue
         path = f"{f.name}/{chunk.name}.parquet"
-        size = write_parquet(target, path, rows, ROW_GROUP_ROWS)
+        size = write_parquet(target, path, rows, ROW_GROUP_ROWS, COMPRESSION)
         files.append(
             OutputFile(
                 path,

@@ -32,11 +32,15 @@ class ChunkResult:
 
 
 def write_parquet(
-    store: ObjectStore, key: str, table: pa.Table, row_group_rows: int | None = None
+    store: ObjectStore,
+    key: str,
+    table: pa.Table,
+    row_group_rows: int | None = None,
+    compression: str = "snappy",
 ) -> int:
     """Write ``table`` as a Parquet file under ``key``; its size in bytes."""
     buffer = io.BytesIO()
-    pq.write_table(table, buffer, row_group_size=row_group_rows, compression="zstd")
+    pq.write_table(table, buffer, row_group_size=row_group_rows, compression=compression)
     data = buffer.getvalue()
     store.put_bytes(key, data)
     return len(data)
