@@ -49,8 +49,11 @@ class InvalidSpecError(ValueError):
 
 
 def definition(spec: ExportSpec) -> dict[str, Any]:
-    """What the output depends on (the manifest's ``definition``)."""
+    """What the output depends on (the manifest's ``definition``), the export itself
+    included: an export re-created on the target of a deleted one (a new id) must not
+    take the old one's coverage for its own."""
     return {
+        "export_id": spec.export_id,
         "topic": spec.topic,
         "value_format": spec.value_format,
         "fields": [asdict(f) for f in spec.fields],

@@ -74,10 +74,17 @@ class DefinitionChangedError(OutputManifestError):
 
     def __init__(self, target: str, held: dict[str, Any], asked: dict[str, Any]) -> None:
         changed = sorted(k for k in set(held) | set(asked) if held.get(k) != asked.get(k))
-        super().__init__(
-            f"{target} holds the output of another definition (changed: {', '.join(changed)}); "
-            "write a changed definition to a new target"
-        )
+        if "export_id" in changed:
+            message = (
+                f"{target} holds the files of another export; write this export to a new "
+                "target (or empty this one)"
+            )
+        else:
+            message = (
+                f"{target} holds the output of another definition (changed: "
+                f"{', '.join(changed)}); write a changed definition to a new target"
+            )
+        super().__init__(message)
         self.changed = changed
 
 

@@ -4,7 +4,10 @@
 index files the latest manifest lists (offsets below each partition's covered end), plus
 a scan of what the index does not cover yet — the store's sealed segments past the
 covered end (``TopicStoreReader``), then, when ``tail`` is given, the brokers' part past
-the store's end (``tail(topic, partition, store_end)``). A record matches when its field
+both (``tail(topic, partition, max(covered_end, store_end))``). The partitions answered
+for are ``partitions`` (per topic name: the index's topic and its lane topics, as the
+caller knows them, so a partition with nothing in the store yet is read from its tail)
+or, when it is None, those the store holds. A record matches when its field
 (``spark.fields``) equals ``value`` parsed as the field's type, and its timestamp is in
 ``[from_ms, to_ms)`` when they are given.
 
@@ -17,12 +20,16 @@ refuses it. ``from_index``/``from_scan`` count the page's records by source;
 ``covered``: the manifest's covered ends.
 
 Bad input — an unknown field, a value not of the field's type, a bad limit, a cursor
-that is damaged or of another query — raises ``IndexQueryError`` saying why.
+that is damaged or of another query — raises ``IndexQueryError`` saying why. More than
+``max_scan_bytes`` of store segments past the covered ends (summed over the partitions)
+raises ``UncoveredTooLargeError`` before any is read: the index should be built further
+first.
 
 No Spark here (the control plane imports this module): pyarrow reads the index files
 (``pyarrow.dataset`` prunes row groups by their min/max statistics of
 ``indexed_value``). Every query reads the uncovered part in full, so its cost grows with
-the index's lag. Thread safety: pure function; any number of concurrent queries.
+the index's lag, up to the byte limit. Thread safety: pure function; any number of
+concurrent queries.
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ import bisect
 import functools
 import hashlib
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -44,10 +51,11 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from dataplane import records
+from dataplane.tiered.layout import Manifest, RemoteSegment
 from dataplane.tiered.reader import TopicNotInStoreError, TopicStoreReader
 from dataplane.tiered.store import ObjectStore
 from spark import chunks, manifests
-from spark.columns import SCHEMA, record_batches
+from spark.columns import SCHEMA, record_batches, segment_batches
 from spark.fields import ARROW_TYPES, WrongTypeError, extract, parse_value
 from spark.index import VALUE_COLUMN, definition
 from spark.jobs.spec import Field, IndexSpec
@@ -55,6 +63,7 @@ from spark.manifests import OutputFile, OutputManifest, OutputManifestError
 
 TailReader = Callable[[str, int, int], Iterable[records.Record]]
 MAX_LIMIT: Final = 10_000
+SCAN_MAX_BYTES: Final = 64 * 1024 * 1024
 FOOTER_CACHE_FILES: Final = 4096
 READ_THREADS: Final = 8
 _COLUMNS: Final = [VALUE_COLUMN, *SCHEMA.names]
@@ -69,6 +78,19 @@ _ORDER: Final = [
 
 class IndexQueryError(ValueError):
     """A query that cannot be answered as asked; the message says why."""
+
+
+class UncoveredTooLargeError(Exception):
+    """More than ``limit_bytes`` of the store lie past what the index covers: the index
+    should be built further before it is queried. Not bad input (no ``ValueError``)."""
+
+    def __init__(self, uncovered_bytes: int, limit_bytes: int) -> None:
+        super().__init__(
+            f"{uncovered_bytes} bytes of stored segments lie past what the index covers, "
+            f"more than the {limit_bytes} a query scans: build the index further first"
+        )
+        self.uncovered_bytes = uncovered_bytes
+        self.limit_bytes = limit_bytes
 
 
 @dataclass(frozen=True)
@@ -102,6 +124,8 @@ def query_index(
     limit: int = 100,
     cursor: str | None = None,
     tail: TailReader | None = None,
+    partitions: Mapping[str, Sequence[int]] | None = None,
+    max_scan_bytes: int = SCAN_MAX_BYTES,
 ) -> QueryAnswer:
     """See the module docstring."""
     declared = _field(spec, field)
@@ -117,7 +141,9 @@ def query_index(
     covered = dict(manifest.covered) if manifest else {}
     bounds = _Bounds(from_ms, to_ms, after)
     indexed = _from_index(spec, manifest, declared, wanted, bounds, limit + 1)
-    scanned = _from_scan(spec, covered, declared, wanted, bounds, tail)
+    reader = TopicStoreReader(spec.store_uri, spec.store_options)
+    ranges = _uncovered(reader, spec, covered, partitions, max_scan_bytes)
+    scanned = _from_scan(reader, ranges, declared, wanted, bounds, tail)
     merged = pa.concat_tables(
         [
             indexed.append_column("scanned", pa.repeat(False, indexed.num_rows)),
@@ -293,51 +319,104 @@ def _comparable(value: Any) -> Any:
     return value
 
 
-def _from_scan(
+@dataclass(frozen=True)
+class _Uncovered:
+    """One partition's part past the covered end: the store's ``[start, store_end)``
+    (``manifest``: None when the store holds nothing of it), then the tail."""
+
+    topic: str
+    partition: int
+    start: int
+    store_end: int
+    manifest: Manifest | None
+
+    def segments(self) -> list[RemoteSegment]:
+        """The store's segments serving offsets of ``[start, store_end)``."""
+        if self.manifest is None:
+            return []
+        return [
+            s
+            for s in self.manifest.segments
+            if s.end_offset > self.start and s.start_offset < self.store_end
+        ]
+
+
+def _uncovered(
+    reader: TopicStoreReader,
     spec: IndexSpec,
     covered: dict[str, int],
+    partitions: Mapping[str, Sequence[int]] | None,
+    max_scan_bytes: int,
+) -> list[_Uncovered]:
+    """Every partition's uncovered part; ``UncoveredTooLargeError`` past the limit."""
+    if partitions is None:
+        partitions = _stored_partitions(reader, spec)
+    found = []
+    for topic, numbers in partitions.items():
+        for partition in numbers:
+            start = covered.get(chunks.partition_key(topic, partition), 0)
+            manifest = _partition_manifest(reader, topic, partition)
+            store_end = max(start, manifest.end_offset if manifest else 0)
+            found.append(_Uncovered(topic, partition, start, store_end, manifest))
+    uncovered_bytes = sum(s.size_bytes for part in found for s in part.segments())
+    if uncovered_bytes > max_scan_bytes:
+        raise UncoveredTooLargeError(uncovered_bytes, max_scan_bytes)
+    return found
+
+
+def _stored_partitions(reader: TopicStoreReader, spec: IndexSpec) -> dict[str, list[int]]:
+    """The partitions the store holds of the index's topic (and lane topics)."""
+    found = {}
+    for topic in chunks.source_topics(reader, spec.topic, spec.include_lanes):
+        try:
+            found[topic] = reader.partitions(topic)
+        except TopicNotInStoreError:
+            found[topic] = []
+    return found
+
+
+def _partition_manifest(reader: TopicStoreReader, topic: str, partition: int) -> Manifest | None:
+    try:
+        return reader.manifest(topic, partition)
+    except TopicNotInStoreError:
+        return None
+
+
+def _from_scan(
+    reader: TopicStoreReader,
+    ranges: list[_Uncovered],
     declared: Field,
     wanted: Any,
     bounds: _Bounds,
     tail: TailReader | None,
 ) -> pa.Table:
     """The matches past the covered ends: the store's sealed segments, then the tail."""
-    reader = TopicStoreReader(spec.store_uri, spec.store_options)
     found = [SCHEMA.empty_table()]
-    for topic in chunks.source_topics(reader, spec.topic, spec.include_lanes):
-        try:
-            partitions = reader.partitions(topic)
-        except TopicNotInStoreError:
-            partitions = []
-        for partition in partitions:
-            start = covered.get(chunks.partition_key(topic, partition), 0)
-            store_end = max(start, reader.manifest(topic, partition).end_offset)
-            rows: Iterable[records.Record] = reader.records(topic, partition, start, store_end)
-            found.extend(_matches(topic, partition, rows, declared, wanted, bounds))
-            if tail is not None:
-                found.extend(
-                    _matches(
-                        topic,
-                        partition,
-                        tail(topic, partition, store_end),
-                        declared,
-                        wanted,
-                        bounds,
-                    )
-                )
+    for part in ranges:
+        found.extend(_matches(_stored_batches(reader, part), declared, wanted, bounds))
+        if tail is not None:
+            rows = tail(part.topic, part.partition, part.store_end)
+            batches = record_batches(part.topic, part.partition, rows)
+            found.extend(_matches(batches, declared, wanted, bounds))
     return pa.concat_tables(found)
 
 
+def _stored_batches(reader: TopicStoreReader, part: _Uncovered) -> Iterator[pa.RecordBatch]:
+    for segment in part.segments():
+        assert part.manifest is not None  # it lists the segment
+        yield from segment_batches(
+            reader, part.topic, part.partition, part.manifest, segment, part.start, part.store_end
+        )
+
+
 def _matches(
-    topic: str,
-    partition: int,
-    rows: Iterable[records.Record],
+    batches: Iterable[pa.RecordBatch],
     declared: Field,
     wanted: Any,
     bounds: _Bounds,
 ) -> list[pa.Table]:
     tables = []
-    for batch in record_batches(topic, partition, rows):
+    for batch in batches:
         values = extract(batch.column("value").to_pylist(), (declared,)).columns[declared.name]
         table = pa.Table.from_batches([batch])
         hits = table.filter(pc.fill_null(pc.equal(values, pa.scalar(wanted, values.type)), False))

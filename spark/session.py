@@ -3,10 +3,12 @@
 ``local_session()`` builds (or returns the running) session: local mode on this
 machine's cores unless ``MERIDIAN_SPARK_MASTER`` names a cluster (``spark://…``,
 ``yarn``, ``k8s://…``), the same job code either way. It pins what a quiet, reproducible
-local run needs: the driver on 127.0.0.1, no UI, UTC session time, few shuffle
-partitions, the workers on this interpreter (so they import pyarrow and Meridian), and
-Python data-source filter pushdown on (``spark.source`` prunes splits with it). The
-``meridian`` data source is registered on it.
+local run needs: the driver on 127.0.0.1 (in local mode only: a cluster's executors
+must reach the driver), no UI, UTC session time, few shuffle partitions, the workers on
+this interpreter (so they import pyarrow and Meridian), and Python data-source filter
+pushdown on (``spark.source`` prunes splits with it). The ``meridian`` data source is
+registered on it. Spill and shuffle files go to one scratch folder per process,
+removed when the interpreter exits.
 
 Java: Spark 4 needs Java 17 or later. ``JAVA_HOME`` wins; else the first JDK of
 ``JAVA_CANDIDATES`` present; else whatever ``java`` is on PATH.
@@ -14,7 +16,10 @@ Java: Spark 4 needs Java 17 or later. ``JAVA_HOME`` wins; else the first JDK of
 
 from __future__ import annotations
 
+import atexit
+import functools
 import os
+import shutil
 import sys
 import tempfile
 from typing import TYPE_CHECKING
@@ -46,9 +51,45 @@ def master() -> str:
     return os.environ.get(MASTER_ENV) or f"local[{os.cpu_count() or 2}]"
 
 
+def is_local(spark_master: str) -> bool:
+    """Whether ``spark_master`` runs everything in this process (``local``, ``local[4]``)."""
+    return spark_master.startswith("local")
+
+
+@functools.cache
+def scratch_dir() -> str:
+    """This process's scratch folder (spill, shuffle, warehouse), removed at exit."""
+    path = tempfile.mkdtemp(prefix="meridian-spark-")
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
+def session_config(spark_master: str, *, memory: str) -> dict[str, str]:
+    """The settings ``local_session`` builds its session with on ``spark_master``."""
+    cores = str(os.cpu_count() or 2)
+    scratch = scratch_dir()
+    config = {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": cores,
+        "spark.default.parallelism": cores,
+        "spark.driver.memory": memory,
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.python.filterPushdown.enabled": "true",
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.local.dir": scratch,
+        "spark.sql.warehouse.dir": os.path.join(scratch, "warehouse"),
+    }
+    if is_local(spark_master):
+        config["spark.driver.host"] = config["spark.driver.bindAddress"] = "127.0.0.1"
+    return config
+
+
 def local_session(app: str = "meridian", *, memory: str = "1g") -> SparkSession:
     """The session (created on first call; later calls return the running one)."""
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    spark_master = master()
+    if is_local(spark_master):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     home = java_home()
@@ -56,25 +97,10 @@ def local_session(app: str = "meridian", *, memory: str = "1g") -> SparkSession:
         os.environ["JAVA_HOME"] = home
     from pyspark.sql import SparkSession
 
-    scratch = tempfile.mkdtemp(prefix="meridian-spark-")
-    cores = str(os.cpu_count() or 2)
-    spark = (
-        SparkSession.builder.master(master())
-        .appName(app)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", cores)
-        .config("spark.default.parallelism", cores)
-        .config("spark.driver.memory", memory)
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.python.filterPushdown.enabled", "true")
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.local.dir", scratch)
-        .config("spark.sql.warehouse.dir", os.path.join(scratch, "warehouse"))
-        .getOrCreate()
-    )
+    builder = SparkSession.builder.master(spark_master).appName(app)
+    for name, value in session_config(spark_master, memory=memory).items():
+        builder = builder.config(name, value)
+    spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     _register(spark)
     return spark

@@ -81,6 +81,11 @@ INT64_END: Final = 2**63
 """``high`` by default: past every offset."""
 MAX_COLUMN_BYTES: Final = 2**31 - 1
 """What a column of Arrow's 32-bit offsets addresses."""
+MIN_RECORD_BYTES: Final = 7
+"""The least a record takes: length, attributes, timestamp delta, offset delta, key
+length, value length and header count, one byte each."""
+COMPRESSED_ROOM_FACTOR: Final = 4
+"""How many times its size a compressed batch is counted for in ``_room``."""
 ColumnBuffer: TypeAlias = bytes | memoryview
 """A column's bytes: the Python builder's, or a read-only view of the compiled one's
 memory (handed over without a copy; it lives while anything holds the view)."""
@@ -194,7 +199,9 @@ def _room(buf: ReadableBuffer, position: int, end: int) -> tuple[int, int]:
     """About how many records and key and value bytes the batches at ``position`` hold,
     from their headers alone (a hint: a short or damaged header ends the count): what
     the compiled builder makes room for at once. A compressed batch counts for 4 times
-    its size; room never used costs no memory touched."""
+    its size; room never used costs no memory touched. The headers are untrusted: a
+    batch counts for no more than the bytes left in ``buf``, and the records for no
+    more than ``MIN_RECORD_BYTES`` each of the counted bytes."""
     records = size = 0
     unpack, end = HEADER_STRUCT.unpack_from, min(end, len(buf))
     while position + RECORDS_OFFSET <= end:
@@ -202,10 +209,11 @@ def _room(buf: ReadableBuffer, position: int, end: int) -> tuple[int, int]:
         length = fields[1]
         if length < MIN_BATCH_LENGTH:
             break
+        length = min(length, end - position)
         records += max(fields[12], 0)
-        size += length * (4 if fields[5] & COMPRESSION_MASK else 1)
+        size += length * (COMPRESSED_ROOM_FACTOR if fields[5] & COMPRESSION_MASK else 1)
         position += length + LOG_OVERHEAD
-    return records, size
+    return min(records, size // MIN_RECORD_BYTES), size
 
 
 def _add(

@@ -7,7 +7,9 @@ An offset is ``{"<topic>/<partition>": next_offset}`` (JSON, in Spark's checkpoi
 Fetch). ``partitions(start, end)`` plans the same splits a batch read of that range does;
 a partition first seen in ``end`` (a new topic matching ``topicPattern``, a new lane
 topic) starts at its earliest offset. Offsets never go backwards: an end below the start
-(a store that lost its newest manifest) reads nothing until the store is back past it.
+(a store that lost its newest manifest) reads nothing until the store is back past it,
+and a partition of the start that is not visible now (its topic briefly unlisted) keeps
+its offset, so it resumes there, not at its earliest, when it is back.
 """
 
 from __future__ import annotations
@@ -53,7 +55,8 @@ class MeridianStreamReader(DataSourceStreamReader):
             tps = planner.topic_partitions()
             limits = planner.earliest_and_latest(tps)
         latest = {offset_key(tp): last for tp, (_, last) in limits.items()}
-        return {key: max(offset, start.get(key, offset)) for key, offset in latest.items()}
+        ends = {**start, **latest}
+        return {key: max(offset, start.get(key, offset)) for key, offset in ends.items()}
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
         with Planner(self.options) as planner:

@@ -257,6 +257,20 @@ def test_a_record_count_that_does_not_match_is_refused() -> None:
             decode_columns(bytes(raw), verify_crc=False)
 
 
+def test_room_reserved_is_bounded_by_the_buffer_not_the_headers_claims() -> None:
+    """A header claiming 2**31 records or 2 GiB reserves room for what the buffer holds."""
+    spec = {"records": [(None, b"v", 0, [])] * 2, "compression": 0,
+            "log_append": False, "control": False}  # fmt: skip
+    raw = bytearray(_batch(0, spec) * 2)
+    raw[57:61] = (2**31 - 1).to_bytes(4, "big")
+    records, _ = columns._room(bytes(raw), 0, len(raw))
+    assert records <= len(raw) // columns.MIN_RECORD_BYTES
+    raw[8:12] = (2**31 - 1).to_bytes(4, "big")  # the first batch's length
+    records, size = columns._room(bytes(raw), 0, len(raw))
+    assert size <= len(raw)
+    assert records <= len(raw) // columns.MIN_RECORD_BYTES
+
+
 def test_decompression_is_bounded() -> None:
     spec = {"records": [(None, b"x" * 5000, 0, [])], "compression": Compression.ZSTD,
             "log_append": False, "control": False}  # fmt: skip

@@ -3,6 +3,7 @@ values, lanes, an S3 target, overlapping runs, a run killed half-way."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -17,7 +18,7 @@ from dataplane.tiered.store import ObjectStore
 from spark import manifests
 from spark.jobs import export
 from spark.jobs.spec import ExportSpec, Field, JobResult
-from spark.manifests import OverlappingRunError
+from spark.manifests import DefinitionChangedError, OverlappingRunError
 from tests.spark.jobs.support import Source, latest, read_files, rows_of, run_job
 
 pytestmark = pytest.mark.slow
@@ -204,6 +205,20 @@ def test_an_overlapping_run_loses_the_commit_and_lists_nothing_twice(
     assert manifest.version == 1
     paths = [f.path for f in manifest.files]
     assert len(paths) == len(set(paths))
+
+
+def test_an_export_re_created_on_the_target_of_a_deleted_one_fails_not_skips(
+    exported: tuple[ExportSpec, JobResult], spark: Any, tmp_path: Path
+) -> None:
+    """A new export (another id) does not inherit the old one's coverage."""
+    spec, _ = exported
+    before = _listing(spec.target_uri)
+    again = dataclasses.replace(spec, export_id="e2")
+    code, result = run_job(export, again, tmp_path, spark)
+    assert (code, result.status) == (1, "failed")
+    assert result.error.startswith(DefinitionChangedError.__name__)
+    assert "holds the files of another export" in result.error
+    assert _listing(spec.target_uri) == before
 
 
 def test_a_bad_spec_fails_with_its_reason(source: Source, spark: Any, tmp_path: Path) -> None:
