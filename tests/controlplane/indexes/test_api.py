@@ -218,6 +218,25 @@ class TestIndexAPI(TenantScopedAPIContract):
         build = IndexBuild.objects.get(pk=build.pk)
         assert (build.rows, build.covered) == (5, {"acme.orders/0": 5})
 
+    def test_an_index_deleted_while_its_build_runs_ends_the_build_quietly(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The build's row goes with the index: its outcome has nowhere to go."""
+        from controlplane.indexes import tasks
+        from spark.jobs.spec import JobResult
+
+        index = Index.objects.get(name=self.make_object(self.tenant))
+
+        def deleted_meanwhile(running: Index) -> JobResult:
+            services.delete_index(running, actor=SYSTEM)
+            return JobResult(status="succeeded", rows=5, covered={"acme.orders/0": 5})
+
+        monkeypatch.setattr(building, "_run_job", deleted_meanwhile)
+        monkeypatch.setattr(services, "_enqueue_build", lambda i, b: None)
+        build = services.request_build(index, actor=SYSTEM)
+        assert tasks.build_index(index.pk, build.pk) is None
+        assert not IndexBuild.objects.exists()
+
     # -- the Index Query ---------------------------------------------------------------------
     def fake_query(self, monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
         """Stands in for ``spark.query.query_index``; returns the calls it got."""
