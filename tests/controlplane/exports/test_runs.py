@@ -281,6 +281,31 @@ def test_the_beat_schedule_has_the_entry_with_expires() -> None:
     assert entry["options"]["expires"] > 0
 
 
+def test_a_keeper_the_schedule_asks_expires_after_one_interval(acme: Tenant, settings: Any) -> None:
+    """Published to the real broker: a keeper waiting in the queue past the next pass
+    of the schedule (which asks its own) is dropped, so keepers never pile up."""
+    from celery.signals import before_task_publish
+
+    kept = _export(acme, schedule_kind="continuous")
+    settings.EXPORTS_SCHEDULE_INTERVAL_S = 45.0
+    published: list[tuple[str, Any, Any]] = []
+
+    def seen(headers: dict[str, Any], body: Any, **kwargs: Any) -> None:
+        published.append((headers["task"], headers["argsrepr"], headers["expires"]))
+
+    before_task_publish.connect(seen)
+    try:
+        before = datetime.now(UTC)
+        tasks.enqueue_due_exports()
+        after = datetime.now(UTC)
+    finally:
+        before_task_publish.disconnect(seen)
+    ((task, args, expires),) = published
+    assert (task, args) == ("exports.keep_continuous_export", f"({kept.pk},)")
+    interval = timedelta(seconds=45)
+    assert before + interval <= datetime.fromisoformat(expires) <= after + interval
+
+
 def test_the_real_command_runs_the_module_under_the_lifeline() -> None:
     command = jobs.job_command("spark.jobs.export", Path("/x/spec.json"))
     assert command[1:] == [
