@@ -116,6 +116,8 @@ class TestIndexAPI(TenantScopedAPIContract):
             ({"fields": [{"name": "aaa", "path": "a b", "type": "long"}]}, "invalid", "fields"),
             ({"fields": [{"name": "aaa", "path": "a", "type": "long", "x": 1}]}, "invalid",
              "fields"),
+            ({"fields": [{"name": "from", "path": "a", "type": "long"}]}, "invalid", "fields"),
+            ({"fields": [{"name": "limit", "path": "a", "type": "long"}]}, "invalid", "fields"),
             ({"value_format": "raw"}, "invalid", "value_format"),
             ({"topic": "globex.orders"}, "invalid", "topic"),
         ],
@@ -136,6 +138,14 @@ class TestIndexAPI(TenantScopedAPIContract):
         Quota.objects.filter(tenant=self.tenant).update(max_indexes=0)
         error = assert_error(self.post(self.create_payload(self.tenant)), 409, "quota_exceeded")
         assert error["details"]["quota"] == "max_indexes"
+
+    @pytest.mark.parametrize("name", sorted(index_query.RESERVED_PARAMS))
+    def test_a_field_named_as_a_query_parameter_is_refused(self, name: str) -> None:
+        """The query could never name such a field: it would be read as the parameter."""
+        fields = [*FIELDS, {"name": name, "path": "a", "type": "string"}]
+        error = assert_error(self.post({"name": "bad", "topic": "orders", "fields": fields}),
+                             400, "invalid")  # fmt: skip
+        assert f"name {name!r} is reserved" in str(error["details"]["fields"])
 
     def test_fields_cannot_change(self) -> None:
         name = self.make_object(self.tenant)
