@@ -256,6 +256,8 @@ class TestIndexAPI(TenantScopedAPIContract):
             calls.append({"spec": spec, **kwargs})
             if kwargs["value"] == "not-a-number":
                 raise FakeQueryIndexError("user_id: not a long: 'not-a-number'")
+            if kwargs["value"] == "past-int64":  # as pyarrow says a value past its types
+                raise OverflowError("Python int too large to convert to C long")
             records = [
                 FakeRecord("acme.orders", 0, 4, 1_700_000_000_000, b"k", b'{"user":{"id":42}}',
                            (("h", b"\x00\xff"), ("n", None)), None),
@@ -308,7 +310,14 @@ class TestIndexAPI(TenantScopedAPIContract):
             ({"user_id": "1", "limit": "x"}, "invalid_query"),
             ({"user_id": "1", "from": "yesterday"}, "invalid_query"),
             ({"user_id": "1", "from": "20", "to": "10"}, "invalid_query"),
+            ({"user_id": "1", "from": "10", "to": "10"}, "invalid_query"),  # to is exclusive
+            ({"user_id": "1", "from": "\u00b9\u00b2"}, "invalid_query"),  # superscript digits
+            ({"user_id": "1", "to": "\u00b2"}, "invalid_query"),
+            ({"user_id": "1", "limit": "\u00b9"}, "invalid_query"),
+            ({"user_id": "1", "from": "9999999999999999"}, "invalid_query"),  # past int64 µs
+            ({"user_id": "1", "to": "-9999999999999999"}, "invalid_query"),
             ({"user_id": "not-a-number"}, "invalid_query"),
+            ({"user_id": "past-int64"}, "invalid_query"),
         ],
     )
     def test_a_bad_query_is_its_typed_400(
