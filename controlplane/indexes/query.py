@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -123,8 +124,12 @@ def _limit(raw: str | None) -> int:
     return int(raw)
 
 
-def run_query(spec: IndexSpec, query: Query, tail: TailReader) -> dict[str, Any]:
-    """The answer as the API gives it (``answer_json``)."""
+def run_query(
+    spec: IndexSpec, query: Query, tail: TailReader, partitions: Mapping[str, Sequence[int]]
+) -> dict[str, Any]:
+    """The answer as the API gives it (``answer_json``) for the partitions of each of the
+    index's topics (``partitions``: all of them, including those nothing of which is in
+    the store yet)."""
     if query.from_ms is not None and query.to_ms is not None and query.from_ms >= query.to_ms:
         rule = "before to (to is exclusive)"
         raise InvalidQuery(f"from: {rule}", **{"from": [rule]})
@@ -138,6 +143,7 @@ def run_query(spec: IndexSpec, query: Query, tail: TailReader) -> dict[str, Any]
             limit=query.limit,
             cursor=query.cursor,
             tail=tail,
+            partitions=partitions,
         )
     except ValueError as exc:  # spark.query.IndexQueryError: a bad value or cursor
         raise InvalidQuery(f"{query.field}: {exc}", field=query.field) from None

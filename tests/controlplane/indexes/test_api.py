@@ -299,6 +299,29 @@ class TestIndexAPI(TenantScopedAPIContract):
         assert (call["from_ms"], call["to_ms"]) == (1_700_000_000_000, 1_700_006_400_000)
         assert call["spec"].topic == "acme.orders"
         assert callable(call["tail"])
+        assert call["partitions"] == {"acme.orders": [0, 1]}
+
+    def test_the_query_answers_for_every_partition_the_database_declares(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Also partitions nothing of which is in the object store yet (none here is):
+        the topic's and, with include_lanes, its lane topics'."""
+        from controlplane.topics.models import Topic
+        from controlplane.topics.services import create_lane_topic
+
+        calls = self.fake_query(monkeypatch)
+        trunk = Topic.objects.get(full_name="acme.orders")
+        create_lane_topic(trunk, lane="boe", partitions=1, actor=SYSTEM)
+        services.create_index(self.tenant, name="with-lanes", topic="orders", fields=FIELDS,
+                              include_lanes=True, actor=SYSTEM)  # fmt: skip
+        name = self.make_object(self.tenant)
+        client = self.client(Role.VIEWER)
+        for index in ("with-lanes", name):
+            assert client.get(f"{self.url(index)}/query", {"user_id": "1"}).status_code == 200
+        assert [c["partitions"] for c in calls] == [
+            {"acme.orders": [0, 1], "acme.orders~boe": [0]},
+            {"acme.orders": [0, 1]},
+        ]
 
     @pytest.mark.parametrize(
         ("params", "code"),

@@ -168,6 +168,7 @@ def test_index_query_prints_records_and_where_they_came_from(
         1_700_000_000_000,
         1_700_000_000_001,
     )
+    assert asked[0]["partitions"] == {"acme.orders": [0, 1]}
     lines = cli.refused(
         "index", "query", "by-user", "--field", "user_id", "--value", "42",
         "--from", "1700000000000", "--to", "1700000000000",
