@@ -3,7 +3,9 @@ index for what it covers, a scan of the brokers' tail for the rest) by
 ``spark.query.query_index``. The control plane imports nothing else of Spark, and that
 module only when a query runs (it does not load pyspark).
 
-``spark_query_index`` is the one seam to the Spark side (tests stand a fake in there).
+``spark_query_index`` is the one seam to the Spark side (tests stand a fake in there);
+``spark_uncovered_too_large`` names the one Spark error the query maps besides bad
+values (``TailTooLarge``: the index should be built further first).
 
 Time bounds are ``[from, to)``: ``to`` is exclusive, so ``from`` must be before it.
 """
@@ -18,7 +20,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from controlplane.core.errors import InvalidRequest
-from controlplane.gateway.tail import TailReader
+from controlplane.gateway.tail import TailReader, TailTooLarge
 from spark.jobs.spec import IndexSpec
 
 # Query parameters that are not field filters.
@@ -61,6 +63,16 @@ def spark_query_index(spec: IndexSpec, **kwargs: Any) -> Any:
     from spark.query import query_index
 
     return query_index(spec, **kwargs)
+
+
+def spark_uncovered_too_large() -> tuple[type[Exception], ...]:
+    """``spark.query.UncoveredTooLargeError`` (more lies past what the index covers than
+    a query reads; it carries ``bytes`` and ``limit``) as an ``except`` clause takes it.
+    Empty for a Spark side older than that error, which never raises it."""
+    from spark import query
+
+    found = getattr(query, "UncoveredTooLargeError", None)
+    return (found,) if isinstance(found, type) and issubclass(found, Exception) else ()
 
 
 def parse_query(params: dict[str, str], field_names: list[str]) -> Query:
@@ -145,11 +157,23 @@ def run_query(
             tail=tail,
             partitions=partitions,
         )
+    except spark_uncovered_too_large() as exc:  # first: whatever it may subclass
+        raise _too_large(exc) from None
     except ValueError as exc:  # spark.query.IndexQueryError: a bad value or cursor
         raise InvalidQuery(f"{query.field}: {exc}", field=query.field) from None
     except OverflowError as exc:  # a bound or value past what Arrow's types hold
         raise InvalidQuery(f"a value out of range: {exc}", field=query.field) from None
     return answer_json(answer)
+
+
+def _too_large(exc: Exception) -> TailTooLarge:
+    size, limit = getattr(exc, "bytes", None), getattr(exc, "limit", None)
+    return TailTooLarge(
+        f"{size} bytes lie past what the index covers, more than the {limit} a query reads; "
+        "build the index further first",
+        bytes=size,
+        limit=limit,
+    )
 
 
 def answer_json(answer: Any) -> dict[str, Any]:

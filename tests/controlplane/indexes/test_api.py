@@ -61,6 +61,15 @@ class FakeQueryIndexError(ValueError):
     """``spark.query.IndexQueryError`` (a ``ValueError``)."""
 
 
+class FakeUncoveredTooLargeError(Exception):
+    """``spark.query.UncoveredTooLargeError``: more past the index than a query reads."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"{size} bytes past the index, over {limit}")
+        self.bytes = size
+        self.limit = limit
+
+
 class TestIndexAPI(TenantScopedAPIContract):
     base_url = "/api/v1/indexes"
     write_role = Role.DEVELOPER
@@ -258,6 +267,8 @@ class TestIndexAPI(TenantScopedAPIContract):
                 raise FakeQueryIndexError("user_id: not a long: 'not-a-number'")
             if kwargs["value"] == "past-int64":  # as pyarrow says a value past its types
                 raise OverflowError("Python int too large to convert to C long")
+            if kwargs["value"] == "far-behind":
+                raise FakeUncoveredTooLargeError(70_000_000, 64 * 1024 * 1024)
             records = [
                 FakeRecord("acme.orders", 0, 4, 1_700_000_000_000, b"k", b'{"user":{"id":42}}',
                            (("h", b"\x00\xff"), ("n", None)), None),
@@ -349,6 +360,21 @@ class TestIndexAPI(TenantScopedAPIContract):
         self.fake_query(monkeypatch)
         name = self.make_object(self.tenant)
         assert_error(self.client(Role.VIEWER).get(f"{self.url(name)}/query", params), 400, code)
+
+    def test_a_query_past_what_it_may_scan_is_400_tail_too_large(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        import spark.query
+
+        monkeypatch.setattr(spark.query, "UncoveredTooLargeError", FakeUncoveredTooLargeError,
+                            raising=False)  # fmt: skip
+        self.fake_query(monkeypatch)
+        name = self.make_object(self.tenant)
+        url = f"{self.url(name)}/query"
+        response = self.client(Role.VIEWER).get(url, {"user_id": "far-behind"})
+        error = assert_error(response, 400, "tail_too_large")
+        assert (error["details"]["bytes"], error["details"]["limit"]) == (70_000_000, 67_108_864)
+        assert "build the index further first" in error["message"]
 
     def test_another_tenants_index_cannot_be_queried_or_built(
         self, monkeypatch: pytest.MonkeyPatch
