@@ -1,12 +1,14 @@
 """The declared columns of an export or an index: ``[{"name", "path", "type"}]`` as
 ``spark.jobs.spec.Field`` takes them. One rule for both, checked in their models'
 ``clean()``: a list of at most ``max_fields`` objects with exactly those keys; names
-unique column names; paths dotted JSON paths of at most ``MAX_PATH_DEPTH`` parts; types
-of ``spark.jobs.spec.FIELD_TYPES``."""
+unique column names, none of ``RESERVED_NAMES`` nor of the caller's own ``reserved``
+(an index's: its query's parameters); paths dotted JSON paths of at most
+``MAX_PATH_DEPTH`` parts; types of ``spark.jobs.spec.FIELD_TYPES``."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Collection
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -25,8 +27,11 @@ RESERVED_NAMES = frozenset(
 )  # fmt: skip
 
 
-def field_problems(value: Any, *, min_fields: int, max_fields: int) -> list[str]:
-    """Why ``value`` is not a valid field list (empty: it is)."""
+def field_problems(
+    value: Any, *, min_fields: int, max_fields: int, reserved: Collection[str] = ()
+) -> list[str]:
+    """Why ``value`` is not a valid field list (empty: it is); ``reserved``: names the
+    caller gives another meaning, refused as field names."""
     if not isinstance(value, list):
         return ["a list of {name, path, type} objects"]
     if not min_fields <= len(value) <= max_fields:
@@ -35,6 +40,8 @@ def field_problems(value: Any, *, min_fields: int, max_fields: int) -> list[str]
     seen: set[str] = set()
     for position, item in enumerate(value):
         problem = _item_problem(item)
+        if problem is None and item["name"] in reserved:
+            problem = f"name {item['name']!r} is reserved (a parameter of the query)"
         if problem is None and item["name"] in seen:
             problem = f"name {item['name']!r} is declared twice"
         if problem is not None:
@@ -67,9 +74,13 @@ def _path_ok(path: str) -> bool:
     return len(parts) <= MAX_PATH_DEPTH and all(PATH_PART_RE.match(p) for p in parts)
 
 
-def validate_fields(value: Any, *, min_fields: int, max_fields: int) -> None:
+def validate_fields(
+    value: Any, *, min_fields: int, max_fields: int, reserved: Collection[str] = ()
+) -> None:
     """``ValidationError`` listing ``field_problems``."""
-    problems = field_problems(value, min_fields=min_fields, max_fields=max_fields)
+    problems = field_problems(
+        value, min_fields=min_fields, max_fields=max_fields, reserved=reserved
+    )
     if problems:
         raise ValidationError(problems)
 

@@ -12,6 +12,7 @@ refused (``ExportIsContinuous``): its job already runs."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from functools import partial
@@ -38,6 +39,8 @@ CONTINUOUS_POLL_S = 2.0
 # classid of the two-key advisory lock space ("ME": Meridian exports).
 LOCK_NAMESPACE = 0x4D45
 EXPORT_MODULE = "spark.jobs.export"
+
+log = logging.getLogger(__name__)
 
 
 class ExportBusy(Unavailable):
@@ -232,8 +235,15 @@ def _wants_job(export_id: int, stamp: datetime) -> bool:
     ).exists()
 
 
+@transaction.atomic
 def _record_continuous(export: Export, result: JobResult) -> None:
-    """A run row for a result that moved the coverage or failed (the others: nothing)."""
+    """A run row for a result that moved the coverage or failed (the others: nothing,
+    and nothing once the export is deleted: the row lock holds a deletion off until
+    the run is in)."""
+    if not Export.objects.select_for_update().filter(pk=export.pk).exists():
+        log.info("export %s was deleted while its job ran; the job ended %s", export.pk,
+                 result.status)  # fmt: skip
+        return
     export_runs = ExportRun.objects.filter(export=export)
     if result.status == "succeeded" and result.covered == runs.last_covered(export_runs):
         return

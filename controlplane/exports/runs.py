@@ -4,7 +4,9 @@ build) and the progress figures shown with it.
 A run is queued by a service (``request``), claimed by its Celery task under the
 object's lock (``claim``: queued, or running but left behind by a worker that died,
 since the lock proves nobody runs it now), and finished with the job's ``JobResult``
-(``finish``). Conditional updates keep each step idempotent under redelivery.
+(``finish``). Conditional updates keep each step idempotent under redelivery. Deleting
+the export or the index deletes its runs, also one whose job still runs: its outcome
+then has no row to go to and is only logged.
 
 Progress: ``covered`` (the latest succeeded run's, which is the job's committed
 manifest) against the partitions' end offsets as their leaders last reported them
@@ -14,6 +16,7 @@ manifest) against the partitions' end offsets as their leaders last reported the
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
@@ -28,6 +31,8 @@ from spark.jobs.spec import JobResult
 R = TypeVar("R", bound=JobRun)
 MAX_ERROR_CHARS = 8000
 
+log = logging.getLogger(__name__)
+
 
 def claim(runs: QuerySet[R], run_id: int, now: datetime) -> R | None:
     """Mark the run running; None if it has finished (a redelivered task)."""
@@ -39,10 +44,11 @@ def claim(runs: QuerySet[R], run_id: int, now: datetime) -> R | None:
 
 def finish(
     runs: QuerySet[R], run_id: int, result: JobResult, now: datetime, ends: dict[str, int]
-) -> R:
+) -> R | None:
     """Record what the job answered and the lag it leaves against ``ends`` (the end
     offsets when it finished); a run already finished keeps its outcome. A failed job
-    that names no coverage leaves the last committed one."""
+    that names no coverage leaves the last committed one. None: the run is gone (its
+    export or index was deleted while the job ran)."""
     succeeded = result.status == "succeeded"
     covered = _covered(result.covered) or ({} if succeeded else last_covered(runs))
     runs.filter(pk=run_id, state=RunState.RUNNING).update(
@@ -57,7 +63,10 @@ def finish(
         dead_letter_rows=max(result.dead_letter_rows, 0),
         error="" if succeeded else (result.error or "the job failed")[:MAX_ERROR_CHARS],
     )
-    return runs.get(pk=run_id)
+    finished = runs.filter(pk=run_id).first()
+    if finished is None:
+        log.info("run %s was deleted while its job ran; the job ended %s", run_id, result.status)
+    return finished
 
 
 def _covered(covered: Any) -> dict[str, int]:

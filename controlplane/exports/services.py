@@ -61,11 +61,17 @@ UPDATABLE_FIELDS = (
 
 
 class TargetOverlap(InvalidRequest):
-    """Two exports would write in one folder (the same, or one inside the other)."""
+    """Two exports would write in one folder (the same, or one inside the other). The
+    other export is named only when it is the same tenant's: another tenant's name and
+    target are not the caller's to see."""
 
     code = "target_overlap"
 
-    def __init__(self, target: str, other: Export) -> None:
+    def __init__(self, target: str, other: Export, tenant_id: int) -> None:
+        if other.tenant_id != tenant_id:
+            message = "the target is in use"
+            super().__init__(f"target_uri: {message}", target_uri=[message])
+            return
         message = f"overlaps the target of export {other.name!r} ({other.target_uri})"
         super().__init__(f"target_uri: {message}", target_uri=[message], export=other.name)
 
@@ -99,7 +105,7 @@ def create_export(
             f"export {name!r} already exists in tenant {tenant.slug!r}",
             name=[f"{name!r} is in use"],
         )
-    _check_no_overlap(target, None)
+    _check_no_overlap(target, tenant.pk, None)
     export = Export(
         tenant=tenant, name=name, topic=resolved, target_uri=target, created_by=actor.name,
         **settings_,
@@ -124,7 +130,7 @@ def update_export(export: Export, *, actor: Actor, **changes: Any) -> Export:
     before = audit.snapshot(export) or {}
     if "target_uri" in changes:
         changes["target_uri"] = targets.checked_target(changes["target_uri"], export.tenant.slug)
-        _check_no_overlap(changes["target_uri"], export)
+        _check_no_overlap(changes["target_uri"], export.tenant_id, export)
     _apply_schedule_kind(export, changes)
     for field, value in changes.items():
         setattr(export, field, value)
@@ -174,11 +180,13 @@ def _unstamped(data: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in data.items() if k != "updated_at"}
 
 
-def _check_no_overlap(target: str, export: Export | None) -> None:
+def _check_no_overlap(target: str, tenant_id: int, export: Export | None) -> None:
+    """``TargetOverlap`` when ``target`` shares a folder with any other export's, of
+    any tenant (``tenant_id``: the caller's)."""
     others = Export.objects.exclude(pk=export.pk) if export is not None else Export.objects.all()
-    for other in others.only("name", "target_uri"):
+    for other in others.only("name", "target_uri", "tenant_id"):
         if targets.overlaps(target, other.target_uri):
-            raise TargetOverlap(target, other)
+            raise TargetOverlap(target, other, tenant_id)
 
 
 # -- running them ------------------------------------------------------------------------------

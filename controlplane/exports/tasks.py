@@ -1,11 +1,14 @@
 """Celery jobs of the exports app: thin wrappers over ``controlplane.exports.running``.
 
 ``exports.run_export`` retries only ``ExportBusy`` (another task runs the export now);
-a job's failure is the run's outcome, recorded, not an error of the task."""
+a job's failure is the run's outcome, recorded, not an error of the task. A keeper asked
+by the schedule expires after one schedule interval: a keeper still waiting in the queue
+by then is superseded by the one the next pass asks, so they never pile up."""
 
 from __future__ import annotations
 
 from celery import shared_task
+from django.conf import settings
 from django.utils import timezone
 
 from controlplane.core.actors import Actor
@@ -39,7 +42,13 @@ def enqueue_due_exports() -> list[int]:
         timezone.now(),
         actor=SCHEDULER,
         enqueue=lambda e, r: run_export.delay(e, r),
-        keep=lambda e: keep_continuous_export.delay(e),
+        keep=_ask_keeper,
+    )
+
+
+def _ask_keeper(export_id: int) -> None:
+    keep_continuous_export.apply_async(
+        (export_id,), expires=float(settings.EXPORTS_SCHEDULE_INTERVAL_S)
     )
 
 

@@ -11,6 +11,7 @@ from controlplane.core.validators import slug_validator
 from controlplane.exports import fields as field_rules
 from controlplane.exports.choices import ValueFormat
 from controlplane.exports.models import JobRun
+from controlplane.indexes.query import RESERVED_PARAMS
 
 MAX_INDEX_FIELDS = 8
 
@@ -18,9 +19,10 @@ MAX_INDEX_FIELDS = 8
 class Index(TimestampedModel):
     """A tenant's secondary index of one topic (``spark.jobs.spec.IndexSpec``): the
     fields (1 to ``MAX_INDEX_FIELDS``) read from its JSON values, and whether lane topics
-    are included. Its files live where the platform puts them
-    (``services.index_target``: by ids, never names). The fields and the topic are the
-    index's identity: to index other fields, declare another index."""
+    are included; no field takes a query parameter's name (``query.RESERVED_PARAMS``):
+    the query names the field it looks up as a parameter. Its files live where the
+    platform puts them (``services.index_target``: by ids, never names). The fields and
+    the topic are the index's identity: to index other fields, declare another index."""
 
     tenant = models.ForeignKey("tenants.Tenant", on_delete=models.CASCADE, related_name="indexes")
     name = models.CharField(max_length=32, validators=[slug_validator])
@@ -44,7 +46,7 @@ class Index(TimestampedModel):
     def clean(self) -> None:
         super().clean()
         problems = field_rules.field_problems(
-            self.fields, min_fields=1, max_fields=MAX_INDEX_FIELDS
+            self.fields, min_fields=1, max_fields=MAX_INDEX_FIELDS, reserved=RESERVED_PARAMS
         )
         if problems:
             raise ValidationError({"fields": problems})

@@ -3,18 +3,24 @@ index for what it covers, a scan of the brokers' tail for the rest) by
 ``spark.query.query_index``. The control plane imports nothing else of Spark, and that
 module only when a query runs (it does not load pyspark).
 
-``spark_query_index`` is the one seam to the Spark side (tests stand a fake in there).
+``spark_query_index`` is the one seam to the Spark side (tests stand a fake in there);
+``spark_uncovered_too_large`` names the one Spark error the query maps besides bad
+values (``TailTooLarge``: the index should be built further first).
+
+Time bounds are ``[from, to)``: ``to`` is exclusive, so ``from`` must be before it.
 """
 
 from __future__ import annotations
 
 import base64
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from controlplane.core.errors import InvalidRequest
-from controlplane.gateway.tail import TailReader
+from controlplane.gateway.tail import TailReader, TailTooLarge
 from spark.jobs.spec import IndexSpec
 
 # Query parameters that are not field filters.
@@ -23,6 +29,10 @@ DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
 MAX_VALUE_CHARS = 1024
 MAX_CURSOR_CHARS = 4096
+# Epoch ms the Spark side can take as microseconds in an int64 (pyarrow's timestamps).
+MAX_TIME_MS = (2**63 - 1) // 1000
+_MS_RE = re.compile(r"-?[0-9]{1,16}")
+_LIMIT_RE = re.compile(r"[0-9]{1,4}")
 
 
 class InvalidQuery(InvalidRequest):
@@ -53,6 +63,16 @@ def spark_query_index(spec: IndexSpec, **kwargs: Any) -> Any:
     from spark.query import query_index
 
     return query_index(spec, **kwargs)
+
+
+def spark_uncovered_too_large() -> tuple[type[Exception], ...]:
+    """``spark.query.UncoveredTooLargeError`` (more lies past what the index covers than
+    a query reads; it carries ``bytes`` and ``limit``) as an ``except`` clause takes it.
+    Empty for a Spark side older than that error, which never raises it."""
+    from spark import query
+
+    found = getattr(query, "UncoveredTooLargeError", None)
+    return (found,) if isinstance(found, type) and issubclass(found, Exception) else ()
 
 
 def parse_query(params: dict[str, str], field_names: list[str]) -> Query:
@@ -87,34 +107,44 @@ def parse_query(params: dict[str, str], field_names: list[str]) -> Query:
 
 
 def _time_ms(name: str, raw: str | None) -> int | None:
-    """Epoch milliseconds, or an ISO 8601 time (UTC when it names no zone)."""
+    """Epoch milliseconds, or an ISO 8601 time (UTC when it names no zone), within
+    ``MAX_TIME_MS`` of the epoch."""
     if raw is None or raw == "":
         return None
-    if raw.lstrip("-").isdigit() and len(raw) <= 16:
-        return int(raw)
-    try:
-        parsed = datetime.fromisoformat(raw.replace("Z", "+00:00"))
-    except ValueError:
-        rule = "epoch milliseconds or an ISO 8601 time"
-        raise InvalidQuery(f"{name}: {rule}", **{name: [rule]}) from None
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=UTC)
-    return int(parsed.timestamp() * 1000)
+    rule = f"epoch milliseconds (at most {MAX_TIME_MS} from the epoch) or an ISO 8601 time"
+    if _MS_RE.fullmatch(raw):
+        ms = int(raw)
+    else:
+        try:
+            parsed = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+            if parsed.tzinfo is None:
+                parsed = parsed.replace(tzinfo=UTC)
+            ms = int(parsed.timestamp() * 1000)
+        except (ValueError, OverflowError):
+            raise InvalidQuery(f"{name}: {rule}", **{name: [rule]}) from None
+    if abs(ms) > MAX_TIME_MS:
+        raise InvalidQuery(f"{name}: {rule}", **{name: [rule]})
+    return ms
 
 
 def _limit(raw: str | None) -> int:
     if raw is None or raw == "":
         return DEFAULT_LIMIT
-    if not raw.isdigit() or not 1 <= int(raw) <= MAX_LIMIT:
+    if not _LIMIT_RE.fullmatch(raw) or not 1 <= int(raw) <= MAX_LIMIT:
         rule = f"an integer from 1 to {MAX_LIMIT}"
         raise InvalidQuery(f"limit: {rule}", limit=[rule])
     return int(raw)
 
 
-def run_query(spec: IndexSpec, query: Query, tail: TailReader) -> dict[str, Any]:
-    """The answer as the API gives it (``answer_json``)."""
-    if query.from_ms is not None and query.to_ms is not None and query.from_ms > query.to_ms:
-        raise InvalidQuery("from: after to", **{"from": ["after to"]})
+def run_query(
+    spec: IndexSpec, query: Query, tail: TailReader, partitions: Mapping[str, Sequence[int]]
+) -> dict[str, Any]:
+    """The answer as the API gives it (``answer_json``) for the partitions of each of the
+    index's topics (``partitions``: all of them, including those nothing of which is in
+    the store yet)."""
+    if query.from_ms is not None and query.to_ms is not None and query.from_ms >= query.to_ms:
+        rule = "before to (to is exclusive)"
+        raise InvalidQuery(f"from: {rule}", **{"from": [rule]})
     try:
         answer = spark_query_index(
             spec,
@@ -125,10 +155,25 @@ def run_query(spec: IndexSpec, query: Query, tail: TailReader) -> dict[str, Any]
             limit=query.limit,
             cursor=query.cursor,
             tail=tail,
+            partitions=partitions,
         )
+    except spark_uncovered_too_large() as exc:  # first: whatever it may subclass
+        raise _too_large(exc) from None
     except ValueError as exc:  # spark.query.IndexQueryError: a bad value or cursor
         raise InvalidQuery(f"{query.field}: {exc}", field=query.field) from None
+    except OverflowError as exc:  # a bound or value past what Arrow's types hold
+        raise InvalidQuery(f"a value out of range: {exc}", field=query.field) from None
     return answer_json(answer)
+
+
+def _too_large(exc: Exception) -> TailTooLarge:
+    size, limit = getattr(exc, "bytes", None), getattr(exc, "limit", None)
+    return TailTooLarge(
+        f"{size} bytes lie past what the index covers, more than the {limit} a query reads; "
+        "build the index further first",
+        bytes=size,
+        limit=limit,
+    )
 
 
 def answer_json(answer: Any) -> dict[str, Any]:

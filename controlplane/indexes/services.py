@@ -12,7 +12,8 @@ them after commit (``indexes.delete_index_files``).
 ``request_build`` queues a build (409 ``run_in_progress`` while one is queued or
 running); the ``indexes.build_index`` task runs it (``building``: under the index's
 lock). ``query`` answers the Index
-Query (``indexes.query``) with a tail reader of the index's topics only.
+Query (``indexes.query``) for every partition of the index's topics the database
+declares (``query_partitions``), with a tail reader of those topics only.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 
 from controlplane.core import audit
 from controlplane.core.actors import Actor
@@ -153,12 +155,23 @@ def progress(index: Index) -> dict[str, Any]:
 
 # -- querying ----------------------------------------------------------------------------------
 def query(index: Index, params: dict[str, str]) -> dict[str, Any]:
-    """The Index Query's answer (``indexes.query``) for the request's parameters."""
+    """The Index Query's answer (``indexes.query``) for the request's parameters, over
+    every partition of the index's topics (``query_partitions``)."""
     parsed = index_query.parse_query(params, index.field_names)
     topic = index.topic
     check_topic_readable(topic)
-    names = [topic.full_name]
-    if index.include_lanes:
-        names += list(Topic.objects.filter(trunk=topic).values_list("full_name", flat=True))
+    partitions = query_partitions(index)
     addresses = [b.address for b in Broker.objects.filter(cluster_id=topic.cluster_id) if b.address]
-    return index_query.run_query(index_spec(index), parsed, tail_reader(addresses, names))
+    tail = tail_reader(addresses, list(partitions))
+    return index_query.run_query(index_spec(index), parsed, tail, partitions)
+
+
+def query_partitions(index: Index) -> dict[str, list[int]]:
+    """Per topic the query reads (the index's topic and, with ``include_lanes``, its lane
+    topics), every partition the database declares: also those nothing of which is in
+    the object store yet, which the query then answers from the brokers' tail."""
+    topics = Topic.objects.filter(pk=index.topic_id)
+    if index.include_lanes:
+        topics = Topic.objects.filter(Q(pk=index.topic_id) | Q(trunk_id=index.topic_id))
+    rows = topics.order_by("full_name").values_list("full_name", "partitions")
+    return {name: list(range(count)) for name, count in rows}

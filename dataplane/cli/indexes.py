@@ -133,7 +133,9 @@ def query(
     from_: Annotated[
         str | None, typer.Option("--from", help="From (epoch ms or ISO 8601, inclusive).")
     ] = None,
-    to: Annotated[str | None, typer.Option("--to", help="To (epoch ms or ISO 8601).")] = None,
+    to: Annotated[
+        str | None, typer.Option("--to", help="To (epoch ms or ISO 8601, exclusive).")
+    ] = None,
     limit: Annotated[int | None, typer.Option("--limit", help="At most this many.")] = None,
     cursor: Annotated[str | None, typer.Option("--cursor", help="Next page's cursor.")] = None,
     json: JsonOption = False,

@@ -33,7 +33,9 @@ QUERY_PARAMETERS = [
         description="exactly one of the index's fields with the value to look up, e.g. ?user_id=42",
     ),
     OpenApiParameter("from", OpenApiTypes.STR, description="epoch ms or ISO 8601, inclusive"),
-    OpenApiParameter("to", OpenApiTypes.STR, description="epoch ms or ISO 8601, inclusive"),
+    OpenApiParameter(
+        "to", OpenApiTypes.STR, description="epoch ms or ISO 8601, exclusive (after from)"
+    ),
     OpenApiParameter(
         "limit", OpenApiTypes.INT, description=f"1 to {MAX_LIMIT} (default {DEFAULT_LIMIT})"
     ),
@@ -58,8 +60,10 @@ class IndexViewSet(
 
     ``GET .../query?<field>=<value>&from=&to=&limit=&cursor=``: the matching records,
     complete: from the index for what it covers (``from_index``) and a scan of the
-    brokers' tail for the rest (``from_scan``). 400 ``invalid_query`` (not exactly one
-    field, a bad bound, limit, cursor or value) or ``unknown_field``."""
+    brokers' tail for the rest (``from_scan``), with timestamps in ``[from, to)``. 400
+    ``invalid_query`` (not exactly one field, a bad bound or ``from`` not before ``to``, a
+    bad limit, cursor or value), ``unknown_field`` or ``tail_too_large`` (more lies past
+    what the index covers than a query reads: build the index first)."""
 
     queryset = Index.objects.select_related("tenant", "topic")
     serializer_class = IndexSerializer

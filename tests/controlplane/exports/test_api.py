@@ -189,6 +189,20 @@ class TestExportAPI(TenantScopedAPIContract):
         error = assert_error(self.post(body), 400, "target_overlap")
         assert error["details"]["export"] == "aaa"
 
+    def test_another_tenants_overlapping_target_is_refused_without_naming_it(
+        self, settings: Any
+    ) -> None:
+        shared = self.exports_root / "shared"
+        settings.EXPORT_ALLOWED_URIS = [*settings.EXPORT_ALLOWED_URIS, f"{shared}/"]
+        services.create_export(self.other_tenant, name="secret-name", topic="orders",
+                               target_uri=f"{shared}/lake", actor=SYSTEM)  # fmt: skip
+        response = self.post({"name": "aaa", "topic": "orders", "target_uri": f"{shared}/lake/x"})
+        error = assert_error(response, 400, "target_overlap")
+        assert error["message"] == "target_uri: the target is in use"
+        assert "export" not in error["details"]
+        assert "secret-name" not in response.content.decode()
+        assert "lake" not in error["message"]
+
     def test_a_sibling_target_is_fine(self) -> None:
         assert self.post({"name": "aaa", "topic": "orders"}).status_code == 201
         assert self.post({"name": "aaab", "topic": "orders"}).status_code == 201

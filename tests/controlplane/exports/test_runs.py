@@ -23,7 +23,7 @@ from controlplane.exports.models import Export, ExportRun
 from controlplane.exports.schedule import cron_due
 from controlplane.tenants.models import Tenant
 from controlplane.topics.models import PartitionAssignment
-from spark.jobs.spec import ExportSpec
+from spark.jobs.spec import ExportSpec, JobResult
 from tests.controlplane.exports.support import SYSTEM, tiered_cluster, tiered_topic
 from tests.support.brokers import REPO_ROOT
 from tests.support.controlplane import make_tenant, wait_until
@@ -165,6 +165,31 @@ def test_a_topic_that_stopped_tiering_fails_the_run_without_launching(
     assert "remote_storage" in run.error
 
 
+def test_an_export_deleted_while_its_job_runs_ends_the_run_quietly(
+    acme: Tenant, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run's row goes with the export: its outcome has nowhere to go."""
+    export = _export(acme)
+    run = _queued(export, monkeypatch)
+
+    def deleted_meanwhile(running_export: Export) -> JobResult:
+        services.delete_export(running_export, actor=SYSTEM)
+        return JobResult(status="succeeded", rows=3, covered={"acme.orders/0": 3})
+
+    monkeypatch.setattr(running, "_run_job", deleted_meanwhile)
+    assert tasks.run_export(export.pk, run.pk) is None
+    assert not ExportRun.objects.exists()
+
+
+def test_a_continuous_result_after_the_export_is_deleted_records_nothing(
+    acme: Tenant,
+) -> None:
+    export = _export(acme, schedule_kind="continuous")
+    services.delete_export(export, actor=SYSTEM)
+    running._record_continuous(export, JobResult(status="failed", error="stopped"))
+    assert not ExportRun.objects.filter(export_id=export.pk).exists()
+
+
 def test_a_run_waits_for_the_export_lock(acme: Tenant, monkeypatch: pytest.MonkeyPatch) -> None:
     """Two runs of one export never overlap: a task finding the lock held is retried."""
     import threading
@@ -254,6 +279,31 @@ def test_the_beat_schedule_has_the_entry_with_expires() -> None:
     entry = settings.CELERY_BEAT_SCHEDULE["exports.enqueue_due_exports"]
     assert entry["task"] == "exports.enqueue_due_exports"
     assert entry["options"]["expires"] > 0
+
+
+def test_a_keeper_the_schedule_asks_expires_after_one_interval(acme: Tenant, settings: Any) -> None:
+    """Published to the real broker: a keeper waiting in the queue past the next pass
+    of the schedule (which asks its own) is dropped, so keepers never pile up."""
+    from celery.signals import before_task_publish
+
+    kept = _export(acme, schedule_kind="continuous")
+    settings.EXPORTS_SCHEDULE_INTERVAL_S = 45.0
+    published: list[tuple[str, Any, Any]] = []
+
+    def seen(headers: dict[str, Any], body: Any, **kwargs: Any) -> None:
+        published.append((headers["task"], headers["argsrepr"], headers["expires"]))
+
+    before_task_publish.connect(seen)
+    try:
+        before = datetime.now(UTC)
+        tasks.enqueue_due_exports()
+        after = datetime.now(UTC)
+    finally:
+        before_task_publish.disconnect(seen)
+    ((task, args, expires),) = published
+    assert (task, args) == ("exports.keep_continuous_export", f"({kept.pk},)")
+    interval = timedelta(seconds=45)
+    assert before + interval <= datetime.fromisoformat(expires) <= after + interval
 
 
 def test_the_real_command_runs_the_module_under_the_lifeline() -> None:

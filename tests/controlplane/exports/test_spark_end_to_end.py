@@ -112,8 +112,8 @@ def test_an_index_build_answers_queries_equal_to_a_scan_of_the_whole_topic(
     assert index_tasks.build_index(index.pk, build.pk) == "succeeded", _error(build)
     spec = index_spec(index)
     for user in (3, 6):
-        answer = run_query(spec, parse_query({"user": str(user), "limit": "1000"}, ["user"]),
-                           world.tail)  # fmt: skip
+        query = parse_query({"user": str(user), "limit": "1000"}, ["user"])
+        answer = run_query(spec, query, world.tail, index_services.query_partitions(index))
         wanted = sorted(
             ((r.timestamp, p, r.offset) for p, r in world.records()
              if json.loads(r.value)["user"]["id"] == user),

@@ -61,6 +61,15 @@ class FakeQueryIndexError(ValueError):
     """``spark.query.IndexQueryError`` (a ``ValueError``)."""
 
 
+class FakeUncoveredTooLargeError(Exception):
+    """``spark.query.UncoveredTooLargeError``: more past the index than a query reads."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"{size} bytes past the index, over {limit}")
+        self.bytes = size
+        self.limit = limit
+
+
 class TestIndexAPI(TenantScopedAPIContract):
     base_url = "/api/v1/indexes"
     write_role = Role.DEVELOPER
@@ -116,6 +125,8 @@ class TestIndexAPI(TenantScopedAPIContract):
             ({"fields": [{"name": "aaa", "path": "a b", "type": "long"}]}, "invalid", "fields"),
             ({"fields": [{"name": "aaa", "path": "a", "type": "long", "x": 1}]}, "invalid",
              "fields"),
+            ({"fields": [{"name": "from", "path": "a", "type": "long"}]}, "invalid", "fields"),
+            ({"fields": [{"name": "limit", "path": "a", "type": "long"}]}, "invalid", "fields"),
             ({"value_format": "raw"}, "invalid", "value_format"),
             ({"topic": "globex.orders"}, "invalid", "topic"),
         ],
@@ -136,6 +147,14 @@ class TestIndexAPI(TenantScopedAPIContract):
         Quota.objects.filter(tenant=self.tenant).update(max_indexes=0)
         error = assert_error(self.post(self.create_payload(self.tenant)), 409, "quota_exceeded")
         assert error["details"]["quota"] == "max_indexes"
+
+    @pytest.mark.parametrize("name", sorted(index_query.RESERVED_PARAMS))
+    def test_a_field_named_as_a_query_parameter_is_refused(self, name: str) -> None:
+        """The query could never name such a field: it would be read as the parameter."""
+        fields = [*FIELDS, {"name": name, "path": "a", "type": "string"}]
+        error = assert_error(self.post({"name": "bad", "topic": "orders", "fields": fields}),
+                             400, "invalid")  # fmt: skip
+        assert f"name {name!r} is reserved" in str(error["details"]["fields"])
 
     def test_fields_cannot_change(self) -> None:
         name = self.make_object(self.tenant)
@@ -218,6 +237,25 @@ class TestIndexAPI(TenantScopedAPIContract):
         build = IndexBuild.objects.get(pk=build.pk)
         assert (build.rows, build.covered) == (5, {"acme.orders/0": 5})
 
+    def test_an_index_deleted_while_its_build_runs_ends_the_build_quietly(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """The build's row goes with the index: its outcome has nowhere to go."""
+        from controlplane.indexes import tasks
+        from spark.jobs.spec import JobResult
+
+        index = Index.objects.get(name=self.make_object(self.tenant))
+
+        def deleted_meanwhile(running: Index) -> JobResult:
+            services.delete_index(running, actor=SYSTEM)
+            return JobResult(status="succeeded", rows=5, covered={"acme.orders/0": 5})
+
+        monkeypatch.setattr(building, "_run_job", deleted_meanwhile)
+        monkeypatch.setattr(services, "_enqueue_build", lambda i, b: None)
+        build = services.request_build(index, actor=SYSTEM)
+        assert tasks.build_index(index.pk, build.pk) is None
+        assert not IndexBuild.objects.exists()
+
     # -- the Index Query ---------------------------------------------------------------------
     def fake_query(self, monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
         """Stands in for ``spark.query.query_index``; returns the calls it got."""
@@ -227,6 +265,10 @@ class TestIndexAPI(TenantScopedAPIContract):
             calls.append({"spec": spec, **kwargs})
             if kwargs["value"] == "not-a-number":
                 raise FakeQueryIndexError("user_id: not a long: 'not-a-number'")
+            if kwargs["value"] == "past-int64":  # as pyarrow says a value past its types
+                raise OverflowError("Python int too large to convert to C long")
+            if kwargs["value"] == "far-behind":
+                raise FakeUncoveredTooLargeError(70_000_000, 64 * 1024 * 1024)
             records = [
                 FakeRecord("acme.orders", 0, 4, 1_700_000_000_000, b"k", b'{"user":{"id":42}}',
                            (("h", b"\x00\xff"), ("n", None)), None),
@@ -268,6 +310,29 @@ class TestIndexAPI(TenantScopedAPIContract):
         assert (call["from_ms"], call["to_ms"]) == (1_700_000_000_000, 1_700_006_400_000)
         assert call["spec"].topic == "acme.orders"
         assert callable(call["tail"])
+        assert call["partitions"] == {"acme.orders": [0, 1]}
+
+    def test_the_query_answers_for_every_partition_the_database_declares(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Also partitions nothing of which is in the object store yet (none here is):
+        the topic's and, with include_lanes, its lane topics'."""
+        from controlplane.topics.models import Topic
+        from controlplane.topics.services import create_lane_topic
+
+        calls = self.fake_query(monkeypatch)
+        trunk = Topic.objects.get(full_name="acme.orders")
+        create_lane_topic(trunk, lane="boe", partitions=1, actor=SYSTEM)
+        services.create_index(self.tenant, name="with-lanes", topic="orders", fields=FIELDS,
+                              include_lanes=True, actor=SYSTEM)  # fmt: skip
+        name = self.make_object(self.tenant)
+        client = self.client(Role.VIEWER)
+        for index in ("with-lanes", name):
+            assert client.get(f"{self.url(index)}/query", {"user_id": "1"}).status_code == 200
+        assert [c["partitions"] for c in calls] == [
+            {"acme.orders": [0, 1], "acme.orders~boe": [0]},
+            {"acme.orders": [0, 1]},
+        ]
 
     @pytest.mark.parametrize(
         ("params", "code"),
@@ -279,7 +344,14 @@ class TestIndexAPI(TenantScopedAPIContract):
             ({"user_id": "1", "limit": "x"}, "invalid_query"),
             ({"user_id": "1", "from": "yesterday"}, "invalid_query"),
             ({"user_id": "1", "from": "20", "to": "10"}, "invalid_query"),
+            ({"user_id": "1", "from": "10", "to": "10"}, "invalid_query"),  # to is exclusive
+            ({"user_id": "1", "from": "\u00b9\u00b2"}, "invalid_query"),  # superscript digits
+            ({"user_id": "1", "to": "\u00b2"}, "invalid_query"),
+            ({"user_id": "1", "limit": "\u00b9"}, "invalid_query"),
+            ({"user_id": "1", "from": "9999999999999999"}, "invalid_query"),  # past int64 µs
+            ({"user_id": "1", "to": "-9999999999999999"}, "invalid_query"),
             ({"user_id": "not-a-number"}, "invalid_query"),
+            ({"user_id": "past-int64"}, "invalid_query"),
         ],
     )
     def test_a_bad_query_is_its_typed_400(
@@ -288,6 +360,21 @@ class TestIndexAPI(TenantScopedAPIContract):
         self.fake_query(monkeypatch)
         name = self.make_object(self.tenant)
         assert_error(self.client(Role.VIEWER).get(f"{self.url(name)}/query", params), 400, code)
+
+    def test_a_query_past_what_it_may_scan_is_400_tail_too_large(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        import spark.query
+
+        monkeypatch.setattr(spark.query, "UncoveredTooLargeError", FakeUncoveredTooLargeError,
+                            raising=False)  # fmt: skip
+        self.fake_query(monkeypatch)
+        name = self.make_object(self.tenant)
+        url = f"{self.url(name)}/query"
+        response = self.client(Role.VIEWER).get(url, {"user_id": "far-behind"})
+        error = assert_error(response, 400, "tail_too_large")
+        assert (error["details"]["bytes"], error["details"]["limit"]) == (70_000_000, 67_108_864)
+        assert "build the index further first" in error["message"]
 
     def test_another_tenants_index_cannot_be_queried_or_built(
         self, monkeypatch: pytest.MonkeyPatch

@@ -156,16 +156,24 @@ def test_index_query_prints_records_and_where_they_came_from(
     cli = meridian("viewer")
     out = cli.ok(
         "index", "query", "by-user", "--field", "user_id", "--value", "42", "--limit", "10",
-        "--from", "1700000000000",
+        "--from", "1700000000000", "--to", "1700000000001",
     ).stdout.splitlines()  # fmt: skip
     assert out[1].split()[:4] == ["acme.orders", "1", "7", "1700000000000"]
     assert '{"user":{"id":42}}' in out[1]
     assert "0 from the index, 1 from scanning" in " ".join(out)
     assert "--cursor c2" in out[-1]
-    assert (asked[0]["value"], asked[0]["limit"], asked[0]["from_ms"]) == (
+    assert (asked[0]["value"], asked[0]["limit"], asked[0]["from_ms"], asked[0]["to_ms"]) == (
         "42",
         10,
         1_700_000_000_000,
+        1_700_000_000_001,
     )
+    assert asked[0]["partitions"] == {"acme.orders": [0, 1]}
+    lines = cli.refused(
+        "index", "query", "by-user", "--field", "user_id", "--value", "42",
+        "--from", "1700000000000", "--to", "1700000000000",
+    )  # fmt: skip
+    assert lines[0] == "error: invalid_query: from: before to (to is exclusive)"
+    assert "exclusive" in cli.ok("index", "query", "--help").stdout
     lines = cli.refused("index", "query", "by-user", "--field", "plan", "--value", "gold")
     assert lines[0].startswith("error: unknown_field: ")

@@ -178,3 +178,8 @@ def test_the_query_form_shows_records_and_where_they_came_from(
     refused = client.get(f"{INDEXES}by-user/", {"field": "user_id", "value": "1", "limit": "0"})
     assert refused.status_code == 422
     assert "limit: an integer from 1 to 1000" in refused.content.decode()
+    assert "Epoch ms or ISO 8601 (UTC), exclusive; empty: now" in page
+    empty = {"field": "user_id", "value": "1", "from": "1700000000000", "to": "1700000000000"}
+    refused = client.get(f"{INDEXES}by-user/", empty)
+    assert refused.status_code == 422
+    assert "from: before to (to is exclusive)" in refused.content.decode()
