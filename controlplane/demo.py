@@ -53,6 +53,14 @@ TOPIC = "orders"
 # Tiered, with segments sealed at 1 MiB or 1 minute and kept on the brokers' disks for a
 # minute once uploaded: the steady traffic writes to it, so uploads show within minutes.
 HISTORY_TOPIC = "history"
+# The history topic's JSON values ({"event", "user", "at"}): an index on the user and a
+# Parquet export, both run by hand (each build or run is a Spark job).
+HISTORY_INDEX = "history-by-user"
+HISTORY_EXPORT = "history-parquet"
+HISTORY_FIELDS = [
+    {"name": "user", "path": "user", "type": "long"},
+    {"name": "event", "path": "event", "type": "long"},
+]
 HISTORY_CONFIG = {
     "partitions": 1,
     "remote_storage": True,
@@ -127,6 +135,9 @@ class Platform:
                 self.data_dir / "secrets" / "internal-client-secret"
             ),
             "MERIDIAN_DATA_DIR": str(self.data_dir / "brokers"),
+            # Parquet exports under <data dir>/exports/<tenant>/, index files beside them.
+            "MERIDIAN_EXPORT_ALLOWED_URIS": f"{self.data_dir / 'exports'}/{{tenant}}/",
+            "MERIDIAN_INDEX_ROOT": str(self.data_dir / "indexes"),
             "MERIDIAN_API_BASE_URL": self.api_url,
             "MERIDIAN_RECONCILE_INTERVAL_S": "15",
             # Brokers verify every call's token against the local issuer's JWKS.
@@ -323,6 +334,11 @@ def build_platform(platform: Platform, api: Api) -> dict[str, Any]:
     # Not waited for: it is ready long before the steady traffic starts writing to it.
     history = {"tenant": TENANT, "name": HISTORY_TOPIC, **HISTORY_CONFIG}
     api.call("POST", "/api/v1/topics", history)
+    on_history = {"tenant": TENANT, "topic": HISTORY_TOPIC}
+    api.call("POST", "/api/v1/indexes",
+             {**on_history, "name": HISTORY_INDEX, "fields": HISTORY_FIELDS[:1]})  # fmt: skip
+    api.call("POST", "/api/v1/exports", {**on_history, "name": HISTORY_EXPORT,
+             "fields": HISTORY_FIELDS, "partition_by": ["date"]})  # fmt: skip
     account = api.call(
         "POST",
         "/api/v1/service-accounts",
@@ -519,6 +535,15 @@ Tiered storage: {TENANT}.{HISTORY_TOPIC} seals a segment at 1 MiB or 1 minute an
 (kept on the brokers' disks a minute more); the steady producer writes to it:
   .venv/bin/meridian --token "$TOKEN" topics describe {TENANT}.{HISTORY_TOPIC}
   ls -R {platform.data_dir / "objects"}
+
+Spark: index '{HISTORY_INDEX}' on its values' user, export '{HISTORY_EXPORT}' to Parquet
+(a query answers from the index plus a scan of what it does not cover; a build or a run
+is a Spark job, about half a minute):
+  .venv/bin/meridian --api {url} --token "$TOKEN" index query {HISTORY_INDEX} --field user --value 3
+  .venv/bin/meridian --api {url} --token "$TOKEN" indexes build {HISTORY_INDEX}
+  .venv/bin/meridian --api {url} --token "$TOKEN" exports run {HISTORY_EXPORT}
+  .venv/bin/meridian --api {url} --token "$TOKEN" exports describe {HISTORY_EXPORT}
+  ls -R {platform.data_dir / "exports"}
 
 Databus agent, config '{DATABUS_CONFIG}' (events -> {TENANT}.{TOPIC}, events-ppe -> lane {LANE}):
   export INGEST_TOKEN=$(cat {platform.data_dir / "databus" / "ingest-token"})

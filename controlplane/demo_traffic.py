@@ -10,6 +10,7 @@ Runs in daemon threads of the demo process, as the demo's service account; a fai
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from typing import Any
@@ -69,7 +70,8 @@ def _produce(bootstrap: str, credentials: Any, topic: str, group: str, history: 
         while not _stopping.is_set():
             producer.send(topic, value=f"event-{sent}".encode(), key=f"k{sent % 31}".encode())
             if history and sent % HISTORY_EVERY == 0:
-                producer.send(history, value=f"event-{sent} at {time.time():.3f}".encode())
+                body = {"event": sent, "user": sent % 7, "at": round(time.time(), 3)}
+                producer.send(history, value=json.dumps(body).encode())
             sent += 1
             _stopping.wait(1 / PRODUCE_PER_S)
 

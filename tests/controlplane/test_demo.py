@@ -172,6 +172,27 @@ def test_demo_runs_the_platform_and_what_it_prints_works(tmp_path: Path) -> None
             if len(line.split()) == 2
         )  # fmt: skip
         assert (settings["max_segment_bytes"], settings["segment_ms"]) == ("1048576", "60000")
+        # Its index answers the printed query (complete: from a scan while nothing is
+        # built), and its Parquet export is declared, run by hand.
+        assert "index query history-by-user --field user --value 3" in output
+        sent = subprocess.run(
+            [*cli, "produce", "demo.history"], input='{"event": -1, "user": 3}\n',
+            env=cli_env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert sent.returncode == 0, sent.stderr
+        queried = subprocess.run(
+            [*cli, "--api", f"http://127.0.0.1:{api_port}", "index", "query",
+             "history-by-user", "--field", "user", "--value", "3", "--json"],
+            env=cli_env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert queried.returncode == 0, queried.stderr
+        answer = json.loads(queried.stdout)
+        assert answer["from_index"] == 0, answer
+        found = [json.loads(r["value_text"]) for r in answer["records"]]
+        assert {"event": -1, "user": 3} in found, answer
+        assert all(f["user"] == 3 for f in found), answer
+        export = _get(f"{api}/exports/history-parquet", token.group(1))
+        assert (export["topic"], export["schedule_kind"]) == ("demo.history", "manual"), export
         # Killing each controller in turn kills the active one once: the platform goes on,
         # a topic created after each kill is placed, led and served.
         controllers = _controller_pids(output)
