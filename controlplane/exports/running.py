@@ -114,21 +114,14 @@ def run_export(export_id: int, run_id: int) -> ExportRun | None:
         )
         if export is None:
             return None
-        export_runs = ExportRun.objects.filter(export=export)
-        if runs.claim(export_runs, run_id, runs.now()) is None:
-            return None
-        result = _run_job(export)
-        ends = runs.end_offsets(export.topic, export.include_lanes)
-        return runs.finish(export_runs, run_id, result, runs.now(), ends)
-
-
-def _run_job(export: Export) -> JobResult:
-    try:
-        check_topic_readable(export.topic)
-    except InvalidRequest as refused:
-        return JobResult(status="failed", error=refused.message)
-    spec = export_spec(export)
-    return jobs.run_job(EXPORT_MODULE, spec.to_json(), timeout_s=settings.SPARK_JOB_TIMEOUT_S)
+        return runs.run_claimed(
+            ExportRun.objects.filter(export=export),
+            run_id,
+            export.topic,
+            export.include_lanes,
+            EXPORT_MODULE,
+            lambda: export_spec(export).to_json(),
+        )
 
 
 def is_due(export: Export, now: datetime) -> bool:

@@ -17,14 +17,19 @@ manifest) against the partitions' end offsets as their leaders last reported the
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
+from django.conf import settings
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from controlplane.core.errors import InvalidRequest
+from controlplane.exports import jobs
 from controlplane.exports.choices import RunState
 from controlplane.exports.models import JobRun
+from controlplane.exports.rules import check_topic_readable
 from controlplane.topics.models import PartitionAssignment, Topic
 from spark.jobs.spec import JobResult
 
@@ -40,6 +45,28 @@ def claim(runs: QuerySet[R], run_id: int, now: datetime) -> R | None:
         state=RunState.RUNNING, started_at=now, finished_at=None, error=""
     )
     return runs.get(pk=run_id) if claimed else None
+
+
+def run_claimed(
+    runs: QuerySet[R],
+    run_id: int,
+    topic: Topic,
+    include_lanes: bool,
+    module: str,
+    spec_json: Callable[[], str],
+) -> R | None:
+    """Claim the queued run ``run_id``, run job ``module`` on ``spec_json()`` (a failed
+    run, not launched, when the topic stopped being readable) and record its end.
+    None: the run is gone or was claimed already."""
+    if claim(runs, run_id, now()) is None:
+        return None
+    try:
+        check_topic_readable(topic)
+    except InvalidRequest as refused:
+        result = JobResult(status="failed", error=refused.message)
+    else:
+        result = jobs.run_job(module, spec_json(), timeout_s=settings.SPARK_JOB_TIMEOUT_S)
+    return finish(runs, run_id, result, now(), end_offsets(topic, include_lanes))
 
 
 def finish(

@@ -8,14 +8,13 @@ from pathlib import Path
 
 from django.conf import settings
 
-from controlplane.core.errors import InvalidRequest, Unavailable
-from controlplane.exports import jobs, runs
+from controlplane.core.errors import Unavailable
+from controlplane.exports import runs
 from controlplane.exports.fields import spec_fields
-from controlplane.exports.rules import check_topic_readable
 from controlplane.indexes.models import Index, IndexBuild
 from controlplane.topics.locks import object_lock
 from dataplane.tiered.store import ObjectStore
-from spark.jobs.spec import IndexSpec, JobResult
+from spark.jobs.spec import IndexSpec
 
 # classid of the two-key advisory lock space ("MI": Meridian indexes).
 LOCK_NAMESPACE = 0x4D49
@@ -77,18 +76,11 @@ def build_index(index_id: int, build_id: int) -> IndexBuild | None:
         index = Index.objects.select_related("tenant", "topic__cluster").filter(pk=index_id).first()
         if index is None:
             return None
-        builds = IndexBuild.objects.filter(index=index)
-        if runs.claim(builds, build_id, runs.now()) is None:
-            return None
-        result = _run_job(index)
-        ends = runs.end_offsets(index.topic, index.include_lanes)
-        return runs.finish(builds, build_id, result, runs.now(), ends)
-
-
-def _run_job(index: Index) -> JobResult:
-    try:
-        check_topic_readable(index.topic)
-    except InvalidRequest as refused:
-        return JobResult(status="failed", error=refused.message)
-    spec = index_spec(index).to_json()
-    return jobs.run_job(INDEX_MODULE, spec, timeout_s=settings.SPARK_JOB_TIMEOUT_S)
+        return runs.run_claimed(
+            IndexBuild.objects.filter(index=index),
+            build_id,
+            index.topic,
+            index.include_lanes,
+            INDEX_MODULE,
+            lambda: index_spec(index).to_json(),
+        )

@@ -13,16 +13,14 @@ from __future__ import annotations
 
 import json as jsonlib
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from dataplane.cli.api import Api, ApiError, quoted
+from dataplane.cli.api import ApiError, every_row, quoted, tenant_query
 from dataplane.cli.base import fail, invalid, print_json, settings, stdout, table
 
-PAGE_LIMIT = 1000
 CONFIGS = "databus-configs"
 AGENTS = "databus-agents"
 
@@ -35,7 +33,7 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print the API's JSON."
 
 def list_configs(ctx: typer.Context, tenant: TenantOption = None, json: JsonOption = False) -> None:
     """List the Databus configurations with their version and streams."""
-    configs = sorted(_all(settings(ctx).api, CONFIGS, _tenant_query(tenant)), key=_tenant_name)
+    configs = sorted(every_row(settings(ctx).api, CONFIGS, tenant_query(tenant)), key=_tenant_name)
     if json:
         print_json(configs)
         return
@@ -56,7 +54,7 @@ def describe(
     """Show configuration NAME: its version, each stream's settings and topic, and the
     agents running it."""
     api = settings(ctx).api
-    config = api.get(f"{CONFIGS}/{quoted(name)}", _tenant_query(tenant))
+    config = api.get(f"{CONFIGS}/{quoted(name)}", tenant_query(tenant))
     if json:
         print_json(config)
         return
@@ -69,8 +67,8 @@ def describe(
     ]
     out.print(table(f"databus config {config['name']}", ["field", "value"], facts))
     out.print(table("streams", STREAM_HEADERS, _stream_rows(config)))
-    query = {**_tenant_query(config["tenant"]), "config": config["name"]}
-    agents = list(_all(api, AGENTS, query))
+    query = {**tenant_query(config["tenant"]), "config": config["name"]}
+    agents = list(every_row(api, AGENTS, query))
     if agents:
         out.print(table("agents", AGENT_HEADERS, [_agent_row(a) for a in agents]))
 
@@ -97,7 +95,7 @@ def apply(
     if description is not None:
         body["description"] = description
     try:
-        config = api.patch(f"{CONFIGS}/{quoted(name)}", body, _tenant_query(tenant))
+        config = api.patch(f"{CONFIGS}/{quoted(name)}", body, tenant_query(tenant))
         verb = "applied"
     except ApiError as exc:
         if exc.status != 404:
@@ -120,7 +118,7 @@ def delete(
     tenant: TenantOption = None,
 ) -> None:
     """Delete configuration NAME (its agents keep running the version they have)."""
-    settings(ctx).api.delete(f"{CONFIGS}/{quoted(name)}", _tenant_query(tenant))
+    settings(ctx).api.delete(f"{CONFIGS}/{quoted(name)}", tenant_query(tenant))
     stdout().print(f"deleted databus config {name}")
 
 
@@ -134,10 +132,10 @@ def list_agents(
 ) -> None:
     """List the Databus agents: the configuration and version each runs, whether it is
     up to date and live (a heartbeat within 60 s), and its spool."""
-    query = _tenant_query(tenant)
+    query = tenant_query(tenant)
     if config:
         query["config"] = config
-    agents = list(_all(settings(ctx).api, AGENTS, query))
+    agents = list(every_row(settings(ctx).api, AGENTS, query))
     if json:
         print_json(agents)
         return
@@ -168,22 +166,6 @@ def _read_document(file: str) -> Any:
         return jsonlib.loads(text)
     except ValueError as exc:
         fail(invalid(f"{file} is not JSON: {exc}"))
-
-
-def _all(api: Api, path: str, query: dict[str, str]) -> Iterator[dict[str, Any]]:
-    """Every row of a list endpoint, page by page."""
-    offset = 0
-    while True:
-        answer = api.get(path, {**query, "limit": str(PAGE_LIMIT), "offset": str(offset)})
-        page = answer["results"] if isinstance(answer, dict) else answer
-        yield from page
-        offset += len(page)
-        if not isinstance(answer, dict) or not page or offset >= answer.get("count", 0):
-            return
-
-
-def _tenant_query(tenant: str | None) -> dict[str, str]:
-    return {"tenant": tenant} if tenant else {}
 
 
 def _tenant_name(row: dict[str, Any]) -> tuple[str, str]:

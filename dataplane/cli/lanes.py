@@ -10,15 +10,12 @@ messages per field (``dataplane.cli.base.reporting``).
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator
 from typing import Annotated, Any
 
 import typer
 
-from dataplane.cli.api import Api, quoted
+from dataplane.cli.api import every_row, quoted, tenant_query
 from dataplane.cli.base import print_json, settings, stdout, table
-
-PAGE_LIMIT = 1000
 
 TenantOption = Annotated[
     str | None,
@@ -34,7 +31,9 @@ class OrphanPolicy(enum.StrEnum):
 
 def list_lanes(ctx: typer.Context, tenant: TenantOption = None, json: JsonOption = False) -> None:
     """List the lanes with what they cover, how they are consumed and where they are live."""
-    lanes = sorted(_all_lanes(settings(ctx).api, tenant), key=_tenant_and_name)
+    lanes = sorted(
+        every_row(settings(ctx).api, "lanes", tenant_query(tenant)), key=_tenant_and_name
+    )
     if json:
         print_json(lanes)
         return
@@ -110,7 +109,7 @@ def describe(
     json: JsonOption = False,
 ) -> None:
     """Show lane NAME: what it covers, where it is live, its last traffic, its lane topics."""
-    lane = settings(ctx).api.get(f"lanes/{quoted(name)}", _tenant_query(tenant))
+    lane = settings(ctx).api.get(f"lanes/{quoted(name)}", tenant_query(tenant))
     if json:
         print_json(lane)
         return
@@ -132,32 +131,15 @@ def delete(
     ] = False,
 ) -> None:
     """Delete lane NAME and its lane topics (with live consumers: only with --force)."""
-    query = _tenant_query(tenant)
+    query = tenant_query(tenant)
     if force:
         query["force"] = "true"
     settings(ctx).api.delete(f"lanes/{quoted(name)}", query)
     stdout().print(f"deleted lane {name}")
 
 
-def _all_lanes(api: Api, tenant: str | None) -> Iterator[dict[str, Any]]:
-    """Every lane the caller sees, page by page."""
-    offset = 0
-    while True:
-        query = {**_tenant_query(tenant), "limit": str(PAGE_LIMIT), "offset": str(offset)}
-        answer = api.get("lanes", query)
-        page = answer["results"] if isinstance(answer, dict) else answer
-        yield from page
-        offset += len(page)
-        if not isinstance(answer, dict) or not page or offset >= answer.get("count", 0):
-            return
-
-
 def _tenant_and_name(lane: dict[str, Any]) -> tuple[str, str]:
     return (lane["tenant"], lane["name"])
-
-
-def _tenant_query(tenant: str | None) -> dict[str, str]:
-    return {"tenant": tenant} if tenant else {}
 
 
 def _facts(lane: dict[str, Any]) -> list[list[Any]]:

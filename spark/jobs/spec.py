@@ -31,6 +31,18 @@ VALUE_FORMATS: Final = ("json", "raw")
 PARTITION_COLUMNS: Final = ("date", "hour")
 
 
+class _Json:
+    """JSON both ways for the dataclasses below (unknown fields refused)."""
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)  # type: ignore[call-overload]
+
+    @classmethod
+    def from_json(cls, text: str) -> Self:
+        loaded: Self = _load(cls, json.loads(text))
+        return loaded
+
+
 @dataclass(frozen=True)
 class Field:
     name: str
@@ -39,7 +51,7 @@ class Field:
 
 
 @dataclass(frozen=True)
-class ExportSpec:
+class ExportSpec(_Json):
     export_id: str
     topic: str
     store_uri: str
@@ -51,17 +63,9 @@ class ExportSpec:
     store_options: dict[str, Any] = field(default_factory=dict)
     target_options: dict[str, Any] = field(default_factory=dict)
 
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str) -> Self:
-        loaded: Self = _load(cls, json.loads(text))
-        return loaded
-
 
 @dataclass(frozen=True)
-class IndexSpec:
+class IndexSpec(_Json):
     index_id: str
     topic: str
     store_uri: str
@@ -72,17 +76,9 @@ class IndexSpec:
     store_options: dict[str, Any] = field(default_factory=dict)
     target_options: dict[str, Any] = field(default_factory=dict)
 
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str) -> Self:
-        loaded: Self = _load(cls, json.loads(text))
-        return loaded
-
 
 @dataclass(frozen=True)
-class JobResult:
+class JobResult(_Json):
     """A run's outcome. ``covered``: per ``"<topic>/<partition>"`` the end offset (exclusive)
     the committed manifest covers after the run; ``rows``/``bytes``/``files``/
     ``dead_letter_rows``: what this run added; ``manifest_version``: the version it
@@ -96,14 +92,6 @@ class JobResult:
     files: int = 0
     dead_letter_rows: int = 0
     error: str = ""
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str) -> Self:
-        loaded: Self = _load(cls, json.loads(text))
-        return loaded
 
 
 def _load(cls: Any, data: Any) -> Any:

@@ -28,7 +28,7 @@ from controlplane.databus.api.serializers import (
 )
 from controlplane.databus.filtersets import DatabusAgentFilterSet, DatabusConfigFilterSet
 from controlplane.databus.models import DatabusAgent, DatabusConfig
-from controlplane.tenants.api.scoped import TenantScopedViewSet, named_tenant
+from controlplane.tenants.api.scoped import NamedInTenant, TenantScopedViewSet, named_tenant
 
 WATCH_DEFAULT_S = 25.0
 WATCH_MAX_S = 30.0
@@ -56,30 +56,8 @@ WAIT = OpenApiParameter(
 )
 
 
-class _NamedInTenant:
-    """``get_object`` for a lookup unique per tenant only: among the caller's objects
-    (after ``?tenant=``); a 404 if none, a 400 if several tenants have one."""
-
-    noun = "object"
-
-    def get_object(self) -> Any:
-        view: Any = self
-        lookup = view.kwargs.get(view.lookup_field, "")
-        if "\x00" not in str(lookup):
-            matches = view.filter_queryset(view.get_queryset()).filter(
-                **{view.lookup_field: lookup}
-            )
-            if matches[:2].count() > 1:
-                raise InvalidRequest(
-                    f"several of your tenants have a {self.noun} {lookup!r}: name the tenant "
-                    "(?tenant=)",
-                    tenant=["name the tenant"],
-                )
-        return super().get_object()  # type: ignore[misc]
-
-
 class DatabusConfigViewSet(
-    _NamedInTenant,
+    NamedInTenant,
     mixins.ListModelMixin,
     ServiceCreateMixin[DatabusConfig],
     ServiceUpdateMixin[DatabusConfig],
@@ -108,7 +86,7 @@ class DatabusConfigViewSet(
     ordering_fields = ["name", "created_at", "updated_at"]
     lookup_field = "name"
     lookup_value_regex = r"[^/]+"
-    noun = "Databus configuration"
+    noun = "a Databus configuration"
 
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         """The tenant first: a caller learns nothing of a tenant it has no role in, not
@@ -203,7 +181,7 @@ def _wait_s(raw: str | None) -> float:
 
 
 class DatabusAgentViewSet(
-    _NamedInTenant,
+    NamedInTenant,
     mixins.ListModelMixin,
     mixins.RetrieveModelMixin,
     TenantScopedViewSet[DatabusAgent],
@@ -221,7 +199,7 @@ class DatabusAgentViewSet(
     ordering_fields = ["config_name", "hostname", "last_seen", "started_at"]
     lookup_field = "agent_id"
     lookup_value_regex = r"[^/]+"
-    noun = "Databus agent"
+    noun = "a Databus agent"
 
     def get_queryset(self) -> QuerySet[DatabusAgent]:
         return services.with_latest_version(super().get_queryset())

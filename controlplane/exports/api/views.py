@@ -10,7 +10,6 @@ from rest_framework.response import Response
 
 from controlplane.core.api.views import ServiceCreateMixin, ServiceUpdateMixin
 from controlplane.core.choices import Role
-from controlplane.core.errors import InvalidRequest
 from controlplane.exports import services
 from controlplane.exports.api.serializers import (
     ExportCreateSerializer,
@@ -20,31 +19,9 @@ from controlplane.exports.api.serializers import (
 )
 from controlplane.exports.filtersets import ExportFilterSet
 from controlplane.exports.models import Export
-from controlplane.tenants.api.scoped import TenantScopedViewSet, named_tenant
+from controlplane.tenants.api.scoped import NamedInTenant, TenantScopedViewSet, named_tenant
 
 MAX_RUNS_LISTED = 100
-
-
-class NamedInTenant:
-    """``get_object`` for a name unique per tenant only: among the caller's objects
-    (after ``?tenant=``); a 404 if none, a 400 if several tenants have one."""
-
-    noun = "object"
-
-    def get_object(self) -> Any:
-        view: Any = self
-        lookup = view.kwargs.get(view.lookup_field, "")
-        if "\x00" not in str(lookup):
-            matches = view.filter_queryset(view.get_queryset()).filter(
-                **{view.lookup_field: lookup}
-            )
-            if matches[:2].count() > 1:
-                raise InvalidRequest(
-                    f"several of your tenants have an {self.noun} {lookup!r}: name the tenant "
-                    "(?tenant=)",
-                    tenant=["name the tenant"],
-                )
-        return super().get_object()  # type: ignore[misc]
 
 
 class ExportViewSet(
@@ -78,7 +55,7 @@ class ExportViewSet(
     ordering_fields = ["name", "created_at", "updated_at"]
     lookup_field = "name"
     lookup_value_regex = r"[^/]+"
-    noun = "export"
+    noun = "an export"
 
     def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         """The tenant first (``named_tenant``), then the body."""

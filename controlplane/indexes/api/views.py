@@ -12,7 +12,7 @@ from rest_framework.response import Response
 
 from controlplane.core.api.views import ServiceCreateMixin, ServiceUpdateMixin
 from controlplane.core.choices import Role
-from controlplane.exports.api.views import MAX_RUNS_LISTED, NamedInTenant
+from controlplane.exports.api.views import MAX_RUNS_LISTED
 from controlplane.indexes import services
 from controlplane.indexes.api.serializers import (
     QUERY_ANSWER,
@@ -24,7 +24,7 @@ from controlplane.indexes.api.serializers import (
 from controlplane.indexes.filtersets import IndexFilterSet
 from controlplane.indexes.models import Index
 from controlplane.indexes.query import DEFAULT_LIMIT, MAX_LIMIT
-from controlplane.tenants.api.scoped import TenantScopedViewSet, named_tenant
+from controlplane.tenants.api.scoped import NamedInTenant, TenantScopedViewSet, named_tenant
 
 QUERY_PARAMETERS = [
     OpenApiParameter(
@@ -77,7 +77,7 @@ class IndexViewSet(
     ordering_fields = ["name", "created_at", "updated_at"]
     lookup_field = "name"
     lookup_value_regex = r"[^/]+"
-    noun = "index"
+    noun = "an index"
 
     def get_queryset(self) -> QuerySet[Index]:
         """The query's own parameters are field names, not filters (``filter_backends``

@@ -10,7 +10,7 @@ from rest_framework.request import Request
 
 from controlplane.core.api.views import ServiceViewSet
 from controlplane.core.choices import Role
-from controlplane.core.errors import NotFound, PermissionDenied
+from controlplane.core.errors import InvalidRequest, NotFound, PermissionDenied
 from controlplane.tenants.models import Tenant
 
 M = TypeVar("M", bound=Model)
@@ -78,3 +78,25 @@ def named_tenant(request: Request) -> str | None:
     refuse."""
     slug = request.data.get("tenant") if isinstance(request.data, dict) else None
     return slug if isinstance(slug, str) else None
+
+
+class NamedInTenant:
+    """``get_object`` for a name unique per tenant only: among the caller's objects
+    (after ``?tenant=``); a 404 if none, a 400 if several tenants have one."""
+
+    noun = "an object"
+
+    def get_object(self) -> Any:
+        view: Any = self
+        lookup = view.kwargs.get(view.lookup_field, "")
+        if "\x00" not in str(lookup):
+            matches = view.filter_queryset(view.get_queryset()).filter(
+                **{view.lookup_field: lookup}
+            )
+            if matches[:2].count() > 1:
+                raise InvalidRequest(
+                    f"several of your tenants have {self.noun} {lookup!r}: name the tenant "
+                    "(?tenant=)",
+                    tenant=["name the tenant"],
+                )
+        return super().get_object()  # type: ignore[misc]

@@ -172,11 +172,11 @@ def test_an_export_deleted_while_its_job_runs_ends_the_run_quietly(
     export = _export(acme)
     run = _queued(export, monkeypatch)
 
-    def deleted_meanwhile(running_export: Export) -> JobResult:
-        services.delete_export(running_export, actor=SYSTEM)
+    def deleted_meanwhile(module: str, spec_json: str, *, timeout_s: float) -> JobResult:
+        services.delete_export(export, actor=SYSTEM)
         return JobResult(status="succeeded", rows=3, covered={"acme.orders/0": 3})
 
-    monkeypatch.setattr(running, "_run_job", deleted_meanwhile)
+    monkeypatch.setattr(jobs, "run_job", deleted_meanwhile)
     assert tasks.run_export(export.pk, run.pk) is None
     assert not ExportRun.objects.exists()
 

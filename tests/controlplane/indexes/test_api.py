@@ -15,6 +15,7 @@ import pytest
 
 from controlplane.core.choices import Role
 from controlplane.core.models import AuditEvent
+from controlplane.exports import jobs
 from controlplane.indexes import building, services
 from controlplane.indexes import query as index_query
 from controlplane.indexes.models import Index, IndexBuild
@@ -246,11 +247,11 @@ class TestIndexAPI(TenantScopedAPIContract):
 
         index = Index.objects.get(name=self.make_object(self.tenant))
 
-        def deleted_meanwhile(running: Index) -> JobResult:
-            services.delete_index(running, actor=SYSTEM)
+        def deleted_meanwhile(module: str, spec_json: str, *, timeout_s: float) -> JobResult:
+            services.delete_index(index, actor=SYSTEM)
             return JobResult(status="succeeded", rows=5, covered={"acme.orders/0": 5})
 
-        monkeypatch.setattr(building, "_run_job", deleted_meanwhile)
+        monkeypatch.setattr(jobs, "run_job", deleted_meanwhile)
         monkeypatch.setattr(services, "_enqueue_build", lambda i, b: None)
         build = services.request_build(index, actor=SYSTEM)
         assert tasks.build_index(index.pk, build.pk) is None
