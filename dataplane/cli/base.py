@@ -16,7 +16,7 @@ import os
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, NoReturn, ParamSpec, TypeVar
+from typing import Annotated, Any, NoReturn, ParamSpec, TypeVar
 
 import grpc
 import typer
@@ -26,6 +26,13 @@ from rich.table import Table
 from dataplane.cli.api import DEFAULT_API_URL, Api, ApiError
 from dataplane.client.auth import ClientCredentials, StaticToken, TokenSource
 from dataplane.errors import ErrorCode, MeridianError, error_from_rpc
+
+# The options every REST-backed command group takes.
+TenantOption = Annotated[
+    str | None,
+    typer.Option("--tenant", "-t", help="The tenant (default: your only tenant)."),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print the API's JSON.")]
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 EXIT_ERROR = 1

@@ -19,16 +19,19 @@ from typing import Annotated, Any
 import typer
 
 from dataplane.cli.api import ApiError, every_row, quoted, tenant_query
-from dataplane.cli.base import fail, invalid, print_json, settings, stdout, table
+from dataplane.cli.base import (
+    JsonOption,
+    TenantOption,
+    fail,
+    invalid,
+    print_json,
+    settings,
+    stdout,
+    table,
+)
 
 CONFIGS = "databus-configs"
 AGENTS = "databus-agents"
-
-TenantOption = Annotated[
-    str | None,
-    typer.Option("--tenant", "-t", help="The tenant (default: your only tenant)."),
-]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print the API's JSON.")]
 
 
 def list_configs(ctx: typer.Context, tenant: TenantOption = None, json: JsonOption = False) -> None:

@@ -12,13 +12,17 @@ from typing import Annotated, Any
 import typer
 
 from dataplane.cli.api import every_row, quoted, tenant_query
-from dataplane.cli.base import fail, invalid, print_json, settings, stdout, table
+from dataplane.cli.base import (
+    JsonOption,
+    TenantOption,
+    fail,
+    invalid,
+    print_json,
+    settings,
+    stdout,
+    table,
+)
 
-TenantOption = Annotated[
-    str | None,
-    typer.Option("--tenant", "-t", help="The tenant (default: your only tenant)."),
-]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print the API's JSON.")]
 FieldOption = Annotated[
     list[str] | None,
     typer.Option(

@@ -10,11 +10,9 @@ from typing import Annotated, Any
 import typer
 
 from dataplane.cli.api import every_row, quoted, tenant_query
-from dataplane.cli.base import print_json, settings, stdout, table
+from dataplane.cli.base import JsonOption, TenantOption, print_json, settings, stdout, table
 from dataplane.cli.exports import (
     FieldOption,
-    JsonOption,
-    TenantOption,
     fields_text,
     last_state,
     parse_fields,

@@ -15,13 +15,7 @@ from typing import Annotated, Any
 import typer
 
 from dataplane.cli.api import every_row, quoted, tenant_query
-from dataplane.cli.base import print_json, settings, stdout, table
-
-TenantOption = Annotated[
-    str | None,
-    typer.Option("--tenant", "-t", help="The tenant (default: your only tenant)."),
-]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print the API's JSON.")]
+from dataplane.cli.base import JsonOption, TenantOption, print_json, settings, stdout, table
 
 
 class OrphanPolicy(enum.StrEnum):
