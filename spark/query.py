@@ -261,40 +261,57 @@ def _read_matching(
 
 @dataclass(frozen=True)
 class _Footer:
-    """A file's Parquet footer and its row groups' statistics: value bounds (ascending,
-    the file being sorted by value) and time bounds (ms)."""
+    """A file's Parquet footer and its row groups' statistics: for the groups that have
+    them (``groups``), value bounds (ascending, the file being sorted by value) and time
+    bounds (ms); ``unknown``, the groups without (Parquet drops the statistics of a
+    column chunk holding a very long value), which every lookup reads."""
 
     metadata: pq.FileMetaData
+    groups: list[int]
     lows: list[Any]
     highs: list[Any]
     first_ms: list[int]
     last_ms: list[int]
+    unknown: list[int]
 
     def row_groups(self, wanted: Any, bounds: _Bounds) -> list[int]:
         """The row groups whose statistics leave room for a match."""
-        found = []
-        group = bisect.bisect_left(self.highs, wanted)
-        while group < len(self.lows) and self.lows[group] <= wanted:
-            if bounds.admits(self.first_ms[group], self.last_ms[group]):
-                found.append(group)
-            group += 1
-        return found
+        found = list(self.unknown)
+        at = bisect.bisect_left(self.highs, wanted)
+        while at < len(self.lows) and self.lows[at] <= wanted:
+            if bounds.admits(self.first_ms[at], self.last_ms[at]):
+                found.append(self.groups[at])
+            at += 1
+        return sorted(found)
 
 
 @functools.lru_cache(maxsize=FOOTER_CACHE_FILES)
 def _cached_footer(fs: Any, path: str, size: int) -> _Footer:
     with fs.open(path, "rb") as handle:
         metadata = pq.ParquetFile(handle).metadata
-    lows, highs, first, last = [], [], [], []
+    groups, lows, highs, first, last, unknown = [], [], [], [], [], []
     at = _COLUMNS.index("timestamp")
     for number in range(metadata.num_row_groups):
         group = metadata.row_group(number)
         values, times = group.column(0).statistics, group.column(at).statistics
+        if not _has_bounds(values) or not _has_bounds(times):
+            unknown.append(number)
+            continue
+        groups.append(number)
         lows.append(_comparable(values.min))
         highs.append(_comparable(values.max))
         first.append(_ms_of(times.min))
         last.append(_ms_of(times.max))
-    return _Footer(metadata, lows, highs, first, last)
+    return _Footer(metadata, groups, lows, highs, first, last, unknown)
+
+
+def _has_bounds(statistics: Any) -> bool:
+    return (
+        statistics is not None
+        and statistics.has_min_max
+        and statistics.min is not None
+        and statistics.max is not None
+    )
 
 
 def _footer(store: ObjectStore, path: str, size: int) -> _Footer:

@@ -65,14 +65,12 @@ def spark_query_index(spec: IndexSpec, **kwargs: Any) -> Any:
     return query_index(spec, **kwargs)
 
 
-def spark_uncovered_too_large() -> tuple[type[Exception], ...]:
-    """``spark.query.UncoveredTooLargeError`` (more lies past what the index covers than
-    a query reads; it carries ``bytes`` and ``limit``) as an ``except`` clause takes it.
-    Empty for a Spark side older than that error, which never raises it."""
-    from spark import query
+def spark_uncovered_too_large() -> type[Exception]:
+    """``spark.query.UncoveredTooLargeError``: more lies past what the index covers than
+    a query reads (``uncovered_bytes`` over ``limit_bytes``)."""
+    from spark.query import UncoveredTooLargeError
 
-    found = getattr(query, "UncoveredTooLargeError", None)
-    return (found,) if isinstance(found, type) and issubclass(found, Exception) else ()
+    return UncoveredTooLargeError
 
 
 def parse_query(params: dict[str, str], field_names: list[str]) -> Query:
@@ -167,7 +165,7 @@ def run_query(
 
 
 def _too_large(exc: Exception) -> TailTooLarge:
-    size, limit = getattr(exc, "bytes", None), getattr(exc, "limit", None)
+    size, limit = getattr(exc, "uncovered_bytes", None), getattr(exc, "limit_bytes", None)
     return TailTooLarge(
         f"{size} bytes lie past what the index covers, more than the {limit} a query reads; "
         "build the index further first",

@@ -43,6 +43,7 @@ from controlplane.quotas.services import check_count_quota
 from controlplane.regions.models import Broker
 from controlplane.tenants.models import Tenant
 from controlplane.tenants.services import lock_open_tenant
+from controlplane.topics.choices import TopicStatus
 from controlplane.topics.models import Topic
 
 __all__ = ["InvalidRequest", "RunInProgress"]
@@ -167,11 +168,12 @@ def query(index: Index, params: dict[str, str]) -> dict[str, Any]:
 
 
 def query_partitions(index: Index) -> dict[str, list[int]]:
-    """Per topic the query reads (the index's topic and, with ``include_lanes``, its lane
-    topics), every partition the database declares: also those nothing of which is in
+    """Per topic the query reads (the index's topic and, with ``include_lanes``, its ready
+    lane topics), every partition the database declares: also those nothing of which is in
     the object store yet, which the query then answers from the brokers' tail."""
     topics = Topic.objects.filter(pk=index.topic_id)
-    if index.include_lanes:
-        topics = Topic.objects.filter(Q(pk=index.topic_id) | Q(trunk_id=index.topic_id))
+    if index.include_lanes:  # lane topics once the brokers hold them (not failed, not going)
+        lanes = Q(trunk_id=index.topic_id, status=TopicStatus.READY)
+        topics = Topic.objects.filter(Q(pk=index.topic_id) | lanes)
     rows = topics.order_by("full_name").values_list("full_name", "partitions")
     return {name: list(range(count)) for name, count in rows}

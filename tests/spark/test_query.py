@@ -86,3 +86,35 @@ def test_more_uncovered_store_bytes_than_the_limit_is_a_typed_error(tmp_path: Pa
     assert not isinstance(caught.value, ValueError)  # not bad input: build the index first
     assert _all(spec, max_scan_bytes=stored) == _wanted([part])
     part.close()
+
+
+def test_row_groups_without_statistics_are_always_read(tmp_path: Path) -> None:
+    """Parquet keeps no min/max of a column chunk holding a very long value: such a row
+    group cannot be pruned, so every lookup reads it (and the others still prune)."""
+    import datetime as dt
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from spark.columns import SCHEMA
+    from spark.query import VALUE_COLUMN, _Bounds, _cached_footer
+
+    values = ["alice", "bob", "carol", "dave", "x" * 100_000, "zed"]
+    at = dt.datetime(2026, 11, 28, tzinfo=dt.UTC)
+    rows = {VALUE_COLUMN: pa.array(values)}
+    for field in SCHEMA:
+        if field.name == "timestamp":
+            rows[field.name] = pa.array([at] * len(values), field.type)
+        elif field.name == "offset":
+            rows[field.name] = pa.array(range(len(values)), field.type)
+        else:
+            rows[field.name] = pa.nulls(len(values), field.type)
+    path = tmp_path / "index.parquet"
+    pq.write_table(pa.table(rows), path, row_group_size=2)
+    store = ObjectStore.open(str(tmp_path))
+    footer = _cached_footer(store.fs, str(path), path.stat().st_size)
+    assert footer.unknown == [2]
+    everything = _Bounds(None, None, None)
+    assert footer.row_groups("bob", everything) == [0, 2]
+    assert footer.row_groups("zed", everything) == [2]
+    assert footer.row_groups("nobody", everything) == [2]
