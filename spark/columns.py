@@ -9,7 +9,7 @@ column     Arrow type                                  Spark type
 topic      string                                      string
 partition  int32                                       int
 offset     int64                                       bigint
-timestamp  timestamp[us, UTC]                          timestamp
+timestamp  timestamp[us, UTC] (null: out of its range)  timestamp
 key        binary (null: no key)                       binary
 value      binary (null: a tombstone)                  binary
 headers    list<struct<key: string, value: binary>>    array<struct<key,value>>
@@ -18,7 +18,9 @@ lane       string (null: the trunk)                    string
 
 ``headers`` is a list, not a map: keys may repeat and their order is kept. ``lane`` is
 the lane of a lane topic (``<tenant>.<topic>~<lane>``), else the ``x-lane`` header a
-trunk record carries, else null.
+trunk record carries, else null. ``timestamp`` is null for a record whose timestamp (ms,
+any int64 a producer set) is past what microseconds since the epoch hold (beyond about
+292,000 years either way: a timestamp in ns or µs sent as ms), so that record still reads.
 
 Control batches (transaction markers) carry no user records: consumers skip them, and
 so does everything here.
@@ -38,6 +40,7 @@ from collections.abc import Iterable, Iterator
 from typing import Final
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from dataplane.records import BinaryColumn, Columns, Record
 from dataplane.tiered.layout import Manifest, RemoteSegment
@@ -145,7 +148,7 @@ def columns_batch(topic: str, partition: int, columns: Columns) -> pa.RecordBatc
         pa.repeat(pa.scalar(topic, pa.string()), count),
         pa.repeat(pa.scalar(partition, pa.int32()), count),
         pa.Array.from_buffers(pa.int64(), count, [None, pa.py_buffer(columns.offsets)]),
-        millis.cast(SCHEMA.field("timestamp").type),
+        _micros(millis),
         _binary(columns.keys),
         _binary(columns.values),
         headers,
@@ -178,3 +181,16 @@ def _lanes(topic: str, columns: Columns) -> pa.Array:
         if value is not None:
             lane_of_headers([(LANE_HEADER, value)])
     return named.view(pa.string())
+
+
+# Timestamps (ms) whose microseconds fit int64.
+_MAX_MILLIS: Final = (2**63 - 1) // 1000
+
+
+def _micros(millis: pa.Array) -> pa.Array:
+    """``millis`` as ``SCHEMA``'s timestamps; null where microseconds would overflow."""
+    raw = millis.cast(pa.int64())
+    fits = pc.and_(pc.greater_equal(raw, -_MAX_MILLIS), pc.less_equal(raw, _MAX_MILLIS))
+    return pc.if_else(fits, millis, pa.scalar(None, millis.type)).cast(
+        SCHEMA.field("timestamp").type
+    )

@@ -42,6 +42,8 @@ RESERVED: Final = frozenset({*RECORD_COLUMNS, "value", *PARTITION_COLUMNS, "reas
 DEAD_LETTER_FOLDER: Final = "_dead_letters"
 _US_PER = {"hour": 3_600_000_000, "date": 86_400_000_000}
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# Hive's folder for a partition value that is null (here: a timestamp no date holds).
+DEFAULT_PARTITION = "__HIVE_DEFAULT_PARTITION__"
 
 
 class InvalidSpecError(ValueError):
@@ -112,20 +114,47 @@ def _dead_letters(table: pa.Table, reasons: list[str | None]) -> pa.Table:
 
 def time_folders(table: pa.Table, partition_by: tuple[str, ...]) -> list[tuple[str, pa.Table]]:
     """``table``'s rows by folder (``date=…/hour=…/``, or ``""`` for no partitioning),
-    folders in time order, rows in their order."""
+    folders in time order, rows in their order. A row whose timestamp is null or past the
+    years 1 to 9999 goes to Hive's default partition (``date=__HIVE_DEFAULT_PARTITION__/``)."""
     if not partition_by or table.num_rows == 0:
         return [("", table)] if table.num_rows else []
     unit = _US_PER["hour" if "hour" in partition_by else "date"]
     micros = table.column("timestamp").cast(pa.int64())
-    buckets = pc.floor(pc.divide(micros.cast(pa.float64()), float(unit))).cast(pa.int64())
+    truncated = pc.divide(micros, unit)  # integer division: towards zero
+    below = pc.and_(pc.less(micros, 0), pc.not_equal(pc.multiply(truncated, unit), micros))
+    buckets = pc.subtract(truncated, pc.cast(below, pa.int64()))
     found = []
-    for bucket in sorted(pc.unique(buckets).to_pylist()):
-        moment = _EPOCH + timedelta(microseconds=bucket * unit)
-        parts = [
-            f"date={moment:%Y-%m-%d}" if c == "date" else f"hour={moment:%H}" for c in partition_by
-        ]
-        found.append(("/".join(parts) + "/", table.filter(pc.equal(buckets, bucket))))
-    return found
+    for bucket in sorted(pc.unique(buckets).drop_null().to_pylist()):
+        rows = table.filter(pc.equal(buckets, bucket))
+        found.append((_folder(bucket * unit, partition_by), rows))
+    missing = table.filter(pc.is_null(buckets))
+    if missing.num_rows:
+        found.append((_folder(None, partition_by), missing))
+    return _merged(found)
+
+
+def _folder(micros: int | None, partition_by: tuple[str, ...]) -> str:
+    try:
+        moment = None if micros is None else _EPOCH + timedelta(microseconds=micros)
+    except OverflowError:
+        moment = None
+    if moment is None:
+        return "/".join(f"{c}={DEFAULT_PARTITION}" for c in partition_by) + "/"
+    named = {"date": f"date={moment:%Y-%m-%d}", "hour": f"hour={moment:%H}"}
+    return "/".join(named[c] for c in partition_by) + "/"
+
+
+def _merged(found: list[tuple[str, pa.Table]]) -> list[tuple[str, pa.Table]]:
+    """One table per folder (buckets out of range share the default partition, which
+    comes last), the others in the order they first appear, rows in offset order."""
+    folders: dict[str, list[pa.Table]] = {}
+    for folder, rows in found:
+        folders.setdefault(folder, []).append(rows)
+    ordered = sorted(folders.items(), key=lambda item: DEFAULT_PARTITION in item[0])
+    return [
+        (folder, parts[0] if len(parts) == 1 else pa.concat_tables(parts).sort_by("offset"))
+        for folder, parts in ordered
+    ]
 
 
 def export_chunk(spec: ExportSpec, fields: tuple[Field, ...], chunk: Chunk) -> ChunkResult:

@@ -64,6 +64,12 @@ class Job:
     columns: Callable[[Any, OutputManifest, TopicStoreReader, Plan], tuple[tuple[Field, ...], bool]]
 
 
+class NothingToInferError(ValueError):
+    """A ``json`` export without declared fields whose first records hold no field to
+    infer (tombstones, non-JSON, not objects): committing no columns would export every
+    later record without its value, so the run fails and commits nothing."""
+
+
 def run_once(spark: SparkSession, job: Job, spec: Spec) -> JobResult:
     """One run (see the module docstring); raises on failure."""
     job.check(spec)
@@ -75,6 +81,13 @@ def run_once(spark: SparkSession, job: Job, spec: Spec) -> JobResult:
     if not plan.covered:
         return JobResult("succeeded", latest.version, dict(latest.covered))
     fields, inferred = job.columns(spec, latest, reader, plan)
+    if inferred and not fields:
+        if not plan.chunks:  # nothing sealed to infer from yet: commit nothing, wait
+            return JobResult("succeeded", latest.version, dict(latest.covered))
+        raise NothingToInferError(
+            "no field could be inferred from the sampled records (none is a JSON object "
+            "with a field): declare the export's fields"
+        )
     task = functools.partial(job.task, spec, fields)
     results: list[ChunkResult] = []
     if plan.chunks:

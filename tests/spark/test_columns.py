@@ -203,3 +203,14 @@ def test_no_records_make_an_empty_batch_of_the_schema() -> None:
     batch.validate(full=True)
     assert batch.schema == SCHEMA
     assert batch.num_rows == 0
+
+
+def test_a_timestamp_past_what_microseconds_hold_reads_as_null() -> None:
+    """A producer's timestamp in ns sent as ms (any int64 is accepted) still reads."""
+    import pyarrow as pa
+
+    from spark.columns import _MILLIS, _micros
+
+    millis = pa.array([1, -5, 2**62, -(2**63), (2**63 - 1) // 1000], pa.int64()).cast(_MILLIS)
+    got = _micros(millis).cast(pa.int64()).to_pylist()
+    assert got == [1000, -5000, None, None, (2**63 - 1) // 1000 * 1000]

@@ -256,3 +256,23 @@ def test_a_run_killed_half_way_then_run_again_gives_the_same_output(
     assert run_job(export, whole, tmp_path, spark)[0] == 0
     assert _listing(killed.target_uri) == _listing(whole.target_uri)
     assert rows_of(killed.target_uri, "dead_letter") == rows_of(whole.target_uri, "dead_letter")
+
+
+def test_an_inferred_export_with_nothing_to_infer_from_fails_and_commits_nothing(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Sealed records none of which is a JSON object: the run fails saying so and
+    commits nothing, rather than fix a schema of no columns for every later record."""
+    from tests.spark.jobs.topics import Row, TieredTopic
+
+    store = ObjectStore.open(str(tmp_path / "store"))
+    part = TieredTopic(store, tmp_path / "logs", "acme.junk", 0)
+    part.produce([Row(b"not json"), Row(None, key=b"gone"), Row(b"[1, 2]")])
+    part.seal()
+    target = tmp_path / "out"
+    spec = ExportSpec(export_id="e9", topic="acme.junk", store_uri=store.uri,
+                      target_uri=str(target))  # fmt: skip
+    code, result = run_job(export, spec, tmp_path, spark)
+    assert code == 1, result
+    assert "declare the export's fields" in result.error
+    assert manifests.read_latest(ObjectStore.open(str(target))) is None
