@@ -15,6 +15,17 @@ started them, which is how brokers keep serving while no controller runs; the ne
 controller finds them by pid.
 They inherit the lifeline of ``./dev run`` when there is one (``dataplane/lifeline.py``),
 so they stop with the demo however it ends.
+
+Mirror worker ``W`` of region ``R`` (``MirrorWorkerSpec.name``, one per link and leg)
+runs as ``python -m mirror --config <DATA_DIR>/R/mirrors/W/config.json --status-listen
+127.0.0.1:0 --ready-file <DATA_DIR>/R/mirrors/W/ready.json`` with its log in
+``<DATA_DIR>/R/mirrors/W.log``; its folder is ``0700``, its configuration (which names
+the brokers of both regions) ``0600``, and the client secret its credentials name sits in
+``secret`` beside it (``0600``), never in the configuration or on the command line. It
+gets a session of its own and the lifeline, like a broker. Fencing: before a worker
+starts, any earlier process of it (the pid the caller names, and the pid of its last
+ready file) is sent SIGKILL and waited for until it is gone; a worker that cannot be
+proven gone is not replaced (``MirrorWorkerError``).
 """
 
 from __future__ import annotations
@@ -27,9 +38,10 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 
@@ -40,12 +52,23 @@ from controlplane.core.private_files import private_dir, write_private
 from controlplane.regions import services
 from controlplane.regions.choices import BrokerPhase
 from controlplane.regions.models import Broker, Cluster
-from controlplane.regions.provisioners import ProvisioningError
+from controlplane.regions.provisioners import (
+    MirrorWorkerError,
+    MirrorWorkerProcess,
+    MirrorWorkerSpec,
+    ProvisioningError,
+    RunningMirrorWorker,
+)
 from dataplane import lifeline
 
 HOST = "127.0.0.1"
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
+MIRROR_READY_TIMEOUT_S = 30.0
+# A stopping worker gets this long to flush after SIGTERM; then SIGKILL.
+MIRROR_STOP_GRACE_S = 5.0
+# How long a SIGKILLed process may take to vanish before the kill counts as failed.
+KILL_CONFIRM_TIMEOUT_S = 10.0
 LOG_TAIL_BYTES = 4000
 _SOURCE_ROOT = Path(controlplane.__file__).resolve().parents[1]
 
@@ -53,6 +76,15 @@ _SOURCE_ROOT = Path(controlplane.__file__).resolve().parents[1]
 @dataclass(frozen=True)
 class BrokerPaths:
     data_dir: Path
+    ready_file: Path
+    log_file: Path
+
+
+@dataclass(frozen=True)
+class MirrorPaths:
+    data_dir: Path
+    config_file: Path
+    secret_file: Path
     ready_file: Path
     log_file: Path
 
@@ -111,6 +143,114 @@ class LocalProvisioner:
         Broker.objects.filter(pk=broker.pk).update(pid=None)
         broker.pid = None
         services.set_broker_phase(broker, BrokerPhase.STOPPED, actor=_ACTOR)
+
+    # -- mirror workers -------------------------------------------------------------------
+    def mirror_paths(self, spec: MirrorWorkerSpec) -> MirrorPaths:
+        base = self.data_root / spec.region / "mirrors"
+        folder = base / spec.name
+        return MirrorPaths(
+            folder, folder / "config.json", folder / "secret", folder / "ready.json",
+            base / f"{spec.name}.log",
+        )  # fmt: skip
+
+    def ensure_mirror_worker(
+        self,
+        spec: MirrorWorkerSpec,
+        config: Mapping[str, Any],
+        secret: str | None,
+        previous: RunningMirrorWorker | None = None,
+    ) -> MirrorWorkerProcess:
+        paths = self.mirror_paths(spec)
+        self._fence(spec.name, paths, previous)
+        private_dir(paths.data_dir)
+        self._write_mirror_config(paths, config, secret)
+        paths.ready_file.unlink(missing_ok=True)
+        command = [sys.executable, "-m", "mirror", "--config", str(paths.config_file)]
+        command += ["--status-listen", f"{HOST}:0", "--ready-file", str(paths.ready_file)]
+        process = self._spawn(command, paths.log_file)
+        return self._wait_mirror_ready(spec, paths, process)
+
+    def stop_mirror_worker(self, worker: RunningMirrorWorker) -> None:
+        """SIGTERM (a clean stop flushes what the worker holds), SIGKILL after
+        ``MIRROR_STOP_GRACE_S``, and wait until the process is gone."""
+        if not self.mirror_worker_running(worker):
+            return
+        assert worker.pid is not None
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(worker.pid, signal.SIGTERM)
+        if not self._wait_gone(worker.pid, worker.data_dir, MIRROR_STOP_GRACE_S):
+            self._kill_confirmed(Path(worker.data_dir).name, worker.pid, worker.data_dir)
+
+    def mirror_worker_running(self, worker: RunningMirrorWorker) -> bool:
+        if worker.pid is None or not worker.data_dir:
+            return False
+        self._reap(worker.pid)
+        return _is_process_of(worker.pid, "mirror", Path(worker.data_dir))
+
+    def _fence(
+        self, name: str, paths: MirrorPaths, previous: RunningMirrorWorker | None
+    ) -> None:
+        """Kill every earlier process of this worker and wait until each is gone."""
+        pids = {previous.pid} if previous is not None and previous.pid else set()
+        with contextlib.suppress(FileNotFoundError, json.JSONDecodeError, ValueError):
+            pids.add(int(json.loads(paths.ready_file.read_text())["pid"]))
+        for pid in pids:
+            self._kill_confirmed(name, pid, str(paths.data_dir))
+
+    def _kill_confirmed(self, name: str, pid: int, data_dir: str) -> None:
+        self._reap(pid)
+        if not _is_process_of(pid, "mirror", Path(data_dir)):
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        if not self._wait_gone(pid, data_dir, KILL_CONFIRM_TIMEOUT_S):
+            raise MirrorWorkerError(name, f"pid {pid} still runs after SIGKILL: not replaced")
+
+    def _wait_gone(self, pid: int, data_dir: str, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self._reap(pid)
+            if not _is_process_of(pid, "mirror", Path(data_dir)):
+                return True
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.02)
+
+    def _reap(self, pid: int) -> None:
+        child = self._children.get(pid)
+        if child is not None and child.poll() is not None:
+            del self._children[pid]
+
+    def _write_mirror_config(
+        self, paths: MirrorPaths, config: Mapping[str, Any], secret: str | None
+    ) -> None:
+        document = dict(config)
+        credentials = document.get("credentials")
+        if secret is not None and isinstance(credentials, dict):
+            write_private(paths.secret_file, secret.encode() + b"\n")
+            document["credentials"] = {**credentials, "client_secret_file": str(paths.secret_file)}
+        else:
+            paths.secret_file.unlink(missing_ok=True)
+        write_private(paths.config_file, json.dumps(document, indent=1).encode())
+
+    def _wait_mirror_ready(
+        self, spec: MirrorWorkerSpec, paths: MirrorPaths, process: subprocess.Popen[bytes]
+    ) -> MirrorWorkerProcess:
+        deadline = time.monotonic() + MIRROR_READY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            with contextlib.suppress(FileNotFoundError, json.JSONDecodeError, KeyError):
+                ready = json.loads(paths.ready_file.read_text())
+                if ready.get("pid") == process.pid:
+                    port = int(ready["status_port"])
+                    return MirrorWorkerProcess(process.pid, HOST, port, str(paths.data_dir))
+            if process.poll() is not None:
+                what = f"exited with {process.returncode} while starting"
+                raise MirrorWorkerError(spec.name, f"{what}; its log ends:\n{_tail(paths.log_file)}")
+            time.sleep(0.05)
+        process.kill()
+        process.wait()
+        what = f"was not ready within {MIRROR_READY_TIMEOUT_S} s"
+        raise MirrorWorkerError(spec.name, f"{what}; its log ends:\n{_tail(paths.log_file)}")
 
     # -- starting -------------------------------------------------------------------------
     def _assign_ports(self, cluster: Cluster) -> None:
@@ -177,12 +317,17 @@ class LocalProvisioner:
         paths = self.paths(broker)
         private_dir(paths.data_dir)  # tenants' records: readable by this user only
         paths.ready_file.unlink(missing_ok=True)
+        return self._spawn(self.command(broker), paths.log_file)
+
+    def _spawn(self, command: list[str], log_path: Path) -> subprocess.Popen[bytes]:
+        """``command`` in a session of its own with the lifeline, logging to
+        ``log_path`` (appended); remembered so it is reaped."""
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         env["PYTHONPATH"] = os.pathsep.join(
             filter(None, [str(_SOURCE_ROOT), env.get("PYTHONPATH")])
         )
-        command = self.command(broker)
-        with paths.log_file.open("ab") as log_file:
+        private_dir(log_path.parent)
+        with log_path.open("ab") as log_file:
             log_file.write(f"--- start: {' '.join(command)}\n".encode())
             log_file.flush()
             process = subprocess.Popen(
@@ -239,6 +384,12 @@ _ACTOR = Actor.system("provisioner")
 def _is_broker_process(pid: int, data_dir: Path) -> bool:
     """Whether ``pid`` is a live (not zombie) broker process serving ``data_dir``; a pid
     reused by another program does not count."""
+    return _is_process_of(pid, "dataplane.broker", data_dir)
+
+
+def _is_process_of(pid: int, module: str, data_dir: Path) -> bool:
+    """Whether ``pid`` is a live (not zombie) ``python -m module`` process whose command
+    line names ``data_dir`` (a broker's data directory, a mirror worker's folder)."""
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -246,7 +397,9 @@ def _is_broker_process(pid: int, data_dir: Path) -> bool:
         return False
     except OSError:  # no /proc: trust the pid alone
         return _pid_alive(pid)
-    return state != "Z" and b"dataplane.broker" in cmdline and os.fsencode(data_dir) in cmdline
+    folder = os.fsencode(data_dir)
+    named = any(arg == folder or arg.startswith(folder + b"/") for arg in cmdline)
+    return state != "Z" and os.fsencode(module) in cmdline and named
 
 
 def _pid_alive(pid: int) -> bool:

@@ -12,13 +12,22 @@ Django starts. So region code (deleting a cluster stops its brokers) reaches a
 provisioner without importing the code that runs brokers. Another way to run brokers
 (Kubernetes, Terraform) is one more class with these methods, one more
 ``ProvisionerKind`` and one more registration in ``controlplane.provisioning.apps``.
+
+A provisioner also runs a region's **mirror workers** (``python -m mirror``), one
+process per mirror link and leg, for the controller that supervises them. The fencing
+rule binds every implementation: before it starts a worker it proves the previous
+process of the same worker (same ``MirrorWorkerSpec.name``) dead — for the local one,
+SIGKILL and wait until the pid is gone — so two processes never write the same target
+partitions, not even for a moment. A provisioner that cannot prove it (the ``static``
+one runs nothing) does not run workers at all.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
-from typing import Protocol
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from controlplane.regions.models import Broker, Cluster
 
@@ -31,6 +40,44 @@ class ProvisioningError(Exception):
         super().__init__(f"{broker}: {message}")
         self.broker = broker
         self.message = message
+
+
+class MirrorWorkerError(Exception):
+    """A mirror worker could not be started or stopped; the message says why (for a
+    local process, it ends with the tail of its log)."""
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(f"mirror worker {name}: {message}")
+        self.name = name
+        self.message = message
+
+
+@dataclass(frozen=True)
+class MirrorWorkerSpec:
+    """Which worker to run: ``name`` is stable for a link's leg (``link-7-east-west``)
+    and names its folder; ``region`` is where it runs (the leg's target region)."""
+
+    region: str
+    name: str
+    generation: int
+
+
+@dataclass(frozen=True)
+class MirrorWorkerProcess:
+    """Where a started worker runs: its pid, and its status endpoint
+    (``http://host:status_port/status``)."""
+
+    pid: int
+    host: str
+    status_port: int
+    data_dir: str
+
+
+class RunningMirrorWorker(Protocol):
+    """What a provisioner needs of a worker it started (a ``MirrorWorker`` row)."""
+
+    pid: int | None
+    data_dir: str
 
 
 class Provisioner(Protocol):
@@ -51,6 +98,28 @@ class Provisioner(Protocol):
 
     def is_running(self, broker: Broker) -> bool:
         """Whether ``broker``'s process (as far as this provisioner can tell) runs."""
+        ...
+
+    def ensure_mirror_worker(
+        self,
+        spec: MirrorWorkerSpec,
+        config: Mapping[str, Any],
+        secret: str | None,
+        previous: RunningMirrorWorker | None = None,
+    ) -> MirrorWorkerProcess:
+        """Start a worker of ``spec`` with ``config`` (the worker's JSON configuration;
+        ``secret``, the client secret its credentials name, is kept in a private file of
+        its own), after proving any earlier process of the same worker — ``previous``,
+        or one found in its folder — dead (the fencing rule above). Returns once it
+        serves its status. Raises ``MirrorWorkerError``."""
+        ...
+
+    def stop_mirror_worker(self, worker: RunningMirrorWorker) -> None:
+        """Kill ``worker`` and return once it is gone (idempotent)."""
+        ...
+
+    def mirror_worker_running(self, worker: RunningMirrorWorker) -> bool:
+        """Whether ``worker``'s process runs."""
         ...
 
 

@@ -36,6 +36,10 @@ BROKER_RPC_TIMEOUT_S = env("MERIDIAN_BROKER_RPC_TIMEOUT_S", 5.0, float)
 # The controller's metadata push (its heartbeat) waits this long for each broker: a
 # hung broker must not stretch every tick, which would delay its own detection.
 METADATA_PUSH_TIMEOUT_S = env("MERIDIAN_METADATA_PUSH_TIMEOUT_S", 1.5, float)
+# Mirror workers: the controller reads each one's status with this timeout, and kills and
+# replaces one whose status has been unreadable this long (a hung or stopped process).
+MIRROR_STATUS_TIMEOUT_S = env("MERIDIAN_MIRROR_STATUS_TIMEOUT_S", 0.5, float)
+MIRROR_WORKER_TIMEOUT_S = env("MERIDIAN_MIRROR_WORKER_TIMEOUT_S", 10.0, float)
 # A new topic's replication factor unless it names one (at most the cluster's brokers).
 DEFAULT_REPLICATION_FACTOR = env("MERIDIAN_DEFAULT_REPLICATION_FACTOR", 3, int)
 # How long a preferred leader must have been live (and in sync) before the controller
