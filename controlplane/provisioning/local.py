@@ -187,9 +187,7 @@ class LocalProvisioner:
         self._reap(worker.pid)
         return _is_process_of(worker.pid, "mirror", Path(worker.data_dir))
 
-    def _fence(
-        self, name: str, paths: MirrorPaths, previous: RunningMirrorWorker | None
-    ) -> None:
+    def _fence(self, name: str, paths: MirrorPaths, previous: RunningMirrorWorker | None) -> None:
         """Kill every earlier process of this worker and wait until each is gone."""
         pids = {previous.pid} if previous is not None and previous.pid else set()
         with contextlib.suppress(FileNotFoundError, json.JSONDecodeError, ValueError):
@@ -245,7 +243,9 @@ class LocalProvisioner:
                     return MirrorWorkerProcess(process.pid, HOST, port, str(paths.data_dir))
             if process.poll() is not None:
                 what = f"exited with {process.returncode} while starting"
-                raise MirrorWorkerError(spec.name, f"{what}; its log ends:\n{_tail(paths.log_file)}")
+                raise MirrorWorkerError(
+                    spec.name, f"{what}; its log ends:\n{_tail(paths.log_file)}"
+                )
             time.sleep(0.05)
         process.kill()
         process.wait()
