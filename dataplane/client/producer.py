@@ -29,6 +29,12 @@ with Producer("127.0.0.1:9092", lane="ppe") as producer:   # every record to lan
     producer.send("acme.orders", b"...", lane="boe-alice") # -> acme.orders~boe-alice
 ```
 
+Copying tools (mirrors) need every record written where it is named, as it is:
+``Producer(route_lanes=False)`` turns lane routing off, so a record goes to the topic and
+partition ``send`` / ``send_batch`` name (a lane topic by its full name) with its headers
+unchanged, whatever its ``x-lane`` header, the lane in effect or a ``lane=`` says
+(``lane=`` is refused on such a producer).
+
 Ordering: records of one partition are stored in the order they were sent, retries
 included, when idempotence is on (the default). Without it, a retry may land after a
 later batch unless ``max_in_flight`` is 1, as in Kafka.
@@ -189,7 +195,9 @@ class Producer:
     name raises ``lanes.InvalidLaneNameError`` (a ``ValueError``). ``lane_confirm_ms``:
     how long a lane topic the brokers call ``LANE_NOT_FOUND`` is asked again before its
     records fail, since a lane declared a moment ago reaches the brokers with the
-    controller's next metadata push (every second by default).
+    controller's next metadata push (every second by default). ``route_lanes=False``:
+    no lane routing at all (see the module docstring): records go to the topic named,
+    headers untouched; ``lane`` must then be None.
     """
 
     def __init__(
@@ -217,8 +225,12 @@ class Producer:
         tls: Tls = None,
         lane: str | None = None,
         lane_confirm_ms: float = 3_000,
+        route_lanes: bool = True,
     ) -> None:
         self.lane = None if lane is None else lanes.check_lane_name(lane)
+        if not route_lanes and lane is not None:
+            raise ConfigError("a producer without lane routing (route_lanes=False) has no lane")
+        self.route_lanes = bool(route_lanes)
         ack_level = _acks(acks)
         codec = _CODECS.get(str(compression).lower())
         if codec is None:
@@ -320,7 +332,12 @@ class Producer:
         if key is not None and type(key) is not bytes:
             key = as_bytes(key, "key")
         encoded = _NO_HEADERS
-        if (
+        if not self.route_lanes:
+            if lane is not None:
+                raise ConfigError("lane= on a producer without lane routing (route_lanes=False)")
+            if headers:
+                encoded = encode_headers(_header_items(headers))
+        elif (
             lane is not None
             or headers
             or self.lane is not None
@@ -381,6 +398,10 @@ class Producer:
         """
         if not isinstance(records, list | tuple):
             records = list(records)
+        if not self.route_lanes:
+            if lane is not None:
+                raise ConfigError("lane= on a producer without lane routing (route_lanes=False)")
+            return self._send_batch(topic, records, partition, on_delivery)
         with_headers = _any_headers(records)
         if with_headers:
             return self._send_batch_lanes(topic, records, partition, on_delivery, lane)

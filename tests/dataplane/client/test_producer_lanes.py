@@ -392,3 +392,28 @@ def test_a_lane_topic_named_outright_by_a_plain_producer_is_routed_as_its_lane(
         p.send(f"{TOPIC}~ppe", b"v").result(5)
     assert [lane_headers(r) for r in stored(fake, f"{TOPIC}~ppe")] == [[b"ppe"]]
     assert [lane_headers(r) for r in stored(fake, pending, 1)] == [[b"later"]]
+
+
+def test_without_lane_routing_records_go_where_named_with_headers_unchanged(
+    fake: FakeBroker,
+) -> None:
+    """route_lanes=False (copying tools): no header, lane in effect or lane topic moves a
+    record, and no x-lane header is added or changed."""
+    other_lane = [("x-lane", b"qat"), ("trace", b"1")]
+    with producer(fake, route_lanes=False) as p, lanes.processing_lane("ppe"):
+        assert p.send(TOPIC, b"one", headers=other_lane, partition=1).result(5).topic == TOPIC
+        p.send_batch(TOPIC, [(b"k", b"two", other_lane, 7)], partition=2).result(5)
+        p.send_batch(f"{TOPIC}~ppe", [(None, b"three", other_lane)], partition=0).result(5)
+        p.send(TOPIC, b"plain", partition=0).result(5)
+        with pytest.raises(MeridianError):
+            p.send_batch(TOPIC, [b"x"], lane="ppe")
+    assert [(r.value, r.headers) for r in fake.records(TOPIC, 1)] == [(b"one", tuple(other_lane))]
+    two = fake.records(TOPIC, 2)
+    assert [(r.key, r.value, r.headers, r.timestamp) for r in two] == [
+        (b"k", b"two", tuple(other_lane), 7)
+    ]
+    assert [r.headers for r in fake.records(f"{TOPIC}~ppe", 0)] == [tuple(other_lane)]
+    assert [(r.value, r.headers) for r in fake.records(TOPIC, 0)] == [(b"plain", ())]
+    assert stored(fake, f"{TOPIC}~qat") == []
+    with pytest.raises(MeridianError):
+        Producer(fake.address, lane="ppe", route_lanes=False)

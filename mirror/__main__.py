@@ -1,0 +1,78 @@
+"""``meridian-mirror``: run one mirror worker.
+
+    python -m mirror --config FILE [--status-listen 127.0.0.1:0] [--ready-file FILE]
+
+Reads the configuration (``mirror.config``; refused when group- or world-readable),
+serves ``/status`` and ``/metrics`` on ``--status-listen``, writes the ready file
+(``{"pid", "status_port", "generation"}``) once serving, and copies until SIGTERM or
+SIGINT, which flush what is in flight and exit 0. Under a supervisor holding a lifeline
+(``dataplane.lifeline``) the worker also stops when the supervisor dies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import threading
+
+from dataplane import lifeline
+from dataplane.files import replace_file
+from mirror.config import ConfigError, load_config
+from mirror.copier import Copier
+from mirror.status import StatusServer
+
+log = logging.getLogger("mirror")
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="meridian-mirror", description=__doc__.split("\n")[0])
+    p.add_argument("--config", required=True, help="the worker's configuration (JSON, 0600)")
+    p.add_argument("--status-listen", default="127.0.0.1:0", help="HOST:PORT of /status")
+    p.add_argument("--ready-file", help="written once serving: pid, status_port, generation")
+    p.add_argument("--log-level", default="INFO")
+    return p.parse_args(argv)
+
+
+def _host_port(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    return host or "127.0.0.1", int(port)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    lifeline.watch()
+    try:
+        config = load_config(args.config)
+    except ConfigError as err:
+        raise SystemExit(f"meridian-mirror: {err}") from None
+    stopping = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stopping.set())
+    copier = Copier(config)
+    server = StatusServer(_host_port(args.status_listen), copier)
+    server.start()
+    copying = threading.Thread(target=copier.run, args=(stopping,), name="copier")
+    copying.start()
+    if args.ready_file:
+        ready = {"pid": os.getpid(), "status_port": server.port, "generation": config.generation}
+        replace_file(args.ready_file, json.dumps(ready).encode())
+    log.info(
+        "mirror %s (generation %d) %s -> %s: status on port %d",
+        config.link, config.generation, config.from_region, config.to_region, server.port,
+    )  # fmt: skip
+    stopping.wait()
+    log.info("stopping: flushing what is in flight")
+    copying.join()
+    server.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,395 @@
+"""The copy loop of one worker: every partition of its leg, one consumer, one producer.
+
+A session (``Copier._session``) opens the clients, finds each partition's resume point
+(``resume``), seeks the source consumer there and then copies: each ``poll`` of the
+source is split by partition and handed to the target producer in one ``send_batch``
+per partition (key, value, headers with provenance, the source timestamp; partition p
+of the exact target topic, lane routing off). The producer is idempotent with
+``acks=all`` and retries without a deadline, so a leader moving on either side neither
+loses nor repeats a record. A delivery that fails for good (the topic deleted, access
+refused) ends the session: the producer is closed, and the next session resumes from
+what the target holds, which is exact whatever was in flight.
+
+The source offset of a record removed by retention before it was copied is counted in
+``records_lost_to_retention`` and reported as the partition's error; the copy goes on
+from the log start.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from dataplane.client import (
+    Admin,
+    BufferFull,
+    Consumer,
+    DeliveryFutures,
+    ErrorCode,
+    MeridianError,
+    Producer,
+    TopicPartition,
+)
+from mirror.config import MirrorConfig
+from mirror.progress import Call, PartitionProgress, now_ms
+from mirror.provenance import ORIGIN_OFFSET, ORIGIN_REGION
+from mirror.resume import find_resume
+
+log = logging.getLogger("mirror")
+
+POLL_TIMEOUT_MS = 100
+RETRY_BACKOFF_S = (0.5, 1, 2, 5)  # between failed sessions
+OFFSETS_INTERVAL_S = 1.0  # how often the ends of both sides are read for the status
+BUFFER_MEMORY = 64 * 1024 * 1024
+CLOSE_TIMEOUT_S = 10.0
+
+
+class Copier:
+    """Copies the partitions of ``config`` until ``stop`` is set; see the module
+    docstring. Thread-safe reads: ``status()`` and ``progress()``."""
+
+    def __init__(self, config: MirrorConfig) -> None:
+        self.config = config
+        self.lock = threading.Lock()
+        self.partitions: dict[TopicPartition, PartitionProgress] = {}
+        self.targets: dict[str, str] = {}
+        for mapping in config.topics:
+            self.targets[mapping.source] = mapping.target
+            for p in mapping.partitions:
+                tp = TopicPartition(mapping.source, p)
+                self.partitions[tp] = PartitionProgress(mapping.source, mapping.target, p)
+        self._credentials = config.token_source()
+        self._from = config.from_region.encode()
+        self._to = config.to_region.encode()
+        self._failure: MeridianError | None = None
+
+    # -- clients -------------------------------------------------------------------------
+    def _client_args(self, side: str) -> dict[str, Any]:
+        cluster = self.config.source if side == "source" else self.config.target
+        return {
+            "client_id": f"mirror-{self.config.link_id}-{side}",
+            "credentials": self._credentials,
+            "tls": cluster.tls_ca_file,
+        }
+
+    def _bootstrap(self, side: str) -> list[str]:
+        return (self.config.source if side == "source" else self.config.target).bootstrap
+
+    def _consumer(self, side: str) -> Consumer:
+        batch = self.config.batch
+        return Consumer(
+            self._bootstrap(side),
+            group_id=None,
+            auto_offset_reset="none",
+            enable_auto_commit=False,
+            max_poll_records=batch.max_records,
+            max_partition_fetch_bytes=batch.max_bytes,
+            fetch_max_wait_ms=100,
+            **self._client_args(side),
+        )
+
+    def _producer(self) -> Producer:
+        batch = self.config.batch
+        return Producer(
+            self._bootstrap("target"),
+            acks="all",
+            enable_idempotence=True,
+            route_lanes=False,
+            linger_ms=batch.linger_ms,
+            batch_bytes=min(batch.max_bytes, 1024 * 1024),
+            max_request_bytes=max(batch.max_bytes, 4 * 1024 * 1024),
+            buffer_memory=BUFFER_MEMORY,
+            max_block_ms=1000,
+            delivery_timeout_ms=2**31 - 1,  # never give up a record: the target may be down
+            **self._client_args("target"),
+        )
+
+    def _admin(self, side: str) -> Admin:
+        return Admin(self._bootstrap(side), request_timeout_ms=5000, **self._client_args(side))
+
+    # -- the loop ------------------------------------------------------------------------
+    def run(self, stop: threading.Event) -> None:
+        """Copy until ``stop`` is set, starting a new session after a failed one."""
+        watcher = threading.Thread(target=self._watch_offsets, args=(stop,), daemon=True)
+        watcher.start()
+        failures = 0
+        while not stop.is_set():
+            try:
+                self._session(stop)
+                failures = 0
+            except Exception as error:  # every failure is retried: the target holds the truth
+                log.warning("copy session failed: %s", error, exc_info=True)
+                self._mark_all("session", f"{type(error).__name__}: {error}")
+                stop.wait(RETRY_BACKOFF_S[min(failures, len(RETRY_BACKOFF_S) - 1)])
+                failures += 1
+        watcher.join(timeout=5)
+
+    def _session(self, stop: threading.Event) -> None:
+        self._failure = None
+        with self.lock:
+            for progress in self.partitions.values():
+                progress.state = "resuming"
+        producer = self._producer()
+        source = self._consumer("source")
+        try:
+            self._resume(source)
+            self._clear_all("session")
+            while not stop.is_set():
+                if self._failure is not None:
+                    raise self._failure
+                self._copy(source, producer, stop)
+            producer.flush(CLOSE_TIMEOUT_S)
+        finally:
+            source.close()
+            producer.close(CLOSE_TIMEOUT_S)
+
+    def _resume(self, source: Consumer) -> None:
+        """Find every partition's resume point and seek ``source`` there."""
+        starts = self._resume_points()
+        source.assign(list(self.partitions))
+        with self._admin("source") as admin:
+            bounds = _bounds(admin, self.partitions)
+            for tp, start in starts.items():
+                log_start, end = bounds[tp]
+                if start is None:
+                    start = self._start_position(admin, tp, (log_start, end))
+                with self.lock:
+                    progress = self.partitions[tp]
+                    if start < log_start:
+                        self._lost(progress, log_start - start)
+                        start = log_start
+                    progress.start_at(start)
+                source.seek(tp, start)
+                log.info("%s/%s: copying from source offset %d", tp.topic, tp.partition, start)
+
+    def _resume_points(self) -> dict[TopicPartition, int | None]:
+        out: dict[TopicPartition, int | None] = {}
+        reader = self._consumer("target")
+        try:
+            with self._admin("target") as admin:
+                targets = {tp: TopicPartition(self.targets[tp.topic], tp.partition)
+                           for tp in self.partitions}  # fmt: skip
+                bounds = _bounds(admin, targets.values())
+                for tp, target in targets.items():
+                    checkpoint = self.config.checkpoints.get((tp.topic, tp.partition))
+                    found = find_resume(
+                        reader, target, self.config.from_region, bounds[target], checkpoint
+                    )
+                    out[tp] = found.next_source_offset
+                    log.info(
+                        "%s/%s: target %s holds copies up to source offset %s (scanned %d)",
+                        tp.topic, tp.partition, target.topic,
+                        None if found.next_source_offset is None else found.next_source_offset - 1,
+                        found.scanned,
+                    )  # fmt: skip
+        finally:
+            reader.close()
+        return out
+
+    def _start_position(self, admin: Admin, tp: TopicPartition, bounds: tuple[int, int]) -> int:
+        """The link's start position for a partition nothing was copied from yet."""
+        log_start, end = bounds
+        if self.config.start_position == "earliest":
+            return log_start
+        if self.config.start_position == "latest":
+            return end
+        stamp = self.config.start_timestamp_ms or 0
+        offset = admin.list_offsets({tp: stamp})[tp][0]
+        return end if offset < 0 else offset
+
+    def _copy(self, source: Consumer, producer: Producer, stop: threading.Event) -> None:
+        try:
+            records = source.poll(POLL_TIMEOUT_MS)
+        except MeridianError as error:
+            self._poll_failed(source, error)
+            return
+        if not records:
+            return
+        by_partition: dict[TopicPartition, list[Any]] = {}
+        for record in records:
+            tp = TopicPartition(record.topic, record.partition)
+            part = by_partition.get(tp)
+            if part is None:
+                part = by_partition[tp] = []
+            part.append(record)
+        for tp, part in by_partition.items():
+            self._send(producer, tp, part, stop)
+
+    def _send(
+        self, producer: Producer, tp: TopicPartition, records: list[Any], stop: threading.Event
+    ) -> None:
+        """Hand one partition's share of a poll to the producer, provenance added and
+        records from the target region left out."""
+        from_region, to_region = self._from, self._to
+        out: list[tuple[Any, ...]] = []
+        size = 0
+        skipped = 0
+        last = -1
+        for record in records:
+            headers = record.headers
+            region = None
+            for key, value in headers:
+                if key == ORIGIN_REGION:
+                    region = value
+                    break
+            if region is None:
+                headers = (
+                    *headers,
+                    (ORIGIN_REGION, from_region),
+                    (ORIGIN_OFFSET, b"%d" % record.offset),
+                )
+            elif region == to_region:
+                skipped += 1
+                continue
+            key, value = record.key, record.value
+            size += (len(key) if key else 0) + (len(value) if value else 0)
+            last = record.offset
+            out.append((key, value, headers, record.timestamp))
+        end = records[-1].offset + 1
+        progress = self.partitions[tp]
+        if not out:
+            with self.lock:
+                progress.skipped_records += skipped
+                progress.sent_next = end
+                if progress.inflight:
+                    progress.inflight[-1].end = end
+                else:
+                    progress.advance(end)
+            return
+        call = Call(out[0][3], last, end, len(out), size)
+        target = self.targets[tp.topic]
+        while True:
+            try:
+                futures = producer.send_batch(target, out, partition=tp.partition)
+                break
+            except BufferFull:
+                if stop.is_set():
+                    raise
+        with self.lock:
+            progress.skipped_records += skipped
+            progress.sent_next = end
+            progress.inflight.append(call)
+        futures.add_done_callback(self._delivered(progress))
+
+    def _delivered(self, progress: PartitionProgress) -> Callable[[DeliveryFutures], None]:
+        interval_ms = self.config.checkpoint_interval_ms
+
+        def done(futures: DeliveryFutures) -> None:
+            error = futures.exception(0)
+            with self.lock:
+                call = progress.inflight.popleft() if progress.inflight else None
+                if call is None:
+                    return  # a closed session's leftovers
+                if error is not None:
+                    progress.set_error("delivery", str(error))
+                    self._failure = error
+                    return
+                progress.clear_error("delivery")
+                progress.copied_records += call.records
+                progress.copied_bytes += call.size_bytes
+                progress.advance(call.end)
+                at = now_ms()
+                if at - progress.last_point_ms >= interval_ms:
+                    target_offset = futures[len(futures) - 1].result(0).offset
+                    progress.points.append((call.last_source_offset, target_offset))
+                    progress.last_point_ms = at
+
+        return done
+
+    def _poll_failed(self, source: Consumer, error: MeridianError) -> None:
+        if error.code != ErrorCode.OFFSET_OUT_OF_RANGE:
+            log.warning("source fetch failed: %s", error)
+            return
+        with self._admin("source") as admin:
+            bounds = _bounds(admin, self.partitions)
+        for tp, (log_start, end) in bounds.items():
+            with self.lock:
+                progress = self.partitions[tp]
+                at = progress.sent_next
+                if at < log_start and not progress.inflight:
+                    self._lost(progress, log_start - at)
+                    progress.start_at(log_start)
+                    source.seek(tp, log_start)
+                elif at > end:
+                    progress.set_error(
+                        "source", f"the source log ends at {end}, before the copy ({at})"
+                    )
+
+    def _lost(self, progress: PartitionProgress, count: int) -> None:
+        progress.records_lost_to_retention += count
+        progress.set_error(
+            "retention",
+            f"{progress.records_lost_to_retention} records were removed by retention in the"
+            " source before they were copied",
+        )
+        log.error("%s/%s: %d records lost to retention", progress.source_topic,
+                  progress.partition, count)  # fmt: skip
+
+    # -- the ends of both sides, for the status ------------------------------------------
+    def _watch_offsets(self, stop: threading.Event) -> None:
+        source = self._admin("source")
+        target = self._admin("target")
+        targets = {tp: TopicPartition(self.targets[tp.topic], tp.partition)
+                   for tp in self.partitions}  # fmt: skip
+        try:
+            while not stop.wait(OFFSETS_INTERVAL_S):
+                self._read_ends(source, target, targets)
+        finally:
+            source.close()
+            target.close()
+
+    def _read_ends(
+        self, source: Admin, target: Admin, targets: dict[TopicPartition, TopicPartition]
+    ) -> None:
+        try:
+            bounds = _bounds(source, self.partitions)
+        except MeridianError as error:
+            self._mark_all("source", f"the source is unreachable: {error.message}")
+        else:
+            with self.lock:
+                for tp, (log_start, end) in bounds.items():
+                    progress = self.partitions[tp]
+                    progress.source_log_start_offset, progress.source_end_offset = log_start, end
+                    progress.clear_error("source")
+        try:
+            ends = target.list_offsets(dict.fromkeys(targets.values(), "latest"))
+        except MeridianError as error:
+            log.info("target offsets not read: %s", error)
+            return
+        with self.lock:
+            for tp, target_tp in targets.items():
+                self.partitions[tp].target_end_offset = ends[target_tp][0]
+
+    def _mark_all(self, kind: str, text: str) -> None:
+        with self.lock:
+            for progress in self.partitions.values():
+                progress.set_error(kind, text)
+
+    def _clear_all(self, kind: str) -> None:
+        with self.lock:
+            for progress in self.partitions.values():
+                progress.clear_error(kind)
+
+    # -- reading -------------------------------------------------------------------------
+    def status(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """The partitions' status and the offset-map points (see ``docs/mirror.md``)."""
+        at = now_ms()
+        with self.lock:
+            partitions = [p.status(at) for p in self.partitions.values()]
+            points = [
+                {"topic": p.source_topic, "partition": p.partition,
+                 "source_offset": s, "target_offset": t}
+                for p in self.partitions.values()
+                for s, t in p.points
+            ]  # fmt: skip
+        return partitions, points
+
+
+def _bounds(admin: Admin, tps: Iterable[TopicPartition]) -> dict[TopicPartition, tuple[int, int]]:
+    """(log start, high watermark) of each partition."""
+    wanted = list(tps)
+    starts = admin.list_offsets(dict.fromkeys(wanted, "earliest"))
+    ends = admin.list_offsets(dict.fromkeys(wanted, "latest"))
+    return {tp: (starts[tp][0], ends[tp][0]) for tp in wanted}

@@ -1,0 +1,97 @@
+"""Where each partition's copy resumes: the target holds the truth.
+
+For a target partition, the last record whose ``x-origin-region`` is the leg's *from*
+region carries in ``x-origin-offset`` the last source offset copied (records are written
+in source order by one idempotent producer, so nothing before it is missing and nothing
+after it was written). ``find_resume`` reads the target backward from its high watermark
+in windows (``WINDOW_RECORDS``, doubling up to ``MAX_WINDOW_RECORDS``), each read
+forward, and stops at the checkpoint (a target offset known to hold a copy, from the
+control plane's offset map) or the log start:
+
+- found: resume at its ``x-origin-offset`` + 1;
+- not found, with a checkpoint: resume at the checkpoint's source offset + 1 (the
+  record at the checkpoint itself would have been found unless retention removed it);
+- nothing at all: the link's start position (``earliest``, ``latest``, a timestamp).
+
+Records of other origins in the target (local traffic, copies from a third region) are
+passed over; a checkpoint keeps the scan short when there are many.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from dataplane.client import Consumer, ErrorCode, MeridianError, TopicPartition
+from mirror.config import Checkpoint
+from mirror.provenance import origin
+
+WINDOW_RECORDS = 1_000
+MAX_WINDOW_RECORDS = 64_000
+READ_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class Found:
+    """What the scan found: the next source offset to copy (None: use the start
+    position) and the target offset of the copy it was found at (-1: none)."""
+
+    next_source_offset: int | None
+    target_offset: int = -1
+    scanned: int = 0
+
+
+def find_resume(
+    reader: Consumer,
+    tp: TopicPartition,
+    from_region: str,
+    bounds: tuple[int, int],
+    checkpoint: Checkpoint | None,
+) -> Found:
+    """The resume point of target partition ``tp`` whose log spans ``bounds`` (log
+    start, high watermark); see the module docstring. ``reader`` is a consumer of the
+    target without a group; it is left assigned to ``tp``."""
+    log_start, end = bounds
+    stop = log_start
+    if checkpoint is not None and checkpoint.target_offset >= log_start:
+        stop = checkpoint.target_offset
+    wanted = from_region.encode()
+    window, scanned = WINDOW_RECORDS, 0
+    reader.assign([tp])
+    while end > stop:
+        start = max(stop, end - window)
+        hit = _last_copy(reader, tp, wanted, start, end)
+        scanned += end - start
+        if hit is not None:
+            return Found(hit[0] + 1, hit[1], scanned)
+        end, window = start, min(window * 2, MAX_WINDOW_RECORDS)
+    if checkpoint is not None:
+        return Found(checkpoint.source_offset + 1, checkpoint.target_offset, scanned)
+    return Found(None, -1, scanned)
+
+
+def _last_copy(
+    reader: Consumer, tp: TopicPartition, wanted: bytes, start: int, end: int
+) -> tuple[int, int] | None:
+    """(origin offset, target offset) of the last copy from ``wanted`` in
+    ``[start, end)``, reading forward."""
+    reader.seek(tp, start)
+    last = None
+    deadline = time.monotonic() + READ_TIMEOUT_S
+    while reader.position(tp) < end:
+        records = reader.poll(200)
+        if not records and time.monotonic() > deadline:
+            raise MeridianError(
+                ErrorCode.REQUEST_TIMED_OUT,
+                f"{tp.topic}/{tp.partition}: the target did not return offsets {start}..{end}"
+                f" within {READ_TIMEOUT_S:.0f} s",
+            )
+        for record in records:
+            if record.offset >= end:
+                break
+            region, offset = origin(record.headers)
+            if region == wanted and offset is not None:
+                last = (offset, record.offset)
+        if records:
+            deadline = time.monotonic() + READ_TIMEOUT_S
+    return last
