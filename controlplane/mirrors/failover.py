@@ -34,7 +34,7 @@ the brokers' call, so a refused call leaves no event.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from django.db import transaction
 
@@ -48,7 +48,7 @@ from controlplane.groups.services import GroupActive
 from controlplane.mirrors.choices import Direction
 from controlplane.mirrors.models import MirrorLink, MirrorOffsetPoint, MirrorPartition
 from controlplane.regions.choices import BrokerPhase
-from controlplane.regions.models import Broker
+from controlplane.regions.models import Broker, Region
 from controlplane.topics.models import Topic
 from dataplane.client import TopicPartition
 from dataplane.client.coordinator import GroupDescription
@@ -61,22 +61,30 @@ _SERVING = (BrokerPhase.READY, BrokerPhase.DECOMMISSIONING, BrokerPhase.UNREACHA
 _ACTIVE_CODES = frozenset({"UNKNOWN_MEMBER_ID", "NON_EMPTY_GROUP", "ILLEGAL_GENERATION"})
 
 
+__all__ = ["FailoverResult", "GroupActive", "PartitionFailover", "failover_group"]
+
+
 @dataclass(frozen=True)
 class PartitionFailover:
+    """One partition's move: ``from_offset`` is the group's committed offset in the
+    region it leaves, ``to_offset`` the one committed in ``to_region``; ``exact``
+    whether no record is skipped nor repeated; ``may_repeat`` how many records the
+    group will see a second time (0 when exact)."""
+
     topic: str
     partition: int
-    from_offset: int
+    from_offset: int | None
     to_offset: int
     exact: bool
-    may_repeat: int
+    may_repeat: int = 0
 
 
 @dataclass(frozen=True)
-class Failover:
+class FailoverResult:
     group: str
     from_region: str
     to_region: str
-    partitions: list[PartitionFailover]
+    partitions: list[PartitionFailover] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -88,8 +96,13 @@ class _Side:
     description: GroupDescription
 
 
-def failover_group(link: MirrorLink, group_id: str, to_region: str, *, actor: Actor) -> Failover:
-    """See the module docstring."""
+def failover_group(
+    link: MirrorLink, group_id: str, to_region: Region | str, actor: Actor
+) -> FailoverResult:
+    """See the module docstring. Raises ``GroupActive`` (409), ``NotFound`` (404: a
+    group neither region knows, or not the tenant's) and ``InvalidRequest`` (400: a
+    region not the link's)."""
+    to_region = to_region.name if isinstance(to_region, Region) else to_region
     from_region = _other_region(link, to_region)
     tenant = link.tenant
     if not group_id.startswith(f"{tenant.slug}.") or group_id.startswith("__"):
@@ -105,7 +118,7 @@ def failover_group(link: MirrorLink, group_id: str, to_region: str, *, actor: Ac
         if tp.topic in topics
     ]
     _commit(link, group_id, origin, target, moves, actor)
-    return Failover(group_id, from_region, to_region, moves)
+    return FailoverResult(group_id, from_region, to_region, moves)
 
 
 def link_topics(link: MirrorLink) -> set[str]:
