@@ -32,6 +32,10 @@ Every ``tick()`` (the process calls it every ``settings.CONTROLLER_TICK_S``):
    restored database, a recreated region), so the controller advances its epoch by
    one per tick until the brokers accept it. Either way the other brokers and
    clusters of the tick are still served.
+4. The region's mirror workers are supervised (``controller.mirrors``): started,
+   restarted on a configuration change, replaced when silent, stopped when their link is
+   paused or deleted, their status recorded. That round runs on a thread of its own, so
+   it never stretches the tick.
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ from django.utils import timezone
 
 from controlplane.controller.leaders import metadata_request
 from controlplane.controller.lease import Lease
+from controlplane.controller.mirrors import MirrorSupervisor
 from controlplane.controller.push import MetadataPusher, PushOutcome
 from controlplane.core.actors import Actor
 from controlplane.core.choices import ProvisioningStatus
@@ -101,6 +106,9 @@ class Controller:
         self._live_since: dict[int, datetime] = {}
         # Broker pk -> the uptime it last reported: a smaller one means it restarted.
         self._uptime_ms: dict[int, int] = {}
+        self.mirrors = MirrorSupervisor(
+            region_name, provisioner_for, clock, is_active=lambda: self.active
+        )
 
     # -- leadership -----------------------------------------------------------------------
     def tick(self) -> None:
@@ -119,6 +127,8 @@ class Controller:
                 self._tick_cluster(cluster)
         except DeposedError as exc:
             self.step_down(str(exc))
+            return
+        self.mirrors.tick()
 
     def _take_over(self) -> bool:
         if not self.lease.acquire():
@@ -127,6 +137,7 @@ class Controller:
             self.region_name, controller_id=self.controller_id, actor=ACTOR
         )
         self.active, self.active_since = True, self.clock()
+        self.mirrors.reset()
         log.info("controller %s active for %s, epoch %d", self.controller_id,
                  self.region_name, self.epoch)  # fmt: skip
         return True
@@ -146,6 +157,7 @@ class Controller:
         if self.active:
             log.info("controller %s stops and gives its lease up", self.controller_id)
         self.active = False
+        self.mirrors.close()
         self.lease.release()  # the gateway's channels are the process's, shared: kept
 
     # -- one cluster ----------------------------------------------------------------------
