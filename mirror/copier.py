@@ -18,8 +18,10 @@ from the log start.
 from __future__ import annotations
 
 import logging
+import operator
 import threading
 from collections.abc import Callable, Iterable
+from itertools import groupby
 from typing import Any
 
 from dataplane.client import (
@@ -44,6 +46,7 @@ RETRY_BACKOFF_S = (0.5, 1, 2, 5)  # between failed sessions
 OFFSETS_INTERVAL_S = 1.0  # how often the ends of both sides are read for the status
 BUFFER_MEMORY = 64 * 1024 * 1024
 CLOSE_TIMEOUT_S = 10.0
+_TOPIC_PARTITION = operator.attrgetter("topic", "partition")
 
 
 class Copier:
@@ -207,15 +210,9 @@ class Copier:
             return
         if not records:
             return
-        by_partition: dict[TopicPartition, list[Any]] = {}
-        for record in records:
-            tp = TopicPartition(record.topic, record.partition)
-            part = by_partition.get(tp)
-            if part is None:
-                part = by_partition[tp] = []
-            part.append(record)
-        for tp, part in by_partition.items():
-            self._send(producer, tp, part, stop)
+        # A poll's records come in runs, a fetched batch at a time: one call per run.
+        for (topic, partition), run in groupby(records, _TOPIC_PARTITION):
+            self._send(producer, TopicPartition(topic, partition), list(run), stop)
 
     def _send(
         self, producer: Producer, tp: TopicPartition, records: list[Any], stop: threading.Event
