@@ -85,7 +85,8 @@ class PartitionProgress:
         """The age of the oldest source record not yet copied: the first one in flight
         when known, else (records not read yet, or the source unreachable) the time
         since the partition was last caught up, which bounds it from above."""
-        if self.lag_records() == 0 and not self.inflight:
+        # An unreachable source's end is unknown: not caught up as of now.
+        if self.lag_records() == 0 and not self.inflight and "source" not in self.errors:
             self.caught_up_ms = at_ms
             return 0.0
         if self.inflight:
