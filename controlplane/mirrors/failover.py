@@ -199,6 +199,7 @@ def _first_copy_from(
     """(A, records below ``committed`` not copied yet): the to-region offset of the first
     copy of a from-region record at or past ``committed``; none: the end of what the scan
     read (every copy made so far is before it)."""
+    copied_up_to = _next_source_offset(link, from_region, tp)
     point = (
         MirrorOffsetPoint.objects.filter(
             link=link,
@@ -212,17 +213,22 @@ def _first_copy_from(
     )
     log_start, end = bounds
     scan_from = max(log_start, point.target_offset + 1) if point is not None else log_start
-    last_copied = point.source_offset if point is not None else None
     for record in read_to(tp.topic, tp.partition, scan_from):
         end = max(end, record.offset + 1)
         origin_offset = _origin_offset(record, from_region)
-        if origin_offset is None:
-            continue
-        if origin_offset >= committed:
+        if origin_offset is not None and origin_offset >= committed:
             return record.offset, 0
-        last_copied = origin_offset
-    not_copied = committed - (last_copied + 1 if last_copied is not None else 0)
-    return end, max(0, not_copied)
+    # Offsets below ``committed`` the leg had not passed yet (an upper bound: some of
+    # them may be copies the loop rule skips) land after the answer once copied.
+    return end, max(0, committed - copied_up_to) if copied_up_to is not None else 0
+
+
+def _next_source_offset(link: MirrorLink, from_region: str, tp: TopicPartition) -> int | None:
+    """Where the leg from ``from_region`` last reported it would copy next."""
+    progress = MirrorPartition.objects.filter(
+        link=link, from_region__name=from_region, source_topic=tp.topic, partition=tp.partition
+    ).first()
+    return progress.next_source_offset if progress is not None else None
 
 
 def _first_unconsumed_local(
@@ -230,21 +236,14 @@ def _first_unconsumed_local(
 ) -> int:
     """B: the to-region offset of its first own record the group has not consumed (as a
     copy in the from region)."""
-    progress = MirrorPartition.objects.filter(
-        link=link,
-        from_region__name=to_region,
-        to_region__name=origin.region,
-        source_topic=tp.topic,
-        partition=tp.partition,
-    ).first()
-    copied_up_to = progress.next_source_offset if progress is not None else 0
+    copied_up_to = _next_source_offset(link, to_region, tp)
     read_from = tail_reader(origin.addresses, [tp.topic])
     start, _end = _bounds(origin.addresses, tp)
     for record in read_from(tp.topic, tp.partition, max(committed, start)):
         origin_offset = _origin_offset(record, to_region)
         if origin_offset is not None:
             return origin_offset
-    return int(copied_up_to or 0)
+    return copied_up_to or 0
 
 
 def _count(records: Iterable[Record], upper: int, from_region: str, from_origin: bool) -> int:

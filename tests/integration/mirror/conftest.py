@@ -27,7 +27,6 @@ from controlplane.core.choices import ProvisioningStatus
 from controlplane.mirrors import services as mirror_services
 from controlplane.mirrors.models import MirrorLink, MirrorWorker
 from controlplane.regions import services
-from controlplane.regions.models import Region
 from controlplane.tenants.models import Tenant
 from controlplane.topics.models import Topic
 from controlplane.topics.reconcile import Outcome, reconcile_topic
@@ -209,7 +208,7 @@ class TwoRegions:
                 assert time.monotonic() < deadline, f"reading {topic} in {region}"
                 for record in consumer.poll(timeout_ms=300):
                     if record.offset < ends[record.partition]:
-                        got.append(_copy(record))
+                        got.append(copy_of(record))
         finally:
             consumer.close()
         return got
@@ -232,7 +231,7 @@ def caught_up(link: MirrorLink) -> bool:
     return bool(partitions) and all(p.lag_records == 0 for p in partitions)
 
 
-def _copy(record: Any) -> Copy:
+def copy_of(record: Any) -> Copy:
     headers = dict(record.headers)
     region = headers.get("x-origin-region")
     offset = headers.get("x-origin-offset")
@@ -265,11 +264,3 @@ def regions(
         pair.kill_all()
         if report is not None and report.failed:
             print(pair.logs())
-
-
-@pytest.fixture
-def region_names() -> tuple[str, str]:
-    return ("east", "west")
-
-
-__all__ = ["Copy", "Region", "TwoRegions", "caught_up", "wait_until"]
