@@ -50,12 +50,12 @@ def main(argv: list[str] | None = None) -> int:
     lifeline.watch()
     try:
         config = load_config(args.config)
+        copier = Copier(config)  # reads the client secret
     except ConfigError as err:
         raise SystemExit(f"meridian-mirror: {err}") from None
     stopping = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stopping.set())
-    copier = Copier(config)
     server = StatusServer(_host_port(args.status_listen), copier)
     server.start()
     copying = threading.Thread(target=copier.run, args=(stopping,), name="copier")

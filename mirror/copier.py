@@ -355,6 +355,8 @@ class Copier:
                     progress = self.partitions[tp]
                     progress.source_log_start_offset, progress.source_end_offset = log_start, end
                     progress.clear_error("source")
+                    if not progress.inflight:
+                        progress.note_caught_up()
         try:
             ends = target.list_offsets(dict.fromkeys(targets.values(), "latest"))
         except MeridianError as error:

@@ -75,6 +75,12 @@ class PartitionProgress:
         if end > self.next_source_offset:
             self.next_source_offset = end
             self.last_progress_ms = now_ms()
+        self.note_caught_up()
+
+    def note_caught_up(self) -> None:
+        """Remember when the copy last reached the source's end (``lag_seconds``)."""
+        if self.source_end_offset >= 0 and self.next_source_offset >= self.source_end_offset:
+            self.caught_up_ms = now_ms()
 
     def lag_records(self) -> int:
         if self.source_end_offset < 0 or self.next_source_offset < 0:

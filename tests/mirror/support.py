@@ -23,11 +23,19 @@ def make_records(region: str, start: int, count: int) -> list[tuple[Any, ...]]:
 
 
 def produce(
-    bootstrap: str, topic: str, partitions: int, region: str, start: int, count: int
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    region: str,
+    start: int,
+    count: int,
+    token: str | None = None,
 ) -> None:
     """``count`` records spread over the partitions, acknowledged by all replicas."""
     records = make_records(region, start, count)
-    with Producer(bootstrap, acks="all", route_lanes=False, linger_ms=2) as producer:
+    with Producer(
+        bootstrap, acks="all", route_lanes=False, linger_ms=2, credentials=token
+    ) as producer:
         futures = [
             producer.send_batch(topic, records[p::partitions], partition=p)
             for p in range(partitions)

@@ -22,7 +22,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,17 +38,26 @@ READY_TIMEOUT_S = 30.0
 class Region:
     name: str
     brokers: list[BrokerProcess]
+    admin_token: str | None = None  # with authentication on: an internal token
 
     @classmethod
-    def start(cls, directory: Path, brokers: int = 1) -> Region:
-        return cls(directory.name, start_cluster(directory, brokers))
+    def start(
+        cls,
+        directory: Path,
+        brokers: int = 1,
+        *,
+        extra_args: Sequence[str] = (),
+        admin_token: str | None = None,
+    ) -> Region:
+        return cls(directory.name, start_cluster(directory, brokers, extra_args=extra_args),
+                   admin_token)  # fmt: skip
 
     @property
     def bootstrap(self) -> str:
         return ",".join(b.address for b in self.brokers if b.running) or self.brokers[0].address
 
     def create_topic(self, name: str, partitions: int) -> None:
-        with Admin(self.brokers[0].address) as admin:
+        with Admin(self.brokers[0].address, credentials=self.admin_token) as admin:
             admin.create_topic(name, partitions)
 
     def stop(self) -> None:
@@ -197,17 +206,17 @@ class WorkerProcess:
 
 
 def read_all(
-    bootstrap: str, topic: str, partitions: int, timeout_s: float = 60
+    bootstrap: str, topic: str, partitions: int, timeout_s: float = 60, token: str | None = None
 ) -> dict[int, list[ConsumerRecord]]:
     """Every record of ``topic`` up to the high watermarks as they are now."""
-    with Admin(bootstrap) as admin:
+    with Admin(bootstrap, credentials=token) as admin:
         tps = [TopicPartition(topic, p) for p in range(partitions)]
         ends = {
             tp.partition: off
             for tp, (off, _) in admin.list_offsets(dict.fromkeys(tps, "latest")).items()
         }
     consumer = Consumer(bootstrap, auto_offset_reset="earliest", enable_auto_commit=False,
-                        max_poll_records=10_000)  # fmt: skip
+                        max_poll_records=10_000, credentials=token)  # fmt: skip
     out: dict[int, list[ConsumerRecord]] = {p: [] for p in range(partitions)}
     try:
         consumer.assign(tps)
