@@ -169,13 +169,18 @@ class TestMirrorAPI(TenantScopedAPIContract):
         copy = self.client(Role.VIEWER).get("/api/v1/topics/acme.orders?region=west").json()
         assert (copy["mirror_of"], copy["mirror_link"]) == ("east", None)
 
-    def test_failover_group_is_declared_and_says_it_is_not_available(self) -> None:
+    def test_failover_group_refuses_bad_input_and_needs_the_brokers(self) -> None:
+        """The translation itself is tested end to end (tests/integration/mirror)."""
         name = self.make_object(self.tenant)
         client = self.client(Role.DEVELOPER)
         url = self.url(name) + "/failover-group"
         assert_error(client.post(url, {}, format="json"), 400, "invalid")
+        response = client.post(url, {"group": "acme.g", "to_region": "north"}, format="json")
+        assert_error(response, 400, "invalid")
+        response = client.post(url, {"group": "other.g", "to_region": "west"}, format="json")
+        assert_error(response, 404, "not_found")
         response = client.post(url, {"group": "acme.g", "to_region": "west"}, format="json")
-        assert_error(response, 501, "not_implemented")
+        assert_error(response, 503, "broker_unavailable")  # no broker runs here
         viewer = self.client(Role.VIEWER)
         response = viewer.post(url, {"group": "acme.g", "to_region": "west"}, format="json")
         assert_error(response, 403, "permission_denied")
