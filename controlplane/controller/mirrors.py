@@ -16,9 +16,9 @@ The workers of a region are those of every mirror link leg whose *to* region it 
    (``MIRROR_STATUS_TIMEOUT_S``) and stored (``mirrors.progress.record_status``). A
    worker whose status has been unreadable for ``MIRROR_WORKER_TIMEOUT_S`` (hung,
    stopped, cut off) is ``unreachable``, then killed and replaced.
-3. **Retired workers.** A worker no longer desired (its link paused or being deleted)
-   is stopped and its row removed; a link being deleted whose last worker is gone is
-   deleted (``mirrors.services.finish_deletion``).
+3. **Retired workers.** A worker no longer desired is stopped: a paused link's row is
+   kept (``stopped``); a deleted link's row is removed, and the link itself once its last
+   worker is gone (``mirrors.services.finish_deletion``).
 4. **Health.** ``mirrors.progress.evaluate_health`` for each link with a leg here, and
    the copies follow their origins (``mirrors.services.follow_origins``).
 
@@ -44,6 +44,7 @@ from django.db import close_old_connections
 
 from controlplane.accounts import internal
 from controlplane.core.actors import Actor
+from controlplane.core.choices import ProvisioningStatus
 from controlplane.mirrors import identity, progress
 from controlplane.mirrors import services as mirror_services
 from controlplane.mirrors.choices import WorkerPhase
@@ -191,14 +192,22 @@ class MirrorSupervisor:
         log.info("mirror worker %s runs as pid %d", worker, process.pid)
 
     def _retire(self, worker: MirrorWorker) -> None:
-        """Stop a worker no longer desired, drop its row, and finish deleting its link
-        when that was its last worker."""
+        """Stop a worker no longer desired. A paused link's row stays (``stopped``, so
+        its generations go on counting when it resumes); a deleted link's goes, and the
+        link is deleted once that was its last worker."""
+        deleting = worker.link.status == ProvisioningStatus.DELETING
+        if worker.phase == WorkerPhase.STOPPED and not deleting:
+            return
         provisioner = self._provisioner(None)
         if provisioner is not None:
             provisioner.stop_mirror_worker(worker)
-        link = worker.link
-        worker.delete()
         self._started_at.pop(worker.pk, None)
+        link = worker.link
+        if not deleting:
+            _update(worker, pid=None, phase=WorkerPhase.STOPPED, phase_reason="the link is paused")
+            log.info("mirror worker %s stopped: the link is paused", worker)
+            return
+        worker.delete()
         log.info("mirror worker of %s from region %d stopped", link, worker.from_region_id)
         mirror_services.finish_deletion(link, actor=ACTOR)
 

@@ -18,9 +18,11 @@ import pytest
 
 from controlplane.core.actors import Actor
 from controlplane.groups.services import GroupActive
-from controlplane.mirrors.choices import MirrorHealth
+from controlplane.mirrors import services as mirror_services
+from controlplane.mirrors.choices import MirrorHealth, WorkerPhase
 from controlplane.mirrors.failover import FailoverResult, failover_group
 from controlplane.mirrors.models import MirrorLink
+from controlplane.topics.models import Topic
 from dataplane.client import Consumer, TopicPartition
 from tests.integration.mirror.conftest import (
     PARTITIONS,
@@ -230,6 +232,27 @@ def test_one_way_copies_exactly_once_fails_a_group_over_exactly_and_degrades_wit
     wait_until(lambda: _link(link).health == MirrorHealth.OK, 90, "healthy again")
     sent["east"] += late
     regions.wait_copied(link, {"west": total + CHUNK}, topic)
+    check_region(regions.read_all("west", topic), "west", sent)
+
+    # Paused, the worker stops; resumed, it copies what came meanwhile, once.
+    pid = regions.worker(link, "west").pid
+    mirror_services.update_link(_link(link), paused=True, actor=ACTOR)
+    wait_until(lambda: regions.worker(link, "west").phase == WorkerPhase.STOPPED, 30, "stopped")
+    assert pid is not None
+    assert not _exists(pid)
+    sent["east"] += send(regions, "east", topic, CHUNK, 20_000)
+    mirror_services.update_link(_link(link), paused=False, actor=ACTOR)
+    regions.wait_copied(link, {"west": total + 2 * CHUNK}, topic)
+    check_region(regions.read_all("west", topic), "west", sent)
+
+    # Deleted: its worker stops, the link goes, the copy and its records stay.
+    pid = regions.worker(link, "west").pid
+    mirror_services.delete_link(_link(link), actor=ACTOR)
+    wait_until(lambda: not MirrorLink.objects.filter(pk=link.pk).exists(), 30, "link deleted")
+    assert pid is not None
+    assert not _exists(pid)
+    copy = Topic.objects.get(full_name=topic, cluster__region__name="west")
+    assert (copy.mirror_link_id, copy.mirror_of_id is not None) == (None, True)
     check_region(regions.read_all("west", topic), "west", sent)
 
 
