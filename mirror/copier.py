@@ -37,7 +37,7 @@ from dataplane.client import (
 from mirror.config import MirrorConfig
 from mirror.progress import Call, PartitionProgress, now_ms
 from mirror.provenance import ORIGIN_OFFSET, ORIGIN_REGION, origin
-from mirror.resume import find_resume
+from mirror.resume import find_resume, settle
 
 log = logging.getLogger("mirror")
 
@@ -174,6 +174,9 @@ class Copier:
             with self._admin("target") as admin:
                 targets = {tp: TopicPartition(self.targets[tp.topic], tp.partition)
                            for tp in self.partitions}  # fmt: skip
+                unsettled = settle(admin, targets.values())
+                if unsettled:
+                    log.warning("high watermark still behind the log end in %s", unsettled)
                 bounds = _bounds(admin, targets.values())
                 for tp, target in targets.items():
                     checkpoint = self.config.checkpoints.get((tp.topic, tp.partition))

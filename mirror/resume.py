@@ -15,20 +15,29 @@ control plane's offset map) or the log start:
 
 Records of other origins in the target (local traffic, copies from a third region) are
 passed over; a checkpoint keeps the scan short when there are many.
+
+Before the scan, ``settle`` waits (up to ``SETTLE_TIMEOUT_S``) until each target
+partition's high watermark reaches the log end offset its leader had when asked: a
+previous worker's last batch may have been appended by the leader and not yet be
+replicated, so invisible to a reader; were the scan to pass it, that batch would be
+copied again once it is committed. A batch the leader loses instead (a leader change
+truncates it) is gone, which the scan then sees.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-from dataplane.client import Consumer, ErrorCode, MeridianError, TopicPartition
+from dataplane.client import Admin, Consumer, ErrorCode, MeridianError, TopicPartition
 from mirror.config import Checkpoint
 from mirror.provenance import origin
 
 WINDOW_RECORDS = 1_000
 MAX_WINDOW_RECORDS = 64_000
 READ_TIMEOUT_S = 30.0
+SETTLE_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -39,6 +48,34 @@ class Found:
     next_source_offset: int | None
     target_offset: int = -1
     scanned: int = 0
+
+
+def settle(admin: Admin, tps: Iterable[TopicPartition]) -> list[TopicPartition]:
+    """Wait until the high watermark of each of ``tps`` reaches the log end offset it
+    had at the call (see the module docstring); returns those that did not within
+    ``SETTLE_TIMEOUT_S``."""
+    wanted = list(tps)
+    ends = _log_ends(admin, {tp.topic for tp in wanted})
+    deadline = time.monotonic() + SETTLE_TIMEOUT_S
+    pending = wanted
+    while True:
+        marks = _log_ends(admin, {tp.topic for tp in pending}, high_watermark=True)
+        pending = [tp for tp in pending if marks.get(tp, -1) < ends.get(tp, -1)]
+        if not pending or time.monotonic() > deadline:
+            return pending
+        time.sleep(0.1)
+
+
+def _log_ends(
+    admin: Admin, topics: Iterable[str], *, high_watermark: bool = False
+) -> dict[TopicPartition, int]:
+    out = {}
+    for topic in topics:
+        for p in admin.describe_topic(topic).partitions:
+            out[TopicPartition(topic, p.partition)] = (
+                p.high_watermark if high_watermark else p.log_end_offset
+            )
+    return out
 
 
 def find_resume(
