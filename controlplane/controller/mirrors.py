@@ -213,6 +213,7 @@ class MirrorSupervisor:
 
     def _judge_links(self) -> None:
         region = Region.objects.get(name=self.region_name)
+        mirror_services.finish_deletions(region, actor=ACTOR)  # those that had no worker here
         mirror_services.follow_origins(region, actor=ACTOR)
         for link in MirrorLink.objects.filter(workers__to_region=region).distinct():
             progress.evaluate_health(link)
