@@ -78,10 +78,14 @@ def kill_worker(regions: TwoRegions, link: MirrorLink, to_region: str, sig: int)
         assert not _exists(worker.pid)
 
 
-def kill_broker(regions: TwoRegions, region: str, broker_id: int) -> None:
+def kill_broker(
+    regions: TwoRegions, region: str, broker_id: int, sig: int = signal.SIGKILL
+) -> None:
+    """Send ``sig`` to a broker (SIGKILL: the controller restarts it; SIGSTOP: it hangs,
+    and the controller moves its leaderships, until SIGCONT)."""
     pid = regions[region].pid(broker_id)
     assert pid is not None
-    os.kill(pid, signal.SIGKILL)
+    os.kill(pid, sig)
 
 
 def _exists(pid: int) -> bool:
@@ -194,10 +198,13 @@ def test_one_way_copies_exactly_once_fails_a_group_over_exactly_and_degrades_wit
             lambda: kill_worker(regions, link, "west", signal.SIGSTOP),
             lambda: kill_broker(regions, "east", 2),
             lambda: kill_broker(regions, "west", 3),
+            lambda: kill_broker(regions, "west", 1, signal.SIGSTOP),
+            lambda: kill_broker(regions, "west", 1, signal.SIGCONT),
         ],
         produce,
     )
     total = len(sent["east"])
+    assert total == 7 * CHUNK
     regions.wait_copied(link, {"west": total}, topic)
     east, west = regions.read_all("east", topic), regions.read_all("west", topic)
     check_region(east, "east", sent)
@@ -281,6 +288,8 @@ def test_two_way_copies_both_ways_exactly_once_and_fails_groups_over_both_ways(
             lambda: kill_worker(regions, link, "west", signal.SIGSTOP),
             lambda: kill_broker(regions, "west", 1),
             lambda: kill_broker(regions, "east", 3),
+            lambda: kill_broker(regions, "east", 2, signal.SIGSTOP),
+            lambda: kill_broker(regions, "east", 2, signal.SIGCONT),
         ],
         produce,
     )
