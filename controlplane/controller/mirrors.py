@@ -40,7 +40,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import close_old_connections
+from django.db import close_old_connections, connection
 
 from controlplane.accounts import internal
 from controlplane.core.actors import Actor
@@ -103,11 +103,13 @@ class MirrorSupervisor:
         self._executor.shutdown(wait=True, cancel_futures=True)
 
     def _round_on_thread(self) -> None:
+        """A round with a database connection of its own, closed after it: an idle
+        thread must not hold a session open."""
         close_old_connections()
         try:
             self.supervise()
         finally:
-            close_old_connections()
+            connection.close()
 
     # -- one round --------------------------------------------------------------------------
     def supervise(self) -> None:
