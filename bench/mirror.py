@@ -12,7 +12,9 @@ with its default batching (5,000 records a poll, ``linger_ms`` 5).
 
 1. **Throughput**: the SDK ``Producer`` (acks=all, idempotent, as the worker writes)
    sends ``--records`` 100-byte records (16-byte keys) with ``send_batch`` in prebuilt
-   lists of 5,000 into east, from the first call to the end of ``flush``; then the
+   lists of 5,000 into east, from the first call to the end of ``flush``; then the same
+   records as the worker writes them (two provenance headers, the source timestamp,
+   ``route_lanes=False``) into another topic in west, for reference; then the
    worker copies them to west, from its ready file to the status saying every partition
    caught up (which includes its resume scan and client start-up). Records/s, MB/s (key
    and value bytes) and the ratio, in the same run.
@@ -44,10 +46,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dataplane.client import Consumer, Producer, TopicPartition
+from dataplane.client import Admin, Consumer, Producer, TopicPartition
 from tests.support.mirror import Region, WorkerProcess, link_config
 
 TOPIC = "bench.orders"
+STAMPED = "bench.stamped"
 VALUE = b"v" * 100
 WARMUP_S = 3.0
 BATCH = 5_000
@@ -57,28 +60,39 @@ def progress(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-def produce_rate(bootstrap: str, partitions: int, records: int) -> float:
-    """Seconds the SDK producer takes for ``records`` in prebuilt send_batch lists."""
+def produce_rate(
+    bootstrap: str, partitions: int, records: int, topic: str = TOPIC, stamped: bool = False
+) -> float:
+    """Seconds the SDK producer takes for ``records`` in prebuilt send_batch lists;
+    ``stamped``: records as the worker writes them (provenance headers, timestamps)."""
     batches = [
-        [(b"key-%012d" % (i + j), VALUE) for j in range(BATCH)] for i in range(0, records, BATCH)
-    ]
-    with Producer(bootstrap, acks="all", linger_ms=5) as producer:
-        producer.partitions_for(TOPIC)
+        [
+            (b"key-%012d" % (i + j), VALUE, {"x-origin-region": b"east",
+             "x-origin-offset": b"%d" % (i + j)}, 1_700_000_000_000 + i + j)
+            if stamped else (b"key-%012d" % (i + j), VALUE)
+            for j in range(BATCH)
+        ]
+        for i in range(0, records, BATCH)
+    ]  # fmt: skip
+    # the copies' records go as the worker sends them: lane routing off
+    with Producer(bootstrap, acks="all", linger_ms=5, route_lanes=not stamped) as producer:
+        producer.partitions_for(topic)
         started = time.perf_counter()
         for n, batch in enumerate(batches):
-            producer.send_batch(TOPIC, batch, partition=n % partitions)
+            producer.send_batch(topic, batch, partition=n % partitions)
         producer.flush()
         return time.perf_counter() - started
 
 
-def copy_rate(worker: WorkerProcess, records: int) -> tuple[float, float]:
-    """Seconds from starting the worker to every partition caught up, and from its
-    status first showing copies (start-up and resume scan done) to caught up."""
+def copy_rate(worker: WorkerProcess, records: int, ends: dict[int, int]) -> tuple[float, float]:
+    """Seconds from starting the worker to every partition caught up with ``ends``, and
+    from its status first showing copies (start-up and resume scan done) to caught up;
+    the status is read every 0.1 s."""
     started = time.perf_counter()
     worker.start()
     worker.wait_for(lambda s: any(p["copied_records"] for p in s["partitions"]), 600)
     copying = time.perf_counter()
-    worker.wait_caught_up(timeout_s=600)
+    worker.wait_caught_up(ends, timeout_s=600)
     done = time.perf_counter()
     copied = worker.copied()
     assert copied == records, f"copied {copied} of {records}"
@@ -138,7 +152,7 @@ def percentile(values: list[float], q: float) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--records", type=int, default=500_000)
+    p.add_argument("--records", type=int, default=1_000_000)
     p.add_argument("--partitions", type=int, default=3)
     p.add_argument("--rate", type=int, default=5_000)
     p.add_argument("--lag-s", type=float, default=30.0)
@@ -155,8 +169,15 @@ def main(argv: list[str] | None = None) -> int:
             region.create_topic(TOPIC, args.partitions)
         progress(f"producing {args.records:,} records of 100 B into east")
         produce_s = produce_rate(east.bootstrap, args.partitions, args.records)
+        progress("producing them again into west as the copies are written, to another topic")
+        west.create_topic(STAMPED, args.partitions)
+        stamped_s = produce_rate(west.bootstrap, args.partitions, args.records, STAMPED, True)
         progress("copying them to west")
-        total_s, copy_s = copy_rate(worker, args.records)
+        with Admin(east.bootstrap) as admin:
+            tps = [TopicPartition(TOPIC, p) for p in range(args.partitions)]
+            ends = {tp.partition: end for tp, (end, _) in admin.list_offsets(
+                dict.fromkeys(tps, "latest")).items()}  # fmt: skip
+        total_s, copy_s = copy_rate(worker, args.records, ends)
         size_mb = args.records * (len(VALUE) + 16) / 1e6
         progress(f"lag at {args.rate:,} records/s for {args.lag_s:.0f} s")
         paced = Paced(east.bootstrap, args.rate)
@@ -173,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         backlog = sum(p["copied_records"] for p in status["partitions"])
         paced.stop.set()
         paced.thread.join()
-        times = (produce_s, total_s, copy_s)
+        times = (produce_s, stamped_s, total_s, copy_s)
         report(args, times, size_mb, lags, catch_up_s, backlog, backlog_before)
     finally:
         if paced is not None:
@@ -186,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def report(
     args: argparse.Namespace,
-    times: tuple[float, float, float],
+    times: tuple[float, float, float, float],
     size_mb: float,
     lags: list[float],
     catch_up_s: float,
@@ -194,7 +215,7 @@ def report(
     sent: int,
 ) -> None:
     n = args.records
-    produce_s, total_s, copy_s = times
+    produce_s, stamped_s, total_s, copy_s = times
     machine = f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
     print(f"Mirror benchmark ({machine}), {args.partitions} partitions, one link east -> west")
     print()
@@ -202,11 +223,15 @@ def report(
     print("|---|---:|---:|---:|")
     rate, mb = n / produce_s, size_mb / produce_s
     print(f"| SDK producer, send_batch, acks=all | {rate:,.0f} | {mb:.1f} | {produce_s:.1f} |")
+    rate, mb = n / stamped_s, size_mb / stamped_s
+    print(f"| SDK producer, the copies' records (provenance, timestamps) | {rate:,.0f} | {mb:.1f}"
+          f" | {stamped_s:.1f} |")  # fmt: skip
     for what, seconds in (("mirror copy, first copy to caught up", copy_s),
                           ("mirror copy, process start to caught up", total_s)):  # fmt: skip
         print(f"| {what} | {n / seconds:,.0f} | {size_mb / seconds:.1f} | {seconds:.1f} |")
     print(f"\nCopy rate / producer rate: {produce_s / copy_s:.0%} (from the first copy),"
-          f" {produce_s / total_s:.0%} (from the process start)")  # fmt: skip
+          f" {produce_s / total_s:.0%} (from the process start); / the producer writing the"
+          f" copies' records: {stamped_s / copy_s:.0%}")  # fmt: skip
     if lags:
         print(f"\nLag at {args.rate:,} records/s ({len(lags):,} copies after a {WARMUP_S:.0f} s"
               f" warm-up): p50 {statistics.median(lags):.0f} ms, p99"

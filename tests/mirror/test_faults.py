@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 
 from dataplane.client import Admin, Consumer, TopicPartition
+from dataplane.storage.log import PartitionLog
 from mirror.config import Checkpoint
 from mirror.resume import find_resume
 from tests.mirror.support import Background, assert_copied_exactly, produce
-from tests.support.mirror import Region, WorkerProcess, link_config, read_all
+from tests.support.mirror import Region, WorkerProcess, link_config, origin_of, read_all
 
 TOPIC = "acme.orders"
 PARTITIONS = 2
@@ -124,3 +125,38 @@ def test_a_worker_resumes_from_its_checkpoint_behind_much_local_traffic(
         )
         == 6_000
     )
+
+
+def test_records_removed_by_retention_before_their_copy_are_counted(
+    regions: tuple[Region, Region], workers: list[WorkerProcess], tmp_path: Path
+) -> None:
+    """The source's log start moved past the resume point while the worker was down:
+    the copy goes on from the log start and the gap is counted and reported."""
+    east, west = regions
+    for region in regions:
+        region.create_topic(TOPIC, 1)
+    produce(east.bootstrap, TOPIC, 1, "east", 0, 1_000)
+    worker = WorkerProcess(tmp_path / "worker", link_config(east, west, {TOPIC: 1}))
+    workers.append(worker)
+    worker.start()
+    worker.wait_caught_up()
+    assert worker.terminate() == 0
+    produce(east.bootstrap, TOPIC, 1, "east", 1_000, 2_000)
+    broker = east.brokers[0]
+    broker.terminate()
+    log = PartitionLog.open(broker.data_dir / f"{TOPIC}-0")
+    try:
+        assert log.advance_log_start_offset(2_000) == 2_000  # as retention would
+    finally:
+        log.close()
+    broker.start()
+    worker.start()
+    status = worker.wait_for(
+        lambda s: s["partitions"][0]["next_source_offset"] == 3_000, timeout_s=60
+    )
+    partition = status["partitions"][0]
+    assert partition["records_lost_to_retention"] == 1_000
+    assert "retention" in partition["error"]
+    assert partition["state"] == "error"
+    copies = [origin_of(r)[1] for r in read_all(west.bootstrap, TOPIC, 1)[0]]
+    assert copies == [*range(1_000), *range(2_000, 3_000)]
