@@ -15,7 +15,8 @@ The workers of a region are those of every mirror link leg whose *to* region it 
 2. **Status.** Each running worker's ``GET /status`` is read with a short timeout
    (``MIRROR_STATUS_TIMEOUT_S``) and stored (``mirrors.progress.record_status``). A
    worker whose status has been unreadable for ``MIRROR_WORKER_TIMEOUT_S`` (hung,
-   stopped, cut off) is ``unreachable``, then killed and replaced.
+   stopped, cut off) is ``unreachable``, then killed and replaced. A start that fails
+   (``failed``, with the provisioner's reason) is tried again after that long too.
 3. **Retired workers.** A worker no longer desired is stopped: a paused link's row is
    kept (``stopped``); a deleted link's row is removed, and the link itself once its last
    worker is gone (``mirrors.services.finish_deletion``).
@@ -138,6 +139,9 @@ class MirrorSupervisor:
         if provisioner is None:
             return
         running = provisioner.mirror_worker_running(worker)
+        failed = worker.phase == WorkerPhase.FAILED and not running
+        if failed and self._silent_for(worker) <= settings.MIRROR_WORKER_TIMEOUT_S:
+            return  # its start failed a moment ago: try again later, not every tick
         if running and worker.config_hash == spec.config_hash:
             self._watch(provisioner, spec, worker)
             return

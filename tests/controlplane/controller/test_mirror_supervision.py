@@ -22,6 +22,7 @@ from controlplane.mirrors.choices import WorkerPhase
 from controlplane.mirrors.models import MirrorLink, MirrorWorker
 from controlplane.regions.models import Cluster
 from controlplane.regions.provisioners import (
+    MirrorWorkerError,
     MirrorWorkerProcess,
     MirrorWorkerSpec,
     RunningMirrorWorker,
@@ -222,3 +223,22 @@ def test_the_tick_never_waits_for_a_round(
         release.set()
         west.close()
     assert rounds == [1]
+
+
+def test_a_failed_start_is_recorded_and_tried_again_after_the_timeout(
+    made: MirrorLink, west: MirrorSupervisor, recorder: Recorder, clock: Clock, settings: Any
+) -> None:
+    settings.MIRROR_WORKER_TIMEOUT_S = 10
+    refusals = []
+
+    def refuse(spec: MirrorWorkerSpec, *args: Any, **kwargs: Any) -> MirrorWorkerProcess:
+        refusals.append(spec.generation)
+        raise MirrorWorkerError(spec.name, "no room for it")
+
+    recorder.ensure_mirror_worker = refuse  # type: ignore[method-assign]
+    west.supervise()
+    assert (the_worker().phase, the_worker().phase_reason) == (WorkerPhase.FAILED, "no room for it")
+    west.supervise()  # not at every tick
+    clock.now += timedelta(seconds=11)
+    west.supervise()
+    assert refusals == [1, 1]
