@@ -101,6 +101,8 @@ class TwoRegions:
         return self
 
     def kill_all(self) -> None:
+        for region in self.regions.values():  # a clean stop closes their database sessions
+            region.stop_controller()
         for name in self.regions:
             for worker in MirrorWorker.objects.filter(to_region__name=name, pid__isnull=False):
                 with contextlib.suppress(ProcessLookupError, TypeError):

@@ -23,7 +23,7 @@ from controlplane.mirrors.choices import MirrorHealth, WorkerPhase
 from controlplane.mirrors.failover import FailoverResult, failover_group
 from controlplane.mirrors.models import MirrorLink
 from controlplane.topics.models import Topic
-from dataplane.client import Consumer, TopicPartition
+from dataplane.client import Consumer, Producer, TopicPartition
 from tests.integration.mirror.conftest import (
     PARTITIONS,
     Copy,
@@ -41,14 +41,18 @@ CHUNK = 60  # records per region between two faults
 
 def send(regions: TwoRegions, region: str, topic: str, count: int, start: int) -> list[bytes]:
     """``count`` records to ``topic`` in ``region`` (partition i mod 3), acknowledged."""
-    values = [f"{region}-{i}".encode() for i in range(start, start + count)]
     with regions.producer(region) as producer:
-        futures = [
-            producer.send(topic, v, partition=i % PARTITIONS) for i, v in enumerate(values, start)
-        ]
-        producer.flush(60)
-        for future in futures:
-            future.result(timeout=60)
+        return send_with(producer, region, topic, count, start)
+
+
+def send_with(producer: Producer, region: str, topic: str, count: int, start: int) -> list[bytes]:
+    values = [f"{region}-{i}".encode() for i in range(start, start + count)]
+    futures = [
+        producer.send(topic, v, partition=i % PARTITIONS) for i, v in enumerate(values, start)
+    ]
+    producer.flush(60)
+    for future in futures:
+        future.result(timeout=60)
     return values
 
 
@@ -271,16 +275,22 @@ def test_two_way_copies_both_ways_exactly_once_and_fails_groups_over_both_ways(
     sent: dict[str, list[bytes]] = {"east": [], "west": []}
 
     def produce(n: int) -> None:  # both regions at once
+        # Made here: their bootstrap is read from the database, which the threads never use.
+        producers = {r: regions.producer(r) for r in ("east", "west")}
         threads = [
             threading.Thread(
-                target=lambda r=r: sent[r].extend(send(regions, r, topic, CHUNK, n * CHUNK))
+                target=lambda r=r: sent[r].extend(
+                    send_with(producers[r], r, topic, CHUNK, n * CHUNK)
+                )
             )
-            for r in ("east", "west")
+            for r in producers
         ]
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
+        for producer in producers.values():
+            producer.close()
 
     during(
         [
