@@ -34,7 +34,7 @@ from dataplane.client import (
     Producer,
     TopicPartition,
 )
-from mirror.config import MirrorConfig
+from mirror.config import Checkpoint, MirrorConfig
 from mirror.progress import Call, PartitionProgress, now_ms
 from mirror.provenance import ORIGIN_OFFSET, ORIGIN_REGION, origin
 from mirror.resume import find_resume, settle
@@ -179,7 +179,7 @@ class Copier:
                     log.warning("high watermark still behind the log end in %s", unsettled)
                 bounds = _bounds(admin, targets.values())
                 for tp, target in targets.items():
-                    checkpoint = self.config.checkpoints.get((tp.topic, tp.partition))
+                    checkpoint = self._checkpoint(tp)
                     found = find_resume(
                         reader, target, self.config.from_region, bounds[target], checkpoint
                     )
@@ -193,6 +193,15 @@ class Copier:
         finally:
             reader.close()
         return out
+
+    def _checkpoint(self, tp: TopicPartition) -> Checkpoint | None:
+        """The newest known copy of ``tp``: this process's last offset-map point (a
+        session that failed), else the configuration's."""
+        with self.lock:
+            points = self.partitions[tp].points
+            if points:
+                return Checkpoint(*points[-1])
+        return self.config.checkpoints.get((tp.topic, tp.partition))
 
     def _start_position(self, admin: Admin, tp: TopicPartition, bounds: tuple[int, int]) -> int:
         """The link's start position for a partition nothing was copied from yet."""

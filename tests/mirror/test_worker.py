@@ -5,6 +5,7 @@ SIGTERM."""
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -129,3 +130,28 @@ def test_a_config_file_others_can_read_is_refused(tmp_path: Path) -> None:
     )  # fmt: skip
     assert result.returncode != 0
     assert "readable by others" in result.stderr
+
+
+def test_a_worker_stops_cleanly_when_its_supervisor_dies(
+    regions: tuple[Region, Region], workers: list[WorkerProcess], tmp_path: Path
+) -> None:
+    """The lifeline (dataplane.lifeline): its write end closing is a SIGTERM."""
+    east, west = regions
+    _topics(east, west)
+    read_end, write_end = os.pipe()
+    worker = WorkerProcess(
+        tmp_path / "worker",
+        link_config(east, west, {TOPIC: PARTITIONS}),
+        extra_env={"MERIDIAN_LIFELINE_FD": str(read_end)},
+        pass_fds=(read_end,),
+    )
+    workers.append(worker)
+    try:
+        worker.start()
+        worker.wait_for(lambda s: all(p["state"] == "copying" for p in s["partitions"]))
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    assert worker.process is not None
+    assert worker.process.wait(30) == 0
+    assert "stopping" in worker.log_text()

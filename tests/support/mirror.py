@@ -101,6 +101,7 @@ class WorkerProcess:
     status_port: int = 0
     starts: int = 0
     extra_env: dict[str, str] = field(default_factory=dict)
+    pass_fds: tuple[int, ...] = ()  # a lifeline's read end (dataplane.lifeline)
 
     @property
     def config_file(self) -> Path:
@@ -132,8 +133,9 @@ class WorkerProcess:
             log.write(f"--- start {self.starts}: {' '.join(command)}\n".encode())
             log.flush()
             self.process = subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-            )
+                command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                pass_fds=self.pass_fds,
+            )  # fmt: skip
         self.starts += 1
         deadline = time.monotonic() + READY_TIMEOUT_S
         while time.monotonic() < deadline:
