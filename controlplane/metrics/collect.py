@@ -47,12 +47,24 @@ class GroupCounters:
     lag_s: float | None = None
 
 
+@dataclass(frozen=True)
+class MirrorLag:
+    """A mirror link's leg as its worker last reported it: records behind (the sum over
+    its partitions) and seconds behind (the largest over them)."""
+
+    lag_records: int
+    lag_s: float
+
+
 @dataclass
 class Observation:
-    """What one pass read: counters by topic, and by (group, topic)."""
+    """What one pass read: counters by topic, and by (group, topic); mirror lag by
+    (``<tenant>.<link>``, ``<from region>><to region>``), read from the control plane's
+    rows, not the brokers."""
 
     topics: dict[str, TopicCounters] = field(default_factory=dict)
     groups: dict[tuple[str, str], GroupCounters] = field(default_factory=dict)
+    mirrors: dict[tuple[str, str], MirrorLag] = field(default_factory=dict)
     brokers_asked: int = 0
     brokers_answered: int = 0
 
