@@ -28,6 +28,16 @@ class ServiceAccount(StatusModel):
     identity_ref = models.CharField(max_length=255, blank=True, default="")
     secret_hash = models.CharField(max_length=255, blank=True, default="")
     created_by = models.CharField(max_length=255, blank=True, default="")
+    # The worker identity of a mirror link: made and deleted with the link
+    # (``mirrors.identity``), never by the tenant. PROTECT: the link's deletion deletes
+    # the account (and its IdP client) first.
+    managed_by_link = models.ForeignKey(
+        "mirrors.MirrorLink",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="service_accounts",
+    )
 
     class Meta:
         ordering = ["tenant", "name"]

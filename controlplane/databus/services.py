@@ -193,8 +193,10 @@ def _tenant_problems(tenant: Tenant, streams: list[StreamConfig]) -> dict[str, l
 
 
 def live_trunk_topics(tenant: Tenant) -> QuerySet[Topic]:
-    return Topic.objects.filter(tenant=tenant, trunk__isnull=True).exclude(
-        status=TopicStatus.DELETING
+    return (
+        Topic.objects.origins()
+        .filter(tenant=tenant, trunk__isnull=True)
+        .exclude(status=TopicStatus.DELETING)
     )
 
 

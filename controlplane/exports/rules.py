@@ -53,10 +53,13 @@ def check_name(name: object) -> None:
 
 
 def resolve_topic(tenant: Tenant, topic: str | Topic) -> Topic:
-    """One of ``tenant``'s trunk topics, not being deleted (``InvalidRequest`` naming
-    ``topic`` otherwise; another tenant's topic is answered as a missing one)."""
-    live = Topic.objects.filter(tenant=tenant, trunk__isnull=True).exclude(
-        status=TopicStatus.DELETING
+    """One of ``tenant``'s trunk topics (by name: the origin), not being deleted
+    (``InvalidRequest`` naming ``topic`` otherwise; another tenant's topic is answered
+    as a missing one)."""
+    live = (
+        Topic.objects.origins()
+        .filter(tenant=tenant, trunk__isnull=True)
+        .exclude(status=TopicStatus.DELETING)
     )
     if isinstance(topic, Topic):
         found = live.filter(pk=topic.pk).select_related("cluster").first()

@@ -315,9 +315,7 @@ def _targets(
 
 
 def _partition_count(tenant: Tenant, topic: str) -> int:
-    found = Topic.objects.filter(tenant=tenant, full_name=topic).values_list(
-        "partitions", flat=True
-    )
+    found = Topic.objects.filter(tenant=tenant).named(topic).values_list("partitions", flat=True)
     count = found.first()
     if count is None:
         raise InvalidRequest(f"no topic {topic!r} in tenant {tenant.slug!r}", topic="not found")

@@ -170,9 +170,11 @@ def is_live(lane: Lane, now: datetime) -> bool:
 
 def lane_topics_of(lane: Lane) -> Any:
     """The lane's lane topics (``Topic`` rows with a trunk), by full name."""
-    return Topic.objects.filter(
-        tenant_id=lane.tenant_id, lane_name=lane.name, trunk__isnull=False
-    ).order_by("full_name")
+    return (
+        Topic.objects.origins()
+        .filter(tenant_id=lane.tenant_id, lane_name=lane.name, trunk__isnull=False)
+        .order_by("full_name")
+    )
 
 
 def snapshot(lane: Lane) -> dict[str, Any]:
@@ -205,7 +207,8 @@ def _resolve_topics(tenant: Tenant, all_topics: bool, topics: list[str | Topic])
         )
     names = {_full_name(tenant, t) for t in topics}
     found = list(
-        Topic.objects.filter(tenant=tenant, full_name__in=names, trunk__isnull=True)
+        Topic.objects.origins()
+        .filter(tenant=tenant, full_name__in=names, trunk__isnull=True)
         .exclude(status=TopicStatus.DELETING)
         .order_by("full_name")
     )
@@ -226,9 +229,9 @@ def _check_partitions(
         return
     if all_topics:
         covered = list(
-            Topic.objects.filter(tenant=tenant, trunk__isnull=True).exclude(
-                status=TopicStatus.DELETING
-            )
+            Topic.objects.origins()
+            .filter(tenant=tenant, trunk__isnull=True)
+            .exclude(status=TopicStatus.DELETING)
         )
     narrower = sorted((t for t in covered if t.partitions < partitions), key=lambda t: t.full_name)
     if narrower:
@@ -324,7 +327,7 @@ def ensure_lane_topic(tenant_slug: str, full_name: str, *, actor: Actor) -> Topi
     lane = Lane.objects.select_for_update().filter(tenant=tenant, name=lane_name).first()
     if lane is None:
         return None
-    existing = Topic.objects.filter(full_name=full_name).first()
+    existing = Topic.objects.named(full_name).first()
     if existing is not None:
         return existing if existing.status != TopicStatus.DELETING else None
     trunk = _covered_trunk(lane, trunk_name)
@@ -344,9 +347,11 @@ def ensure_lane_topic(tenant_slug: str, full_name: str, *, actor: Actor) -> Topi
 
 
 def _covered_trunk(lane: Lane, trunk_name: str) -> Topic | None:
-    trunks = Topic.objects.filter(
-        tenant_id=lane.tenant_id, full_name=trunk_name, trunk__isnull=True
-    ).exclude(status=TopicStatus.DELETING)
+    trunks = (
+        Topic.objects.filter(tenant_id=lane.tenant_id, trunk__isnull=True)
+        .named(trunk_name)
+        .exclude(status=TopicStatus.DELETING)
+    )
     if not lane.all_topics:
         trunks = trunks.filter(covering_lanes=lane)
     return trunks.first()

@@ -273,7 +273,7 @@ def topic_metrics(
 ) -> dict[str, Any]:
     """Produce rates of a topic the actor may read; another tenant's topic is missing."""
     query = history.plan(since, until, step_s, timezone.now())
-    topic = Topic.objects.select_related("tenant").filter(full_name=full_name).first()
+    topic = Topic.objects.select_related("tenant").named(full_name).first()
     if topic is None or not actor.can(topic.tenant.slug, Role.VIEWER):
         raise NotFound(f"topic {full_name!r} not found")
     series = Series.objects.filter(
@@ -361,7 +361,7 @@ def topic_consume_metrics(
     """Consume rate of a topic the actor may read: the sum, per step, of the consume
     rates of every group that committed offsets on it (null where no group's is known)."""
     query = history.plan(since, until, step_s, timezone.now())
-    topic = Topic.objects.select_related("tenant").filter(full_name=full_name).first()
+    topic = Topic.objects.select_related("tenant").named(full_name).first()
     if topic is None or not actor.can(topic.tenant.slug, Role.VIEWER):
         raise NotFound(f"topic {full_name!r} not found")
     ids = Series.objects.filter(

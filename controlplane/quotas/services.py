@@ -37,6 +37,7 @@ USAGE_OF_LIMIT = {
     "max_partitions": "partitions",
     "max_storage_bytes": "storage_bytes",
     "max_lanes": "lanes",
+    "max_mirrors": "mirrors",
     "max_exports": "exports",
     "max_indexes": "indexes",
 }

@@ -25,6 +25,7 @@ INSTALLED_APPS = [
     "controlplane.databus",
     "controlplane.exports",
     "controlplane.indexes",
+    "controlplane.mirrors",
 ]
 
 # The console's session, CSRF and sign-in middleware join these in settings/console.py.

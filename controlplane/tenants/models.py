@@ -24,6 +24,9 @@ class Tenant(StatusModel):
     identity_ref = models.CharField(
         max_length=255, blank=True, default="", help_text="the tenant's group id in the IdP"
     )
+    # The regions the tenant may use besides its home region (mirror links), set by a
+    # platform administrator.
+    regions = models.ManyToManyField("regions.Region", blank=True, related_name="+")
 
     class Meta:
         ordering = ["slug"]

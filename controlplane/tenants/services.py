@@ -5,6 +5,8 @@ jobs' work is ``controlplane.tenants.lifecycle``)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from django.db import transaction
 
 from controlplane.core import audit
@@ -21,16 +23,23 @@ _UNSET = object()
 
 @transaction.atomic
 def create_tenant(
-    *, slug: str, name: str, home_region: Region | None = None, actor: Actor
+    *,
+    slug: str,
+    name: str,
+    home_region: Region | None = None,
+    regions: Iterable[Region] = (),
+    actor: Actor,
 ) -> Tenant:
     """A new tenant (status pending) with ``settings.DEFAULT_QUOTA`` (given by the quotas
     app, ``quotas.services.give_default_quota``); its IdP objects are
-    provisioned after commit. A slug in use is a ``Conflict``."""
+    provisioned after commit. ``regions``: the regions it may use besides its home
+    region (mirror links). A slug in use is a ``Conflict``."""
     tenant = Tenant(slug=slug, name=name, home_region=home_region)
     tenant.full_clean(validate_unique=False)
     if Tenant.objects.filter(slug=slug).exists():
         raise Conflict(f"tenant {slug!r} already exists", slug=[f"{slug!r} is in use"])
     tenant.save()  # the quotas app gives it its quota in this transaction
+    tenant.regions.set(_regions(regions))
     audit.record(actor, "tenant.create", tenant, after=audit.snapshot(tenant), tenant=tenant)
     _after_commit("provision_tenant", tenant.pk)
     return tenant
@@ -38,10 +47,16 @@ def create_tenant(
 
 @transaction.atomic
 def update_tenant(
-    tenant: Tenant, *, actor: Actor, name: str | None = None, home_region: object = _UNSET
+    tenant: Tenant,
+    *,
+    actor: Actor,
+    name: str | None = None,
+    home_region: object = _UNSET,
+    regions: Iterable[Region] | None = None,
 ) -> Tenant:
-    """Rename the tenant or move its home region (``None`` clears it). The slug never
-    changes: it is in every topic name."""
+    """Rename the tenant, move its home region (``None`` clears it) or set the regions
+    it may use besides it (``regions``, replacing them; mirror links already between
+    regions it loses stay). The slug never changes: it is in every topic name."""
     tenant = Tenant.objects.select_for_update().get(pk=tenant.pk)
     _check_not_deleting(tenant)
     before = audit.snapshot(tenant)
@@ -53,6 +68,8 @@ def update_tenant(
         tenant.home_region = home_region
     tenant.full_clean()
     tenant.save()
+    if regions is not None:
+        tenant.regions.set(_regions(regions))
     after = audit.snapshot(tenant)
     if after != before:
         audit.record(actor, "tenant.update", tenant, before=before, after=after, tenant=tenant)
@@ -94,6 +111,21 @@ def lock_open_tenant(tenant: Tenant) -> Tenant:
         raise NotFound(f"tenant {tenant.slug!r} not found")
     _check_not_deleting(locked)
     return locked
+
+
+def allowed_regions(tenant: Tenant) -> set[int]:
+    """The ids of the regions the tenant may use: its home region and ``regions``."""
+    allowed = set(tenant.regions.values_list("pk", flat=True))
+    if tenant.home_region_id is not None:
+        allowed.add(tenant.home_region_id)
+    return allowed
+
+
+def _regions(regions: Iterable[object]) -> list[Region]:
+    chosen = list(regions)
+    if not all(isinstance(region, Region) for region in chosen):
+        raise InvalidRequest("regions: not a list of regions", regions=["not a list of regions"])
+    return [region for region in chosen if isinstance(region, Region)]
 
 
 def _check_not_deleting(tenant: Tenant) -> None:

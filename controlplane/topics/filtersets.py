@@ -11,13 +11,20 @@ class TopicFilterSet(FilterSet):
     tenant = django_filters.CharFilter(field_name="tenant__slug", help_text="tenant slug")
     status = django_filters.ChoiceFilter(choices=TopicStatus.choices)
     name = django_filters.CharFilter(lookup_expr="icontains", help_text="name contains")
-    region = django_filters.CharFilter(field_name="cluster__region__name")
+    region = django_filters.CharFilter(
+        field_name="cluster__region__name",
+        help_text="region name: on a topic's own URL, picks the topic of that name there "
+        "(a mirror copy); default: the origin",
+    )
+    mirror_copy = django_filters.BooleanFilter(
+        field_name="mirror_of", lookup_expr="isnull", exclude=True, help_text="mirror copies only"
+    )
     cluster = django_filters.CharFilter(field_name="cluster__name")
     remote_storage = django_filters.BooleanFilter(help_text="tiered storage on")
 
     class Meta:
         model = Topic
-        fields = ["tenant", "status", "name", "region", "cluster", "remote_storage"]
+        fields = ["tenant", "status", "name", "region", "mirror_copy", "cluster", "remote_storage"]
 
 
 class DriftFindingFilterSet(FilterSet):
@@ -38,8 +45,11 @@ class DriftFindingFilterSet(FilterSet):
 class TopicAclFilterSet(FilterSet):
     tenant = django_filters.CharFilter(field_name="topic__tenant__slug", help_text="tenant slug")
     topic = django_filters.CharFilter(field_name="topic__full_name", help_text="full topic name")
+    region = django_filters.CharFilter(
+        field_name="topic__cluster__region__name", help_text="the topic's region"
+    )
     principal = django_filters.CharFilter(help_text="client id or subject, exactly")
 
     class Meta:
         model = TopicAcl
-        fields = ["tenant", "topic", "principal"]
+        fields = ["tenant", "topic", "region", "principal"]

@@ -69,6 +69,20 @@ principal_validator = RegexValidator(
 )
 
 
+class TopicQuerySet(models.QuerySet["Topic"]):
+    def origins(self) -> TopicQuerySet:
+        """Origin topics only: what a name means unless a region is named."""
+        return self.filter(mirror_of__isnull=True)
+
+    def named(self, full_name: str, region: str | None = None) -> TopicQuerySet:
+        """The topic ``full_name``: the origin, or with ``region`` (a region's name) the
+        topic of that name in that region (the origin or a mirror copy)."""
+        found = self.filter(full_name=full_name)
+        if region:
+            return found.filter(cluster__region__name=region)
+        return found.filter(mirror_of__isnull=True)
+
+
 class Topic(StatusModel):
     """A tenant's topic: desired partition count and configuration. ``generation``
     grows with every desired change; ``observed_generation`` is the last one the
@@ -78,12 +92,18 @@ class Topic(StatusModel):
     trunk topic, whose configuration it copies) and ``lane_name``; a trunk topic has
     neither. Lane topics are created on demand by the lanes app and never count against
     ``max_topics`` or ``max_partitions`` (``topics.usage``), only storage; a trunk with
-    lane topics is deleted with them (``services.delete_topic``)."""
+    lane topics is deleted with them (``services.delete_topic``).
+
+    A *mirror copy* has ``mirror_of`` (its origin, in another region) and, while the
+    link that made it exists, ``mirror_link``: same full name, partitions and config as
+    its origin, on a cluster of another region. A full name is unique among origins; a
+    lookup by name means the origin unless a region is named (``lookup``)."""
 
     tenant = models.ForeignKey("tenants.Tenant", on_delete=models.PROTECT, related_name="topics")
     cluster = models.ForeignKey("regions.Cluster", on_delete=models.PROTECT, related_name="topics")
     name = models.CharField(max_length=200, validators=[topic_name_validator])
-    full_name = models.CharField(max_length=240, unique=True, editable=False)
+    # Unique among origins; each mirror copy has its origin's (``mirror_of``).
+    full_name = models.CharField(max_length=240, db_index=True, editable=False)
     partitions = models.PositiveIntegerField(validators=[MinValueValidator(1)])
     retention_ms = models.BigIntegerField()
     retention_bytes = models.BigIntegerField(help_text="per partition")
@@ -127,11 +147,41 @@ class Topic(StatusModel):
         "self", null=True, blank=True, on_delete=models.PROTECT, related_name="lane_topics"
     )
     lane_name = models.CharField(max_length=32, blank=True, default="")
+    # A mirror copy (``controlplane.mirrors``): the origin topic it copies, in another
+    # region, and the link that made it (null once that link is deleted: the copy stays a
+    # copy, so its name stays unique among origins). PROTECT: an origin with copies is
+    # not deleted (``services.delete_topic`` answers 409).
+    mirror_of = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="mirror_copies"
+    )
+    mirror_link = models.ForeignKey(
+        "mirrors.MirrorLink",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="target_topics",
+    )
+
+    objects = TopicQuerySet.as_manager()
 
     class Meta:
-        ordering = ["full_name"]
+        ordering = ["full_name", "id"]
         constraints = [
-            models.UniqueConstraint(fields=["tenant", "name"], name="topic_unique_name"),
+            models.UniqueConstraint(
+                fields=["full_name"],
+                condition=models.Q(mirror_of__isnull=True),
+                name="topic_unique_origin_full_name",
+            ),
+            models.UniqueConstraint(
+                fields=["tenant", "name"],
+                condition=models.Q(mirror_of__isnull=True),
+                name="topic_unique_name",
+            ),
+            # One copy per region is the service's rule (a region's clusters are a join
+            # away); one per cluster is what the database can hold.
+            models.UniqueConstraint(
+                fields=["mirror_of", "cluster"], name="topic_unique_copy_per_cluster"
+            ),
             models.CheckConstraint(
                 condition=models.Q(trunk__isnull=True, lane_name="")
                 | models.Q(trunk__isnull=False) & ~models.Q(lane_name=""),
@@ -146,6 +196,10 @@ class Topic(StatusModel):
     @property
     def is_lane_topic(self) -> bool:
         return self.trunk_id is not None
+
+    @property
+    def is_mirror_copy(self) -> bool:
+        return self.mirror_of_id is not None
 
     def clean(self) -> None:
         super().clean()

@@ -367,9 +367,10 @@ def _delete_row(topic: Topic, generation: int) -> Outcome:
         )
         if locked is None:
             return Outcome.SUPERSEDED
-        if locked.lane_topics.exists():
-            # Its lane topics are being deleted with it (``delete_topic``): their rows
-            # go first, so none outlives its trunk; retried until then.
+        if locked.lane_topics.exists() or locked.mirror_copies.exists():
+            # Its lane topics (and a lane topic's mirror copies) are being deleted with
+            # it (``delete_topic``): their rows go first, so none outlives its trunk or
+            # origin; retried until then.
             raise TopicBusy(locked.pk)
         audit.record(
             RECONCILER, "topic.deleted", locked, before=audit.snapshot(locked), tenant=locked.tenant

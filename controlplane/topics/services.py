@@ -21,7 +21,7 @@ from controlplane.tenants.models import Tenant
 from controlplane.tenants.services import lock_open_tenant
 from controlplane.topics import validation
 from controlplane.topics.choices import TopicStatus
-from controlplane.topics.models import Topic
+from controlplane.topics.models import LOCAL_RETENTION_TOTAL, Topic
 from controlplane.topics.placement import (
     assign_partitions,
     default_replication_factor,
@@ -43,6 +43,40 @@ class RemoteStorageUnavailable(InvalidRequest):
         message = "the topic's cluster has no object store: tiered storage is not available"
         super().__init__(f"remote_storage: {message}", remote_storage=[message])
         self.cluster_id = cluster.pk
+
+
+class MirrorCopiesExist(Conflict):
+    """An origin topic with mirror copies in other regions is not deleted: the links
+    that keep them go first, then the copies (each an ordinary topic to delete)."""
+
+    code = "mirror_copies_exist"
+
+    def __init__(self, topic: Topic, copies: list[Topic]) -> None:
+        regions = sorted(copy.cluster.region.name for copy in copies)
+        links = sorted({copy.mirror_link.name for copy in copies if copy.mirror_link})
+        what = f"mirror links {', '.join(links)}" if links else "its copies"
+        super().__init__(
+            f"topic {topic.full_name!r} has mirror copies in {', '.join(regions)}: delete "
+            f"{what} first",
+            regions=regions,
+            mirror_links=links,
+        )
+
+
+class MirrorCopyManaged(Conflict):
+    """A mirror copy kept by a link follows its origin: it is changed through the
+    origin, and deleted once the link no longer keeps it."""
+
+    code = "mirror_copy"
+
+    def __init__(self, topic: Topic, doing: str) -> None:
+        link = topic.mirror_link.name if topic.mirror_link else ""
+        super().__init__(
+            f"topic {topic.full_name!r} in region {topic.cluster.region.name!r} is a mirror "
+            f"copy kept by mirror link {link!r}: {doing}",
+            mirror_link=link,
+            region=topic.cluster.region.name,
+        )
 
 
 class RemoteStorageIrreversible(InvalidRequest):
@@ -149,6 +183,8 @@ def update_topic(topic: Topic, *, actor: Actor, **changes: Any) -> Topic:
             f"topic {topic.full_name!r} is a lane topic: it has its trunk's configuration",
             trunk=["change the trunk topic instead"],
         )
+    if topic.mirror_link_id is not None:
+        raise MirrorCopyManaged(topic, "change its origin instead")
     if "replication_factor" in changes:
         raise Conflict(
             "replication_factor: cannot be changed after creation",
@@ -197,6 +233,7 @@ def update_topic(topic: Topic, *, actor: Actor, **changes: Any) -> Topic:
     )
     _reconcile_after_commit(topic)
     _follow_trunk(topic, actor)
+    _follow_copies(topic, actor)
     return topic
 
 
@@ -215,12 +252,19 @@ def create_lane_topic(trunk: Topic, *, lane: str, partitions: int, actor: Actor)
         raise InvalidRequest(
             f"{trunk.full_name!r} is a lane topic, not a trunk", trunk=["not a trunk topic"]
         )
+    if trunk.is_mirror_copy:
+        # A copy's lane topics are copies of its origin's (``create_mirror_copy``).
+        raise InvalidRequest(
+            f"{trunk.full_name!r} in region {trunk.cluster.region.name!r} is a mirror copy: "
+            "lane topics are made beside its origin",
+            trunk=["a mirror copy"],
+        )
     _check_not_deleting(trunk)
     validation.validate_partitions(partitions)
     partitions = min(partitions, trunk.partitions)  # read under the trunk's lock
     name = lane_topic_name(trunk.name, lane)
     full_name = validation.full_name(trunk.tenant.slug, name)
-    if Topic.objects.filter(full_name=full_name).exists():
+    if Topic.objects.origins().filter(full_name=full_name).exists():
         raise Conflict(f"topic {full_name!r} already exists", name=[f"{name!r} is in use"])
     topic = Topic(
         tenant=trunk.tenant,
@@ -259,12 +303,39 @@ def delete_topic(topic: Topic, *, actor: Actor) -> Topic:
     """Mark the topic deleting (and bump its generation); the reconciler deletes its
     partitions on every broker, then the row. Deleting a deleting topic changes nothing.
     A trunk topic's lane topics are deleted with it (each audited); the trunk's row goes
-    only after theirs (``reconcile``)."""
+    only after theirs (``reconcile``).
+
+    Mirror copies: an origin trunk topic with copies is refused (``MirrorCopiesExist``,
+    409: delete the links, then the copies); a copy a link keeps is refused
+    (``MirrorCopyManaged``); a copy no link keeps any more is deleted like any topic. A
+    lane topic's copies are deleted with it (lanes come and go on their own)."""
+    topic = Topic.objects.select_for_update().select_related("cluster__region").get(pk=topic.pk)
+    if topic.status == TopicStatus.DELETING:
+        return topic
+    if topic.is_lane_topic:
+        return _delete(topic, actor)
+    if topic.mirror_link_id is not None:
+        raise MirrorCopyManaged(topic, "delete the mirror link first")
+    copies = list(
+        topic.mirror_copies.exclude(status=TopicStatus.DELETING)
+        .select_related("cluster__region", "mirror_link")
+        .order_by("pk")
+    )
+    if copies:
+        raise MirrorCopiesExist(topic, copies)
+    return _delete(topic, actor)
+
+
+def _delete(topic: Topic, actor: Actor) -> Topic:
+    """``delete_topic`` once allowed: the topic, its lane topics and their copies."""
     topic = Topic.objects.select_for_update().get(pk=topic.pk)
     if topic.status == TopicStatus.DELETING:
         return topic
     for lane_topic in topic.lane_topics.exclude(status=TopicStatus.DELETING).order_by("pk"):
-        delete_topic(lane_topic, actor=actor)
+        _delete(lane_topic, actor)
+    if topic.is_lane_topic:
+        for copy in topic.mirror_copies.exclude(status=TopicStatus.DELETING).order_by("pk"):
+            _delete(copy, actor)
     before = audit.snapshot(topic)
     topic.status = TopicStatus.DELETING
     topic.status_reason = ""
@@ -370,7 +441,9 @@ def _follow_trunk(trunk: Topic, actor: Actor) -> None:
     """Give ``trunk``'s lane topics its new configuration (their partitions stay: a
     lane topic's count is its lane's choice at creation)."""
     wanted = {**_config_of(trunk), **_replication_of(trunk)}
-    for lane_topic in trunk.lane_topics.exclude(status=TopicStatus.DELETING).order_by("pk"):
+    lane_topics = trunk.lane_topics.exclude(status=TopicStatus.DELETING)
+    # A copy's lane topics are copies too: they follow their origins (``_follow_copies``).
+    for lane_topic in lane_topics.filter(mirror_of__isnull=True).order_by("pk"):
         lane_topic = Topic.objects.select_for_update().get(pk=lane_topic.pk)
         if {**_config_of(lane_topic), **_replication_of(lane_topic)} == wanted:
             continue
@@ -388,6 +461,131 @@ def _follow_trunk(trunk: Topic, actor: Actor) -> None:
             tenant=lane_topic.tenant,
         )
         _reconcile_after_commit(lane_topic)
+        _follow_copies(lane_topic, actor)
+
+
+# -- mirror copies ----------------------------------------------------------------------
+@transaction.atomic
+def create_mirror_copy(origin: Topic, *, region: Region, link_id: int, actor: Actor) -> Topic:
+    """A mirror copy of ``origin`` (an origin topic, or a copy: its origin is copied) in
+    ``region``, kept by mirror link ``link_id``: same full name, partition count and
+    configuration (tiered storage only where the chosen cluster has an object store),
+    the replication of that region's cluster. A lane topic's copy goes beside its
+    trunk's copy in that region (which must exist: ``Conflict`` otherwise). Counted
+    against the tenant's partition and storage quotas, not ``max_topics`` (lane topics:
+    storage only). A topic of that name already in the region is a ``Conflict``."""
+    tenant = lock_open_tenant(origin.tenant)
+    origin = _origin_locked(origin)
+    _check_not_deleting(origin)
+    if Topic.objects.filter(full_name=origin.full_name, cluster__region=region).exists():
+        raise Conflict(
+            f"topic {origin.full_name!r} already exists in region {region.name!r}",
+            region=region.name,
+        )
+    trunk = _trunk_copy(origin, region) if origin.is_lane_topic else None
+    cluster = trunk.cluster if trunk is not None else pick_cluster(tenant, region)
+    config = _copied_config(origin, cluster)
+    check_topic_quota(
+        tenant,
+        partitions=0 if origin.is_lane_topic else origin.partitions,
+        storage_bytes=origin.partitions * config["retention_bytes"],
+    )
+    replication_factor = default_replication_factor(cluster.pk)
+    replication = _replication_for(cluster, replication_factor,
+                                   min(origin.min_insync_replicas, replication_factor),
+                                   origin.unclean_leader_election)  # fmt: skip
+    topic = Topic(
+        tenant=tenant, cluster=cluster, name=origin.name, full_name=origin.full_name,
+        partitions=origin.partitions, created_by=actor.name, status=TopicStatus.PENDING,
+        trunk=trunk, lane_name=origin.lane_name, mirror_of=origin, mirror_link_id=link_id,
+        **config, **replication,
+    )  # fmt: skip
+    topic.full_clean(exclude=["name"] if origin.is_lane_topic else None)
+    topic.save()
+    _place(topic)
+    audit.record(actor, "topic.create", topic, after=audit.snapshot(topic), tenant=tenant)
+    _reconcile_after_commit(topic)
+    return topic
+
+
+@transaction.atomic
+def sync_mirror_copy(copy: Topic, *, actor: Actor, link_id: int | None = None) -> Topic:
+    """Make the copy follow its origin: its partitions grow to the origin's (never
+    shrink: records are keyed to partitions by count, and the copy's own records are
+    where they are) and its configuration becomes the origin's (``create_mirror_copy``).
+    With ``link_id``, the copy is (or becomes) kept by that link. Growth is checked
+    against the tenant's quotas; an unchanged copy is not written."""
+    lock_open_tenant(copy.tenant)
+    copy = Topic.objects.select_for_update().select_related("cluster").get(pk=copy.pk)
+    if copy.mirror_of_id is None:
+        raise InvalidRequest(f"topic {copy.full_name!r} is not a mirror copy")
+    origin = Topic.objects.get(pk=copy.mirror_of_id)
+    _check_not_deleting(copy)
+    partitions = max(copy.partitions, origin.partitions)
+    config = _copied_config(origin, copy.cluster)
+    if copy.remote_storage:  # never off once on (``RemoteStorageIrreversible``)
+        config["remote_storage"] = True
+    relink = link_id is not None and copy.mirror_link_id != link_id
+    if partitions == copy.partitions and config == _config_of(copy) and not relink:
+        return copy
+    before = audit.snapshot(copy)
+    if copy.is_lane_topic:
+        _check_growth(copy, copy.partitions, config["retention_bytes"])
+    else:
+        _check_growth(copy, partitions, config["retention_bytes"])
+    for field, value in {"partitions": partitions, **config}.items():
+        setattr(copy, field, value)
+    if link_id is not None:
+        copy.mirror_link_id = link_id
+    _mark_changed(copy)
+    copy.full_clean(exclude=["name"] if copy.is_lane_topic else None)
+    copy.save()
+    _place(copy)
+    audit.record(actor, "topic.update", copy, before=before, after=audit.snapshot(copy),
+                 tenant=copy.tenant)  # fmt: skip
+    _reconcile_after_commit(copy)
+    return copy
+
+
+def _follow_copies(origin: Topic, actor: Actor) -> None:
+    """Give ``origin``'s copies kept by a link its partitions and configuration."""
+    copies = origin.mirror_copies.filter(mirror_link__isnull=False).exclude(
+        status=TopicStatus.DELETING
+    )
+    for copy in copies.order_by("pk"):
+        sync_mirror_copy(copy, actor=actor)
+
+
+def _origin_locked(topic: Topic) -> Topic:
+    origin_id = topic.mirror_of_id or topic.pk
+    return Topic.objects.select_for_update().select_related("tenant", "trunk").get(pk=origin_id)
+
+
+def _trunk_copy(origin: Topic, region: Region) -> Topic:
+    assert origin.trunk is not None
+    trunk = (
+        Topic.objects.filter(full_name=origin.trunk.full_name, cluster__region=region)
+        .exclude(status=TopicStatus.DELETING)
+        .select_related("cluster")
+        .first()
+    )
+    if trunk is None:
+        raise Conflict(
+            f"lane topic {origin.full_name!r} has no trunk {origin.trunk.full_name!r} in "
+            f"region {region.name!r} to go beside",
+            region=region.name,
+        )
+    return trunk
+
+
+def _copied_config(origin: Topic, cluster: Cluster) -> dict[str, Any]:
+    """``origin``'s configuration for a copy on ``cluster``: tiered storage only where
+    the cluster has an object store (the local retentions are then the total)."""
+    config = _config_of(origin)
+    if config["remote_storage"] and not cluster.remote_store_uri:
+        config["remote_storage"] = False
+        config["local_retention_ms"] = config["local_retention_bytes"] = LOCAL_RETENTION_TOTAL
+    return config
 
 
 def _mark_changed(topic: Topic) -> None:

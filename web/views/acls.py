@@ -50,7 +50,7 @@ def topic_of_tenant(console: Console, full_name: str) -> Topic:
     """The grant form's topic, in the page's tenant only: any other is not found, with
     the same message whether it is another tenant's or nobody's."""
     topic = (
-        Topic.objects.filter(tenant=console.tenant, full_name=full_name).first()
+        Topic.objects.filter(tenant=console.tenant).named(full_name).first()
         if "\x00" not in full_name
         else None
     )

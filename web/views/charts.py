@@ -21,7 +21,7 @@ def _range(request: HttpRequest) -> str | HttpResponse:
 @tenant_page()
 def topic_metrics(request: HttpRequest, topic: str) -> HttpResponse:
     console = console_of(request)
-    row = topic_in_tenant(console, topic)
+    row = topic_in_tenant(console, topic, request.GET.get("region"))
     range_key = _range(request)
     if isinstance(range_key, HttpResponse):
         return range_key

@@ -180,7 +180,7 @@ def _detail(
     extra: dict[str, Any],
     status: int = 200,
 ) -> HttpResponse:
-    topics = Topic.objects.filter(tenant=console.tenant).order_by("full_name")
+    topics = Topic.objects.origins().filter(tenant=console.tenant).order_by("full_name")
     range_key = charts.range_of(request.GET.get("range"))
     context = {
         "group": detail,

@@ -171,10 +171,7 @@ def _topic(console: Console, full_name: str) -> Topic:
     """The URL's topic within the page's tenant (404 otherwise, like a missing one),
     with its cluster's brokers: this page needs no assignments."""
     found = (
-        tenant_topics(console)
-        .prefetch_related("cluster__brokers")
-        .filter(full_name=full_name)
-        .first()
+        tenant_topics(console).prefetch_related("cluster__brokers").named(full_name).first()
         if "\x00" not in full_name
         else None
     )

@@ -25,7 +25,7 @@ from controlplane.topics.api.serializers import TopicCreateSerializer, TopicUpda
 from controlplane.topics.api.views import TopicViewSet
 from controlplane.topics.choices import Durability
 from controlplane.topics.filtersets import TopicFilterSet
-from controlplane.topics.models import Topic
+from controlplane.topics.models import Topic, TopicQuerySet
 from web import charts
 from web.access import Console, console_of, tenant_page
 from web.forms import FormState, submit, typed_confirmation
@@ -61,15 +61,18 @@ DURABILITY_CHOICES = Durability.values
 BOOL_CHOICES = ["true", "false"]
 
 
-def tenant_topics(console: Console) -> QuerySet[Topic]:
-    return TopicViewSet.queryset.filter(tenant=console.tenant)
+def tenant_topics(console: Console) -> TopicQuerySet:
+    queryset: TopicQuerySet = TopicViewSet.queryset.filter(tenant=console.tenant)
+    return queryset
 
 
-def topic_in_tenant(console: Console, full_name: str) -> Topic:
+def topic_in_tenant(console: Console, full_name: str, region: str | None = None) -> Topic:
+    """The tenant's topic ``full_name``: the origin, or with ``region`` (the pages'
+    ``?region=``) the topic of that name in that region (a mirror copy)."""
     topic = (
         tenant_topics(console)
         .prefetch_related("assignments__broker", "assignments__leader")
-        .filter(full_name=full_name)
+        .named(full_name, region)
         .first()
         if "\x00" not in full_name
         else None
@@ -122,7 +125,7 @@ def _trunks_of(console: Console, matched: QuerySet[Topic]) -> QuerySet[Topic]:
 @tenant_page()
 def topic_detail(request: HttpRequest, topic: str) -> HttpResponse:
     console = console_of(request)
-    row = topic_in_tenant(console, topic)
+    row = topic_in_tenant(console, topic, request.GET.get("region"))
     range_key = charts.range_of(request.GET.get("range"))
     partitions = partition_rows(row)
     context = {
@@ -174,7 +177,7 @@ def topic_partitions(request: HttpRequest, topic: str) -> HttpResponse:
 @tenant_page()
 def topic_delete(request: HttpRequest, topic: str) -> HttpResponse:
     console = console_of(request)
-    row = topic_in_tenant(console, topic)
+    row = topic_in_tenant(console, topic, request.GET.get("region"))
     if request.method != "POST":
         return redirect("web:topic-detail", tenant=console.tenant.slug, topic=row.full_name)
     check_form_tenant(console, request.POST)
@@ -190,7 +193,7 @@ def _update(
     request: HttpRequest, full_name: str, fields: tuple[str, ...], form: str
 ) -> HttpResponse:
     console = console_of(request)
-    row = topic_in_tenant(console, full_name)
+    row = topic_in_tenant(console, full_name, request.GET.get("region"))
     if request.method != "POST":
         return redirect("web:topic-detail", tenant=console.tenant.slug, topic=row.full_name)
     check_form_tenant(console, request.POST)

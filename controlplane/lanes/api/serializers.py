@@ -69,7 +69,8 @@ class LaneSerializer(serializers.ModelSerializer[Lane]):
     @extend_schema_field(LaneTopicSerializer(many=True))
     def get_lane_topics(self, lane: Lane) -> list[dict[str, Any]]:
         topics = (
-            Topic.objects.filter(tenant_id=lane.tenant_id, lane_name=lane.name, trunk__isnull=False)
+            Topic.objects.origins()
+            .filter(tenant_id=lane.tenant_id, lane_name=lane.name, trunk__isnull=False)
             .select_related("trunk", "lane_link")
             .order_by("full_name")
         )

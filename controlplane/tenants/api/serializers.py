@@ -12,6 +12,12 @@ class TenantSerializer(serializers.ModelSerializer[Tenant]):
     home_region: serializers.SlugRelatedField[Region] = serializers.SlugRelatedField(
         slug_field="name", read_only=True, allow_null=True
     )
+    regions: serializers.SlugRelatedField[Region] = serializers.SlugRelatedField(
+        slug_field="name",
+        read_only=True,
+        many=True,
+        help_text="the regions the tenant may use besides its home region (mirror links)",
+    )
 
     class Meta:
         model = Tenant
@@ -19,6 +25,7 @@ class TenantSerializer(serializers.ModelSerializer[Tenant]):
             "slug",
             "name",
             "home_region",
+            "regions",
             "status",
             "status_reason",
             "identity_ref",
@@ -34,10 +41,24 @@ class TenantCreateSerializer(serializers.Serializer[Any]):
     home_region = serializers.SlugRelatedField(
         slug_field="name", queryset=Region.objects.all(), required=False, allow_null=True
     )
+    regions = serializers.SlugRelatedField(
+        slug_field="name",
+        queryset=Region.objects.all(),
+        many=True,
+        required=False,
+        help_text="region names the tenant may use besides its home region (replaces them)",
+    )
 
 
 class TenantUpdateSerializer(serializers.Serializer[Any]):
     name = serializers.CharField(max_length=200, required=False)
     home_region = serializers.SlugRelatedField(
         slug_field="name", queryset=Region.objects.all(), required=False, allow_null=True
+    )
+    regions = serializers.SlugRelatedField(
+        slug_field="name",
+        queryset=Region.objects.all(),
+        many=True,
+        required=False,
+        help_text="region names the tenant may use besides its home region (replaces them)",
     )

@@ -54,7 +54,7 @@ class TenantViewSet(
 ):
     """Tenants, by slug."""
 
-    queryset = Tenant.objects.select_related("home_region")
+    queryset = Tenant.objects.select_related("home_region").prefetch_related("regions")
     serializer_class = TenantSerializer
     input_serializer_classes = {
         "create": TenantCreateSerializer,

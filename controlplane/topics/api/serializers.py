@@ -97,6 +97,20 @@ class TopicSummarySerializer(serializers.ModelSerializer[Topic]):
     tenant = serializers.CharField(source="tenant.slug", read_only=True)
     region = serializers.CharField(source="cluster.region.name", read_only=True)
     cluster = serializers.CharField(source="cluster.name", read_only=True)
+    mirror_of = serializers.CharField(
+        source="mirror_of.cluster.region.name",
+        read_only=True,
+        allow_null=True,
+        default=None,
+        help_text="a mirror copy: the region of its origin topic (null: an origin)",
+    )
+    mirror_link = serializers.CharField(
+        source="mirror_link.name",
+        read_only=True,
+        allow_null=True,
+        default=None,
+        help_text="the mirror link keeping the copy (null: none, or an origin)",
+    )
 
     class Meta:
         model = Topic
@@ -106,6 +120,8 @@ class TopicSummarySerializer(serializers.ModelSerializer[Topic]):
             "name",
             "region",
             "cluster",
+            "mirror_of",
+            "mirror_link",
             "partitions",
             "retention_ms",
             "retention_bytes",
@@ -219,6 +235,7 @@ class TopicAclSerializer(serializers.ModelSerializer[TopicAcl]):
 
     tenant = serializers.CharField(source="topic.tenant.slug", read_only=True)
     topic = serializers.CharField(source="topic.full_name", read_only=True)
+    region = serializers.CharField(source="topic.cluster.region.name", read_only=True)
     operations = serializers.ListField(
         child=serializers.ChoiceField(choices=AclOperation.choices), read_only=True
     )
@@ -229,6 +246,7 @@ class TopicAclSerializer(serializers.ModelSerializer[TopicAcl]):
             "id",
             "tenant",
             "topic",
+            "region",
             "principal",
             "operations",
             "created_by",
@@ -246,6 +264,11 @@ class TopicAclCreateSerializer(serializers.Serializer[Any]):
         max_length=32, required=False, help_text="tenant slug; default: the topic's"
     )
     topic = serializers.CharField(max_length=240, help_text="full topic name")
+    region = serializers.CharField(
+        max_length=32,
+        required=False,
+        help_text="the region of the topic of that name (a mirror copy); default: the origin",
+    )
     principal = serializers.CharField(
         max_length=255, help_text="a service account's client id (<tenant>--<name>) or a subject"
     )

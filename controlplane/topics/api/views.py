@@ -46,9 +46,17 @@ class TopicViewSet(
     TenantScopedViewSet[Topic],
 ):
     """A tenant's topics, by full name (``<tenant>.<topic>``, dots and all). Viewers
-    read; developers create, grow, reconfigure and delete."""
+    read; developers create, grow, reconfigure and delete.
 
-    queryset = Topic.objects.select_related("tenant", "cluster__region")
+    A name means the origin topic; ``?region=NAME`` names the topic of that name in that
+    region (a mirror copy, or the origin when it is there). The list shows every region's
+    (``?region=`` filters it). Deleting an origin with mirror copies is 409
+    ``mirror_copies_exist``; changing or deleting a copy a mirror link keeps is 409
+    ``mirror_copy``."""
+
+    queryset = Topic.objects.select_related(
+        "tenant", "cluster__region", "mirror_of__cluster__region", "mirror_link"
+    )
     serializer_class = TopicSerializer
     input_serializer_classes = {
         "create": TopicCreateSerializer,
@@ -66,6 +74,8 @@ class TopicViewSet(
         queryset = super().get_queryset()
         if self.action == "list":
             return queryset  # a list shows no assignments: skip loading them
+        if not self.request.query_params.get("region"):
+            queryset = queryset.filter(mirror_of__isnull=True)  # ?region= is the filter's
         return queryset.prefetch_related("assignments__broker", "assignments__leader")
 
     def get_serializer_class(self) -> type[TopicSummarySerializer]:
@@ -105,7 +115,7 @@ class TopicAclViewSet(
     members read; its tenant admins grant, change and revoke. Brokers enforce them
     from the controller's next push."""
 
-    queryset = TopicAcl.objects.select_related("topic__tenant")
+    queryset = TopicAcl.objects.select_related("topic__tenant", "topic__cluster__region")
     serializer_class = TopicAclSerializer
     input_serializer_classes = {
         "create": TopicAclCreateSerializer,
@@ -120,9 +130,13 @@ class TopicAclViewSet(
         name = data["topic"]
         # A topic's full name starts with its tenant's slug (slugs hold no dots).
         tenant = self.tenant_for_write(data.get("tenant") or name.partition(".")[0])
-        topic = Topic.objects.filter(tenant=tenant, full_name=name).first()
+        region = data.get("region")
+        topic = Topic.objects.filter(tenant=tenant).named(name, region).first()
         if topic is None:
-            raise NotFound(f"topic {name!r} not found in tenant {tenant.slug!r}", field="topic")
+            where = f" in region {region!r}" if region else ""
+            raise NotFound(
+                f"topic {name!r} not found in tenant {tenant.slug!r}{where}", field="topic"
+            )
         return acls.grant_topic_acl(
             topic, principal=data["principal"], operations=data["operations"], actor=self.actor
         )
