@@ -215,15 +215,15 @@ def mirror_charts(console: Console, link: str, range_key: str) -> list[Chart] | 
     behind (its worst partition). None: no history yet."""
     since, until = _window(range_key)
     try:
-        body = services.mirror_metrics(
-            console.actor, console.tenant.slug, link, since, until, None
-        )
+        body = services.mirror_metrics(console.actor, console.tenant.slug, link, since, until, None)
     except NotFound:
         return None
     legs = body["legs"]
     x = _x(legs[0]["points"]) if legs else []
     names = [f"{leg['from_region']} → {leg['to_region']}" for leg in legs]
-    records = [Line(n, _values(leg["points"], "lag_records")) for n, leg in zip(names, legs, strict=True)]
+    records = [
+        Line(n, _values(leg["points"], "lag_records")) for n, leg in zip(names, legs, strict=True)
+    ]
     seconds = [Line(n, _values(leg["points"], "lag_s")) for n, leg in zip(names, legs, strict=True)]
     return [
         Chart("mirror-lag-records", "Lag (records)", RECORDS, range_key, x, records, "Direction"),
