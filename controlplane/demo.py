@@ -322,14 +322,12 @@ def build_platform(platform: Platform, api: Api) -> dict[str, Any]:
           f"'{platform.home}' with two controllers (active and standby) ...")  # fmt: skip
     for region in platform.regions:
         wait_for(f"3 ready brokers in {region}", _brokers_ready(api, region), platform, 180)
-    api.call(
-        "POST", "/api/v1/tenants", {"slug": TENANT, "name": "Demo", "home_region": platform.home}
-    )
+    # The demo tenant may use the other regions too: mirror links need both ends.
+    tenant = {"slug": TENANT, "name": "Demo", "home_region": platform.home}
+    api.call("POST", "/api/v1/tenants", tenant | {"regions": platform.regions[1:]})
     wait_for("tenant ready", lambda: _status(api, f"/api/v1/tenants/{TENANT}") == "ready", platform)
-    # TODO: drop this check once Tenant.regions and /api/v1/mirrors are merged in.
+    # TODO: drop this check once /api/v1/mirrors is merged in.
     mirroring = _has_mirrors(api)
-    if mirroring:
-        allow_regions(api, platform.regions[1:])
     started = time.monotonic()
     api.call(
         "POST",
@@ -386,12 +384,6 @@ def _has_mirrors(api: Api) -> bool:
     except SystemExit:
         return False
     return True
-
-
-def allow_regions(api: Api, regions: list[str]) -> None:
-    """The demo tenant may use the other regions too (mirror links need both ends)."""
-    if regions:
-        api.call("PATCH", f"/api/v1/tenants/{TENANT}", {"regions": regions})
 
 
 def mirror_topic(api: Api, home: str, region: str) -> str:
