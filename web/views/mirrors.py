@@ -68,7 +68,7 @@ def mirror_list(request: HttpRequest) -> HttpResponse:
         created = submit(
             MirrorLinkSerializer,
             state,
-            lambda valid: services.create_mirror(console.tenant, actor=console.actor, **valid),
+            lambda valid: services.create_link(console.tenant, actor=console.actor, **valid),
             data=data,
         )
         if created is not None:
@@ -100,7 +100,7 @@ def _set_paused(request: HttpRequest, mirror: str, *, paused: bool) -> HttpRespo
     if request.method == "POST":
         check_form_tenant(console, request.POST)
         try:
-            services.update_mirror(link, actor=console.actor, paused=paused)
+            services.update_link(link, actor=console.actor, paused=paused)
         except (Conflict, InvalidRequest) as exc:
             state = FormState(fields=(), errors={NON_FIELD: [exc.message]})
             return _detail(request, link, pause_form=state, status=409)
@@ -117,7 +117,7 @@ def mirror_delete(request: HttpRequest, mirror: str) -> HttpResponse:
     state = typed_confirmation(request.POST, link.name, f"type the mirror link's name, {link.name}")
     if not state.ok:
         return _detail(request, link, delete_form=state)
-    services.delete_mirror(link, actor=console.actor)
+    services.delete_link(link, actor=console.actor)
     return redirect("web:mirror-list", tenant=console.tenant.slug)
 
 
