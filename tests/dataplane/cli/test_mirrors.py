@@ -70,7 +70,7 @@ def test_create_list_describe_pause_resume_delete(meridian: Any, acme: Tenant) -
         "mirrors", "create", "orders-west", "--from", "east", "--to", "west",
         "--topic", "orders", "--direction", "two-way",
     )  # fmt: skip
-    assert created.stdout.split()[:6] == "created mirror orders-west: orders east".split()
+    assert created.stdout.split()[:5] == ["created", "mirror", "orders-west:", "orders", "east"]
     assert "<->" in created.stdout
     link = MirrorLink.objects.get(tenant=acme, name="orders-west")
     assert (link.direction, link.topics, link.start_position) == ("two-way", ["orders"], "earliest")
