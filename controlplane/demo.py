@@ -752,11 +752,14 @@ def handle_stop_signals(platform: Platform) -> None:
 
 
 def _stop_brokers(platform: Platform) -> None:
-    """The local provisioner's brokers run in sessions of their own (they outlive a
-    controller); the demo owns them, so it stops them."""
+    """The local provisioner's brokers and mirror workers run in sessions of their own
+    (they outlive a controller); the demo owns them, so it stops them."""
+    from controlplane.mirrors.models import MirrorWorker
     from controlplane.regions.models import Broker
 
-    pids = [pid for pid in Broker.objects.values_list("pid", flat=True) if pid is not None]
+    started = [*Broker.objects.values_list("pid", flat=True),
+               *MirrorWorker.objects.values_list("pid", flat=True)]  # fmt: skip
+    pids = [pid for pid in started if pid is not None]
     for pid in pids:
         for signum in (signal.SIGTERM, signal.SIGCONT):  # a frozen broker must wake to stop
             with contextlib.suppress(ProcessLookupError):
