@@ -729,7 +729,7 @@ def main(argv: list[str] | None = None) -> int:
         print("==> stopping")
         stop_traffic()
         platform.stop()
-        _stop_brokers(platform)
+        _stop_provisioned(platform)
     return 0
 
 
@@ -751,7 +751,7 @@ def handle_stop_signals(platform: Platform) -> None:
             signal.signal(signum, stop)
 
 
-def _stop_brokers(platform: Platform) -> None:
+def _stop_provisioned(platform: Platform) -> None:
     """The local provisioner's brokers and mirror workers run in sessions of their own
     (they outlive a controller); the demo owns them, so it stops them."""
     from controlplane.mirrors.models import MirrorWorker
