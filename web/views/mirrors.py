@@ -24,7 +24,7 @@ from django.shortcuts import redirect, render
 
 from controlplane.core.errors import Conflict, InvalidRequest
 from controlplane.mirrors import services
-from controlplane.mirrors.api.serializers import MirrorLinkSerializer
+from controlplane.mirrors.api.serializers import MirrorLinkCreateSerializer, MirrorLinkSerializer
 from controlplane.mirrors.api.views import MirrorLinkViewSet
 from controlplane.mirrors.choices import Direction, StartPosition
 from controlplane.mirrors.models import MirrorLink
@@ -66,7 +66,7 @@ def mirror_list(request: HttpRequest) -> HttpResponse:
         check_form_tenant(console, request.POST)
         state, data = link_input(request.POST)
         created = submit(
-            MirrorLinkSerializer,
+            MirrorLinkCreateSerializer,
             state,
             lambda valid: services.create_link(console.tenant, actor=console.actor, **valid),
             data=data,

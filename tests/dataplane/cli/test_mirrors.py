@@ -164,7 +164,7 @@ def test_groups_failover_prints_each_partitions_move(
     )  # fmt: skip
     asked: list[tuple[str, str]] = []
 
-    def translated(link: MirrorLink, group: str, to_region: str, *, actor: Actor) -> Any:
+    def translated(link: MirrorLink, group: str, to_region: str, *args: Any, **kw: Any) -> Any:
         asked.append((group, to_region))
         moves = [
             failover.PartitionFailover("acme.orders", 0, 120, 131, True, 0),
