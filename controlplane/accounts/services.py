@@ -35,6 +35,25 @@ CLIENT_ID_SEPARATOR = "--"
 _IDP_FIELDS = ["identity_ref", "secret_hash"]
 
 
+class ManagedAccount(Conflict):
+    """The account is a mirror link's worker identity: made, rotated and deleted with
+    the link (``controlplane.mirrors.identity``), never by the tenant."""
+
+    code = "managed_account"
+
+    def __init__(self, account: ServiceAccount, doing: str) -> None:
+        super().__init__(
+            f"service account {account.name!r} is the worker identity of a mirror link: "
+            f"it is {doing} with the link",
+            managed_by_link=account.managed_by_link_id,
+        )
+
+
+def _check_unmanaged(account: ServiceAccount, doing: str, for_link: bool) -> None:
+    if account.managed_by_link_id is not None and not for_link:
+        raise ManagedAccount(account, doing)
+
+
 def _check_role(role: str) -> None:
     if role not in Role.values:
         raise InvalidRequest(
@@ -141,12 +160,19 @@ def client_id_for(tenant: Tenant, name: str) -> str:
 
 
 def create_service_account(
-    tenant: Tenant, *, name: str, role: str = Role.DEVELOPER, description: str = "", actor: Actor
+    tenant: Tenant,
+    *,
+    name: str,
+    role: str = Role.DEVELOPER,
+    description: str = "",
+    actor: Actor,
+    managed_by_link_id: int | None = None,
 ) -> tuple[ServiceAccount, str]:
     """A machine identity of the tenant: an OAuth client ``<tenant>--<name>`` with the
     client-credentials grant and ``role`` in the tenant. Returns the account and its
     secret, which is shown this once. A name in use in the tenant, or a tenant being
-    deleted, is a ``Conflict``."""
+    deleted, is a ``Conflict``. With ``managed_by_link_id``, the account is that mirror
+    link's worker identity (``ManagedAccount``: the tenant cannot change it)."""
     _check_role(role)
     account = ServiceAccount(
         tenant=tenant,
@@ -156,6 +182,7 @@ def create_service_account(
         client_id=client_id_for(tenant, name),
         created_by=actor.subject,
         status=ProvisioningStatus.READY,
+        managed_by_link_id=managed_by_link_id,
     )
     account.full_clean(exclude=_IDP_FIELDS, validate_unique=False, validate_constraints=False)
     # Neither slugs nor names contain the separator, so the client id names one
@@ -180,9 +207,12 @@ def create_service_account(
     return _then_undo(create, lambda: identity.delete_service_account(account)), secret
 
 
-def rotate_service_account_secret(account: ServiceAccount, *, actor: Actor) -> str:
+def rotate_service_account_secret(
+    account: ServiceAccount, *, actor: Actor, for_link: bool = False
+) -> str:
     """A new secret for the account; the old one stops working. Returns the new one,
-    shown this once."""
+    shown this once. A mirror link's account only ``for_link`` (``ManagedAccount``)."""
+    _check_unmanaged(account, "rotated", for_link)
     secret = get_identity().rotate_service_account_secret(account)
     with transaction.atomic():
         locked = _lock(ServiceAccount, account.pk)
@@ -198,7 +228,9 @@ def rotate_service_account_secret(account: ServiceAccount, *, actor: Actor) -> s
 def update_service_account(
     account: ServiceAccount, *, actor: Actor, **changes: Any
 ) -> ServiceAccount:
-    """Changes ``description`` and/or ``role`` (the IdP first for a role)."""
+    """Changes ``description`` and/or ``role`` (the IdP first for a role); never a
+    mirror link's account (``ManagedAccount``)."""
+    _check_unmanaged(account, "changed", False)
     unknown = set(changes) - {"description", "role"}
     if unknown:
         raise InvalidRequest(f"cannot change {', '.join(sorted(unknown))}")
@@ -230,10 +262,13 @@ def update_service_account(
     return _then_undo(update, undo)
 
 
-def delete_service_account(account: ServiceAccount, *, actor: Actor) -> None:
+def delete_service_account(
+    account: ServiceAccount, *, actor: Actor, for_link: bool = False
+) -> None:
     """Removes the account and its IdP client. Its tokens already issued name the
     account's id: the API refuses them from now on, the brokers from the controller's
-    next push."""
+    next push. A mirror link's account only ``for_link`` (``ManagedAccount``)."""
+    _check_unmanaged(account, "deleted", for_link)
     # The IdP first, outside any transaction, as in ``remove_member``.
     get_identity().delete_service_account(account)
     with transaction.atomic():

@@ -51,6 +51,12 @@ class QuotaExceeded(Conflict):
         self.quota = quota
 
 
+class Unimplemented(DomainError):
+    """The operation exists in the API but this deployment cannot do it (yet)."""
+
+    code = "not_implemented"
+
+
 class Unavailable(DomainError):
     """A dependency (the IdP, a broker) did not answer; retrying later may work."""
 

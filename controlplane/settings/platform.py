@@ -77,3 +77,19 @@ EXPORT_TARGET_OPTIONS: dict[str, dict[str, object]] = env(
 # opened with INDEX_ROOT_OPTIONS (JSON).
 INDEX_ROOT = env("MERIDIAN_INDEX_ROOT", f"{DATA_DIR}/indexes")
 INDEX_ROOT_OPTIONS: dict[str, object] = env("MERIDIAN_INDEX_ROOT_OPTIONS", {}, json.loads)
+
+# Mirror links (docs/mirror.md). A worker whose status cannot be read for this long is
+# unreadable: the link is degraded, and its controller replaces the worker.
+MIRROR_WORKER_TIMEOUT_S = env("MERIDIAN_MIRROR_WORKER_TIMEOUT_S", 10.0, float)
+# A partition in error, or behind and not moving, for this long degrades its link.
+MIRROR_STALL_S = env("MERIDIAN_MIRROR_STALL_S", 30.0, float)
+# How often at most a worker records an offset-map point per partition.
+MIRROR_CHECKPOINT_INTERVAL_MS = env("MERIDIAN_MIRROR_CHECKPOINT_INTERVAL_MS", 5000, int)
+# The newest offset-map points kept per leg and partition (older ones are pruned).
+MIRROR_OFFSET_POINTS_KEPT = env("MERIDIAN_MIRROR_OFFSET_POINTS_KEPT", 10_000, int)
+# A worker's copy batches (the worker config's ``batch``).
+MIRROR_WORKER_BATCH = {
+    "max_records": env("MERIDIAN_MIRROR_BATCH_MAX_RECORDS", 5000, int),
+    "max_bytes": env("MERIDIAN_MIRROR_BATCH_MAX_BYTES", 4 * 2**20, int),
+    "linger_ms": env("MERIDIAN_MIRROR_BATCH_LINGER_MS", 5, int),
+}

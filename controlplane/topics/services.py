@@ -547,6 +547,24 @@ def sync_mirror_copy(copy: Topic, *, actor: Actor, link_id: int | None = None) -
     return copy
 
 
+@transaction.atomic
+def release_mirror_copies(link_id: int, *, keep: set[int], actor: Actor) -> int:
+    """Let go of the copies mirror link ``link_id`` keeps but for ``keep`` (topic ids):
+    they stay, as copies no link keeps (``mirror_of`` kept, so the name stays unique
+    among origins), and the tenant may delete them. Returns how many."""
+    released = 0
+    for copy in Topic.objects.select_for_update().filter(mirror_link_id=link_id).order_by("pk"):
+        if copy.pk in keep:
+            continue
+        before = audit.snapshot(copy)
+        copy.mirror_link = None
+        copy.save(update_fields=["mirror_link", "updated_at"])
+        audit.record(actor, "topic.update", copy, before=before, after=audit.snapshot(copy),
+                     tenant=copy.tenant)  # fmt: skip
+        released += 1
+    return released
+
+
 def _follow_copies(origin: Topic, actor: Actor) -> None:
     """Give ``origin``'s copies kept by a link its partitions and configuration."""
     copies = origin.mirror_copies.filter(mirror_link__isnull=False).exclude(
@@ -558,7 +576,7 @@ def _follow_copies(origin: Topic, actor: Actor) -> None:
 
 def _origin_locked(topic: Topic) -> Topic:
     origin_id = topic.mirror_of_id or topic.pk
-    return Topic.objects.select_for_update().select_related("tenant", "trunk").get(pk=origin_id)
+    return Topic.objects.select_for_update().select_related("tenant").get(pk=origin_id)
 
 
 def _trunk_copy(origin: Topic, region: Region) -> Topic:

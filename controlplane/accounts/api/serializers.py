@@ -51,6 +51,14 @@ class ServiceAccountSerializer(serializers.ModelSerializer[ServiceAccount]):
     tenant: serializers.SlugRelatedField[Tenant] = serializers.SlugRelatedField(
         slug_field="slug", read_only=True
     )
+    managed_by_link = serializers.CharField(
+        source="managed_by_link.name",
+        read_only=True,
+        allow_null=True,
+        default=None,
+        help_text="the mirror link whose workers use it (made, rotated and deleted with "
+        "the link; 409 managed_account to the tenant), or null",
+    )
 
     class Meta:
         model = ServiceAccount
@@ -61,6 +69,7 @@ class ServiceAccountSerializer(serializers.ModelSerializer[ServiceAccount]):
             "description",
             "role",
             "client_id",
+            "managed_by_link",
             "status",
             "status_reason",
             "created_by",

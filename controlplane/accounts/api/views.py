@@ -94,7 +94,7 @@ class ServiceAccountViewSet(
     """A tenant's machine identities (OAuth client-credentials clients). The secret is
     in the answers to create and rotate-secret only."""
 
-    queryset = ServiceAccount.objects.select_related("tenant")
+    queryset = ServiceAccount.objects.select_related("tenant", "managed_by_link")
     serializer_class = ServiceAccountSerializer
     input_serializer_classes = {
         "create": ServiceAccountCreateSerializer,

@@ -35,6 +35,7 @@ STATUS_BY_ERROR: list[tuple[type[errors.DomainError], int]] = [
     (errors.QuotaExceeded, status.HTTP_409_CONFLICT),
     (errors.Conflict, status.HTTP_409_CONFLICT),
     (errors.Unavailable, status.HTTP_503_SERVICE_UNAVAILABLE),
+    (errors.Unimplemented, status.HTTP_501_NOT_IMPLEMENTED),
 ]
 
 
