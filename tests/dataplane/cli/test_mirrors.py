@@ -8,6 +8,7 @@ its one seam (``controlplane.mirrors.failover.failover_group``)."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -120,23 +121,23 @@ def test_a_pattern_a_start_time_and_json(meridian: Any, acme: Tenant) -> None:
 
 def test_refusals_are_printed_with_their_codes(meridian: Any, acme: Tenant) -> None:
     cli = meridian("developer")
-    same = cli.refused("mirrors", "create", "m1", "--from", "east", "--to", "east",
+    same = cli.refused("mirrors", "create", "link-one", "--from", "east", "--to", "east",
                        "--topic", "orders")  # fmt: skip
     assert same[0].startswith("error: same_region:"), same
-    elsewhere = cli.refused("mirrors", "create", "m1", "--from", "east", "--to", "north",
+    elsewhere = cli.refused("mirrors", "create", "link-one", "--from", "east", "--to", "north",
                             "--topic", "orders")  # fmt: skip
     assert "error:" in elsewhere[0], elsewhere
-    missing = cli.refused("mirrors", "create", "m1", "--from", "east", "--to", "west",
+    missing = cli.refused("mirrors", "create", "link-one", "--from", "east", "--to", "west",
                           "--topic", "nope")  # fmt: skip
     assert missing[0].startswith("error: topic_not_found:"), missing
-    both = cli.refused("mirrors", "create", "m1", "--from", "east", "--to", "west",
+    both = cli.refused("mirrors", "create", "link-one", "--from", "east", "--to", "west",
                        "--topic", "orders", "--pattern", "o.*")  # fmt: skip
     assert "not both" in both[0], both
-    bad = cli.refused("mirrors", "create", "m1", "--from", "east", "--to", "west",
+    bad = cli.refused("mirrors", "create", "link-one", "--from", "east", "--to", "west",
                       "--pattern", "(")  # fmt: skip
     assert bad[0].startswith("error: "), bad
     assert not MirrorLink.objects.exists()
-    viewer = meridian("viewer").refused("mirrors", "create", "m1", "--from", "east", "--to",
+    viewer = meridian("viewer").refused("mirrors", "create", "link-one", "--from", "east", "--to",
                                         "west", "--topic", "orders")  # fmt: skip
     assert viewer[0].startswith("error: "), viewer
 
@@ -155,6 +156,16 @@ def test_another_tenants_link_answers_like_a_missing_one(meridian: Any, acme: Te
     assert cli.ok("mirrors", "list").stdout.count("theirs") == 0
 
 
+@dataclass(frozen=True)
+class Moved:
+    """The failover service's answer, as the API serializes it."""
+
+    group: str
+    from_region: str
+    to_region: str
+    partitions: list[failover.PartitionFailover]
+
+
 def test_groups_failover_prints_each_partitions_move(
     meridian: Any, acme: Tenant, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -170,7 +181,7 @@ def test_groups_failover_prints_each_partitions_move(
             failover.PartitionFailover("acme.orders", 0, 120, 131, True, 0),
             failover.PartitionFailover("acme.orders", 1, 40, 38, False, 2),
         ]
-        return failover.Failover(group, "east", to_region, moves)
+        return Moved(group, "east", to_region, moves)
 
     monkeypatch.setattr(failover, "failover_group", translated)
     cli = meridian("developer")
