@@ -326,8 +326,6 @@ def build_platform(platform: Platform, api: Api) -> dict[str, Any]:
     tenant = {"slug": TENANT, "name": "Demo", "home_region": platform.home}
     api.call("POST", "/api/v1/tenants", tenant | {"regions": platform.regions[1:]})
     wait_for("tenant ready", lambda: _status(api, f"/api/v1/tenants/{TENANT}") == "ready", platform)
-    # TODO: drop this check once /api/v1/mirrors is merged in.
-    mirroring = _has_mirrors(api)
     started = time.monotonic()
     api.call(
         "POST",
@@ -337,7 +335,7 @@ def build_platform(platform: Platform, api: Api) -> dict[str, Any]:
     path = f"/api/v1/topics/{TENANT}.{TOPIC}"
     wait_for("topic ready", lambda: _status(api, path) == "ready", platform)
     ready_s = time.monotonic() - started
-    mirrors = [mirror_topic(api, platform.home, r) for r in platform.regions[1:] if mirroring]
+    mirrors = [mirror_topic(api, platform.home, region) for region in platform.regions[1:]]
     # Not waited for: it is ready long before the steady traffic starts writing to it.
     history = {"tenant": TENANT, "name": HISTORY_TOPIC, **HISTORY_CONFIG}
     api.call("POST", "/api/v1/topics", history)
@@ -376,14 +374,6 @@ def start_region(platform: Platform, api: Api, region: str) -> None:
         (platform.data_dir / "objects").mkdir(mode=0o700, exist_ok=True)
         cluster["remote_store_uri"] = str(platform.data_dir / "objects")
     api.call("POST", "/api/v1/clusters", cluster)
-
-
-def _has_mirrors(api: Api) -> bool:
-    try:
-        api.call("GET", "/api/v1/mirrors")
-    except SystemExit:
-        return False
-    return True
 
 
 def mirror_topic(api: Api, home: str, region: str) -> str:
@@ -631,7 +621,7 @@ def mirrors_text(platform: Platform, mirrors: list[str], bootstraps: dict[str, s
     """The mirror links' commands: lag per partition, a record each way."""
     url, topic = platform.api_url, f"{TENANT}.{TOPIC}"
     blocks = []
-    for name, region in zip(mirrors, platform.regions[1:], strict=False):
+    for name, region in zip(mirrors, platform.regions[1:], strict=True):
         there, home = bootstraps[region], platform.home
         blocks.append(f"""Mirror '{name}': {topic} copied both ways between {home} and {region}
 (a record produced in either region shows up in the other; lag per partition):
