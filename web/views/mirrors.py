@@ -149,9 +149,10 @@ def link_input(post: Mapping[str, Any]) -> tuple[FormState, dict[str, Any]]:
 def choices(console: Console) -> dict[str, Any]:
     """The form's choices: the regions the tenant may use (home first)."""
     tenant = console.tenant
+    home = [tenant.home_region.name] if tenant.home_region is not None else []
     others = sorted(r.name for r in tenant.regions.all() if r.pk != tenant.home_region_id)
     return {
-        "region_choices": [tenant.home_region.name, *others],
+        "region_choices": [*home, *others],
         "direction_choices": Direction.values,
         "start_choices": StartPosition.values,
     }
