@@ -3,7 +3,8 @@
 
 Health (per link, over its legs and their partitions): ``paused`` while the link is
 paused; ``starting`` until every leg's worker has reported once (for at most
-``MIRROR_STALL_S`` after the worker row appeared: then it is degraded); ``degraded``
+``MIRROR_STALL_S`` after the worker row appeared, or after the link became ready
+when no worker row appears: then it is degraded); ``degraded``
 with a reason when a worker's status has not been read for
 ``MIRROR_WORKER_TIMEOUT_S``, a partition has reported an error for more than
 ``MIRROR_STALL_S``, or a partition is behind (``lag_records`` > 0) and its
@@ -21,6 +22,7 @@ from django.db import transaction
 from django.db.models import Max, Sum
 from django.utils import timezone
 
+from controlplane.core.choices import ProvisioningStatus
 from controlplane.mirrors.choices import MirrorHealth, PartitionState
 from controlplane.mirrors.models import MirrorLink, MirrorOffsetPoint, MirrorPartition, MirrorWorker
 
@@ -143,7 +145,9 @@ def _health(link: MirrorLink, now: datetime) -> tuple[str, str]:
     waiting = []
     for from_id, _ in link.legs:
         worker = workers.get(from_id)
-        if worker is None or worker.last_status_at is None:
+        if worker is None and link.status != ProvisioningStatus.READY:
+            waiting.append(from_id)  # its copies are being made: no worker yet
+        elif worker is None or worker.last_status_at is None:
             since = worker.created_at if worker is not None else link.updated_at
             if now - since > stall:
                 where = worker.to_region.name if worker else "its region"

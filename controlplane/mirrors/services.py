@@ -17,7 +17,8 @@ copies no link keeps, with their records.
 What the controllers call: ``follow_origins(region)`` (copies follow their origins,
 pattern links pick up new topics), ``workers.desired_workers(region)``,
 ``progress.record_status(worker, status)``, ``progress.evaluate_health(link)``,
-``identity.worker_credentials(link, from_region)`` and ``finish_deletion(link)``."""
+``identity.worker_credentials(link, from_region)`` and ``finish_deletion(link)``
+(``finish_deletions(region)``)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from controlplane.core import audit
@@ -170,6 +172,16 @@ def finish_deletion(link: MirrorLink, *, actor: Actor = FOLLOWER) -> bool:
                      tenant=locked.tenant)  # fmt: skip
         locked.delete()
     return True
+
+
+def finish_deletions(region: Region | None = None, *, actor: Actor = FOLLOWER) -> int:
+    """``finish_deletion`` of every deleting link with ``region`` on either side (every
+    deleting link when None); returns how many are gone. A controller calls it on its
+    tick after stopping the workers of deleting links that end in its region."""
+    links = MirrorLink.objects.filter(status=ProvisioningStatus.DELETING)
+    if region is not None:
+        links = links.filter(Q(source_region=region) | Q(target_region=region))
+    return sum(finish_deletion(link, actor=actor) for link in links.order_by("pk"))
 
 
 def follow_origins(region: Region | None = None, *, actor: Actor = FOLLOWER) -> dict[str, int]:

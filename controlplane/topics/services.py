@@ -515,19 +515,16 @@ def sync_mirror_copy(copy: Topic, *, actor: Actor, link_id: int | None = None) -
     where they are) and its configuration becomes the origin's (``create_mirror_copy``).
     With ``link_id``, the copy is (or becomes) kept by that link. Growth is checked
     against the tenant's quotas; an unchanged copy is not written."""
-    lock_open_tenant(copy.tenant)
-    copy = Topic.objects.select_for_update().select_related("cluster").get(pk=copy.pk)
     if copy.mirror_of_id is None:
         raise InvalidRequest(f"topic {copy.full_name!r} is not a mirror copy")
-    origin = Topic.objects.get(pk=copy.mirror_of_id)
+    if not _copy_behind(Topic.objects.select_related("cluster").get(pk=copy.pk), link_id):
+        return copy  # the common case on every follow: no lock taken
+    lock_open_tenant(copy.tenant)
+    copy = Topic.objects.select_for_update().select_related("cluster").get(pk=copy.pk)
     _check_not_deleting(copy)
-    partitions = max(copy.partitions, origin.partitions)
-    config = _copied_config(origin, copy.cluster)
-    if copy.remote_storage:  # never off once on (``RemoteStorageIrreversible``)
-        config["remote_storage"] = True
-    relink = link_id is not None and copy.mirror_link_id != link_id
-    if partitions == copy.partitions and config == _config_of(copy) and not relink:
+    if not _copy_behind(copy, link_id):
         return copy
+    partitions, config = _following(copy)
     before = audit.snapshot(copy)
     if copy.is_lane_topic:
         _check_growth(copy, copy.partitions, config["retention_bytes"])
@@ -547,15 +544,30 @@ def sync_mirror_copy(copy: Topic, *, actor: Actor, link_id: int | None = None) -
     return copy
 
 
+def _following(copy: Topic) -> tuple[int, dict[str, Any]]:
+    """The partitions and configuration ``copy`` has once it follows its origin."""
+    assert copy.mirror_of_id is not None
+    origin = Topic.objects.get(pk=copy.mirror_of_id)
+    config = _copied_config(origin, copy.cluster)
+    if copy.remote_storage:  # never off once on (``RemoteStorageIrreversible``)
+        config["remote_storage"] = True
+    return max(copy.partitions, origin.partitions), config
+
+
+def _copy_behind(copy: Topic, link_id: int | None) -> bool:
+    partitions, config = _following(copy)
+    relink = link_id is not None and copy.mirror_link_id != link_id
+    return relink or partitions != copy.partitions or config != _config_of(copy)
+
+
 @transaction.atomic
 def release_mirror_copies(link_id: int, *, keep: set[int], actor: Actor) -> int:
     """Let go of the copies mirror link ``link_id`` keeps but for ``keep`` (topic ids):
     they stay, as copies no link keeps (``mirror_of`` kept, so the name stays unique
     among origins), and the tenant may delete them. Returns how many."""
     released = 0
-    for copy in Topic.objects.select_for_update().filter(mirror_link_id=link_id).order_by("pk"):
-        if copy.pk in keep:
-            continue
+    let_go = Topic.objects.filter(mirror_link_id=link_id).exclude(pk__in=keep)
+    for copy in let_go.select_for_update().select_related("tenant").order_by("pk"):
         before = audit.snapshot(copy)
         copy.mirror_link = None
         copy.save(update_fields=["mirror_link", "updated_at"])

@@ -2,8 +2,8 @@
 that a new endpoint is covered the day it is added.
 
 Tenant ``acme`` owns a topic, a topic ACL entry, a service account, a member, a lane,
-a Databus configuration and agent, an export and its run, an index, audit events and a
-quota.
+a Databus configuration and agent, an export and its run, an index, a mirror link,
+audit events and a quota.
 A tenant-admin of ``beta`` (the strongest tenant role) then calls every operation:
 - no list answer names anything of ``acme``, with or without ``?tenant=acme``;
 - every operation on an ``acme`` object answers exactly as it does for an object that
@@ -34,6 +34,8 @@ from controlplane.indexes.models import Index
 from controlplane.lanes.models import Lane
 from controlplane.lanes.services import create_lane
 from controlplane.lanes.services import snapshot as lane_snapshot
+from controlplane.mirrors import services as mirrors
+from controlplane.mirrors.models import MirrorLink
 from controlplane.quotas.models import Quota
 from controlplane.tenants.models import Membership
 from controlplane.topics.acls import grant_topic_acl
@@ -50,6 +52,7 @@ SECRET_CONFIG = "secret-config"
 SECRET_AGENT = "5ec7e7a9-0000-4000-8000-000000000001"
 SECRET_EXPORT = "secret-export"
 SECRET_INDEX = "secret-index"
+SECRET_MIRROR = "secret-mirror"
 # Path parameters: for each, the value of acme's object and one that exists nowhere.
 _PARAM = re.compile(r"\{(\w+)\}")
 
@@ -60,7 +63,9 @@ def world(db: None, local_identity: Any, tmp_path: Any, monkeypatch: Any) -> dic
     cluster.remote_store_uri = str(tmp_path / "store")
     cluster.save()
     monkeypatch.setattr(exports, "_enqueue", lambda e, r: None)
-    acme = make_tenant("acme")
+    west = make_cluster("west").region
+    acme = make_tenant("acme", region=cluster.region)
+    acme.regions.set([west])
     make_tenant("beta")
     operator = Actor.system("test")
     topic = create_topic(acme, name=SECRET_TOPIC, partitions=3, actor=operator)
@@ -82,6 +87,10 @@ def world(db: None, local_identity: Any, tmp_path: Any, monkeypatch: Any) -> dic
     exports.request_run(export, actor=operator)
     fields = [{"name": "user_id", "path": "user.id", "type": "long"}]
     indexes.create_index(acme, name=SECRET_INDEX, topic=tiered, fields=fields, actor=operator)
+    mirrors.create_link(
+        acme, name=SECRET_MIRROR, source_region=cluster.region, target_region=west,
+        topics=[SECRET_TOPIC], actor=operator,
+    )  # fmt: skip
     event = AuditEvent.objects.filter(tenant_slug="acme").first()
     assert event is not None
     return {
@@ -98,6 +107,7 @@ def world(db: None, local_identity: Any, tmp_path: Any, monkeypatch: Any) -> dic
             "databus-agents": SECRET_AGENT,
             "exports": SECRET_EXPORT,
             "indexes": SECRET_INDEX,
+            "mirrors": SECRET_MIRROR,
         },
         "missing_values": {
             "tenants": "zzzz",
@@ -112,6 +122,7 @@ def world(db: None, local_identity: Any, tmp_path: Any, monkeypatch: Any) -> dic
             "databus-agents": "5ec7e7a9-0000-4000-8000-000000000002",
             "exports": "zzzz-export",
             "indexes": "zzzz-index",
+            "mirrors": "zzzz-mirror",
         },
         "token": token_for(local_identity, roles={"beta": "tenant-admin"}, username="mallory"),
     }
@@ -159,6 +170,7 @@ def _acme_state() -> Any:
         [snapshot(e) for e in Export.objects.filter(tenant__slug="acme")],
         [snapshot(r) for r in ExportRun.objects.filter(export__tenant__slug="acme")],
         [snapshot(i) for i in Index.objects.filter(tenant__slug="acme")],
+        [mirrors.snapshot(m) for m in MirrorLink.objects.filter(tenant__slug="acme")],
         sorted(
             accounts.ServiceAccount.objects.filter(tenant__slug="acme").values_list(
                 "client_id", "role", "secret_hash"
@@ -170,7 +182,7 @@ def _acme_state() -> Any:
 def _leaks(text: str) -> list[str]:
     secrets = (
         "acme", SECRET_TOPIC, SECRET_ACCOUNT, SECRET_MEMBER, SECRET_LANE, SECRET_CONFIG,
-        SECRET_AGENT, SECRET_EXPORT, SECRET_INDEX,
+        SECRET_AGENT, SECRET_EXPORT, SECRET_INDEX, SECRET_MIRROR,
     )  # fmt: skip
     return [s for s in secrets if s in text]
 

@@ -183,7 +183,8 @@ def _detail(
 def _rows(console: Console, lanes: list[Lane]) -> list[LaneRow]:
     """The lanes with their lane topics, in one query for all of them."""
     topics = (
-        Topic.objects.filter(
+        Topic.objects.origins()
+        .filter(
             tenant=console.tenant, trunk__isnull=False, lane_name__in=[lane.name for lane in lanes]
         )
         .select_related("trunk")

@@ -298,8 +298,9 @@ def test_deleting_a_link_waits_for_its_workers_and_keeps_the_copies() -> None:
     with pytest.raises(Conflict):
         services.update_link(deleting, paused=True, actor=SYSTEM)
     assert not services.finish_deletion(deleting)
+    assert services.finish_deletions() == 0
     worker.delete()
-    assert services.finish_deletion(deleting)
+    assert services.finish_deletions(deleting.target_region) == 1
     assert not MirrorLink.objects.exists()
     copy = copy_of("acme.orders")
     assert (copy.mirror_of_id, copy.mirror_link_id, copy.status) == (origin.pk, None, "pending")

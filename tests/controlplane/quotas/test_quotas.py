@@ -129,6 +129,7 @@ def test_usage_counts_reserved_and_stored_bytes(acme: Any) -> None:
         "storage_bytes": 3 * GIB,
         "stored_bytes": 3000,
         "lanes": 0,
+        "mirrors": 0,
         "exports": 0,
         "indexes": 0,
     }
