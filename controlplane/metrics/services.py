@@ -42,8 +42,10 @@ def collect_metrics(now: datetime | None = None) -> Collection | None:
     ``Collection``, or None when a later run has already written (this one is stale)."""
     started = time.monotonic()
     live = Broker.objects.exclude(phase__in=UNPLACEABLE_PHASES).exclude(port=None)
-    topics = dict(Topic.objects.values_list("full_name", "partitions"))
-    observation = collect.observe(live, topics)
+    origins = Topic.objects.origins().values_list("full_name", "partitions", "cluster_id")
+    topics = {name: partitions for name, partitions, _ in origins}
+    clusters = {name: cluster for name, _, cluster in origins if cluster is not None}
+    observation = collect.observe(live, topics, clusters)
     observation.mirrors = mirror_lags()
     return record_observation(observation, now or timezone.now(), started)
 
