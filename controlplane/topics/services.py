@@ -470,7 +470,8 @@ def create_mirror_copy(origin: Topic, *, region: Region, link_id: int, actor: Ac
     """A mirror copy of ``origin`` (an origin topic, or a copy: its origin is copied) in
     ``region``, kept by mirror link ``link_id``: same full name, partition count and
     configuration (tiered storage only where the chosen cluster has an object store),
-    the replication of that region's cluster. A lane topic's copy goes beside its
+    the replication of that region's cluster: the cluster of the link's other copies
+    there, else the least loaded (``pick_cluster``). A lane topic's copy goes beside its
     trunk's copy in that region (which must exist: ``Conflict`` otherwise). Counted
     against the tenant's partition and storage quotas, not ``max_topics`` (lane topics:
     storage only). A topic of that name already in the region is a ``Conflict``."""
@@ -483,7 +484,8 @@ def create_mirror_copy(origin: Topic, *, region: Region, link_id: int, actor: Ac
             region=region.name,
         )
     trunk = _trunk_copy(origin, region) if origin.is_lane_topic else None
-    cluster = trunk.cluster if trunk is not None else pick_cluster(tenant, region)
+    cluster = trunk.cluster if trunk is not None else _copies_cluster(link_id, region)
+    cluster = cluster or pick_cluster(tenant, region)
     config = _copied_config(origin, cluster)
     check_topic_quota(
         tenant,
@@ -589,6 +591,19 @@ def _follow_copies(origin: Topic, actor: Actor) -> None:
 def _origin_locked(topic: Topic) -> Topic:
     origin_id = topic.mirror_of_id or topic.pk
     return Topic.objects.select_for_update().select_related("tenant").get(pk=origin_id)
+
+
+def _copies_cluster(link_id: int, region: Region) -> Cluster | None:
+    """The open cluster of ``region`` holding the link's other copies: a link's copies
+    in a region stay together (its worker there writes to one cluster)."""
+    found = (
+        Topic.objects.filter(mirror_link_id=link_id, cluster__region=region)
+        .exclude(cluster__status__in=CLOSED_CLUSTER_STATUSES)
+        .select_related("cluster")
+        .order_by("pk")
+        .first()
+    )
+    return found.cluster if found is not None else None
 
 
 def _trunk_copy(origin: Topic, region: Region) -> Topic:

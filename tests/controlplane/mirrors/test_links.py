@@ -309,3 +309,15 @@ def test_deleting_a_link_waits_for_its_workers_and_keeps_the_copies() -> None:
     assert refused.value.code == "mirror_copies_exist"
     topic_services.delete_topic(copy, actor=SYSTEM)  # a copy no link keeps: deletable
     topic_services.delete_topic(origin, actor=SYSTEM)
+
+
+def test_a_links_copies_in_a_region_stay_on_one_cluster() -> None:
+    from tests.controlplane.api_base import make_cluster
+
+    make_cluster("west", "c2")
+    tenant = mirror_tenant()
+    topic(tenant, name="orders")
+    topic(tenant, name="payments")
+    made = link(tenant, topics=["orders", "payments"])
+    clusters = set(Topic.objects.filter(mirror_link=made).values_list("cluster_id", flat=True))
+    assert len(clusters) == 1
