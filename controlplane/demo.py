@@ -1,11 +1,14 @@
 """The whole platform on one machine with embedded defaults (``./dev run``).
 
 Starts the control plane (SQLite, its own token issuer), a Celery worker on kombu's
-filesystem transport (with beat for the periodic reconcile), two controllers of region
-``local`` (one active, one standby), and the API server; then, through the REST API,
-creates a region with one cluster of three local brokers (the controller's local
-provisioner starts them, with authentication on: they verify the local issuer's tokens),
-a tenant ``demo``, the topic ``demo.orders`` (three replicas per partition), the tiered
+filesystem transport (with beat for the periodic reconcile) and the API server; then,
+through the REST API, creates the regions (``--regions``, default ``east,west``), each
+with its controllers and one cluster of three local brokers (the controller's local
+provisioner starts them, with authentication on: they verify the local issuer's tokens).
+The first region has two controllers (one active, one standby), every other one a single
+controller. Then: a tenant ``demo`` at home in the first region and allowed in the others,
+the topic ``demo.orders`` (three replicas per partition), a two-way mirror link of it
+between the first region and each other one, the tiered
 topic ``demo.history`` (segments sealed within a minute, then uploaded to the object
 store, a folder of the demo's data), the lane ``ppe`` and a service account; produces to
 the topic (acks=all) and consumes it with the SDK as that service account; starts a
@@ -26,6 +29,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import secrets
 import signal
 import stat
@@ -46,7 +50,7 @@ from dataplane import lifeline
 from dataplane.local import free_ports
 
 T = TypeVar("T")
-REGION = "local"
+DEFAULT_REGIONS = "east,west"
 CLUSTER = "main"
 TENANT = "demo"
 TOPIC = "orders"
@@ -77,6 +81,8 @@ CONSOLE_USERS = (
     ("demo-developer", "developer"),
     ("demo-viewer", "viewer"),
 )
+# The first region's controllers (active and standby); every other region runs one,
+# ``controller-<region>``: two cores run the brokers and mirror workers of every region.
 CONTROLLERS = ("controller-1", "controller-2")
 DATABUS_CONFIG = "demo-app"
 DATABUS_STREAMS = {
@@ -110,6 +116,8 @@ class Platform:
 
     data_dir: Path
     api_port: int
+    # The regions' names, the first one the demo tenant's home (its topics live there).
+    regions: list[str] = field(default_factory=lambda: DEFAULT_REGIONS.split(","))
     children: dict[str, Child] = field(default_factory=dict)
     # The console's demo users: (role, username, password), passwords new each run.
     console_users: list[tuple[str, str, str]] = field(default_factory=list)
@@ -120,6 +128,13 @@ class Platform:
     @property
     def api_url(self) -> str:
         return f"http://127.0.0.1:{self.api_port}"
+
+    @property
+    def home(self) -> str:
+        return self.regions[0]
+
+    def controllers(self, region: str) -> tuple[str, ...]:
+        return CONTROLLERS if region == self.home else (f"controller-{region}",)
 
     def env(self) -> dict[str, str]:
         return {
@@ -298,29 +313,18 @@ def start_processes(platform: Platform) -> None:
 
 
 def build_platform(platform: Platform, api: Api) -> dict[str, Any]:
-    """Region, cluster, tenant, topic and service account, all through the REST API."""
-    api.call("POST", "/api/v1/regions", {"name": REGION, "display_name": "this machine"})
-    # Two controllers: one holds the region's lease, the other stands by to take over.
-    for name in CONTROLLERS:
-        platform.spawn(name, "controlplane.controller", "--region", REGION, "--id", name)
-    # Tiered storage's object store: a folder of the demo's data, so topics made with
-    # remote_storage keep their sealed segments there.
-    (platform.data_dir / "objects").mkdir(mode=0o700, exist_ok=True)
-    api.call(
-        "POST",
-        "/api/v1/clusters",
-        {
-            "region": REGION,
-            "name": CLUSTER,
-            "provisioner": "local",
-            "broker_count": 3,
-            "remote_store_uri": str(platform.data_dir / "objects"),
-        },
-    )
-    print("==> region 'local' with two controllers (active and standby); cluster 'main' of 3 "
-          "local brokers ...")  # fmt: skip
-    wait_for("3 ready brokers", lambda: _ready_brokers(api) == 3, platform)
-    api.call("POST", "/api/v1/tenants", {"slug": TENANT, "name": "Demo", "home_region": REGION})
+    """Regions, clusters, tenant, topic, mirror links and service account, all through the
+    REST API."""
+    for region in platform.regions:
+        start_region(platform, api, region)
+    names = " and ".join(f"'{region}'" for region in platform.regions)
+    print(f"==> regions {names}, each with a cluster '{CLUSTER}' of 3 local brokers; "
+          f"'{platform.home}' with two controllers (active and standby) ...")  # fmt: skip
+    for region in platform.regions:
+        wait_for(f"3 ready brokers in {region}", _brokers_ready(api, region), platform, 180)
+    # The demo tenant may use the other regions too: mirror links need both ends.
+    tenant = {"slug": TENANT, "name": "Demo", "home_region": platform.home}
+    api.call("POST", "/api/v1/tenants", tenant | {"regions": platform.regions[1:]})
     wait_for("tenant ready", lambda: _status(api, f"/api/v1/tenants/{TENANT}") == "ready", platform)
     started = time.monotonic()
     api.call(
@@ -331,6 +335,7 @@ def build_platform(platform: Platform, api: Api) -> dict[str, Any]:
     path = f"/api/v1/topics/{TENANT}.{TOPIC}"
     wait_for("topic ready", lambda: _status(api, path) == "ready", platform)
     ready_s = time.monotonic() - started
+    mirrors = [mirror_topic(api, platform.home, region) for region in platform.regions[1:]]
     # Not waited for: it is ready long before the steady traffic starts writing to it.
     history = {"tenant": TENANT, "name": HISTORY_TOPIC, **HISTORY_CONFIG}
     api.call("POST", "/api/v1/topics", history)
@@ -347,7 +352,45 @@ def build_platform(platform: Platform, api: Api) -> dict[str, Any]:
     # A lane for test traffic: records tagged "ppe" go to demo.orders~ppe, made on first use.
     api.call("POST", "/api/v1/lanes", {"tenant": TENANT, "name": LANE, "orphan_policy": "hold"})
     invite_console_members(api)
-    return {"topic_ready_s": ready_s, "account": account}
+    return {"topic_ready_s": ready_s, "account": account, "mirrors": mirrors}
+
+
+def start_region(platform: Platform, api: Api, region: str) -> None:
+    """The region, its controllers and its cluster of three local brokers. The home
+    region's cluster tiers to the object store, a folder of the demo's data, so topics
+    made with remote_storage keep their sealed segments there."""
+    api.call(
+        "POST", "/api/v1/regions", {"name": region, "display_name": f"{region} (this machine)"}
+    )
+    for name in platform.controllers(region):
+        platform.spawn(name, "controlplane.controller", "--region", region, "--id", name)
+    cluster: dict[str, Any] = {
+        "region": region,
+        "name": CLUSTER,
+        "provisioner": "local",
+        "broker_count": 3,
+    }
+    if region == platform.home:
+        (platform.data_dir / "objects").mkdir(mode=0o700, exist_ok=True)
+        cluster["remote_store_uri"] = str(platform.data_dir / "objects")
+    api.call("POST", "/api/v1/clusters", cluster)
+
+
+def mirror_topic(api: Api, home: str, region: str) -> str:
+    """A two-way mirror link of the demo topic between the home region and ``region``,
+    copying from the start of its log; its name."""
+    name = f"{TOPIC}-{region}"
+    link = {
+        "tenant": TENANT,
+        "name": name,
+        "source_region": home,
+        "target_region": region,
+        "direction": "two-way",
+        "topics": [TOPIC],
+        "start_position": "earliest",
+    }
+    api.call("POST", "/api/v1/mirrors", link)
+    return name
 
 
 def invite_console_members(api: Api) -> None:
@@ -359,8 +402,12 @@ def invite_console_members(api: Api) -> None:
             api.call("POST", "/api/v1/members", member | {"email": f"{username}@example.com"})
 
 
-def _ready_brokers(api: Api) -> int:
-    brokers = api.call("GET", f"/api/v1/brokers?region={REGION}")["results"]
+def _brokers_ready(api: Api, region: str) -> Callable[[], bool]:
+    return lambda: _ready_brokers(api, region) == 3
+
+
+def _ready_brokers(api: Api, region: str) -> int:
+    brokers = api.call("GET", f"/api/v1/brokers?region={region}")["results"]
     return sum(1 for b in brokers if b["phase"] == "ready")
 
 
@@ -419,8 +466,8 @@ def exercise_topic(
     return time.monotonic() - started, seen
 
 
-def broker_addresses(api: Api) -> str:
-    brokers = api.call("GET", f"/api/v1/brokers?region={REGION}")["results"]
+def broker_addresses(api: Api, region: str) -> str:
+    brokers = api.call("GET", f"/api/v1/brokers?region={region}")["results"]
     return ",".join(b["address"] for b in brokers)
 
 
@@ -478,27 +525,29 @@ def print_summary(
     admin_token: str,
     built: dict[str, Any],
     app_token: str,
-    bootstrap: str,
+    bootstraps: dict[str, str],
     databus: str,
 ) -> None:
     account = built["account"]
+    bootstrap = bootstraps[platform.home]
     url = platform.api_url
     users = "\n".join(
         f"  {role:<15}{username:<16}password {password}"
         for role, username, password in platform.console_users
     )
     controllers = ", ".join(f"{name} (pid {platform.pid(name)})" for name in CONTROLLERS)
+    mirrors = mirrors_text(platform, built["mirrors"], bootstraps)
     print(
         f"""
 Meridian is running.
   API            {url}/api/v1/            (OpenAPI: {url}/api/v1/openapi.json)
-  brokers        {bootstrap}
+  brokers        {bootstrap}   (region {platform.home}, home of tenant '{TENANT}')
   data and logs  {platform.data_dir}
   object store   {platform.data_dir / "objects"}   (topics with remote_storage=true tier there)
   controllers    {controllers}
                  (one active, one standby: kill the active one and the other takes over;
                  the demo starts the dead one again as the new standby)
-
+{regions_text(platform, bootstraps)}
 Console         {url}/console/    (sign in as one of these; passwords are new each run)
 {users}
 
@@ -525,7 +574,7 @@ Try:
        consume {TENANT}.{TOPIC} --from-beginning --max-messages 5
   .venv/bin/meridian --token "$TOKEN" groups describe {TENANT}.billing
 
-Lane '{LANE}' (test traffic beside the trunk; its lane topic is made on first use):
+{mirrors}Lane '{LANE}' (test traffic beside the trunk; its lane topic is made on first use):
   echo hello | .venv/bin/meridian --token "$TOKEN" produce {TENANT}.{TOPIC} --lane {LANE}
   .venv/bin/meridian --token "$TOKEN" consume {TENANT}.{TOPIC} --lane {LANE} \
        --group {TENANT}.tester --from-beginning --max-messages 1
@@ -556,13 +605,58 @@ Databus agent, config '{DATABUS_CONFIG}' (events -> {TENANT}.{TOPIC}, events-ppe
     )
 
 
+def regions_text(platform: Platform, bootstraps: dict[str, str]) -> str:
+    """The other regions' brokers and controllers (the summary's first block)."""
+    lines = []
+    for region in platform.regions[1:]:
+        controllers = ", ".join(
+            f"{n} (pid {platform.pid(n)})" for n in platform.controllers(region)
+        )
+        lines.append(f"  region {region:<7} brokers {bootstraps[region]}\n"
+                     f"                 controller {controllers}")  # fmt: skip
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+def mirrors_text(platform: Platform, mirrors: list[str], bootstraps: dict[str, str]) -> str:
+    """The mirror links' commands: lag per partition, a record each way."""
+    url, topic = platform.api_url, f"{TENANT}.{TOPIC}"
+    blocks = []
+    for name, region in zip(mirrors, platform.regions[1:], strict=True):
+        there, home = bootstraps[region], platform.home
+        blocks.append(f"""Mirror '{name}': {topic} copied both ways between {home} and {region}
+(a record produced in either region shows up in the other; lag per partition):
+  .venv/bin/meridian --api {url} --token "$TOKEN" mirrors describe {name}
+  echo from-{region} | .venv/bin/meridian --bootstrap {there} --token "$TOKEN" produce {topic}
+  .venv/bin/meridian --bootstrap {there} --token "$TOKEN" consume {topic} \\
+       --from-beginning --max-messages 5
+""")
+    return "".join(f"{block}\n" for block in blocks)
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="./dev run", description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-dir", type=Path, help="default: a new temporary directory")
     parser.add_argument("--api-port", type=int, default=8000)
     parser.add_argument("--records", type=int, default=10_000)
     parser.add_argument("--exit", action="store_true", help="stop once the demo has run")
+    parser.add_argument(
+        "--regions",
+        type=region_names,
+        default=region_names(DEFAULT_REGIONS),
+        help="comma-separated region names, the first the demo tenant's home (default: "
+        f"{DEFAULT_REGIONS}; one name runs a single region, without mirrors)",
+    )
     return parser.parse_args(argv)
+
+
+def region_names(text: str) -> list[str]:
+    """``--regions``: distinct slugs, at least one."""
+    names = [name.strip() for name in text.split(",")]
+    if not all(re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", n) and len(n) <= 32 for n in names):
+        raise argparse.ArgumentTypeError(f"{text!r}: region names are lowercase slugs")
+    if len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(f"{text!r}: a region is named twice")
+    return names
 
 
 def private_data_dir(path: Path) -> Path:
@@ -582,7 +676,7 @@ def main(argv: list[str] | None = None) -> int:
     # caller's umask: logs, queues and records as well as keys.
     os.umask(0o077)
     data_dir = args.data_dir or Path(tempfile.mkdtemp(prefix="meridian-"))
-    platform = Platform(private_data_dir(data_dir), args.api_port)
+    platform = Platform(private_data_dir(data_dir), args.api_port, args.regions)
     handle_stop_signals(platform)
     lifeline.cut_on_exit()
     print(f"==> control plane in {platform.data_dir} (SQLite, local token issuer)")
@@ -597,7 +691,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"==> tenant '{TENANT}', topic {TENANT}.{TOPIC} (6 partitions) ready in "
               f"{built['topic_ready_s']:.2f} s, service account {client_id}")  # fmt: skip
         app_token = service_token(platform.api_url, built["account"])
-        bootstrap = broker_addresses(api)
+        bootstraps = {region: broker_addresses(api, region) for region in platform.regions}
+        bootstrap = bootstraps[platform.home]
         seconds, seen = exercise_topic(bootstrap, args.records, platform.api_url, built["account"])
         print(f"==> produced {args.records:,} records and consumed {seen:,} with group "
               f"{TENANT}.billing in {seconds:.2f} s")  # fmt: skip
@@ -605,7 +700,7 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"consumed {seen} of {args.records} records")
         databus = start_databus(platform, api, built["account"], bootstrap)
         print(f"==> Databus agent at http://{databus} (config {DATABUS_CONFIG})")
-        print_summary(platform, admin_token, built, app_token, bootstrap, databus)
+        print_summary(platform, admin_token, built, app_token, bootstraps, databus)
         if not args.exit:
             history = f"{TENANT}.{HISTORY_TOPIC}"
             start_traffic(bootstrap, platform.api_url, built["account"], f"{TENANT}.{TOPIC}",
@@ -624,7 +719,7 @@ def main(argv: list[str] | None = None) -> int:
         print("==> stopping")
         stop_traffic()
         platform.stop()
-        _stop_brokers(platform)
+        _stop_provisioned(platform)
     return 0
 
 
@@ -646,12 +741,15 @@ def handle_stop_signals(platform: Platform) -> None:
             signal.signal(signum, stop)
 
 
-def _stop_brokers(platform: Platform) -> None:
-    """The local provisioner's brokers run in sessions of their own (they outlive a
-    controller); the demo owns them, so it stops them."""
+def _stop_provisioned(platform: Platform) -> None:
+    """The local provisioner's brokers and mirror workers run in sessions of their own
+    (they outlive a controller); the demo owns them, so it stops them."""
+    from controlplane.mirrors.models import MirrorWorker
     from controlplane.regions.models import Broker
 
-    pids = [pid for pid in Broker.objects.values_list("pid", flat=True) if pid is not None]
+    started = [*Broker.objects.values_list("pid", flat=True),
+               *MirrorWorker.objects.values_list("pid", flat=True)]  # fmt: skip
+    pids = [pid for pid in started if pid is not None]
     for pid in pids:
         for signum in (signal.SIGTERM, signal.SIGCONT):  # a frozen broker must wake to stop
             with contextlib.suppress(ProcessLookupError):

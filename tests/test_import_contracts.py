@@ -52,7 +52,7 @@ def test_the_layers_hold_without_exceptions() -> None:
 # ``AppConfig.ready``, or an entry point after ``django.setup()``), never to dodge a cycle.
 DEFERRED_IMPORTS_ALLOWED = {
     ("controlplane/demo.py", "prepare_database"),
-    ("controlplane/demo.py", "_stop_brokers"),
+    ("controlplane/demo.py", "_stop_provisioned"),
     ("controlplane/controller/__main__.py", "main"),
 }
 

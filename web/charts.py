@@ -209,6 +209,28 @@ def group_charts(console: Console, group: str, range_key: str) -> list[Chart] | 
     return charts
 
 
+def mirror_charts(console: Console, link: str, range_key: str) -> list[Chart] | None:
+    """Lag of a mirror link of the console's tenant (the caller looked it up in the
+    tenant), a line per leg: records behind (summed over its partitions) and seconds
+    behind (its worst partition). None: no history yet."""
+    since, until = _window(range_key)
+    try:
+        body = services.mirror_metrics(console.actor, console.tenant.slug, link, since, until, None)
+    except NotFound:
+        return None
+    legs = body["legs"]
+    x = _x(legs[0]["points"]) if legs else []
+    names = [f"{leg['from_region']} → {leg['to_region']}" for leg in legs]
+    records = [
+        Line(n, _values(leg["points"], "lag_records")) for n, leg in zip(names, legs, strict=True)
+    ]
+    seconds = [Line(n, _values(leg["points"], "lag_s")) for n, leg in zip(names, legs, strict=True)]
+    return [
+        Chart("mirror-lag-records", "Lag (records)", RECORDS, range_key, x, records, "Direction"),
+        Chart("mirror-lag-seconds", "Lag (seconds)", SECONDS, range_key, x, seconds, "Direction"),
+    ]
+
+
 def dashboard_charts(console: Console, range_key: str) -> list[Chart]:
     """Produce and consume rates of the tenant's busiest topics (most records produced
     over the range), a line per topic."""

@@ -26,6 +26,7 @@ SECTIONS = (
     ("Databus", "web:databus-list"),
     ("Exports", "web:export-list"),
     ("Indexes", "web:index-list"),
+    ("Mirrors", "web:mirror-list"),
     ("Service accounts", "web:service-account-list"),
     ("ACLs", "web:acl-list"),
     ("Members", "web:member-list"),

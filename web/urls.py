@@ -15,6 +15,7 @@ from web.views import (
     lanes,
     members,
     messages,
+    mirrors,
     platform,
     service_accounts,
     topics,
@@ -33,6 +34,8 @@ EXPORTS = "t/<slug:tenant>/exports/"
 EXPORT = EXPORTS + "<str:export>/"
 INDEXES = "t/<slug:tenant>/indexes/"
 INDEX = INDEXES + "<str:index>/"
+MIRRORS = "t/<slug:tenant>/mirrors/"
+MIRROR = MIRRORS + "<str:mirror>/"
 
 urlpatterns = [
     path("", home.index, name="index"),
@@ -77,6 +80,12 @@ urlpatterns = [
     path(INDEX, indexes.index_detail, name="index-detail"),
     path(INDEX + "build/", indexes.index_build, name="index-build"),
     path(INDEX + "delete/", indexes.index_delete, name="index-delete"),
+    path(MIRRORS, mirrors.mirror_list, name="mirror-list"),
+    path(MIRROR, mirrors.mirror_detail, name="mirror-detail"),
+    path(MIRROR + "metrics.json", mirrors.mirror_metrics, name="mirror-metrics"),
+    path(MIRROR + "pause/", mirrors.mirror_pause, name="mirror-pause"),
+    path(MIRROR + "resume/", mirrors.mirror_resume, name="mirror-resume"),
+    path(MIRROR + "delete/", mirrors.mirror_delete, name="mirror-delete"),
     path("t/<slug:tenant>/acls/", acls.acl_list, name="acl-list"),
     path("t/<slug:tenant>/acls/grant/", acls.acl_grant, name="acl-grant"),
     path("t/<slug:tenant>/acls/<int:acl>/operations/", acls.acl_operations, name="acl-operations"),

@@ -47,12 +47,24 @@ class GroupCounters:
     lag_s: float | None = None
 
 
+@dataclass(frozen=True)
+class MirrorLag:
+    """A mirror link's leg as its worker last reported it: records behind (the sum over
+    its partitions) and seconds behind (the largest over them)."""
+
+    lag_records: int
+    lag_s: float
+
+
 @dataclass
 class Observation:
-    """What one pass read: counters by topic, and by (group, topic)."""
+    """What one pass read: counters by topic, and by (group, topic); mirror lag by
+    (``<tenant>.<link>``, ``<from region>><to region>``), read from the control plane's
+    rows, not the brokers."""
 
     topics: dict[str, TopicCounters] = field(default_factory=dict)
     groups: dict[tuple[str, str], GroupCounters] = field(default_factory=dict)
+    mirrors: dict[tuple[str, str], MirrorLag] = field(default_factory=dict)
     brokers_asked: int = 0
     brokers_answered: int = 0
 
@@ -63,16 +75,21 @@ class _Leaders:
     addresses: dict[TopicPartition, str] = field(default_factory=dict)
 
 
-def observe(live: Iterable[Broker], partitions_of: dict[str, int]) -> Observation:
+def observe(
+    live: Iterable[Broker], partitions_of: dict[str, int], clusters_of: dict[str, int] | None = None
+) -> Observation:
     """Read every broker of ``live``; ``partitions_of`` names the topics to measure with
-    their partition counts. A broker that does not answer is skipped (logged)."""
+    their partition counts; ``clusters_of``, by topic, the cluster whose partitions are
+    the topic's (its origin's: a mirror copy of the same name in another region is not
+    measured, or a name's figures would jump between the two). A broker that does not
+    answer is skipped (logged)."""
     observation = Observation()
     leaders = _Leaders()
     descriptions: list[group_pb2.GroupDescription] = []
     for broker in live:
         observation.brokers_asked += 1
         try:
-            _read_partitions(broker.address, leaders)
+            _read_partitions(broker, leaders, clusters_of or {})
             descriptions += _read_groups(broker.address)
         except BrokerUnavailable as exc:
             log.info("metrics collection skips %s: %s", broker, exc)
@@ -88,9 +105,11 @@ def observe(live: Iterable[Broker], partitions_of: dict[str, int]) -> Observatio
     return observation
 
 
-def _read_partitions(address: str, leaders: _Leaders) -> None:
+def _read_partitions(broker: Broker, leaders: _Leaders, clusters_of: dict[str, int]) -> None:
+    address = broker.address
     for state in brokers.describe_state(address).partitions:
-        if state.role == "leader" and not state.offline:
+        home = clusters_of.get(state.topic, broker.cluster_id)
+        if state.role == "leader" and not state.offline and home == broker.cluster_id:
             leaders.partitions[(state.topic, state.partition)] = state
             leaders.addresses[(state.topic, state.partition)] = address
 

@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Max, Sum
 from django.utils import timezone
 
 from controlplane.core.actors import Actor
@@ -23,10 +24,11 @@ from controlplane.core.choices import Role
 from controlplane.core.errors import NotFound
 from controlplane.metrics import collect, history, store
 from controlplane.metrics.choices import SeriesKind
-from controlplane.metrics.collect import Observation
+from controlplane.metrics.collect import MirrorLag, Observation
 from controlplane.metrics.models import Block, Collection, CollectorState, Series
 from controlplane.metrics.store import Point
 from controlplane.metrics.tiers import COARSE, FINE
+from controlplane.mirrors.models import MirrorPartition
 from controlplane.regions.models import Broker
 from controlplane.tenants.models import Tenant
 from controlplane.topics.models import Topic
@@ -40,9 +42,30 @@ def collect_metrics(now: datetime | None = None) -> Collection | None:
     ``Collection``, or None when a later run has already written (this one is stale)."""
     started = time.monotonic()
     live = Broker.objects.exclude(phase__in=UNPLACEABLE_PHASES).exclude(port=None)
-    topics = dict(Topic.objects.values_list("full_name", "partitions"))
-    observation = collect.observe(live, topics)
+    origins = Topic.objects.origins().values_list("full_name", "partitions", "cluster_id")
+    topics = {name: partitions for name, partitions, _ in origins}
+    clusters = {name: cluster for name, _, cluster in origins if cluster is not None}
+    observation = collect.observe(live, topics, clusters)
+    observation.mirrors = mirror_lags()
     return record_observation(observation, now or timezone.now(), started)
+
+
+def mirror_lags() -> dict[tuple[str, str], MirrorLag]:
+    """Each mirror link leg's lag, from what its worker last reported (the rows the
+    controllers keep), by (``<tenant>.<link>``, ``<from>><to>``)."""
+    rows = (
+        MirrorPartition.objects.values(
+            "link__tenant__slug", "link__name", "from_region__name", "to_region__name"
+        )
+        .annotate(records=Sum("lag_records"), seconds=Max("lag_seconds"))
+        .order_by()
+    )
+    return {
+        (f"{r['link__tenant__slug']}.{r['link__name']}",
+         f"{r['from_region__name']}>{r['to_region__name']}"):
+        MirrorLag(int(r["records"] or 0), float(r["seconds"] or 0.0))
+        for r in rows
+    }  # fmt: skip
 
 
 def record_observation(
@@ -105,6 +128,7 @@ def _rates(
     fresh = now_s - FINE.retention.total_seconds()
     topics = {k: v for k, v in before_topics.items() if v[0] > fresh}
     groups = {k: v for k, v in before_groups.items() if v[0] > fresh}
+    mirrors = {k: v for k, v in previous.get("mirrors", {}).items() if v > fresh}
     rates: Rates = {}
     for name, counters in observation.topics.items():
         topics[name] = [now_s, counters.end_offset, counters.size_bytes]
@@ -129,7 +153,14 @@ def _rates(
                 "lag_records": float(used.lag_records),
                 "lag_s": used.lag_s,
             }
-    return {"at": now_s, "topics": topics, "groups": groups}, rates
+    for (link, leg), lag in observation.mirrors.items():
+        mirrors[f"{link}\n{leg}"] = now_s  # only when it was seen: prune keeps its series
+        if lag.lag_records or lag.lag_s:
+            rates[(SeriesKind.MIRROR, leg, link)] = {
+                "lag_records": float(lag.lag_records),
+                "lag_s": lag.lag_s,
+            }
+    return {"at": now_s, "topics": topics, "groups": groups, "mirrors": mirrors}, rates
 
 
 def _consumed(committed: dict[int, int], before: dict[str, int]) -> int:
@@ -146,6 +177,7 @@ def _points(rates: Rates, observation: Observation) -> list[Point]:
     # Every group seen gets its series, idle or not: the group is then known to reads
     # (its charts answer zeros) rather than missing.
     groups = {(SeriesKind.GROUP, topic, group) for group, topic in observation.groups}
+    groups |= {(SeriesKind.MIRROR, leg, link) for link, leg in observation.mirrors}
     ids = series_ids(rates.keys() | groups)
     return [Point(ids[key], **values) for key, values in rates.items() if key in ids]
 
@@ -225,11 +257,13 @@ def prune_metrics(now: datetime | None = None) -> dict[str, int]:
         counters = _counters(_locked_state())
         seen: set[tuple[str, ...]] = {("", t) for t in counters.get("topics", {})}
         seen |= {tuple(k.split("\n", 1)) for k in counters.get("groups", {})}
+        seen |= {tuple(k.split("\n", 1)) for k in counters.get("mirrors", {})}
         return store.prune(now or timezone.now(), seen)
 
 
 TOPIC_MEASURES = ("records_per_s", "bytes_per_s")
 GROUP_MEASURES = ("records_per_s", "lag_records", "lag_s")
+MIRROR_MEASURES = ("lag_records", "lag_s")
 
 
 def topic_metrics(
@@ -271,6 +305,32 @@ def group_metrics(
         for s in series
     ]
     return {"group": group, **_frame(query), "topics": topics}
+
+
+def mirror_metrics(
+    actor: Actor,
+    tenant_slug: str,
+    link: str,
+    since: datetime | None,
+    until: datetime | None,
+    step_s: int | None,
+) -> dict[str, Any]:
+    """Lag of a mirror link the actor may read, per leg (``from_region``, ``to_region``):
+    records behind (the sum over the leg's partitions) and seconds behind (the largest);
+    a link never seen (or another tenant's) is missing."""
+    query = history.plan(since, until, step_s, timezone.now())
+    tenant = _readable_tenant(actor, tenant_slug)
+    name = f"{tenant_slug}.{link}"
+    owned = Series.objects.filter(tenant=tenant, kind=SeriesKind.MIRROR, group=name)
+    series = list(owned.order_by("topic")) if tenant is not None else []
+    if not series:
+        raise NotFound(f"mirror {link!r} not found")
+    legs = [
+        {"from_region": s.topic.partition(">")[0], "to_region": s.topic.partition(">")[2],
+         "points": _rows(history.series_points(query, s.pk, MIRROR_MEASURES))}
+        for s in series
+    ]  # fmt: skip
+    return {"mirror": link, **_frame(query), "legs": legs}
 
 
 def _readable_tenant(actor: Actor, slug: str) -> Tenant | None:

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from dataplane.cli import databus, exports, groups, indexes, lanes, topics
+from dataplane.cli import databus, exports, groups, indexes, lanes, mirrors, topics
 from dataplane.cli.api import DEFAULT_API_URL
 from dataplane.cli.base import DEFAULT_BOOTSTRAP, Settings, credentials_from, fail, reporting
 from dataplane.cli.consume import consume
@@ -19,7 +19,8 @@ app = typer.Typer(
     name="meridian",
     help=(
         "Produce, consume and inspect topics and consumer groups of a Meridian cluster; "
-        "manage a tenant's lanes, Databus configurations, Parquet exports and indexes."
+        "manage a tenant's lanes, Databus configurations, Parquet exports, indexes and "
+        "mirror links."
     ),
     no_args_is_help=True,
     add_completion=False,
@@ -28,7 +29,10 @@ app = typer.Typer(
 topics_app = typer.Typer(
     help="List, create, alter, describe and delete topics.", no_args_is_help=True
 )
-groups_app = typer.Typer(help="List and describe consumer groups.", no_args_is_help=True)
+groups_app = typer.Typer(
+    help="List and describe consumer groups; fail one over to another region of a mirror.",
+    no_args_is_help=True,
+)
 lanes_app = typer.Typer(
     help="List, create, describe and delete a tenant's lanes (the control plane's REST API).",
     no_args_is_help=True,
@@ -46,6 +50,11 @@ exports_app = typer.Typer(
 indexes_app = typer.Typer(
     help="Create, list, describe, build and delete a tenant's secondary indexes (the "
     "control plane's REST API).",
+    no_args_is_help=True,
+)
+mirrors_app = typer.Typer(
+    help="Create, list, describe, pause, resume and delete a tenant's mirror links (topics "
+    "copied between regions; the control plane's REST API).",
     no_args_is_help=True,
 )
 index_app = typer.Typer(help="Query a secondary index.", no_args_is_help=True)
@@ -96,7 +105,7 @@ def options(
             "--api",
             envvar="MERIDIAN_API_URL",
             help="The control plane's REST API, http(s)://host:port (lanes, databus, "
-            "exports, indexes).",
+            "exports, indexes, mirrors).",
         ),
     ] = DEFAULT_API_URL,
 ) -> None:
@@ -117,6 +126,7 @@ topics_app.command("describe")(reporting(topics.describe))
 topics_app.command("delete")(reporting(topics.delete))
 groups_app.command("list")(reporting(groups.list_groups))
 groups_app.command("describe")(reporting(groups.describe))
+groups_app.command("failover")(reporting(mirrors.failover_group))
 app.add_typer(topics_app, name="topics")
 lanes_app.command("list")(reporting(lanes.list_lanes))
 lanes_app.command("create")(reporting(lanes.create))
@@ -145,6 +155,13 @@ indexes_app.command("delete")(reporting(indexes.delete))
 app.add_typer(indexes_app, name="indexes")
 index_app.command("query")(reporting(indexes.query))
 app.add_typer(index_app, name="index")
+mirrors_app.command("list")(reporting(mirrors.list_mirrors))
+mirrors_app.command("create")(reporting(mirrors.create))
+mirrors_app.command("describe")(reporting(mirrors.describe))
+mirrors_app.command("pause")(reporting(mirrors.pause))
+mirrors_app.command("resume")(reporting(mirrors.resume))
+mirrors_app.command("delete")(reporting(mirrors.delete))
+app.add_typer(mirrors_app, name="mirrors")
 
 
 def main(argv: Sequence[str] | None = None) -> None:

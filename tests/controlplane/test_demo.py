@@ -1,7 +1,8 @@
 """The README's run command: the whole platform with embedded defaults (SQLite, the
-local issuer, a Celery worker on the filesystem transport, two controllers and three
-local brokers), then what it prints must work, a controller's death must not end it, and
-however the demo ends, everything it started ends too."""
+local issuer, a Celery worker on the filesystem transport; regions east, with two
+controllers, and west, with one, each with three local brokers; demo.orders mirrored both
+ways between them), then what it prints must work, a controller's death must not end it,
+and however the demo ends, everything it started ends too."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ from pathlib import Path
 
 import requests
 
+from dataplane.client import Consumer
+from dataplane.client.auth import StaticToken
 from tests.support.demo import processes_of, start_demo, wait_gone
 
 
@@ -69,6 +72,46 @@ def _check_console_sign_in(output: str) -> None:
     assert signed_in.url == console.group(1) + "auth/session", signed_in.text
     assert username in signed_in.text
     assert "developer" in signed_in.text
+
+
+def _check_the_second_region(
+    output: str, api: str, admin: str, cli: list[str], cli_env: dict[str, str]
+) -> None:
+    """Region west: its own controller and three brokers, printed; the mirror link of
+    demo.orders turns ready and ok, and a record produced in east is read in west with
+    the printed command."""
+    west = re.search(r"^  region west\s+brokers (\S+)\n\s+controller controller-west \(pid (\d+)\)",
+                     output, re.MULTILINE)  # fmt: skip
+    assert west is not None, output
+    brokers = _get(f"{api}/brokers?region=west", admin)["results"]
+    assert sorted(b["address"] for b in brokers) == sorted(west.group(1).split(","))  # type: ignore[index]
+    assert "mirrors describe orders-west" in output
+    deadline = time.monotonic() + 120
+    while (link := _get(f"{api}/mirrors/orders-west", admin))["health"] != "ok":
+        assert time.monotonic() < deadline, link
+        time.sleep(0.5)
+    assert (link["status"], link["direction"]) == ("ready", "two-way"), link
+    sent = subprocess.run(
+        [*cli, "produce", "demo.orders"], input="east-to-west\n",
+        env=cli_env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert sent.returncode == 0, sent.stderr
+    token = cli[cli.index("--token") + 1]
+    assert _read_until(west.group(1), token, b"east-to-west", deadline + 60)
+
+
+def _read_until(bootstrap: str, token: str, value: bytes, deadline: float) -> bool:
+    """Whether a record of ``value`` is read from demo.orders at ``bootstrap`` before
+    ``deadline`` (the steady traffic keeps the topic busy: no quiet end to wait for)."""
+    with Consumer(
+        bootstrap, group_id="demo.west-reader", auto_offset_reset="earliest",
+        credentials=StaticToken(token),
+    ) as consumer:  # fmt: skip
+        consumer.subscribe(["demo.orders"])
+        while time.monotonic() < deadline:
+            if any(r.value == value for r in consumer.poll(timeout_ms=500)):
+                return True
+    return False
 
 
 def test_demo_runs_the_platform_and_what_it_prints_works(tmp_path: Path) -> None:
@@ -143,7 +186,7 @@ def test_demo_runs_the_platform_and_what_it_prints_works(tmp_path: Path) -> None
         assert admin is not None, output
         # Tiered storage: the cluster's object store is a folder of the demo's data, so a
         # topic with remote_storage is taken and made on the brokers.
-        [cluster] = _get(f"{api}/clusters", admin.group(1))["results"]  # type: ignore[misc]
+        [cluster] = _get(f"{api}/clusters?region=east", admin.group(1))["results"]  # type: ignore[misc]
         assert Path(cluster["remote_store_uri"]).is_dir(), cluster
         assert Path(cluster["remote_store_uri"]).name == "objects", cluster
         assert cluster["remote_store_options_set"] is False
@@ -193,6 +236,7 @@ def test_demo_runs_the_platform_and_what_it_prints_works(tmp_path: Path) -> None
         assert all(f["user"] == 3 for f in found), answer
         export = _get(f"{api}/exports/history-parquet", token.group(1))
         assert (export["topic"], export["schedule_kind"]) == ("demo.history", "manual"), export
+        _check_the_second_region(output, api, admin.group(1), cli, cli_env)
         # Killing each controller in turn kills the active one once: the platform goes on,
         # a topic created after each kill is placed, led and served.
         controllers = _controller_pids(output)

@@ -35,6 +35,7 @@ def test_the_demo_writes_nothing_another_user_can_read(tmp_path: Path) -> None:
     assert readable == [], "readable or writable by others"
     names = {p.relative_to(data_dir).as_posix() for p in paths}
     assert {"controlplane.sqlite3", "secrets/local-issuer-kek", "brokers"} <= names
-    assert any(n.startswith("brokers/local/main/broker-1/") for n in names), sorted(names)
+    for region in ("east", "west"):  # each region's brokers under their region
+        assert any(n.startswith(f"brokers/{region}/main/broker-1/") for n in names), sorted(names)
     assert stat.S_IMODE(data_dir.stat().st_mode) == 0o700
     assert b"PRIVATE KEY" not in (data_dir / "controlplane.sqlite3").read_bytes()

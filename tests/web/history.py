@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 from django.utils import timezone
 
 from controlplane.metrics import services
-from controlplane.metrics.collect import GroupCounters, Observation, TopicCounters
+from controlplane.metrics.collect import GroupCounters, MirrorLag, Observation, TopicCounters
 from controlplane.metrics.tiers import FINE
 
 RECORD_BYTES = 100
@@ -20,13 +20,16 @@ def seed_history(
     topics: dict[str, float],
     groups: dict[str, str] | None = None,
     *,
+    mirrors: dict[tuple[str, str], int] | None = None,
     minutes: int = 60,
     now: datetime | None = None,
 ) -> datetime:
     """``topics``: produce rate (records/s, wobbling around it) by topic; ``groups``:
-    group -> the topic it consumes, at about half the produce rate, so its lag grows.
-    Returns the last instant written."""
+    group -> the topic it consumes, at about half the produce rate, so its lag grows;
+    ``mirrors``: the lag in records (wobbling around it; a second per 100 records) by
+    (``<tenant>.<link>``, ``<from>><to>``). Returns the last instant written."""
     groups = groups or {}
+    mirrors = mirrors or {}
     now = now or timezone.now()
     # One tick before the window: the first observation has no rate, only counters.
     first = FINE.point_start(now - timedelta(minutes=minutes, seconds=FINE.resolution_s))
@@ -45,6 +48,10 @@ def seed_history(
             groups={
                 (g, t): GroupCounters({0: committed[g]}, ends[t] - committed[g])
                 for g, t in groups.items()
+            },
+            mirrors={
+                key: MirrorLag(int(lag * (1 + 0.5 * math.sin(tick / 9))), lag / 100)
+                for key, lag in mirrors.items()
             },
         )
         services.record_observation(observation, at)

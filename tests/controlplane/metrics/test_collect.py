@@ -124,3 +124,18 @@ def test_a_group_behind_has_a_growing_lag_in_seconds_and_zero_once_caught_up(
 
     series = Series.objects.get(kind="group", group="acme.billing", topic=orders)
     assert _latest(series, "lag_s") == 0
+
+
+def test_a_topic_is_measured_on_its_origins_cluster_only(
+    cluster: list[BrokerProcess], orders: str
+) -> None:
+    """A mirror copy of the same name in another region's cluster is not summed into the
+    origin's figures: partitions are read from the cluster the name's origin is on."""
+    _produce(cluster, orders, 30)
+    live = Broker.objects.exclude(port=None)
+    home = live.first()
+    assert home is not None
+    measured = collect.observe(live, {orders: 3}, {orders: home.cluster_id})
+    assert measured.topics[orders].end_offset == 30
+    elsewhere = collect.observe(live, {orders: 3}, {orders: home.cluster_id + 1})
+    assert orders not in elsewhere.topics
