@@ -265,6 +265,8 @@ class RecordAccumulator:
                 )  # fmt: skip
                 dropped += d
                 if n:
+                    assert base is not None  # records were written: both are set
+                    assert highest is not None
                     segments.append(Segment(batch.result, count, copied, n, None))
                     batch.count = count + n
                     batch.base_timestamp = base

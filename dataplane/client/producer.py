@@ -465,7 +465,7 @@ class Producer:
         fetched = polled.batch
         try:  # checked whole first, so that all or none are queued
             sized = copy_records(
-                bytearray(), fetched.data, fetched.start, fetched.end, fetched.base_offset,
+                None, fetched.data, fetched.start, fetched.end, fetched.base_offset,
                 fetched.base_timestamp, polled.min_offset, 0, None, 2**62, *rule,
             )  # fmt: skip
         except ValueError as error:

@@ -85,7 +85,7 @@ def _header(key: bytes, value: bytes) -> bytes:
 
 
 def _copy_records(
-    out: bytearray,
+    out: bytearray | None,
     data: bytes,
     pos: int,
     end: int,
@@ -110,7 +110,8 @@ def _copy_records(
     Returns ``(position of the first record not read, records written, base timestamp,
     max timestamp of those written or None, bytes written, records dropped, offset of
     the last record written or -1, key and value bytes written)``. ``out`` grows only
-    when no error is raised.
+    when no error is raised; ``out`` None: the records are checked and sized, nothing
+    is written (the check a caller runs before queuing any copy).
     """
     block, written, copied, dropped, last, payload = bytearray(), 0, 0, 0, -1, 0
     base, highest, delta, n = out_base_timestamp, None, offset_delta, 0
@@ -160,7 +161,8 @@ def _copy_records(
             pos, n = stop, n + 1
     except IndexError:
         raise ValueError(f"record {n} runs past the end of the batch") from None
-    out += block
+    if out is not None:
+        out += block
     return pos, copied, base, highest, written, dropped, last, payload
 
 

@@ -54,7 +54,7 @@ fn origin(
     let (u, at_) = uv(data, pos)?;
     pos = at_;
     let count = signed(u);
-    if count < 0 || count > (stop as i128 - pos as i128).div_euclid(2) {
+    if count < 0 || count > (stop as i128 - pos as i128) >> 1 {  // floor division by 2
         return Err(bad());
     }
     let mut found = None;
@@ -109,6 +109,38 @@ fn write_field(buf: &mut Vec<u8>, data: &[u8], field: Option<(u128, u128)>) {
     }
 }
 
+/// `offset` in decimal ASCII, written at the end of `buf` (no 128-bit division when it
+/// fits 64 bits, as every offset does).
+fn decimal(offset: i128, buf: &mut [u8; 40]) -> &[u8] {
+    let negative = offset < 0;
+    let mut at = buf.len();
+    if let Ok(mut u) = u64::try_from(offset.unsigned_abs()) {
+        loop {
+            at -= 1;
+            buf[at] = b'0' + (u % 10) as u8;
+            u /= 10;
+            if u == 0 {
+                break;
+            }
+        }
+    } else {
+        let mut u = offset.unsigned_abs();
+        loop {
+            at -= 1;
+            buf[at] = b'0' + (u % 10) as u8;
+            u /= 10;
+            if u == 0 {
+                break;
+            }
+        }
+    }
+    if negative {
+        at -= 1;
+        buf[at] = b'-';
+    }
+    &buf[at..]
+}
+
 fn header_len(key: &[u8], value: &[u8]) -> usize {
     varint_len(key.len() as i128) + key.len() + varint_len(value.len() as i128) + value.len()
 }
@@ -143,7 +175,7 @@ struct Done {
 
 #[allow(clippy::too_many_arguments)]
 fn copy(
-    buf: &mut Vec<u8>,
+    mut buf: Option<&mut Vec<u8>>,
     data: &[u8],
     mut pos: u128,
     end: u128,
@@ -188,14 +220,15 @@ fn copy(
             done.dropped += 1;
             continue;
         }
-        let digits = offset.to_string();
+        let mut digits_buf = [0u8; 40];
+        let digits = decimal(offset, &mut digits_buf);
         let (rest, headers) = if found.is_none() {
             let (_, first) = uv(data, at_)?;
             let rest = cut(data, first, stop - first);
             let size = varint_len(count + 2)
                 + rest.len()
                 + header_len(rule.origin_key, rule.origin)
-                + header_len(rule.offset_key, digits.as_bytes());
+                + header_len(rule.offset_key, digits);
             (rest, size)
         } else {
             let rest = cut(data, at_, stop - at_);
@@ -216,19 +249,21 @@ fn copy(
         if delta > 0 && done.written + size > room {
             break;
         }
-        varint(buf, body as i128);
-        buf.push(0); // record attributes: none defined
-        varint(buf, ts_delta);
-        varint(buf, delta);
-        write_field(buf, data, key);
-        write_field(buf, data, value);
-        if found.is_none() {
-            varint(buf, count + 2);
-            buf.extend_from_slice(rest);
-            write_header(buf, rule.origin_key, rule.origin);
-            write_header(buf, rule.offset_key, digits.as_bytes());
-        } else {
-            buf.extend_from_slice(rest);
+        if let Some(buf) = buf.as_deref_mut() {
+            varint(buf, body as i128);
+            buf.push(0); // record attributes: none defined
+            varint(buf, ts_delta);
+            varint(buf, delta);
+            write_field(buf, data, key);
+            write_field(buf, data, value);
+            if found.is_none() {
+                varint(buf, count + 2);
+                buf.extend_from_slice(rest);
+                write_header(buf, rule.origin_key, rule.origin);
+                write_header(buf, rule.offset_key, digits);
+            } else {
+                buf.extend_from_slice(rest);
+            }
         }
         done.written += size;
         done.base = Some(start);
@@ -252,7 +287,8 @@ type Returned = (u128, usize, Option<i128>, Option<i128>, usize, usize, i128, us
 /// `copying._copy_records` compiled: appends the records of `data[pos:end]` at or after
 /// `min_offset` to `out` by the copy rule; returns `(position of the first record not
 /// read, records written, base timestamp, max timestamp written or None, bytes written,
-/// records dropped, offset of the last record written or -1, key and value bytes)`.
+/// records dropped, offset of the last record written or -1, key and value bytes)`;
+/// `out` None: the records are checked and sized, nothing is written.
 #[pyfunction]
 #[pyo3(signature = (
     out, data, pos, end, base_offset, base_timestamp, min_offset, offset_delta,
@@ -260,7 +296,7 @@ type Returned = (u128, usize, Option<i128>, Option<i128>, usize, usize, i128, us
 ))]
 #[allow(clippy::too_many_arguments)]
 pub fn copy_records(
-    out: &Bound<'_, PyByteArray>,
+    out: Option<&Bound<'_, PyByteArray>>,
     data: &Bound<'_, PyBytes>,
     pos: u64,
     end: u64,
@@ -276,10 +312,10 @@ pub fn copy_records(
     drop_origin: &[u8],
 ) -> PyResult<Returned> {
     let rule = Rule { origin_key, origin, offset_key, drop_origin };
-    let mut buf = Vec::with_capacity(room.min(1 << 22));
+    let mut buf = Vec::with_capacity(if out.is_some() { room.min(1 << 22) } else { 0 });
     let mut n = 0usize;
     let outcome = copy(
-        &mut buf,
+        out.is_some().then_some(&mut buf),
         data.as_bytes(),
         u128::from(pos),
         u128::from(end),
@@ -301,10 +337,12 @@ pub fn copy_records(
             return Err(PyValueError::new_err(message));
         }
     };
-    let old = out.len();
-    out.resize(old + buf.len())?;
-    // SAFETY: the GIL is held and no Python code runs while this slice lives.
-    unsafe { out.as_bytes_mut()[old..].copy_from_slice(&buf) };
+    if let Some(out) = out {
+        let old = out.len();
+        out.resize(old + buf.len())?;
+        // SAFETY: the GIL is held and no Python code runs while this slice lives.
+        unsafe { out.as_bytes_mut()[old..].copy_from_slice(&buf) };
+    }
     Ok((
         done.pos,
         done.copied,

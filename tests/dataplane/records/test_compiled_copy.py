@@ -40,9 +40,15 @@ def _batch(records: list[Any]) -> bytes:
 def _run(copy: Any, data: bytes, *args: Any) -> tuple[Any, ...]:
     out = bytearray(b"prefix")
     try:
-        return ("ok", copy(out, data, *args, *RULE), bytes(out))
+        result = ("ok", copy(out, data, *args, *RULE), bytes(out))
     except ValueError as error:
-        return ("error", str(error))
+        result = ("error", str(error))
+    try:  # without out: checked and sized alike, nothing written
+        checked = ("ok", copy(None, data, *args, *RULE), b"prefix" + out[6:])
+    except ValueError as error:
+        checked = ("error", str(error))
+    assert checked == result
+    return result
 
 
 def _args(data: bytes, min_offset: int, delta: int, base: int | None, room: int) -> list[Any]:
