@@ -296,6 +296,7 @@ type Returned = (u128, usize, Option<i128>, Option<i128>, usize, usize, i128, us
 ))]
 #[allow(clippy::too_many_arguments)]
 pub fn copy_records(
+    py: Python<'_>,
     out: Option<&Bound<'_, PyByteArray>>,
     data: &Bound<'_, PyBytes>,
     pos: u64,
@@ -314,20 +315,26 @@ pub fn copy_records(
     let rule = Rule { origin_key, origin, offset_key, drop_origin };
     let mut buf = Vec::with_capacity(if out.is_some() { room.min(1 << 22) } else { 0 });
     let mut n = 0usize;
-    let outcome = copy(
-        out.is_some().then_some(&mut buf),
-        data.as_bytes(),
-        u128::from(pos),
-        u128::from(end),
-        i128::from(base_offset),
-        i128::from(base_timestamp),
-        min_offset,
-        i128::from(offset_delta),
-        out_base_timestamp,
-        room,
-        &rule,
-        &mut n,
-    );
+    let writing = out.is_some();
+    let bytes = data.as_bytes();
+    // The loop runs without the GIL (the fetcher and sender threads go on meanwhile):
+    // it reads only immutable bytes and writes only its own buffer.
+    let outcome = py.allow_threads(|| {
+        copy(
+            writing.then_some(&mut buf),
+            bytes,
+            u128::from(pos),
+            u128::from(end),
+            i128::from(base_offset),
+            i128::from(base_timestamp),
+            min_offset,
+            i128::from(offset_delta),
+            out_base_timestamp,
+            room,
+            &rule,
+            &mut n,
+        )
+    });
     let done = match outcome {
         Ok(done) => done,
         Err(Bad::Value(message)) => return Err(PyValueError::new_err(message)),
