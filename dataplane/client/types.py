@@ -153,7 +153,8 @@ class PolledBatch:
     """One fetched batch of a partition, its records left undecoded (``Consumer.
     poll_batches``), for copying tools to hand to ``Producer.send_copy``.
 
-    ``count`` is the batch's record count, ``next_offset`` the offset after it (the
+    ``count`` is how many records the batch holds (of a batch ``poll`` began, those
+    left), ``next_offset`` the offset after it (the
     consumer's position once it is returned); records below ``min_offset`` (the position
     it was taken at) were returned before and are not copied. The records are checked
     when they are copied, as the decoder checks them."""
