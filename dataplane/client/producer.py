@@ -72,7 +72,7 @@ from dataplane.records import (
     HeadersLike,
     as_bytes,
     builder,
-    copy_records,
+    copying,
     encode_headers,
 )
 
@@ -464,7 +464,7 @@ class Producer:
                 provenance.offset_header.encode(), provenance.skip)  # fmt: skip
         fetched = polled.batch
         try:  # checked whole first, so that all or none are queued
-            sized = copy_records(
+            sized = copying.copy_records(
                 None, fetched.data, fetched.start, fetched.end, fetched.base_offset,
                 fetched.base_timestamp, polled.min_offset, 0, None, 2**62, *rule,
             )  # fmt: skip

@@ -20,12 +20,24 @@ from dataplane.client import (
     Provenance,
     TopicPartition,
 )
+from dataplane.records import copying
 from tests.support.brokers import BrokerProcess
 
 from .support import read_all
 
 TopicMaker = Callable[..., str]
 EAST = Provenance(b"east", b"west")
+
+
+@pytest.fixture(params=["compiled", "python"], autouse=True)
+def codec(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The compiled copy where built, and the pure-Python one (its reference, what an
+    install without a Rust toolchain runs)."""
+    if request.param == "python":
+        monkeypatch.setattr(copying, "copy_records", copying._copy_records)
+    elif not copying.COMPILED_COPY:
+        pytest.skip("the compiled codec is not built here")
+    return str(request.param)
 
 
 def _source(broker: BrokerProcess, name: str) -> list[Any]:
