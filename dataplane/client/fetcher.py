@@ -10,7 +10,8 @@ The fetcher thread keeps at most one ``Fetch`` in flight per leader broker, carr
 every fetchable partition it leads, and waits on the completions (gRPC futures) and on
 wakeups from ``poll`` (buffer space freed, a seek, a new assignment). A response's
 batches are checked and decompressed here (``decoder.split_batches``) and queued as a
-``CompletedFetch``; ``poll`` decodes records from it as it returns them.
+``CompletedFetch``; ``poll`` decodes records from it as it returns them
+(``take``), ``poll_batches`` returns its batches undecoded (``take_batches``).
 
 A response's ``throttle_ms`` (the broker held it for the tenant's fetch quota) keeps
 the next fetch from that broker until ``throttle_ms`` after the request was sent: a
