@@ -1,14 +1,16 @@
 """The copy loop of one worker: every partition of its leg, one consumer, one producer.
 
 A session (``Copier._session``) opens the clients, finds each partition's resume point
-(``resume``), seeks the source consumer there and then copies: each ``poll`` of the
-source is split by partition and handed to the target producer in one ``send_batch``
-per partition (key, value, headers with provenance, the source timestamp; partition p
-of the exact target topic, lane routing off). The producer is idempotent with
-``acks=all`` and retries without a deadline, so a leader moving on either side neither
-loses nor repeats a record. A delivery that fails for good (the topic deleted, access
-refused) ends the session: the producer is closed, and the next session resumes from
-what the target holds, which is exact whatever was in flight.
+(``resume``), seeks the source consumer there and then copies: each fetched batch of
+the source (``Consumer.poll_batches``, records not decoded) is handed whole to the
+target producer (``Producer.send_copy``: key, value, headers with provenance, the source
+timestamp, records from the target region left out, by the SDK's compiled codec with no
+Python object per record; partition p of the exact target topic, lane routing off).
+The producer is idempotent with ``acks=all`` and retries without a deadline, so a
+leader moving on either side neither loses nor repeats a record. A delivery that fails
+for good (the topic deleted, access refused) ends the session: the producer is closed,
+and the next session resumes from what the target holds, which is exact whatever was
+in flight.
 
 The source offset of a record removed by retention before it was copied is counted in
 ``records_lost_to_retention`` and reported as the partition's error; the copy goes on
@@ -18,10 +20,8 @@ from the log start.
 from __future__ import annotations
 
 import logging
-import operator
 import threading
 from collections.abc import Callable, Iterable
-from itertools import groupby
 from typing import Any
 
 from dataplane.client import (
@@ -31,12 +31,13 @@ from dataplane.client import (
     DeliveryFutures,
     ErrorCode,
     MeridianError,
+    PolledBatch,
     Producer,
+    Provenance,
     TopicPartition,
 )
 from mirror.config import Checkpoint, MirrorConfig
 from mirror.progress import Call, PartitionProgress, now_ms
-from mirror.provenance import ORIGIN_OFFSET, ORIGIN_REGION, origin
 from mirror.resume import find_resume, settle
 
 log = logging.getLogger("mirror")
@@ -46,7 +47,6 @@ RETRY_BACKOFF_S = (0.5, 1, 2, 5)  # between failed sessions
 OFFSETS_INTERVAL_S = 1.0  # how often the ends of both sides are read for the status
 BUFFER_MEMORY = 64 * 1024 * 1024
 CLOSE_TIMEOUT_S = 10.0
-_TOPIC_PARTITION = operator.attrgetter("topic", "partition")
 
 
 class Copier:
@@ -64,8 +64,7 @@ class Copier:
                 tp = TopicPartition(mapping.source, p)
                 self.partitions[tp] = PartitionProgress(mapping.source, mapping.target, p)
         self._credentials = config.token_source()
-        self._from = config.from_region.encode()
-        self._to = config.to_region.encode()
+        self._provenance = Provenance(config.from_region.encode(), config.to_region.encode())
         self._failure: MeridianError | None = None
 
     # -- clients -------------------------------------------------------------------------
@@ -216,76 +215,40 @@ class Copier:
 
     def _copy(self, source: Consumer, producer: Producer, stop: threading.Event) -> None:
         try:
-            records = source.poll(POLL_TIMEOUT_MS)
+            batches = source.poll_batches(POLL_TIMEOUT_MS)
         except MeridianError as error:
             self._poll_failed(source, error)
             return
-        if not records:
-            return
-        # A poll's records come in runs, a fetched batch at a time: one call per run.
-        for (topic, partition), run in groupby(records, _TOPIC_PARTITION):
-            self._send(producer, TopicPartition(topic, partition), list(run), stop)
+        for polled in batches:
+            self._send(producer, polled, stop)
 
-    def _send(
-        self, producer: Producer, tp: TopicPartition, records: list[Any], stop: threading.Event
-    ) -> None:
-        """Hand one partition's share of a poll to the producer, provenance added and
-        records from the target region left out."""
-        region = self._from
-        # The common case, a record without headers, in one comprehension: a dict of
-        # headers is what the compiled encoder writes fastest.
-        out: list[Any] = [
-            (r.key, r.value, {ORIGIN_REGION: region, ORIGIN_OFFSET: b"%d" % r.offset}, r.timestamp)
-            if not r.headers
-            else self._with_headers(r)
-            for r in records
-        ]  # fmt: skip
-        skipped, last = 0, records[-1].offset
-        if None in out:
-            kept = [(r, o) for r, o in zip(records, out, strict=True) if o is not None]
-            skipped, out = len(out) - len(kept), [o for _, o in kept]
-            last = kept[-1][0].offset if kept else -1
-        size = sum(map(len, filter(None, [v for r in out for v in (r[0], r[1])])))
-        end = records[-1].offset + 1
+    def _send(self, producer: Producer, polled: PolledBatch, stop: threading.Event) -> None:
+        """Hand one fetched batch to the producer, copied whole by the SDK's compiled
+        codec: provenance added, records from the target region left out."""
+        tp, end = polled.tp, polled.next_offset
         progress = self.partitions[tp]
-        if not out:
-            with self.lock:
-                progress.skipped_records += skipped
-                progress.sent_next = end
-                if progress.inflight:
-                    progress.inflight[-1].end = end
-                else:
-                    progress.advance(end)
-            return
-        call = Call(out[0][3], last, end, len(out), size)
         target = self.targets[tp.topic]
         while True:
             try:
-                futures = producer.send_batch(target, out, partition=tp.partition)
+                sent = producer.send_copy(target, polled, tp.partition, self._provenance)
                 break
             except BufferFull:
                 if stop.is_set():
                     raise
+        copied = len(sent.futures)
         with self.lock:
-            progress.skipped_records += skipped
+            progress.skipped_records += sent.dropped
             progress.sent_next = end
+            if not copied:
+                if progress.inflight:
+                    progress.inflight[-1].end = end
+                else:
+                    progress.advance(end)
+                return
+            assert sent.first_timestamp is not None  # records were copied
+            call = Call(sent.first_timestamp, sent.last_offset, end, copied, sent.payload_bytes)
             progress.inflight.append(call)
-        futures.add_done_callback(self._delivered(progress))
-
-    def _with_headers(self, record: Any) -> tuple[Any, ...] | None:
-        """``record`` to write, with provenance on its first hop; None when it came
-        from the region written to (the loop rule)."""
-        headers = record.headers
-        region, _ = origin(headers)
-        if region is None:
-            headers = (
-                *headers,
-                (ORIGIN_REGION, self._from),
-                (ORIGIN_OFFSET, b"%d" % record.offset),
-            )
-        elif region == self._to:
-            return None
-        return (record.key, record.value, headers, record.timestamp)
+        sent.futures.add_done_callback(self._delivered(progress))
 
     def _delivered(self, progress: PartitionProgress) -> Callable[[DeliveryFutures], None]:
         interval_ms = self.config.checkpoint_interval_ms

@@ -24,7 +24,7 @@ def now_ms() -> int:
 
 @dataclass
 class Call:
-    """One ``send_batch`` in flight: source offsets up to ``end`` (exclusive)."""
+    """One ``send_copy`` in flight: source offsets up to ``end`` (exclusive)."""
 
     first_timestamp_ms: int
     last_source_offset: int

@@ -5,15 +5,16 @@ On its first hop a record gains ``x-origin-region: <from region>`` and
 record that already carries ``x-origin-region`` keeps both headers as they are (it was
 copied before: they name its origin, not the last hop). A record whose origin is the
 region being written to is never copied there (it came from there): that rule alone
-keeps two-way links from looping, with no renamed topics.
+keeps two-way links from looping, with no renamed topics. The copy loop applies the
+rule through the SDK (``Provenance``, compiled); ``origin`` reads the headers back
+(the resume scan).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-ORIGIN_REGION = "x-origin-region"
-ORIGIN_OFFSET = "x-origin-offset"
+from dataplane.client import ORIGIN_OFFSET, ORIGIN_REGION
 
 Headers = Sequence[tuple[str, bytes | None]]
 

@@ -29,9 +29,19 @@ from dataplane.client.partitioner import (
     Partitioner,
     choose_sticky,
 )
-from dataplane.client.types import TopicPartition
+from dataplane.client.types import PolledBatch, TopicPartition
 from dataplane.errors import ErrorCode, MeridianError
-from dataplane.records import HEADER_SIZE, NULL_VARINT, VARINT_TABLE_SIZE, VARINTS, builder, varint
+from dataplane.records import (
+    HEADER_SIZE,
+    NULL_VARINT,
+    VARINT_TABLE_SIZE,
+    VARINTS,
+    builder,
+    copying,
+    varint,
+)
+
+CopyRule = tuple[bytes, bytes, bytes, bytes]  # origin key, origin, offset key, skip origin
 
 _RECORD_OVERHEAD = 24  # the most a record's varints and attribute byte take, roughly
 
@@ -224,6 +234,51 @@ class RecordAccumulator:
                 segments = self._route(topic, records, now, shared)
         self.wakeup()
         return segments
+
+    def append_copy(
+        self, topic: TopicQueues, partition: int, polled: PolledBatch, reserve: int, rule: CopyRule
+    ) -> tuple[list[Segment], int, int, int, int]:
+        """Copy the records of a fetched batch into ``partition``'s batches
+        (``copying.copy_records`` by ``rule``), opening batches as they fill, once
+        ``reserve`` bytes of buffer are free. Returns the segments, the records copied and
+        dropped, the offset of the last record copied (-1: none) and the key and value
+        bytes copied. ``ValueError``: a bad record (checked by the caller first)."""
+        fetched = polled.batch
+        segments: list[Segment] = []
+        pos, copied, dropped, last, payload = fetched.start, 0, 0, -1, 0
+        with self.lock:
+            if self.refusal is not None:
+                raise self.refusal
+            if self.used + reserve > self.buffer_memory and self.used:
+                self._wait_for_space(reserve)
+            while True:
+                queue = topic.queues[partition]
+                if not queue:
+                    self._open(topic, partition)
+                batch = queue[-1]
+                count, data = batch.count, batch.records
+                pos, n, base, highest, written, d, at, size = copying.copy_records(
+                    data, fetched.data, pos, fetched.end, fetched.base_offset,
+                    fetched.base_timestamp, polled.min_offset, count,
+                    batch.base_timestamp if count else None,
+                    max(0, batch.limit - len(data)), *rule,
+                )  # fmt: skip
+                dropped += d
+                if n:
+                    assert base is not None  # records were written: both are set
+                    assert highest is not None
+                    segments.append(Segment(batch.result, count, copied, n, None))
+                    batch.count = count + n
+                    batch.base_timestamp = base
+                    if not count or highest > batch.max_timestamp:
+                        batch.max_timestamp = highest
+                    self.used += written
+                    copied, last, payload = copied + n, at, payload + size
+                if pos >= fetched.end:
+                    break
+                self._open(topic, partition)  # the batch is full
+        self.wakeup()
+        return segments, copied, dropped, last, payload
 
     def _sticky(self, topic: TopicQueues) -> int:
         if topic.sticky < 0:

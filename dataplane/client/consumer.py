@@ -68,10 +68,10 @@ import lanes
 from dataplane.client.auth import Credentials
 from dataplane.client.connection import ChannelSecurity, ConnectionPool, Tls
 from dataplane.client.errors import ConfigError
-from dataplane.client.fetcher import FetchConfig, Fetcher, FetchState, PartitionState
+from dataplane.client.fetcher import FetchConfig, Fetcher, FetchState, PartitionState, take_batches
 from dataplane.client.metadata import NO_LANE_INFO, ClusterMetadata
 from dataplane.client.offsets import EARLIEST, LATEST, list_offsets
-from dataplane.client.types import ConsumerRecord, TopicPartition
+from dataplane.client.types import ConsumerRecord, PolledBatch, TopicPartition
 from dataplane.errors import ErrorCode, MeridianError
 
 log = logging.getLogger(__name__)
@@ -403,6 +403,29 @@ class Consumer:
                 remaining = max(0.001, min(remaining, next_ask))
             with self._state.lock:
                 if not self._state.buffer and not self._round_ended:
+                    self._state.data_ready.wait(remaining)
+
+    def poll_batches(self, timeout_ms: float = 0) -> list[PolledBatch]:
+        """``poll`` for copying tools: whole fetched batches, their records not decoded
+        (hand them to ``Producer.send_copy``), until they hold ``max_poll_records`` or
+        more; waits and raises as ``poll`` does, and moves the positions past the batches
+        returned. No lane following, no group: for a consumer with assigned partitions.
+        """
+        self._check_open()
+        if self.group_id is not None:
+            raise ConfigError("poll_batches reads assigned partitions: a consumer without a group")
+        deadline = time.monotonic() + max(0.0, timeout_ms) / 1000
+        while True:
+            self._resolve_positions()
+            self._raise_errors()
+            batches, freed = self._state.collect(self._max_poll_records, take_batches)
+            if freed:
+                self._fetcher.wakeup()
+            remaining = deadline - time.monotonic()
+            if batches or remaining <= 0:
+                return batches
+            with self._state.lock:
+                if not self._state.buffer:
                     self._state.data_ready.wait(remaining)
 
     def _follow_member(self) -> None:

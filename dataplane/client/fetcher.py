@@ -10,7 +10,8 @@ The fetcher thread keeps at most one ``Fetch`` in flight per leader broker, carr
 every fetchable partition it leads, and waits on the completions (gRPC futures) and on
 wakeups from ``poll`` (buffer space freed, a seek, a new assignment). A response's
 batches are checked and decompressed here (``decoder.split_batches``) and queued as a
-``CompletedFetch``; ``poll`` decodes records from it as it returns them.
+``CompletedFetch``; ``poll`` decodes records from it as it returns them
+(``take``), ``poll_batches`` returns its batches undecoded (``take_batches``).
 
 A response's ``throttle_ms`` (the broker held it for the tenant's fetch quota) keeps
 the next fetch from that broker until ``throttle_ms`` after the request was sent: a
@@ -31,6 +32,7 @@ import queue
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,7 +41,7 @@ import grpc
 from dataplane._gen.meridian.v1 import broker_pb2
 from dataplane.client.decoder import decode_records, split_batches
 from dataplane.client.metadata import ClusterMetadata
-from dataplane.client.types import ConsumerRecord, RecordSource, TopicPartition
+from dataplane.client.types import ConsumerRecord, PolledBatch, RecordSource, TopicPartition
 from dataplane.errors import ErrorCode, MeridianError, error_from_rpc
 from dataplane.records import TIMESTAMP_TYPE_MASK, FetchedBatch
 
@@ -106,6 +108,7 @@ class CompletedFetch:
     records: list[ConsumerRecord] = field(default_factory=list)
     index: int = 0
     batch_end: int = -1  # the offset after the batch ``records`` came from
+    current: FetchedBatch | None = None  # the batch ``records`` came from
 
 
 class FetchState:
@@ -117,12 +120,16 @@ class FetchState:
         self.partitions: dict[TopicPartition, PartitionState] = {}
         self.buffer: deque[CompletedFetch] = deque()
 
-    def collect(self, limit: int) -> tuple[list[ConsumerRecord], bool]:
+    def collect(
+        self, limit: int, taker: Callable[[CompletedFetch, int], list[Any]] | None = None
+    ) -> tuple[list[Any], bool]:
         """Up to ``limit`` records from the buffer, decoded batch by batch, moving the
         positions; and whether buffer space was freed (the fetcher wants to know).
+        ``taker``: ``take`` (records) or ``take_batches`` (batches, undecoded).
 
         Decoding runs outside the lock: only the application thread takes records."""
-        out: list[ConsumerRecord] = []
+        taker = taker or take
+        out: list[Any] = []
         freed = False
         while len(out) < limit:
             with self.lock:
@@ -134,7 +141,7 @@ class FetchState:
                     self._pop(completed)
                     freed = True
                     continue
-            out += take(completed, limit - len(out))
+            out += taker(completed, limit - len(out))
             if not completed.batches and completed.index >= len(completed.records):
                 with self.lock:
                     if self.buffer and self.buffer[0] is completed:
@@ -176,7 +183,7 @@ def take(completed: CompletedFetch, limit: int) -> list[ConsumerRecord]:
             batch = completed.batches.popleft()
             position = state.position if state.position is not None else 0
             completed.batch_end = batch.next_offset
-            completed.records, completed.index = [], 0
+            completed.records, completed.index, completed.current = [], 0, batch
             if batch.next_offset <= position or batch.is_control:
                 continue
             timestamp_type = (batch.attributes & TIMESTAMP_TYPE_MASK) >> 3
@@ -189,6 +196,33 @@ def take(completed: CompletedFetch, limit: int) -> list[ConsumerRecord]:
         out += chunk
         if chunk:
             state.position = chunk[-1].offset + 1
+    return out
+
+
+def take_batches(completed: CompletedFetch, limit: int) -> list[PolledBatch]:
+    """``take`` a batch at a time, undecoded: the batches of ``completed`` holding
+    records at or after its partition's position, until they hold ``limit`` records or
+    more; the position moves past each (and past control batches). A batch ``take``
+    began is returned from the position on."""
+    state = completed.state
+    out: list[PolledBatch] = []
+    taken = 0
+    if completed.index < len(completed.records) and completed.current is not None:
+        position = completed.records[completed.index].offset
+        taken = len(completed.records) - completed.index
+        completed.records, completed.index = [], 0
+        end = completed.batch_end
+        out.append(PolledBatch(state.tp, position, end, taken, completed.current))
+        state.position = end
+    while taken < limit and completed.batches:
+        batch = completed.batches.popleft()
+        position = state.position if state.position is not None else 0
+        completed.batch_end, completed.current = batch.next_offset, None
+        if batch.next_offset > position and not batch.is_control:
+            out.append(PolledBatch(state.tp, position, batch.next_offset, batch.count, batch))
+            taken += batch.count
+        if state.position is None or batch.next_offset > state.position:
+            state.position = batch.next_offset
     return out
 
 

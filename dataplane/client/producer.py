@@ -64,6 +64,7 @@ from dataplane.client.lanetopics import PendingLaneTopics, lane_error
 from dataplane.client.metadata import ClusterMetadata
 from dataplane.client.partitioner import Partitioner, PartitionerFn, make_partitioner
 from dataplane.client.sender import Sender
+from dataplane.client.types import CopiedBatch, PolledBatch, Provenance
 from dataplane.errors import ErrorCode, MeridianError
 from dataplane.records import (
     HEADER_SIZE,
@@ -71,6 +72,7 @@ from dataplane.records import (
     HeadersLike,
     as_bytes,
     builder,
+    copying,
     encode_headers,
 )
 
@@ -438,6 +440,48 @@ class Producer:
             for future in futures:
                 future.add_delivery_callback(on_delivery)
         return futures
+
+    def send_copy(
+        self, topic: str, polled: PolledBatch, partition: int, provenance: Provenance
+    ) -> CopiedBatch:
+        """Queue copies of a fetched batch's records (``Consumer.poll_batches``) to
+        ``partition`` of ``topic``, in order, with no Python object per record: each keeps
+        its key, value, timestamp and headers, and ``provenance`` adds or leaves out as
+        ``Provenance`` says. Only on a producer without lane routing (``route_lanes=
+        False``: an ``x-lane`` header never moves a copy). Records below the batch's
+        ``min_offset`` are not copied.
+
+        Raises ``CORRUPT_MESSAGE`` before queuing any when a record is malformed (checked
+        as the decoder checks it), and what ``send_batch`` raises. The futures' metadata
+        carry offsets; their timestamps are -1 (the records are never decoded).
+        """
+        if self.route_lanes:
+            raise ConfigError("send_copy needs a producer without lane routing (route_lanes=False)")
+        queues = self._topics.get(topic) or self._prepare(topic)
+        if not (type(partition) is int and 0 <= partition < queues.count):
+            queues = self._check_partition(topic, partition)
+        rule = (provenance.origin_header.encode(), provenance.origin,
+                provenance.offset_header.encode(), provenance.skip)  # fmt: skip
+        fetched = polled.batch
+        try:  # checked whole first, so that all or none are queued
+            sized = copying.copy_records(
+                None, fetched.data, fetched.start, fetched.end, fetched.base_offset,
+                fetched.base_timestamp, polled.min_offset, 0, None, 2**62, *rule,
+            )  # fmt: skip
+        except ValueError as error:
+            tp = f"{polled.tp.topic}/{polled.tp.partition}"
+            raise MeridianError(
+                ErrorCode.CORRUPT_MESSAGE,
+                f"{tp}: the batch at offset {fetched.base_offset} has a bad record: {error}",
+            ) from None
+        if not sized[1]:
+            return CopiedBatch(DeliveryFutures([], 0, []), sized[5], -1, 0, None)
+        reserve = sized[4] + _BATCH_RECORD_OVERHEAD * sized[1]
+        segments, copied, dropped, last, payload = self._acc.append_copy(
+            queues, partition, polled, reserve, rule
+        )
+        futures = DeliveryFutures(segments, copied, [-1] * copied)
+        return CopiedBatch(futures, dropped, last, payload, sized[2])
 
     # -- lanes ---------------------------------------------------------------------------
     def _lane_route(

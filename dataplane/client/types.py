@@ -142,3 +142,53 @@ def _short(value: bytes | None) -> str:
     if value is None or len(value) <= 60:
         return repr(value)
     return f"{value[:60]!r}...({len(value)} bytes)"
+
+
+ORIGIN_REGION = "x-origin-region"
+ORIGIN_OFFSET = "x-origin-offset"
+
+
+@dataclass(frozen=True, slots=True)
+class PolledBatch:
+    """One fetched batch of a partition, its records left undecoded (``Consumer.
+    poll_batches``), for copying tools to hand to ``Producer.send_copy``.
+
+    ``count`` is how many records the batch holds (of a batch ``poll`` began, those
+    left), ``next_offset`` the offset after it (the
+    consumer's position once it is returned); records below ``min_offset`` (the position
+    it was taken at) were returned before and are not copied. The records are checked
+    when they are copied, as the decoder checks them."""
+
+    tp: TopicPartition
+    min_offset: int
+    next_offset: int
+    count: int
+    batch: Any  # dataplane.records.FetchedBatch: checked (CRC) and decompressed
+
+
+@dataclass(frozen=True, slots=True)
+class Provenance:
+    """Where copies come from (``Producer.send_copy``): a record without an
+    ``origin_header`` gains ``origin_header: origin`` and ``offset_header: <its source
+    offset, decimal ASCII>`` after its own headers; a record whose origin (its last
+    ``origin_header``, a null value counting as none) is ``skip`` is left out; any other
+    keeps its headers unchanged."""
+
+    origin: bytes
+    skip: bytes
+    origin_header: str = ORIGIN_REGION
+    offset_header: str = ORIGIN_OFFSET
+
+
+@dataclass(frozen=True, slots=True)
+class CopiedBatch:
+    """What ``Producer.send_copy`` queued: ``futures`` (one per copied record, in
+    order), how many records were ``dropped`` by the provenance rule, the source offset
+    of the last record copied (-1 if none), the key and value bytes copied and the
+    timestamp of the first record copied (None if none)."""
+
+    futures: Any  # DeliveryFutures
+    dropped: int
+    last_offset: int
+    payload_bytes: int
+    first_timestamp: int | None

@@ -8,6 +8,8 @@ of transactions, Spark and Databus read and write it too):
 - ``compression``: the record-block codecs, framed as Kafka frames them, bounded;
 - ``header``: reading, checking and stamping the 61-byte batch header;
 - ``builder``: encoding records and batches;
+- ``copying``: copying a fetched batch's records into a batch being built, with mirror
+  provenance headers, no object per record;
 - ``decoder``: decoding records, eagerly (``Record``) or lazily for a consumer, with a
   fast path for dense batches;
 - ``columns``: decoding batches into columns in Arrow's buffer layout, no object per
@@ -43,6 +45,7 @@ from dataplane.records.compression import (
     compress,
     decompress,
 )
+from dataplane.records.copying import copy_records
 from dataplane.records.decoder import (
     FetchedBatch,
     LazyHeaders,
@@ -197,6 +200,7 @@ __all__ = [
     "as_bytes",
     "build_batch",
     "compress",
+    "copy_records",
     "decode_batch",
     "decode_batches",
     "decode_columns",

@@ -6,10 +6,12 @@
 //! same records, built the same way, and the same errors with the same messages.
 //! `ColumnBuilder` (`columns.rs`) is `dataplane.records.columns.ColumnsReference`
 //! compiled: the same columns, in Arrow's buffer layout, and the same errors.
+//! `copy_records` (`copy.rs`) is `dataplane.records.copying._copy_records` compiled.
 //! The Python functions stay the reference; the tests compare each pair on random,
 //! damaged and crafted batches.
 
 mod columns;
+mod copy;
 mod decode;
 mod encode;
 
@@ -274,6 +276,7 @@ fn meridian_codec(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(decode::decode_records, m)?)?;
     m.add_class::<columns::ColumnBuilder>()?;
     m.add_class::<columns::Buffer>()?;
+    m.add_function(wrap_pyfunction!(copy::copy_records, m)?)?;
     encode::register(m)?;
     Ok(())
 }
