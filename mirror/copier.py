@@ -64,7 +64,7 @@ class Copier:
                 tp = TopicPartition(mapping.source, p)
                 self.partitions[tp] = PartitionProgress(mapping.source, mapping.target, p)
         self._credentials = config.token_source()
-        self._provenance = Provenance(config.from_region.encode(), config.to_region.encode())
+        self._provenance = Provenance(config.from_region.encode())
         self._failure: MeridianError | None = None
 
     # -- clients -------------------------------------------------------------------------

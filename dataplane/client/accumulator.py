@@ -41,7 +41,7 @@ from dataplane.records import (
     varint,
 )
 
-CopyRule = tuple[bytes, bytes, bytes, bytes]  # origin key, origin, offset key, skip origin
+CopyRule = tuple[bytes, bytes, bytes]  # origin key, origin, offset key
 
 _RECORD_OVERHEAD = 24  # the most a record's varints and attribute byte take, roughly
 

@@ -461,7 +461,7 @@ class Producer:
         if not (type(partition) is int and 0 <= partition < queues.count):
             queues = self._check_partition(topic, partition)
         rule = (provenance.origin_header.encode(), provenance.origin,
-                provenance.offset_header.encode(), provenance.skip)  # fmt: skip
+                provenance.offset_header.encode())  # fmt: skip
         fetched = polled.batch
         try:  # checked whole first, so that all or none are queued
             sized = copying.copy_records(

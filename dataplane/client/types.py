@@ -170,12 +170,11 @@ class PolledBatch:
 class Provenance:
     """Where copies come from (``Producer.send_copy``): a record without an
     ``origin_header`` gains ``origin_header: origin`` and ``offset_header: <its source
-    offset, decimal ASCII>`` after its own headers; a record whose origin (its last
-    ``origin_header``, a null value counting as none) is ``skip`` is left out; any other
-    keeps its headers unchanged."""
+    offset, decimal ASCII>`` after its own headers; a record that has an origin (an
+    ``origin_header`` with a value: it came by a copy itself) is left out, so records
+    travel one hop and copies never loop."""
 
     origin: bytes
-    skip: bytes
     origin_header: str = ORIGIN_REGION
     offset_header: str = ORIGIN_OFFSET
 

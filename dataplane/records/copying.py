@@ -11,8 +11,8 @@ its *last* ``origin_key`` header; a null value counts as none):
 
 - no origin: copied with its headers kept byte for byte and two appended,
   ``origin_key: origin`` and ``offset_key: <its offset, decimal ASCII>``;
-- an ``origin_key`` header equal to ``drop_origin``: left out (counted as dropped);
-- any other ``origin_key`` header: copied with its headers unchanged.
+- an origin (the record came by a copy itself): left out (counted as dropped), so a
+  record travels one hop, from the region it was produced in, and copies never loop.
 
 Records are checked as the decoder checks them (lengths, varints, a header block that
 fills the record, UTF-8 header keys); a bad one raises ``ValueError`` naming it. The
@@ -98,7 +98,6 @@ def _copy_records(
     origin_key: bytes,
     origin: bytes,
     offset_key: bytes,
-    drop_origin: bytes,
 ) -> CopyResult:
     """Append the records of ``data[pos:end]`` (a fetched batch's, based at
     ``base_offset`` and ``base_timestamp``) at or after ``min_offset`` to ``out`` as
@@ -137,16 +136,13 @@ def _copy_records(
             if data[at] == 0 and at + 1 != stop:
                 raise ValueError(f"record {n}'s fields do not fill its length")
             count, found = _origin(data, at, stop, origin_key, n)
-            if found is not None and found == drop_origin:
+            if found is not None:
                 pos, n, dropped = stop, n + 1, dropped + 1
                 continue
-            if found is None:
-                _, first = _uvarint(data, at)
-                headers = b"".join((varint(count + 2), data[first:stop],
-                                    _header(origin_key, origin),
-                                    _header(offset_key, b"%d" % offset)))  # fmt: skip
-            else:
-                headers = data[at:stop]
+            _, first = _uvarint(data, at)
+            headers = b"".join((varint(count + 2), data[first:stop],
+                                _header(origin_key, origin),
+                                _header(offset_key, b"%d" % offset)))  # fmt: skip
             start = timestamp if base is None else base
             if not -(2**63) <= timestamp - start < 2**63:
                 raise ValueError(f"record {n}: timestamp delta past int64")

@@ -1,6 +1,6 @@
 //! `dataplane.records.copying._copy_records` compiled: a fetched batch's records
 //! re-encoded into a batch being built, provenance headers appended on a record's first
-//! hop and records of one origin left out, with no Python object per record. The same
+//! hop and records that already carry an origin left out, with no Python object per record. The same
 //! bytes, return values and messages as the Python function, its reference;
 //! `tests/dataplane/records/test_compiled_copy.py` compares the two.
 
@@ -41,15 +41,14 @@ fn nullable(data: &[u8], pos: u128, n: usize, what: &str) -> Result<(Option<(u12
 }
 
 /// `_origin`: the header count of `data[pos:stop]` and whether its last `key` header
-/// has the value `drop` (Some(true)), another value (Some(false)), or none/null (None).
+/// has a value (Some(())) or is absent or null (None).
 fn origin(
     data: &[u8],
     mut pos: u128,
     stop: u128,
     key: &[u8],
-    drop: &[u8],
     n: usize,
-) -> Result<(i128, Option<bool>), Bad> {
+) -> Result<(i128, Option<()>), Bad> {
     let bad = || Bad::Value(format!("record {n} has bad headers"));
     let (u, at_) = uv(data, pos)?;
     pos = at_;
@@ -82,7 +81,7 @@ fn origin(
             return Err(bad());
         }
         if name == key {
-            found = value.map(|v| v == drop);
+            found = value.map(|_| ());
         }
     }
     if pos != stop {
@@ -157,7 +156,6 @@ struct Rule<'a> {
     origin_key: &'a [u8],
     origin: &'a [u8],
     offset_key: &'a [u8],
-    drop_origin: &'a [u8],
 }
 
 /// What a call returns (`CopyResult` of the reference).
@@ -213,8 +211,8 @@ fn copy(
         if at(data, at_)? == 0 && at_ + 1 != stop {
             return Err(Bad::Value(format!("record {n}'s fields do not fill its length")));
         }
-        let (count, found) = origin(data, at_, stop, rule.origin_key, rule.drop_origin, *n)?;
-        if found == Some(true) {
+        let (count, found) = origin(data, at_, stop, rule.origin_key, *n)?;
+        if found.is_some() {
             pos = stop;
             *n += 1;
             done.dropped += 1;
@@ -222,7 +220,7 @@ fn copy(
         }
         let mut digits_buf = [0u8; 40];
         let digits = decimal(offset, &mut digits_buf);
-        let (rest, headers) = if found.is_none() {
+        let (rest, headers) = {
             let (_, first) = uv(data, at_)?;
             let rest = cut(data, first, stop - first);
             let size = varint_len(count + 2)
@@ -230,9 +228,6 @@ fn copy(
                 + header_len(rule.origin_key, rule.origin)
                 + header_len(rule.offset_key, digits);
             (rest, size)
-        } else {
-            let rest = cut(data, at_, stop - at_);
-            (rest, rest.len())
         };
         let start = done.base.unwrap_or(timestamp);
         let ts_delta = timestamp - start;
@@ -256,14 +251,10 @@ fn copy(
             varint(buf, delta);
             write_field(buf, data, key);
             write_field(buf, data, value);
-            if found.is_none() {
-                varint(buf, count + 2);
-                buf.extend_from_slice(rest);
-                write_header(buf, rule.origin_key, rule.origin);
-                write_header(buf, rule.offset_key, digits);
-            } else {
-                buf.extend_from_slice(rest);
-            }
+            varint(buf, count + 2);
+            buf.extend_from_slice(rest);
+            write_header(buf, rule.origin_key, rule.origin);
+            write_header(buf, rule.offset_key, digits);
         }
         done.written += size;
         done.base = Some(start);
@@ -292,7 +283,7 @@ type Returned = (u128, usize, Option<i128>, Option<i128>, usize, usize, i128, us
 #[pyfunction]
 #[pyo3(signature = (
     out, data, pos, end, base_offset, base_timestamp, min_offset, offset_delta,
-    out_base_timestamp, room, origin_key, origin, offset_key, drop_origin
+    out_base_timestamp, room, origin_key, origin, offset_key
 ))]
 #[allow(clippy::too_many_arguments)]
 pub fn copy_records(
@@ -310,9 +301,8 @@ pub fn copy_records(
     origin_key: &[u8],
     origin: &[u8],
     offset_key: &[u8],
-    drop_origin: &[u8],
 ) -> PyResult<Returned> {
-    let rule = Rule { origin_key, origin, offset_key, drop_origin };
+    let rule = Rule { origin_key, origin, offset_key };
     let mut buf = Vec::with_capacity(if out.is_some() { room.min(1 << 22) } else { 0 });
     let mut n = 0usize;
     let writing = out.is_some();
