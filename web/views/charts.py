@@ -26,7 +26,11 @@ def topic_metrics(request: HttpRequest, topic: str) -> HttpResponse:
     if isinstance(range_key, HttpResponse):
         return range_key
     # A mirror copy has none: rates are recorded per name, on the origin's cluster.
-    drawn = None if row.mirror_of_id is not None else charts.topic_charts(console, row.full_name, range_key)
+    drawn = (
+        None
+        if row.mirror_of_id is not None
+        else charts.topic_charts(console, row.full_name, range_key)
+    )
     return JsonResponse(charts.json_body(drawn, range_key))
 
 
