@@ -74,7 +74,7 @@ def create(
         typer.Option(
             "--pattern",
             help="Instead: a glob on short topic names (* any text, ? one character, "
-            "[abc] one of a set), e.g. 'billing-*'.",
+            "\\[abc] one of a set), e.g. 'billing-*'.",
         ),
     ] = None,
     direction: Annotated[
