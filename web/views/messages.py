@@ -176,10 +176,7 @@ def _topic(console: Console, full_name: str, region: str | None) -> Topic:
     origin, or with ``region`` (``?region=``) the mirror copy in that region; with its
     cluster's brokers (this page needs no assignments)."""
     found = (
-        tenant_topics(console)
-        .prefetch_related("cluster__brokers")
-        .named(full_name, region)
-        .first()
+        tenant_topics(console).prefetch_related("cluster__brokers").named(full_name, region).first()
         if "\x00" not in full_name
         else None
     )

@@ -16,8 +16,8 @@ from controlplane.metrics.tiers import FINE
 from controlplane.regions.models import Broker
 from controlplane.topics import services as topics
 from controlplane.topics.reconcile import reconcile_topic
-from dataplane.client import Consumer, Producer
 from dataplane._gen.meridian.v1 import admin_pb2, group_pb2
+from dataplane.client import Consumer, Producer
 from dataplane.client.types import TopicPartition
 from tests.support.brokers import BrokerProcess
 from tests.support.controlplane import make_tenant, register_static_cluster

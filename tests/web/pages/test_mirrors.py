@@ -211,9 +211,7 @@ def test_a_copys_topic_pages_show_the_copy_not_the_origin(
     assert read == ["west", "local"]
 
 
-def test_a_copys_forms_return_to_the_copys_page(
-    acme: Tenant, console_for: ConsoleFactory
-) -> None:
+def test_a_copys_forms_return_to_the_copys_page(acme: Tenant, console_for: ConsoleFactory) -> None:
     make_link(acme)
     client = console_for(roles={"acme": "developer"})
     topic = "/console/t/acme/topics/acme.orders/"
