@@ -51,6 +51,7 @@ from dataplane.local import free_ports
 
 T = TypeVar("T")
 DEFAULT_REGIONS = "east,west"
+MAX_LINK_NAME = 32  # a mirror link's name (MirrorLink.name)
 CLUSTER = "main"
 TENANT = "demo"
 TOPIC = "orders"
@@ -379,7 +380,7 @@ def start_region(platform: Platform, api: Api, region: str) -> None:
 def mirror_topic(api: Api, home: str, region: str) -> str:
     """A two-way mirror link of the demo topic between the home region and ``region``,
     copying from the start of its log; its name."""
-    name = f"{TOPIC}-{region}"
+    name = link_name(region)
     link = {
         "tenant": TENANT,
         "name": name,
@@ -391,6 +392,11 @@ def mirror_topic(api: Api, home: str, region: str) -> str:
     }
     api.call("POST", "/api/v1/mirrors", link)
     return name
+
+
+def link_name(region: str) -> str:
+    """The demo's mirror link to ``region`` (at most ``MAX_LINK_NAME`` characters)."""
+    return f"{TOPIC}-{region}"
 
 
 def invite_console_members(api: Api) -> None:
@@ -656,6 +662,13 @@ def region_names(text: str) -> list[str]:
         raise argparse.ArgumentTypeError(f"{text!r}: region names are lowercase slugs")
     if len(set(names)) != len(names):
         raise argparse.ArgumentTypeError(f"{text!r}: a region is named twice")
+    for name in names[1:]:
+        if len(link_name(name)) > MAX_LINK_NAME:
+            raise argparse.ArgumentTypeError(
+                f"{name!r}: too long for the demo's mirror link to it, {link_name(name)!r} "
+                f"(link names have at most {MAX_LINK_NAME} characters: a region after the "
+                f"first has at most {MAX_LINK_NAME - len(link_name(''))})"
+            )
     return names
 
 

@@ -9,6 +9,12 @@ would read as a drop); per group and topic: the sum of committed offsets and the
 committed offset of each partition (a consume rate counts only partitions committed in
 both readings: a first commit, far from zero, is not consumption).
 
+Regions: a topic is measured on its origin's cluster only (``clusters_of``), and so are
+its groups: a group's commits on a topic count only as its coordinator in that cluster
+reports them. A group of the same id consuming a mirror copy in another region is not
+measured (its offsets are the copy's, not comparable with the origin's high watermarks),
+and never replaces the origin region's figures.
+
 Lag in seconds: once the brokers have answered, each partition's leader is asked once per
 pass (one ``ListOffsets`` per broker, for every group at once) the age of the record at
 each committed offset below the high watermark (the group's oldest unconsumed record); a
@@ -32,6 +38,7 @@ from dataplane.errors import ErrorCode
 log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
+_Described = tuple[int, group_pb2.GroupDescription]  # (the coordinator's cluster id, ...)
 
 
 @dataclass(frozen=True)
@@ -85,18 +92,18 @@ def observe(
     answer is skipped (logged)."""
     observation = Observation()
     leaders = _Leaders()
-    descriptions: list[group_pb2.GroupDescription] = []
+    descriptions: list[_Described] = []
     for broker in live:
         observation.brokers_asked += 1
         try:
             _read_partitions(broker, leaders, clusters_of or {})
-            descriptions += _read_groups(broker.address)
+            descriptions += [(broker.cluster_id, d) for d in _read_groups(broker.address)]
         except BrokerUnavailable as exc:
             log.info("metrics collection skips %s: %s", broker, exc)
             continue
         observation.brokers_answered += 1
     observation.topics = _topic_counters(leaders, partitions_of)
-    observation.groups = _group_counters(descriptions, leaders)
+    observation.groups = _group_counters(descriptions, leaders, clusters_of or {})
     ages = _record_ages(observation.groups, leaders)
     observation.groups = {
         key: replace(counters, lag_s=_lag_s(key[1], counters, leaders, ages))
@@ -137,17 +144,22 @@ def _topic_counters(leaders: _Leaders, partitions_of: dict[str, int]) -> dict[st
 
 
 def _group_counters(
-    descriptions: list[group_pb2.GroupDescription], leaders: _Leaders
+    descriptions: list[_Described], leaders: _Leaders, clusters_of: dict[str, int]
 ) -> dict[tuple[str, str], GroupCounters]:
+    """Per (group, topic), from the coordinators of the topic's origin cluster only (a
+    topic ``clusters_of`` does not name: any cluster's)."""
     committed: dict[tuple[str, str], dict[int, int]] = {}
     lag: dict[tuple[str, str], int] = {}
-    seen: set[str] = set()
-    for description in descriptions:
-        if description.group_id in seen:  # two coordinators while one moves: count once
+    seen: set[tuple[int, str]] = set()
+    for cluster_id, description in descriptions:
+        # two coordinators of one cluster while the group moves: count it once
+        if (cluster_id, description.group_id) in seen:
             continue
-        seen.add(description.group_id)
+        seen.add((cluster_id, description.group_id))
         for offset in description.offsets:
             if offset.offset < 0 or offset.error != ErrorCode.NONE:
+                continue
+            if clusters_of.get(offset.topic, cluster_id) != cluster_id:
                 continue
             key = (description.group_id, offset.topic)
             committed.setdefault(key, {})[offset.partition] = offset.offset

@@ -22,6 +22,7 @@ import grpc
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from dataplane.cli.api import DEFAULT_API_URL, Api, ApiError
 from dataplane.client.auth import ClientCredentials, StaticToken, TokenSource
@@ -89,9 +90,14 @@ def settings(ctx: typer.Context) -> Settings:
 
 
 def _console(stream: Any) -> Console:
-    # Off a terminal (pipes, files, tests) nothing is cut to a guessed width of 80.
+    """A console that prints strings as they are: names, patterns and reasons come from
+    users and servers, so Rich markup (``[a-z]``, ``[/]``) and emoji codes (``:x:``)
+    are never interpreted. Off a terminal (pipes, files, tests) nothing is cut to a
+    guessed width of 80."""
     width = None if stream.isatty() else PIPE_WIDTH
-    return Console(file=stream, highlight=False, soft_wrap=True, width=width)
+    return Console(
+        file=stream, highlight=False, markup=False, emoji=False, soft_wrap=True, width=width
+    )
 
 
 def stderr() -> Console:
@@ -149,13 +155,23 @@ def parse_pairs(items: Sequence[str], what: str) -> dict[str, str]:
 
 
 def table(title: str | None, headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> Table:
-    """A plain table: the first column left-aligned, the others right-aligned."""
-    out = Table(title=title, title_justify="left", box=None, pad_edge=False, header_style="bold")
+    """A plain table: the first column left-aligned, the others right-aligned. The title
+    and every cell are literal text (never Rich markup), whichever console prints it."""
+    out = Table(
+        title=None if title is None else literal(title),
+        title_justify="left", box=None, pad_edge=False, header_style="bold",
+    )  # fmt: skip
     for i, header in enumerate(headers):
         out.add_column(header, justify="left" if i == 0 else "right", overflow="fold")
     for row in rows:
-        out.add_row(*("-" if cell is None else str(cell) for cell in row))
+        out.add_row(*(literal("-" if cell is None else str(cell)) for cell in row))
     return out
+
+
+def literal(value: object) -> Text:
+    """``value`` as Rich text shown exactly as it is: the one way a user's or a server's
+    string (a name, a pattern, a reason) reaches a Rich renderable."""
+    return Text(str(value))
 
 
 def print_json(value: Any) -> None:

@@ -71,7 +71,11 @@ def create(
     ] = None,
     pattern: Annotated[
         str | None,
-        typer.Option("--pattern", help="A regular expression on short topic names instead."),
+        typer.Option(
+            "--pattern",
+            help="Instead: a glob on short topic names (* any text, ? one character, "
+            "\\[abc] one of a set), e.g. 'billing-*'.",
+        ),
     ] = None,
     direction: Annotated[
         Direction, typer.Option("--direction", help="one-way, or two-way (copies both ways).")
@@ -193,7 +197,7 @@ def regions_text(link: dict[str, Any]) -> str:
 
 def topics_text(link: dict[str, Any]) -> str:
     if link.get("topic_pattern"):
-        return f"/{link['topic_pattern']}/"
+        return f"matching {link['topic_pattern']}"
     return ", ".join(link.get("topics") or [])
 
 

@@ -189,10 +189,10 @@ def _send_synthetic(
     """``count`` records of ``size`` random letters (one value, reused), with a progress bar."""
     value = "".join(random.choices(string.ascii_letters, k=size)).encode()
     columns = (
-        TextColumn("{task.description}"),
+        TextColumn("{task.description}", markup=False),
         BarColumn(),
         MofNCompleteColumn(),
-        TextColumn("{task.fields[rate]}"),
+        TextColumn("{task.fields[rate]}", markup=False),
         TimeElapsedColumn(),
         TimeRemainingColumn(),
     )

@@ -14,13 +14,14 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections import Counter
 from pathlib import Path
 
 import requests
 
 from dataplane.client import Consumer
 from dataplane.client.auth import StaticToken
-from tests.support.demo import processes_of, start_demo, wait_gone
+from tests.support.demo import Demo, processes_of, start_demo, wait_gone
 
 
 def _get(url: str, token: str) -> dict[str, object]:
@@ -269,16 +270,59 @@ def test_demo_runs_the_platform_and_what_it_prints_works(tmp_path: Path) -> None
     assert processes_of(data_dir) == [], "processes of the demo still running"
 
 
+# How long every process of the demo may take to stop once the lifeline is cut: brokers
+# stop cleanly, and a mirror worker flushes and closes its producer (up to 10 s each)
+# while the brokers of both regions are stopping too. A bound for a loaded machine, not a
+# measure: nothing is asserted about how fast they go, only that they all do.
+STOP_TIMEOUT_S = 180
+
+
+def _running(data_dir: Path) -> Counter[str]:
+    """The demo's processes by kind: the module each runs (``mirror``,
+    ``dataplane.broker``, ``controlplane.controller``, ...)."""
+    kinds: Counter[str] = Counter()
+    for line in processes_of(data_dir):
+        try:
+            argv = Path(f"/proc/{line.split(':')[0]}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue  # gone meanwhile
+        modules = [argv[i + 1].decode() for i, arg in enumerate(argv[:-1]) if arg == b"-m"]
+        # ``python -m dataplane.lifeline MODULE``: the module it runs
+        if modules == ["dataplane.lifeline"]:
+            modules = [argv[argv.index(b"dataplane.lifeline") + 1].decode()]
+        kinds[modules[0] if modules else argv[0].decode()] += 1
+    return kinds
+
+
+def _everything_up(demo: Demo) -> Counter[str] | None:
+    """The running processes once the mirror link is copying (``health`` ok: a worker
+    per leg, one in each region, past its start) and both regions' brokers and
+    controllers run; None before."""
+    status, link = demo.call("GET", "/mirrors/orders-west", token=demo.admin_token)
+    kinds = _running(demo.data_dir)
+    wanted = {"mirror": 2, "dataplane.broker": 6, "controlplane.controller": 3}
+    if status != 200 or link["health"] != "ok":
+        return None
+    return kinds if all(kinds[k] >= n for k, n in wanted.items()) else None
+
+
 def test_demo_killed_with_sigkill_takes_everything_with_it(tmp_path: Path) -> None:
-    """The demo's children notice its death through the lifeline and stop cleanly."""
+    """The demo's children notice its death through the lifeline and stop cleanly: the
+    API server, the Celery worker, the controllers and brokers of both regions and the
+    mirror workers, all running when it is killed."""
     data_dir = tmp_path / "demo"
     demo = start_demo(data_dir, records=100)
     process = demo.process
     try:
         demo.read_until("Ctrl-C stops everything", timeout_s=180)
-        assert len(processes_of(data_dir)) >= 7  # api, worker, 2 controllers, 3 brokers
+        demo.drain_in_background()
+        deadline = time.monotonic() + 180
+        while _everything_up(demo) is None:
+            assert process.poll() is None, demo.logs()
+            assert time.monotonic() < deadline, f"{_running(data_dir)}\n{demo.logs()}"
+            time.sleep(0.5)
     finally:
         process.kill()
-        process.communicate(timeout=30)
-    left = wait_gone(data_dir, timeout_s=60)
-    assert left == [], f"processes of the demo still running: {left}"
+        process.wait(timeout=30)
+    left = wait_gone(data_dir, timeout_s=STOP_TIMEOUT_S)
+    assert left == [], f"processes of the demo still running: {left}\n{demo.logs()}"

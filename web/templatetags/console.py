@@ -6,6 +6,8 @@ from typing import Any
 
 from django import template
 
+from web.views import topics
+
 register = template.Library()
 
 
@@ -34,3 +36,9 @@ def duration_s(seconds: Any) -> str:
             count = seconds // size
             return f"{count} {unit}{'' if count == 1 else 's'}"
     return f"{seconds} second{'' if seconds == 1 else 's'}"
+
+
+@register.filter
+def region_query(topic: Any) -> str:
+    """``?region=NAME`` naming a mirror copy on the topic pages; empty for an origin."""
+    return topics.region_query(topic)

@@ -25,8 +25,13 @@ def topic_metrics(request: HttpRequest, topic: str) -> HttpResponse:
     range_key = _range(request)
     if isinstance(range_key, HttpResponse):
         return range_key
-    body = charts.json_body(charts.topic_charts(console, row.full_name, range_key), range_key)
-    return JsonResponse(body)
+    # A mirror copy has none: rates are recorded per name, on the origin's cluster.
+    drawn = (
+        None
+        if row.mirror_of_id is not None
+        else charts.topic_charts(console, row.full_name, range_key)
+    )
+    return JsonResponse(charts.json_body(drawn, range_key))
 
 
 @tenant_page()

@@ -50,6 +50,7 @@ class Query:
     count: int
     view: str
     at: dict[int, int] | None  # a page's start positions, when paging
+    region: str | None = None  # a mirror copy's region (None: the origin)
 
     def url(self, **changes: Any) -> str:
         """This query's string with ``changes`` (``at=None`` drops the positions)."""
@@ -59,6 +60,8 @@ class Query:
             "count": str(self.count),
             "view": self.view,
         }
+        if self.region is not None:
+            values["region"] = self.region
         if self.mode == "offset":
             values["offset"] = str(self.offset)
         if self.mode == "timestamp" and self.time_ms is not None:
@@ -88,7 +91,8 @@ def parse_query(params: QueryDict, partitions: int) -> Query:
     view = params.get("view", "auto")
     if view not in VIEWS:
         view = "auto"
-    return Query(partition, mode, offset, time_ms, count, view, _positions(params.get("at")))
+    at = _positions(params.get("at"))
+    return Query(partition, mode, offset, time_ms, count, view, at, params.get("region") or None)
 
 
 def _int(text: str, field: str) -> int:
@@ -167,11 +171,12 @@ def _row(record: Any, view: str) -> Row:
     )
 
 
-def _topic(console: Console, full_name: str) -> Topic:
-    """The URL's topic within the page's tenant (404 otherwise, like a missing one),
-    with its cluster's brokers: this page needs no assignments."""
+def _topic(console: Console, full_name: str, region: str | None) -> Topic:
+    """The URL's topic within the page's tenant (404 otherwise, like a missing one): the
+    origin, or with ``region`` (``?region=``) the mirror copy in that region; with its
+    cluster's brokers (this page needs no assignments)."""
     found = (
-        tenant_topics(console).prefetch_related("cluster__brokers").named(full_name).first()
+        tenant_topics(console).prefetch_related("cluster__brokers").named(full_name, region).first()
         if "\x00" not in full_name
         else None
     )
@@ -250,7 +255,7 @@ def _context(
 def topic_messages(request: HttpRequest, topic: str) -> HttpResponse:
     """GET: a page of records. POST: produce a test record (developers)."""
     console = console_of(request)
-    row = _topic(console, topic)
+    row = _topic(console, topic, request.GET.get("region"))
     if request.method == "POST":
         return _produce(request, row)
     return _browse(request, row, FormState(fields=PRODUCE_FIELDS), status=200)
@@ -305,6 +310,8 @@ def _produce(request: HttpRequest, row: Topic) -> HttpResponse:
         "offset": produced.offset,
         "produced": f"{produced.partition}:{produced.offset}",
     }
+    if row.mirror_of_id is not None and row.cluster is not None:
+        query["region"] = row.cluster.region.name
     response = redirect("web:topic-messages", tenant=console.tenant.slug, topic=row.full_name)
     response["Location"] += "?" + urlencode(query)
     return response

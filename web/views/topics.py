@@ -13,6 +13,7 @@ another tenant's topic is a 404 like a missing one."""
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlencode
 
 from django.core.paginator import Paginator
 from django.db.models import Prefetch, Q, QuerySet
@@ -80,6 +81,21 @@ def topic_in_tenant(console: Console, full_name: str, region: str | None = None)
     if topic is None:
         raise Http404("no such topic")
     return topic
+
+
+def region_query(topic: Topic) -> str:
+    """The query string naming ``topic`` on the topic pages: ``?region=NAME`` for a
+    mirror copy (the name alone means the origin), empty for an origin."""
+    if topic.mirror_of_id is None or topic.cluster is None:
+        return ""
+    return "?" + urlencode({"region": topic.cluster.region.name})
+
+
+def topic_page(console: Console, topic: Topic) -> HttpResponse:
+    """A redirect to ``topic``'s page (the copy's, for a mirror copy)."""
+    response = redirect("web:topic-detail", tenant=console.tenant.slug, topic=topic.full_name)
+    response["Location"] += region_query(topic)
+    return response
 
 
 def check_form_tenant(console: Console, post: Any) -> None:
@@ -179,7 +195,7 @@ def topic_delete(request: HttpRequest, topic: str) -> HttpResponse:
     console = console_of(request)
     row = topic_in_tenant(console, topic, request.GET.get("region"))
     if request.method != "POST":
-        return redirect("web:topic-detail", tenant=console.tenant.slug, topic=row.full_name)
+        return topic_page(console, row)
     check_form_tenant(console, request.POST)
     refusal = f"type the topic's name, {row.full_name}, to delete it"
     state = typed_confirmation(request.POST, row.full_name, refusal)
@@ -195,7 +211,7 @@ def _update(
     console = console_of(request)
     row = topic_in_tenant(console, full_name, request.GET.get("region"))
     if request.method != "POST":
-        return redirect("web:topic-detail", tenant=console.tenant.slug, topic=row.full_name)
+        return topic_page(console, row)
     check_form_tenant(console, request.POST)
     state = FormState.from_post(request.POST, fields)
     updated = submit(
@@ -205,7 +221,7 @@ def _update(
         partial=True,
     )
     if updated is not None:
-        return redirect("web:topic-detail", tenant=console.tenant.slug, topic=row.full_name)
+        return topic_page(console, row)
     return _detail_with(request, row, form, state)
 
 
@@ -228,11 +244,16 @@ def _detail_with(request: HttpRequest, row: Topic, form: str, state: FormState) 
 
 
 def _charts(console: Console, row: Topic, range_key: str) -> dict[str, Any]:
-    """The rate charts of the topic, over ``range_key`` (``?range=``)."""
+    """The rate charts of the topic, over ``range_key`` (``?range=``). None for a mirror
+    copy: the rates are recorded per topic name, measured on the origin's cluster."""
     return {
         "range": range_key,
         "ranges": charts.range_links(range_key),
-        "charts": charts.topic_charts(console, row.full_name, range_key),
+        "charts": (
+            None
+            if row.mirror_of_id is not None
+            else charts.topic_charts(console, row.full_name, range_key)
+        ),
     }
 
 

@@ -16,6 +16,7 @@ from controlplane.metrics.tiers import FINE
 from controlplane.regions.models import Broker
 from controlplane.topics import services as topics
 from controlplane.topics.reconcile import reconcile_topic
+from dataplane._gen.meridian.v1 import admin_pb2, group_pb2
 from dataplane.client import Consumer, Producer
 from dataplane.client.types import TopicPartition
 from tests.support.brokers import BrokerProcess
@@ -139,3 +140,21 @@ def test_a_topic_is_measured_on_its_origins_cluster_only(
     assert measured.topics[orders].end_offset == 30
     elsewhere = collect.observe(live, {orders: 3}, {orders: home.cluster_id + 1})
     assert orders not in elsewhere.topics
+
+
+def test_a_groups_commits_count_in_its_topics_origin_cluster_only() -> None:
+    """A group of the same id committing on a mirror copy in another region (cluster 2)
+    neither replaces nor adds to its figures on the origin (cluster 1), whichever
+    coordinator answers first; two coordinators of one cluster count once."""
+    leaders = collect._Leaders()
+    leaders.partitions[("acme.orders", 0)] = admin_pb2.PartitionState(
+        topic="acme.orders", partition=0, high_watermark=30
+    )
+
+    def described(offset: int) -> group_pb2.GroupDescription:
+        committed = group_pb2.OffsetFetchResult(topic="acme.orders", partition=0, offset=offset)
+        return group_pb2.GroupDescription(group_id="acme.billing", offsets=[committed])
+
+    descriptions = [(2, described(5)), (1, described(20)), (1, described(7))]
+    counters = collect._group_counters(descriptions, leaders, {"acme.orders": 1})
+    assert counters == {("acme.billing", "acme.orders"): collect.GroupCounters({0: 20}, 10)}

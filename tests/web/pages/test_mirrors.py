@@ -21,6 +21,7 @@ from tests.controlplane.api_base import make_cluster
 from tests.web.history import seed_history
 from tests.web.pages.conftest import ConsoleFactory
 from tests.web.pages.test_topics import field_errors
+from web.views import messages
 
 SYSTEM = Actor.system("tests")
 MIRRORS = "/console/t/acme/mirrors/"
@@ -113,7 +114,7 @@ def test_a_developer_creates_pauses_resumes_and_deletes_a_link(
     [
         ({"target_region": "local"}, None, "region"),
         ({"topics": "nope"}, "topics", "no topic 'nope' in tenant 'acme'"),
-        ({"topics": "", "topic_pattern": "("}, "topic_pattern", "not a regular expression"),
+        ({"topic_pattern": "orders-*"}, "topic_pattern", "exactly one of the two"),
         ({"start_position": "timestamp"}, "start_timestamp_ms", "required with start_position"),
     ],
 )
@@ -171,3 +172,51 @@ def test_another_tenants_link_is_a_404(globex: Tenant, console_for: ConsoleFacto
         assert client.post(f"{MIRRORS}theirs/{action}/").status_code == 404
     assert client.post(f"{MIRRORS}theirs/delete/", {"confirm": "theirs"}).status_code == 404
     assert MirrorLink.objects.get(name="theirs").status != "deleting"
+
+
+def test_a_copys_topic_pages_show_the_copy_not_the_origin(
+    acme: Tenant, console_for: ConsoleFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``?region=`` the topic page, its links and forms and its message browser
+    stay on the mirror copy; its rate charts (recorded for the origin only) are not
+    drawn as if they were the copy's."""
+    make_link(acme)
+    client = console_for(roles={"acme": "developer"})
+    topic = "/console/t/acme/topics/acme.orders/"
+    copy = client.get(f"{topic}?region=west").content.decode()
+    assert "region west" in copy
+    assert f'href="{topic}messages/?region=west"' in copy
+    assert f'action="{topic}config/?region=west"' in copy
+    assert "data-chart-src" not in copy
+    assert "Rates are recorded for the origin topic only" in copy
+    origin = client.get(topic).content.decode()
+    assert f'href="{topic}messages/"' in origin
+    assert "data-chart-src" in origin
+    assert client.get(f"{topic}metrics.json?region=west").json()["charts"] == []
+
+    read: list[str] = []
+
+    def bootstrap_of(row: Any) -> list[str]:
+        read.append(row.cluster.region.name)
+        return []
+
+    monkeypatch.setattr(messages, "bootstrap_of", bootstrap_of)
+    browser = client.get(f"{topic}messages/?region=west&partition=1&mode=offset&offset=3")
+    page = browser.content.decode()
+    assert read == ["west"]
+    assert "Messages of acme.orders in region west" in page
+    assert '<input type="hidden" name="region" value="west">' in page
+    assert f'href="{topic}?region=west"' in page
+    client.get(f"{topic}messages/")
+    assert read == ["west", "local"]
+
+
+def test_a_copys_forms_return_to_the_copys_page(acme: Tenant, console_for: ConsoleFactory) -> None:
+    make_link(acme)
+    client = console_for(roles={"acme": "developer"})
+    topic = "/console/t/acme/topics/acme.orders/"
+    for form in ("config", "partitions", "delete"):
+        answer = client.get(f"{topic}{form}/?region=west")
+        assert answer["Location"] == f"{topic}?region=west", form
+    refused = client.post(f"{topic}config/?region=west", {"retention_ms": "3600000"})
+    assert "region west" in refused.content.decode()  # its errors shown on the copy's page
