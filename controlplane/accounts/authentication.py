@@ -26,7 +26,6 @@ from controlplane.core.choices import ProvisioningStatus
 from controlplane.tenants.models import Tenant
 from dataplane.client.claims import NO_LIVE_ACCOUNT, NO_LIVE_TENANT, MalformedClaims
 
-
 MIRROR_WORKER_REFUSED = "a mirror worker's identity may not use the API"
 
 

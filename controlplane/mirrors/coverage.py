@@ -4,8 +4,8 @@ A link covers the tenant's trunk *origin* topics (``mirror_of`` null) of its *so
 region named in ``topics``, or whose short name the glob ``topic_pattern`` matches
 (``fnmatch.fnmatchcase``), and with ``include_lanes`` their lane topics. A copy in the
 source region is never a source (naming one is ``SourceIsCopy``; a pattern never
-matches one): records travel one hop, from their origin region. Each has a copy in the *target* region
-(``topics.services.create_mirror_copy``), kept by the link and following its origin;
+matches one): records travel one hop, from their origin region. Each has a copy in the
+*target* region (``topics.services.create_mirror_copy``), kept by the link and following its origin;
 a two-way link copies records back into the source topics through the same pairs. A
 copy in the target region the link did not make is refused (``TargetTopicExists``),
 except a copy of the same origin no link keeps any more (a link deleted, then made

@@ -40,7 +40,13 @@ from django.db import transaction
 
 from controlplane.core import audit
 from controlplane.core.actors import Actor
-from controlplane.core.errors import Conflict, InvalidRequest, NotFound, Unavailable, scrub_addresses
+from controlplane.core.errors import (
+    Conflict,
+    InvalidRequest,
+    NotFound,
+    Unavailable,
+    scrub_addresses,
+)
 from controlplane.gateway import groups as gateway
 from controlplane.gateway.errors import BrokerRefusedError, BrokerUnavailable
 from controlplane.gateway.tail import TailReader, tail_reader

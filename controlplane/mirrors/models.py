@@ -42,8 +42,9 @@ def pattern_problem(pattern: str) -> str:
 class MirrorLink(StatusModel):
     """A tenant's mirror link: which topics (``topics``, short names without the
     tenant prefix, or ``topic_pattern``, a glob matched against short names,
-    ``pattern_problem``; exactly one; origin topics of the source region only), between which regions, one way or both, from where a partition's copy
-    starts when its target holds nothing copied yet, and whether it is ``paused``.
+    ``pattern_problem``; exactly one; origin topics of the source region only), between
+    which regions, one way or both, from where a partition's copy starts when its target
+    holds nothing copied yet, and whether it is ``paused``.
 
     ``status`` is the provisioning state (``ProvisioningStatus``: ``deleting`` until the
     controllers stopped its workers); ``health`` what the workers' progress says

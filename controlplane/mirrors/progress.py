@@ -54,8 +54,10 @@ def record_status(
     if status.get("link_id") != worker.link_id or status.get("generation") != worker.generation:
         return False
     kept_topics = kept_copies(worker.link_id)
-    rows = [p for p in status.get("partitions") or []
-            if isinstance(p, Mapping) and str(p.get("source_topic", "")) in kept_topics]  # fmt: skip
+    rows = [
+        p for p in status.get("partitions") or []
+        if isinstance(p, Mapping) and str(p.get("source_topic", "")) in kept_topics
+    ]  # fmt: skip
     kept = [_store_partition(worker, row, now) for row in rows]
     MirrorPartition.objects.filter(link_id=worker.link_id, from_region_id=worker.from_region_id
                                    ).exclude(pk__in=kept).delete()  # fmt: skip

@@ -121,8 +121,9 @@ def sync_copy_acls(copy: Topic, *, actor: Actor) -> int:
                          after=audit.snapshot(entry), tenant=copy.tenant)  # fmt: skip
             changed += 1
     for principal in sorted(set(wanted) - set(held)):
-        entry = TopicAcl.objects.create(topic=copy, principal=principal,
-                                        operations=wanted[principal], created_by=actor.name)  # fmt: skip
+        entry = TopicAcl.objects.create(
+            topic=copy, principal=principal, operations=wanted[principal], created_by=actor.name
+        )
         audit.record(actor, "topic_acl.grant", entry, after=audit.snapshot(entry),
                      tenant=copy.tenant)  # fmt: skip
         changed += 1
@@ -141,8 +142,9 @@ def _sync_copies(topic: Topic, actor: Actor) -> None:
 def _worker_principals(tenant_id: int) -> set[str]:
     """Client ids of the tenant's mirror worker accounts (their entries are the links')."""
     return set(
-        ServiceAccount.objects.filter(tenant_id=tenant_id, managed_by_link__isnull=False)
-        .values_list("client_id", flat=True)
+        ServiceAccount.objects.filter(
+            tenant_id=tenant_id, managed_by_link__isnull=False
+        ).values_list("client_id", flat=True)
     )
 
 

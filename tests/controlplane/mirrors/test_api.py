@@ -70,7 +70,8 @@ class TestMirrorAPI(TenantScopedAPIContract):
         )  # fmt: skip
         # latest is resolved once, to the time the link was made
         assert body["start_position"] == "latest"
-        assert isinstance(body["start_timestamp_ms"], int) and body["start_timestamp_ms"] > 0
+        assert isinstance(body["start_timestamp_ms"], int)
+        assert body["start_timestamp_ms"] > 0
         assert (body["status"], body["health"], body["paused"]) == ("provisioning", "starting",
                                                                     False)  # fmt: skip
         assert (body["partitions"], body["lag_records"], body["lag_seconds"]) == ([], 0, 0.0)

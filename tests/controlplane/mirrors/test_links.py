@@ -172,14 +172,14 @@ def test_a_target_topic_another_link_made_is_refused() -> None:
     assert refused.value.code == "target_topic_exists"
 
 
-def test_the_target_origin_of_a_copy_is_refused() -> None:
-    """East holds a copy of a west topic: mirroring it back to west meets the origin."""
+def test_mirroring_a_copy_back_to_its_origins_region_is_refused() -> None:
+    """East holds a copy of a west topic: a copy is no source (records travel one hop)."""
     tenant = mirror_tenant()
     topic_services.create_topic(tenant, name="orders", partitions=1, region="west", actor=SYSTEM)
     link(tenant, name="to-east", source_region="west", target_region="east")
     with pytest.raises(InvalidRequest) as refused:
         link(tenant, name="back")
-    assert refused.value.code == "target_topic_exists"
+    assert refused.value.code == "source_is_copy"
 
 
 def test_max_mirrors_is_a_quota() -> None:
