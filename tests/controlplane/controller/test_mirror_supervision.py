@@ -242,7 +242,7 @@ def test_a_failed_start_is_recorded_and_tried_again_after_the_timeout(
     west.supervise()  # not at every tick
     clock.now += timedelta(seconds=11)
     west.supervise()
-    assert refusals == [1, 1]
+    assert refusals == [1, 2]  # every attempt takes a generation of its own
 
 
 def test_a_deposed_controller_starts_no_worker(
