@@ -26,6 +26,8 @@ from controlplane.core.choices import ProvisioningStatus
 from controlplane.tenants.models import Tenant
 from dataplane.client.claims import NO_LIVE_ACCOUNT, NO_LIVE_TENANT, MalformedClaims
 
+MIRROR_WORKER_REFUSED = "a mirror worker's identity may not use the API"
+
 
 class BearerTokenAuthentication(authentication.BaseAuthentication):
     keyword = "Bearer"
@@ -50,9 +52,15 @@ class BearerTokenAuthentication(authentication.BaseAuthentication):
 
 def live_actor(actor: Actor) -> Actor:
     """``actor`` with only its live tenants' roles; ``AuthenticationFailed`` when its
-    service account is gone or it named tenants and none is live."""
-    if actor.account_id and not ServiceAccount.objects.filter(uid=actor.account_id).exists():
-        raise exceptions.AuthenticationFailed(f"invalid token: {NO_LIVE_ACCOUNT}")
+    service account is gone or it named tenants and none is live, or it is a mirror
+    worker's account (``managed_by_link``): it exists for the brokers
+    only and may not use the API, whatever its role."""
+    if actor.account_id:
+        account = ServiceAccount.objects.filter(uid=actor.account_id).first()
+        if account is None:
+            raise exceptions.AuthenticationFailed(f"invalid token: {NO_LIVE_ACCOUNT}")
+        if account.managed_by_link_id is not None:
+            raise exceptions.AuthenticationFailed(MIRROR_WORKER_REFUSED)
     if not actor.roles:
         return actor
     live = (

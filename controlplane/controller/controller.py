@@ -58,7 +58,7 @@ from controlplane.core.errors import DomainError
 from controlplane.lanes import services as lane_services
 from controlplane.regions import services
 from controlplane.regions.choices import BrokerPhase
-from controlplane.regions.models import Broker, Cluster
+from controlplane.regions.models import Broker, Cluster, Region
 from controlplane.regions.provisioners import Provisioner, ProvisioningError, get_provisioner
 from controlplane.topics import reassignment
 from controlplane.topics.partitions import (
@@ -107,8 +107,9 @@ class Controller:
         # Broker pk -> the uptime it last reported: a smaller one means it restarted.
         self._uptime_ms: dict[int, int] = {}
         self.mirrors = MirrorSupervisor(
-            region_name, provisioner_for, clock, is_active=lambda: self.active
-        )
+            region_name, provisioner_for, clock, is_active=lambda: self.active,
+            holds_lease=self.holds_region,
+        )  # fmt: skip
 
     # -- leadership -----------------------------------------------------------------------
     def tick(self) -> None:
@@ -129,6 +130,13 @@ class Controller:
             self.step_down(str(exc))
             return
         self.mirrors.tick()
+
+    def holds_region(self) -> bool:
+        """Whether this controller still acts for its region: active, its lease held,
+        and the region naming its epoch (no newer controller took over)."""
+        if not self.active or not self.lease.held():
+            return False
+        return Region.objects.filter(name=self.region_name, controller_epoch=self.epoch).exists()
 
     def _take_over(self) -> bool:
         if not self.lease.acquire():

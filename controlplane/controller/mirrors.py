@@ -11,7 +11,12 @@ The workers of a region are those of every mirror link leg whose *to* region it 
    worker's identity (``mirrors.identity.worker_credentials``, a new secret per start,
    which the provisioner keeps in a private file) and a new ``generation``; the
    provisioner proves the previous process dead first (the fencing rule of
-   ``regions.provisioners``).
+   ``regions.provisioners``). Two controllers of a region never both start it: the
+   start takes the next ``generation`` by compare-and-set on the worker's row (locked),
+   only while this controller still holds the region (``holds_lease``: its lease, and
+   the region's epoch still its own), and checks that again right before the
+   provisioner fences and spawns; ``LocalProvisioner`` also locks the worker's folder
+   from the fence to the ready file.
 2. **Status.** Each running worker's ``GET /status`` is read with a short timeout
    (``MIRROR_STATUS_TIMEOUT_S``) and stored (``mirrors.progress.record_status``). A
    worker whose status has been unreadable for ``MIRROR_WORKER_TIMEOUT_S`` (hung,
@@ -41,11 +46,12 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import close_old_connections, connection
+from django.db import close_old_connections, connection, transaction
 
 from controlplane.accounts import internal
 from controlplane.core.actors import Actor
 from controlplane.core.choices import ProvisioningStatus
+from controlplane.core.errors import scrub_addresses
 from controlplane.mirrors import identity, progress
 from controlplane.mirrors import services as mirror_services
 from controlplane.mirrors.choices import WorkerPhase
@@ -76,11 +82,15 @@ class MirrorSupervisor:
         provisioner_for: Callable[[Cluster], Provisioner],
         clock: Callable[[], datetime],
         is_active: Callable[[], bool],
+        holds_lease: Callable[[], bool] | None = None,
     ) -> None:
         self.region_name = region_name
         self.provisioner_for = provisioner_for
         self.clock = clock
         self.is_active = is_active
+        # The strict check made right before a worker starts (the lease still held, the
+        # region still naming this controller's epoch); the cheap flag otherwise.
+        self.holds_lease = holds_lease or is_active
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="mirrors")
         self._round: Future[None] | None = None
         self._since = clock()
@@ -174,15 +184,21 @@ class MirrorSupervisor:
         return float((self.clock() - latest) / timedelta(seconds=1))
 
     def _start(self, provisioner: Provisioner, spec: WorkerSpec, worker: MirrorWorker) -> None:
-        generation = worker.generation + 1
+        generation = self._claim(worker)
+        if generation is None:
+            return
         place = MirrorWorkerSpec(self.region_name, worker_name(spec), generation)
         self._started_at[worker.pk] = self.clock()
         try:
             config, secret = self.config_of(spec, worker.link, generation)
+            if not self.holds_lease():
+                log.warning("mirror worker %s: not started, this controller was deposed", worker)
+                return
             process = provisioner.ensure_mirror_worker(place, config, secret, previous=worker)
         except MirrorWorkerError as exc:
             log.error("%s", exc)
-            _update(worker, pid=None, phase=WorkerPhase.FAILED, phase_reason=exc.message[:2000])
+            reason = scrub_addresses(exc.message)[:2000]
+            _update(worker, pid=None, phase=WorkerPhase.FAILED, phase_reason=reason)
             return
         _update(
             worker,
@@ -196,6 +212,22 @@ class MirrorSupervisor:
             phase_reason="",
         )
         log.info("mirror worker %s runs as pid %d", worker, process.pid)
+
+    def _claim(self, worker: MirrorWorker) -> int | None:
+        """The generation of the worker's next start, set on its row when the row still
+        holds the generation this controller read and it still holds the region's lease
+        (compare-and-set under the row's lock); None otherwise: another controller
+        started the worker meanwhile, or this one was deposed."""
+        with transaction.atomic():
+            row = MirrorWorker.objects.select_for_update().filter(pk=worker.pk).first()
+            if row is None or row.generation != worker.generation or not self.holds_lease():
+                log.warning("mirror worker %s: not started, another controller acts on it",
+                            worker)  # fmt: skip
+                return None
+            generation = row.generation + 1
+            MirrorWorker.objects.filter(pk=worker.pk).update(generation=generation)
+        worker.generation = generation
+        return generation
 
     def _retire(self, worker: MirrorWorker) -> None:
         """Stop a worker no longer desired. A paused link's row stays (``stopped``, so

@@ -1,9 +1,11 @@
 """Which topics a link covers, and their copies in its target region.
 
-A link covers the tenant's trunk topics of its *source* region named in ``topics``, or
-whose short name ``topic_pattern`` matches in full (``re.fullmatch``), and with
-``include_lanes`` their lane topics. Each has a copy in the *target* region
-(``topics.services.create_mirror_copy``), kept by the link and following its origin;
+A link covers the tenant's trunk *origin* topics (``mirror_of`` null) of its *source*
+region named in ``topics``, or whose short name the glob ``topic_pattern`` matches
+(``fnmatch.fnmatchcase``), and with ``include_lanes`` their lane topics. A copy in the
+source region is never a source (naming one is ``SourceIsCopy``; a pattern never
+matches one): records travel one hop, from their origin region. Each has a copy in the
+*target* region (``topics.services.create_mirror_copy``), kept by the link and following its origin;
 a two-way link copies records back into the source topics through the same pairs. A
 copy in the target region the link did not make is refused (``TargetTopicExists``),
 except a copy of the same origin no link keeps any more (a link deleted, then made
@@ -11,11 +13,13 @@ again): that one is taken over, and its records stay where they are."""
 
 from __future__ import annotations
 
-import re
+import fnmatch
 
 from controlplane.core.actors import Actor
+from controlplane.mirrors import progress
 from controlplane.mirrors.models import MirrorLink
-from controlplane.mirrors.rules import TargetTopicExists, TopicNotFound
+from controlplane.mirrors.rules import SourceIsCopy, TargetTopicExists, TopicNotFound
+from controlplane.topics import acls
 from controlplane.topics import services as topic_services
 from controlplane.topics.choices import TopicStatus
 from controlplane.topics.models import Topic
@@ -27,12 +31,14 @@ def source_topics(link: MirrorLink) -> list[Topic]:
     live = Topic.objects.filter(
         tenant_id=link.tenant_id, cluster__region_id=link.source_region_id
     ).exclude(status=TopicStatus.DELETING)
-    trunks = live.filter(trunk__isnull=True).select_related("cluster__region")
+    trunks = live.filter(trunk__isnull=True, mirror_of__isnull=True).select_related(
+        "cluster__region"
+    )
     if link.topics:
         chosen = list(trunks.filter(name__in=link.topics).order_by("name"))
     else:
-        pattern = re.compile(link.topic_pattern)
-        chosen = [t for t in trunks.order_by("name") if pattern.fullmatch(t.name)]
+        pattern = link.topic_pattern
+        chosen = [t for t in trunks.order_by("name") if fnmatch.fnmatchcase(t.name, pattern)]
     if not link.include_lanes or not chosen:
         return chosen
     lanes = live.filter(trunk__in=chosen).select_related("cluster__region").order_by("name")
@@ -40,22 +46,39 @@ def source_topics(link: MirrorLink) -> list[Topic]:
 
 
 def check_named_topics(link: MirrorLink) -> None:
-    """``TopicNotFound`` for names of ``link.topics`` that are not trunk topics of the
-    tenant in the source region."""
+    """``SourceIsCopy`` for names of ``link.topics`` that are mirror copies in the
+    source region, ``TopicNotFound`` for those that are not trunk topics of the tenant
+    there."""
     found = {t.name for t in source_topics(link) if t.trunk_id is None}
     missing = [name for name in link.topics if name not in found]
-    if missing:
-        raise TopicNotFound(link.tenant, link.source_region, missing)
+    if not missing:
+        return
+    copies = set(
+        Topic.objects.filter(
+            tenant_id=link.tenant_id, cluster__region_id=link.source_region_id,
+            trunk__isnull=True, mirror_of__isnull=False, name__in=missing,
+        ).exclude(status=TopicStatus.DELETING).values_list("name", flat=True)
+    )  # fmt: skip
+    if copies:
+        raise SourceIsCopy(link.source_region, sorted(copies))
+    raise TopicNotFound(link.tenant, link.source_region, missing)
 
 
 def ensure_copies(link: MirrorLink, *, actor: Actor) -> list[tuple[Topic, Topic]]:
     """Every covered topic's copy in the target region, made or brought in line with its
     origin (partitions grown, configuration copied); copies the link kept of topics it
-    no longer covers are let go (they stay, as copies no link keeps). Returns the
+    no longer covers are let go (they stay, as copies no link keeps) and the link's
+    offset-map points and progress rows of topics without a live pair are deleted
+    (``progress.forget_topics``); each copy gets its origin's ACL entries
+    (``topics.acls.sync_copy_acls``). Returns the
     (source, copy) pairs. Raises ``TargetTopicExists``, ``QuotaExceeded`` and the
     topics app's refusals."""
     pairs = [(source, _ensure_copy(link, source, actor)) for source in source_topics(link)]
     topic_services.release_mirror_copies(link.pk, keep={copy.pk for _, copy in pairs}, actor=actor)
+    for _, copy in pairs:
+        acls.sync_copy_acls(copy, actor=actor)
+    live = {copy.full_name for _, copy in pairs if copy.status != TopicStatus.DELETING}
+    progress.forget_topics(link.pk, live)
     return pairs
 
 

@@ -40,9 +40,15 @@ from django.db import transaction
 
 from controlplane.core import audit
 from controlplane.core.actors import Actor
-from controlplane.core.errors import InvalidRequest, NotFound
+from controlplane.core.errors import (
+    Conflict,
+    InvalidRequest,
+    NotFound,
+    Unavailable,
+    scrub_addresses,
+)
 from controlplane.gateway import groups as gateway
-from controlplane.gateway.errors import BrokerRefusedError
+from controlplane.gateway.errors import BrokerRefusedError, BrokerUnavailable
 from controlplane.gateway.tail import TailReader, tail_reader
 from controlplane.groups.services import GroupActive
 from controlplane.mirrors.choices import Direction
@@ -61,7 +67,25 @@ _SERVING = (BrokerPhase.READY, BrokerPhase.DECOMMISSIONING, BrokerPhase.UNREACHA
 _ACTIVE_CODES = frozenset({"UNKNOWN_MEMBER_ID", "NON_EMPTY_GROUP", "ILLEGAL_GENERATION"})
 
 
-__all__ = ["FailoverResult", "GroupActive", "PartitionFailover", "failover_group"]
+__all__ = [
+    "FailoverResult", "GroupActive", "MirrorProgressUnknown", "PartitionFailover",
+    "failover_group",
+]  # fmt: skip
+
+
+class MirrorProgressUnknown(Conflict):
+    """A leg the answer depends on has not reported its progress for the partition (no
+    ``MirrorPartition`` row: its worker has not run, or the row was forgotten with its
+    copy): what it copied is unknown, so no position can be proven not to skip."""
+
+    code = "mirror_progress_unknown"
+
+    def __init__(self, link: MirrorLink, from_region: str, tp: TopicPartition) -> None:
+        super().__init__(
+            f"mirror {link.name}: the copy of {tp.topic}/{tp.partition} from region "
+            f"{from_region} has not reported its progress yet: try again once it runs",
+            topic=tp.topic, partition=tp.partition, from_region=from_region,
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -99,10 +123,25 @@ class _Side:
 def failover_group(
     link: MirrorLink, group_id: str, to_region: Region | str, actor: Actor
 ) -> FailoverResult:
-    """See the module docstring. Raises ``GroupActive`` (409), ``NotFound`` (404: a
-    group neither region knows, or not the tenant's) and ``InvalidRequest`` (400: a
-    region not the link's)."""
+    """See the module docstring. Raises ``GroupActive`` (409), ``MirrorProgressUnknown``
+    (409), ``NotFound`` (404: a group neither region knows, or not the tenant's),
+    ``InvalidRequest`` (400: a region not the link's) and ``Unavailable`` (503: a
+    region's brokers did not answer). No answer names a broker's address: tenants never
+    see them."""
     to_region = to_region.name if isinstance(to_region, Region) else to_region
+    try:
+        return _failover(link, group_id, to_region, actor)
+    except BrokerUnavailable as exc:
+        raise Unavailable(
+            f"mirror {link.name}: the brokers of a region did not answer: try again",
+            group=group_id,
+        ) from exc
+    except BrokerRefusedError as exc:
+        details = {k: v for k, v in exc.details.items() if k != "address"}
+        raise BrokerRefusedError(scrub_addresses(exc.message), **details) from exc
+
+
+def _failover(link: MirrorLink, group_id: str, to_region: str, actor: Actor) -> FailoverResult:
     from_region = _other_region(link, to_region)
     tenant = link.tenant
     if not group_id.startswith(f"{tenant.slug}.") or group_id.startswith("__"):
@@ -220,7 +259,11 @@ def _first_copy_from(
             return record.offset, 0
     # Offsets below ``committed`` the leg had not passed yet (an upper bound: some of
     # them may be copies the loop rule skips) land after the answer once copied.
-    return end, max(0, committed - copied_up_to) if copied_up_to is not None else 0
+    if copied_up_to is None:
+        if committed > 0:
+            raise MirrorProgressUnknown(link, from_region, tp)
+        return end, 0
+    return end, max(0, committed - copied_up_to)
 
 
 def _next_source_offset(link: MirrorLink, from_region: str, tp: TopicPartition) -> int | None:
@@ -243,7 +286,9 @@ def _first_unconsumed_local(
         origin_offset = _origin_offset(record, to_region)
         if origin_offset is not None:
             return origin_offset
-    return copied_up_to or 0
+    if copied_up_to is None:
+        raise MirrorProgressUnknown(link, to_region, tp)
+    return copied_up_to
 
 
 def _count(records: Iterable[Record], upper: int, from_region: str, from_origin: bool) -> int:

@@ -13,7 +13,12 @@ digest replaces the old at once; with Keycloak the client's secret is regenerate
 through the admin API (tokens already issued stay valid until they expire, as for any
 rotation).
 
-ACLs. The account holds the developer role in its tenant, and entries on the link's
+Role. The account holds the developer role in its tenant: the narrowest the brokers
+let produce (``viewer`` only consumes). The API refuses its tokens
+(``accounts.authentication.live_actor``), so the role counts at the brokers only; there
+it reaches, besides the link's topics, every topic of the tenant without ACL entries.
+
+ACLs. Entries on the link's
 trunk topics (lane topics are authorized as their trunk): ``consume`` on the leg's
 source topics, ``produce`` and ``consume`` on its target topics (the worker reads the
 target's tail to resume). The brokers apply a topic's entries to every non-admin

@@ -10,8 +10,6 @@ region's controller; its rows here are keyed by the leg's ``from_region``."""
 
 from __future__ import annotations
 
-import re
-
 from django.core.exceptions import ValidationError
 from django.db import models
 
@@ -25,14 +23,28 @@ from controlplane.mirrors.choices import (
     WorkerPhase,
 )
 
-MAX_PATTERN_LENGTH = 255
+MAX_PATTERN_LENGTH = 200
+
+
+def pattern_problem(pattern: str) -> str:
+    """Why ``pattern`` is not a topic pattern (empty when it is one): a glob matched
+    against short topic names (``fnmatch.fnmatchcase``: ``*``, ``?``, ``[...]``), of at
+    most ``MAX_PATTERN_LENGTH`` printable characters. Globs, not regular expressions: a
+    pattern is matched at every supervision round, and a glob's match time is bounded
+    by its length and the name's (no catastrophic backtracking)."""
+    if len(pattern) > MAX_PATTERN_LENGTH:
+        return f"at most {MAX_PATTERN_LENGTH} characters"
+    if not pattern.isprintable() or any(c.isspace() for c in pattern):
+        return "printable characters without spaces"
+    return ""
 
 
 class MirrorLink(StatusModel):
     """A tenant's mirror link: which topics (``topics``, short names without the
-    tenant prefix, or ``topic_pattern``, a regex matched in full against short names;
-    exactly one), between which regions, one way or both, from where a partition's copy
-    starts when its target holds nothing copied yet, and whether it is ``paused``.
+    tenant prefix, or ``topic_pattern``, a glob matched against short names,
+    ``pattern_problem``; exactly one; origin topics of the source region only), between
+    which regions, one way or both, from where a partition's copy starts when its target
+    holds nothing copied yet, and whether it is ``paused``.
 
     ``status`` is the provisioning state (``ProvisioningStatus``: ``deleting`` until the
     controllers stopped its workers); ``health`` what the workers' progress says
@@ -44,11 +56,13 @@ class MirrorLink(StatusModel):
     target_region = models.ForeignKey("regions.Region", on_delete=models.PROTECT, related_name="+")
     direction = models.CharField(max_length=8, choices=Direction.choices, default=Direction.ONE_WAY)
     topics = models.JSONField(default=list, blank=True)
-    topic_pattern = models.CharField(max_length=MAX_PATTERN_LENGTH, blank=True, default="")
+    # max_length is the column's (255); the rule is pattern_problem's.
+    topic_pattern = models.CharField(max_length=255, blank=True, default="")
     include_lanes = models.BooleanField(default=False)
     start_position = models.CharField(
         max_length=16, choices=StartPosition.choices, default=StartPosition.EARLIEST
     )
+    # With ``latest``: the time the link was made (or set to latest), resolved once.
     start_timestamp_ms = models.BigIntegerField(null=True, blank=True)
     paused = models.BooleanField(default=False)
     health = models.CharField(
@@ -85,7 +99,7 @@ class MirrorLink(StatusModel):
         problems.update(_selection_problems(self.topics, self.topic_pattern))
         if self.start_position == StartPosition.TIMESTAMP and self.start_timestamp_ms is None:
             problems["start_timestamp_ms"] = ["required with start_position timestamp"]
-        elif self.start_position != StartPosition.TIMESTAMP and self.start_timestamp_ms is not None:
+        elif self.start_position == StartPosition.EARLIEST and self.start_timestamp_ms is not None:
             problems["start_timestamp_ms"] = ["only with start_position timestamp"]
         elif self.start_timestamp_ms is not None and self.start_timestamp_ms < 0:
             problems["start_timestamp_ms"] = ["milliseconds since the epoch, >= 0"]
@@ -101,12 +115,8 @@ def _selection_problems(topics: object, pattern: str) -> dict[str, list[str]]:
         return {"topics": [message], "topic_pattern": [message]}
     if len(set(topics)) != len(topics):
         return {"topics": ["a topic is named twice"]}
-    if pattern:
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            return {"topic_pattern": [f"not a regular expression: {exc}"]}
-    return {}
+    problem = pattern_problem(pattern) if pattern else ""
+    return {"topic_pattern": [f"not a topic pattern: {problem}"]} if problem else {}
 
 
 class MirrorPartition(models.Model):

@@ -23,8 +23,11 @@ from django.db.models import Max, Sum
 from django.utils import timezone
 
 from controlplane.core.choices import ProvisioningStatus
+from controlplane.core.errors import scrub_addresses
 from controlplane.mirrors.choices import MirrorHealth, PartitionState
 from controlplane.mirrors.models import MirrorLink, MirrorOffsetPoint, MirrorPartition, MirrorWorker
+from controlplane.topics.choices import TopicStatus
+from controlplane.topics.models import Topic
 
 COUNTERS = (
     "next_source_offset", "source_end_offset", "source_log_start_offset", "target_end_offset",
@@ -42,18 +45,47 @@ def record_status(
     dropped) and its offset-map points (``MirrorOffsetPoint``, deduplicated; the newest
     ``MIRROR_OFFSET_POINTS_KEPT`` per partition are kept), and the time it was read
     (``worker.last_status_at``). A status of another generation or link is not this
-    worker's: nothing is stored and False is returned."""
+    worker's: nothing is stored and False is returned. Rows and points of topics the
+    link keeps no copy of any more (released, deleted) are not stored: a status read
+    before the worker was restarted without them must not bring them back
+    (``forget_topics``). Error texts are stored without network addresses
+    (``core.errors.scrub_addresses``): tenants read them."""
     now = now or timezone.now()
     if status.get("link_id") != worker.link_id or status.get("generation") != worker.generation:
         return False
-    rows = [p for p in status.get("partitions") or [] if isinstance(p, Mapping)]
+    kept_topics = kept_copies(worker.link_id)
+    rows = [
+        p for p in status.get("partitions") or []
+        if isinstance(p, Mapping) and str(p.get("source_topic", "")) in kept_topics
+    ]  # fmt: skip
     kept = [_store_partition(worker, row, now) for row in rows]
     MirrorPartition.objects.filter(link_id=worker.link_id, from_region_id=worker.from_region_id
                                    ).exclude(pk__in=kept).delete()  # fmt: skip
-    _store_points(worker, [p for p in status.get("points") or [] if isinstance(p, Mapping)])
+    points = [p for p in status.get("points") or []
+              if isinstance(p, Mapping) and str(p.get("topic", "")) in kept_topics]  # fmt: skip
+    _store_points(worker, points)
     MirrorWorker.objects.filter(pk=worker.pk).update(last_status_at=now)
     worker.last_status_at = now
     return True
+
+
+def kept_copies(link_id: int) -> set[str]:
+    """Full names of the topics ``link_id`` keeps a live copy of."""
+    return set(
+        Topic.objects.filter(mirror_link_id=link_id)
+        .exclude(status=TopicStatus.DELETING)
+        .values_list("full_name", flat=True)
+    )
+
+
+def forget_topics(link_id: int, keep: set[str]) -> int:
+    """Delete the offset-map points and progress rows of ``link_id`` (both legs) for
+    topics not in ``keep`` (full names): a copy released, deleted, or whose topic was
+    deleted and made again must not resume from, nor start a failover scan at, a point
+    of the topic it was before. Returns how many rows went."""
+    points = MirrorOffsetPoint.objects.filter(link_id=link_id).exclude(topic__in=keep)
+    parts = MirrorPartition.objects.filter(link_id=link_id).exclude(source_topic__in=keep)
+    return points.delete()[0] + parts.delete()[0]
 
 
 def _store_partition(worker: MirrorWorker, row: Mapping[str, Any], now: datetime) -> int:
@@ -73,7 +105,7 @@ def _store_partition(worker: MirrorWorker, row: Mapping[str, Any], now: datetime
     if state in PartitionState.values:
         part.state = str(state)
     part.lag_seconds = float(row.get("lag_seconds") or 0.0)
-    part.error = str(row.get("error") or "")
+    part.error = scrub_addresses(str(row.get("error") or ""))
     part.error_since = _error_since(part, row, now)
     if moved:
         part.progress_at = now

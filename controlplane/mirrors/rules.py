@@ -1,8 +1,8 @@
 """The typed refusals of mirror links (each a 400 unless said) and the checks that raise
 them; ``services`` applies them in this order: name, regions (``same_region``,
 ``region_not_allowed``), topic selection (``topics_or_pattern``, ``invalid_pattern``),
-start position, the covered topics (``topic_not_found``) and their copies
-(``target_topic_exists``)."""
+start position, the covered topics (``topic_not_found``, ``source_is_copy``) and their
+copies (``target_topic_exists``)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from collections.abc import Iterable
 from controlplane.core.errors import InvalidRequest
 from controlplane.core.validators import SLUG_RE, slug_validator
 from controlplane.mirrors.choices import Direction, StartPosition
-from controlplane.mirrors.models import MAX_PATTERN_LENGTH
+from controlplane.mirrors.models import MAX_PATTERN_LENGTH, pattern_problem
 from controlplane.regions.models import Region
 from controlplane.tenants.models import Tenant
 from controlplane.tenants.services import allowed_regions
@@ -50,7 +50,7 @@ class InvalidPattern(InvalidRequest):
     code = "invalid_pattern"
 
     def __init__(self, pattern: str, reason: str) -> None:
-        message = f"{pattern!r} is not a regular expression: {reason}"
+        message = f"{pattern!r} is not a topic pattern (a glob: *, ?, [...]): {reason}"
         super().__init__(f"topic_pattern: {message}", topic_pattern=[message])
 
 
@@ -63,6 +63,20 @@ class TopicNotFound(InvalidRequest):
     def __init__(self, tenant: Tenant, region: Region, names: list[str]) -> None:
         messages = [f"no topic {n!r} in tenant {tenant.slug!r} in region {region.name!r}"
                     for n in names]  # fmt: skip
+        super().__init__(f"topics: {messages[0]}", topics=messages)
+
+
+class SourceIsCopy(InvalidRequest):
+    """A link copies origin topics of its source region only: a mirror copy there (made
+    by another link) is not a source. The workers copy only records produced in their
+    from region, so records travel one hop and a topology is a star around each
+    topic's origin region."""
+
+    code = "source_is_copy"
+
+    def __init__(self, region: Region, names: list[str]) -> None:
+        messages = [f"{n!r} in region {region.name!r} is a mirror copy, not an origin topic: "
+                    "mirror it from its origin region" for n in names]  # fmt: skip
         super().__init__(f"topics: {messages[0]}", topics=messages)
 
 
@@ -101,19 +115,18 @@ def check_regions(source: Region, target: Region) -> None:
 
 
 def check_selection(topics: object, pattern: object) -> None:
-    """Exactly one of a list of short names and a regex that compiles."""
-    if not isinstance(pattern, str) or len(pattern) > MAX_PATTERN_LENGTH:
+    """Exactly one of a list of short names and a glob pattern
+    (``models.pattern_problem``)."""
+    if not isinstance(pattern, str):
         raise InvalidPattern(str(pattern), f"a string of at most {MAX_PATTERN_LENGTH} characters")
     if not isinstance(topics, list) or not all(isinstance(t, str) and t for t in topics):
         message = "a list of topic names (without the tenant prefix)"
         raise InvalidRequest(f"topics: {message}", topics=[message])
     if bool(topics) == bool(pattern):
         raise TopicsOrPattern()
-    if pattern:
-        try:
-            re.compile(pattern)
-        except re.error as exc:
-            raise InvalidPattern(pattern, str(exc)) from None
+    problem = pattern_problem(pattern) if pattern else ""
+    if problem:
+        raise InvalidPattern(pattern[:MAX_PATTERN_LENGTH], problem)
 
 
 def check_choices(direction: object, start_position: object) -> None:

@@ -33,7 +33,7 @@ from django.utils import timezone
 from controlplane.core import audit
 from controlplane.core.actors import Actor
 from controlplane.core.choices import ProvisioningStatus
-from controlplane.core.errors import Conflict, DomainError, InvalidRequest
+from controlplane.core.errors import Conflict, DomainError, InvalidRequest, scrub_addresses
 from controlplane.mirrors import coverage, identity, rules
 from controlplane.mirrors.choices import Direction, MirrorHealth, StartPosition
 from controlplane.mirrors.models import MirrorLink
@@ -78,6 +78,7 @@ def create_link(
     topics = [] if topics is None else topics
     rules.check_selection(topics, topic_pattern)
     rules.check_choices(direction, start_position)
+    start_timestamp_ms = _resolve_start(start_position, start_timestamp_ms)
     check_count_quota(tenant, "max_mirrors", 1)
     if MirrorLink.objects.filter(tenant=tenant, name=name).exists():
         raise _name_in_use(tenant, name)
@@ -116,6 +117,7 @@ def update_link(link: MirrorLink, *, actor: Actor, **changes: Any) -> MirrorLink
         raise Conflict(f"mirror link {link.name!r} is being deleted", status=link.status)
     before = snapshot(link)
     _apply_selection(link, changes)
+    _apply_start(link, changes)
     for field, value in changes.items():
         setattr(link, field, value)
     rules.check_selection(link.topics, link.topic_pattern)
@@ -218,7 +220,7 @@ def _follow(link_id: int, actor: Actor) -> str:
         with transaction.atomic():
             link = MirrorLink.objects.select_for_update().filter(pk=link_id).first()
             if link is not None and link.status != ProvisioningStatus.DELETING:
-                _set_status(link, ProvisioningStatus.FAILED, str(exc))
+                _set_status(link, ProvisioningStatus.FAILED, scrub_addresses(str(exc)))
         return "failed"
 
 
@@ -253,8 +255,37 @@ def _apply_selection(link: MirrorLink, changes: dict[str, Any]) -> None:
     topics = changes.get("topics")
     if isinstance(topics, list) and all(isinstance(t, str) for t in topics):
         changes["topics"] = rules.short_names(link.tenant, topics)
-    if changes.get("start_position") not in (None, StartPosition.TIMESTAMP):
+    if changes.get("start_position") == StartPosition.EARLIEST:
         changes.setdefault("start_timestamp_ms", None)
+
+
+def _apply_start(link: MirrorLink, changes: dict[str, Any]) -> None:
+    """A link staying ``latest`` keeps the time it was resolved to; one set to
+    ``latest`` is resolved anew (``_resolve_start``)."""
+    if "start_position" not in changes and "start_timestamp_ms" not in changes:
+        return
+    position = changes.get("start_position", link.start_position)
+    given = changes.get("start_timestamp_ms")
+    if position == StartPosition.LATEST and link.start_position == StartPosition.LATEST:
+        _resolve_start(position, given)  # refuses a timestamp given with latest
+        changes.pop("start_timestamp_ms", None)
+    else:
+        changes["start_timestamp_ms"] = _resolve_start(position, given)
+
+
+def _resolve_start(position: object, timestamp_ms: int | None) -> int | None:
+    """The stored ``start_timestamp_ms`` of a start position: ``latest`` is resolved
+    once, to now (ms), so every start of a worker (a paused link resumed, a worker
+    replaced before its first copy) begins at the same point and records written
+    meanwhile are copied; ``latest`` with a timestamp given is refused."""
+    if position != StartPosition.LATEST:
+        return timestamp_ms
+    if timestamp_ms is not None:
+        raise InvalidRequest(
+            "start_timestamp_ms: only with start_position timestamp",
+            start_timestamp_ms=["only with start_position timestamp"],
+        )
+    return int(timezone.now().timestamp() * 1000)
 
 
 def _locked(link: MirrorLink) -> MirrorLink:

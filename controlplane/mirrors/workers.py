@@ -132,7 +132,10 @@ def leg_pairs(link: MirrorLink, from_id: int, to_id: int) -> list[tuple[Topic, T
 
 
 def start_of(link: MirrorLink) -> dict[str, Any]:
-    if link.start_position == StartPosition.TIMESTAMP:
+    """The worker's ``start``: ``latest`` was resolved to a time when it was set
+    (``services``), so it starts every worker of the link at that same point."""
+    resolved = link.start_position == StartPosition.LATEST and link.start_timestamp_ms is not None
+    if link.start_position == StartPosition.TIMESTAMP or resolved:
         return {"position": "timestamp", "timestamp_ms": link.start_timestamp_ms}
     return {"position": str(link.start_position)}
 

@@ -25,12 +25,17 @@ the brokers of both regions) ``0600``, and the client secret its credentials nam
 gets a session of its own and the lifeline, like a broker. Fencing: before a worker
 starts, any earlier process of it (the pid the caller names, and the pid of its last
 ready file) is sent SIGKILL and waited for until it is gone; a worker that cannot be
-proven gone is not replaced (``MirrorWorkerError``).
+proven gone is not replaced (``MirrorWorkerError``). From the fence to the ready file
+the starter holds an exclusive ``flock`` on the worker's folder, so two controllers on
+one host (a deposed one and its successor) never both run a worker of one leg: the
+second waits for the first's start to finish (``MIRROR_LOCK_TIMEOUT_S``), then fences
+the process it started.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import signal
@@ -38,7 +43,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,6 +74,9 @@ MIRROR_READY_TIMEOUT_S = 30.0
 MIRROR_STOP_GRACE_S = 5.0
 # How long a SIGKILLed process may take to vanish before the kill counts as failed.
 KILL_CONFIRM_TIMEOUT_S = 10.0
+# How long a start waits for another controller's start of the same worker: the longest
+# that one can take (fence, then ready).
+MIRROR_LOCK_TIMEOUT_S = KILL_CONFIRM_TIMEOUT_S + MIRROR_READY_TIMEOUT_S + 5.0
 LOG_TAIL_BYTES = 4000
 _SOURCE_ROOT = Path(controlplane.__file__).resolve().parents[1]
 
@@ -161,14 +169,15 @@ class LocalProvisioner:
         previous: RunningMirrorWorker | None = None,
     ) -> MirrorWorkerProcess:
         paths = self.mirror_paths(spec)
-        self._fence(spec.name, paths, previous)
         private_dir(paths.data_dir)
-        self._write_mirror_config(paths, config, secret)
-        paths.ready_file.unlink(missing_ok=True)
-        command = [sys.executable, "-m", "mirror", "--config", str(paths.config_file)]
-        command += ["--status-listen", f"{HOST}:0", "--ready-file", str(paths.ready_file)]
-        process = self._spawn(command, paths.log_file)
-        return self._wait_mirror_ready(spec, paths, process)
+        with _folder_lock(spec.name, paths.data_dir):
+            self._fence(spec.name, paths, previous)
+            self._write_mirror_config(paths, config, secret)
+            paths.ready_file.unlink(missing_ok=True)
+            command = [sys.executable, "-m", "mirror", "--config", str(paths.config_file)]
+            command += ["--status-listen", f"{HOST}:0", "--ready-file", str(paths.ready_file)]
+            process = self._spawn(command, paths.log_file)
+            return self._wait_mirror_ready(spec, paths, process)
 
     def stop_mirror_worker(self, worker: RunningMirrorWorker) -> None:
         """SIGTERM (a clean stop flushes what the worker holds), SIGKILL after
@@ -424,6 +433,27 @@ def _free_ports(count: int) -> list[int]:
     finally:
         for sock in sockets:
             sock.close()
+
+
+@contextlib.contextmanager
+def _folder_lock(name: str, folder: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on ``folder`` (see the module docstring), waited for at
+    most ``MIRROR_LOCK_TIMEOUT_S``; ``MirrorWorkerError`` when another starter keeps
+    it longer."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        deadline = time.monotonic() + MIRROR_LOCK_TIMEOUT_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise MirrorWorkerError(name, "another controller is starting it") from None
+                time.sleep(0.05)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
 
 
 def _tail(path: Path) -> str:

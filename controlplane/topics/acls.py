@@ -12,7 +12,14 @@ tenant has such an account); any other principal is a user's subject, taken as g
 Deleting a service account leaves the entries naming it: revoking them could leave a
 topic without entries, which would widen it to every role at once (the deleted
 account's tokens included, until they expire). An account created later under the same
-name is named by them again; revoke them first when that is not wanted."""
+name is named by them again; revoke them first when that is not wanted.
+
+Mirror copies carry their origin's entries (``sync_copy_acls``): a topic restricted in
+its origin region is restricted the same way wherever it is copied. Entries are
+changed on the origin (a change there is applied to its copies at once, and the mirror
+links' follow rounds apply it again); a copy's own entries other than its origin's are
+removed, but for those of mirror workers' accounts (``managed_by_link``), which the
+links keep (``mirrors.identity``)."""
 
 from __future__ import annotations
 
@@ -54,6 +61,7 @@ def grant_topic_acl(
     except IntegrityError as exc:
         raise _exists(topic, principal) from exc
     audit.record(actor, "topic_acl.grant", acl, after=audit.snapshot(acl), tenant=topic.tenant)
+    _sync_copies(topic, actor)
     return acl
 
 
@@ -73,6 +81,7 @@ def update_topic_acl(acl: TopicAcl, *, operations: Iterable[str], actor: Actor) 
         actor, "topic_acl.update", locked, before=before,
         after=audit.snapshot(locked), tenant=topic.tenant,
     )  # fmt: skip
+    _sync_copies(topic, actor)
     return locked
 
 
@@ -82,6 +91,61 @@ def revoke_topic_acl(acl: TopicAcl, *, actor: Actor) -> None:
     tenant = acl.topic.tenant
     audit.record(actor, "topic_acl.revoke", acl, before=audit.snapshot(acl), tenant=tenant)
     acl.delete()
+    _sync_copies(acl.topic, actor)
+
+
+@transaction.atomic
+def sync_copy_acls(copy: Topic, *, actor: Actor) -> int:
+    """Give mirror copy ``copy`` its origin's entries (the module docstring): entries of
+    mirror workers' accounts aside, the copy ends with the origin's principals and
+    operations. Each change is audited; returns how many entries changed."""
+    if copy.mirror_of_id is None:
+        return 0
+    workers = _worker_principals(copy.tenant_id)
+    wanted = {a.principal: a.operations for a in TopicAcl.objects.filter(topic_id=copy.mirror_of_id)
+              if a.principal not in workers}  # fmt: skip
+    held = {a.principal: a for a in TopicAcl.objects.filter(topic=copy).select_related("topic")
+            if a.principal not in workers}  # fmt: skip
+    changed = 0
+    for principal, entry in held.items():
+        if principal not in wanted:
+            audit.record(actor, "topic_acl.revoke", entry, before=audit.snapshot(entry),
+                         tenant=copy.tenant)  # fmt: skip
+            entry.delete()
+            changed += 1
+        elif entry.operations != wanted[principal]:
+            before = audit.snapshot(entry)
+            entry.operations = wanted[principal]
+            entry.save(update_fields=["operations", "updated_at"])
+            audit.record(actor, "topic_acl.update", entry, before=before,
+                         after=audit.snapshot(entry), tenant=copy.tenant)  # fmt: skip
+            changed += 1
+    for principal in sorted(set(wanted) - set(held)):
+        entry = TopicAcl.objects.create(
+            topic=copy, principal=principal, operations=wanted[principal], created_by=actor.name
+        )
+        audit.record(actor, "topic_acl.grant", entry, after=audit.snapshot(entry),
+                     tenant=copy.tenant)  # fmt: skip
+        changed += 1
+    return changed
+
+
+def _sync_copies(topic: Topic, actor: Actor) -> None:
+    """Apply an origin's entries to its live copies."""
+    if topic.mirror_of_id is not None:
+        return
+    copies = Topic.objects.filter(mirror_of_id=topic.pk).exclude(status=TopicStatus.DELETING)
+    for copy in copies.select_related("tenant").order_by("pk"):
+        sync_copy_acls(copy, actor=actor)
+
+
+def _worker_principals(tenant_id: int) -> set[str]:
+    """Client ids of the tenant's mirror worker accounts (their entries are the links')."""
+    return set(
+        ServiceAccount.objects.filter(
+            tenant_id=tenant_id, managed_by_link__isnull=False
+        ).values_list("client_id", flat=True)
+    )
 
 
 def canonical_operations(operations: Iterable[str]) -> list[str]:

@@ -67,13 +67,19 @@ class MirrorLinkUpdateSerializer(serializers.Serializer[Any]):
     topics = serializers.ListField(
         child=serializers.CharField(max_length=240),
         required=False,
-        help_text="topic names (without the tenant prefix); clears topic_pattern",
+        help_text=(
+            "origin topic names of the source region (without the tenant prefix); "
+            "clears topic_pattern"
+        ),
     )
     topic_pattern = serializers.CharField(
         required=False,
         allow_blank=True,
-        max_length=255,
-        help_text="a regular expression matched in full against short topic names; clears topics",
+        max_length=200,
+        help_text=(
+            "a glob matched against short topic names of origin topics (*, ?, [...]; "
+            "at most 200 printable characters); clears topics"
+        ),
     )
     include_lanes = serializers.BooleanField(
         required=False, help_text="mirror the lane topics of the covered topics too"

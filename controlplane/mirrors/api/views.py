@@ -47,9 +47,11 @@ class MirrorLinkViewSet(
 
     Refusals (400 unless said): ``invalid`` (a field), ``same_region``,
     ``region_not_allowed`` (the tenant has no quota there), ``topics_or_pattern``,
-    ``invalid_pattern``, ``topic_not_found`` (not the tenant's, or not in the source
-    region), ``target_topic_exists`` (the target region has a topic of that name this
-    link did not make); 409 ``conflict`` (name in use), ``quota_exceeded``
+    ``invalid_pattern`` (not a glob of at most 200 printable characters),
+    ``topic_not_found`` (not the tenant's, or not in the source region),
+    ``source_is_copy`` (a mirror copy there, not an origin topic),
+    ``target_topic_exists`` (the target region has a topic of that name this link did
+    not make); 409 ``conflict`` (name in use), ``quota_exceeded``
     (``max_mirrors``, or the copies' partitions and storage)."""
 
     queryset = MirrorLink.objects.select_related(

@@ -20,6 +20,7 @@ from controlplane.controller.mirrors import MirrorSupervisor
 from controlplane.mirrors import services
 from controlplane.mirrors.choices import WorkerPhase
 from controlplane.mirrors.models import MirrorLink, MirrorWorker
+from controlplane.mirrors.workers import desired_workers
 from controlplane.regions.models import Cluster
 from controlplane.regions.provisioners import (
     MirrorWorkerError,
@@ -241,4 +242,45 @@ def test_a_failed_start_is_recorded_and_tried_again_after_the_timeout(
     west.supervise()  # not at every tick
     clock.now += timedelta(seconds=11)
     west.supervise()
-    assert refusals == [1, 1]
+    assert refusals == [1, 2]  # every attempt takes a generation of its own
+
+
+def test_a_deposed_controller_starts_no_worker(
+    made: MirrorLink, recorder: Recorder, clock: Clock
+) -> None:
+    """The lease is checked again right before a start: a controller whose region now
+    names a newer epoch starts nothing, and the generation is not taken."""
+    deposed = MirrorSupervisor("west", lambda c: recorder, clock, is_active=lambda: True,  # type: ignore[arg-type,return-value]
+                               holds_lease=lambda: False)  # fmt: skip
+    deposed.supervise()
+    assert recorder.started == []
+    assert the_worker().generation == 0
+
+
+def test_a_start_takes_its_generation_by_compare_and_set(
+    made: MirrorLink, west: MirrorSupervisor, recorder: Recorder
+) -> None:
+    """Another controller started the worker since this one read its row: no second
+    start."""
+    west.supervise()
+    seen = the_worker()
+    MirrorWorker.objects.filter(pk=seen.pk).update(generation=seen.generation + 1)
+    provisioner = west._provisioner(None)
+    assert provisioner is not None
+    west._start(provisioner, desired_workers("west")[0], seen)
+    assert len(recorder.started) == 1
+    assert the_worker().generation == 2
+
+
+def test_a_worker_start_failure_is_stored_without_addresses(
+    made: MirrorLink, west: MirrorSupervisor, recorder: Recorder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refuse(*args: Any, **kwargs: Any) -> MirrorWorkerProcess:
+        raise MirrorWorkerError("w", "could not reach ipv4:10.1.2.3:4101 (broker 10.1.2.3:4102)")
+
+    monkeypatch.setattr(recorder, "ensure_mirror_worker", refuse)
+    west.supervise()
+    worker = the_worker()
+    assert worker.phase == WorkerPhase.FAILED
+    assert "10.1.2.3" not in worker.phase_reason
+    assert "<address>" in worker.phase_reason

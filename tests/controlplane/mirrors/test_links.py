@@ -4,6 +4,8 @@ the audit, pausing and deleting (the copies stay)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from controlplane.core.errors import Conflict, InvalidRequest, QuotaExceeded
@@ -117,7 +119,7 @@ def test_a_name_stays_unique_among_origins() -> None:
         ({"topics": ["missing"]}, "topic_not_found"),
         ({"topics": ["orders"], "topic_pattern": "o.*"}, "topics_or_pattern"),
         ({"topics": [], "topic_pattern": ""}, "topics_or_pattern"),
-        ({"topics": [], "topic_pattern": "orders("}, "invalid_pattern"),
+        ({"topics": [], "topic_pattern": "orders x"}, "invalid_pattern"),
         ({"start_position": "timestamp"}, "invalid"),
         ({"name": "Not A Slug"}, "invalid"),
     ],
@@ -170,14 +172,14 @@ def test_a_target_topic_another_link_made_is_refused() -> None:
     assert refused.value.code == "target_topic_exists"
 
 
-def test_the_target_origin_of_a_copy_is_refused() -> None:
-    """East holds a copy of a west topic: mirroring it back to west meets the origin."""
+def test_mirroring_a_copy_back_to_its_origins_region_is_refused() -> None:
+    """East holds a copy of a west topic: a copy is no source (records travel one hop)."""
     tenant = mirror_tenant()
     topic_services.create_topic(tenant, name="orders", partitions=1, region="west", actor=SYSTEM)
     link(tenant, name="to-east", source_region="west", target_region="east")
     with pytest.raises(InvalidRequest) as refused:
         link(tenant, name="back")
-    assert refused.value.code == "target_topic_exists"
+    assert refused.value.code == "source_is_copy"
 
 
 def test_max_mirrors_is_a_quota() -> None:
@@ -205,7 +207,7 @@ def test_a_pattern_covers_matching_topics_and_picks_up_new_ones() -> None:
     tenant = mirror_tenant()
     topic(tenant, name="orders-eu")
     topic(tenant, name="payments")
-    made = link(tenant, topics=[], topic_pattern="orders-.*")
+    made = link(tenant, topics=[], topic_pattern="orders-*")
     assert set(Topic.objects.filter(mirror_link=made).values_list("name", flat=True)) == {
         "orders-eu"
     }
@@ -221,7 +223,7 @@ def test_a_pattern_covers_matching_topics_and_picks_up_new_ones() -> None:
 def test_a_copy_that_cannot_be_made_later_fails_the_link_with_the_reason() -> None:
     tenant = mirror_tenant()
     topic(tenant, name="orders-eu")
-    made = link(tenant, topics=[], topic_pattern="orders-.*")
+    made = link(tenant, topics=[], topic_pattern="orders-*")
     Quota.objects.filter(tenant=tenant).update(max_partitions=9)
     topic(tenant, name="orders-us", partitions=2)  # 3 + 3 + 2 + 2 (its copy) > 9
     assert services.follow_origins()["failed"] == 1
@@ -321,3 +323,78 @@ def test_a_links_copies_in_a_region_stay_on_one_cluster() -> None:
     made = link(tenant, topics=["orders", "payments"])
     clusters = set(Topic.objects.filter(mirror_link=made).values_list("cluster_id", flat=True))
     assert len(clusters) == 1
+
+
+def _central_tenant() -> Any:
+    from tests.controlplane.api_base import make_cluster
+    from tests.controlplane.mirrors.support import region
+
+    make_cluster("central", "c1")
+    tenant = mirror_tenant()
+    tenant.regions.add(region("central"))
+    return tenant
+
+
+def test_a_copy_is_never_a_source_named_or_matched() -> None:
+    """Records travel one hop from their origin region: a copy in the source region is
+    refused by name (source_is_copy) and never matched by a pattern."""
+    tenant = _central_tenant()
+    topic(tenant)
+    link(tenant)
+    with pytest.raises(InvalidRequest) as refused:
+        link(tenant, name="west-central", source_region="west", target_region="central")
+    assert refused.value.code == "source_is_copy"
+    made = link(tenant, name="west-all", source_region="west", target_region="central",
+                topics=[], topic_pattern="*")  # fmt: skip
+    assert not Topic.objects.filter(mirror_link=made).exists()
+    assert not Topic.objects.filter(cluster__region__name="central").exists()
+
+
+@pytest.mark.parametrize(
+    ("pattern", "names"),
+    [("orders-*", {"orders-eu", "orders-us"}), ("orders-?u", {"orders-eu"}),
+     ("[op]*", {"orders-eu", "orders-us", "payments"}), ("orders-.*", set())],
+)  # fmt: skip
+def test_a_pattern_is_a_glob_on_short_names(pattern: str, names: set[str]) -> None:
+    tenant = mirror_tenant()
+    for name in ("orders-eu", "orders-us", "payments"):
+        topic(tenant, name=name)
+    made = link(tenant, topics=[], topic_pattern=pattern)
+    assert set(Topic.objects.filter(mirror_link=made).values_list("name", flat=True)) == names
+
+
+def test_a_pattern_that_would_backtrack_as_a_regex_matches_at_once() -> None:
+    """``(a+)+$`` against a long name hangs a regex engine; as a glob it is literal."""
+    tenant = mirror_tenant()
+    topic(tenant, name="a" * 60 + "b")
+    made = link(tenant, topics=[], topic_pattern="(a+)+$")
+    assert not Topic.objects.filter(mirror_link=made).exists()
+    with pytest.raises(InvalidRequest) as refused:
+        link(tenant, name="long", topics=[], topic_pattern="a" * 201)
+    assert refused.value.code == "invalid_pattern"
+
+
+def test_copies_carry_their_origins_acl_entries() -> None:
+    from controlplane.accounts.models import ServiceAccount
+    from controlplane.topics import acls
+    from controlplane.topics.models import TopicAcl
+
+    tenant = mirror_tenant()
+    origin = topic(tenant)
+    ServiceAccount.objects.create(tenant=tenant, name="app", client_id="acme--app")
+    granted = acls.grant_topic_acl(origin, principal="acme--app", operations=["consume"],
+                                   actor=SYSTEM)  # fmt: skip
+    link(tenant)
+    copy = copy_of("acme.orders")
+
+    def entries() -> dict[str, list[str]]:
+        return dict(TopicAcl.objects.filter(topic=copy).values_list("principal", "operations"))
+
+    assert entries() == {"acme--app": ["consume"]}
+    acls.update_topic_acl(granted, operations=["produce", "consume"], actor=SYSTEM)
+    assert entries() == {"acme--app": ["produce", "consume"]}
+    TopicAcl.objects.create(topic=copy, principal="someone", operations=["consume"])
+    services.follow_origins()
+    assert entries() == {"acme--app": ["produce", "consume"]}
+    acls.revoke_topic_acl(TopicAcl.objects.get(topic=origin), actor=SYSTEM)
+    assert entries() == {}

@@ -15,11 +15,13 @@ from django.utils import timezone
 from controlplane.accounts.local import secret_matches
 from controlplane.accounts.models import ServiceAccount
 from controlplane.accounts.services import ManagedAccount, delete_service_account
+from controlplane.core.errors import InvalidRequest
 from controlplane.mirrors import identity, progress, services
 from controlplane.mirrors.models import MirrorLink, MirrorOffsetPoint, MirrorPartition, MirrorWorker
 from controlplane.mirrors.workers import desired_workers
+from controlplane.topics import services as topic_services
 from controlplane.topics.acls import grant_topic_acl
-from controlplane.topics.models import TopicAcl
+from controlplane.topics.models import Topic, TopicAcl
 from tests.controlplane.mirrors.support import (
     SYSTEM,
     converge,
@@ -198,3 +200,103 @@ def test_deleting_the_link_deletes_its_identities(made: MirrorLink) -> None:
     services.delete_link(made, actor=SYSTEM)
     assert services.finish_deletion(made)
     assert not ServiceAccount.objects.filter(name__startswith="mirror-").exists()
+
+
+def _points(worker: MirrorWorker, *offsets: int) -> dict[str, Any]:
+    status = _status(worker)
+    status["points"] = [{"topic": "acme.orders", "partition": 0, "source_offset": s,
+                         "target_offset": s + 100} for s in offsets]  # fmt: skip
+    return status
+
+
+def test_a_released_copy_takes_no_offset_map_into_the_next(made: MirrorLink) -> None:
+    """Letting a copy go forgets the link's points and progress of it, and a late status
+    that still lists it does not bring them back: a copy made again starts afresh."""
+    worker = _worker(made)
+    assert progress.record_status(worker, _points(worker, 10, 20))
+    topic(made.tenant, name="payments")
+    services.update_link(made, topics=["payments"], actor=SYSTEM)
+    assert not MirrorOffsetPoint.objects.filter(topic="acme.orders").exists()
+    assert not MirrorPartition.objects.filter(source_topic="acme.orders").exists()
+    assert progress.record_status(worker, _points(worker, 30))
+    assert not MirrorOffsetPoint.objects.exists()
+    assert not MirrorPartition.objects.exists()
+    services.update_link(made, topics=["orders"], actor=SYSTEM)
+    converge(*Topic.objects.all())
+    assert desired_workers("west")[0].config["checkpoints"] == {}
+
+
+def test_a_deleted_lane_copy_forgets_its_offset_map(local_identity: Any) -> None:
+    two_regions()
+    tenant = mirror_tenant()
+    origin = topic(tenant)
+    lane = topic_services.create_lane_topic(origin, lane="ppe", partitions=3, actor=SYSTEM)
+    made = link(tenant, include_lanes=True)
+    converge(*Topic.objects.all())
+    worker = _worker(made)
+    status = _status(worker, source_topic=lane.full_name, target_topic=lane.full_name)
+    status["points"] = [{"topic": lane.full_name, "partition": 0, "source_offset": 4,
+                         "target_offset": 9}]  # fmt: skip
+    assert progress.record_status(worker, status)
+    assert MirrorOffsetPoint.objects.filter(topic=lane.full_name).exists()
+    topic_services.delete_topic(lane, actor=SYSTEM)
+    services.follow_origins()
+    assert not MirrorOffsetPoint.objects.filter(topic=lane.full_name).exists()
+    assert not MirrorPartition.objects.filter(source_topic=lane.full_name).exists()
+
+
+def test_worker_errors_are_stored_and_shown_without_addresses(
+    made: MirrorLink, settings: Any
+) -> None:
+    settings.MIRROR_STALL_S = 30
+    worker = _worker(made)
+    error = (
+        "StatusCode.UNAVAILABLE: failed to connect to all addresses; last error: UNKNOWN: "
+        "ipv4:127.0.0.1:4101: Connection refused (broker-1.east:5101, [::1]:7)"
+    )
+    since = timezone.now() - timedelta(seconds=60)
+    status = _status(worker, error=error, state="error",
+                     error_since_ms=int(since.timestamp() * 1000))  # fmt: skip
+    assert progress.record_status(worker, status)
+    stored = MirrorPartition.objects.get().error
+    assert stored.startswith("StatusCode.UNAVAILABLE: failed to connect to all addresses")
+    for leaked in ("127.0.0.1", "4101", "broker-1.east", "5101", "::1"):
+        assert leaked not in stored
+    reason = progress.evaluate_health(made).health_reason
+    assert "<address>" in reason
+    assert "127.0.0.1" not in reason
+
+
+def test_latest_is_resolved_once_and_every_worker_starts_there(made: MirrorLink) -> None:
+    services.update_link(made, start_position="latest", actor=SYSTEM)
+    made.refresh_from_db()
+    resolved = made.start_timestamp_ms
+    assert made.start_position == "latest"
+    assert resolved is not None
+    services.update_link(made, paused=True, actor=SYSTEM)
+    services.update_link(made, paused=False, start_position="latest", actor=SYSTEM)
+    made.refresh_from_db()
+    assert made.start_timestamp_ms == resolved
+    start = desired_workers("west")[0].config["start"]
+    assert start == {"position": "timestamp", "timestamp_ms": resolved}
+    with pytest.raises(InvalidRequest):
+        services.update_link(made, start_timestamp_ms=5, actor=SYSTEM)
+    services.update_link(made, start_position="earliest", actor=SYSTEM)
+    made.refresh_from_db()
+    assert made.start_timestamp_ms is None
+    assert desired_workers("west")[0].config["start"] == {"position": "earliest"}
+
+
+def test_a_worker_identity_may_not_use_the_api(made: MirrorLink) -> None:
+    """Its developer role is for the brokers only: the API refuses its tokens."""
+    from rest_framework.exceptions import AuthenticationFailed
+
+    from controlplane.accounts.authentication import MIRROR_WORKER_REFUSED, live_actor
+    from controlplane.core.actors import Actor
+
+    client_id, _ = identity.worker_credentials(made)
+    account = ServiceAccount.objects.get(client_id=client_id)
+    worker = Actor(subject=client_id, name=client_id, roles={"acme": "developer"},
+                   kind="service", account_id=str(account.uid))  # fmt: skip
+    with pytest.raises(AuthenticationFailed, match=MIRROR_WORKER_REFUSED):
+        live_actor(worker)

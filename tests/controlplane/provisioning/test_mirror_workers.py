@@ -136,3 +136,27 @@ def test_the_static_provisioner_runs_no_worker_and_says_why() -> None:
         static.ensure_mirror_worker(MirrorWorkerSpec("west", "link-7-east-west", 1), {}, None)
     assert refused.value.message == NO_MIRROR_WORKERS
     assert not static.mirror_worker_running(Worker(MirrorWorkerProcess(1, "", 0, "")))
+
+
+def test_a_start_waits_for_another_starter_of_the_same_worker(
+    provisioner: LocalProvisioner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker's folder is locked from the fence to the ready file: a second
+    controller on the host cannot fence or spawn meanwhile (no process is started)."""
+    import fcntl
+
+    from controlplane.provisioning import local
+
+    monkeypatch.setattr(local, "MIRROR_LOCK_TIMEOUT_S", 0.1)
+    spec = MirrorWorkerSpec("west", "link-7-east-west", 1)
+    folder = provisioner.mirror_paths(spec).data_dir
+    folder.mkdir(parents=True)
+    held = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        with pytest.raises(MirrorWorkerError, match="another controller is starting it"):
+            provisioner.ensure_mirror_worker(spec, config(1), "s3cret")
+    finally:
+        os.close(held)
+    assert provisioner._children == {}
+    assert not provisioner.mirror_paths(spec).config_file.exists()
