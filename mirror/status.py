@@ -112,6 +112,7 @@ class StatusServer(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     server: StatusServer
+    timeout = 10  # seconds a client may take to send its request or read the answer
 
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
