@@ -97,12 +97,12 @@ def find_resume(
     from_region: str,
     bounds: tuple[int, int],
     checkpoint: Checkpoint | None,
-    stop: threading.Event | None = None,
+    stopping: threading.Event | None = None,
 ) -> Found:
     """The resume point of target partition ``tp`` whose log spans ``bounds`` (log
     start, high watermark); see the module docstring. ``reader`` is a consumer of the
     target without a group; it is left assigned to ``tp``. Raises ``StoppingError`` once
-    ``stop`` is set."""
+    ``stopping`` is set."""
     log_start, end = bounds
     if checkpoint is not None and checkpoint.target_offset >= end:
         checkpoint = None  # not in this target (a copy deleted and made again): ignored
@@ -114,7 +114,7 @@ def find_resume(
     reader.assign([tp])
     while end > stop:
         start = max(stop, end - window)
-        hit = _last_copy(reader, tp, wanted, start, end, stop)
+        hit = _last_copy(reader, tp, wanted, start, end, stopping)
         scanned += end - start
         if hit is not None:
             return Found(hit[0] + 1, hit[1], scanned)
@@ -130,7 +130,7 @@ def _last_copy(
     wanted: bytes,
     start: int,
     end: int,
-    stop: threading.Event | None,
+    stopping: threading.Event | None,
 ) -> tuple[int, int] | None:
     """(origin offset, target offset) of the last copy from ``wanted`` in
     ``[start, end)``, reading forward."""
@@ -138,7 +138,7 @@ def _last_copy(
     last = None
     deadline = time.monotonic() + READ_TIMEOUT_S
     while reader.position(tp) < end:
-        if stop is not None and stop.is_set():
+        if stopping is not None and stopping.is_set():
             raise StoppingError()
         records = reader.poll(200)
         if not records and time.monotonic() > deadline:
