@@ -5,7 +5,8 @@
 Reads the configuration (``mirror.config``; refused when group- or world-readable),
 serves ``/status`` and ``/metrics`` on ``--status-listen``, writes the ready file
 (``{"pid", "status_port", "generation"}``) once serving, and copies until SIGTERM or
-SIGINT, which flush what is in flight and exit 0. Under a supervisor holding a lifeline
+SIGINT, which flush what is in flight (up to ``copier.CLOSE_TIMEOUT_S``) and exit 0
+within ``STOP_TIMEOUT_S``. Under a supervisor holding a lifeline
 (``dataplane.lifeline``) the worker also stops when the supervisor dies.
 """
 
@@ -27,11 +28,17 @@ from mirror.status import StatusServer
 
 log = logging.getLogger("mirror")
 
+# SIGTERM to exit, at most: a request under way (5 s), the flush (10 s), the clients'
+# closing; past it the worker exits anyway (the next one resumes exactly).
+STOP_TIMEOUT_S = 20.0
+
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="meridian-mirror", description=__doc__.split("\n")[0])
     p.add_argument("--config", required=True, help="the worker's configuration (JSON, 0600)")
-    p.add_argument("--status-listen", default="127.0.0.1:0", help="HOST:PORT of /status")
+    p.add_argument(
+        "--status-listen", default="127.0.0.1:0", type=_host_port, help="HOST:PORT of /status"
+    )
     p.add_argument("--ready-file", help="written once serving: pid, status_port, generation")
     p.add_argument("--log-level", default="INFO")
     return p.parse_args(argv)
@@ -39,7 +46,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def _host_port(address: str) -> tuple[str, int]:
     host, _, port = address.rpartition(":")
-    return host or "127.0.0.1", int(port)
+    if not port.isdigit() or int(port) > 65535:
+        raise argparse.ArgumentTypeError(
+            f"{address!r} is not HOST:PORT (a port 0-65535, e.g. 127.0.0.1:0)"
+        )
+    return host.strip("[]") or "127.0.0.1", int(port)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,9 +67,12 @@ def main(argv: list[str] | None = None) -> int:
     stopping = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stopping.set())
-    server = StatusServer(_host_port(args.status_listen), copier)
+    try:
+        server = StatusServer(args.status_listen, copier)
+    except OSError as err:
+        raise SystemExit(f"meridian-mirror: --status-listen: {err.strerror or err}") from None
     server.start()
-    copying = threading.Thread(target=copier.run, args=(stopping,), name="copier")
+    copying = threading.Thread(target=copier.run, args=(stopping,), name="copier", daemon=True)
     copying.start()
     if args.ready_file:
         ready = {"pid": os.getpid(), "status_port": server.port, "generation": config.generation}
@@ -69,8 +83,12 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     stopping.wait()
     log.info("stopping: flushing what is in flight")
-    copying.join()
+    copying.join(STOP_TIMEOUT_S)
     server.shutdown()
+    if copying.is_alive():
+        log.warning("not stopped within %.0f s: exiting anyway", STOP_TIMEOUT_S)
+        logging.shutdown()
+        os._exit(0)  # the clients' threads are left behind; the next worker resumes
     return 0
 
 

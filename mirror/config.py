@@ -89,7 +89,11 @@ class MirrorConfig:
             return None
         if creds.get("token"):
             return StaticToken(str(creds["token"]))
-        secret = _read_private(Path(creds["client_secret_file"])).decode().strip()
+        path = Path(creds["client_secret_file"])
+        try:
+            secret = _read_private(path).decode().strip()
+        except UnicodeDecodeError:
+            raise ConfigError(f"{path}: the client secret is not UTF-8 text") from None
         return ClientCredentials(creds["token_url"], creds["client_id"], secret)
 
 
@@ -134,8 +138,17 @@ def parse_config(document: dict[str, Any]) -> MirrorConfig:
     if not topics:
         raise ConfigError("topics is empty: nothing to copy")
     creds = document.get("credentials")
-    if creds and not (creds.get("token") or creds.get("client_secret_file")):
-        raise ConfigError("credentials need a token or token_url, client_id, client_secret_file")
+    if creds:
+        if not isinstance(creds, dict):
+            raise ConfigError("credentials must be an object or null")
+        if not creds.get("token"):
+            missing = [k for k in ("token_url", "client_id", "client_secret_file")
+                       if not isinstance(creds.get(k), str) or not creds[k]]  # fmt: skip
+            if missing:
+                raise ConfigError(
+                    "credentials need a token, or token_url, client_id and client_secret_file"
+                    f" (missing: {', '.join(missing)})"
+                )
     return MirrorConfig(
         link=str(document["link"]),
         link_id=int(document["link_id"]),

@@ -8,9 +8,11 @@ timestamp, records from the target region left out, by the SDK's compiled codec 
 Python object per record; partition p of the exact target topic, lane routing off).
 The producer is idempotent with ``acks=all`` and retries without a deadline, so a
 leader moving on either side neither loses nor repeats a record. A delivery that fails
-for good (the topic deleted, access refused) ends the session: the producer is closed,
-and the next session resumes from what the target holds, which is exact whatever was
-in flight.
+for good (a record too large for the target, the topic deleted, access refused) ends the
+session; the producer runs with ``close_gaps=False``, so no later batch of that partition
+lands past the failed records. The producer is closed, and the next session (after the
+request timeout, when the failed one wrote) resumes from what the target holds, which is
+exact whatever was in flight.
 
 The source offset of a record removed by retention before it was copied is counted in
 ``records_lost_to_retention`` and reported as the partition's error; the copy goes on
@@ -38,15 +40,20 @@ from dataplane.client import (
 )
 from mirror.config import Checkpoint, MirrorConfig
 from mirror.progress import Call, PartitionProgress, now_ms
-from mirror.resume import find_resume, settle
+from mirror.resume import StoppingError, find_resume, settle
 
 log = logging.getLogger("mirror")
 
 POLL_TIMEOUT_MS = 100
 RETRY_BACKOFF_S = (0.5, 1, 2, 5)  # between failed sessions
 OFFSETS_INTERVAL_S = 1.0  # how often the ends of both sides are read for the status
+OFFSETS_JOIN_S = 1.0
 BUFFER_MEMORY = 64 * 1024 * 1024
 CLOSE_TIMEOUT_S = 10.0
+# The target producer's request timeout: after a failed session that wrote, the next
+# resume scan waits this long, so a request of the closed producer that a broker still
+# holds is answered (appended or refused) before the scan reads the target.
+REQUEST_TIMEOUT_S = 10.0
 
 
 class Copier:
@@ -62,10 +69,15 @@ class Copier:
             self.targets[mapping.source] = mapping.target
             for p in mapping.partitions:
                 tp = TopicPartition(mapping.source, p)
-                self.partitions[tp] = PartitionProgress(mapping.source, mapping.target, p)
+                progress = PartitionProgress(mapping.source, mapping.target, p)
+                checkpoint = config.checkpoints.get((mapping.source, p))
+                if checkpoint is not None:
+                    progress.lag_from = checkpoint.source_offset + 1
+                self.partitions[tp] = progress
         self._credentials = config.token_source()
         self._provenance = Provenance(config.from_region.encode())
         self._failure: MeridianError | None = None
+        self._sent = False  # the session's producer was given records
 
     # -- clients -------------------------------------------------------------------------
     def _client_args(self, side: str) -> dict[str, Any]:
@@ -105,6 +117,8 @@ class Copier:
             buffer_memory=BUFFER_MEMORY,
             max_block_ms=1000,
             delivery_timeout_ms=2**31 - 1,  # never give up a record: the target may be down
+            request_timeout_ms=REQUEST_TIMEOUT_S * 1000,
+            close_gaps=False,  # a record that fails for good stops its partition (no skip)
             **self._client_args("target"),
         )
 
@@ -121,22 +135,28 @@ class Copier:
             try:
                 self._session(stop)
                 failures = 0
+            except StoppingError:
+                break
             except Exception as error:  # every failure is retried: the target holds the truth
                 log.warning("copy session failed: %s", error, exc_info=True)
                 self._mark_all("session", f"{type(error).__name__}: {error}")
-                stop.wait(RETRY_BACKOFF_S[min(failures, len(RETRY_BACKOFF_S) - 1)])
+                wait = RETRY_BACKOFF_S[min(failures, len(RETRY_BACKOFF_S) - 1)]
+                if self._sent:  # let the closed producer's last requests be answered
+                    wait = max(wait, REQUEST_TIMEOUT_S)
+                stop.wait(wait)
                 failures += 1
-        watcher.join(timeout=5)
+        watcher.join(timeout=OFFSETS_JOIN_S)
 
     def _session(self, stop: threading.Event) -> None:
         self._failure = None
+        self._sent = False
         with self.lock:
             for progress in self.partitions.values():
                 progress.state = "resuming"
         producer = self._producer()
         source = self._consumer("source")
         try:
-            self._resume(source)
+            self._resume(source, stop)
             self._clear_all("session")
             while not stop.is_set():
                 if self._failure is not None:
@@ -145,11 +165,12 @@ class Copier:
             producer.flush(CLOSE_TIMEOUT_S)
         finally:
             source.close()
-            producer.close(CLOSE_TIMEOUT_S)
+            # StoppingError: what the flush left in flight is the next worker's to resume.
+            producer.close(0 if stop.is_set() else CLOSE_TIMEOUT_S)
 
-    def _resume(self, source: Consumer) -> None:
+    def _resume(self, source: Consumer, stop: threading.Event) -> None:
         """Find every partition's resume point and seek ``source`` there."""
-        starts = self._resume_points()
+        starts = self._resume_points(stop)
         source.assign(list(self.partitions))
         with self._admin("source") as admin:
             bounds = _bounds(admin, self.partitions)
@@ -166,21 +187,21 @@ class Copier:
                 source.seek(tp, start)
                 log.info("%s/%s: copying from source offset %d", tp.topic, tp.partition, start)
 
-    def _resume_points(self) -> dict[TopicPartition, int | None]:
+    def _resume_points(self, stop: threading.Event) -> dict[TopicPartition, int | None]:
         out: dict[TopicPartition, int | None] = {}
         reader = self._consumer("target")
         try:
             with self._admin("target") as admin:
                 targets = {tp: TopicPartition(self.targets[tp.topic], tp.partition)
                            for tp in self.partitions}  # fmt: skip
-                unsettled = settle(admin, targets.values())
+                unsettled = settle(admin, targets.values(), stop)
                 if unsettled:
                     log.warning("high watermark still behind the log end in %s", unsettled)
                 bounds = _bounds(admin, targets.values())
                 for tp, target in targets.items():
                     checkpoint = self._checkpoint(tp)
                     found = find_resume(
-                        reader, target, self.config.from_region, bounds[target], checkpoint
+                        reader, target, self.config.from_region, bounds[target], checkpoint, stop
                     )
                     out[tp] = found.next_source_offset
                     log.info(
@@ -231,6 +252,7 @@ class Copier:
         while True:
             try:
                 sent = producer.send_copy(target, polled, tp.partition, self._provenance)
+                self._sent = True
                 break
             except BufferFull:
                 if stop.is_set():
@@ -290,9 +312,7 @@ class Copier:
                     progress.start_at(log_start)
                     source.seek(tp, log_start)
                 elif at > end:
-                    progress.set_error(
-                        "source", f"the source log ends at {end}, before the copy ({at})"
-                    )
+                    progress.set_error("past_end", _past_end(end, at))
 
     def _lost(self, progress: PartitionProgress, count: int) -> None:
         progress.records_lost_to_retention += count
@@ -320,6 +340,8 @@ class Copier:
     def _read_ends(
         self, source: Admin, target: Admin, targets: dict[TopicPartition, TopicPartition]
     ) -> None:
+        with self.lock:  # read before the ends: the copy's position is at most the end
+            positions = {tp: p.sent_next for tp, p in self.partitions.items()}
         try:
             bounds = _bounds(source, self.partitions)
         except MeridianError as error:
@@ -330,8 +352,11 @@ class Copier:
                     progress = self.partitions[tp]
                     progress.source_log_start_offset, progress.source_end_offset = log_start, end
                     progress.clear_error("source")
-                    if not progress.inflight:
-                        progress.note_caught_up()
+                    if positions[tp] > end:  # the source lost records already copied
+                        progress.set_error("past_end", _past_end(end, positions[tp]))
+                    else:
+                        progress.clear_error("past_end")
+                    progress.note_caught_up()
         try:
             ends = target.list_offsets(dict.fromkeys(targets.values(), "latest"))
         except MeridianError as error:
@@ -364,6 +389,13 @@ class Copier:
                 for s, t in p.points
             ]  # fmt: skip
         return partitions, points
+
+
+def _past_end(end: int, at: int) -> str:
+    return (
+        f"the source log ends at {end}, before the copy's position ({at}): the source lost"
+        " records that were copied; the copy waits until the source reaches it again"
+    )
 
 
 def _bounds(admin: Admin, tps: Iterable[TopicPartition]) -> dict[TopicPartition, tuple[int, int]]:

@@ -16,6 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 POINTS_KEPT = 100  # offset-map points listed per partition (the status contract)
+# Errors under which the source's end is not known to be reached: the source unreachable,
+# or its end before the copy's position.
+UNCERTAIN = frozenset({"source", "past_end"})
 
 
 def now_ms() -> int:
@@ -56,6 +59,7 @@ class PartitionProgress:
     inflight: deque[Call] = field(default_factory=deque)
     points: deque[tuple[int, int]] = field(default_factory=lambda: deque(maxlen=POINTS_KEPT))
     last_point_ms: int = 0
+    lag_from: int = -1  # before the first resume: the checkpoint's next source offset
 
     def set_error(self, kind: str, text: str) -> None:
         if kind not in self.errors:
@@ -77,27 +81,44 @@ class PartitionProgress:
             self.last_progress_ms = now_ms()
         self.note_caught_up()
 
+    def _caught_up(self) -> bool:
+        """Known to have copied everything up to the source's end: not while the next
+        offset is unknown (before the first resume), the source unreachable or its end
+        before the copy's position."""
+        return (
+            self.next_source_offset >= 0
+            and self.source_end_offset >= 0
+            and self.next_source_offset >= self.source_end_offset
+            and not self.inflight
+            and not self.errors.keys() & UNCERTAIN
+        )
+
     def note_caught_up(self) -> None:
         """Remember when the copy last reached the source's end (``lag_seconds``)."""
-        if self.source_end_offset >= 0 and self.next_source_offset >= self.source_end_offset:
+        if self._caught_up():
             self.caught_up_ms = now_ms()
 
     def lag_records(self) -> int:
-        if self.source_end_offset < 0 or self.next_source_offset < 0:
+        """Source high watermark - next source offset; before the first resume, from
+        the checkpoint; 0 when neither is known."""
+        at = self.next_source_offset if self.next_source_offset >= 0 else self.lag_from
+        if self.source_end_offset < 0 or at < 0:
             return 0
-        return max(0, self.source_end_offset - self.next_source_offset)
+        return max(0, self.source_end_offset - at)
 
     def lag_seconds(self, at_ms: int) -> float:
-        """The age of the oldest source record not yet copied: the first one in flight
-        when known, else (records not read yet, or the source unreachable) the time
-        since the partition was last caught up, which bounds it from above."""
-        # An unreachable source's end is unknown: not caught up as of now.
-        if self.lag_records() == 0 and not self.inflight and "source" not in self.errors:
+        """The age of the oldest source record not yet copied, bounded by the time since
+        the partition was last caught up (every record older than that was copied then),
+        so a producer's skewed clock cannot inflate it: min(now - CreateTime of the
+        first record in flight, now - last caught up); 0 when caught up."""
+        if self._caught_up():
             self.caught_up_ms = at_ms
             return 0.0
+        since_caught_up = max(0.0, (at_ms - self.caught_up_ms) / 1000)
         if self.inflight:
-            return max(0.0, (at_ms - self.inflight[0].first_timestamp_ms) / 1000)
-        return max(0.0, (at_ms - self.caught_up_ms) / 1000)
+            oldest = max(0.0, (at_ms - self.inflight[0].first_timestamp_ms) / 1000)
+            return min(oldest, since_caught_up)
+        return since_caught_up
 
     def status(self, at_ms: int) -> dict[str, Any]:
         errors = sorted(self.errors.values(), key=lambda e: e[1])

@@ -13,6 +13,11 @@ control plane's offset map) or the log start:
   record at the checkpoint itself would have been found unless retention removed it);
 - nothing at all: the link's start position (``earliest``, ``latest``, a timestamp).
 
+A checkpoint whose target offset is at or past the target's high watermark is not of
+this target (a copy deleted and made again starts empty): it is ignored, so a new copy
+never skips records. An ``x-origin-offset`` that is not a decimal int64 counts as absent
+(``provenance.parse_offset``).
+
 Records of other origins in the target (local traffic, copies from a third region) are
 passed over; a checkpoint keeps the scan short when there are many.
 
@@ -26,6 +31,7 @@ truncates it) is gone, which the scan then sees.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -40,6 +46,10 @@ READ_TIMEOUT_S = 30.0
 SETTLE_TIMEOUT_S = 30.0
 
 
+class StoppingError(Exception):
+    """The worker is stopping: the scan was left unfinished."""
+
+
 @dataclass(frozen=True)
 class Found:
     """What the scan found: the next source offset to copy (None: use the start
@@ -50,10 +60,12 @@ class Found:
     scanned: int = 0
 
 
-def settle(admin: Admin, tps: Iterable[TopicPartition]) -> list[TopicPartition]:
+def settle(
+    admin: Admin, tps: Iterable[TopicPartition], stop: threading.Event
+) -> list[TopicPartition]:
     """Wait until the high watermark of each of ``tps`` reaches the log end offset it
     had at the call (see the module docstring); returns those that did not within
-    ``SETTLE_TIMEOUT_S``."""
+    ``SETTLE_TIMEOUT_S``. Raises ``StoppingError`` once ``stop`` is set."""
     wanted = list(tps)
     ends = _log_ends(admin, {tp.topic for tp in wanted})
     deadline = time.monotonic() + SETTLE_TIMEOUT_S
@@ -63,7 +75,8 @@ def settle(admin: Admin, tps: Iterable[TopicPartition]) -> list[TopicPartition]:
         pending = [tp for tp in pending if marks.get(tp, -1) < ends.get(tp, -1)]
         if not pending or time.monotonic() > deadline:
             return pending
-        time.sleep(0.1)
+        if stop.wait(0.1):
+            raise StoppingError()
 
 
 def _log_ends(
@@ -84,11 +97,15 @@ def find_resume(
     from_region: str,
     bounds: tuple[int, int],
     checkpoint: Checkpoint | None,
+    stopping: threading.Event | None = None,
 ) -> Found:
     """The resume point of target partition ``tp`` whose log spans ``bounds`` (log
     start, high watermark); see the module docstring. ``reader`` is a consumer of the
-    target without a group; it is left assigned to ``tp``."""
+    target without a group; it is left assigned to ``tp``. Raises ``StoppingError`` once
+    ``stopping`` is set."""
     log_start, end = bounds
+    if checkpoint is not None and checkpoint.target_offset >= end:
+        checkpoint = None  # not in this target (a copy deleted and made again): ignored
     stop = log_start
     if checkpoint is not None and checkpoint.target_offset >= log_start:
         stop = checkpoint.target_offset
@@ -97,7 +114,7 @@ def find_resume(
     reader.assign([tp])
     while end > stop:
         start = max(stop, end - window)
-        hit = _last_copy(reader, tp, wanted, start, end)
+        hit = _last_copy(reader, tp, wanted, start, end, stopping)
         scanned += end - start
         if hit is not None:
             return Found(hit[0] + 1, hit[1], scanned)
@@ -108,7 +125,12 @@ def find_resume(
 
 
 def _last_copy(
-    reader: Consumer, tp: TopicPartition, wanted: bytes, start: int, end: int
+    reader: Consumer,
+    tp: TopicPartition,
+    wanted: bytes,
+    start: int,
+    end: int,
+    stopping: threading.Event | None,
 ) -> tuple[int, int] | None:
     """(origin offset, target offset) of the last copy from ``wanted`` in
     ``[start, end)``, reading forward."""
@@ -116,6 +138,8 @@ def _last_copy(
     last = None
     deadline = time.monotonic() + READ_TIMEOUT_S
     while reader.position(tp) < end:
+        if stopping is not None and stopping.is_set():
+            raise StoppingError()
         records = reader.poll(200)
         if not records and time.monotonic() > deadline:
             raise MeridianError(

@@ -32,7 +32,7 @@ LABELS = ["link", "topic", "partition", "source_region", "target_region"]
 _COUNTERS = (
     ("copied_records", "Records copied to the target and acknowledged"),
     ("copied_bytes", "Key and value bytes copied to the target and acknowledged"),
-    ("skipped_records", "Records not copied: they came from the target region"),
+    ("skipped_records", "Records not copied: they arrived by mirror (x-origin-region)"),
 )
 _GAUGES = (
     ("lag_records", "Source records not yet copied"),
@@ -112,6 +112,7 @@ class StatusServer(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     server: StatusServer
+    timeout = 10  # seconds a client may take to send its request or read the answer
 
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]

@@ -33,6 +33,7 @@ class SenderConfig:
     max_in_flight: int
     max_request_bytes: int
     client_id: str
+    close_gaps: bool = True
 
 
 class PartitionState:

@@ -200,6 +200,14 @@ class Producer:
     controller's next metadata push (every second by default). ``route_lanes=False``:
     no lane routing at all (see the module docstring): records go to the topic named,
     headers untouched; ``lane`` must then be None.
+    ``close_gaps``: when a batch fails for good and the broker surely did not store it,
+    the idempotent producer moves the sequences of the partition's later batches down so
+    they still land (the default, as Kafka's). ``close_gaps=False`` stops the partition
+    instead: every later batch of it, in flight, queued or sent afterwards, fails with the
+    first failure's error for the rest of the producer's life, so nothing is ever written
+    after records that failed (a copier that resumes from the last record written, such
+    as the mirror worker, must not jump over them). Make a new producer to write to the
+    partition again.
     """
 
     def __init__(
@@ -228,6 +236,7 @@ class Producer:
         lane: str | None = None,
         lane_confirm_ms: float = 3_000,
         route_lanes: bool = True,
+        close_gaps: bool = True,
     ) -> None:
         self.lane = None if lane is None else lanes.check_lane_name(lane)
         if not route_lanes and lane is not None:
@@ -282,6 +291,7 @@ class Producer:
             max_in_flight=max_in_flight,
             max_request_bytes=max_request_bytes,
             client_id=client_id,
+            close_gaps=bool(close_gaps),
         )
         self._sender = Sender(self._acc, self._metadata, config, self._on_metadata)
         self._topics = self._acc.topics

@@ -21,7 +21,8 @@ leader whose log is behind); at the last attempt it fails like a batch whose out
 is unknown (below). ``UNKNOWN_PRODUCER_ID`` for the first unacknowledged batch (the
 leader lost the producer's state: the topic was made anew) fails it and asks for a new
 epoch. When a batch fails for good and the broker did not store it, the
-sequences of the partition's later batches move down to close the gap. When the
+sequences of the partition's later batches move down to close the gap (unless
+``close_gaps`` is off: then the partition stops, see ``_give_up``). When the
 outcome of a sent batch is unknown (the stream broke and the batch then ran out of
 time), the later batches of its partition fail with it and the producer asks for a new
 epoch, which restarts every partition's sequences, once nothing is left in flight.
@@ -96,6 +97,7 @@ class Sender:
         self._config = config
         self._on_metadata = on_metadata
         self._states: dict[TopicPartition, PartitionState] = {}
+        self._stopped: dict[TopicPartition, MeridianError] = {}  # close_gaps off
         self._resend: set[PartitionState] = set()
         self._links: dict[str, BrokerLink] = {}
         self._identity = ProducerIdentity()
@@ -284,10 +286,14 @@ class Sender:
         if not self._bump_wanted:
 
             def take(tp: TopicPartition, batch: ProducerBatch) -> bool:
-                return self._place(tp, batch, planner)
+                return tp in self._stopped or self._place(tp, batch, planner)
 
             for batch in self._acc.drain(now, take):
-                self._stamp(batch)
+                stopped = self._stopped.get(batch.tp)
+                if stopped is not None:
+                    self._acc.complete(batch, -1, error=stopped)
+                else:
+                    self._stamp(batch)
         self._refresh_wanted |= planner.leaderless
         for plan in planner.plans.values():
             for batches in plan.requests:
@@ -496,19 +502,26 @@ class Sender:
     def _give_up(
         self, state: PartitionState, batch: ProducerBatch, error: MeridianError, *, unknown: bool
     ) -> None:
+        """``batch`` failed for good. Without ``close_gaps`` the partition stops: its
+        later batches (in flight, waiting, queued or sent later) fail too, so nothing
+        lands after the failed records, for the rest of the producer's life."""
         later = state.remove(batch)
         self._acc.complete(batch, -1, error=error)
-        if not self._config.idempotent:
+        reason = MeridianError(error.code, f"{error.message} (an earlier batch failed)")
+        stop = not self._config.close_gaps
+        if stop:
+            self._stopped.setdefault(state.tp, reason)
+        if not self._config.idempotent and not stop:
             return
-        if not unknown:
+        if not unknown and not stop:
             state.close_gap(batch.count, later)
             return
-        reason = MeridianError(error.code, f"{error.message} (an earlier batch failed)")
         for other in later:
             state.pending.remove(other)
             self._acc.complete(other, -1, error=reason)
         self._resend.discard(state)
-        self._bump_wanted = True
+        if self._config.idempotent and unknown:
+            self._bump_wanted = True
 
     def _expire(self, now: float) -> None:
         timeout = self._config.delivery_timeout_s

@@ -131,6 +131,29 @@ def test_a_record_too_large_for_the_topic_fails_its_future(
         assert p.send(name, b"small").result(10).offset == 0
 
 
+def test_without_close_gaps_nothing_lands_after_a_record_that_failed(
+    shared_broker: BrokerProcess, topic: TopicMaker
+) -> None:
+    """close_gaps=False: the partition stops at a batch that failed for good; the batches
+    after it, queued with it or sent later, fail too and none is stored."""
+    name = topic(max_message_bytes=1024)
+    with producer(shared_broker, close_gaps=False, linger_ms=20) as p:
+        first = p.send_batch(name, [(None, b"a%d" % i) for i in range(5)], partition=0)
+        assert first.exception(10) is None
+        futures = [p.send(name, b"b%d" % i, partition=0) for i in range(3)]
+        futures.append(p.send(name, b"x" * 4000, partition=0))
+        futures += [p.send(name, b"c%d" % i, partition=0) for i in range(20)]
+        errors = [f.exception(10) for f in futures]
+        later = p.send(name, b"after", partition=0)
+        assert isinstance(later.exception(10), MeridianError)
+    assert all(isinstance(e, MeridianError) for e in errors[3:])
+    assert {e.code for e in errors[3:] if e is not None} == {ErrorCode.MESSAGE_TOO_LARGE}
+    stored_b = [b"b%d" % i for i, e in enumerate(errors[:3]) if e is None]
+    assert stored_b == [b"b%d" % i for i in range(len(stored_b))]  # a prefix
+    records = read_all(shared_broker.address, name)[0]
+    assert [r.value for r in records] == [b"a%d" % i for i in range(5)] + stored_b
+
+
 def test_a_record_over_max_request_bytes_is_refused_at_send(
     shared_broker: BrokerProcess, topic: TopicMaker
 ) -> None:
