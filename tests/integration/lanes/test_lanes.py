@@ -273,7 +273,7 @@ def test_refusals_quota_and_isolation(demo: Demo) -> None:
     assert demo.call("POST", "/lanes", {"name": "Bad_Name"})[0] == 400
     assert demo.call("POST", "/topics", {"name": "a~b", "partitions": 1})[0] == 400
     status, body = demo.call(
-        "POST", "/tenants", {"slug": "rival", "name": "Rival", "home_region": "local"},
+        "POST", "/tenants", {"slug": "rival", "name": "Rival", "home_region": "east"},
         token=demo.admin_token,
     )  # fmt: skip
     assert status == 201, body
@@ -352,7 +352,7 @@ def test_a_broker_killed_while_a_lane_topic_is_made_loses_no_acknowledged_record
     topic = make_topic(demo, unique("crash"), partitions=3)
     lane = unique("crash")
     make_lane(demo, lane, orphan_policy="hold")
-    brokers = demo.call("GET", "/brokers?region=local", token=demo.admin_token)[1]["results"]
+    brokers = demo.call("GET", "/brokers?region=east", token=demo.admin_token)[1]["results"]
     victim = next(b for b in brokers if b.get("pid"))
     acked: list[bytes] = []
     failed: list[MeridianError] = []
