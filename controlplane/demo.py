@@ -4,7 +4,8 @@ Starts the control plane (SQLite, its own token issuer), a Celery worker on komb
 filesystem transport (with beat for the periodic reconcile) and the API server; then,
 through the REST API, creates the regions (``--regions``, default ``east,west``), each
 with its controllers and one cluster of three local brokers (the controller's local
-provisioner starts them, with authentication on: they verify the local issuer's tokens).
+provisioner starts them, with authentication on: they verify the local issuer's tokens,
+and serve Kafka's protocol beside gRPC).
 The first region has two controllers (one active, one standby), every other one a single
 controller. Then: a tenant ``demo`` at home in the first region and allowed in the others,
 the topic ``demo.orders`` (three replicas per partition), a two-way mirror link of it
@@ -14,8 +15,9 @@ store, a folder of the demo's data), the lane ``ppe`` and a service account; pro
 the topic (acks=all) and consumes it with the SDK as that service account; starts a
 Databus agent (``meridian-databus``) as that service account, following the Databus
 configuration ``demo-app`` (stream ``events`` to ``demo.orders``, stream ``events-ppe`` to
-its lane ``ppe``), and writes through it once; and prints the API URL, tokens and CLI
-and curl commands.
+its lane ``ppe``), and writes through it once; and prints the API URL, tokens, CLI and
+curl commands, and the first region's Kafka bootstrap with a confluent-kafka producer
+(SASL/PLAIN as the service account).
 
 Everything runs until Ctrl-C, SIGTERM or SIGHUP (``--exit``: stop at once). A child that
 exits meanwhile is started again (the standby controller takes over while the active one
@@ -472,9 +474,11 @@ def exercise_topic(
     return time.monotonic() - started, seen
 
 
-def broker_addresses(api: Api, region: str) -> str:
+def broker_addresses(api: Api, region: str, field: str = "address") -> str:
+    """The region's brokers' ``field``, comma-separated: ``address`` (gRPC) or
+    ``kafka_address`` (Kafka's protocol)."""
     brokers = api.call("GET", f"/api/v1/brokers?region={region}")["results"]
-    return ",".join(b["address"] for b in brokers)
+    return ",".join(b[field] for b in brokers)
 
 
 def start_databus(platform: Platform, api: Api, account: dict[str, Any], bootstrap: str) -> str:
@@ -533,6 +537,7 @@ def print_summary(
     app_token: str,
     bootstraps: dict[str, str],
     databus: str,
+    kafka_bootstrap: str,
 ) -> None:
     account = built["account"]
     bootstrap = bootstraps[platform.home]
@@ -548,6 +553,7 @@ def print_summary(
 Meridian is running.
   API            {url}/api/v1/            (OpenAPI: {url}/api/v1/openapi.json)
   brokers        {bootstrap}   (region {platform.home}, home of tenant '{TENANT}')
+  Kafka          {kafka_bootstrap}   (Kafka's protocol: SASL/PLAIN as a service account)
   data and logs  {platform.data_dir}
   object store   {platform.data_dir / "objects"}   (topics with remote_storage=true tier there)
   controllers    {controllers}
@@ -579,6 +585,9 @@ Try:
        --client-secret {account["client_secret"]} \\
        consume {TENANT}.{TOPIC} --from-beginning --max-messages 5
   .venv/bin/meridian --token "$TOKEN" groups describe {TENANT}.billing
+  # Kafka clients: SASL/PLAIN with the service account's client id and secret
+  export KAFKA_BOOTSTRAP={kafka_bootstrap}
+  {kafka_example(account)}
 
 {mirrors}Lane '{LANE}' (test traffic beside the trunk; its lane topic is made on first use):
   echo hello | .venv/bin/meridian --token "$TOKEN" produce {TENANT}.{TOPIC} --lane {LANE}
@@ -609,6 +618,24 @@ Databus agent, config '{DATABUS_CONFIG}' (events -> {TENANT}.{TOPIC}, events-ppe
   .venv/bin/meridian --api {url} --token "$TOKEN" databus agents
 """
     )
+
+
+def kafka_example(account: dict[str, Any]) -> str:
+    """A confluent-kafka producer (librdkafka) writing one record to the demo topic over
+    Kafka's protocol at ``$KAFKA_BOOTSTRAP``: the brokers exchange the service account's
+    client id and secret (SASL/PLAIN) for a token at the local issuer."""
+    config = {
+        "bootstrap.servers": "$KAFKA_BOOTSTRAP",
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": account["client_id"],
+        "sasl.password": account["client_secret"],
+    }
+    code = (
+        f"from confluent_kafka import Producer; p = Producer({config!r}); "
+        f"p.produce('{TENANT}.{TOPIC}', b'hello from Kafka'); print(p.flush(10), 'left')"
+    )
+    return f'.venv/bin/python -c "{code}"'
 
 
 def regions_text(platform: Platform, bootstraps: dict[str, str]) -> str:
@@ -706,6 +733,7 @@ def main(argv: list[str] | None = None) -> int:
         app_token = service_token(platform.api_url, built["account"])
         bootstraps = {region: broker_addresses(api, region) for region in platform.regions}
         bootstrap = bootstraps[platform.home]
+        kafka_bootstrap = broker_addresses(api, platform.home, "kafka_address")
         seconds, seen = exercise_topic(bootstrap, args.records, platform.api_url, built["account"])
         print(f"==> produced {args.records:,} records and consumed {seen:,} with group "
               f"{TENANT}.billing in {seconds:.2f} s")  # fmt: skip
@@ -713,7 +741,7 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"consumed {seen} of {args.records} records")
         databus = start_databus(platform, api, built["account"], bootstrap)
         print(f"==> Databus agent at http://{databus} (config {DATABUS_CONFIG})")
-        print_summary(platform, admin_token, built, app_token, bootstraps, databus)
+        print_summary(platform, admin_token, built, app_token, bootstraps, databus, kafka_bootstrap)
         if not args.exit:
             history = f"{TENANT}.{HISTORY_TOPIC}"
             start_traffic(bootstrap, platform.api_url, built["account"], f"{TENANT}.{TOPIC}",

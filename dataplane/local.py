@@ -5,6 +5,8 @@ plane's default provisioner.
 127.0.0.1 with ``data_dir``; its ready file and its log (stdout and stderr) sit next to
 the data directory. Port 0 lets the broker choose one: ``start()`` reads it from the
 ready file and keeps it, so ``restart()`` comes back on the same address.
+With ``kafka_port`` set (0: any port, kept once chosen) the broker also serves Kafka's
+wire protocol there (``kafka_address``).
 ``LocalCluster(data_root, size=3).start()`` starts ``size`` brokers, each knowing every
 other, with ports chosen up front. ``stop()`` sends SIGTERM and waits for a clean exit;
 ``kill()`` sends SIGKILL.
@@ -58,10 +60,18 @@ class LocalBroker:
     extra_args: list[str] = field(default_factory=list)
     process: subprocess.Popen[bytes] | None = None
     metrics_port: int = 0
+    kafka_port: int | None = None  # None: no Kafka listener; 0: any port
 
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def kafka_address(self) -> str:
+        """``127.0.0.1:PORT`` of the Kafka listener (once started with ``kafka_port``)."""
+        if not self.kafka_port:
+            raise BrokerStartError(f"broker {self.broker_id} serves no Kafka listener (yet)")
+        return f"127.0.0.1:{self.kafka_port}"
 
     @property
     def ready_file(self) -> Path:
@@ -83,6 +93,8 @@ class LocalBroker:
         args = [sys.executable, "-m", "dataplane.broker", "--id", str(self.broker_id)]
         args += ["--listen", self.address, "--data-dir", str(self.data_dir)]
         args += ["--ready-file", str(self.ready_file), "--metrics-listen", "127.0.0.1:0"]
+        if self.kafka_port is not None:
+            args += ["--kafka-listen", f"127.0.0.1:{self.kafka_port}"]
         if self.region:
             args += ["--region", self.region]
         for peer_id, address in sorted(self.peers.items()):
@@ -129,6 +141,8 @@ class LocalBroker:
                 if ready.get("pid") == self.process.pid:
                     self.port = int(ready["port"])
                     self.metrics_port = int(ready.get("metrics_port") or 0)
+                    if self.kafka_port is not None:
+                        self.kafka_port = int(ready.get("kafka_port") or 0)
                     return
             if self.process.poll() is not None:
                 raise self._error(f"exited with {self.process.returncode} while starting")
@@ -183,9 +197,12 @@ class LocalCluster:
         ports: list[int] | None = None,
         region: str = "local",
         extra_args: list[str] | None = None,
+        kafka: bool = False,
     ) -> None:
+        """``kafka``: every broker also serves Kafka's protocol (ports chosen up front)."""
         root = Path(data_root)
         ports = ports or free_ports(size)
+        kafka_ports = free_ports(size) if kafka else [None] * size
         peers = {i + 1: f"127.0.0.1:{port}" for i, port in enumerate(ports)}
         self.brokers = [
             LocalBroker(
@@ -195,6 +212,7 @@ class LocalCluster:
                 {pid: a for pid, a in peers.items() if pid != broker_id},
                 region=region,
                 extra_args=list(extra_args or []),
+                kafka_port=kafka_ports[broker_id - 1],
             )
             for broker_id in peers
         ]
@@ -202,6 +220,11 @@ class LocalCluster:
     @property
     def bootstrap(self) -> str:
         return ",".join(b.address for b in self.brokers)
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        """``bootstrap.servers`` for Kafka clients (a cluster started with ``kafka``)."""
+        return ",".join(b.kafka_address for b in self.brokers)
 
     def start(self, timeout_s: float = READY_TIMEOUT_S) -> LocalCluster:
         """Launch every broker at once, then wait for each (stopping all on failure)."""

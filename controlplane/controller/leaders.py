@@ -18,13 +18,21 @@ NO_LEADER = -1  # MetadataPartition.leader_id of a partition without a leader
 def metadata_request(
     cluster: Cluster, brokers: list[Broker], *, controller_id: str, epoch: int
 ) -> admin_pb2.UpdateMetadataRequest:
-    """The push for ``cluster``: its addressed brokers and, for every topic not being
+    """The push for ``cluster``: its addressed brokers (with their Kafka listener's port,
+    0 when they have none or it is not known yet) and, for every topic not being
     deleted, its partitions' leaders (``NO_LEADER`` when none), replicas and ISR, and
     the topic's ``min_insync_replicas``, unclean election flag and ACL entries (by
     principal); and its tenants' quotas."""
     region = cluster.region.name
     infos = [
-        common_pb2.BrokerInfo(id=b.broker_id, host=b.host, port=b.port, region=region, rack=b.rack)
+        common_pb2.BrokerInfo(
+            id=b.broker_id,
+            host=b.host,
+            port=b.port,
+            region=region,
+            rack=b.rack,
+            kafka_port=b.kafka_port or 0,
+        )
         for b in brokers
         if b.port
     ]

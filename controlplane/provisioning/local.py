@@ -2,17 +2,19 @@
 
 Broker ``N`` of cluster ``C`` in region ``R`` runs as
 ``python -m dataplane.broker --id N --data-dir <DATA_DIR>/R/C/broker-N
---listen 127.0.0.1:<port> --peer M=127.0.0.1:<port of M> ... --region R --cluster-id C``;
-plus ``--remote-store-uri`` (and ``--remote-store-options-file``, a private file) when
-the cluster has an object store (``remote_store_args``); with ``BROKER_AUTH``, the
-issuer's JWKS and the broker client's credentials, and TLS flags when configured
-(``security_args``); its ready file (``broker-N.ready``, JSON with its ``pid``) and its
-log (``broker-N.log``, stdout and stderr, appended) sit next to the data directory.
-Ports are chosen once, for every broker of the cluster before any starts (each needs
-the others' addresses), and kept in the rows, so a restarted broker comes back at the
-same address. Processes get a session of their own: they outlive the controller that
-started them, which is how brokers keep serving while no controller runs; the next
-controller finds them by pid.
+--listen 127.0.0.1:<port> --kafka-listen 127.0.0.1:<kafka port>
+--peer M=127.0.0.1:<port of M> ... --region R --cluster-id C``; plus
+``--remote-store-uri`` (and ``--remote-store-options-file``, a private file) when the
+cluster has an object store (``remote_store_args``); with ``BROKER_AUTH``, the issuer's
+JWKS, the broker client's credentials and the token endpoint its Kafka listener
+exchanges SASL/PLAIN credentials at, and TLS flags when configured (``security_args``);
+its ready file (``broker-N.ready``, JSON with its ``pid``, ``port`` and ``kafka_port``)
+and its log (``broker-N.log``, stdout and stderr, appended) sit next to the data
+directory. Ports, gRPC and Kafka, are chosen once, for every broker of the cluster
+before any starts (each needs the others' addresses), and kept in the rows, so a
+restarted broker comes back at the same addresses. Processes get a session of their
+own: they outlive the controller that started them, which is how brokers keep serving
+while no controller runs; the next controller finds them by pid.
 They inherit the lifeline of ``./dev run`` when there is one (``dataplane/lifeline.py``),
 so they stop with the demo however it ends.
 
@@ -119,7 +121,9 @@ class LocalProvisioner:
             self._assign_ports(cluster)
         started = []
         for broker in brokers:
-            broker.refresh_from_db(fields=["host", "port", "pid", "data_dir", "phase"])
+            broker.refresh_from_db(
+                fields=["host", "port", "kafka_port", "pid", "data_dir", "phase"]
+            )
             if broker.phase in (BrokerPhase.STOPPING, BrokerPhase.STOPPED):
                 continue  # being stopped since the caller looked (a cluster deletion)
             if not self.is_running(broker):
@@ -263,16 +267,26 @@ class LocalProvisioner:
 
     # -- starting -------------------------------------------------------------------------
     def _assign_ports(self, cluster: Cluster) -> None:
-        """Give every broker of ``cluster`` without a port one that is free now."""
-        missing = list(cluster.brokers.filter(port__isnull=True))
-        for broker, port in zip(missing, _free_ports(len(missing)), strict=True):
-            Broker.objects.filter(pk=broker.pk, port__isnull=True).update(host=HOST, port=port)
+        """Give every broker of ``cluster`` without a gRPC or a Kafka port one that is
+        free now (all drawn at once, so no two are the same)."""
+        no_port = list(cluster.brokers.filter(port__isnull=True))
+        no_kafka_port = list(cluster.brokers.filter(kafka_port__isnull=True))
+        ports = iter(_free_ports(len(no_port) + len(no_kafka_port)))
+        for broker in no_port:
+            Broker.objects.filter(pk=broker.pk, port__isnull=True).update(
+                host=HOST, port=next(ports)
+            )
+        for broker in no_kafka_port:
+            Broker.objects.filter(pk=broker.pk, kafka_port__isnull=True).update(
+                kafka_port=next(ports)
+            )
 
     def command(self, broker: Broker) -> list[str]:
         cluster = broker.cluster
         paths = self.paths(broker)
         args = [sys.executable, "-m", "dataplane.broker", "--id", str(broker.broker_id)]
         args += ["--data-dir", str(paths.data_dir), "--listen", f"{HOST}:{broker.port}"]
+        args += ["--kafka-listen", f"{HOST}:{broker.kafka_port}"]
         args += ["--region", cluster.region.name, "--cluster-id", cluster.name]
         args += ["--ready-file", str(paths.ready_file), "--metrics-listen", f"{HOST}:0"]
         for peer in cluster.brokers.exclude(pk=broker.pk).exclude(port__isnull=True):
@@ -297,8 +311,10 @@ class LocalProvisioner:
         return self.data_root / "secrets" / f"remote-store-{cluster.pk}.json"
 
     def security_args(self) -> list[str]:
-        """Authentication (``BROKER_AUTH``: the issuer's JWKS, and the broker client's
-        credentials for calls to peers, its secret in a 0600 file) and TLS flags."""
+        """Authentication (``BROKER_AUTH``: the issuer's JWKS, the broker client's
+        credentials for calls to peers, its secret in a 0600 file, and the token
+        endpoint where the Kafka listener exchanges a service account's SASL/PLAIN
+        client id and secret for a token) and TLS flags."""
         args: list[str] = []
         if settings.BROKER_AUTH:
             secret_file = self.data_root / "broker-client-secret"
@@ -308,6 +324,7 @@ class LocalProvisioner:
             args += ["--token-audience", settings.TOKEN_AUDIENCE]
             args += ["--internal-role", settings.INTERNAL_ROLE]
             args += ["--token-url", internal.token_url()]
+            args += ["--sasl-plain-token-url", internal.token_url()]
             args += ["--client-id", internal.BROKER_CLIENT_ID]
             args += ["--client-secret-file", str(secret_file)]
         if settings.BROKER_TLS_CERT_FILE:
@@ -364,6 +381,7 @@ class LocalProvisioner:
                         broker,
                         host=HOST,
                         port=int(ready["port"]),
+                        kafka_port=int(ready.get("kafka_port") or 0) or None,
                         pid=process.pid,
                         data_dir=str(paths.data_dir),
                     )

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from django.core.exceptions import ValidationError
 from django.db import models
 
 from controlplane.core.models import StatusModel, TimestampedModel
@@ -61,12 +62,15 @@ class Cluster(StatusModel):
 
 class Broker(TimestampedModel):
     """One broker process of a cluster: where it listens and whether it is alive
-    (heartbeats are the controller's metadata pushes it answers)."""
+    (heartbeats are the controller's metadata pushes it answers). ``port`` is its gRPC
+    listener; ``kafka_port`` its Kafka wire-protocol listener on the same host (null:
+    none, or not known yet)."""
 
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="brokers")
     broker_id = models.PositiveIntegerField()
     host = models.CharField(max_length=255, default="127.0.0.1")
     port = models.PositiveIntegerField(null=True, blank=True)
+    kafka_port = models.PositiveIntegerField(null=True, blank=True)
     rack = models.CharField(max_length=64, blank=True, default="")
     phase = models.CharField(
         max_length=16, choices=BrokerPhase.choices, default=BrokerPhase.PENDING
@@ -87,6 +91,18 @@ class Broker(TimestampedModel):
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}" if self.port else ""
+
+    def clean(self) -> None:
+        if self.kafka_port is not None and self.kafka_port == self.port:
+            raise ValidationError(
+                {"kafka_port": "must differ from port: Kafka's protocol has a listener of its own"}
+            )
+
+    @property
+    def kafka_address(self) -> str:
+        """Where Kafka clients reach the broker (host:kafka_port); "" without a Kafka
+        listener."""
+        return f"{self.host}:{self.kafka_port}" if self.kafka_port else ""
 
     def __str__(self) -> str:
         return f"{self.cluster}/broker-{self.broker_id}"

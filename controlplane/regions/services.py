@@ -218,10 +218,18 @@ def delete_cluster(cluster: Cluster, *, actor: Actor) -> Cluster:
 # -- brokers ------------------------------------------------------------------------------
 @transaction.atomic
 def register_broker(
-    cluster: Cluster, *, broker_id: int, host: str, port: int, actor: Actor, rack: str = ""
+    cluster: Cluster,
+    *,
+    broker_id: int,
+    host: str,
+    port: int,
+    actor: Actor,
+    rack: str = "",
+    kafka_port: int | None = None,
 ) -> Broker:
-    """Record where a broker of a ``static`` cluster listens (new, or a new address for a
-    known one, which then waits for the controller's next heartbeat)."""
+    """Record where a broker of a ``static`` cluster listens: gRPC on ``port`` and, with
+    ``kafka_port``, Kafka's protocol on the same host (new, or a new address for a known
+    one, which then waits for the controller's next heartbeat)."""
     cluster = Cluster.objects.select_for_update().get(pk=cluster.pk)
     if cluster.provisioner != ProvisionerKind.STATIC:
         raise Conflict(
@@ -232,7 +240,7 @@ def register_broker(
     broker = Broker.objects.filter(cluster=cluster, broker_id=broker_id).first()
     before = audit.snapshot(broker)
     broker = broker or Broker(cluster=cluster, broker_id=broker_id)
-    broker.host, broker.port, broker.rack = host, port, rack
+    broker.host, broker.port, broker.kafka_port, broker.rack = host, port, kafka_port, rack
     broker.phase, broker.phase_reason = BrokerPhase.PENDING, ""
     _validate(broker, exclude=["cluster"])
     broker.save()
@@ -246,11 +254,24 @@ def register_broker(
 
 # -- observed state: the controller and the provisioners ------------------------------------
 def record_broker_process(
-    broker: Broker, *, host: str, port: int, pid: int | None, data_dir: str
+    broker: Broker,
+    *,
+    host: str,
+    port: int,
+    pid: int | None,
+    data_dir: str,
+    kafka_port: int | None = None,
 ) -> None:
-    """A provisioner started (or found) the broker's process; it is ``starting`` until
-    its first heartbeat unless it already answers."""
-    fields = {"host": host, "port": port, "pid": pid, "data_dir": data_dir}
+    """A provisioner started (or found) the broker's process, serving gRPC on ``port``
+    and Kafka's protocol on ``kafka_port`` (None: no Kafka listener); it is ``starting``
+    until its first heartbeat unless it already answers."""
+    fields = {
+        "host": host,
+        "port": port,
+        "kafka_port": kafka_port,
+        "pid": pid,
+        "data_dir": data_dir,
+    }
     Broker.objects.filter(pk=broker.pk).update(**fields, updated_at=timezone.now())
     for name, value in fields.items():
         setattr(broker, name, value)

@@ -42,6 +42,9 @@ from dataplane.broker.config import BrokerConfig
 from dataplane.broker.fetch import FetchHandler, FetchLimits, OffsetsHandler
 from dataplane.broker.group_lag import RemoteLags
 from dataplane.broker.groups import GroupCoordinator, GroupServicer
+from dataplane.broker.kafka import KafkaListener
+from dataplane.broker.kafka.data import DataServices
+from dataplane.broker.kafka.groups import GroupServices
 from dataplane.broker.lanes import BrokerLanes, LaneTable
 from dataplane.broker.metrics import BrokerMetrics
 from dataplane.broker.outbound import peer_channel
@@ -82,6 +85,8 @@ class BrokerApp:
         self.config = config
         self.port = 0
         self.metrics_port = 0
+        self.kafka_port = 0
+        self.kafka: KafkaListener | None = None
         self.metrics = BrokerMetrics()
         self.readiness = Readiness()
         self.health = health_aio.HealthServicer()
@@ -189,6 +194,9 @@ class BrokerApp:
         self.cluster.lanes = self.lanes
         self._add_services(server, self.cluster)
         await server.start()
+        if self.kafka is not None:
+            self.kafka_port = await self.kafka.start()
+            self.cluster.me.kafka_port = self.kafka_port
         if self.config.metrics_listen:
             self.metrics_port = self.metrics.serve(self.config.metrics_listen)
         await self._load()
@@ -256,13 +264,28 @@ class BrokerApp:
             on_push=self._pushed_lane_topics,
             tier=self.tier,
         )
-        admin_pb2_grpc.add_AdminServicer_to_server(
-            AdminServicer(admin, self.metrics, self.readiness, self.authorizer), server
-        )
-        group_pb2_grpc.add_GroupCoordinatorServicer_to_server(
-            GroupServicer(self.coordinator, cluster.locate_offsets_partition, self.authorizer),
-            server,
-        )
+        admin_servicer = AdminServicer(admin, self.metrics, self.readiness, self.authorizer)
+        admin_pb2_grpc.add_AdminServicer_to_server(admin_servicer, server)
+        groups = GroupServicer(self.coordinator, cluster.locate_offsets_partition, self.authorizer)
+        group_pb2_grpc.add_GroupCoordinatorServicer_to_server(groups, server)
+        if config.kafka_listen:
+            kafka_data = DataServices(
+                broker,
+                admin_servicer,
+                cluster,
+                self.registry,
+                self.quotas,
+                self.authorizer,
+                config.log,
+                lambda address: admin_pb2_grpc.AdminStub(self._peer_channel(address)),
+            )
+            self.kafka = KafkaListener(
+                config,
+                kafka_data,
+                GroupServices(groups, self.quotas),
+                self.metrics,
+                self.authenticator,
+            )
         replica_fetch = ReplicaFetchHandler(
             self.registry, self.replicas, self.executor, config.fetch_max_bytes
         )
@@ -326,10 +349,13 @@ class BrokerApp:
 
     def _peer_stub(self, address: str) -> broker_pb2_grpc.BrokerStub:
         """A Broker stub to a peer, on a channel kept until the broker stops."""
+        return broker_pb2_grpc.BrokerStub(self._peer_channel(address))
+
+    def _peer_channel(self, address: str) -> grpc.aio.Channel:
         channel = self._peer_channels.get(address)
         if channel is None:
             channel = self._peer_channels[address] = peer_channel(self.config, address)
-        return broker_pb2_grpc.BrokerStub(channel)
+        return channel
 
     def _local_partitions(self) -> Iterator[tuple[str, int]]:
         for tp in self.manager.logs():
@@ -357,6 +383,8 @@ class BrokerApp:
         """Stop serving, finish in-flight calls, and close every log cleanly."""
         self.readiness.ready = False
         await self._set_health(health_pb2.HealthCheckResponse.NOT_SERVING)
+        if self.kafka is not None:
+            await self.kafka.stop()
         for task in self._tasks:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -8,6 +8,7 @@ A TOML file uses the field names of ``BrokerConfig`` (``id`` for ``broker_id``),
     id = 1
     region = "eu-west"
     listen = "0.0.0.0:9092"
+    kafka_listen = "0.0.0.0:9093"       # Kafka's wire protocol beside gRPC; "" turns it off
     advertised_host = "broker-1.internal"
     data_dir = "/var/lib/meridian/1"
     metrics_listen = "0.0.0.0:9100"     # "" disables the metrics endpoint
@@ -63,6 +64,9 @@ class BrokerConfig:
     cluster_id: str = "meridian"
     listen: str = "127.0.0.1:0"  # port 0: the OS picks one (see BrokerApp.port)
     advertised_host: str = ""  # default: the listen host (127.0.0.1 for a wildcard)
+    # Kafka's wire protocol (dataplane/broker/kafka), advertised on ``host`` at its bound
+    # port; "" serves gRPC alone.
+    kafka_listen: str = ""
     peers: Mapping[int, str] = field(default_factory=dict)  # other brokers: id -> host:port
     control_plane_url: str = ""  # stored; the control plane does not drive brokers yet
     metrics_listen: str = "127.0.0.1:0"  # "" disables the Prometheus endpoint
@@ -93,6 +97,10 @@ class BrokerConfig:
     tls_cert_file: str = ""
     tls_key_file: str = ""
     tls_ca_file: str = ""
+    # SASL/PLAIN on the Kafka listener: a service account's client id and secret are
+    # exchanged for a token at this token endpoint (default: token_url); without either,
+    # the Kafka listener offers OAUTHBEARER alone.
+    sasl_plain_token_url: str = ""
     quota_max_hold_ms: int = 10_000  # longest a throttled response is held (quotas.py)
     # Tiered storage (dataplane/tiered): the cluster's object store, as an fsspec URI (a
     # local folder path, file://, s3://, ...); "" turns tiering off. The options file is a
@@ -108,6 +116,8 @@ class BrokerConfig:
     def __post_init__(self) -> None:
         _check(0 <= self.broker_id <= MAX_BROKER_ID, "id", f"must be in [0, {MAX_BROKER_ID}]")
         parse_address(self.listen, "listen")
+        if self.kafka_listen:
+            parse_address(self.kafka_listen, "kafka_listen")
         if self.metrics_listen:
             parse_address(self.metrics_listen, "metrics_listen")
         for peer_id, address in self.peers.items():
@@ -165,6 +175,11 @@ class BrokerConfig:
     @property
     def listen_port(self) -> int:
         return parse_address(self.listen, "listen")[1]
+
+    @property
+    def plain_token_url(self) -> str:
+        """Where SASL/PLAIN credentials are exchanged for a token ("": PLAIN is off)."""
+        return self.sasl_plain_token_url or self.token_url
 
     @property
     def host(self) -> str:

@@ -39,6 +39,7 @@ SECURITY_FLAGS = (
     "tls_cert_file",
     "tls_key_file",
     "tls_ca_file",
+    "sasl_plain_token_url",
 )
 
 
@@ -49,6 +50,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--region")
     parser.add_argument("--cluster-id")
     parser.add_argument("--listen", help="host:port to serve gRPC on (port 0: any)")
+    parser.add_argument(
+        "--kafka-listen", help='host:port to serve Kafka\'s protocol on (port 0: any; "" off)'
+    )
     parser.add_argument("--advertised-host", help="host clients and peers reach us at")
     parser.add_argument("--data-dir", type=Path)
     parser.add_argument(
@@ -75,6 +79,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         ("--tls-cert-file", "certificate (PEM) of the TLS listener"),
         ("--tls-key-file", "private key (PEM) of the TLS listener"),
         ("--tls-ca-file", "CA (PEM) peers' certificates are checked with"),
+        ("--sasl-plain-token-url", "token endpoint SASL/PLAIN credentials are exchanged at"),
         ("--remote-store-uri", "the object store of tiered storage (a folder, s3://...)"),
         ("--remote-store-options-file", "private JSON file of the store's options"),
     ):
@@ -107,6 +112,7 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         region=args.region,
         cluster_id=args.cluster_id,
         listen=args.listen,
+        kafka_listen=args.kafka_listen,
         advertised_host=args.advertised_host,
         data_dir=args.data_dir,
         peers=peers,
@@ -128,6 +134,7 @@ def write_ready_file(path: Path, app: BrokerApp) -> None:
         "broker_id": app.config.broker_id,
         "port": app.port,
         "metrics_port": app.metrics_port,
+        "kafka_port": app.kafka_port,
         "pid": os.getpid(),
     }
     replace_file(path, json.dumps(payload).encode())

@@ -31,6 +31,12 @@ Gauges computed at scrape time from the hosted logs and the group coordinator:
   leaders' last answers (``group_lag.RemoteLags``, asked at a bounded interval);
 - ``meridian_broker_uptime_seconds``.
 
+The Kafka listener (``dataplane.broker.kafka``; its requests also count above under the
+gRPC RPC each runs as): ``meridian_kafka_connections`` (open),
+``meridian_kafka_request_seconds{api}`` (requests answered by Kafka API, and latency),
+``meridian_kafka_connections_closed_total{reason}`` and
+``meridian_kafka_authentications_total{mechanism,outcome}``.
+
 Tiered storage (a broker with an object store; ``tiering.TierManager``):
 
 - ``meridian_tier_uploaded_bytes_total``, ``meridian_tier_uploaded_segments_total``,
@@ -282,6 +288,32 @@ class BrokerMetrics:
             buckets=LATENCY_BUCKETS,
             registry=self.registry,
         )
+        self.kafka_connections = Gauge(
+            "meridian_kafka_connections",
+            "Open connections of the Kafka listener",
+            registry=self.registry,
+        )
+        self.kafka_requests = Histogram(
+            "meridian_kafka_request_seconds",
+            "Kafka protocol requests answered, by Kafka API, and their latency",
+            ["api"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.kafka_closed = Counter(
+            "meridian_kafka_connections_closed",
+            "Kafka connections the broker closed, by reason (malformed: a frame that does not "
+            "decode or is too large; refused: an unsupported API, a request before "
+            "authentication, a failed authentication, credentials that no longer hold)",
+            ["reason"],
+            registry=self.registry,
+        )
+        self.kafka_authentications = Counter(
+            "meridian_kafka_authentications",
+            "SASL authentications on the Kafka listener, by mechanism and outcome",
+            ["mechanism", "outcome"],
+            registry=self.registry,
+        )
         self._server: Any = None
         self._started = time.monotonic()
 
@@ -294,6 +326,15 @@ class BrokerMetrics:
 
     def watch_tier(self, tier: TierManager) -> None:
         self.registry.register(_TierCollector(tier))
+
+    def observe_kafka(self, api: str, seconds: float) -> None:
+        self.kafka_requests.labels(api).observe(seconds)
+
+    def kafka_refused(self, reason: str) -> None:
+        self.kafka_closed.labels(reason).inc()
+
+    def kafka_authenticated(self, mechanism: str, outcome: str) -> None:
+        self.kafka_authentications.labels(mechanism, outcome).inc()
 
     def observe_remote_read(self, seconds: float) -> None:
         self.remote_fetch.observe(seconds)

@@ -177,15 +177,11 @@ class QuotaInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
 
     def _unary(self, behavior: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
         async def call(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            claims = claims_of(request)
-            waited_s = await self.quotas.admit(claims)
-            try:
+            async def run(request: Any) -> Any:
                 response = behavior(request, context)
-                if inspect.isawaitable(response):
-                    response = await response
-            finally:
-                self.quotas.release(claims)
-            await self._settle(usage_of(request, response), response, waited_s)
+                return await response if inspect.isawaitable(response) else response
+
+            response, _ = await metered(self.quotas, request, run)
             return response
 
         return call
@@ -216,8 +212,39 @@ class QuotaInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         return call
 
     async def _settle(self, usage: Usage, response: Any, waited_s: float = 0.0) -> None:
-        throttle = self.quotas.charge(usage, waited_s)
-        total = Throttle(waited_s + throttle.seconds, throttle.tenant, throttle.kind)
-        if total.seconds > 0 and "throttle_ms" in response.DESCRIPTOR.fields_by_name:
-            response.throttle_ms = total.ms  # from when the request was sent: both holds
-        await self.quotas.hold(throttle, waited_s)
+        await settle(self.quotas, usage, response, waited_s)
+
+
+async def metered(
+    quotas: QuotaManager,
+    request: Any,
+    run: Callable[[Any], Awaitable[Any]],
+    *,
+    hold: bool = True,
+) -> tuple[Any, int]:
+    """``run(request)`` admitted, charged and held as the module docstring says (a unary
+    call of a throttled service), and the throttle in ms. Without ``hold`` the response
+    is not held after the call: the tenant's debt holds its next call instead (``admit``),
+    as Kafka mutes a throttled connection while its client backs off by the
+    ``throttle_time_ms`` it was told."""
+    claims = claims_of(request)
+    waited_s = await quotas.admit(claims)
+    try:
+        response = await run(request)
+    finally:
+        quotas.release(claims)
+    return response, await settle(quotas, usage_of(request, response), response, waited_s, hold)
+
+
+async def settle(
+    quotas: QuotaManager, usage: Usage, response: Any, waited_s: float = 0.0, hold: bool = True
+) -> int:
+    """Charge ``usage``; set the response's ``throttle_ms`` (both holds, from when the
+    request was sent) where it has one; hold it; return the throttle in ms."""
+    throttle = quotas.charge(usage, waited_s)
+    total = Throttle(waited_s + throttle.seconds, throttle.tenant, throttle.kind)
+    if total.seconds > 0 and "throttle_ms" in response.DESCRIPTOR.fields_by_name:
+        response.throttle_ms = total.ms
+    if hold:
+        await quotas.hold(throttle, waited_s)
+    return total.ms if total.seconds > 0 else 0

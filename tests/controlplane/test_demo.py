@@ -16,6 +16,7 @@ import time
 import urllib.request
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import requests
 
@@ -99,6 +100,36 @@ def _check_the_second_region(
     assert sent.returncode == 0, sent.stderr
     token = cli[cli.index("--token") + 1]
     assert _read_until(west.group(1), token, b"east-to-west", deadline + 60)
+
+
+def _check_the_kafka_listeners(output: str, api: str, admin: str) -> None:
+    """Every broker of both regions has a Kafka port of its own; the printed Kafka
+    bootstrap is east's brokers' Kafka addresses, after the gRPC one, and the printed
+    confluent-kafka example signs in with SASL/PLAIN as the demo's service account."""
+    brokers: list[dict[str, Any]] = _get(f"{api}/brokers", admin)["results"]  # type: ignore[assignment]
+    assert len(brokers) == 6, brokers
+    for b in brokers:
+        assert b["kafka_port"], b
+        assert b["kafka_port"] != b["port"], b
+        assert b["kafka_address"] == f"{b['host']}:{b['kafka_port']}", b
+    east = [b["kafka_address"] for b in brokers if b["region"] == "east"]
+    kafka = re.search(r"^  export KAFKA_BOOTSTRAP=(\S+)$", output, re.MULTILINE)
+    assert kafka is not None, output
+    assert kafka.group(1).split(",") == east
+    assert output.index("export MERIDIAN_BOOTSTRAP=") < kafka.start()
+    client_id = re.search(r"^Service account (\S+) ", output, re.MULTILINE)
+    secret = re.search(r"^  client secret  (\S+)$", output, re.MULTILINE)
+    assert client_id is not None, output
+    assert secret is not None, output
+    example = next(line for line in output.splitlines() if "confluent_kafka" in line)
+    for setting in (
+        "'bootstrap.servers': '$KAFKA_BOOTSTRAP'",
+        "'security.protocol': 'SASL_PLAINTEXT'",
+        "'sasl.mechanism': 'PLAIN'",
+        f"'sasl.username': '{client_id.group(1)}'",
+        f"'sasl.password': '{secret.group(1)}'",
+    ):
+        assert setting in example, example
 
 
 def _read_until(bootstrap: str, token: str, value: bytes, deadline: float) -> bool:
@@ -185,6 +216,7 @@ def test_demo_runs_the_platform_and_what_it_prints_works(tmp_path: Path) -> None
         assert "UNAUTHENTICATED" in anonymous.stderr
         admin = re.search(r"export ADMIN_TOKEN=(\S+)", output)
         assert admin is not None, output
+        _check_the_kafka_listeners(output, api, admin.group(1))
         # Tiered storage: the cluster's object store is a folder of the demo's data, so a
         # topic with remote_storage is taken and made on the brokers.
         [cluster] = _get(f"{api}/clusters?region=east", admin.group(1))["results"]  # type: ignore[misc]

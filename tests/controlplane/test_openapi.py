@@ -105,6 +105,20 @@ def test_the_tiered_storage_fields_are_documented(anonymous_client: Any) -> None
     assert "remote_store_options" in schemas["PatchedClusterUpdateRequest"]["properties"]
 
 
+def test_the_kafka_listener_fields_are_documented(anonymous_client: Any) -> None:
+    """Brokers show their Kafka port and address (read only); registering a static
+    broker takes an optional Kafka port, 1-65535."""
+    schemas = anonymous_client.get(SCHEMA_URL).json()["components"]["schemas"]
+    broker = schemas["Broker"]["properties"]
+    assert broker["kafka_port"] == {"type": "integer", "readOnly": True, "nullable": True}
+    assert broker["kafka_address"]["readOnly"] is True
+    assert "kafka_address" in schemas["BrokerSummary"]["properties"]
+    register = schemas["BrokerRegisterRequest"]
+    assert "kafka_port" not in register["required"]
+    port = register["properties"]["kafka_port"]
+    assert (port["type"], port["minimum"], port["maximum"]) == ("integer", 1, 65535)
+
+
 def test_a_bad_token_does_not_hide_the_document(anonymous_client: Any) -> None:
     anonymous_client.credentials(HTTP_AUTHORIZATION="Bearer nonsense")
     assert anonymous_client.get(SCHEMA_URL).status_code == 200

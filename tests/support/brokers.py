@@ -51,11 +51,18 @@ class BrokerProcess(LocalBroker):
         peers: dict[int, str] | None = None,
         port: int = 0,
         extra_args: Sequence[str] = (),
+        kafka_port: int | None = None,
     ) -> None:
+        """``kafka_port``: also serve Kafka's protocol there (0: any port)."""
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         super().__init__(
-            broker_id, port, self.directory / "data", dict(peers or {}), extra_args=list(extra_args)
+            broker_id,
+            port,
+            self.directory / "data",
+            dict(peers or {}),
+            extra_args=list(extra_args),
+            kafka_port=kafka_port,
         )
 
     @property
@@ -112,9 +119,10 @@ class BrokerProcessError(AssertionError):
 
 
 def start_cluster(
-    tmp_path: Path, n: int = 3, *, extra_args: Sequence[str] = ()
+    tmp_path: Path, n: int = 3, *, extra_args: Sequence[str] = (), kafka: bool = False
 ) -> list[BrokerProcess]:
-    """Brokers 1..n under ``tmp_path/broker-<id>``, each with every other as a peer.
+    """Brokers 1..n under ``tmp_path/broker-<id>``, each with every other as a peer
+    (``kafka``: each also serves Kafka's protocol, on a port of its own).
 
     Ports are picked up front so each broker starts with the full peer list. Returns once
     every broker serves (not yet necessarily seeing the others: see ``wait_for_cluster``).
@@ -128,6 +136,7 @@ def start_cluster(
             port=ports[broker_id - 1],
             peers={i: a for i, a in addresses.items() if i != broker_id},
             extra_args=extra_args,
+            kafka_port=0 if kafka else None,
         )
         for broker_id in addresses
     ]

@@ -38,6 +38,7 @@ PROCESS_LAUNCHERS = (
     "tests.support.controlplane",
     "tests.support.demo",
     "tests.support.databus",
+    "tests.support.kafka_jvm",
     "tests.support.mirror",
     "tests.support.s3",
 )

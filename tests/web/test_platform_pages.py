@@ -22,6 +22,7 @@ from tests.web.test_console_pages import PASSWORD, SYSTEM, _member, _sign_in
 
 def test_an_operator_manages_brokers_and_tenants(ui: Ui, console: str) -> None:
     cluster = make_cluster()
+    cluster.brokers.filter(broker_id=1).update(kafka_port=41001)
     make_tenant("acme", region=cluster.region)
     services.set_local_password("ops", PASSWORD, platform_admin=True, actor=SYSTEM)
     page = ui.page
@@ -29,6 +30,9 @@ def test_an_operator_manages_brokers_and_tenants(ui: Ui, console: str) -> None:
     _sign_in(ui, console, "ops", "/console/platform/")
     expect(page.get_by_role("heading", level=1)).to_have_text("Regions, clusters and brokers")
     expect(page.locator("tbody tr[id^=broker-]")).to_have_count(3)
+    expect(page.get_by_role("columnheader", name="Kafka address")).to_be_visible()
+    first = Broker.objects.get(cluster=cluster, broker_id=1)
+    expect(page.locator(f"#broker-{first.pk}")).to_contain_text("127.0.0.1:41001")
     ui.check("platform-overview")
 
     broker = Broker.objects.get(cluster=cluster, broker_id=2)

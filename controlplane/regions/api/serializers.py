@@ -49,7 +49,7 @@ class RegionUpdateSerializer(serializers.Serializer[Any]):
 class BrokerSummarySerializer(serializers.ModelSerializer[Broker]):
     class Meta:
         model = Broker
-        fields = ["id", "broker_id", "address", "phase"]
+        fields = ["id", "broker_id", "address", "kafka_address", "phase"]
         read_only_fields = fields
 
 
@@ -138,6 +138,8 @@ class BrokerSerializer(serializers.ModelSerializer[Broker]):
             "host",
             "port",
             "address",
+            "kafka_port",
+            "kafka_address",
             "rack",
             "phase",
             "phase_reason",
@@ -158,4 +160,13 @@ class BrokerRegisterSerializer(serializers.Serializer[Any]):
     broker_id = serializers.IntegerField(min_value=0, max_value=2**20 - 1)
     host = serializers.CharField(max_length=255)
     port = serializers.IntegerField(min_value=1, max_value=65535)
+    kafka_port = serializers.IntegerField(
+        min_value=1,
+        max_value=65535,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="its Kafka wire-protocol listener, on the same host as the gRPC port; "
+        "omitted or null: none",
+    )
     rack = serializers.CharField(max_length=64, required=False, allow_blank=True, default="")

@@ -261,6 +261,9 @@ def test_local_brokers_start_with_the_auth_and_tls_settings(
     assert flags["--jwks-url"] == f"{settings.API_BASE_URL}/api/v1/auth/jwks.json"
     assert flags["--token-issuer"] == settings.LOCAL_ISSUER
     assert flags["--client-id"] == internal.BROKER_CLIENT_ID
+    # The Kafka listener exchanges SASL/PLAIN client ids and secrets at the issuer.
+    token_url = f"{settings.API_BASE_URL}/api/v1/auth/token"
+    assert flags["--sasl-plain-token-url"] == flags["--token-url"] == token_url
     assert (flags["--tls-cert-file"], flags["--tls-ca-file"]) == ("/c.pem", "/ca.pem")
     secret_file = Path(flags["--client-secret-file"])
     assert secret_file.read_text().strip() == internal.local_internal_secret()

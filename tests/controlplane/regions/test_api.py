@@ -194,6 +194,32 @@ def test_brokers_of_static_clusters_are_registered_by_address(
     assert sorted(a for (a,) in actions) == ["broker.register", "broker.update"]
 
 
+def test_a_static_broker_is_registered_with_its_kafka_port_or_none(
+    admin_client: APIClient, region: Region
+) -> None:
+    """``kafka_port`` is optional (1 to 65535, not the gRPC port); the broker shows it and
+    its Kafka address, null and "" without one; a new registration without it clears it."""
+    static = services.create_cluster(
+        region, name="far", provisioner="static", broker_count=1, actor=ADMIN
+    )
+    body = {"cluster": static.pk, "broker_id": 1, "host": "10.0.0.5", "port": 9092}
+    response = admin_client.post("/api/v1/brokers", {**body, "kafka_port": 9094}, format="json")
+    assert response.status_code == 201, response.json()
+    shown = response.json()
+    assert (shown["kafka_port"], shown["kafka_address"]) == (9094, "10.0.0.5:9094")
+    assert Broker.objects.get(cluster=static, broker_id=1).kafka_port == 9094
+    for bad in (0, 65536, 9092):
+        refused = admin_client.post("/api/v1/brokers", {**body, "kafka_port": bad}, format="json")
+        assert refused.status_code == 400, bad
+        assert "kafka_port" in refused.json()["error"]["details"], refused.json()
+    assert Broker.objects.get(cluster=static, broker_id=1).kafka_port == 9094
+    again = admin_client.post("/api/v1/brokers", body, format="json")
+    assert again.status_code == 201, again.json()
+    assert (again.json()["kafka_port"], again.json()["kafka_address"]) == (None, "")
+    listed = admin_client.get("/api/v1/clusters/" + str(static.pk)).json()["brokers"]
+    assert [b["kafka_address"] for b in listed] == [""]
+
+
 def test_brokers_of_local_clusters_are_not_registered(
     admin_client: APIClient, region: Region
 ) -> None:

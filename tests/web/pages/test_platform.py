@@ -29,11 +29,11 @@ ADMIN = Actor.system("test")
 
 
 def broker_cells(page: str, broker: Broker) -> list[str]:
-    """The text of the broker's row's first seven cells (before its form)."""
+    """The text of the broker's row's first eight cells (before its form)."""
     match = re.search(rf'<tr id="broker-{broker.pk}">(.*?)</tr>', page, re.S)
     assert match is not None
     cells = re.findall(r"<td>(.*?)</td>", match.group(1), re.S)
-    return [re.sub(r"<[^>]+>", "", cell).strip() for cell in cells[:7]]
+    return [re.sub(r"<[^>]+>", "", cell).strip() for cell in cells[:8]]
 
 
 def decommission_url(broker: Broker) -> str:
@@ -103,6 +103,17 @@ def test_the_overview_shows_brokers_and_open_drift(
     assert "1 open drift finding." in page
 
 
+def test_brokers_show_their_kafka_address_beside_the_grpc_one(
+    cluster_rows: Cluster, console_for: ConsoleFactory
+) -> None:
+    cluster_rows.brokers.filter(broker_id=1).update(kafka_port=41001)
+    page = console_for(platform_admin=True).get(OVERVIEW).content.decode()
+    assert '<th scope="col">gRPC address</th><th scope="col">Kafka address</th>' in page
+    one, two = (cluster_rows.brokers.get(broker_id=i) for i in (1, 2))
+    assert broker_cells(page, one)[1:3] == ["127.0.0.1:40001", "127.0.0.1:41001"]
+    assert broker_cells(page, two)[1:3] == ["127.0.0.1:40002", "—"]  # no Kafka listener
+
+
 def test_decommission_needs_the_broker_typed(
     cluster_rows: Cluster, console_for: ConsoleFactory
 ) -> None:
@@ -161,8 +172,8 @@ def test_brokers_show_partitions_led_and_hosted_and_bytes(
     page = console_for(platform_admin=True).get(OVERVIEW).content.decode()
     cells = broker_cells(page, one)
     assert cells[1] == "127.0.0.1:40001"
-    assert cells[4:7] == ["2", "2", "4.0\xa0KB"]
-    assert broker_cells(page, cluster_rows.brokers.get(broker_id=3))[4:6] == ["0", "2"]
+    assert cells[5:8] == ["2", "2", "4.0\xa0KB"]
+    assert broker_cells(page, cluster_rows.brokers.get(broker_id=3))[5:7] == ["0", "2"]
 
 
 def test_a_decommission_the_service_refuses_shows_its_message(

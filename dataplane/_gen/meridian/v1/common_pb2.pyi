@@ -47,11 +47,14 @@ class BrokerInfo(_message.Message):
     PORT_FIELD_NUMBER: _builtins.int
     REGION_FIELD_NUMBER: _builtins.int
     RACK_FIELD_NUMBER: _builtins.int
+    KAFKA_PORT_FIELD_NUMBER: _builtins.int
     id: _builtins.int
     host: _builtins.str
     port: _builtins.int
     region: _builtins.str
     rack: _builtins.str
+    kafka_port: _builtins.int
+    """the broker's Kafka protocol listener on host (0: none)"""
     def __init__(
         self,
         *,
@@ -60,10 +63,11 @@ class BrokerInfo(_message.Message):
         port: _builtins.int = ...,
         region: _builtins.str = ...,
         rack: _builtins.str = ...,
+        kafka_port: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["host", b"host", "id", b"id", "port", b"port", "rack", b"rack", "region", b"region"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["host", b"host", "id", b"id", "kafka_port", b"kafka_port", "port", b"port", "rack", b"rack", "region", b"region"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
