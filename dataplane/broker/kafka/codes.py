@@ -27,17 +27,12 @@ NOT_LEADER_OR_FOLLOWER: int = kafka_errors.NotLeaderForPartitionError.errno
 INVALID_REQUEST: int = kafka_errors.InvalidRequestError.errno
 UNSUPPORTED_VERSION: int = kafka_errors.UnsupportedVersionError.errno
 UNSUPPORTED_SASL_MECHANISM: int = kafka_errors.UnsupportedSaslMechanismError.errno
-ILLEGAL_SASL_STATE: int = kafka_errors.IllegalSaslStateError.errno
 SASL_AUTHENTICATION_FAILED: int = kafka_errors.SaslAuthenticationFailedError.errno
 POLICY_VIOLATION: int = kafka_errors.PolicyViolationError.errno
-CLUSTER_AUTHORIZATION_FAILED: int = kafka_errors.ClusterAuthorizationFailedError.errno
-TOPIC_AUTHORIZATION_FAILED: int = kafka_errors.TopicAuthorizationFailedError.errno
 FENCED_LEADER_EPOCH: int = kafka_errors.FencedLeaderEpochError.errno
 UNKNOWN_LEADER_EPOCH: int = kafka_errors.UnknownLeaderEpochError.errno
 FETCH_SESSION_ID_NOT_FOUND: int = kafka_errors.FetchSessionIdNotFoundError.errno
 INVALID_FETCH_SESSION_EPOCH: int = kafka_errors.InvalidFetchSessionEpochError.errno
-TRANSACTIONAL_ID_AUTHORIZATION_FAILED: int = kafka_errors.TransactionalIdAuthorizationFailedError.errno
-INVALID_PARTITIONS: int = kafka_errors.InvalidPartitionsError.errno
 
 _TABLE: dict[int, type[kafka_errors.BrokerResponseError]] = {
     ErrorCode.NONE: kafka_errors.NoError,
