@@ -7,6 +7,9 @@ producer state, starts the group coordinator on the ``__consumer_offsets`` parti
 broker owns, and only then reports SERVING. ``await stop()`` reports NOT_SERVING, stops
 accepting calls, lets in-flight ones finish (``grace_s``) while the group coordinator
 answers the calls it parked, snapshots producer state and closes every log cleanly.
+With ``kafka_listen`` set, a ``KafkaListener`` (``dataplane.broker.kafka``) also serves
+Kafka's wire protocol through the same servicers, bound with the gRPC port (its calls
+are answered BROKER_NOT_AVAILABLE while loading, as gRPC's) and stopped first.
 
 ``run_broker_in_thread(config)`` runs an app on its own event loop in a thread, for
 in-process tests and tools.

@@ -238,9 +238,23 @@ class ClusterView:
 
     # -- queries ------------------------------------------------------------------------
     def brokers(self) -> list[common_pb2.BrokerInfo]:
-        """This broker, then the controller's view of the others, then static peers."""
+        """This broker, then the controller's view of the others, then static peers. A
+        pushed broker without a Kafka port takes the one that broker itself reported, when
+        it answered at the same address (a controller that does not know the listener
+        yet)."""
         found = {self.me.id: self.me}
         for info in self.pushed.brokers():
+            peer = self.peers.get(info.id)
+            if (
+                not info.kafka_port
+                and peer is not None
+                and peer.info.kafka_port
+                and (peer.info.host, peer.info.port) == (info.host, info.port)
+            ):
+                merged = common_pb2.BrokerInfo()
+                merged.CopyFrom(info)
+                merged.kafka_port = peer.info.kafka_port
+                info = merged
             found.setdefault(info.id, info)
         for peer in self.peers.values():
             found.setdefault(peer.broker_id, peer.info)

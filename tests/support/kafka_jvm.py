@@ -52,6 +52,9 @@ SERVICES_DIR = kafkapeer.KAFKA_HOME.parent  # .services/, or MERIDIAN_SERVICES_D
 STAMP = ".complete"
 LOCK_FILE = ".kafka-jvm.lock"
 SPARK_KAFKA_VERSION_ENV = "MERIDIAN_SPARK_KAFKA_VERSION"
+# Spark's Kafka source when the registry lacks the installed PySpark's (its Maven
+# artifacts can lag PyPI's release).
+SPARK_KAFKA_FALLBACK = "4.2.0"
 
 CONSOLE_PRODUCER = "org.apache.kafka.tools.ConsoleProducer"
 CONSOLE_CONSUMER = "org.apache.kafka.tools.consumer.ConsoleConsumer"
@@ -129,23 +132,28 @@ def spark_kafka_jars(spark_version: str | None = None) -> list[Path]:
     ``spark.jars`` or ``ADD JAR``. Fetched on first use like ``kafka_tools_classpath``.
 
     ``spark_version`` None: ``$MERIDIAN_SPARK_KAFKA_VERSION``, else PySpark's own, the
-    one to use (the source is built against its Spark's internals; another minor version
-    is a stopgap for when PySpark's is not on Maven Central yet)."""
-    version = (
-        spark_version
-        or os.environ.get(SPARK_KAFKA_VERSION_ENV)
-        or importlib.metadata.version("pyspark")
-    )
+    one to use (the source is built against its Spark's internals), else, when the
+    registry does not serve PySpark's, ``SPARK_KAFKA_FALLBACK`` (an earlier minor
+    version of the same major, whose source runs on the later Spark)."""
+    chosen = spark_version or os.environ.get(SPARK_KAFKA_VERSION_ENV)
+    versions = [chosen] if chosen else [importlib.metadata.version("pyspark")]
+    if not chosen and SPARK_KAFKA_FALLBACK not in versions:
+        versions.append(SPARK_KAFKA_FALLBACK)
     shipped = sorted(path.name for path in _pyspark_jars().glob("*.jar"))
     artifact = f"spark-sql-kafka-0-10_{_scala_version(shipped)}"
-    try:
-        jars = fetch_jars(
-            SERVICES_DIR / f"spark-kafka-{version}", [("org.apache.spark", artifact, version)]
-        )
-    except kafkapeer.KafkaError as exc:
-        hint = f"${SPARK_KAFKA_VERSION_ENV} names another version of Spark's Kafka source"
-        raise kafkapeer.KafkaError(f"{exc}\n({hint})") from exc
-    return [jar for jar in _jars_in(jars) if not _ships(shipped, _artifact_id(jar))]
+    for version in versions:
+        try:
+            jars = fetch_jars(
+                SERVICES_DIR / f"spark-kafka-{version}", [("org.apache.spark", artifact, version)]
+            )
+        except kafkapeer.KafkaError as exc:
+            if version != versions[-1]:
+                progress(f"Spark's Kafka source {version} is not served: trying {versions[-1]}")
+                continue
+            hint = f"${SPARK_KAFKA_VERSION_ENV} names another version of Spark's Kafka source"
+            raise kafkapeer.KafkaError(f"{exc}\n({hint})") from exc
+        return [jar for jar in _jars_in(jars) if not _ships(shipped, _artifact_id(jar))]
+    raise AssertionError("unreachable: the last version raises")
 
 
 def fetch_jars(folder: Path, dependencies: Sequence[tuple[str, str, str]]) -> Path:

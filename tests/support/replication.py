@@ -210,7 +210,9 @@ class TestController:
             controller_epoch=self.epoch,
             cluster_id=self.cluster_id,
             brokers=[
-                common_pb2.BrokerInfo(id=i, host="127.0.0.1", port=b.port)
+                common_pb2.BrokerInfo(
+                    id=i, host="127.0.0.1", port=b.port, kafka_port=b.kafka_port or 0
+                )
                 for i, b in sorted(self.brokers.items())
             ],
             topics=[

@@ -211,7 +211,9 @@ def _fetch_result(r: Any) -> Values:
         "log_start_offset": r.log_start_offset,
         "aborted_transactions": None,
         "preferred_read_replica": -1,
-        "records": r.records if not r.error else None,
+        # Never null on an error: librdkafka refuses a null record set (Kafka's brokers
+        # send an empty one).
+        "records": r.records if not r.error else b"",
     }
 
 
@@ -224,7 +226,7 @@ def _fetch_error(partition: int, code: int) -> Values:
         "log_start_offset": -1,
         "aborted_transactions": None,
         "preferred_read_replica": -1,
-        "records": None,
+        "records": b"",
     }
 
 

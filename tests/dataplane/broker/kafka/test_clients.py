@@ -5,6 +5,7 @@ malformed frames answered by closing the connection without harming the broker."
 
 from __future__ import annotations
 
+import logging
 import socket
 import struct
 import time
@@ -137,3 +138,58 @@ def test_malformed_frames_close_the_connection_only(cluster: LocalCluster, frame
         assert sock.recv(1024) == b""  # closed by the broker, nothing answered
     sent = _produce(cluster.kafka_bootstrap, "none", 5, b"after-bad-frame")
     assert len(sent) == 5
+
+
+class _Lines(logging.Handler):
+    """The messages librdkafka logged (its ``logger`` setting)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def test_a_fetch_past_the_end_resets_as_the_client_asks(cluster: LocalCluster) -> None:
+    """OFFSET_OUT_OF_RANGE comes with an empty record set that librdkafka parses (not a
+    null one), so the consumer resets to the end and reads what comes next."""
+    from confluent_kafka import TopicPartition
+
+    resets = _Lines()
+    logger = logging.getLogger("tests.kafka.reset")
+    logger.addHandler(resets)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.kafka_bootstrap,
+            "group.id": "acme.reset",
+            "auto.offset.reset": "latest",
+            "enable.auto.commit": False,
+            "logger": logger,
+        }
+    )
+    errors: list[object] = []
+    try:
+        consumer.assign([TopicPartition(TOPIC, p, 1_000_000) for p in range(3)])
+        deadline = time.monotonic() + 30
+        while sum("offset reset" in line for line in resets.lines) < 3:
+            assert time.monotonic() < deadline, f"no reset: {resets.lines}"
+            message = consumer.poll(0.2)
+            if message is not None and message.error():
+                errors.append(message.error())
+        sent = _produce(cluster.kafka_bootstrap, "none", 30, b"after-reset")
+        got: list[bytes] = []
+        deadline = time.monotonic() + 30
+        while not set(sent) <= set(got):
+            assert time.monotonic() < deadline, f"read {len(got)} of {len(sent)}"
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            if message.error():
+                errors.append(message.error())
+            else:
+                got.append(message.value())
+    finally:
+        consumer.close()
+    assert set(got) == set(sent)
+    assert not [e for e in errors if "parse" in str(e).lower()], errors
