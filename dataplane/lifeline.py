@@ -48,6 +48,23 @@ def inherited_fd() -> int | None:
     return fd
 
 
+_own_read_end: int | None = None
+
+
+def for_children() -> int:
+    """The read end to hand a child (``Popen(pass_fds=...)``, named by ``ENV`` in the
+    child's environment only): the inherited lifeline, else this process's own, made once
+    (its write end held until this process ends), so a launcher without a supervisor
+    (``dataplane.local``: the tests, a script) still takes its brokers down with it."""
+    global _own_read_end
+    fd = inherited_fd()
+    if fd is not None:
+        return fd
+    if _own_read_end is None:
+        _own_read_end, _write_end = os.pipe()  # never closed: cut when this process ends
+    return _own_read_end
+
+
 def pass_fds() -> tuple[int, ...]:
     """What to add to ``subprocess.Popen(pass_fds=...)`` so a child inherits the lifeline."""
     fd = inherited_fd()

@@ -9,7 +9,8 @@ With ``kafka_port`` set (0: any port, kept once chosen) the broker also serves K
 wire protocol there (``kafka_address``).
 ``LocalCluster(data_root, size=3).start()`` starts ``size`` brokers, each knowing every
 other, with ports chosen up front. ``stop()`` sends SIGTERM and waits for a clean exit;
-``kill()`` sends SIGKILL.
+``kill()`` sends SIGKILL. Brokers hold the lifeline (``dataplane.lifeline``) of the
+process that launched them, so they stop when it ends, SIGKILL included.
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from dataplane import lifeline
 
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
@@ -119,7 +122,8 @@ class LocalBroker:
             raise BrokerStartError(f"broker {self.broker_id} is already running")
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.ready_file.unlink(missing_ok=True)
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        line = lifeline.for_children()  # the broker stops when this process ends
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", lifeline.ENV: str(line)}
         env["PYTHONPATH"] = os.pathsep.join(
             filter(None, [str(_SOURCE_ROOT), env.get("PYTHONPATH")])
         )
@@ -128,7 +132,7 @@ class LocalBroker:
             log_file.flush()
             self.process = subprocess.Popen(
                 self.command(), stdout=log_file, stderr=subprocess.STDOUT, env=env,
-                start_new_session=True,
+                start_new_session=True, pass_fds=(line,),
             )  # fmt: skip
 
     def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> None:
