@@ -101,6 +101,14 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer, _Instrumented):
         work = guard.produce(self._authz, request, self._produce.produce)
         return await self._call("Produce", context, work)
 
+    def start_produce(
+        self, request: broker_pb2.ProduceRequest
+    ) -> Awaitable[broker_pb2.ProduceResponse]:
+        """A ``Produce`` whose appends start now, in call order (the Kafka listener's
+        pipelined produce); raises ``MeridianError`` for the request as a whole."""
+        self.readiness.check()
+        return guard.submit_produce(self._authz, request, self._produce.submit)
+
     async def ProduceStream(
         self, request_iterator: AsyncIterator[broker_pb2.ProduceRequest], context: Any
     ) -> AsyncIterator[broker_pb2.ProduceResponse]:

@@ -17,6 +17,7 @@ the hold after together are at most ``max_hold_ms``; ``throttle_ms`` counts both
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -234,6 +235,32 @@ async def metered(
     finally:
         quotas.release(claims)
     return response, await settle(quotas, usage_of(request, response), response, waited_s, hold)
+
+
+async def metered_start(
+    quotas: QuotaManager, request: Any, start: Callable[[Any], Awaitable[Any]]
+) -> Awaitable[tuple[Any, int]]:
+    """As ``metered`` without holding, for pipelined requests: ``request`` is admitted
+    (waiting out the tenant's debt) and ``start(request)`` called now, so requests started
+    one after another begin their work in that order; the returned awaitable gives
+    (response, throttle ms) once the work is done."""
+    claims = claims_of(request)
+    waited_s = await quotas.admit(claims)
+    try:
+        started = start(request)
+    except BaseException:
+        quotas.release(claims)
+        raise
+
+    async def finish() -> tuple[Any, int]:
+        try:
+            response = await started
+        finally:
+            quotas.release(claims)
+        usage = usage_of(request, response)
+        return response, await settle(quotas, usage, response, waited_s, hold=False)
+
+    return asyncio.ensure_future(finish())
 
 
 async def settle(

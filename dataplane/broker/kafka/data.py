@@ -30,6 +30,7 @@ through the broker's servicer (``calls``), and turns the answer back, field by f
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ from typing import Any
 from dataplane._gen.meridian.v1 import admin_pb2, admin_pb2_grpc, broker_pb2
 from dataplane.broker.auth.authorizer import DESCRIBE, Authorizer
 from dataplane.broker.cluster import ClusterView
+from dataplane.broker.errors import to_error
 from dataplane.broker.groups import OFFSETS_TOPIC
 from dataplane.broker.kafka import codes
 from dataplane.broker.kafka.calls import CallContext
@@ -45,7 +47,7 @@ from dataplane.broker.kafka.wire import Request
 from dataplane.broker.partitions import PartitionRegistry
 from dataplane.broker.quotas import QuotaManager
 from dataplane.broker.services import AdminServicer, BrokerServicer
-from dataplane.broker.throttling import metered
+from dataplane.broker.throttling import metered, metered_start
 from dataplane.errors import ErrorCode, MeridianError
 from dataplane.storage.config import LogConfig
 
@@ -86,19 +88,52 @@ def _by_topic(results: Iterable[Any]) -> dict[str, list[Any]]:
 
 
 # -- Produce ------------------------------------------------------------------------------
-async def produce(services: DataServices, req: Request, ctx: CallContext) -> Values | None:
+async def start_produce(
+    services: DataServices, req: Request, ctx: CallContext
+) -> Awaitable[Values | None]:
+    """Admit a Produce (waiting out its tenant's quota debt) and start its appends now;
+    the awaitable gives the answer (None for ``acks=0``). A connection starting its
+    requests one after another appends them in that order while earlier ones are still
+    being written and replicated, as a Kafka broker pipelines a producer's in-flight
+    requests."""
     body = req.body
     pb = broker_pb2.ProduceRequest(acks=body.acks, timeout_ms=body.timeout_ms)
     for topic in body.topic_data:
         for part in topic.partition_data:
             pb.partitions.add(topic=topic.name, partition=part.index, records=part.records or b"")
     try:
-        response, throttle_ms = await _run(services, pb, lambda r: services.broker.Produce(r, ctx))
-        results = list(response.results)
-    except MeridianError as exc:  # the request as a whole: every partition carries it
-        throttle_ms = 0
-        results = [_refused_produce(p, exc) for p in pb.partitions]
-    if body.acks == 0:
+        started = await metered_start(services.quotas, pb, services.broker.start_produce)
+    except Exception as exc:  # the request as a whole: every partition carries it
+        return _answered(_produce_values(body.acks, 0, _refused_all(pb, exc)))
+
+    async def finish() -> Values | None:
+        try:
+            response, throttle_ms = await started
+        except Exception as exc:
+            return _produce_values(body.acks, 0, _refused_all(pb, exc))
+        return _produce_values(body.acks, throttle_ms, list(response.results))
+
+    return asyncio.ensure_future(finish())
+
+
+async def produce(services: DataServices, req: Request, ctx: CallContext) -> Values | None:
+    """A Produce on its own (``start_produce`` awaited through)."""
+    return await (await start_produce(services, req, ctx))
+
+
+def _answered(values: Values | None) -> Awaitable[Values | None]:
+    done: asyncio.Future[Values | None] = asyncio.get_running_loop().create_future()
+    done.set_result(values)
+    return done
+
+
+def _refused_all(pb: Any, exc: Exception) -> list[Any]:
+    error = to_error(exc)
+    return [_refused_produce(p, error) for p in pb.partitions]
+
+
+def _produce_values(acks: int, throttle_ms: int, results: list[Any]) -> Values | None:
+    if acks == 0:
         return None
     return {
         "throttle_time_ms": throttle_ms,

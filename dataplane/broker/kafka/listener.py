@@ -2,10 +2,12 @@
 
 One asyncio server (TLS when the broker's gRPC listener has it: SASL_SSL, else
 SASL_PLAINTEXT, or PLAINTEXT with authentication off). Each connection reads frames
-(``wire``) and answers them strictly in order, one at a time, as a Kafka broker does, so a
-producer's pipelined requests append in the order it sent them. Every request runs as the
-connection's ``Principal`` through the broker's own servicers (``calls``, ``data``,
-``groups``).
+(``wire``) and answers them strictly in request order. Produce requests are pipelined: up
+to ``MAX_IN_FLIGHT`` of them are started (their appends begun, in the order sent) while
+earlier ones are still being written and replicated, and answered in order as they
+finish; any other request waits until every earlier answer is out, then runs alone, as
+a Kafka broker serves it. Every request runs as the connection's ``Principal`` through the
+broker's own servicers (``calls``, ``data``, ``groups``).
 
 Authentication (when the broker verifies tokens): before SASL succeeds only ApiVersions,
 SaslHandshake and SaslAuthenticate are answered, each frame at most
@@ -47,6 +49,7 @@ AUTH_FAILURE_DELAY_S = 0.5
 MAX_UNAUTHENTICATED_FRAME_BYTES = 512 * 1024  # Kafka's sasl.server.max.receive.size
 FRAME_OVERHEAD_BYTES = 1024 * 1024  # headers and names around a request's record bytes
 KAFKA_METHOD = "/kafka"  # the method name tokens are authenticated for
+MAX_IN_FLIGHT = 16  # pipelined Produce requests of one connection (librdkafka sends 5)
 
 Handler = Callable[[wire.Request, CallContext], Awaitable[dict[str, Any] | None]]
 
@@ -63,6 +66,7 @@ class KafkaListener:
         authenticator: Authenticator | None,
     ) -> None:
         self.config = config
+        self.data = data_services
         self.metrics = metrics
         self.authenticator = authenticator
         self.max_frame_bytes = config.max_request_bytes + FRAME_OVERHEAD_BYTES
@@ -171,6 +175,11 @@ class Connection:
         self.mechanism = ""
         self.token = ""
         self.principal: Principal | None = None
+        # The answers of started Produce requests, in request order: each writes its
+        # answer once the one before it is written.
+        self._last_write: asyncio.Future[None] | None = None
+        self._slots = asyncio.Semaphore(MAX_IN_FLIGHT)
+        self._writes: set[asyncio.Future[None]] = set()
 
     @property
     def authenticated(self) -> bool:
@@ -187,6 +196,11 @@ class Connection:
             log.info("closing Kafka connection from %s: %s", self.context.peer(), exc)
             reason = "malformed" if isinstance(exc, wire.FrameError) else "refused"
             self.listener.metrics.kafka_refused(reason)
+        finally:
+            for write in self._writes:
+                write.cancel()
+            if self._writes:
+                await asyncio.gather(*self._writes, return_exceptions=True)
 
     async def _read_frame(self) -> bytes:
         head = await asyncio.wait_for(self.reader.readexactly(4), IDLE_TIMEOUT_S)
@@ -208,10 +222,62 @@ class Connection:
             )
             return
         started = time.perf_counter()
+        if request.api.key == wire.PRODUCE_KEY and self.authenticated:
+            await self._start_produce(request, started)
+            return
+        await self._written()
         values = await self._answer(request)
         self.listener.metrics.observe_kafka(request.api.name, time.perf_counter() - started)
         if values is not None:
             await self._write(wire.encode_response(request, values))
+
+    async def _start_produce(self, request: wire.Request, started: float) -> None:
+        """Start a Produce now and queue its answer behind the earlier ones."""
+        await self._slots.acquire()
+        try:
+            principal = await self._recheck()
+            token = set_current(principal)
+            try:
+                answer = await data.start_produce(self.listener.data, request, self.context)
+            finally:
+                reset_current(token)
+        except BaseException:
+            self._slots.release()
+            raise
+        before = self._last_write
+        write = asyncio.ensure_future(self._answer_in_turn(request, started, answer, before))
+        self._last_write = write
+        self._writes.add(write)
+        write.add_done_callback(self._write_done)
+
+    def _write_done(self, write: asyncio.Future[None]) -> None:
+        self._writes.discard(write)
+        if not write.cancelled() and write.exception() is not None:
+            # The client went away mid-answer: the next read ends the connection.
+            log.debug("Kafka answer to %s not written: %r", self.context.peer(), write.exception())
+
+    async def _answer_in_turn(
+        self,
+        request: wire.Request,
+        started: float,
+        answer: Awaitable[dict[str, Any] | None],
+        before: asyncio.Future[None] | None,
+    ) -> None:
+        try:
+            values = await answer
+            if before is not None:
+                await before
+            self.listener.metrics.observe_kafka(request.api.name, time.perf_counter() - started)
+            if values is not None:
+                await self._write(wire.encode_response(request, values))
+        finally:
+            self._slots.release()
+
+    async def _written(self) -> None:
+        """Until every started Produce is answered (raising what ended its write)."""
+        if self._last_write is not None:
+            last, self._last_write = self._last_write, None
+            await last
 
     async def _write(self, data: bytes) -> None:
         self.writer.write(data)
