@@ -105,9 +105,30 @@ class BrokerServicer(broker_pb2_grpc.BrokerServicer, _Instrumented):
         self, request: broker_pb2.ProduceRequest
     ) -> Awaitable[broker_pb2.ProduceResponse]:
         """A ``Produce`` whose appends start now, in call order (the Kafka listener's
-        pipelined produce); raises ``MeridianError`` for the request as a whole."""
-        self.readiness.check()
-        return guard.submit_produce(self._authz, request, self._produce.submit)
+        pipelined produce); raises ``MeridianError`` for the request as a whole. Observed
+        in the metrics as ``Produce``, like the unary call."""
+        started = time.perf_counter()
+        try:
+            self.readiness.check()
+            pending = asyncio.ensure_future(
+                guard.submit_produce(self._authz, request, self._produce.submit)
+            )
+        except Exception as exc:
+            error = to_error(exc)
+            self.metrics.observe("Produce", error.code_name, time.perf_counter() - started)
+            raise error from None
+
+        def observed(done: asyncio.Future[broker_pb2.ProduceResponse]) -> None:
+            if done.cancelled():
+                outcome = "CANCELLED"
+            elif done.exception() is not None:
+                outcome = to_error(done.exception()).code_name  # type: ignore[arg-type]
+            else:
+                outcome = first_error(done.result().results)
+            self.metrics.observe("Produce", outcome, time.perf_counter() - started)
+
+        pending.add_done_callback(observed)
+        return pending
 
     async def ProduceStream(
         self, request_iterator: AsyncIterator[broker_pb2.ProduceRequest], context: Any

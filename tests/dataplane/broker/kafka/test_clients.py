@@ -9,11 +9,13 @@ import logging
 import socket
 import struct
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer
+from prometheus_client.parser import text_string_to_metric_families
 
 from dataplane.client import Consumer as SdkConsumer
 from dataplane.client.admin import Admin
@@ -193,3 +195,32 @@ def test_a_fetch_past_the_end_resets_as_the_client_asks(cluster: LocalCluster) -
         consumer.close()
     assert set(got) == set(sent)
     assert not [e for e in errors if "parse" in str(e).lower()], errors
+
+
+def _metric(text: str, name: str, **labels: str) -> float:
+    """The sum of ``name``'s samples whose labels include ``labels``."""
+    total = 0.0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and labels.items() <= sample.labels.items():
+                total += sample.value
+    return total
+
+
+def test_kafka_requests_show_in_the_brokers_metrics(cluster: LocalCluster) -> None:
+    def scrape() -> str:
+        return "".join(
+            urllib.request.urlopen(f"http://127.0.0.1:{b.metrics_port}/metrics", timeout=10)
+            .read()
+            .decode()
+            for b in cluster.brokers
+        )
+
+    before = scrape()
+    _produce(cluster.kafka_bootstrap, "none", 50, b"metered")
+    after = scrape()
+    for name, labels in [
+        ("meridian_kafka_request_seconds_count", {"api": "Produce"}),
+        ("meridian_broker_requests_total", {"rpc": "Produce", "error": "NONE"}),
+    ]:
+        assert _metric(after, name, **labels) > _metric(before, name, **labels), name
