@@ -11,7 +11,9 @@ token source (``dataplane.client.auth``) on every call.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+import time
+from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +40,15 @@ CHANNEL_OPTIONS = [
 
 
 Tls = str | Path | bool | None
+
+# A channel dropped after a failure is closed once no call can still be using it: every
+# call on it began before it was dropped, and the SDK's calls end by their deadlines
+# (30 s by default; a JoinGroup's is its rebalance timeout plus 30 s), so after
+# RETIRED_GRACE_S it is idle. At most MAX_RETIRED wait meanwhile (the oldest is closed
+# first): a client facing a dead broker for hours drops a channel at every retry, and
+# must not keep them all.
+RETIRED_GRACE_S = 300.0
+MAX_RETIRED = 32
 
 
 @dataclass(frozen=True)
@@ -120,13 +131,16 @@ class ConnectionPool:
         *,
         client_id: str = "meridian",
         security: ChannelSecurity = PLAINTEXT,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.bootstrap = parse_bootstrap(bootstrap)
         self.client_id = client_id
         self.security = security
+        self._clock = clock
         self._lock = threading.Lock()
         self._connections: dict[str, Connection] = {}
-        self._retired: list[Connection] = []  # dropped by forget(), closed by close()
+        # Dropped by forget(), oldest first, with the time each was dropped.
+        self._retired: deque[tuple[float, Connection]] = deque()
         self._closed = False
 
     def get(self, address: str) -> Connection:
@@ -149,21 +163,41 @@ class ConnectionPool:
     def forget(self, address: str) -> None:
         """Drop the channel to ``address`` (after it failed); the next ``get`` reopens.
 
-        The old channel is closed only when the pool closes: other threads may still be
+        The old channel stays open for ``RETIRED_GRACE_S``: other threads may still be
         calling on it, and a closed channel fails their calls with a ``ValueError``
-        instead of a status. Channels are dropped only after failures, so few pile up.
+        instead of a status. Then it is closed, or sooner once more than ``MAX_RETIRED``
+        dropped channels wait (the oldest first), and at the latest when the pool closes.
         """
         with self._lock:
             conn = self._connections.pop(address, None)
             if conn is not None:
-                self._retired.append(conn)
+                self._retired.append((self._clock(), conn))
+            expired = self._expired_locked()
+        for old in expired:
+            old.channel.close()
+
+    def _expired_locked(self) -> list[Connection]:
+        """Take the dropped channels due for closing (the caller closes them)."""
+        horizon = self._clock() - RETIRED_GRACE_S
+        expired = []
+        while self._retired and (
+            len(self._retired) > MAX_RETIRED or self._retired[0][0] <= horizon
+        ):
+            expired.append(self._retired.popleft()[1])
+        return expired
+
+    @property
+    def retired_channels(self) -> int:
+        """How many dropped channels are still open."""
+        with self._lock:
+            return len(self._retired)
 
     def close(self) -> None:
         with self._lock:
             self._closed = True
             connections, self._connections = list(self._connections.values()), {}
-            connections += self._retired
-            self._retired = []
+            connections += [conn for _, conn in self._retired]
+            self._retired.clear()
         for conn in connections:
             conn.channel.close()
 

@@ -7,7 +7,7 @@ import grpc
 import pytest
 
 from dataplane._gen.meridian.v1 import broker_pb2
-from dataplane.client.connection import ConnectionPool
+from dataplane.client.connection import MAX_RETIRED, RETIRED_GRACE_S, ConnectionPool
 from dataplane.local import free_ports
 
 
@@ -44,3 +44,51 @@ def test_a_channel_reopened_after_failures_reaches_a_restarted_server_at_once():
             assert raised.value.code() == grpc.StatusCode.UNIMPLEMENTED  # reached it
         finally:
             server.stop(None)
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _closed(conn) -> bool:
+    try:
+        conn.broker.Metadata(broker_pb2.MetadataRequest(), timeout=0.01)
+    except ValueError:
+        return True
+    except grpc.RpcError:
+        return False
+    return False
+
+
+def test_dropped_channels_are_closed_after_the_grace_period():
+    address = f"127.0.0.1:{free_ports(1)[0]}"
+    clock = _Clock()
+    with ConnectionPool(address, clock=clock) as pool:
+        first = pool.get(address)
+        pool.forget(address)
+        clock.now += RETIRED_GRACE_S - 1
+        second = pool.get(address)
+        pool.forget(address)  # sweeps: the first is still within its grace
+        assert not _closed(first)
+        assert pool.retired_channels == 2
+        clock.now += 1
+        pool.forget(address)  # nothing to drop, but the first's grace is over
+        assert _closed(first)
+        assert not _closed(second)
+        assert pool.retired_channels == 1
+
+
+def test_a_client_facing_a_dead_broker_keeps_a_bounded_number_of_channels():
+    address = f"127.0.0.1:{free_ports(1)[0]}"
+    with ConnectionPool(address, clock=_Clock()) as pool:
+        dropped = []
+        for _ in range(MAX_RETIRED * 3):
+            dropped.append(pool.get(address))
+            pool.forget(address)
+        assert pool.retired_channels == MAX_RETIRED
+        assert all(_closed(conn) for conn in dropped[:-MAX_RETIRED])
+        assert not any(_closed(conn) for conn in dropped[-MAX_RETIRED:])
