@@ -9,6 +9,9 @@ A TOML file uses the field names of ``BrokerConfig`` (``id`` for ``broker_id``),
     region = "eu-west"
     listen = "0.0.0.0:9092"
     kafka_listen = "0.0.0.0:9093"       # Kafka's wire protocol beside gRPC; "" turns it off
+    kafka_max_connections = 4096        # Kafka connections kept in all, and from one address
+    kafka_max_connections_per_ip = 1024
+    kafka_auth_timeout_ms = 30000       # a Kafka connection not authenticated by then is closed
     advertised_host = "broker-1.internal"
     data_dir = "/var/lib/meridian/1"
     metrics_listen = "0.0.0.0:9100"     # "" disables the metrics endpoint
@@ -101,6 +104,11 @@ class BrokerConfig:
     # exchanged for a token at this token endpoint (default: token_url); without either,
     # the Kafka listener offers OAUTHBEARER alone.
     sasl_plain_token_url: str = ""
+    # Bounds of the Kafka listener against clients that hold connections: how many it
+    # keeps in all and from one address, and how long one may take to authenticate.
+    kafka_max_connections: int = 4096
+    kafka_max_connections_per_ip: int = 1024
+    kafka_auth_timeout_ms: int = 30_000
     quota_max_hold_ms: int = 10_000  # longest a throttled response is held (quotas.py)
     # Tiered storage (dataplane/tiered): the cluster's object store, as an fsspec URI (a
     # local folder path, file://, s3://, ...); "" turns tiering off. The options file is a
@@ -135,6 +143,9 @@ class BrokerConfig:
             "group_lag_interval_ms",
             "tier_interval_ms",
             "orphan_grace_ms",
+            "kafka_max_connections",
+            "kafka_max_connections_per_ip",
+            "kafka_auth_timeout_ms",
         ):
             _check(getattr(self, name) >= 1, name, "must be >= 1")
         _check(self.fetch_max_wait_ms >= 0, "fetch_max_wait_ms", "must be >= 0")

@@ -53,6 +53,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--kafka-listen", help='host:port to serve Kafka\'s protocol on (port 0: any; "" off)'
     )
+    parser.add_argument(
+        "--kafka-auth-timeout-ms",
+        type=int,
+        help="a Kafka connection not authenticated by then is closed (default 30000)",
+    )
+    parser.add_argument(
+        "--kafka-max-connections-per-ip",
+        type=int,
+        help="Kafka connections kept from one address (default 1024)",
+    )
     parser.add_argument("--advertised-host", help="host clients and peers reach us at")
     parser.add_argument("--data-dir", type=Path)
     parser.add_argument(
@@ -113,6 +123,8 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
         cluster_id=args.cluster_id,
         listen=args.listen,
         kafka_listen=args.kafka_listen,
+        kafka_auth_timeout_ms=args.kafka_auth_timeout_ms,
+        kafka_max_connections_per_ip=args.kafka_max_connections_per_ip,
         advertised_host=args.advertised_host,
         data_dir=args.data_dir,
         peers=peers,

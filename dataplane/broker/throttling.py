@@ -266,12 +266,17 @@ async def metered_start(
 async def settle(
     quotas: QuotaManager, usage: Usage, response: Any, waited_s: float = 0.0, hold: bool = True
 ) -> int:
-    """Charge ``usage``; set the response's ``throttle_ms`` (both holds, from when the
-    request was sent) where it has one; hold it; return the throttle in ms."""
+    """Charge ``usage``; set the response's ``throttle_ms`` where it has one; hold it;
+    return the throttle in ms. Held, the throttle is both holds, from when the request
+    was sent. Not held (``hold=False``, Kafka's way), it is only the debt still ahead:
+    the client backs off by it before its next request, and the wait already served
+    before this one ran must not be served twice."""
     throttle = quotas.charge(usage, waited_s)
-    total = Throttle(waited_s + throttle.seconds, throttle.tenant, throttle.kind)
-    if total.seconds > 0 and "throttle_ms" in response.DESCRIPTOR.fields_by_name:
-        response.throttle_ms = total.ms
+    told = Throttle(
+        waited_s + throttle.seconds if hold else throttle.seconds, throttle.tenant, throttle.kind
+    )
+    if told.seconds > 0 and "throttle_ms" in response.DESCRIPTOR.fields_by_name:
+        response.throttle_ms = told.ms
     if hold:
         await quotas.hold(throttle, waited_s)
-    return total.ms if total.seconds > 0 else 0
+    return told.ms if told.seconds > 0 else 0

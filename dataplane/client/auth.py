@@ -124,36 +124,41 @@ class ClientCredentials:
             return token
 
     def _fetch(self) -> tuple[str, float]:
-        body = urllib.parse.urlencode(
-            {
-                "grant_type": "client_credentials",
-                "client_id": self.client_id,
-                "client_secret": self._secret,
-            }
-        ).encode()
-        request = urllib.request.Request(
-            self.token_url,
-            data=body,
-            headers={"Content-Type": "application/x-www-form-urlencoded"},
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=TOKEN_REQUEST_TIMEOUT_S) as response:
-                answer: dict[str, Any] = json.loads(response.read())
-        except urllib.error.HTTPError as exc:
-            detail = exc.read()[:300].decode(errors="replace")
-            refused = exc.code in (400, 401, 403)
-            code = ErrorCode.UNAUTHENTICATED if refused else ErrorCode.BROKER_NOT_AVAILABLE
-            raise MeridianError(
-                code, f"token request for {self.client_id!r} refused ({exc.code}): {detail}"
-            ) from None
-        except (OSError, ValueError) as exc:
-            raise MeridianError(
-                ErrorCode.BROKER_NOT_AVAILABLE, f"cannot reach {self.token_url}: {exc}"
-            ) from None
-        return str(answer["access_token"]), float(answer.get("expires_in", 300))
+        return exchange_client_credentials(self.token_url, self.client_id, self._secret)
 
     def __repr__(self) -> str:
         return f"ClientCredentials({self.token_url!r}, {self.client_id!r})"
+
+
+def exchange_client_credentials(
+    token_url: str, client_id: str, client_secret: str
+) -> tuple[str, float]:
+    """One client-credentials grant at ``token_url``: (access token, seconds it lives).
+
+    Raises ``MeridianError``: UNAUTHENTICATED when the issuer refused the client (400,
+    401, 403), BROKER_NOT_AVAILABLE when it could not be reached or answered otherwise;
+    the message carries the issuer's answer."""
+    body = urllib.parse.urlencode(
+        {"grant_type": "client_credentials", "client_id": client_id, "client_secret": client_secret}
+    ).encode()
+    request = urllib.request.Request(
+        token_url, data=body, headers={"Content-Type": "application/x-www-form-urlencoded"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=TOKEN_REQUEST_TIMEOUT_S) as response:
+            answer: dict[str, Any] = json.loads(response.read())
+        return str(answer["access_token"]), float(answer.get("expires_in", 300))
+    except urllib.error.HTTPError as exc:
+        detail = exc.read()[:300].decode(errors="replace")
+        refused = exc.code in (400, 401, 403)
+        code = ErrorCode.UNAUTHENTICATED if refused else ErrorCode.BROKER_NOT_AVAILABLE
+        raise MeridianError(
+            code, f"token request for {client_id!r} refused ({exc.code}): {detail}"
+        ) from None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise MeridianError(
+            ErrorCode.BROKER_NOT_AVAILABLE, f"cannot reach {token_url}: {exc!r}"
+        ) from None
 
 
 Credentials = TokenSource | str | None

@@ -103,5 +103,23 @@ def kafka_code(code: int) -> int:
     return int(kind.errno) if kind is not None else UNKNOWN_SERVER_ERROR
 
 
+# The group APIs: Kafka's coordinators answer a failed log write or load with
+# COORDINATOR_NOT_AVAILABLE / NOT_COORDINATOR, which every client retries after finding
+# the coordinator again; a storage error there would be fatal to the Java client.
+_GROUP_TABLE: dict[int, type[kafka_errors.BrokerResponseError]] = {
+    ErrorCode.STORAGE_ERROR: kafka_errors.CoordinatorNotAvailableError,
+    ErrorCode.BROKER_NOT_AVAILABLE: kafka_errors.CoordinatorNotAvailableError,
+    ErrorCode.REQUEST_TIMED_OUT: kafka_errors.CoordinatorNotAvailableError,
+    ErrorCode.UNKNOWN_SERVER_ERROR: kafka_errors.CoordinatorNotAvailableError,
+    ErrorCode.MESSAGE_TOO_LARGE: kafka_errors.OffsetMetadataTooLargeError,
+}
+
+
+def group_code(code: int) -> int:
+    """``kafka_code`` for an answer of a group API (see ``_GROUP_TABLE``)."""
+    kind = _GROUP_TABLE.get(code)
+    return int(kind.errno) if kind is not None else kafka_code(code)
+
+
 def is_mapped(code: int) -> bool:
     return code in _TABLE

@@ -6,8 +6,10 @@ through the broker's servicer (``calls``), and turns the answer back, field by f
 
 - **Produce** (v3-9): per partition, the records as sent (whole RecordBatch v2 batches,
   validated record by record by the log, as for gRPC); ``acks=0`` is never answered, as
-  Kafka does not answer it. An idempotent retry's duplicate is answered with its
-  original's offset and no error, as Kafka answers it.
+  Kafka does not answer it, and one refused in any partition raises ``AcksZeroRefused``
+  (the connection is then closed, as Kafka closes it, so the client refreshes its
+  metadata instead of writing on into nothing). An idempotent retry's duplicate is
+  answered with its original's offset and no error, as Kafka answers it.
 - **Fetch** (v4-12): sessionless (``session_id`` 0 in every answer, so clients send full
   requests; an incremental request naming a session is FETCH_SESSION_ID_NOT_FOUND); a
   ``current_leader_epoch`` below the partition's is FENCED_LEADER_EPOCH, above it
@@ -20,7 +22,8 @@ through the broker's servicer (``calls``), and turns the answer back, field by f
   may describe, with leaders, epochs, replicas and ISR as gRPC's Metadata gives them; a
   topic named that the caller may not describe is TOPIC_AUTHORIZATION_FAILED whether it
   exists or not; topics are never created by asking (``allow_auto_topic_creation`` is
-  ignored: topics come from the control plane).
+  ignored: topics come from the control plane). A broker that cannot answer yet (still
+  loading its logs) answers each asked topic with the error, or no topics.
 - **InitProducerId** (v0-4): an idempotent producer's id and epoch, or the bump of a
   known one's epoch (v3+); a ``transactional_id`` is refused (INVALID_REQUEST).
 - **DescribeConfigs** (v1-4): a topic's effective configuration under Kafka's names, read
@@ -36,8 +39,10 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+import grpc
+
 from dataplane._gen.meridian.v1 import admin_pb2, admin_pb2_grpc, broker_pb2
-from dataplane.broker.auth.authorizer import DESCRIBE, Authorizer
+from dataplane.broker.auth.authorizer import CONSUME, DESCRIBE, Authorizer
 from dataplane.broker.cluster import ClusterView
 from dataplane.broker.errors import to_error
 from dataplane.broker.groups import OFFSETS_TOPIC
@@ -59,6 +64,10 @@ TOPICS_AT_THE_CONTROL_PLANE = (
     "/api/v1/topics, the console, or `meridian topics ...`), not through Kafka's admin API"
 )
 Values = dict[str, Any]
+
+
+class AcksZeroRefused(Exception):  # noqa: N818 - an outcome the listener acts on
+    """An ``acks=0`` Produce failed in some partition: close the connection."""
 
 
 @dataclass
@@ -104,14 +113,14 @@ async def start_produce(
     try:
         started = await metered_start(services.quotas, pb, services.broker.start_produce)
     except Exception as exc:  # the request as a whole: every partition carries it
-        return _answered(_produce_values(body.acks, 0, _refused_all(pb, exc)))
+        return asyncio.ensure_future(_finished(body.acks, 0, _refused_all(pb, exc)))
 
     async def finish() -> Values | None:
         try:
             response, throttle_ms = await started
         except Exception as exc:
-            return _produce_values(body.acks, 0, _refused_all(pb, exc))
-        return _produce_values(body.acks, throttle_ms, list(response.results))
+            return await _finished(body.acks, 0, _refused_all(pb, exc))
+        return await _finished(body.acks, throttle_ms, list(response.results))
 
     return asyncio.ensure_future(finish())
 
@@ -121,10 +130,14 @@ async def produce(services: DataServices, req: Request, ctx: CallContext) -> Val
     return await (await start_produce(services, req, ctx))
 
 
-def _answered(values: Values | None) -> Awaitable[Values | None]:
-    done: asyncio.Future[Values | None] = asyncio.get_running_loop().create_future()
-    done.set_result(values)
-    return done
+async def _finished(acks: int, throttle_ms: int, results: list[Any]) -> Values | None:
+    failed = [r for r in results if r.error]
+    if acks == 0 and failed:
+        first = failed[0]
+        raise AcksZeroRefused(
+            f"acks=0 produce to {first.topic}-{first.partition} failed: {first.error_message}"
+        )
+    return _produce_values(acks, throttle_ms, results)
 
 
 def _refused_all(pb: Any, exc: Exception) -> list[Any]:
@@ -186,9 +199,7 @@ async def fetch(services: DataServices, req: Request, ctx: CallContext) -> Value
     )
     for topic in body.topics:
         for part in topic.partitions:
-            code = _epoch_refusal(
-                services.registry, topic.topic, part.partition, part.current_leader_epoch
-            )
+            code = _epoch_refusal(services, topic.topic, part.partition, part.current_leader_epoch)
             if body.replica_id >= 0:
                 code = codes.NOT_LEADER_OR_FOLLOWER  # replicas fetch over gRPC
             if code:
@@ -224,9 +235,13 @@ async def fetch(services: DataServices, req: Request, ctx: CallContext) -> Value
     }
 
 
-def _epoch_refusal(registry: PartitionRegistry, topic: str, partition: int, epoch: int) -> int:
-    """Kafka's leader-epoch fence of a fetch (0: none; -1 asks no check)."""
-    part = registry.get(topic, partition) if epoch >= 0 else None
+def _epoch_refusal(services: DataServices, topic: str, partition: int, epoch: int) -> int:
+    """Kafka's leader-epoch fence of a fetch (0: none; -1 asks no check). Only for a
+    topic the caller may read: to anyone else the partition answers as the servicer
+    answers it (TOPIC_AUTHORIZATION_FAILED), so epochs never tell whether it exists."""
+    if epoch < 0 or services.authorizer.topic_error(topic, CONSUME) is not None:
+        return codes.NONE
+    part = services.registry.get(topic, partition)
     if part is None:
         return codes.NONE
     current = part.replica.leader_epoch if part.replica is not None else 0
@@ -313,7 +328,10 @@ async def metadata(services: DataServices, req: Request, ctx: CallContext) -> Va
         None if topics is None or (req.version == 0 and not topics) else [t.name for t in topics]
     )
     pb = broker_pb2.MetadataRequest(topics=[OFFSETS_TOPIC] if names == [] else (names or []))
-    response, throttle_ms = await _run(services, pb, lambda r: services.broker.Metadata(r, ctx))
+    try:
+        response, throttle_ms = await _run(services, pb, lambda r: services.broker.Metadata(r, ctx))
+    except MeridianError as exc:
+        return _metadata_refused(names or [], codes.kafka_code(exc.code))
     shown = [] if names == [] else [t for t in response.topics if t.name != OFFSETS_TOPIC or names]
     brokers = [
         {"node_id": b.id, "host": b.host, "port": b.kafka_port, "rack": b.rack or None}
@@ -327,6 +345,13 @@ async def metadata(services: DataServices, req: Request, ctx: CallContext) -> Va
         "controller_id": response.broker_id,
         "topics": [_topic(t) for t in shown],
     }
+
+
+def _metadata_refused(names: list[str], code: int) -> Values:
+    """Metadata that failed as a whole: every asked topic carries the error; the
+    brokers are left out, so a client asks another broker or again."""
+    topics = [{"error_code": code, "name": name, "partitions": []} for name in names]
+    return {"throttle_time_ms": 0, "brokers": [], "topics": topics}
 
 
 def _topic(t: Any) -> Values:
@@ -468,9 +493,15 @@ async def _partition_state(services: DataServices, name: str, ctx: CallContext) 
         info = services.cluster.broker(leader)
         if info is None or not info.port:
             continue
-        answer = await services.peer_admin(f"{info.host}:{info.port}").DescribeState(
-            request, timeout=5
-        )
+        try:
+            answer = await services.peer_admin(f"{info.host}:{info.port}").DescribeState(
+                request, timeout=5
+            )
+        except grpc.RpcError as exc:
+            raise MeridianError(
+                ErrorCode.BROKER_NOT_AVAILABLE,
+                f"the leader of {name!r} did not answer: {exc.code().name}",
+            ) from None
         if answer.partitions:
             return answer.partitions[0]
     return None

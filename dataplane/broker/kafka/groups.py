@@ -154,12 +154,12 @@ async def _coordinator(
         pb = group_pb2.FindCoordinatorRequest(group_id=key)
         response, _ = await _call(services, pb, services.groups.FindCoordinator, ctx)
     except MeridianError as exc:
-        return {**none, "error_code": codes.kafka_code(exc.code), "error_message": exc.message}
+        return {**none, "error_code": codes.group_code(exc.code), "error_message": exc.message}
     broker = response.coordinator
     if not broker.kafka_port:
         return {
             **none,
-            "error_code": codes.kafka_code(ErrorCode.COORDINATOR_NOT_AVAILABLE),
+            "error_code": codes.group_code(ErrorCode.COORDINATOR_NOT_AVAILABLE),
             "error_message": f"broker {broker.id} coordinates it but serves no Kafka listener",
         }
     return {
@@ -198,7 +198,7 @@ async def join_group(services: GroupServices, req: Request, ctx: CallContext) ->
         response, throttle_ms = await _call(services, pb, services.groups.JoinGroup, ctx)
     except MeridianError as exc:
         return {
-            "error_code": codes.kafka_code(exc.code),
+            "error_code": codes.group_code(exc.code),
             "generation_id": -1,
             "protocol_type": body.protocol_type,
             "protocol_name": None if req.version >= 7 else "",
@@ -249,7 +249,7 @@ async def sync_group(services: GroupServices, req: Request, ctx: CallContext) ->
         response, throttle_ms = await _call(services, pb, services.groups.SyncGroup, ctx)
     except MeridianError as exc:
         return {
-            "error_code": codes.kafka_code(exc.code),
+            "error_code": codes.group_code(exc.code),
             "protocol_type": body.protocol_type,
             "protocol_name": body.protocol_name,
             "assignment": b"",
@@ -271,17 +271,19 @@ async def heartbeat(services: GroupServices, req: Request, ctx: CallContext) -> 
     try:
         _, throttle_ms = await _call(services, pb, services.groups.Heartbeat, ctx)
     except MeridianError as exc:
-        return {"error_code": codes.kafka_code(exc.code)}
+        return {"error_code": codes.group_code(exc.code)}
     return {"throttle_time_ms": throttle_ms, "error_code": codes.NONE}
 
 
 async def leave_group(services: GroupServices, req: Request, ctx: CallContext) -> Values:
     body = req.body
-    members = (
+    members: list[tuple[str, str | None]] = (
         [(m.member_id, m.group_instance_id) for m in body.members]
         if req.version >= 3
         else [(body.member_id, None)]
     )
+    if any(instance and not member for member, instance in members):
+        members = await _members_by_instance(services, body.group_id, members, ctx)
     outcomes = []
     for member_id, instance_id in members:
         pb = group_pb2.LeaveGroupRequest(group_id=body.group_id, member_id=member_id)
@@ -289,13 +291,35 @@ async def leave_group(services: GroupServices, req: Request, ctx: CallContext) -
             await _call(services, pb, services.groups.LeaveGroup, ctx)
             code = codes.NONE
         except MeridianError as exc:
-            code = codes.kafka_code(exc.code)
+            code = codes.group_code(exc.code)
         outcomes.append(
             {"member_id": member_id, "group_instance_id": instance_id, "error_code": code}
         )
     if req.version < 3:
         return {"error_code": outcomes[0]["error_code"]}
     return {"error_code": codes.NONE, "members": outcomes}
+
+
+async def _members_by_instance(
+    services: GroupServices,
+    group_id: str,
+    members: list[tuple[str, str | None]],
+    ctx: CallContext,
+) -> list[tuple[str, str | None]]:
+    """``members`` with the member id of each one named only by its static instance id
+    (an admin removing a static member sends no member id); unknown ones stay ""."""
+    pb = group_pb2.DescribeGroupsRequest(group_ids=[group_id])
+    try:
+        response, _ = await _call(services, pb, services.groups.DescribeGroups, ctx)
+    except MeridianError:
+        return members
+    current = {
+        m.group_instance_id: m.member_id
+        for g in response.groups
+        for m in g.members
+        if m.group_instance_id
+    }
+    return [(m or current.get(i or "", ""), i) for m, i in members]
 
 
 # -- offsets ------------------------------------------------------------------------------
@@ -318,9 +342,9 @@ async def offset_commit(services: GroupServices, req: Request, ctx: CallContext)
     asked = [(p.topic, p.partition) for p in pb.partitions]
     try:
         response, throttle_ms = await _call(services, pb, services.groups.OffsetCommit, ctx)
-        outcome = {(r.topic, r.partition): codes.kafka_code(r.error) for r in response.results}
+        outcome = {(r.topic, r.partition): codes.group_code(r.error) for r in response.results}
     except MeridianError as exc:
-        throttle_ms, outcome = 0, dict.fromkeys(asked, codes.kafka_code(exc.code))
+        throttle_ms, outcome = 0, dict.fromkeys(asked, codes.group_code(exc.code))
     topics: dict[str, list[Values]] = {}
     for topic, partition in asked:
         code = outcome.get((topic, partition), codes.UNKNOWN_SERVER_ERROR)
@@ -342,7 +366,7 @@ async def offset_fetch(services: GroupServices, req: Request, ctx: CallContext) 
     try:
         response, throttle_ms = await _call(services, pb, services.groups.OffsetFetch, ctx)
     except MeridianError as exc:
-        code = codes.kafka_code(exc.code)
+        code = codes.group_code(exc.code)
         failed = [
             {"name": tp.topic, "partitions": [_offset(tp.partition, -1, None, -1, code)]}
             for tp in pb.partitions
@@ -351,7 +375,7 @@ async def offset_fetch(services: GroupServices, req: Request, ctx: CallContext) 
     topics: dict[str, list[Values]] = {}
     for r in response.results:
         topics.setdefault(r.topic, []).append(
-            _offset(r.partition, r.offset, r.metadata, r.leader_epoch, codes.kafka_code(r.error))
+            _offset(r.partition, r.offset, r.metadata, r.leader_epoch, codes.group_code(r.error))
         )
     return {
         "throttle_time_ms": throttle_ms,
@@ -392,7 +416,7 @@ def _described(g: Any) -> Values:
                 "member_assignment": assignment_out(assignment) if consumer else b"",
             }
         )
-    error = codes.kafka_code(g.error)
+    error = codes.group_code(g.error)
     gone = g.error == ErrorCode.GROUP_ID_NOT_FOUND  # Kafka describes a missing group as Dead
     return {
         "error_code": codes.NONE if gone else error,
@@ -425,10 +449,10 @@ async def delete_groups(services: GroupServices, req: Request, ctx: CallContext)
     try:
         response, throttle_ms = await _call(services, pb, services.groups.DeleteGroups, ctx)
         results = [
-            {"group_id": r.group_id, "error_code": codes.kafka_code(r.error)}
+            {"group_id": r.group_id, "error_code": codes.group_code(r.error)}
             for r in response.results
         ]
     except MeridianError as exc:
         throttle_ms = 0
-        results = [{"group_id": g, "error_code": codes.kafka_code(exc.code)} for g in pb.group_ids]
+        results = [{"group_id": g, "error_code": codes.group_code(exc.code)} for g in pb.group_ids]
     return {"throttle_time_ms": throttle_ms, "results": results}

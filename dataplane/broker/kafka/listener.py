@@ -19,7 +19,19 @@ controller's last push, as for gRPC) and a connection whose token no longer hold
 closed; the client reconnects with fresh credentials. A failed authentication is answered
 SASL_AUTHENTICATION_FAILED with the reason after ``AUTH_FAILURE_DELAY_S``, then closed.
 
-Connections idle for ``IDLE_TIMEOUT_S`` are closed (Kafka's ``connections.max.idle.ms``).
+Bounds against clients that hold resources: connections idle for ``IDLE_TIMEOUT_S``
+(Kafka's ``connections.max.idle.ms``), whose next frame does not arrive whole within
+``FRAME_READ_TIMEOUT_S``, or not authenticated within ``kafka_auth_timeout_ms`` of their
+accept are closed; at most ``kafka_max_connections`` are kept, and
+``kafka_max_connections_per_ip`` from one address (a connection over either is closed at
+once); a frame of any API but Produce is at most ``MAX_OTHER_FRAME_BYTES`` (its
+message is decoded on the event loop), a Produce frame ``max_request_bytes`` plus
+``FRAME_OVERHEAD_BYTES``.
+
+A connection closed by the broker first writes the answers of the Produce requests it
+already started (within ``DRAIN_TIMEOUT_S``), so a client is never left to retry a
+write that was done. A failed ``acks=0`` Produce (unanswered by Kafka's rule) closes the
+connection, as Kafka closes it, so the client refreshes its metadata.
 ``stop`` closes the port and every connection; a request being served is cancelled.
 """
 
@@ -45,8 +57,11 @@ from dataplane.errors import ErrorCode, MeridianError
 log = logging.getLogger(__name__)
 
 IDLE_TIMEOUT_S = 600.0
+FRAME_READ_TIMEOUT_S = 60.0  # from a frame's size to its last byte
+DRAIN_TIMEOUT_S = 30.0  # for started answers when the broker closes a connection
 AUTH_FAILURE_DELAY_S = 0.5
 MAX_UNAUTHENTICATED_FRAME_BYTES = 512 * 1024  # Kafka's sasl.server.max.receive.size
+MAX_OTHER_FRAME_BYTES = 1024 * 1024  # any request but Produce
 FRAME_OVERHEAD_BYTES = 1024 * 1024  # headers and names around a request's record bytes
 KAFKA_METHOD = "/kafka"  # the method name tokens are authenticated for
 MAX_IN_FLIGHT = 16  # pipelined Produce requests of one connection (librdkafka sends 5)
@@ -74,6 +89,7 @@ class KafkaListener:
         self.port = 0
         self._server: asyncio.AbstractServer | None = None
         self._connections: set[asyncio.Task[None]] = set()
+        self._per_ip: dict[str, int] = {}
         d, g = data_services, group_services
         self.handlers: dict[int, Handler] = {
             0: lambda r, c: data.produce(d, r, c),
@@ -136,11 +152,19 @@ class KafkaListener:
             await asyncio.gather(*self._connections, return_exceptions=True)
         if self._server is not None:
             await self._server.wait_closed()
+        if self.plain is not None:
+            self.plain.close()
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
+        ip = str((writer.get_extra_info("peername") or ("",))[0])
+        if not self._admit(ip):
+            self.metrics.kafka_refused("limit")
+            writer.close()
+            return
         self._connections.add(task)
+        self._per_ip[ip] = self._per_ip.get(ip, 0) + 1
         self.metrics.kafka_connections.inc()
         try:
             await Connection(self, reader, writer).run()
@@ -149,9 +173,19 @@ class KafkaListener:
         finally:
             self.metrics.kafka_connections.dec()
             self._connections.discard(task)
+            left = self._per_ip.pop(ip, 1) - 1
+            if left:
+                self._per_ip[ip] = left
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
+
+    def _admit(self, ip: str) -> bool:
+        """Whether a new connection from ``ip`` fits the listener's bounds."""
+        return (
+            len(self._connections) < self.config.kafka_max_connections
+            and self._per_ip.get(ip, 0) < self.config.kafka_max_connections_per_ip
+        )
 
     async def _api_versions(self, req: wire.Request, ctx: CallContext) -> dict[str, Any]:
         return {"error_code": codes.NONE, "api_keys": wire.api_keys(), "throttle_time_ms": 0}
@@ -180,36 +214,65 @@ class Connection:
         self._last_write: asyncio.Future[None] | None = None
         self._slots = asyncio.Semaphore(MAX_IN_FLIGHT)
         self._writes: set[asyncio.Future[None]] = set()
+        self._auth_deadline = time.monotonic() + listener.config.kafka_auth_timeout_ms / 1000
 
     @property
     def authenticated(self) -> bool:
         return self.listener.authenticator is None or self.principal is not None
 
     async def run(self) -> None:
+        drain = False
         try:
             while True:
                 frame = await self._read_frame()
                 await self._serve(frame)
-        except (asyncio.IncompleteReadError, ConnectionError, TimeoutError):
-            return  # the client went away, or stayed idle too long
-        except (wire.FrameError, _CloseError) as exc:
-            log.info("closing Kafka connection from %s: %s", self.context.peer(), exc)
-            reason = "malformed" if isinstance(exc, wire.FrameError) else "refused"
+        except (asyncio.IncompleteReadError, ConnectionError):
+            return  # the client went away
+        except (wire.FrameError, _CloseError, TimeoutError) as exc:
+            reason = {wire.FrameError: "malformed", TimeoutError: "timeout"}.get(
+                type(exc), "refused"
+            )
+            log.info("closing Kafka connection from %s (%s): %s", self.context.peer(), reason, exc)
             self.listener.metrics.kafka_refused(reason)
+            drain = True
+        except Exception:
+            log.exception("closing Kafka connection from %s", self.context.peer())
+            self.listener.metrics.kafka_refused("error")
+            drain = True
         finally:
+            if drain and self._writes:
+                await asyncio.wait(set(self._writes), timeout=DRAIN_TIMEOUT_S)
             for write in self._writes:
                 write.cancel()
             if self._writes:
                 await asyncio.gather(*self._writes, return_exceptions=True)
 
     async def _read_frame(self) -> bytes:
-        head = await asyncio.wait_for(self.reader.readexactly(4), IDLE_TIMEOUT_S)
+        """The next frame (after its size). ``TimeoutError`` when the connection stayed
+        idle, or a frame or the authentication took too long."""
+        head = await asyncio.wait_for(self.reader.readexactly(4), self._timeout(IDLE_TIMEOUT_S))
         (size,) = wire.SIZE.unpack(head)
-        bound = (
-            self.listener.max_frame_bytes if self.authenticated else MAX_UNAUTHENTICATED_FRAME_BYTES
+        wire.check_size(size, self._frame_bound(wire.PRODUCE_KEY))
+        deadline = time.monotonic() + self._timeout(FRAME_READ_TIMEOUT_S)
+        key = await asyncio.wait_for(self.reader.readexactly(2), deadline - time.monotonic())
+        wire.check_size(size, self._frame_bound(int.from_bytes(key, "big", signed=True)))
+        rest = await asyncio.wait_for(
+            self.reader.readexactly(size - 2), max(0.0, deadline - time.monotonic())
         )
-        wire.check_size(size, bound)
-        return await self.reader.readexactly(size)
+        return key + rest
+
+    def _timeout(self, seconds: float) -> float:
+        if self.authenticated:
+            return seconds
+        return max(0.0, min(seconds, self._auth_deadline - time.monotonic()))
+
+    def _frame_bound(self, api_key: int) -> int:
+        """The largest frame of ``api_key`` this connection may send now."""
+        if not self.authenticated:
+            return MAX_UNAUTHENTICATED_FRAME_BYTES
+        if api_key == wire.PRODUCE_KEY:
+            return self.listener.max_frame_bytes
+        return MAX_OTHER_FRAME_BYTES
 
     async def _serve(self, frame: bytes) -> None:
         try:
@@ -217,6 +280,7 @@ class Connection:
         except wire.UnsupportedApiError as exc:
             if exc.api_key != wire.API_VERSIONS_KEY:
                 raise _CloseError(str(exc)) from None
+            await self._written()
             await self._write(
                 wire.unsupported_versions_response(exc.correlation_id, codes.UNSUPPORTED_VERSION)
             )
@@ -264,12 +328,18 @@ class Connection:
         before: asyncio.Future[None] | None,
     ) -> None:
         try:
-            values = await answer
-            if before is not None:
-                await before
+            try:
+                values = await answer
+            finally:
+                if before is not None:
+                    await before
             self.listener.metrics.observe_kafka(request.api.name, time.perf_counter() - started)
             if values is not None:
                 await self._write(wire.encode_response(request, values))
+        except data.AcksZeroRefused as exc:
+            log.info("closing Kafka connection from %s: %s", self.context.peer(), exc)
+            self.listener.metrics.kafka_refused("refused")
+            self.writer.close()
         finally:
             self._slots.release()
 
@@ -321,7 +391,12 @@ class Connection:
             token = await self._token(mechanism, bytes(request.body.auth_bytes or b""))
             principal = await self._verify(token)
         except (sasl.SaslError, MeridianError) as exc:
-            message = exc.message if isinstance(exc, MeridianError) else str(exc)
+            if isinstance(exc, MeridianError) and exc.code == ErrorCode.BROKER_NOT_AVAILABLE:
+                # Not the client's fault: closed unanswered, it reconnects and tries again
+                # (an answered failure is final to Kafka's clients).
+                self.listener.metrics.kafka_authenticated(mechanism, "unavailable")
+                raise _CloseError(f"authentication not possible now: {exc.message}") from None
+            message = _refusal(mechanism, exc)
             self.listener.metrics.kafka_authenticated(mechanism, "refused")
             await asyncio.sleep(AUTH_FAILURE_DELAY_S)
             answer = {
@@ -367,12 +442,17 @@ class Connection:
     async def _verify(self, token: str) -> Principal:
         authenticator = self.listener.authenticator
         assert authenticator is not None
-        try:
-            return await authenticator.authenticate(KAFKA_METHOD, _bearer(token))
-        except MeridianError as exc:
-            if exc.code == ErrorCode.BROKER_NOT_AVAILABLE:  # the issuer's keys: not the token
-                raise MeridianError(exc.code, f"cannot verify tokens now: {exc.message}") from None
-            raise
+        return await authenticator.authenticate(KAFKA_METHOD, _bearer(token))
+
+
+def _refusal(mechanism: str, exc: sasl.SaslError | MeridianError) -> str:
+    """What a refused client is told: why its message or token is wrong, never what the
+    issuer answered the broker (its address, its error pages)."""
+    if isinstance(exc, sasl.SaslError):
+        return str(exc)
+    if mechanism == sasl.PLAIN:
+        return "the client id or secret was refused"
+    return exc.message
 
 
 def _bearer(token: str) -> list[tuple[str, str]]:

@@ -9,10 +9,15 @@ client with the same credentials are the same ``Principal``:
   among them, ended by ``\\x01\\x01``;
 - PLAIN carries ``[authzid] \\x00 client_id \\x00 secret``: a service account's client id
   and secret, which the broker exchanges for a token at ``token_url`` with the
-  client-credentials grant (``ClientCredentials``, the SDK's own). Exchanged tokens are
-  kept per (client id, secret digest) until their refresh margin, so reconnecting clients
-  do not each cost a round trip to the issuer; a refused secret is never kept. An authzid
-  other than empty or the client id itself is refused: a caller cannot act for another.
+  client-credentials grant (``exchange_client_credentials``, the SDK's own). A secret the
+  issuer accepted is trusted again without asking for ``PLAIN_RECHECK_S`` (so clients
+  reconnecting at once do not each cost a round trip), then asked anew: a rotated or
+  revoked secret stops opening sessions within that time. Only an issuer that cannot be
+  reached lets a recently accepted secret's unexpired token serve meanwhile; a refused
+  secret is never kept. At most ``MAX_CONCURRENT_EXCHANGES`` exchanges run at once, on
+  threads of their own (never the broker's I/O pool); more are turned away as busy. An
+  authzid other than empty or the client id itself is refused: a caller cannot act for
+  another.
 
 A message that does not parse is ``SaslError``; the listener answers
 SASL_AUTHENTICATION_FAILED with its message and closes the connection.
@@ -22,15 +27,22 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import time
 from collections import OrderedDict
-from concurrent.futures import Executor
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
-from dataplane.client.auth import ClientCredentials
+from dataplane.client.auth import exchange_client_credentials
+from dataplane.errors import ErrorCode, MeridianError
 
 OAUTHBEARER = "OAUTHBEARER"
 PLAIN = "PLAIN"
 MAX_AUTH_BYTES = 64 * 1024  # a JWT is a few KiB
 MAX_EXCHANGED = 1024  # client credentials whose tokens are kept
+PLAIN_RECHECK_S = 30.0  # a secret the issuer accepted is asked again after this
+MAX_CONCURRENT_EXCHANGES = 4
+TOKEN_MARGIN_S = 10.0  # a token this close to its expiry is not handed to a new session
 
 
 class SaslError(Exception):
@@ -89,29 +101,69 @@ def _check_size(auth_bytes: bytes) -> None:
 class PlainExchange:
     """Service-account credentials to tokens at ``token_url`` (see the module docstring).
 
-    ``token`` raises ``MeridianError`` (UNAUTHENTICATED: the issuer refused the secret;
-    BROKER_NOT_AVAILABLE: it could not be reached). Thread safety: event-loop only; each
-    exchange runs on ``executor``.
+    ``token`` raises ``MeridianError``: UNAUTHENTICATED (the issuer refused the secret),
+    BROKER_NOT_AVAILABLE (it could not be reached, or too many exchanges are under way).
+    Thread safety: event-loop only; each exchange runs on the exchange's own threads.
     """
 
-    def __init__(self, token_url: str, executor: Executor | None = None) -> None:
+    def __init__(
+        self,
+        token_url: str,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        exchange: Callable[[str, str, str], tuple[str, float]] = exchange_client_credentials,
+    ) -> None:
         self.token_url = token_url
-        self._executor = executor
-        self._sources: OrderedDict[tuple[str, str], ClientCredentials] = OrderedDict()
+        self._clock = clock
+        self._exchange = exchange
+        self._executor = ThreadPoolExecutor(
+            MAX_CONCURRENT_EXCHANGES, thread_name_prefix="sasl-plain"
+        )
+        self._running = 0
+        self._accepted: OrderedDict[tuple[str, str], _Accepted] = OrderedDict()
 
     async def token(self, client_id: str, secret: str) -> str:
         key = (client_id, hashlib.sha256(secret.encode()).hexdigest())
-        source = self._sources.get(key)
-        if source is None:
-            source = ClientCredentials(self.token_url, client_id, secret)
-        cached = source.cached()
-        if cached is not None:
-            self._sources.move_to_end(key)
-            return cached
-        loop = asyncio.get_running_loop()
-        token = await loop.run_in_executor(self._executor, source.token)  # raises if refused
-        self._sources[key] = source
-        self._sources.move_to_end(key)
-        while len(self._sources) > MAX_EXCHANGED:
-            self._sources.popitem(last=False)
+        now = self._clock()
+        known = self._accepted.get(key)
+        if known is not None and now < known.checked_at + PLAIN_RECHECK_S and known.live(now):
+            self._accepted.move_to_end(key)
+            return known.token
+        if self._running >= MAX_CONCURRENT_EXCHANGES:
+            raise MeridianError(
+                ErrorCode.BROKER_NOT_AVAILABLE, "too many SASL/PLAIN exchanges under way"
+            )
+        self._running += 1
+        try:
+            loop = asyncio.get_running_loop()
+            token, lifetime_s = await loop.run_in_executor(
+                self._executor, self._exchange, self.token_url, client_id, secret
+            )
+        except MeridianError as exc:
+            if exc.code == ErrorCode.UNAUTHENTICATED:
+                self._accepted.pop(key, None)
+            elif known is not None and known.live(self._clock()):
+                return known.token  # the issuer is away; its last word still holds
+            raise
+        finally:
+            self._running -= 1
+        self._accepted[key] = _Accepted(token, now, now + lifetime_s)
+        self._accepted.move_to_end(key)
+        while len(self._accepted) > MAX_EXCHANGED:
+            self._accepted.popitem(last=False)
         return token
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+@dataclass(frozen=True)
+class _Accepted:
+    """A secret the issuer accepted at ``checked_at``, and the token it gave."""
+
+    token: str
+    checked_at: float
+    expires_at: float
+
+    def live(self, now: float) -> bool:
+        return now < self.expires_at - TOKEN_MARGIN_S

@@ -9,10 +9,10 @@ version by version, as kafka-python's ``kafka.protocol`` encodes and decodes the
 module names which APIs and versions the listener serves (``APIS``) and bounds what it
 reads.
 
-Untrusted frames: a size below the header's 8 bytes or above ``max_frame_bytes``, a
-header or body that does not decode, or bytes left over after the body are
-``FrameError``: the connection is closed, as Kafka closes it, without harming the broker
-or another connection. An API or version not served is ``UnsupportedApiError`` (answered
+Untrusted frames: a size below the header's 8 bytes or above the listener's bound, or a
+header or body that does not decode, is ``FrameError``: the connection is closed, as
+Kafka closes it, without harming the broker or another connection (bytes after a body
+that decodes are ignored). An API or version not served is ``UnsupportedApiError`` (answered
 UNSUPPORTED_VERSION for ApiVersions, as Kafka does, so a newer client retries an older
 version; the connection is closed for any other API).
 """

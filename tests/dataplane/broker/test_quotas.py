@@ -18,7 +18,7 @@ from dataplane.broker.quotas import (
     TokenBucket,
     tenant_of,
 )
-from dataplane.broker.throttling import claims_of, usage_of
+from dataplane.broker.throttling import claims_of, settle, usage_of
 from dataplane.errors import ErrorCode
 
 
@@ -335,3 +335,24 @@ def test_a_call_of_a_tenant_in_debt_waits_before_running_and_calls_queue_at_the_
     assert sum(slept) == MAX_HOLD_MS / 1000
     assert quotas.bucket("globex", PRODUCE) is None
     assert asyncio.run(quotas.admit({("globex", PRODUCE): 10**9})) == 0.0  # unlimited
+
+
+def test_kafka_is_told_only_the_debt_ahead_and_grpc_both_holds() -> None:
+    """Unheld (Kafka's way: the client backs off by what it is told), the throttle left
+    out the wait already served before the call ran; held (gRPC), it counts both."""
+    clock = FakeClock()
+    current = [push(admin_pb2.TenantQuota(tenant="acme", produce_bytes_per_s=1000))]
+    quotas = QuotaManager(lambda: current[0], registry=CollectorRegistry(), clock=clock,
+                          max_hold_ms=0)  # fmt: skip
+
+    def settled(hold: bool) -> tuple[int, int]:
+        response = broker_pb2.ProduceResponse()
+        # 2000 bytes on a full bucket of 1000 tokens: 1 s owed.
+        told = asyncio.run(
+            settle(quotas, {("acme", PRODUCE): 2000}, response, waited_s=0.7, hold=hold)
+        )
+        return told, response.throttle_ms
+
+    assert settled(hold=False) == (1000, 1000)
+    clock.advance(10)  # the debt repaid, the bucket full again
+    assert settled(hold=True) == (1700, 1700)

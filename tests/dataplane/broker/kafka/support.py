@@ -9,12 +9,20 @@ partition on broker 1.
 
 from __future__ import annotations
 
+import importlib
+import socket
+import struct
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
+
+from kafka.protocol.sasl import SaslAuthenticateRequest, SaslHandshakeRequest
+from kafka.record.memory_records import MemoryRecordsBuilder
 
 from dataplane._gen.meridian.v1 import admin_pb2, broker_pb2, common_pb2
+from dataplane.broker.kafka.wire import make
 from tests.dataplane.broker.auth.support import Caller, caller
 from tests.support.brokers import BrokerProcess, start_cluster, stop_all
 from tests.support.issuer import TestIssuer
@@ -25,6 +33,7 @@ BETA_TOPIC = "beta.jobs"
 BROKER_CLIENT = ("meridian-broker", "broker-s3cret")
 ACME_CLIENT = ("acme--cli", "acme-s3cret")
 BETA_CLIENT = ("beta--cli", "beta-s3cret")
+AUTH_TIMEOUT_MS = 3000  # the brokers' kafka_auth_timeout_ms
 
 
 def add_clients(issuer: TestIssuer) -> TestIssuer:
@@ -55,6 +64,7 @@ def auth_cluster(root: Path, issuer: TestIssuer) -> Iterator[list[BrokerProcess]
         "--client-secret-file", str(secret_file),
         "--sasl-plain-token-url", issuer.token_url,
     ]  # fmt: skip
+    args += ["--kafka-auth-timeout-ms", str(AUTH_TIMEOUT_MS)]
     brokers = start_cluster(root, 3, extra_args=args, kafka=True)
     try:
         token = issuer.internal_token()
@@ -101,3 +111,76 @@ def kafka_bootstrap(brokers: list[BrokerProcess]) -> str:
 
 def grpc_bootstrap(brokers: list[BrokerProcess]) -> str:
     return ",".join(broker.address for broker in brokers)
+
+
+class RawKafka:
+    """One Kafka connection spoken by hand: requests built and answers read with
+    kafka-python's protocol classes (Kafka's message schemas), SASL/PLAIN when given a
+    client, so a test can send exactly the request it means."""
+
+    def __init__(self, address: str, client: tuple[str, str] | None = None) -> None:
+        host, port = address.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=15)
+        self._next_id = 0
+        if client is not None:
+            self.call(SaslHandshakeRequest, 1, mechanism="PLAIN")
+            auth = f"\x00{client[0]}\x00{client[1]}".encode()
+            answer = self.call(SaslAuthenticateRequest, 1, auth_bytes=auth)
+            assert answer.error_code == 0, answer
+
+    def send(self, request_class: Any, version: int, **fields: Any) -> int:
+        self._next_id += 1
+        request = make(request_class, fields, version)
+        request.with_header(correlation_id=self._next_id, client_id="raw")
+        self.sock.sendall(bytes(request.encode(header=True, framed=True)))
+        return self._next_id
+
+    def receive(self, response_class: Any, version: int) -> Any:
+        (size,) = struct.unpack(">i", self._exactly(4))
+        return response_class.decode(self._exactly(size), version=version, header=True)
+
+    def call(self, request_class: Any, version: int, **fields: Any) -> Any:
+        self.send(request_class, version, **fields)
+        return self.receive(_response_of(request_class), version)
+
+    def closed_by_peer(self, timeout_s: float = 15) -> bool:
+        """Whether the broker closes the connection (within ``timeout_s``) with nothing
+        more said."""
+        self.sock.settimeout(timeout_s)
+        try:
+            return self.sock.recv(1) == b""
+        except TimeoutError:
+            return False
+        except ConnectionResetError:
+            return True
+
+    def _exactly(self, size: int) -> bytes:
+        data = b""
+        while len(data) < size:
+            chunk = self.sock.recv(size - len(data))
+            if not chunk:
+                raise ConnectionError("closed by the broker")
+            data += chunk
+        return data
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> RawKafka:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _response_of(request_class: Any) -> Any:
+    module = importlib.import_module(request_class.__module__)
+    return getattr(module, request_class.__name__.replace("Request", "Response"))
+
+
+def one_batch(value: bytes = b"v") -> bytes:
+    """A RecordBatch v2 holding one record, built by kafka-python."""
+    builder = MemoryRecordsBuilder(magic=2, compression_type=0, batch_size=1 << 20)
+    builder.append(timestamp=None, key=None, value=value, headers=[])
+    builder.close()
+    return bytes(builder.buffer())

@@ -20,10 +20,12 @@ from dataplane.client import Producer as SdkProducer
 from dataplane.client import TopicPartition as SdkPartition
 from tests.dataplane.broker.kafka.support import (
     ACME_CLIENT,
+    AUTH_TIMEOUT_MS,
     BETA_CLIENT,
     BETA_TOPIC,
     ORDERS,
     PARTITIONS,
+    RawKafka,
     acme_token,
     beta_token,
     grpc_bootstrap,
@@ -282,5 +284,45 @@ def test_a_request_before_authentication_closes_the_connection(
         raw.sendall(_metadata_v0())
         assert raw.recv(4096) == b""
     # The broker still serves everyone else.
+    reports = produce(plain(kafka_cluster, ACME_CLIENT), ORDERS, RECORDS[:1])
+    assert reports[0][0] is None
+
+
+@pytest.mark.parametrize("epoch", [-1, 0, 1, 2**31 - 1])
+def test_fetch_epochs_tell_another_tenant_nothing(
+    kafka_cluster: list[BrokerProcess], epoch: int
+) -> None:
+    """beta fetching acme.orders (hosted on the broker asked) and acme.nothing (nowhere),
+    at any leader epoch: the same TOPIC_AUTHORIZATION_FAILED, so neither the partition's
+    existence, its placement nor its epoch shows."""
+    from kafka.protocol.consumer import FetchRequest
+
+    def fetch(topic: str) -> int:
+        parts = [{"partition": 0, "current_leader_epoch": epoch, "fetch_offset": 0,
+                  "log_start_offset": -1, "partition_max_bytes": 1024}]  # fmt: skip
+        with RawKafka(kafka_cluster[0].kafka_address, BETA_CLIENT) as raw:
+            answer = raw.call(
+                FetchRequest, 12, replica_id=-1, max_wait_ms=0, min_bytes=0,
+                max_bytes=1024, isolation_level=0, session_id=0, session_epoch=-1,
+                topics=[{"topic": topic, "partitions": parts}], forgotten_topics_data=[],
+                rack_id="",
+            )  # fmt: skip
+        (topic_answer,) = answer.responses
+        return topic_answer.partitions[0].error_code
+
+    assert fetch(ORDERS) == fetch("acme.nothing") == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+
+def test_a_connection_that_does_not_authenticate_in_time_is_closed(
+    kafka_cluster: list[BrokerProcess],
+) -> None:
+    """Silent, or stalled mid-frame: either way closed by the broker at its
+    authentication deadline, and the broker serves on."""
+    address = kafka_cluster[0].kafka_address
+    with RawKafka(address) as silent, RawKafka(address) as stalled:
+        stalled.sock.sendall(struct.pack(">ih", 100, 17))  # a handshake's size and key only
+        started = time.monotonic()
+        assert silent.closed_by_peer(timeout_s=AUTH_TIMEOUT_MS / 1000 + 10)
+        assert stalled.closed_by_peer(timeout_s=max(1.0, 15 - (time.monotonic() - started)))
     reports = produce(plain(kafka_cluster, ACME_CLIENT), ORDERS, RECORDS[:1])
     assert reports[0][0] is None

@@ -15,11 +15,15 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient
+from kafka.protocol.producer import ProduceRequest
 from prometheus_client.parser import text_string_to_metric_families
 
 from dataplane.client import Consumer as SdkConsumer
 from dataplane.client.admin import Admin
 from dataplane.local import LocalCluster
+from tests.dataplane.broker.kafka.support import RawKafka, one_batch
+from tests.support.brokers import start_cluster, stop_all
 
 TOPIC = "acme.orders"
 
@@ -224,3 +228,47 @@ def test_kafka_requests_show_in_the_brokers_metrics(cluster: LocalCluster) -> No
         ("meridian_broker_requests_total", {"rpc": "Produce", "error": "NONE"}),
     ]:
         assert _metric(after, name, **labels) > _metric(before, name, **labels), name
+
+
+def test_a_failed_acks_zero_produce_closes_the_connection(cluster: LocalCluster) -> None:
+    """Kafka answers no acks=0 Produce, so it closes the connection of one that failed
+    (here: a partition that does not exist), and the client learns to look again."""
+    with RawKafka(cluster.brokers[0].kafka_address) as raw:
+        raw.send(
+            ProduceRequest, 9, transactional_id=None, acks=0, timeout_ms=1000,
+            topic_data=[{"name": TOPIC, "partition_data": [{"index": 99, "records": one_batch()}]}],
+        )  # fmt: skip
+        assert raw.closed_by_peer()
+    leader = (
+        AdminClient({"bootstrap.servers": cluster.kafka_bootstrap})
+        .list_topics(TOPIC, timeout=30)
+        .topics[TOPIC]
+        .partitions[0]
+        .leader
+    )
+    address = next(b.kafka_address for b in cluster.brokers if b.broker_id == leader)
+    with RawKafka(address) as raw:  # one that lands: no answer, the connection stays
+        raw.send(
+            ProduceRequest, 9, transactional_id=None, acks=0, timeout_ms=1000,
+            topic_data=[{"name": TOPIC, "partition_data": [{"index": 0, "records": one_batch()}]}],
+        )  # fmt: skip
+        assert not raw.closed_by_peer(timeout_s=1)
+
+
+def test_connections_over_the_per_address_bound_are_closed_at_once(tmp_path: Path) -> None:
+    bound = ["--kafka-max-connections-per-ip", "2"]
+    (broker,) = start_cluster(tmp_path, 1, kafka=True, extra_args=bound)
+    try:
+        address = broker.kafka_address
+        with RawKafka(address) as first, RawKafka(address):
+            with RawKafka(address) as third:
+                assert third.closed_by_peer()
+            first.close()
+            deadline = time.monotonic() + 10
+            while True:  # the freed place is taken by the next connection
+                with RawKafka(address) as again:
+                    if not again.closed_by_peer(timeout_s=0.5):
+                        break
+                assert time.monotonic() < deadline, "no place freed by closing a connection"
+    finally:
+        stop_all([broker])
