@@ -20,6 +20,10 @@ Failures are typed: ``RemoteObjectMissingError`` for a key that is not there,
 store never retries: its callers decide (the uploader backs off, a fetch answers a
 retriable error).
 
+A local folder holds tenants' records, so it is private: objects are ``0600`` and the
+folders made for them ``0700``, whatever the umask (an object store's own access rules
+govern the rest).
+
 Thread safety: any number of threads may call any method.
 """
 
@@ -40,7 +44,7 @@ import crc32c
 import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
-from dataplane.files import PUBLIC_MODE, create_file, fsync_directory, replace_file
+from dataplane.files import PRIVATE_MODE, create_file, fsync_directory, replace_file
 
 T = TypeVar("T")
 
@@ -108,7 +112,7 @@ class ObjectStore:
             fs.retries = retries
         store = cls(fs, root, uri)
         if store.local:
-            Path(store.root).mkdir(parents=True, exist_ok=True)
+            _private_folder(Path(store.root))
         return store
 
     @classmethod
@@ -157,8 +161,8 @@ class ObjectStore:
             target = Path(self.path(key))
 
             def write() -> None:
-                target.parent.mkdir(parents=True, exist_ok=True)
-                replace_file(target, data)
+                _private_folder(target.parent)
+                replace_file(target, data, private=True)
 
             self._call(key, write)
         else:
@@ -170,8 +174,8 @@ class ObjectStore:
             target = Path(self.path(key))
 
             def make() -> bool:
-                target.parent.mkdir(parents=True, exist_ok=True)
-                return create_file(target, data)
+                _private_folder(target.parent)
+                return create_file(target, data, private=True)
 
             return self._call(key, make)
         try:
@@ -283,15 +287,16 @@ class ObjectStore:
 
     @staticmethod
     def _copy_local(source: _CrcReader, target: Path) -> None:
-        target.parent.mkdir(parents=True, exist_ok=True)
+        _private_folder(target.parent)
         temporary = target.with_name(f".{target.name}.{os.getpid()}.{time.monotonic_ns()}.tmp")
         try:
-            with open(temporary, "wb") as dst:
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_MODE)
+            with open(fd, "wb") as dst:
+                os.fchmod(fd, PRIVATE_MODE)  # whatever the umask
                 shutil.copyfileobj(source, dst, _COPY_CHUNK)
                 source.check_done()
                 dst.flush()
                 os.fsync(dst.fileno())
-            os.chmod(temporary, PUBLIC_MODE)
             os.replace(temporary, target)
         finally:
             temporary.unlink(missing_ok=True)
@@ -317,6 +322,17 @@ class _CrcReader:
     def check_done(self) -> None:
         if self.read_bytes != self.size:
             raise OSError(f"the source ended after {self.read_bytes} of {self.size} bytes")
+
+
+def _private_folder(folder: Path) -> None:
+    """``folder`` and the parents made for it, ``0700`` (an existing one is left as it
+    is: the root may be a folder an operator made)."""
+    if folder.is_dir():
+        return
+    _private_folder(folder.parent)
+    with contextlib.suppress(FileExistsError):  # made by another writer meanwhile
+        folder.mkdir(mode=0o700)
+        os.chmod(folder, 0o700)
 
 
 def _chunks(items: list[str], size: int) -> Iterator[list[str]]:

@@ -10,6 +10,7 @@ import json
 import os
 import re
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -149,9 +150,9 @@ def _read_until(bootstrap: str, token: str, value: bytes, deadline: float) -> bo
 def test_demo_runs_the_platform_and_what_it_prints_works(tmp_path: Path) -> None:
     """What the demo prints works; it survives each controller's SIGKILL (the standby
     takes over and the dead one is started again); SIGTERM stops every process it
-    started."""
+    started; and, started with umask 000, it wrote nothing another user can read."""
     data_dir = tmp_path / "demo"
-    demo = start_demo(data_dir, records=2000)
+    demo = start_demo(data_dir, records=2000, umask=0)
     process, api_port, env = demo.process, demo.api_port, demo.env
     try:
         output = demo.read_until("Ctrl-C stops everything", timeout_s=180)
@@ -300,6 +301,26 @@ def test_demo_runs_the_platform_and_what_it_prints_works(tmp_path: Path) -> None
     assert process.returncode == 0, rest
     assert "stopping" in rest
     assert processes_of(data_dir) == [], "processes of the demo still running"
+    _check_private_files(data_dir)
+
+
+def _check_private_files(data_dir: Path) -> None:
+    """What the demo left on disk is its user's alone: the data directory, the
+    database, the issuer's key-encryption key, the internal clients' secrets, logs,
+    queues and every broker's records."""
+    paths = [data_dir, *data_dir.rglob("*")]
+    readable = [
+        f"{p.relative_to(data_dir)} {stat.filemode(p.lstat().st_mode)}"
+        for p in paths
+        if p.lstat().st_mode & 0o077
+    ]
+    assert readable == [], "readable or writable by others"
+    names = {p.relative_to(data_dir).as_posix() for p in paths}
+    assert {"controlplane.sqlite3", "secrets/local-issuer-kek", "brokers"} <= names
+    for region in ("east", "west"):  # each region's brokers under their region
+        assert any(n.startswith(f"brokers/{region}/main/broker-1/") for n in names), sorted(names)
+    assert stat.S_IMODE(data_dir.stat().st_mode) == 0o700
+    assert b"PRIVATE KEY" not in (data_dir / "controlplane.sqlite3").read_bytes()
 
 
 # How long every process of the demo may take to stop once the lifeline is cut: brokers

@@ -139,14 +139,23 @@ class Demo:
             raise
 
 
-def start_demo(data_dir: Path, records: int, env: Mapping[str, str] | None = None) -> Demo:
+def start_demo(
+    data_dir: Path,
+    records: int,
+    env: Mapping[str, str] | None = None,
+    regions: str = "",
+    umask: int | None = None,
+) -> Demo:
     """The demo in ``data_dir``, on a free API port; ``env`` adds to a clean environment
-    (none of the caller's ``MERIDIAN_*`` / ``DJANGO_*``)."""
+    (none of the caller's ``MERIDIAN_*`` / ``DJANGO_*``); ``regions`` is its
+    ``--regions`` (default: the demo's own, two regions mirrored both ways); ``umask``
+    the one it starts with (default: the caller's)."""
     (api_port,) = free_ports(1)
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("MERIDIAN_", "DJANGO_"))}
     full_env = {**clean, **(env or {})}
     command = [sys.executable, "-m", "controlplane.demo", "--data-dir", str(data_dir)]
     command += ["--api-port", str(api_port), "--records", str(records)]
+    command += ["--regions", regions] if regions else []
     process = subprocess.Popen(
         command,
         cwd=REPO_ROOT,
@@ -154,16 +163,17 @@ def start_demo(data_dir: Path, records: int, env: Mapping[str, str] | None = Non
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        preexec_fn=None if umask is None else lambda: os.umask(umask),
     )
     return Demo(process, data_dir, api_port, full_env)
 
 
 @contextmanager
 def running_demo(
-    data_dir: Path, records: int = 100, env: Mapping[str, str] | None = None
+    data_dir: Path, records: int = 100, env: Mapping[str, str] | None = None, regions: str = ""
 ) -> Iterator[Demo]:
     """A demo that is running (its summary printed), stopped at exit whatever happens."""
-    demo = start_demo(data_dir, records, env)
+    demo = start_demo(data_dir, records, env, regions)
     try:
         demo.read_until(RUNNING, timeout_s=180)
         demo.drain_in_background()

@@ -24,7 +24,7 @@ DEMO_ENV = {"MERIDIAN_METRICS_INTERVAL_S": "2"}
 
 @pytest.fixture
 def demo(tmp_path: Path) -> Iterator[Demo]:
-    with running_demo(tmp_path / "demo", records=200, env=DEMO_ENV) as running:
+    with running_demo(tmp_path / "demo", records=200, env=DEMO_ENV, regions="east") as running:
         yield running
 
 

@@ -28,7 +28,8 @@ from tests.support.demo import Demo, processes_of, running_demo
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
     data_dir: Path = tmp_path_factory.mktemp("databus") / "demo"
-    with running_demo(data_dir, records=10, env={"MERIDIAN_DATABUS_HEARTBEAT_S": "1"}) as running:
+    env = {"MERIDIAN_DATABUS_HEARTBEAT_S": "1"}
+    with running_demo(data_dir, records=10, env=env, regions="east") as running:
         yield running
 
 

@@ -26,7 +26,7 @@ _names = itertools.count()
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Demo]:
     data_dir: Path = tmp_path_factory.mktemp("lanes") / "demo"
-    with running_demo(data_dir, records=10, env=DEMO_ENV) as running:
+    with running_demo(data_dir, records=10, env=DEMO_ENV, regions="east") as running:
         yield running
 
 
