@@ -2,6 +2,7 @@ package provider
 
 import (
 	"context"
+	"net/url"
 
 	"github.com/hashicorp/terraform-plugin-framework-validators/resourcevalidator"
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
@@ -29,6 +30,7 @@ type mirrorModel struct {
 	StartPosition    types.String `tfsdk:"start_position"`
 	StartTimestampMs types.Int64  `tfsdk:"start_timestamp_ms"`
 	Paused           types.Bool   `tfsdk:"paused"`
+	DeleteCopies     types.Bool   `tfsdk:"delete_copies_on_destroy"`
 	Status           types.String `tfsdk:"status"`
 	Health           types.String `tfsdk:"health"`
 }
@@ -87,6 +89,10 @@ func (r *mirrorResource) Schema(_ context.Context, _ resource.SchemaRequest, res
 				Description: "With `start_position = \"timestamp\"`: epoch ms."},
 			"paused": schema.BoolAttribute{Optional: true, Computed: true, PlanModifiers: keepBool,
 				Description: "true pauses the link's workers, false resumes them."},
+			"delete_copies_on_destroy": schema.BoolAttribute{Optional: true,
+				Description: "Destroying the link also deletes the copies it made (and their records) once its workers " +
+					"stopped. Default false: the copies stay, as topics no link keeps, and their origins cannot be " +
+					"deleted while they exist (409 mirror_copies_exist)."},
 			"status": schema.StringAttribute{Computed: true,
 				Description: "Provisioning of the copies: `pending`, `ready`, `failed`, `deleting`."},
 			"health": schema.StringAttribute{Computed: true,
@@ -107,8 +113,9 @@ func (r *mirrorResource) attrs() map[string]bool {
 	return attrNames(resp.Schema)
 }
 
-func mirrorState(m mirrorJSON) mirrorModel {
+func mirrorState(m mirrorJSON, deleteCopies types.Bool) mirrorModel {
 	return mirrorModel{
+		DeleteCopies:     deleteCopies,
 		ID:               types.StringValue(m.Tenant + "/" + m.Name),
 		Tenant:           types.StringValue(m.Tenant),
 		Name:             types.StringValue(m.Name),
@@ -153,7 +160,7 @@ func (r *mirrorResource) Create(ctx context.Context, req resource.CreateRequest,
 	if link == nil {
 		link = &created
 	}
-	resp.Diagnostics.Append(resp.State.Set(ctx, mirrorState(*link))...)
+	resp.Diagnostics.Append(resp.State.Set(ctx, mirrorState(*link, plan.DeleteCopies))...)
 	if err != nil {
 		addAPIError(&resp.Diagnostics, "The mirror link was created but its copies were not made", err, r.attrs())
 	}
@@ -193,7 +200,7 @@ func (r *mirrorResource) Read(ctx context.Context, req resource.ReadRequest, res
 		addAPIError(&resp.Diagnostics, "Could not read the mirror link", err, r.attrs())
 		return
 	}
-	resp.Diagnostics.Append(resp.State.Set(ctx, mirrorState(link))...)
+	resp.Diagnostics.Append(resp.State.Set(ctx, mirrorState(link, state.DeleteCopies))...)
 }
 
 func (r *mirrorResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
@@ -222,7 +229,7 @@ func (r *mirrorResource) Update(ctx context.Context, req resource.UpdateRequest,
 	}
 	link, err := r.waitReady(ctx, tenant, name)
 	if link != nil {
-		resp.Diagnostics.Append(resp.State.Set(ctx, mirrorState(*link))...)
+		resp.Diagnostics.Append(resp.State.Set(ctx, mirrorState(*link, plan.DeleteCopies))...)
 	}
 	if err != nil {
 		addAPIError(&resp.Diagnostics, "The mirror link was changed but its copies were not made", err, r.attrs())
@@ -236,6 +243,11 @@ func (r *mirrorResource) Delete(ctx context.Context, req resource.DeleteRequest,
 		return
 	}
 	tenant, name := splitScopedID(state.ID.ValueString())
+	copies, err := r.copiesOf(ctx, state, tenant, name)
+	if err != nil {
+		addAPIError(&resp.Diagnostics, "Could not list the mirror link's copies", err, r.attrs())
+		return
+	}
 	path := "mirrors/" + escape(name)
 	if err := r.client.Delete(ctx, path, tenantQuery(tenant)); err != nil && !IsNotFound(err) {
 		addAPIError(&resp.Diagnostics, "Could not delete the mirror link", err, r.attrs())
@@ -243,7 +255,47 @@ func (r *mirrorResource) Delete(ctx context.Context, req resource.DeleteRequest,
 	}
 	if err := waitGone(ctx, r.client, path, tenantQuery(tenant)); err != nil {
 		resp.Diagnostics.AddError("The mirror link was not deleted", err.Error())
+		return
 	}
+	for _, copy := range copies {
+		if err := r.deleteCopy(ctx, copy); err != nil {
+			addAPIError(&resp.Diagnostics, "The mirror link was deleted but not its copy "+copy.FullName+" in "+copy.Region, err, nil)
+		}
+	}
+}
+
+// copyJSON is a mirror copy in a topic list.
+type copyJSON struct {
+	FullName   string  `json:"full_name"`
+	Region     string  `json:"region"`
+	MirrorLink *string `json:"mirror_link"`
+}
+
+// copiesOf lists the copies the link keeps (none unless delete_copies_on_destroy).
+func (r *mirrorResource) copiesOf(ctx context.Context, state mirrorModel, tenant, name string) ([]copyJSON, error) {
+	if !state.DeleteCopies.ValueBool() {
+		return nil, nil
+	}
+	topics, err := List[copyJSON](ctx, r.client, "topics", url.Values{"tenant": {state.Tenant.ValueString()}, "mirror_copy": {"true"}})
+	if err != nil {
+		return nil, err
+	}
+	var copies []copyJSON
+	for _, topic := range topics {
+		if topic.MirrorLink != nil && *topic.MirrorLink == name {
+			copies = append(copies, topic)
+		}
+	}
+	return copies, nil
+}
+
+func (r *mirrorResource) deleteCopy(ctx context.Context, copy copyJSON) error {
+	path := "topics/" + escape(copy.FullName)
+	query := url.Values{"region": {copy.Region}}
+	if err := r.client.Delete(ctx, path, query); err != nil && !IsNotFound(err) {
+		return err
+	}
+	return waitGone(ctx, r.client, path, query)
 }
 
 // ImportState takes `<tenant>/<name>`.
