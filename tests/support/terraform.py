@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,3 +94,19 @@ def run_tofu(
     if check:
         assert done.returncode == 0, f"tofu {' '.join(args)}:\n{done.stdout}\n{done.stderr}"
     return done
+
+
+CHECKOV_VERSION = "3.3.30"
+
+
+def checkov() -> Path:
+    """checkov (the static security scanner) in a venv of its own under ``.services/``,
+    made on first use: it pins boto3 to a version the platform's packages cannot share."""
+    services = Path(os.environ.get("MERIDIAN_SERVICES_DIR") or REPO_ROOT / ".services")
+    venv = services / "terraform" / f"checkov-{CHECKOV_VERSION}"
+    binary = venv / "bin" / "checkov"
+    if not binary.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+        pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet"]
+        subprocess.run([*pip, f"checkov=={CHECKOV_VERSION}"], check=True, timeout=BUILD_TIMEOUT_S)
+    return binary
