@@ -39,9 +39,14 @@ def workdir(
     try:
         yield folder
     finally:
-        if (folder / "terraform.tfstate").exists():
+        if _managed(folder / "terraform.tfstate"):
             run_tofu(terraform_tools, ["destroy", "-auto-approve"], cwd=folder,
                      env=_env(terraform_demo), check=False)  # fmt: skip
+
+
+def _managed(state: Path) -> bool:
+    """Whether the state file holds any resource (one left by a failed test)."""
+    return state.exists() and bool(json.loads(state.read_text()).get("resources"))
 
 
 def _env(demo: Demo) -> dict[str, str]:

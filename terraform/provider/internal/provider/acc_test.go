@@ -23,7 +23,6 @@ import (
 	"os"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework/providerserver"
 	"github.com/hashicorp/terraform-plugin-go/tfprotov6"
@@ -181,9 +180,4 @@ func (e accEnv) tokenFor(clientID, secret string) error {
 		return fmt.Errorf("whoami answered no name for %s", clientID)
 	}
 	return nil
-}
-
-func init() {
-	// Waits in tests poll faster than a user's apply needs to.
-	pollInterval = 200 * time.Millisecond
 }

@@ -197,11 +197,24 @@ func List[T any](ctx context.Context, c *Client, path string, query url.Values) 
 	}
 }
 
+// readAttempts is how often a read is tried when the control plane does not answer in
+// time or answers 502/503/504 (a restart, a busy server); writes are tried once, since
+// a write that timed out may have been applied.
+const readAttempts = 3
+
 func (c *Client) do(ctx context.Context, method, path string, query url.Values, body, out any) error {
 	status, raw, err := c.send(ctx, method, path, query, body, false)
 	if err == nil && status == http.StatusUnauthorized && c.token == "" {
 		// A token the issuer revoked or that expired early: get a new one, once.
 		status, raw, err = c.send(ctx, method, path, query, body, true)
+	}
+	for attempt := 1; method == http.MethodGet && attempt < readAttempts && transient(status, err); attempt++ {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s %s: %w", method, path, ctx.Err())
+		case <-time.After(time.Duration(attempt) * time.Second):
+		}
+		status, raw, err = c.send(ctx, method, path, query, body, false)
 	}
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", method, path, err)
@@ -216,6 +229,13 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 		return fmt.Errorf("%s %s: the answer is not the JSON expected: %w", method, path, err)
 	}
 	return nil
+}
+
+func transient(status int, err error) bool {
+	if err != nil {
+		return true
+	}
+	return status == http.StatusBadGateway || status == http.StatusServiceUnavailable || status == http.StatusGatewayTimeout
 }
 
 func (c *Client) send(ctx context.Context, method, path string, query url.Values, body any, renew bool) (int, []byte, error) {

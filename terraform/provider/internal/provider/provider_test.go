@@ -3,6 +3,8 @@ package provider
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -180,5 +182,40 @@ func requireDocumented(t *testing.T, file string, names []string) {
 		if !strings.Contains(text, "- `"+name+"` (") {
 			t.Errorf("%s does not document `%s`", file, name)
 		}
+	}
+}
+
+// Reads are tried again after a 503 (a busy or restarting control plane); writes,
+// which may have been applied, are not.
+func TestReadsAreRetriedWritesAreNot(t *testing.T) {
+	calls := map[string]int{}
+	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls[r.Method]++
+		if r.Header.Get("Authorization") != "Bearer t0k" {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		if calls[r.Method] < 3 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = w.Write([]byte(`{"error": {"code": "unavailable", "message": "busy", "details": {}}}`))
+			return
+		}
+		_, _ = w.Write([]byte(`{"name": "east"}`))
+	}))
+	defer server.Close()
+	client, err := NewClient(ClientConfig{Endpoint: server.URL, Token: "t0k"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var region struct {
+		Name string `json:"name"`
+	}
+	if err := client.Get(context.Background(), "regions/east", nil, &region); err != nil || region.Name != "east" {
+		t.Fatalf("GET after two 503s: %v %+v", err, region)
+	}
+	err = client.Post(context.Background(), "regions", map[string]any{"name": "x"}, nil)
+	var apiErr *APIError
+	if !errors.As(err, &apiErr) || apiErr.Status != http.StatusServiceUnavailable || calls["POST"] != 1 {
+		t.Fatalf("POST: %v after %d calls", err, calls["POST"])
 	}
 }

@@ -41,8 +41,7 @@ func topicHas(t *testing.T, env accEnv, fullName string, partitions, rf, retenti
 
 // TestAccTopic: create, update in place (retention, more partitions), drift from a
 // change made through the API, recreation after a deletion made through the API,
-// replacement (replication factor; fewer partitions), import, an API refusal shown on
-// the attribute's line, and destroy.
+// import, an API refusal shown on the attribute's line, and destroy.
 func TestAccTopic(t *testing.T) {
 	env := testAccEnv(t)
 	tenant := env.testTenant(t)
@@ -103,6 +102,37 @@ func TestAccTopic(t *testing.T) {
 				Check: topicHas(t, env, fullName, 3, 3, 7200000),
 			},
 			{
+				ResourceName:      "meridian_topic.t",
+				ImportState:       true,
+				ImportStateId:     fullName,
+				ImportStateVerify: true,
+			},
+			{
+				// The API's refusal points at the attribute's line in the configuration.
+				Config:      topicHCL(env, tenant, 3, 3, -5),
+				ExpectError: regexp.MustCompile(`(?s)retention_ms\s+=\s+-5.*retention_ms:`),
+			},
+		},
+	})
+}
+
+// TestAccTopicReplacement: what the API cannot change in place plans a replacement:
+// the replication factor, and fewer partitions.
+func TestAccTopicReplacement(t *testing.T) {
+	env := testAccEnv(t)
+	tenant := env.testTenant(t)
+	fullName := tenant + ".orders"
+	resource.ParallelTest(t, resource.TestCase{
+		ProtoV6ProviderFactories: testAccProviders,
+		CheckDestroy: func(*terraform.State) error {
+			return env.expectGone(t, "topics/"+escape(fullName), nil)
+		},
+		Steps: []resource.TestStep{
+			{
+				Config: topicHCL(env, tenant, 3, 3, 7200000),
+				Check:  topicHas(t, env, fullName, 3, 3, 7200000),
+			},
+			{
 				// The replication factor cannot change in place: a replacement.
 				Config: topicHCL(env, tenant, 3, 2, 7200000),
 				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
@@ -117,17 +147,6 @@ func TestAccTopic(t *testing.T) {
 					plancheck.ExpectResourceAction("meridian_topic.t", plancheck.ResourceActionDestroyBeforeCreate),
 				}},
 				Check: topicHas(t, env, fullName, 1, 2, 7200000),
-			},
-			{
-				ResourceName:      "meridian_topic.t",
-				ImportState:       true,
-				ImportStateId:     fullName,
-				ImportStateVerify: true,
-			},
-			{
-				// The API's refusal points at the attribute's line in the configuration.
-				Config:      topicHCL(env, tenant, 1, 2, -5),
-				ExpectError: regexp.MustCompile(`(?s)retention_ms\s+=\s+-5.*retention_ms:`),
 			},
 		},
 	})
