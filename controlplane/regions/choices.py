@@ -17,8 +17,10 @@ class BrokerPhase(models.TextChoices):
 
 
 class ProvisionerKind(models.TextChoices):
-    """Who starts a cluster's brokers: ``local`` processes on this host, or ``static``
-    (started elsewhere, registered by address)."""
+    """Who starts a cluster's brokers: ``local`` processes on this host, ``static``
+    (started elsewhere, registered by address), or ``kubernetes`` (the pods of a
+    StatefulSet the control plane sizes)."""
 
     LOCAL = "local"
     STATIC = "static"
+    KUBERNETES = "kubernetes"

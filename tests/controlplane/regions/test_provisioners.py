@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from controlplane.provisioning.kubernetes import KubernetesProvisioner
 from controlplane.provisioning.local import LocalProvisioner
 from controlplane.provisioning.static import StaticProvisioner
 from controlplane.regions.models import Cluster
@@ -14,6 +15,7 @@ from controlplane.regions.provisioners import UnknownProvisionerError, get_provi
 def test_the_provisioning_app_registers_its_provisioners() -> None:
     assert isinstance(get_provisioner(Cluster(provisioner="local")), LocalProvisioner)
     assert isinstance(get_provisioner(Cluster(provisioner="static")), StaticProvisioner)
+    assert isinstance(get_provisioner(Cluster(provisioner="kubernetes")), KubernetesProvisioner)
 
 
 def test_one_provisioner_per_kind_and_process() -> None:
@@ -24,5 +26,5 @@ def test_one_provisioner_per_kind_and_process() -> None:
 
 def test_an_unregistered_kind_is_refused() -> None:
     with pytest.raises(UnknownProvisionerError) as refused:
-        get_provisioner(Cluster(provisioner="kubernetes"))
-    assert refused.value.kind == "kubernetes"
+        get_provisioner(Cluster(provisioner="nomad"))
+    assert refused.value.kind == "nomad"

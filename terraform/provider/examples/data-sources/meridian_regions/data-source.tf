@@ -1,0 +1,5 @@
+data "meridian_regions" "all" {}
+
+output "regions" {
+  value = data.meridian_regions.all.names
+}

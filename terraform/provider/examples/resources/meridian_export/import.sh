@@ -1,0 +1,2 @@
+# by <tenant>/<name>
+terraform import meridian_export.orders_parquet acme/orders-parquet

@@ -1,0 +1,2 @@
+# by <tenant>/<name>
+terraform import meridian_index.by_customer acme/by-customer

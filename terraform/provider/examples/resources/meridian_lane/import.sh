@@ -1,0 +1,2 @@
+# by <tenant>/<name>
+terraform import meridian_lane.ppe acme/ppe

@@ -1,0 +1,2 @@
+# by <tenant>/<name>
+terraform import meridian_mirror.orders_us acme/orders-us

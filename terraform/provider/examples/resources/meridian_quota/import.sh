@@ -1,0 +1,2 @@
+# by tenant slug
+terraform import meridian_quota.acme acme

@@ -1,0 +1,2 @@
+# by slug
+terraform import meridian_tenant.acme acme

@@ -1,0 +1,2 @@
+# by full name, <tenant>.<name>
+terraform import meridian_topic.orders acme.orders
