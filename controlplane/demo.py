@@ -297,7 +297,13 @@ def start_processes(platform: Platform) -> None:
         "waitress",
         "--host=127.0.0.1",
         f"--port={platform.api_port}",
-        "--threads=8",
+        # Requests that wait (a Databus watch's long poll, a broker's answer, SQLite's
+        # write lock) hold a thread each: enough threads and connections that clients
+        # polling for a result (the console, Terraform's provider) never queue behind
+        # them, and idle keep-alive connections given back after a minute.
+        "--threads=16",
+        "--connection-limit=500",
+        "--channel-timeout=60",
         "controlplane.wsgi:application",
     )
     schedule = platform.data_dir / "celerybeat-schedule"

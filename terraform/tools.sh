@@ -22,6 +22,10 @@ log() { echo "==> $*" >&2; }
 
 command -v go >/dev/null || { echo "Go is needed to build the provider (go.dev)" >&2; exit 2; }
 mkdir -p "$OUT"
+# One build at a time: `./dev test` starts one in the background and the tests ask again,
+# waiting here for it to finish rather than building twice.
+exec 9>"$OUT/.lock"
+flock 9
 platform="$(go env GOOS)_$(go env GOARCH)"
 
 build_provider() {
