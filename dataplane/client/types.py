@@ -15,13 +15,17 @@ class TopicPartition(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class RecordMetadata:
-    """Where an acknowledged record landed (offset -1 with ``acks=0``)."""
+    """Where an acknowledged record landed (offset -1 with ``acks=0``). A record sent
+    with a delay (``deliver_at``/``deliver_after``) has offset -1, ``deliver_at`` (ms
+    since the epoch) and ``delayed_id``, which cancels it (``Producer.cancel_delayed``)."""
 
     topic: str
     partition: int
     offset: int
     timestamp: int
     log_append_time: int = -1
+    delayed_id: str | None = None
+    deliver_at: int = -1
 
 
 class RecordSource(NamedTuple):
