@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from dataplane.delays import attempt_of
 from lanes import SEPARATOR
 
 
@@ -108,6 +109,12 @@ class ConsumerRecord:
         if type(headers) is not tuple:
             headers = self._headers = headers.decode()
         return headers  # type: ignore[no-any-return]
+
+    @property
+    def attempt(self) -> int:
+        """The number of this delivery of the record to its group: 1, or what its
+        ``x-attempt`` header says once retried (``Consumer.retry_later``)."""
+        return attempt_of(self.headers)
 
     @property
     def topic_partition(self) -> TopicPartition:

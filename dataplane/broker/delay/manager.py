@@ -144,11 +144,14 @@ class DelayManager:
         """Start a mover for each timer partition led here without one (or at an older
         epoch), stop the movers of partitions no longer led here."""
         wanted: dict[tuple[str, int], tuple[Partition, int]] = {}
+        managed = self._push() is not None
         for part in self.registry.all():
             if not is_timer_topic(part.topic) or part.deleted or part.log.is_offline:
                 continue
             state = part.replica
-            if state is None or state.is_leader:
+            # Without a controller a broker leads what it hosts; with one, only what a
+            # push made it lead (a partition no push named yet is about to be placed).
+            if (state is None and not managed) or (state is not None and state.is_leader):
                 wanted[(part.topic, part.index)] = (part, state.leader_epoch if state else 0)
         for key, (mover, task) in list(self._movers.items()):
             found = wanted.get(key)
@@ -213,10 +216,8 @@ class DelayManager:
     # -- the produce path ------------------------------------------------------------------
     def timer_produce_refusal(self, item: broker_pb2.PartitionRecords) -> MeridianError | None:
         """Why a client's records for a timer log are refused (None: store them as sent,
-        once the produce path's other checks, the storage quota among them, pass). A
-        broker forwarding diverted records (the internal role) is trusted."""
-        if not self._authz.restricts_caller():
-            return None
+        once the produce path's other checks, the storage quota among them, pass). The
+        records a broker forwards (diverted ones) pass the same checks."""
         tenant = tenant_of_timer(item.topic)
         try:
             scheduled = check_timer_batches(

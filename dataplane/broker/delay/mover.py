@@ -3,10 +3,15 @@
 Lifecycle of a ``Mover`` (one per timer partition this broker leads, at one leader
 epoch; ``manager`` starts and stops them):
 
-1. **Rebuild**: read the partition from its log start to its high watermark, decoding
-   every record: a scheduled record enters the due-time index and the offset table
-   (``index``); a move intent or a cancellation (``markers``) marks the offsets it names
-   done. Only committed records (below the high watermark) are ever read, here and later.
+1. **Rebuild**: read the partition from its log start, decoding every record: a
+   scheduled record enters the due-time index and the offset table (``index``); a move
+   intent or a cancellation (``markers``) marks the offsets it names done. Only
+   committed records (below the high watermark) are ever read, here and later; and the
+   rebuild goes on until it has read the whole log the leader had when it took the
+   lead. A new leader's high watermark may lag what was committed (a restarted broker
+   starts from its checkpoint): everything committed is in its log, since it was in
+   sync, and becomes visible as the followers catch up; an intent left unread would
+   send its records a second time.
 2. **Resolve**: the last move intent in the log may have been cut short by the previous
    leader's death. It is sent again exactly as it was (the producer id, epoch,
    sequences, batches and bytes it names), so each target keeps what already landed
@@ -176,10 +181,14 @@ class Mover:
     async def run(self) -> None:
         """Rebuild, resolve, then move until deposed (returns) or cancelled."""
         try:
-            await self._ingest_new()
+            await self._catch_up(self.part.log.log_end_offset)
             if self._last_intent is not None:
                 plan = await self._plan_of(self._last_intent)
-                await self._deliver(self._last_intent, plan, resend=True)
+                landed = await self._deliver(self._last_intent, plan, resend=True)
+                log.info(
+                    "timer %s-%d: the last intent resent to %d partitions, %d of which had it",
+                    self.part.topic, self.part.index, len(plan.payloads), landed,
+                )  # fmt: skip
             self._producer_id = await self._hooks.new_producer_id()
             self.ready.set()
             log.info(
@@ -205,6 +214,15 @@ class Mover:
         upcoming = self.index.next_due()
         wait = IDLE_WAIT_S if upcoming is None else (upcoming - now) / 1000
         await asyncio.wait([self.part.changed()], timeout=min(IDLE_WAIT_S, max(0.001, wait)))
+
+    async def _catch_up(self, end: int) -> None:
+        """Read until everything below ``end`` is read (committed)."""
+        while True:
+            self._check_leader()
+            await self._ingest_new()
+            if self._ingested >= end:
+                return
+            await asyncio.wait([self.part.changed()], timeout=IDLE_WAIT_S)
 
     def _check_leader(self) -> None:
         state = self.part.replica
@@ -391,10 +409,12 @@ class Mover:
             dues[tp] = [item.due for item in items]
         return _Plan(intent, payloads, dues)
 
-    async def _deliver(self, intent: MoveIntent, plan: _Plan, *, resend: bool = False) -> None:
+    async def _deliver(self, intent: MoveIntent, plan: _Plan, *, resend: bool = False) -> int:
         """Send every target its batches until it keeps or refuses them for good
         (``resend``: the last intent of a previous leader, step 2: not counted as moved
-        here, since the previous leader may have counted it)."""
+        here, since the previous leader may have counted it); returns how many targets
+        answered that they had them already."""
+        duplicates = 0
         pending = dict(plan.payloads)
         bases = {(t.topic, t.partition): t.base_sequence for t in intent.targets}
         backoff = RETRY_BACKOFF_S[0]
@@ -416,6 +436,7 @@ class Mover:
                 self._missing_since.pop(tp, None)
                 count = len(plan.dues.get(tp, ()))
                 if verdict == "":
+                    duplicates += result.duplicate
                     if not resend:
                         self.counts.moved += count
                         now = self._clock_ms()
@@ -432,6 +453,7 @@ class Mover:
                 self._check_leader()
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, RETRY_BACKOFF_S[1])
+        return duplicates
 
     def _verdict(
         self, tp: tuple[str, int], result: broker_pb2.PartitionProduceResult
@@ -496,11 +518,12 @@ class Mover:
         async with self._lock:
             self._check_leader()
             answer = self._cancel_answer(delayed)
-            if answer is not None:
+            if answer is not None and answer.error:
                 return answer
-            await self._append_marker(CANCEL, encode_cancel([offset]))
-            if self._finish(offset, cancelled=True):
-                self.counts.cancelled += 1
+            if answer is None:
+                await self._append_marker(CANCEL, encode_cancel([offset]))
+                if self._finish(offset, cancelled=True):
+                    self.counts.cancelled += 1
         records = await self._records([offset])
         due = _deliver_at(records.get(offset))
         return delay_pb2.CancelDelayedResponse(deliver_at_ms=due)
