@@ -64,6 +64,7 @@ from dataplane.delays import (
 )
 from dataplane.errors import ErrorCode, MeridianError
 from dataplane.storage.log import AppendInfo
+from lanes.names import is_lane_topic
 
 log = logging.getLogger(__name__)
 
@@ -231,6 +232,13 @@ class DelayManager:
         except Exception as exc:  # the log validates the bytes again and names the fault
             log.debug("timer batch left to the log's checks: %s", exc)
             return None
+        placement = self._placement()
+        for where in {(s.topic, s.partition) for s in scheduled}:
+            if where[1] not in placement.get(where[0], {}) and not is_lane_topic(where[0]):
+                return MeridianError(
+                    ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                    f"{where[0]}-{where[1]} is not known to the cluster",
+                )
         self._metrics.scheduled(tenant, len(scheduled))
         return None
 

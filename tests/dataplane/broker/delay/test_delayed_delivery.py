@@ -22,13 +22,17 @@ from dataplane.delays import (
     DELAY_TOPIC,
     DELAYED_FROM,
     DELIVER_AT,
+    DLQ_REASON,
     DelayedId,
     header,
 )
+from dataplane.delays import RETRY_OFFSET as RETRY_OFFSET_H
+from dataplane.delays import RETRY_PARTITION as RETRY_PARTITION_H
+from dataplane.delays import RETRY_TOPIC as RETRY_TOPIC_H
 from dataplane.errors import ErrorCode, MeridianError
 from dataplane.records import BatchBuilder
 
-from .conftest import ORDERS, TIMER, Delays
+from .conftest import DEAD_LETTERS, GROUP, ORDERS, RETRY_TOPIC, TIMER, Delays
 
 DAY_MS = 24 * 3600 * 1000
 
@@ -269,6 +273,87 @@ def test_a_kafka_client_delays_with_the_x_deliver_at_header(delays: Delays) -> N
         reader.close()
 
 
+def _end_of(delays: Delays, topic: str, partition: int) -> int:
+    leader = delays.brokers[delays.leader(topic, partition)]
+    request = broker_pb2.ListOffsetsRequest(
+        partitions=[broker_pb2.ListOffsetsPartition(topic=topic, partition=partition, timestamp=-1)]
+    )
+    with leader.channel() as channel:
+        stub = broker_pb2_grpc.BrokerStub(channel)
+        return stub.ListOffsets(request, timeout=15).results[0].offset
+
+
+def test_retries_come_back_to_their_group_alone_then_go_to_dead_letters(delays: Delays) -> None:
+    """A record retried by ``acme.billing`` (max_attempts 3) comes back to it twice, with
+    x-attempt and its original place, then lands in the dead-letter topic with the
+    reason; the group ``acme.audit`` reading the same topic sees it once; a group
+    without a retry policy cannot retry."""
+    marker = b"job-%d" % _now_ms()
+    with Producer(delays.bootstrap, acks="all") as producer:
+        original = producer.send(ORDERS, marker, key=b"job").result(15)
+    billing = Consumer(delays.bootstrap, group_id=GROUP, auto_offset_reset="earliest",
+                       fetch_max_wait_ms=100)  # fmt: skip
+    audit = Consumer(delays.bootstrap, group_id="acme.audit", auto_offset_reset="earliest",
+                     fetch_max_wait_ms=100)  # fmt: skip
+    deliveries = []
+    try:
+        billing.subscribe([ORDERS])
+        audit.subscribe([ORDERS])
+        assert RETRY_TOPIC in billing.reading()
+        deadline = time.monotonic() + 40
+        while len(deliveries) < 3 and time.monotonic() < deadline:
+            for record in billing.poll(200):
+                if record.value != marker:
+                    continue
+                deliveries.append(record)
+                if record.attempt == 1:
+                    billing.retry_later(record, 1, reason="the bank was down")
+                else:
+                    billing.nack(record, reason=f"attempt {record.attempt} failed")
+            billing.commit()
+        audit_seen = _values(audit, marker, 3)
+        with pytest.raises(MeridianError) as no_policy:
+            audit.retry_later(deliveries[0], 1)
+        assert no_policy.value.code == ErrorCode.RETRY_POLICY_NOT_FOUND
+    finally:
+        billing.close()
+        audit.close()
+    assert [(r.topic, r.attempt) for r in deliveries] == [
+        (ORDERS, 1),
+        (RETRY_TOPIC, 2),
+        (RETRY_TOPIC, 3),
+    ]
+    origin = (ORDERS.encode(), str(original.partition).encode(), str(original.offset).encode())
+    for retried in deliveries[1:]:
+        assert retried.key == b"job"
+        found = tuple(
+            header(retried.headers, h) for h in (RETRY_TOPIC_H, RETRY_PARTITION_H, RETRY_OFFSET_H)
+        )
+        assert found == origin
+    assert audit_seen == [marker]
+    with Consumer(delays.bootstrap, auto_offset_reset="earliest") as reader:
+        reader.assign([TopicPartition(DEAD_LETTERS, 0)])
+        dead = [r for r in _drain(reader, 20) if r.value == marker]
+    assert len(dead) == 1
+    assert header(dead[0].headers, DLQ_REASON) == b"3 attempts: attempt 3 failed"
+    assert dead[0].attempt == 3
+
+
+def _drain(consumer: Consumer, timeout_s: float) -> list:
+    got: list = []
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        batch = consumer.poll(300)
+        if not batch and got:
+            return got
+        got += batch
+    return got
+
+
+def _values(consumer: Consumer, marker: bytes, timeout_s: float) -> list[bytes]:
+    return [r.value for r in _drain(consumer, timeout_s) if r.value == marker]
+
+
 def test_thousands_of_delays_survive_killed_leaders_delivered_once_never_early(
     delays: Delays,
 ) -> None:
@@ -323,13 +408,3 @@ def test_thousands_of_delays_survive_killed_leaders_delivered_once_never_early(
         f"lateness of {len(late)} records: p50 {statistics.median(late)} ms, "
         f"p99 {late[int(len(late) * 0.99)]} ms, max {late[-1]} ms"
     )
-
-
-def _end_of(delays: Delays, topic: str, partition: int) -> int:
-    leader = delays.brokers[delays.leader(topic, partition)]
-    request = broker_pb2.ListOffsetsRequest(
-        partitions=[broker_pb2.ListOffsetsPartition(topic=topic, partition=partition, timestamp=-1)]
-    )
-    with leader.channel() as channel:
-        stub = broker_pb2_grpc.BrokerStub(channel)
-        return stub.ListOffsets(request, timeout=15).results[0].offset
