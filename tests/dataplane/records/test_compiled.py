@@ -1,7 +1,8 @@
 """The compiled loops against their reference, the Python ones. The record scan: same
 counts, timestamp range and records carrying a marked header for good records, same
-record index, reason and delta for bad ones. The record loop, in both its shapes (eager ``Record`` tuples with decoded headers, and
-the SDK's lazy records): same records and skipped count, or the same error and message."""
+record index, reason and delta for bad ones. The record loop, in both its shapes (eager
+``Record`` tuples with decoded headers, and the SDK's lazy records): same records and
+skipped count, or the same error and message."""
 
 from __future__ import annotations
 
