@@ -209,22 +209,26 @@ def tenant_topic(tenant: Tenant, full_name: str) -> Topic:
 
 
 def scheduled(
-    tenant: Tenant, topic: Topic, *, limit: int = 50, after: Cursor | None = None
+    tenant: Tenant, topic: str | None = None, *, limit: int = 50, after: Cursor | None = None
 ) -> ScheduledPage:
-    """The records scheduled for ``topic``, by due time, a page at a time."""
+    """The tenant's scheduled records (only ``topic``'s when named; none for a topic it
+    does not have), by due time, then timer partition and offset, a page at a time."""
     limit = max(1, min(MAX_LIST, limit))
-    timer = timer_log(tenant, topic.cluster_id)
-    if timer is None:
-        return ScheduledPage([], None)
+    if topic is not None:
+        found = Topic.objects.filter(tenant=tenant).named(topic).first()
+        timers = [t for t in [found and timer_log(tenant, found.cluster_id)] if t is not None]
+    else:
+        timers = _timer_logs(tenant)
     merged: list[tuple[tuple[int, int, int], delay_pb2.DelayedRecord]] = []
-    for partition, address in _leaders(timer).items():
-        request = delay_pb2.ListDelayedRequest(
-            tenant=tenant.slug, partition=partition, topic=topic.full_name, limit=limit,
-            value_bytes=256, **_after(after, partition),
-        )  # fmt: skip
-        for record in gateway.list_delayed(address, request):
-            place = DelayedId.parse(record.id)
-            merged.append(((record.deliver_at_ms, place.partition, place.offset), record))
+    for timer in timers:
+        for partition, address in _leaders(timer).items():
+            request = delay_pb2.ListDelayedRequest(
+                tenant=tenant.slug, partition=partition, topic=topic or "", limit=limit,
+                value_bytes=256, **_after(after, partition),
+            )  # fmt: skip
+            for record in gateway.list_delayed(address, request):
+                place = DelayedId.parse(record.id)
+                merged.append(((record.deliver_at_ms, place.partition, place.offset), record))
     merged.sort(key=lambda item: item[0])
     page = merged[:limit]
     more = len(merged) > limit or len(page) == limit

@@ -1,7 +1,7 @@
-"""A tenant's delayed records: what is pending, the scheduled records of a topic, and
-cancelling one by id. Any role in the tenant reads; developers cancel. A tenant the
-caller has no role in, a topic it does not have and a record of either answer as
-missing ones (404)."""
+"""A tenant's delayed records: what is pending, the scheduled records (of a topic), and
+cancelling one by id. Any role in the tenant reads; developers cancel. Lists of a tenant
+the caller has no role in, or of a topic it does not have, are empty; a record of either
+answers as a missing one (404)."""
 
 from __future__ import annotations
 
@@ -42,23 +42,36 @@ class DelayedRecordViewSet(viewsets.ViewSet):
         assert isinstance(user, Actor)
         return user
 
-    def _tenant(self, needed: str) -> Tenant:
+    def _slug(self) -> str | None:
         """The tenant named (``?tenant=``, or the topic's or id's prefix, or the caller's
-        only one); 404 when the caller has no role there, 403 without ``needed``."""
+        only one); ``InvalidRequest`` when the caller has several and names none."""
         actor = self.actor
         slug = self.request.query_params.get("tenant") or self._named_prefix()
-        if not slug and len(actor.tenant_slugs) == 1:
-            slug = actor.tenant_slugs[0]
-        if not slug:
+        if slug:
+            return slug
+        if len(actor.tenant_slugs) > 1:
             raise InvalidRequest("name the tenant (?tenant=)", tenant=["required"])
-        tenant = Tenant.objects.filter(slug=slug).first()
-        if tenant is None or not (actor.platform_admin or actor.role_in(slug) is not None):
-            raise NotFound(f"tenant {slug!r} not found")
-        if not actor.can(slug, needed):
+        return actor.tenant_slugs[0] if actor.tenant_slugs else None
+
+    def _visible(self) -> Tenant | None:
+        """The tenant named, when the caller has a role in it (None: nothing to show)."""
+        slug = self._slug()
+        actor = self.actor
+        if not slug or not (actor.platform_admin or actor.role_in(slug) is not None):
+            return None
+        return Tenant.objects.filter(slug=slug).first()
+
+    def _tenant(self, needed: str) -> Tenant:
+        """The tenant named; 404 when the caller has no role there, 403 without
+        ``needed``."""
+        tenant = self._visible()
+        if tenant is None:
+            raise NotFound("not found")
+        if not self.actor.can(tenant.slug, needed):
             raise PermissionDenied(
-                f"your role in tenant {slug!r} does not allow this",
+                f"your role in tenant {tenant.slug!r} does not allow this",
                 needed_role=needed,
-                role=actor.role_in(slug),
+                role=self.actor.role_in(tenant.slug),
             )
         return tenant
 
@@ -75,35 +88,32 @@ class DelayedRecordViewSet(viewsets.ViewSet):
         ],
         responses=ScheduledPageSerializer,
     )
-    def list(self, request: Request) -> Response:
-        """The records scheduled for ``topic`` (required), by due time, a page at a time
-        (``next_cursor`` goes in ``after``)."""
-        tenant = self._tenant(Role.VIEWER)
-        name = request.query_params.get("topic")
-        if not name:
-            raise InvalidRequest("name the topic (?topic=)", topic=["required"])
-        topic = services.tenant_topic(tenant, name)
+    @action(detail=False, methods=["get"])
+    def scheduled(self, request: Request) -> Response:
+        """The tenant's scheduled records (only ``topic``'s when named), by due time, a
+        page at a time (``next_cursor`` goes in ``after``). A tenant or topic the caller
+        does not have lists nothing."""
         raw_limit = request.query_params.get("limit") or "50"
         if not raw_limit.isdigit() or len(raw_limit) > 6:
             raise InvalidRequest("limit: a number", limit=["a number"])
         after = request.query_params.get("after")
-        page = services.scheduled(
-            tenant,
-            topic,
-            limit=int(raw_limit),
-            after=services.Cursor.parse(after) if after else None,
-        )
+        cursor = services.Cursor.parse(after) if after else None
+        tenant = self._visible()
+        name = request.query_params.get("topic") or None
+        if tenant is None:
+            return Response(ScheduledPageSerializer(services.ScheduledPage([], None)).data)
+        page = services.scheduled(tenant, name, limit=int(raw_limit), after=cursor)
         return Response(ScheduledPageSerializer(page).data)
 
     @extend_schema(parameters=[TENANT, TOPIC], responses=PendingSummarySerializer)
     @action(detail=False, methods=["get"])
     def pending(self, request: Request) -> Response:
         """How many records wait, in all and by topic (only ``topic``'s when named), and
-        what each timer partition holds."""
-        tenant = self._tenant(Role.VIEWER)
-        name = request.query_params.get("topic")
-        if name:
-            services.tenant_topic(tenant, name)
+        what each timer partition holds (nothing for a tenant the caller does not have)."""
+        tenant = self._visible()
+        name = request.query_params.get("topic") or None
+        if tenant is None:
+            return Response(PendingSummarySerializer(services.PendingSummary("")).data)
         return Response(PendingSummarySerializer(services.pending(tenant, name)).data)
 
     @extend_schema(parameters=[ID, TENANT], request=None, responses=CancelledSerializer)

@@ -23,7 +23,7 @@ from controlplane.retries.api.serializers import (
     RetryPolicyUpdateSerializer,
 )
 from controlplane.retries.models import RetryPolicy
-from controlplane.tenants.api.scoped import TenantScopedViewSet
+from controlplane.tenants.api.scoped import TenantScopedViewSet, named_tenant
 
 
 def _int(request: Request, name: str, default: int | None) -> int | None:
@@ -76,9 +76,15 @@ class RetryPolicyViewSet(
             )
         return super().get_object()
 
-    def create_object(self, data: dict[str, Any]) -> RetryPolicy:
-        tenant = self.tenant_for_write(data.pop("tenant", None))
-        return services.create_retry_policy(tenant, actor=self.actor, **data)
+    @extend_schema(request=RetryPolicyCreateSerializer, responses={201: RetryPolicySerializer})
+    def create(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """The tenant first (``named_tenant``: a caller without a role there learns
+        nothing of it, not even what the body lacks), then the body."""
+        tenant = self.tenant_for_write(named_tenant(request))
+        data = self.validated_input()
+        data.pop("tenant", None)
+        policy = services.create_retry_policy(tenant, actor=self.actor, **data)
+        return self.respond(policy, status.HTTP_201_CREATED)
 
     def update_object(self, policy: RetryPolicy, data: dict[str, Any]) -> RetryPolicy:
         return services.update_retry_policy(policy, actor=self.actor, **data)

@@ -7,10 +7,11 @@ the reconciler) and is delivered; the API counts, lists and cancels scheduled re
 (audited; another tenant's answer as missing ones). A retry policy made through the API
 reaches the brokers with the push; a consumer's retries end in the dead-letter topic,
 which the API lists, shows and replays to the original topic (audited); another tenant
-cannot see or replay them."""
+cannot see or replay them; the CLI (``meridian dlq``, ``retry-policies``) does it too."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
 from controlplane.controller.controller import Controller
 from controlplane.controller.lease import FileLease
@@ -28,13 +30,16 @@ from controlplane.regions import services as regions
 from controlplane.tenants.models import Tenant
 from controlplane.topics.models import Topic
 from controlplane.topics.services import create_topic
+from dataplane.cli import app
 from dataplane.client import Consumer, Producer, TopicPartition
 from dataplane.delays import DELAYED_FROM, header
+from tests.controlplane.conftest import local_identity, token_for
 from tests.controlplane.controller.conftest import ADMIN, wait_until
 from tests.support.brokers import BrokerProcess, stop_all
 from tests.support.controlplane import CeleryWorker, make_tenant, route_tasks_to, unique_queue
 
 pytestmark = pytest.mark.django_db(transaction=True)
+__all__ = ["local_identity"]
 
 
 @dataclass
@@ -44,6 +49,7 @@ class World:
     controller: Controller
     client: Any
     stranger: Any
+    meridian: Any
 
     @property
     def bootstrap(self) -> str:
@@ -81,7 +87,9 @@ def _in_thread(fn: Any, *args: Any, **kwargs: Any) -> Future[Any]:
 
 
 @pytest.fixture
-def world(transactional_db: None, tmp_path: Path, client_for: Any) -> Iterator[World]:
+def world(
+    transactional_db: None, tmp_path: Path, client_for: Any, live_server: Any, local_identity: Any
+) -> Iterator[World]:
     region = regions.create_region(name="delay-region", actor=ADMIN)
     cluster = regions.create_cluster(
         region, name="near", provisioner="static", broker_count=2, actor=ADMIN
@@ -104,7 +112,15 @@ def world(transactional_db: None, tmp_path: Path, client_for: Any) -> Iterator[W
             stranger = client_for(roles={"globex": "tenant-admin"})
             controller.tick()
             create_topic(tenant, name="orders", partitions=2, actor=ADMIN)
-            world = World(brokers, tenant, controller, client, stranger)
+            token = token_for(local_identity, roles={"acme": "developer"})
+
+            def meridian(*args: str) -> Any:
+                cli = ["--api", live_server.url, "--token", token, *args]
+                result = CliRunner().invoke(app, cli)
+                assert result.exit_code == 0, result.output
+                return result
+
+            world = World(brokers, tenant, controller, client, stranger, meridian)
             world.ready("acme.orders")
             yield world
     finally:
@@ -139,10 +155,12 @@ def test_a_first_delay_makes_the_timer_log_and_the_api_counts_lists_and_cancels(
         {"acme.orders": 1},
     )
     assert pending["complete"]
-    listed = world.client.get("/api/v1/delayed-records?topic=acme.orders").json()
+    listed = world.client.get("/api/v1/delayed-records/scheduled?topic=acme.orders").json()
     assert [r["id"] for r in listed["records"]] == [later.delayed_id]
     assert listed["records"][0]["value_text"] == "later"
-    assert world.stranger.get("/api/v1/delayed-records?topic=acme.orders").status_code == 404
+    assert (
+        world.stranger.get("/api/v1/delayed-records/scheduled?topic=acme.orders").status_code == 404
+    )
     assert world.stranger.delete(f"/api/v1/delayed-records/{later.delayed_id}").status_code == 404
     cancel = world.client.delete(f"/api/v1/delayed-records/{later.delayed_id}")
     assert cancel.status_code == 200, cancel.content
@@ -200,9 +218,16 @@ def test_retries_end_in_dead_letters_the_api_lists_shows_and_replays(world: Worl
     assert world.stranger.get(url).status_code == 404
     body = {"records": [{"partition": letter["partition"], "offset": letter["offset"]}]}
     assert world.stranger.post(f"{url}/replay", body, format="json").status_code == 404
-    replay = world.client.post(f"{url}/replay", body, format="json")
-    assert replay.status_code == 200, replay.content
-    (done,) = replay.json()["records"]
+    listed = json.loads(world.meridian("dlq", "list", "billing", "--json").stdout)
+    assert [r["offset"] for r in listed["records"]] == [letter["offset"]]
+    shown_cli = world.meridian(
+        "dlq", "show", "billing", *map(str, (letter["partition"], letter["offset"]))
+    )
+    assert "2 attempts: still failing" in shown_cli.stdout
+    assert "acme.billing.dlq" in world.meridian("retry-policies", "list").stdout
+    place = f"{letter['partition']}:{letter['offset']}"
+    replay = world.meridian("dlq", "replay", "billing", "--record", place, "--json")
+    (done,) = json.loads(replay.stdout)["records"]
     assert (done["topic"], done["to_partition"], done["skipped"]) == (
         "acme.orders",
         original.partition,
