@@ -197,10 +197,14 @@ class Scheduler:
 
     def __init__(self, producer: Producer) -> None:
         self._producer = producer
+        self._timer_partitions: dict[tuple[str, int, int], int] = {}
 
     def _target(self, topic: str, lane: str | None, headers: Any) -> tuple[str, list[Header]]:
         """Where the record goes (lanes applied) and its headers as pairs."""
         producer = self._producer
+        plain = not headers and lane is None and producer.lane is None and "~" not in topic
+        if plain and (not producer.route_lanes or _no_lane_in_effect()):
+            return topic, []
         if producer.route_lanes:
             topic, headers = producer._lane_route(topic, lane, headers)
         items = list(headers.items()) if isinstance(headers, Mapping) else list(headers or ())
@@ -219,7 +223,13 @@ class Scheduler:
         producer = self._producer
         timer = timer_topic(tenant_of_topic(topic))
         queues = producer._topics.get(timer) or producer._prepare(timer)
-        return timer, timer_partition(topic, partition, queues.count), queues
+        key = (topic, partition, queues.count)
+        found = self._timer_partitions.get(key)
+        if found is None:
+            if len(self._timer_partitions) > 65_536:
+                self._timer_partitions.clear()
+            found = self._timer_partitions[key] = timer_partition(topic, partition, queues.count)
+        return timer, found, queues
 
     def send(
         self,
@@ -283,6 +293,12 @@ class Scheduler:
             for delayed in done:
                 delayed.add_delivery_callback(on_delivery)
         return DelayedFutures(done, parts)
+
+
+def _no_lane_in_effect() -> bool:
+    import lanes
+
+    return lanes.current_lane.get() is None
 
 
 def _fields(record: Any, index: int) -> tuple[bytes | None, bytes | None, Any, int | None]:

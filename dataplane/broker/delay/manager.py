@@ -145,14 +145,13 @@ class DelayManager:
         """Start a mover for each timer partition led here without one (or at an older
         epoch), stop the movers of partitions no longer led here."""
         wanted: dict[tuple[str, int], tuple[Partition, int]] = {}
-        managed = self._push() is not None
         for part in self.registry.all():
             if not is_timer_topic(part.topic) or part.deleted or part.log.is_offline:
                 continue
             state = part.replica
-            # Without a controller a broker leads what it hosts; with one, only what a
-            # push made it lead (a partition no push named yet is about to be placed).
-            if (state is None and not managed) or (state is not None and state.is_leader):
+            # No replica state: led here, unreplicated (no push names it, and none
+            # replicates topics: those hold unnamed partitions offline).
+            if state is None or state.is_leader:
                 wanted[(part.topic, part.index)] = (part, state.leader_epoch if state else 0)
         for key, (mover, task) in list(self._movers.items()):
             found = wanted.get(key)
