@@ -89,6 +89,7 @@ def delays(
     )
     controller = TestController(brokers)
     controller.delay = delay_pb2.DelayPush(policies_listed=True, retry_policies=[POLICY])
+    failed_before = request.session.testsfailed
     try:
         no_retention = {"retention_ms": -1, "retention_bytes": -1}
         controller.create_topic(TIMER, [1, 2, 3], partitions=3, min_isr=2, **no_retention)
@@ -98,15 +99,7 @@ def delays(
         yield Delays({b.broker_id: b for b in brokers}, controller.start())
     finally:
         controller.stop()
-        if getattr(request.node, "delay_failed", False):
+        if request.session.testsfailed > failed_before:
             for broker in brokers:
                 print(f"===== log of {broker!r} =====\n{broker.log_text()[-15000:]}")
         stop_all(brokers)
-
-
-@pytest.fixture(autouse=True)
-def _note_failures(request: pytest.FixtureRequest) -> Iterator[None]:
-    yield
-    report = getattr(request.node, "report_call", None)
-    if report is not None and report.failed:
-        request.node.parent.delay_failed = True
