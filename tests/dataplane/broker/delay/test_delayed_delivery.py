@@ -10,6 +10,7 @@ import random
 import statistics
 import threading
 import time
+import urllib.request
 from collections import Counter
 
 import pytest
@@ -171,6 +172,16 @@ def test_list_and_describe_show_what_is_pending(delays: Delays) -> None:
             producer.cancel_delayed(delayed_id)
         listed = producer._delays.scheduled("acme", topic=ORDERS)
         assert not {r.id for r in listed} & set(ids)
+    leader = delays.brokers[delays.leader(TIMER, 0)]
+    with urllib.request.urlopen(leader.metrics_url, timeout=10) as answer:
+        metrics = answer.read().decode()
+    for name in (
+        'meridian_delay_pending_records{partition="0",tenant="acme"}',
+        'meridian_delay_cancelled_records_total{tenant="acme"}',
+        "meridian_delay_lateness_seconds_bucket",
+        "meridian_delay_timer_log_demands",
+    ):
+        assert name in metrics, name
 
 
 def _timer_record(**headers: bytes) -> bytes:
