@@ -152,44 +152,66 @@ class DelayedFuture:
         return f"DelayedFuture({self._topic}/{self._partition} at {self._deliver_at})"
 
 
-class DelayedFutures(Sequence[DelayedFuture]):
-    """The scheduled records of one ``send_batch`` call, in call order."""
+@dataclass(frozen=True)
+class _Part:
+    """The records of a ``send_batch`` call that went to one timer partition: their
+    deliveries, their places in the call, and where each will be delivered."""
 
-    def __init__(self, futures: list[DelayedFuture], parts: list[DeliveryFutures]) -> None:
-        self._futures = futures
+    sent: DeliveryFutures
+    positions: list[int]
+    places: list[tuple[str, int]]
+
+
+class DelayedFutures(Sequence[DelayedFuture]):
+    """The scheduled records of one ``send_batch`` call, in call order (each future made
+    when asked for); the waits cost one per batch."""
+
+    def __init__(self, parts: list[_Part], size: int, deliver_at: int) -> None:
         self._parts = parts
+        self._size = size
+        self._deliver_at = deliver_at
+        self._futures: list[DelayedFuture] | None = None
+
+    def _all(self) -> list[DelayedFuture]:
+        if self._futures is None:
+            futures: list[DelayedFuture | None] = [None] * self._size
+            for part in self._parts:
+                for at, stored, place in zip(part.positions, part.sent, part.places, strict=True):
+                    futures[at] = DelayedFuture(stored, place[0], place[1], self._deliver_at)
+            self._futures = [f for f in futures if f is not None]
+        return self._futures
 
     def __len__(self) -> int:
-        return len(self._futures)
+        return self._size
 
     @overload
     def __getitem__(self, index: int) -> DelayedFuture: ...
     @overload
     def __getitem__(self, index: slice) -> list[DelayedFuture]: ...
     def __getitem__(self, index: int | slice) -> DelayedFuture | list[DelayedFuture]:
-        return self._futures[index]
+        return self._all()[index]
 
     def wait(self, timeout: float | None = None) -> bool:
         deadline = None if timeout is None else time.monotonic() + timeout
         for part in self._parts:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if not part.wait(left):
+            if not part.sent.wait(left):
                 return False
         return True
 
     def done(self) -> bool:
-        return all(part.done() for part in self._parts)
+        return all(part.sent.done() for part in self._parts)
 
     def exception(self, timeout: float | None = None) -> MeridianError | None:
         if not self.wait(timeout):
             raise TimeoutError(f"records not scheduled within {timeout} s")
-        return next((e for p in self._parts if (e := p.exception()) is not None), None)
+        return next((e for p in self._parts if (e := p.sent.exception()) is not None), None)
 
     def result(self, timeout: float | None = None) -> list[RecordMetadata]:
         error = self.exception(timeout)
         if error is not None:
             raise error
-        return [future.result() for future in self._futures]
+        return [future.result() for future in self._all()]
 
 
 class Scheduler:
@@ -263,36 +285,41 @@ class Scheduler:
         lane: str | None,
         deliver_at: int,
     ) -> DelayedFutures:
-        """Every record of the call, due at ``deliver_at``: grouped by timer partition,
-        each group one ``send_batch`` of the producer, in call order."""
+        """Every record of the call, due at ``deliver_at``: grouped by the partition each
+        goes to (its timer partition), each group one ``send_batch`` of the producer, in
+        call order. Records without headers of their own share their group's encoded
+        scheduling headers (the compiled codec writes them into every record)."""
         now = time.time_ns() // 1_000_000
-        groups: dict[int, list[int]] = {}
+        groups: dict[tuple[str, int], list[int]] = {}
         timed: list[tuple[Any, ...]] = []
-        places: list[tuple[str, int]] = []
-        timer = ""
+        plain = True
         for index, record in enumerate(records):
             key, value, headers, stamp = _fields(record, index)
             target, items = self._target(topic, lane, headers)
             chosen = self._partition_of(target, key, partition)
-            timer, timer_part, _ = self._timer(target, chosen)
-            items = scheduled_headers(items, deliver_at, target, chosen)
             timed.append((key, value, items, now if stamp is None else stamp))
-            places.append((target, chosen))
-            groups.setdefault(timer_part, []).append(index)
-        futures: list[DelayedFuture | None] = [None] * len(timed)
+            plain = plain and not items
+            groups.setdefault((target, chosen), []).append(index)
         parts = []
-        for timer_part, positions in groups.items():
-            sent = self._producer._send_batch(timer, [timed[i] for i in positions], timer_part,
-                                              None, now)  # fmt: skip
-            parts.append(sent)
-            for at, stored in zip(positions, sent, strict=True):
-                target, chosen = places[at]
-                futures[at] = DelayedFuture(stored, target, chosen, deliver_at)
-        done = [f for f in futures if f is not None]
+        for (target, chosen), positions in groups.items():
+            timer, timer_part, _ = self._timer(target, chosen)
+            if plain:
+                shared = encode_headers(scheduled_headers([], deliver_at, target, chosen))
+                part = [timed[i][:2] + timed[i][3:] for i in positions]
+                part = [(k, v, None, t) for k, v, t in part]
+            else:
+                shared = None
+                part = [
+                    (k, v, scheduled_headers(h, deliver_at, target, chosen), t)
+                    for k, v, h, t in (timed[i] for i in positions)
+                ]
+            sent = self._producer._send_batch(timer, part, timer_part, None, now, shared=shared)
+            parts.append(_Part(sent, positions, [(target, chosen)] * len(positions)))
+        futures = DelayedFutures(parts, len(timed), deliver_at)
         if on_delivery is not None:
-            for delayed in done:
+            for delayed in futures:
                 delayed.add_delivery_callback(on_delivery)
-        return DelayedFutures(done, parts)
+        return futures
 
 
 def _no_lane_in_effect() -> bool:
