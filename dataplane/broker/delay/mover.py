@@ -591,8 +591,16 @@ class Mover:
             listed.value = value[:value_bytes]
         return listed
 
+    def _next_pending_due(self) -> int | None:
+        """The due time of the earliest record still pending: a cancelled record keeps its
+        index entry until due, so the index's own earliest may be one no longer held."""
+        for due, offset in self.index.entries():
+            if not self.table.done(offset):
+                return due
+        return None
+
     def describe(self) -> delay_pb2.TimerPartitionState:
-        upcoming = self.index.next_due() if self.pending else None
+        upcoming = self._next_pending_due() if self.pending else None
         return delay_pb2.TimerPartitionState(
             tenant=self.tenant,
             partition=self.part.index,

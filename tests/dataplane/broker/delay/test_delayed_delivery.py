@@ -168,10 +168,16 @@ def test_list_and_describe_show_what_is_pending(delays: Delays) -> None:
         pending = producer._delays.pending("acme")
         assert sum(p.pending_records for p in pending) >= 5
         assert all(p.ready for p in pending)
-        for delayed_id in ids:
+        soon = producer.send(ORDERS, b"soon", key=b"k0", deliver_after=1800).result(15)
+        timer = DelayedId.parse(soon.delayed_id).partition
+        states = {p.partition: p for p in producer._delays.pending("acme")}
+        assert states[timer].next_deliver_at_ms == soon.deliver_at
+        for delayed_id in [*ids, soon.delayed_id]:
             producer.cancel_delayed(delayed_id)
         listed = producer._delays.scheduled("acme", topic=ORDERS)
-        assert not {r.id for r in listed} & set(ids)
+        assert not {r.id for r in listed} & {*ids, soon.delayed_id}
+        states = {p.partition: p for p in producer._delays.pending("acme")}
+        assert states[timer].next_deliver_at_ms != soon.deliver_at  # a cancelled one is not next
     leader = delays.brokers[delays.leader(TIMER, 0)]
     with urllib.request.urlopen(leader.metrics_url, timeout=10) as answer:
         metrics = answer.read().decode()
