@@ -33,6 +33,7 @@ from controlplane.topics.services import create_topic
 from dataplane.cli import app
 from dataplane.client import Consumer, Producer, TopicPartition
 from dataplane.delays import DELAYED_FROM, header
+from tests.controlplane.api_base import assert_error
 from tests.controlplane.conftest import local_identity, token_for
 from tests.controlplane.controller.conftest import ADMIN, wait_until
 from tests.support.brokers import BrokerProcess, stop_all
@@ -241,3 +242,18 @@ def test_retries_end_in_dead_letters_the_api_lists_shows_and_replays(world: Worl
     assert header(again.headers, "x-replayed-from") == (
         f"acme.billing.dlq:{letter['partition']}:{letter['offset']}".encode()
     )
+    # A range replays what it covers (here the one letter, again); bad ones replay nothing.
+    span = {"partition": letter["partition"], "from_offset": 0, "to_offset": letter["offset"] + 9}
+    ranged = world.client.post(f"{url}/replay", span, format="json")
+    assert ranged.status_code == 200, ranged.content
+    assert [(r["offset"], r["skipped"]) for r in ranged.json()["records"]] == [
+        (letter["offset"], "")
+    ]
+    for bad in (
+        {**span, "to_offset": -1},
+        {**span, **body},
+        {"partition": letter["partition"], "from_offset": 0},
+        {**span, "to_offset": 10_000_000},
+    ):
+        assert_error(world.client.post(f"{url}/replay", bad, format="json"), 400, "invalid")
+    assert AuditEvent.objects.filter(action="dead_letter.replay").count() == 2
