@@ -3,7 +3,7 @@ a ``static`` cluster, the controller's tick in this process, a real Celery worke
 reconciling topics, real Postgres, and the REST API.
 
 A tenant's first delayed record makes its timer log (the broker's demand, the controller,
-the reconciler) and is delivered; the API counts, lists and cancels scheduled records
+the reconciler) and is delivered, a lane record to its lane topic; the API counts, lists and cancels scheduled records
 (audited; another tenant's answer as missing ones). A retry policy made through the API
 reaches the brokers with the push; a consumer's retries end in the dead-letter topic,
 which the API lists, shows and replays to the original topic (audited); another tenant
@@ -26,6 +26,7 @@ from typer.testing import CliRunner
 from controlplane.controller.controller import Controller
 from controlplane.controller.lease import FileLease
 from controlplane.core.models import AuditEvent
+from controlplane.lanes import services as lane_services
 from controlplane.regions import services as regions
 from controlplane.tenants.models import Tenant
 from controlplane.topics.models import Topic
@@ -148,6 +149,24 @@ def test_a_first_delay_makes_the_timer_log_and_the_api_counts_lists_and_cancels(
     assert [(r.value, header(r.headers, DELAYED_FROM)) for r in delivered] == [
         (b"soon", first.delayed_id.encode())
     ]
+
+    # A lane record is scheduled for its lane topic and delivered there, keeping x-lane.
+    lane_services.create_lane(world.tenant, name="ppe", actor=ADMIN)
+    lane_topic = "acme.orders~ppe"
+    with Producer(world.bootstrap, acks="all", max_block_ms=40_000) as producer:
+        world.until(_in_thread(lambda: producer.send("acme.orders", b"x", lane="ppe").result(40)))
+        world.ready(lane_topic)
+        laned = producer.send("acme.orders", b"lane", lane="ppe", deliver_after=1).result(20)
+    assert laned.topic == lane_topic
+    with Consumer(world.bootstrap, auto_offset_reset="earliest") as consumer:
+        consumer.assign([TopicPartition(lane_topic, laned.partition)])
+        (moved,) = wait_until(
+            lambda: [r for r in consumer.poll(500) if r.value == b"lane"], 20, "the lane record"
+        )
+    assert (header(moved.headers, "x-lane"), header(moved.headers, DELAYED_FROM)) == (
+        b"ppe",
+        laned.delayed_id.encode(),
+    )
 
     pending = world.client.get("/api/v1/delayed-records/pending").json()
     assert (pending["tenant"], pending["pending_records"], pending["topics"]) == (
