@@ -3,11 +3,12 @@ a ``static`` cluster, the controller's tick in this process, a real Celery worke
 reconciling topics, real Postgres, and the REST API.
 
 A tenant's first delayed record makes its timer log (the broker's demand, the controller,
-the reconciler) and is delivered, a lane record to its lane topic; the API counts, lists and cancels scheduled records
-(audited; another tenant's answer as missing ones). A retry policy made through the API
-reaches the brokers with the push; a consumer's retries end in the dead-letter topic,
-which the API lists, shows and replays to the original topic (audited); another tenant
-cannot see or replay them; the CLI (``meridian dlq``, ``retry-policies``) does it too."""
+the reconciler) and is delivered, a lane record to its lane topic; the API counts, lists
+and cancels scheduled records (audited; another tenant's answer as missing ones). A
+retry policy made through the API reaches the brokers with the push; a consumer's
+retries end in the dead-letter topic, which the API lists, shows and replays to the
+original topic, chosen records or a range (audited); another tenant cannot see or replay
+them; the CLI (``meridian dlq``, ``retry-policies``) does it too."""
 
 from __future__ import annotations
 

@@ -9,6 +9,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from dataplane._gen.meridian.v1 import admin_pb2, broker_pb2, group_pb2
+from dataplane.broker.auth.authorizer import tenant_of
 from dataplane.broker.quotas import (
     FETCH,
     MAX_HOLD_MS,
@@ -16,7 +17,6 @@ from dataplane.broker.quotas import (
     REQUESTS,
     QuotaManager,
     TokenBucket,
-    tenant_of,
 )
 from dataplane.broker.throttling import claims_of, usage_of
 from dataplane.errors import ErrorCode
