@@ -249,15 +249,13 @@ class DelayManager:
     ) -> AppendInfo | broker_pb2.PartitionProduceResult:
         """Schedule the records with ``x-deliver-at`` of a request to a topic and append
         the others (see ``schedule``): the ``AppendInfo`` of what was appended (none: a
-        result without an offset), or a failed result with nothing stored."""
-        try:
-            split = split_marked(item.records, item.topic, item.partition, self._clock_ms())
-            refusal = self._storage_refusal(item.topic)
-            if refusal is not None:
-                raise refusal
-            await self._schedule(item.topic, item.partition, split.timer_records)
-        except MeridianError as exc:
-            return _failed(item, exc)
+        result without an offset); raises what refused the request, nothing stored (the
+        produce handler answers it as the partition's error)."""
+        split = split_marked(item.records, item.topic, item.partition, self._clock_ms())
+        refusal = self._storage_refusal(item.topic)
+        if refusal is not None:
+            raise refusal
+        await self._schedule(item.topic, item.partition, split.timer_records)
         self._metrics.scheduled(tenant_of_topic(item.topic), len(split.timer_records))
         if not split.immediate:
             return broker_pb2.PartitionProduceResult(
@@ -404,20 +402,6 @@ class DelayManager:
             if not wanted or mover.tenant in wanted
         ]
         return delay_pb2.DescribeDelayResponse(broker_id=self.broker_id, partitions=states)
-
-
-def _failed(
-    item: broker_pb2.PartitionRecords, error: MeridianError
-) -> broker_pb2.PartitionProduceResult:
-    return broker_pb2.PartitionProduceResult(
-        topic=item.topic,
-        partition=item.partition,
-        error=error.code,  # type: ignore[arg-type]
-        error_message=error.message,
-        base_offset=-1,
-        log_append_time_ms=-1,
-        log_start_offset=-1,
-    )
 
 
 class _Metrics(Collector):
