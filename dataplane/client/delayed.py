@@ -269,7 +269,7 @@ class Scheduler:
         chosen = self._partition_of(target, key, partition)
         _, timer_part, queues = self._timer(target, chosen)
         encoded = encode_headers(scheduled_headers(items, deliver_at, target, chosen))
-        stamp = time.time_ns() // 1_000_000 if timestamp_ms is None else int(timestamp_ms)
+        stamp = time.time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms
         stored = self._producer._append(queues, timer_part, key, value, encoded, stamp)
         future = DelayedFuture(stored, target, chosen, deliver_at)
         if on_delivery is not None:

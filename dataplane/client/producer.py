@@ -390,7 +390,7 @@ class Producer:
                 key,
                 headers,
                 partition,
-                timestamp_ms,
+                None if timestamp_ms is None else _timestamp(timestamp_ms),
                 on_delivery,
                 lane,
                 int(due or 0),

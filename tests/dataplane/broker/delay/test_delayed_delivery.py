@@ -257,6 +257,11 @@ def test_delays_out_of_bounds_are_refused_by_the_sdk(delays: Delays) -> None:
         with pytest.raises(MeridianError) as refused:
             producer.send(ORDERS, b"v", headers=[(DELIVER_AT, b"tomorrow")])
         assert refused.value.code == ErrorCode.INVALID_DELAY
+        with pytest.raises(MeridianError) as refused:  # checked as an immediate send's
+            producer.send(ORDERS, b"v", deliver_after=5, timestamp_ms=-1)
+        assert refused.value.code == ErrorCode.INVALID_TIMESTAMP
+        with pytest.raises(TypeError):
+            producer.send(ORDERS, b"v", deliver_after=5, timestamp_ms="now")  # type: ignore[arg-type]
 
 
 def test_a_kafka_client_delays_with_the_x_deliver_at_header(delays: Delays) -> None:
