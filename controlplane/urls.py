@@ -14,6 +14,8 @@ urlpatterns = [
     path("api/v1/", include("controlplane.exports.api.urls")),
     path("api/v1/", include("controlplane.indexes.api.urls")),
     path("api/v1/", include("controlplane.mirrors.api.urls")),
+    path("api/v1/", include("controlplane.delays.api.urls")),
+    path("api/v1/", include("controlplane.retries.api.urls")),
     # Before groups: a group id may hold '/', so the groups' detail route would take
     # ".../metrics" for an id.
     path("api/v1/", include("controlplane.metrics.api.urls")),

@@ -51,6 +51,7 @@ GRPC_STATUS: dict[int, grpc.StatusCode] = {
     ErrorCode.LANE_TOPIC_PENDING: grpc.StatusCode.UNAVAILABLE,
     ErrorCode.HANDOVER_IN_PROGRESS: grpc.StatusCode.UNAVAILABLE,
     ErrorCode.REMOTE_STORAGE_NOT_AVAILABLE: grpc.StatusCode.UNAVAILABLE,
+    ErrorCode.TIMER_LOG_PENDING: grpc.StatusCode.UNAVAILABLE,
     ErrorCode.INVALID_REQUEST: grpc.StatusCode.INVALID_ARGUMENT,
     ErrorCode.CORRUPT_MESSAGE: grpc.StatusCode.INVALID_ARGUMENT,
     ErrorCode.INVALID_RECORD: grpc.StatusCode.INVALID_ARGUMENT,
@@ -85,6 +86,11 @@ GRPC_STATUS: dict[int, grpc.StatusCode] = {
     ErrorCode.LANE_NOT_FOUND: grpc.StatusCode.NOT_FOUND,
     ErrorCode.REMOTE_SEGMENT_MISSING: grpc.StatusCode.DATA_LOSS,
     ErrorCode.REMOTE_SEGMENT_CORRUPT: grpc.StatusCode.DATA_LOSS,
+    ErrorCode.INVALID_DELAY: grpc.StatusCode.INVALID_ARGUMENT,
+    ErrorCode.DELAYED_RECORD_NOT_FOUND: grpc.StatusCode.NOT_FOUND,
+    ErrorCode.DELAYED_RECORD_DELIVERED: grpc.StatusCode.FAILED_PRECONDITION,
+    ErrorCode.DELAY_NOT_IDEMPOTENT: grpc.StatusCode.INVALID_ARGUMENT,
+    ErrorCode.RETRY_POLICY_NOT_FOUND: grpc.StatusCode.NOT_FOUND,
 }
 
 

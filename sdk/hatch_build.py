@@ -14,6 +14,7 @@ from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 SDK_MODULES = (
     "dataplane/__init__.py",
     "dataplane/errors.py",
+    "dataplane/delays.py",
     "dataplane/hashing.py",
     "dataplane/_gen",
     "dataplane/cli",

@@ -22,6 +22,8 @@ SECTIONS = (
     ("Dashboard", "web:dashboard"),
     ("Topics", "web:topic-list"),
     ("Consumer groups", "web:group-list"),
+    ("Delayed", "web:delayed-list"),
+    ("Retries", "web:retry-list"),
     ("Lanes", "web:lane-list"),
     ("Databus", "web:databus-list"),
     ("Exports", "web:export-list"),

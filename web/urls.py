@@ -8,6 +8,7 @@ from web.views import (
     charts,
     dashboard,
     databus,
+    delays,
     exports,
     groups,
     home,
@@ -36,6 +37,8 @@ INDEXES = "t/<slug:tenant>/indexes/"
 INDEX = INDEXES + "<str:index>/"
 MIRRORS = "t/<slug:tenant>/mirrors/"
 MIRROR = MIRRORS + "<str:mirror>/"
+RETRIES = "t/<slug:tenant>/retries/"
+RETRY = RETRIES + "<str:group>/"
 
 urlpatterns = [
     path("", home.index, name="index"),
@@ -64,6 +67,17 @@ urlpatterns = [
     path(ACCOUNT + "role/", service_accounts.account_role, name="service-account-role"),
     path(ACCOUNT + "rotate/", service_accounts.account_rotate, name="service-account-rotate"),
     path(ACCOUNT + "delete/", service_accounts.account_delete, name="service-account-delete"),
+    path("t/<slug:tenant>/delayed/", delays.delayed_list, name="delayed-list"),
+    path("t/<slug:tenant>/delayed/cancel/", delays.delayed_cancel, name="delayed-cancel"),
+    path(RETRIES, delays.retry_list, name="retry-list"),
+    path(RETRY, delays.retry_detail, name="retry-detail"),
+    path(RETRY + "replay/", delays.retry_replay, name="retry-replay"),
+    path(RETRY + "delete/", delays.retry_delete, name="retry-delete"),
+    path(
+        RETRY + "dead-letters/<int:partition>/<int:offset>/",
+        delays.dead_letter_detail,
+        name="dead-letter-detail",
+    ),
     path(LANES, lanes.lane_list, name="lane-list"),
     path(LANE, lanes.lane_detail, name="lane-detail"),
     path(LANE + "edit/", lanes.lane_edit, name="lane-edit"),

@@ -55,11 +55,13 @@ from controlplane.controller.push import MetadataPusher, PushOutcome
 from controlplane.core.actors import Actor
 from controlplane.core.choices import ProvisioningStatus
 from controlplane.core.errors import DomainError
+from controlplane.delays import services as delay_services
 from controlplane.lanes import services as lane_services
 from controlplane.regions import services
 from controlplane.regions.choices import BrokerPhase
 from controlplane.regions.models import Broker, Cluster, Region
 from controlplane.regions.provisioners import Provisioner, ProvisioningError, get_provisioner
+from controlplane.retries import services as retry_services
 from controlplane.topics import reassignment
 from controlplane.topics.partitions import (
     Proposal,
@@ -185,7 +187,8 @@ class Controller:
         if refused:
             self._outrank(refused)
         lanes_changed = self._lanes(cluster, outcomes)
-        if self._replicate(cluster, brokers, outcomes) or lanes_changed:
+        timer_logs_made = self._timer_logs(cluster, outcomes)
+        if self._replicate(cluster, brokers, outcomes) or lanes_changed or timer_logs_made:
             again = self._push(cluster, brokers)
             for broker in brokers:  # heartbeats, not a verdict: the next tick judges
                 self._observe(broker, again.get(broker.pk), judge=False)
@@ -195,6 +198,7 @@ class Controller:
         request = metadata_request(
             cluster, brokers, controller_id=self.controller_id, epoch=self.epoch
         )
+        request.delay.CopyFrom(retry_services.delay_push(cluster))
         return self.pusher.push(brokers, request)
 
     def _replicate(
@@ -240,6 +244,26 @@ class Controller:
         )
         lane_services.record_lane_activity([a for answer in answers for a in answer.lane_activity])
         return found > 0 or live_changed
+
+    def _timer_logs(self, cluster: Cluster, outcomes: dict[int, PushOutcome]) -> bool:
+        """Make the timer logs the brokers were asked for (``delay.timer_log_demands``)
+        as desired state (reconciled at once, elected below in this tick); True when one
+        exists now, so the brokers hear of it (the push naming it ends the demand)."""
+        tenants = sorted(
+            {
+                tenant
+                for outcome in outcomes.values()
+                if outcome.response is not None
+                for tenant in outcome.response.delay.timer_log_demands
+            }
+        )
+        made = 0
+        for tenant in tenants:
+            try:
+                made += delay_services.ensure_timer_log(cluster, tenant, actor=ACTOR) is not None
+            except DomainError as exc:  # the cluster refuses: the demand returns
+                log.warning("timer log of %s not created on %s: %s", tenant, cluster, exc.message)
+        return made > 0
 
     def _after_push(self, cluster: Cluster, brokers: list[Broker]) -> None:
         """Work that must follow a push: deleting partitions from brokers that are no

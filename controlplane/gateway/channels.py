@@ -21,7 +21,12 @@ import grpc
 from django.conf import settings
 
 from controlplane.accounts.internal import controller_tokens
-from dataplane._gen.meridian.v1 import admin_pb2_grpc, broker_pb2_grpc, group_pb2_grpc
+from dataplane._gen.meridian.v1 import (
+    admin_pb2_grpc,
+    broker_pb2_grpc,
+    delay_pb2_grpc,
+    group_pb2_grpc,
+)
 from dataplane.client.connection import CHANNEL_OPTIONS, ChannelSecurity
 from dataplane.errors import MeridianError
 
@@ -85,6 +90,12 @@ def broker_stub(address: str) -> broker_pb2_grpc.BrokerStub:
     """A Broker stub on the pooled channel to ``address`` (non-empty): the control plane
     asks leaders ``ListOffsets`` (the age of a group's oldest unconsumed record)."""
     return broker_pb2_grpc.BrokerStub(_pooled(address))
+
+
+def delay_stub(address: str) -> delay_pb2_grpc.DelayStub:
+    """A Delay stub on the pooled channel to ``address`` (non-empty): the control plane
+    counts, lists and cancels tenants' delayed records with its internal token."""
+    return delay_pb2_grpc.DelayStub(_pooled(address))
 
 
 def drop_channel(address: str) -> None:

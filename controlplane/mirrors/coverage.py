@@ -28,9 +28,11 @@ from controlplane.topics.models import Topic
 def source_topics(link: MirrorLink) -> list[Topic]:
     """The topics ``link`` covers in its source region: trunks by name, then (with
     ``include_lanes``) their lane topics. None being deleted."""
-    live = Topic.objects.filter(
-        tenant_id=link.tenant_id, cluster__region_id=link.source_region_id
-    ).exclude(status=TopicStatus.DELETING)
+    live = (
+        Topic.objects.tenant_facing()
+        .filter(tenant_id=link.tenant_id, cluster__region_id=link.source_region_id)
+        .exclude(status=TopicStatus.DELETING)
+    )
     trunks = live.filter(trunk__isnull=True, mirror_of__isnull=True).select_related(
         "cluster__region"
     )

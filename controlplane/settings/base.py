@@ -26,6 +26,8 @@ INSTALLED_APPS = [
     "controlplane.exports",
     "controlplane.indexes",
     "controlplane.mirrors",
+    "controlplane.delays",
+    "controlplane.retries",
 ]
 
 # The console's session, CSRF and sign-in middleware join these in settings/console.py.

@@ -52,6 +52,10 @@ LANE_LIVE_GRACE_S = env("MERIDIAN_LANE_LIVE_GRACE_S", 60.0, float)
 # (and rebalance every trunk group of the topic twice).
 LANE_ORPHAN_AFTER_S = env("MERIDIAN_LANE_ORPHAN_AFTER_S", 10.0, float)
 
+# Delays: the partitions of a tenant's timer log on a cluster, made on first use (each
+# led where the controller places it, moving its records when due).
+DELAY_TIMER_PARTITIONS = env("MERIDIAN_DELAY_TIMER_PARTITIONS", 3, int)
+
 # Tiered storage: a partition leader whose oldest sealed segment has waited longer than
 # this for its upload is reported as drift (the object store may be unreachable; local
 # retention waits for the upload, so the broker's disk fills meanwhile).

@@ -69,15 +69,24 @@ principal_validator = RegexValidator(
 )
 
 
+# Internal topics (DESIGN decision 9) a tenant owns without naming them: its timer logs
+# ``__delay.<tenant>``, one per cluster where it delays records (``controlplane.delays``).
+INTERNAL_PREFIX = "__"
+
+
 class TopicQuerySet(models.QuerySet["Topic"]):
+    def tenant_facing(self) -> TopicQuerySet:
+        """Without internal topics: what a tenant names, lists and quotas count."""
+        return self.exclude(name__startswith=INTERNAL_PREFIX)
+
     def origins(self) -> TopicQuerySet:
         """Origin topics only: what a name means unless a region is named."""
-        return self.filter(mirror_of__isnull=True)
+        return self.filter(mirror_of__isnull=True).tenant_facing()
 
     def named(self, full_name: str, region: str | None = None) -> TopicQuerySet:
         """The topic ``full_name``: the origin, or with ``region`` (a region's name) the
         topic of that name in that region (the origin or a mirror copy)."""
-        found = self.filter(full_name=full_name)
+        found = self.filter(full_name=full_name).tenant_facing()
         if region:
             return found.filter(cluster__region__name=region)
         return found.filter(mirror_of__isnull=True)
@@ -93,6 +102,11 @@ class Topic(StatusModel):
     neither. Lane topics are created on demand by the lanes app and never count against
     ``max_topics`` or ``max_partitions`` (``topics.usage``), only storage; a trunk with
     lane topics is deleted with them (``services.delete_topic``).
+
+    An *internal topic* (a name starting with ``__``: a tenant's timer log, one per
+    cluster, made by the delays app) is the tenant's, reconciled and placed as any, but
+    hidden from its lists and lookups (``TopicQuerySet.tenant_facing``) and counted for
+    storage only.
 
     A *mirror copy* has ``mirror_of`` (its origin, in another region) and, while the
     link that made it exists, ``mirror_link``: same full name, partitions and config as
@@ -169,13 +183,19 @@ class Topic(StatusModel):
         constraints = [
             models.UniqueConstraint(
                 fields=["full_name"],
-                condition=models.Q(mirror_of__isnull=True),
+                condition=models.Q(mirror_of__isnull=True) & ~models.Q(name__startswith="__"),
                 name="topic_unique_origin_full_name",
             ),
             models.UniqueConstraint(
                 fields=["tenant", "name"],
-                condition=models.Q(mirror_of__isnull=True),
+                condition=models.Q(mirror_of__isnull=True) & ~models.Q(name__startswith="__"),
                 name="topic_unique_name",
+            ),
+            # A tenant's internal topics have one name in every cluster (its timer log).
+            models.UniqueConstraint(
+                fields=["full_name", "cluster"],
+                condition=models.Q(name__startswith="__"),
+                name="topic_unique_internal_per_cluster",
             ),
             # One copy per region is the service's rule (a region's clusters are a join
             # away); one per cluster is what the database can hold.
@@ -200,6 +220,10 @@ class Topic(StatusModel):
     @property
     def is_mirror_copy(self) -> bool:
         return self.mirror_of_id is not None
+
+    @property
+    def is_internal(self) -> bool:
+        return self.name.startswith(INTERNAL_PREFIX)
 
     def clean(self) -> None:
         super().clean()

@@ -21,7 +21,7 @@ from controlplane.tenants.models import Tenant
 from controlplane.tenants.services import lock_open_tenant
 from controlplane.topics import validation
 from controlplane.topics.choices import TopicStatus
-from controlplane.topics.models import LOCAL_RETENTION_TOTAL, Topic
+from controlplane.topics.models import INTERNAL_PREFIX, LOCAL_RETENTION_TOTAL, Topic
 from controlplane.topics.placement import (
     assign_partitions,
     default_replication_factor,
@@ -286,6 +286,52 @@ def create_lane_topic(trunk: Topic, *, lane: str, partitions: int, actor: Actor)
     topic.save()
     _place(topic)
     audit.record(actor, "topic.create", topic, after=audit.snapshot(topic), tenant=topic.tenant)
+    _reconcile_after_commit(topic)
+    return topic
+
+
+@transaction.atomic
+def create_internal_topic(
+    tenant: Tenant,
+    cluster: Cluster,
+    *,
+    name: str,
+    full_name: str,
+    partitions: int,
+    config: dict[str, Any],
+    actor: Actor,
+) -> Topic:
+    """An internal topic of ``tenant`` on ``cluster`` (``name`` starts with ``__``: its
+    timer log), placed and reconciled like any topic, with ``config`` over the defaults
+    (unchecked: the caller's own settings) and the cluster's default replication. It
+    counts against no topic quota, only storage for what it holds (``topics.usage``);
+    the caller decides the tenant needs it. One of a name per cluster (``Conflict``
+    otherwise)."""
+    if not name.startswith(INTERNAL_PREFIX):
+        raise InvalidRequest(f"{name!r} is not an internal name", name=["starts with '__'"])
+    tenant = lock_open_tenant(tenant)
+    validation.validate_partitions(partitions)
+    if Topic.objects.filter(full_name=full_name, cluster=cluster).exists():
+        raise Conflict(f"topic {full_name!r} already exists on {cluster}", name=[full_name])
+    topic = Topic(
+        tenant=tenant,
+        cluster=cluster,
+        name=name,
+        full_name=full_name,
+        partitions=partitions,
+        created_by=actor.name,
+        status=TopicStatus.PENDING,
+        # The caller's settings as they are: an internal topic may need what tenants
+        # cannot ask for (a timer log keeps everything until its records are moved).
+        **{**validation.resolve_config({}), **config},
+        **_replication_for(cluster, None, None, None),
+    )
+    # An internal name starts with '__', which the field's validator (for what tenants
+    # type) refuses.
+    topic.full_clean(exclude=["name"])
+    topic.save()
+    _place(topic)
+    audit.record(actor, "topic.create", topic, after=audit.snapshot(topic), tenant=tenant)
     _reconcile_after_commit(topic)
     return topic
 

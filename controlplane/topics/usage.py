@@ -17,12 +17,17 @@ class TopicUsage:
         Topics being deleted still count: their partitions live on until the reconciler
         removes them. Lane topics count for storage only (their lane counts against
         ``max_lanes``); mirror copies for partitions and storage, not as topics (the
-        name is one topic in every region)."""
+        name is one topic in every region). Internal topics (timer logs, kept without
+        retention) count for what they store only."""
         trunks = Q(trunk__isnull=True)
-        totals = Topic.objects.filter(tenant=tenant).aggregate(
-            topic_count=Count("id", filter=trunks & Q(mirror_of__isnull=True)),
-            partition_count=Sum("partitions", filter=trunks, default=0),
-            reserved_bytes=Sum(F("partitions") * F("retention_bytes"), default=0),
+        totals = (
+            Topic.objects.filter(tenant=tenant)
+            .tenant_facing()
+            .aggregate(
+                topic_count=Count("id", filter=trunks & Q(mirror_of__isnull=True)),
+                partition_count=Sum("partitions", filter=trunks, default=0),
+                reserved_bytes=Sum(F("partitions") * F("retention_bytes"), default=0),
+            )
         )
         return {
             "topics": totals["topic_count"],

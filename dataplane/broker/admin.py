@@ -3,19 +3,21 @@
 Every operation is idempotent and answers per partition (``AdminResult.changed`` is false
 when the broker already was in the asked state):
 
-- create: a client topic name (``topics.check_client_topic``), partition >= 0, a valid
-  config (broker defaults for unset fields). An existing partition whose configuration
+- create: a client topic name (``topics.check_client_topic``) or a tenant's timer log
+  (``__delay.<tenant>``, ``dataplane.delays``), partition >= 0, a valid config (broker
+  defaults for unset fields). An existing partition whose configuration
   agrees with every set field is unchanged; one that disagrees is ``TOPIC_ALREADY_EXISTS``
   (alter it instead).
-- delete: a missing partition is unchanged; internal topics are refused.
+- delete: a missing partition is unchanged; internal topics are refused, timer logs
+  excepted.
 - alter: only the set fields change; the partition must exist.
 - describe: every hosted partition with its effective configuration, offsets, role
   (leader, follower, offline) and leader epoch.
 - update metadata: the controller's push (see ``cluster.ControllerMetadata``), applied to
   the hosted partitions' roles (``replication.manager``); the answer, a summary of what
   this broker hosts and its health plus the ISR changes it proposes as a leader, and its
-  lane demands, lane consumer groups and lane topic activity (``lanes.BrokerLanes``), is
-  the controller's heartbeat.
+  lane demands, lane consumer groups and lane topic activity (``lanes.BrokerLanes``) and
+  the timer logs clients asked for (``on_heartbeat``), is the controller's heartbeat.
 
 ``validate_only`` runs every check and changes nothing.
 """
@@ -37,6 +39,7 @@ from dataplane.broker.lanes import BrokerLanes
 from dataplane.broker.partitions import Partition, PartitionRegistry
 from dataplane.broker.replication.manager import ReplicaManager
 from dataplane.broker.tiering import RemoteState, TierManager
+from dataplane.delays import is_timer_topic
 from dataplane.errors import ErrorCode, MeridianError
 from dataplane.storage.config import LogConfig
 from lanes.names import is_lane_topic
@@ -58,14 +61,17 @@ class AdminHandler:
         lanes: BrokerLanes | None = None,
         on_push: Callable[[admin_pb2.UpdateMetadataRequest], Awaitable[Any]] | None = None,
         tier: TierManager | None = None,
+        on_heartbeat: Callable[[admin_pb2.UpdateMetadataResponse], None] | None = None,
     ) -> None:
         """``identity`` is (broker id, region, cluster id); ``pushed`` keeps the
         controller's metadata (persisted by ``executor``'s threads); ``replicas`` applies
         it to the hosted partitions; ``lanes`` fills the heartbeat's lane fields;
         ``on_push(request)`` is awaited after each accepted push (its failure is logged,
         the push stands); ``tier`` (when the broker has an object store) takes tiered
-        topics and reports their remote state."""
+        topics and reports their remote state; ``on_heartbeat(response)`` adds to each
+        heartbeat (the timer logs asked for)."""
         self.tier = tier
+        self._on_heartbeat = on_heartbeat
         self.lanes = lanes
         self._on_push = on_push
         self.replicas = replicas
@@ -88,7 +94,8 @@ class AdminHandler:
         return admin_pb2.CreatePartitionsResponse(results=results)
 
     async def _create(self, spec: admin_pb2.PartitionSpec, validate_only: bool) -> bool:
-        topics.check_client_topic(spec.topic)
+        if not is_timer_topic(spec.topic):
+            topics.check_client_topic(spec.topic)
         topics.check_partition(spec.partition)
         config = topics.apply_config(self.defaults, spec.config)
         self._check_tiering(config)
@@ -115,7 +122,7 @@ class AdminHandler:
         return admin_pb2.DeletePartitionsResponse(results=results)
 
     async def _delete(self, tp: common_pb2.TopicPartition) -> bool:
-        if topics.is_internal(tp.topic):
+        if topics.is_internal(tp.topic) and not is_timer_topic(tp.topic):
             raise MeridianError(ErrorCode.INVALID_TOPIC, f"{tp.topic} is internal")
         return await self.registry.delete(tp.topic, tp.partition)
 
@@ -208,6 +215,8 @@ class AdminHandler:
         )
         if self.lanes is not None:
             self.lanes.report(response, _led_lane_topics(parts))
+        if self._on_heartbeat is not None:
+            self._on_heartbeat(response)
         return response
 
 

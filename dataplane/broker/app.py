@@ -35,6 +35,7 @@ from dataplane._gen.meridian.v1 import (
     admin_pb2,
     admin_pb2_grpc,
     broker_pb2_grpc,
+    delay_pb2_grpc,
     group_pb2_grpc,
     replication_pb2_grpc,
 )
@@ -42,6 +43,9 @@ from dataplane.broker.admin import AdminHandler
 from dataplane.broker.auth import ALLOW_ALL, AuthInterceptor, Authorizer, build_authenticator
 from dataplane.broker.cluster import ClusterView, ControllerMetadata
 from dataplane.broker.config import BrokerConfig
+from dataplane.broker.delay.manager import DelayManager
+from dataplane.broker.delay.servicer import DelayServicer
+from dataplane.broker.delay.targets import TargetWriter
 from dataplane.broker.fetch import FetchHandler, FetchLimits, OffsetsHandler
 from dataplane.broker.group_lag import RemoteLags
 from dataplane.broker.groups import GroupCoordinator, GroupServicer
@@ -62,6 +66,7 @@ from dataplane.broker.services import AdminServicer, BrokerServicer, Readiness
 from dataplane.broker.throttling import QuotaInterceptor
 from dataplane.broker.tiering import TierManager
 from dataplane.client.connection import MAX_MESSAGE_BYTES
+from dataplane.delays import DELIVER_AT
 from dataplane.records import decoder, validation
 from dataplane.storage.log import PartitionLog, wall_clock_ms
 from dataplane.storage.manager import LogManager
@@ -80,6 +85,7 @@ SERVICES = (
     "meridian.v1.Admin",
     "meridian.v1.GroupCoordinator",
     "meridian.v1.Replication",
+    "meridian.v1.Delay",
 )
 
 
@@ -100,6 +106,7 @@ class BrokerApp:
             max_open_files=config.max_open_files or None,
         )
         self.registry = PartitionRegistry(self.manager, self.executor)
+        self.registry.divert_marker = DELIVER_AT.encode()  # records due later: ``delay``
         self.fetchers = FollowerFetchers(config, self.executor, self._locate)
         self.replicas = ReplicaManager(
             config.broker_id,
@@ -141,6 +148,7 @@ class BrokerApp:
             max_hold_ms=config.quota_max_hold_ms,
         )
         self.cluster: ClusterView | None = None
+        self.delay: DelayManager | None = None
         self._server: grpc.aio.Server | None = None
         self._produce: ProduceHandler | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -204,6 +212,8 @@ class BrokerApp:
             self.metrics_port = self.metrics.serve(self.config.metrics_listen)
         await self._load()
         self.cluster.start()
+        if self.delay is not None:
+            self.delay.start()
         self._tasks.append(asyncio.create_task(self._snapshot_producers_forever()))
         self._tasks.append(asyncio.create_task(self.remote_lags.run_forever()))
         if self.tier is not None:
@@ -225,12 +235,37 @@ class BrokerApp:
 
     def _add_services(self, server: grpc.aio.Server, cluster: ClusterView) -> None:
         config = self.config
+        producer_ids = ProducerIdAllocator(config.data_dir, config.broker_id)
+        delay = self.delay = DelayManager(
+            self.registry,
+            self.executor,
+            broker_id=config.broker_id,
+            authorizer=self.authorizer,
+            push=lambda: self.pushed.current,
+            placement=cluster.placement,
+            producer_ids=producer_ids,
+            metrics=self.metrics.registry,
+            clock_ms=wall_clock_ms,
+            refuse=self.quotas.storage_refusal,
+        )
         produce = self._produce = ProduceHandler(
             self.registry,
             max_request_bytes=config.max_request_bytes,
             on_bytes_in=self.metrics.add_bytes_in,
             refuse=self.quotas.storage_refusal,
             lanes=self.lanes,
+            delay=delay,
+            on_records_in=delay.appended,
+        )
+        delay.writer = TargetWriter(
+            config.broker_id,
+            produce.submit,
+            lambda topic, partition: cluster.placement().get(topic, {}).get(partition),
+            self._peer_stub_of,
+        )
+        cluster.missing_timer_log = delay.missing_timer_log
+        delay_pb2_grpc.add_DelayServicer_to_server(
+            DelayServicer(delay, self.metrics, self.readiness), server
         )
         limits = FetchLimits(config.fetch_max_bytes, config.fetch_max_wait_ms)
         fetch = FetchHandler(
@@ -242,7 +277,6 @@ class BrokerApp:
             tier=self.tier,
         )
         offsets = OffsetsHandler(self.registry, self.executor, self.tier)
-        producer_ids = ProducerIdAllocator(config.data_dir, config.broker_id)
         broker = BrokerServicer(
             produce,
             fetch,
@@ -266,6 +300,7 @@ class BrokerApp:
             lanes=self.lanes,
             on_push=self._pushed_lane_topics,
             tier=self.tier,
+            on_heartbeat=delay.report,
         )
         admin_servicer = AdminServicer(admin, self.metrics, self.readiness, self.authorizer)
         admin_pb2_grpc.add_AdminServicer_to_server(admin_servicer, server)
@@ -354,6 +389,10 @@ class BrokerApp:
         """A Broker stub to a peer, on a channel kept until the broker stops."""
         return broker_pb2_grpc.BrokerStub(self._peer_channel(address))
 
+    def _peer_stub_of(self, broker_id: int) -> broker_pb2_grpc.BrokerStub | None:
+        address = self._locate(broker_id)
+        return None if address is None else self._peer_stub(address)
+
     def _peer_channel(self, address: str) -> grpc.aio.Channel:
         channel = self._peer_channels.get(address)
         if channel is None:
@@ -392,6 +431,8 @@ class BrokerApp:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if self.delay is not None:
+            await self.delay.stop()
         for channel in self._peer_channels.values():
             await channel.close()
         if self.tier is not None:

@@ -41,6 +41,7 @@ from dataplane.broker.groups import OFFSETS_TOPIC
 from dataplane.broker.lanes import BrokerLanes
 from dataplane.broker.outbound import peer_channel
 from dataplane.broker.topics import is_internal
+from dataplane.delays import is_timer_topic
 from dataplane.errors import ErrorCode, MeridianError
 from dataplane.files import replace_file
 from lanes.names import is_lane_topic, split_topic
@@ -177,6 +178,8 @@ class ClusterView:
         self._round: asyncio.Future[None] | None = None
         self._round_started = 0.0
         self.lanes: BrokerLanes | None = None  # answers for lane topics (None: plain topics)
+        # The answer for a timer log the cluster does not know (None: unknown, as any).
+        self.missing_timer_log: Callable[[str], MeridianError] | None = None
 
     # -- lifecycle ----------------------------------------------------------------------
     def start(self) -> None:
@@ -309,6 +312,11 @@ class ClusterView:
         topics = [_topic(name, placement.get(name), pushed.get(name, {})) for name in names]
         if self.lanes is not None and not request.local_only:
             _add_lane_fields(self.lanes, topics, placement)
+        if self.missing_timer_log is not None and not request.local_only:
+            for topic in topics:
+                if topic.name not in placement and is_timer_topic(topic.name):
+                    error = self.missing_timer_log(topic.name)
+                    topic.error, topic.error_message = error.code, error.message  # type: ignore[assignment]
         return broker_pb2.MetadataResponse(
             cluster_id=self.config.cluster_id,
             broker_id=self.me.id,

@@ -12,9 +12,14 @@ requests queue on the event loop while a burst is being written, and the next bu
 all of them (up to ``MAX_BURST_BYTES``; a larger request goes alone) in one
 ``PartitionLog.append`` call — one lock hold, one thread hop and, with
 ``durability=always``, one group commit for many requests.
-If anything in a combined burst is refused (a corrupt batch, a producer check), nothing
-of it was written and its requests are appended one by one instead, so each gets its
-own answer.
+If anything in a combined burst is refused (a corrupt batch, a producer check, records
+due later), nothing of it was written and its requests are appended one by one instead,
+so each gets its own answer.
+
+Records due later: a client partition (not internal) watches for ``marker``
+(``PartitionRegistry.divert_marker``, the broker's ``x-deliver-at``) while the log
+validates a request; a request holding such a record fails with ``MarkedRecordsError``,
+nothing written, and the produce path schedules it instead (``dataplane.broker.delay``).
 """
 
 from __future__ import annotations
@@ -29,11 +34,12 @@ from typing import Any, TypeVar
 
 from dataplane.broker.producers import DuplicateBatch, ProducerStateTable
 from dataplane.broker.replication.state import ReplicaState, Role
+from dataplane.broker.topics import is_internal
 from dataplane.errors import ErrorCode, MeridianError
 from dataplane.records import BatchHeader
 from dataplane.records.errors import CorruptBatchError
 from dataplane.storage.config import LogConfig
-from dataplane.storage.errors import LogClosedError
+from dataplane.storage.errors import LogClosedError, MarkedRecordsError
 from dataplane.storage.log import AppendInfo, PartitionLog
 from dataplane.storage.manager import LogManager, TopicPartition
 
@@ -84,6 +90,7 @@ class Partition:
         self.replica: ReplicaState | None = None
         self.on_leader_append: Callable[[Partition], None] | None = None
         self._appended: asyncio.Future[None] | None = None
+        self.marker = b""  # a client record with a header of this name is diverted
 
     @property
     def topic(self) -> str:
@@ -159,7 +166,9 @@ class Partition:
             self.producers.check_and_record(base_offset, headers)
 
         epoch = self.leader_epoch_to_stamp()
-        info = self.log.append(data, leader_epoch=epoch, before_write=before_write)
+        info = self.log.append(
+            data, leader_epoch=epoch, before_write=before_write, marker=self.marker
+        )
         # check_leader passed at ``epoch`` under the append lock: the epoch these
         # offsets hold, which an acks=all wait must still see (``produce``).
         return dataclasses.replace(info, leader_epoch=epoch)
@@ -186,7 +195,7 @@ class Partition:
         if len(requests) > 1:
             try:
                 return list(self._append_combined(requests))
-            except (CorruptBatchError, _BurstRefused):
+            except (CorruptBatchError, _BurstRefused, MarkedRecordsError):
                 pass  # nothing was written: find out which request is at fault
             except Exception as exc:  # the log itself failed: every request fails alike
                 return [exc] * len(requests)
@@ -221,7 +230,7 @@ class Partition:
 
         epoch = self.leader_epoch_to_stamp()
         combined = self.log.append(
-            b"".join(requests), leader_epoch=epoch, before_write=before_write
+            b"".join(requests), leader_epoch=epoch, before_write=before_write, marker=self.marker
         )
         append_time = combined.log_append_time
         return [
@@ -290,6 +299,7 @@ class PartitionRegistry:
         self.closing = False  # set at shutdown: long polls return at once
         self._lock = asyncio.Lock()
         self.on_leader_append: Callable[[Partition], None] | None = None  # see Partition
+        self.divert_marker = b""  # Partition.marker of client (not internal) partitions
 
     async def _run(self, fn: Callable[[], T]) -> T:
         return await asyncio.get_running_loop().run_in_executor(self._executor, fn)
@@ -308,6 +318,8 @@ class PartitionRegistry:
     def _wrap(self, tp: TopicPartition, log: PartitionLog, table: ProducerStateTable) -> Partition:
         part = Partition(tp, log, table, self._executor)
         part.on_leader_append = self.on_leader_append
+        if not is_internal(tp.topic):
+            part.marker = self.divert_marker
         return part
 
     def get(self, topic: str, partition: int) -> Partition | None:

@@ -22,6 +22,12 @@ trunk: the topic is being created) or LANE_NOT_FOUND; one whose lane is no longe
 declared is LANE_NOT_FOUND; one hosted here that the controller's push no longer names
 (being deleted) is LANE_TOPIC_PENDING. Nothing is appended to any log for a refused
 partition.
+
+Delays (``delay``, a ``DelayManager``): a client's records for a timer log
+(``__delay.<tenant>``) are checked record by record before they are appended
+(``timer_produce_refusal``); a request to a topic whose log finds records with
+``x-deliver-at`` in it (``MarkedRecordsError``, nothing written) is diverted: those
+records are scheduled and the others appended (``divert``), its answer that append's.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dataplane._gen.meridian.v1 import broker_pb2
 from dataplane.broker.errors import to_error
@@ -38,10 +44,15 @@ from dataplane.broker.partitions import Partition, PartitionRegistry
 from dataplane.broker.producers import DuplicateBatch
 from dataplane.broker.replication.state import ReplicaState
 from dataplane.broker.topics import is_internal
+from dataplane.delays import is_timer_topic
 from dataplane.errors import ErrorCode, MeridianError
 from dataplane.storage.config import Durability
+from dataplane.storage.errors import MarkedRecordsError
 from dataplane.storage.log import AppendInfo
 from lanes.names import SEPARATOR
+
+if TYPE_CHECKING:
+    from dataplane.broker.delay.manager import DelayManager
 
 DEFAULT_TIMEOUT_MS = 30_000
 ACKS_ALL = -1
@@ -56,15 +67,22 @@ class ProduceHandler:
         on_bytes_in: Any = None,
         refuse: Callable[[str], MeridianError | None] | None = None,
         lanes: BrokerLanes | None = None,
+        delay: DelayManager | None = None,
+        on_records_in: Callable[[str, int], None] | None = None,
     ) -> None:
         """``refuse(topic)``: an error refusing appends to ``topic`` (the tenant's storage
         quota, see ``quotas.QuotaManager.storage_refusal``), or None; ``lanes`` answers
-        for lane topics and records their appends (None: lane topics are plain topics)."""
+        for lane topics and records their appends (None: lane topics are plain topics);
+        ``delay`` takes records due later (None: timer logs are internal topics, and
+        ``x-deliver-at`` a header like any); ``on_records_in(topic, count)`` counts the
+        records appended."""
         self.registry = registry
         self._max_request_bytes = max_request_bytes
         self._on_bytes_in = on_bytes_in  # Callable[[str, int], None] | None
+        self._on_records_in = on_records_in
         self._refuse = refuse
         self._lanes = lanes
+        self._delay = delay
         self._background: set[asyncio.Future[Any]] = set()
 
     def check_request(self, request: broker_pb2.ProduceRequest) -> None:
@@ -127,7 +145,11 @@ class ProduceHandler:
                     f"{item.topic}-{item.partition} is not hosted by this broker",
                 ),
             )
-        if is_internal(item.topic):
+        if self._delay is not None and is_timer_topic(item.topic):
+            timer_refusal = self._delay.timer_produce_refusal(item)
+            if timer_refusal is not None:
+                return _failed(item, timer_refusal)
+        elif is_internal(item.topic):
             return _failed(
                 item,
                 MeridianError(
@@ -145,11 +167,24 @@ class ProduceHandler:
             lanes.appended(item.topic)
         size = len(item.records)
         future.add_done_callback(lambda f: self._appended(part, f, size))
+        if acks == 0 and self._delay is not None:
+            future.add_done_callback(lambda f: self._divert_unanswered(part, item, f))
         return future
 
     def _appended(self, part: Partition, future: asyncio.Future[AppendInfo], size: int) -> None:
-        if not future.cancelled() and future.exception() is None and self._on_bytes_in:
+        if future.cancelled() or future.exception() is not None:
+            return
+        if self._on_bytes_in:
             self._on_bytes_in(part.topic, size)
+        if self._on_records_in:
+            self._on_records_in(part.topic, future.result().record_count)
+
+    def _divert_unanswered(
+        self, part: Partition, item: broker_pb2.PartitionRecords, future: asyncio.Future[Any]
+    ) -> None:
+        """An acks=0 request with records due later: divert it all the same."""
+        if not future.cancelled() and isinstance(future.exception(), MarkedRecordsError):
+            self._keep(asyncio.ensure_future(self._diverted(part, item)))
 
     def _keep(self, future: asyncio.Future[Any]) -> None:
         self._background.add(future)
@@ -174,21 +209,41 @@ class ProduceHandler:
                 info = await job
             except DuplicateBatch as dup:
                 results.append(await self._duplicate(item, dup, deadline, request.acks))
+                continue
+            except MarkedRecordsError:
+                outcome = await self._diverted(part, item)
+                if isinstance(outcome, broker_pb2.PartitionProduceResult):
+                    results.append(outcome)
+                    continue
+                info = outcome
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # a typed result, never a lost request
                 results.append(_failed(item, to_error(exc)))
-            else:
-                if part is not None and request.acks == ACKS_ALL:
-                    # The epoch the append was stamped with, not the current one: the
-                    # offsets may have been truncated and reused under a later epoch.
-                    error = await _wait_for_isr(part, info.last_offset, info.leader_epoch, deadline)
-                    if error is not None:
-                        results.append(_failed(item, error))
-                        continue
-                start = part.log.log_start_offset if part is not None else -1
-                results.append(_result(item, info.base_offset, info.log_append_time, start))
+                continue
+            if part is not None and request.acks == ACKS_ALL:
+                # The epoch the append was stamped with, not the current one: the
+                # offsets may have been truncated and reused under a later epoch.
+                error = await _wait_for_isr(part, info.last_offset, info.leader_epoch, deadline)
+                if error is not None:
+                    results.append(_failed(item, error))
+                    continue
+            start = part.log.log_start_offset if part is not None else -1
+            results.append(_result(item, info.base_offset, info.log_append_time, start))
         return _response(request, results)
+
+    async def _diverted(
+        self, part: Partition | None, item: broker_pb2.PartitionRecords
+    ) -> AppendInfo | broker_pb2.PartitionProduceResult:
+        """A request holding records due later, scheduled and appended (``delay``)."""
+        if self._delay is None or part is None:
+            return _failed(item, MeridianError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "deleted"))
+        try:
+            return await self._delay.divert(part, item)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a typed result, never a lost request
+            return _failed(item, to_error(exc))
 
     async def _duplicate(
         self, item: broker_pb2.PartitionRecords, dup: DuplicateBatch, deadline: float, acks: int

@@ -58,7 +58,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter
 
 from dataplane._gen.meridian.v1 import admin_pb2
-from dataplane.broker.topics import is_internal
+from dataplane.broker.auth.authorizer import tenant_of
 from dataplane.errors import ErrorCode, MeridianError
 
 BURST_S = 1.0  # a full bucket holds one second of its rate
@@ -68,15 +68,6 @@ KINDS = (PRODUCE, FETCH, REQUESTS)
 
 Clock = Callable[[], float]  # monotonic seconds
 PushSource = Callable[[], "admin_pb2.UpdateMetadataRequest | None"]
-
-
-def tenant_of(name: str) -> str | None:
-    """The tenant owning topic or group ``name`` (``<tenant>.<rest>``), or None for
-    internal topics and names without a tenant prefix."""
-    if is_internal(name):
-        return None
-    tenant, dot, rest = name.partition(".")
-    return tenant if dot and tenant and rest else None
 
 
 class TokenBucket:

@@ -26,13 +26,13 @@ from typing import Any
 import grpc
 
 from dataplane.broker.auth import principal
+from dataplane.broker.auth.authorizer import tenant_of
 from dataplane.broker.quotas import (
     FETCH,
     PRODUCE,
     REQUESTS,
     QuotaManager,
     Throttle,
-    tenant_of,
 )
 
 THROTTLED_SERVICES = ("/meridian.v1.Broker/", "/meridian.v1.GroupCoordinator/")

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from dataplane.cli import databus, exports, groups, indexes, lanes, mirrors, topics
+from dataplane.cli import databus, delays, exports, groups, indexes, lanes, mirrors, topics
 from dataplane.cli.api import DEFAULT_API_URL
 from dataplane.cli.base import DEFAULT_BOOTSTRAP, Settings, credentials_from, fail, reporting
 from dataplane.cli.consume import consume
@@ -58,6 +58,16 @@ mirrors_app = typer.Typer(
     no_args_is_help=True,
 )
 index_app = typer.Typer(help="Query a secondary index.", no_args_is_help=True)
+delayed_app = typer.Typer(
+    help="Delayed records: what waits, and cancelling (the brokers).", no_args_is_help=True
+)
+dlq_app = typer.Typer(
+    help="Consumer groups' dead letters: list, show, replay (the REST API).",
+    no_args_is_help=True,
+)
+retry_policies_app = typer.Typer(
+    help="Consumer groups' retry policies (the REST API).", no_args_is_help=True
+)
 databus_configs_app = typer.Typer(
     help="List, describe, apply (create or update from a JSON file) and delete Databus "
     "configurations.",
@@ -162,6 +172,19 @@ mirrors_app.command("pause")(reporting(mirrors.pause))
 mirrors_app.command("resume")(reporting(mirrors.resume))
 mirrors_app.command("delete")(reporting(mirrors.delete))
 app.add_typer(mirrors_app, name="mirrors")
+delayed_app.command("pending")(reporting(delays.pending))
+delayed_app.command("list")(reporting(delays.list_delayed))
+delayed_app.command("cancel")(reporting(delays.cancel))
+app.add_typer(delayed_app, name="delayed")
+dlq_app.command("list")(reporting(delays.list_dead_letters))
+dlq_app.command("show")(reporting(delays.show_dead_letter))
+dlq_app.command("replay")(reporting(delays.replay))
+app.add_typer(dlq_app, name="dlq")
+retry_policies_app.command("list")(reporting(delays.list_policies))
+retry_policies_app.command("create")(reporting(delays.create_policy))
+retry_policies_app.command("describe")(reporting(delays.describe_policy))
+retry_policies_app.command("delete")(reporting(delays.delete_policy))
+app.add_typer(retry_policies_app, name="retry-policies")
 
 
 def main(argv: Sequence[str] | None = None) -> None:

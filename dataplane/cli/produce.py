@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, BinaryIO
+from typing import Annotated, Any, BinaryIO
 
 import typer
 from rich.progress import (
@@ -23,7 +23,7 @@ from rich.progress import (
 )
 
 import lanes
-from dataplane.cli.base import invalid, parse_pairs, settings, stderr
+from dataplane.cli.base import invalid, parse_pairs, settings, stderr, stdout
 from dataplane.client.producer import Producer
 from dataplane.client.types import RecordMetadata
 from dataplane.errors import ErrorCode, MeridianError
@@ -100,8 +100,25 @@ def produce(
             "x-lane header); an x-lane --header does the same."
         ),
     ] = None,
+    deliver_after: Annotated[
+        float | None,
+        typer.Option(
+            help="Deliver the records SECONDS from now (1 s to 30 days); prints their ids."
+        ),
+    ] = None,
+    deliver_at: Annotated[
+        int | None,
+        typer.Option(help="Deliver the records at this time, in ms since the epoch."),
+    ] = None,
 ) -> None:
     """Send records to TOPIC: one per line of stdin (or --file), or --count synthetic ones."""
+    if deliver_after is not None and deliver_at is not None:
+        raise typer.BadParameter("--deliver-after or --deliver-at, not both")
+    delay: dict[str, Any] = {}
+    if deliver_after is not None:
+        delay["deliver_after"] = deliver_after
+    if deliver_at is not None:
+        delay["deliver_at"] = deliver_at
     if count is not None and file is not None:
         raise typer.BadParameter("--count makes synthetic records; it cannot read --file")
     if lane is not None:
@@ -123,14 +140,22 @@ def produce(
     started = time.perf_counter()
     try:
         producer.partitions_for(topic)  # an unknown topic fails now, not after max_block_ms
+        scheduled = []
         if count is not None:
-            _send_synthetic(producer, topic, count, size, partition, tally)
+            _send_synthetic(producer, topic, count, size, partition, tally, delay)
         else:
             for key, value in _records(file, key_separator):
-                producer.send(topic, value, key, headers or None, partition, on_delivery=tally)
+                sent = producer.send(
+                    topic, value, key, headers or None, partition, on_delivery=tally, **delay
+                )
+                if delay:
+                    scheduled.append(sent)
                 tally.sent += 1
                 tally.nbytes += len(value)
         producer.flush()
+        for future in scheduled:
+            metadata = future.result()
+            stdout().print(f"{metadata.delayed_id} due {metadata.deliver_at}")
     except MeridianError as exc:
         if tally.sent:
             producer.flush()
@@ -184,7 +209,13 @@ class _Borrowed:
 
 
 def _send_synthetic(
-    producer: Producer, topic: str, count: int, size: int, partition: int | None, tally: Tally
+    producer: Producer,
+    topic: str,
+    count: int,
+    size: int,
+    partition: int | None,
+    tally: Tally,
+    delay: dict[str, Any],
 ) -> None:
     """``count`` records of ``size`` random letters (one value, reused), with a progress bar."""
     value = "".join(random.choices(string.ascii_letters, k=size)).encode()
@@ -200,7 +231,7 @@ def _send_synthetic(
     with Progress(*columns, console=stderr(), transient=False) as progress:
         task = progress.add_task(f"producing to {topic}", total=count, rate="")
         for i in range(1, count + 1):
-            producer.send(topic, value, partition=partition, on_delivery=tally)
+            producer.send(topic, value, partition=partition, on_delivery=tally, **delay)
             tally.sent += 1
             if i % PROGRESS_EVERY == 0 or i == count:
                 rate = i / max(time.perf_counter() - started, 1e-9)

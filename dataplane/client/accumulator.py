@@ -280,6 +280,15 @@ class RecordAccumulator:
         self.wakeup()
         return segments, copied, dropped, last, payload
 
+    def choose_partition(self, topic: TopicQueues, key: bytes | None) -> int:
+        """The partition ``append`` would give a record with ``key`` now."""
+        with self.lock:
+            if self._sticky_all or (key is None and self._sticky_keyless):
+                return self._sticky(topic)
+            return self._partitioner.partition(
+                topic.name, _key_bytes(key), topic.available, topic.count
+            )
+
     def _sticky(self, topic: TopicQueues) -> int:
         if topic.sticky < 0:
             topic.sticky = choose_sticky(topic.available, topic.count)

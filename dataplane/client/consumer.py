@@ -53,6 +53,12 @@ for record in consumer.poll(timeout_ms=1000):
     with consumer.processing(record):
         producer.send("acme.invoices", b"...")
 ```
+
+Retries (``retries.py``): a group with a retry policy also reads its retry topic
+(``<group>.retry``); ``retry_later(record, delay_s)`` and ``nack(record)`` send a record
+back to the group after a delay, or to its dead-letter topic once it has been delivered
+``max_attempts`` times. Every commit first waits until the retries asked so far are
+stored.
 """
 
 from __future__ import annotations
@@ -67,10 +73,12 @@ from typing import Any
 import lanes
 from dataplane.client.auth import Credentials
 from dataplane.client.connection import ChannelSecurity, ConnectionPool, Tls
+from dataplane.client.delayed import DelayClient
 from dataplane.client.errors import ConfigError
 from dataplane.client.fetcher import FetchConfig, Fetcher, FetchState, PartitionState, take_batches
 from dataplane.client.metadata import NO_LANE_INFO, ClusterMetadata
 from dataplane.client.offsets import EARLIEST, LATEST, list_offsets
+from dataplane.client.retries import Retrier, check_retry_delay, lane_refusal
 from dataplane.client.types import ConsumerRecord, PolledBatch, TopicPartition
 from dataplane.errors import ErrorCode, MeridianError
 
@@ -202,6 +210,8 @@ class Consumer:
         self._held: dict[TopicPartition, tuple[float, int]] = {}  # retry at, attempts
         self._round_ended = False
         self._committer: concurrent.futures.ThreadPoolExecutor | None = None
+        self._retrier: Retrier | None = None
+        self._producer_settings: tuple[Any, Credentials, Tls] = (bootstrap, credentials, tls)
         self._closed = False
         self._fetcher.start()
 
@@ -225,9 +235,63 @@ class Consumer:
                 **self._group_settings,
             )
             self._member.on_round_done = self._rebalance_ended
-        self._requested = tuple(sorted(set(topics)))
+        self._requested = tuple(sorted(set(topics) | self._retry_topics()))
         self._reading = ((), frozenset())
         self._follow_lanes(force=True)
+
+    def _retry_topics(self) -> set[str]:
+        """The group's retry topic, read beside its topics when it has a retry policy."""
+        if self.lane is not None or self.group_id is None:
+            return set()
+        try:
+            policy = self._retries().policy(refresh=True)
+        except MeridianError as error:
+            log.warning("no retry policy read for group %s: %s", self.group_id, error)
+            return set()
+        return {policy.retry_topic} if policy is not None else set()
+
+    def _retries(self) -> Retrier:
+        if self._retrier is None:
+            assert self.group_id is not None
+            self._retrier = Retrier(
+                self.group_id,
+                DelayClient(self._metadata, timeout_s=self._request_timeout_s),
+                self._retry_producer,
+            )
+        return self._retrier
+
+    def _retry_producer(self) -> Any:
+        from dataplane.client.producer import Producer
+
+        bootstrap, credentials, tls = self._producer_settings
+        return Producer(
+            bootstrap,
+            client_id=f"{self.client_id}-retries",
+            acks="all",
+            route_lanes=False,
+            credentials=credentials,
+            tls=tls,
+        )
+
+    def retry_later(
+        self, record: ConsumerRecord, delay_s: float | None = None, *, reason: str | None = None
+    ) -> Any:
+        """Deliver ``record`` to this group again after ``delay_s`` seconds (None: the
+        retry policy's backoff for its next attempt; 0: at once), with ``x-attempt``
+        incremented, or to the group's dead-letter topic once it has been delivered
+        ``max_attempts`` times (``reason`` goes with it). Returns the send's future; the
+        next commit waits for it. Raises ``RETRY_POLICY_NOT_FOUND`` for a group without a
+        retry policy, ``INVALID_DELAY`` for a delay under a second but 0."""
+        self._check_open()
+        if self.group_id is None:
+            raise ConfigError("retry_later needs a group_id", ErrorCode.INVALID_GROUP_ID)
+        lane_refusal(self.lane)
+        check_retry_delay(delay_s)
+        return self._retries().retry_later(record, delay_s, reason)
+
+    def nack(self, record: ConsumerRecord, *, reason: str | None = None) -> Any:
+        """``retry_later`` after the retry policy's backoff for the record's next attempt."""
+        return self.retry_later(record, None, reason=reason)
 
     def unsubscribe(self) -> None:
         """Leave the group's topics: the next ``poll`` revokes the assignment (committing
@@ -662,6 +726,17 @@ class Consumer:
         return {tp: s.position for tp, s in chosen.items() if s.position is not None}
 
     def _commit(self, offsets: Mapping[TopicPartition, int]) -> None:
+        failure = None
+        if self._retrier is not None:  # what was retried is stored before it is committed
+            offsets, failed, failure = self._retrier.settle(offsets)
+            for tp, offset in failed.items():
+                if tp in self._state.partitions:
+                    self.seek(tp, offset)
+        self._commit_offsets(offsets)
+        if failure is not None:
+            raise failure
+
+    def _commit_offsets(self, offsets: Mapping[TopicPartition, int]) -> None:
         if not offsets:
             return
         if self._member is not None:
@@ -723,6 +798,8 @@ class Consumer:
             self._fetcher.close(timeout=5)
             if self._committer is not None:
                 self._committer.shutdown(wait=True)
+            if self._retrier is not None:
+                self._retrier.close()
             self._pool.close()
 
     def _check_open(self) -> None:

@@ -38,6 +38,10 @@ unchanged, whatever its ``x-lane`` header, the lane in effect or a ``lane=`` say
 Ordering: records of one partition are stored in the order they were sent, retries
 included, when idempotence is on (the default). Without it, a retry may land after a
 later batch unless ``max_in_flight`` is 1, as in Kafka.
+
+Delays: ``send(..., deliver_after=60)`` / ``deliver_at=`` (or an ``x-deliver-at``
+header) schedule a record in the tenant's timer log instead, to be delivered to its
+topic and partition when due; ``cancel_delayed(id)`` cancels one (``delayed.py``).
 """
 
 from __future__ import annotations
@@ -45,12 +49,21 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
 from typing import Any, NamedTuple, TypeAlias
 
 import lanes
 from dataplane.client.accumulator import RecordAccumulator, TopicQueues
 from dataplane.client.auth import Credentials
 from dataplane.client.connection import ChannelSecurity, ConnectionPool, Tls
+from dataplane.client.delayed import (
+    DelayClient,
+    DelayedFuture,
+    DelayedFutures,
+    Scheduler,
+    due_time,
+    header_deliver_at,
+)
 from dataplane.client.errors import ConfigError
 from dataplane.client.future import (
     DeliveryCallback,
@@ -65,6 +78,7 @@ from dataplane.client.metadata import ClusterMetadata
 from dataplane.client.partitioner import Partitioner, PartitionerFn, make_partitioner
 from dataplane.client.sender import Sender
 from dataplane.client.types import CopiedBatch, PolledBatch, Provenance
+from dataplane.delays import DELIVER_AT
 from dataplane.errors import ErrorCode, MeridianError
 from dataplane.records import (
     HEADER_SIZE,
@@ -117,6 +131,13 @@ def _header_items(headers: HeadersLike | None) -> list[tuple[str, bytes | None]]
             f"a record's headers are a mapping, list or tuple, not {type(headers).__name__}"
         )
     return list(headers)
+
+
+def _keys(headers: HeadersLike) -> Iterable[str]:
+    """The names of a record's headers (what ``send`` checks for ``x-deliver-at``)."""
+    if isinstance(headers, Mapping):
+        return headers.keys()
+    return [item[0] for item in headers] if isinstance(headers, list | tuple) else ()
 
 
 def _any_headers(records: Sequence[RecordLike]) -> bool:
@@ -311,6 +332,8 @@ class Producer:
         )
         self._lane_confirm_s = lane_confirm_ms / 1000
         self._lane_refused_since: dict[str, float] = {}  # the sender's thread only
+        self._scheduler = Scheduler(self)
+        self._delays = DelayClient(self._metadata, timeout_s=request_timeout_ms / 1000)
         self._closed = False
         self._sender.start()
 
@@ -325,11 +348,19 @@ class Producer:
         timestamp_ms: int | None = None,
         on_delivery: DeliveryCallback | None = None,
         lane: str | None = None,
-    ) -> DeliveryFuture:
+        deliver_at: int | datetime | None = None,
+        deliver_after: float | None = None,
+    ) -> DeliveryFuture | DelayedFuture:
         """Queue one record; returns its ``DeliveryFuture`` without waiting.
 
         ``lane`` sends it to that lane (it wins over the record's ``x-lane`` header, the
         producer's lane and the lane in effect); see the module docstring.
+
+        ``deliver_after`` (seconds, 1 s to 30 days) or ``deliver_at`` (ms since the epoch,
+        or an aware ``datetime``; earlier than a second ahead: at once), or an
+        ``x-deliver-at`` header, delays it: it is scheduled and delivered to its topic
+        and partition when due, and a ``DelayedFuture`` answers its id
+        (``RecordMetadata.delayed_id``). Raises ``INVALID_DELAY`` out of bounds.
 
         ``on_delivery(error, metadata)`` is called once delivered or failed. Raises at
         once: ``TypeError`` for a key, value or header that is not bytes;
@@ -343,6 +374,27 @@ class Producer:
             value = as_bytes(value, "value")
         if key is not None and type(key) is not bytes:
             key = as_bytes(key, "key")
+        if (
+            deliver_at is not None
+            or deliver_after is not None
+            or (headers and DELIVER_AT in _keys(headers))
+        ):
+            due = (
+                due_time(deliver_at, deliver_after)
+                if deliver_at is not None or deliver_after is not None
+                else header_deliver_at(headers)
+            )
+            return self._scheduler.send(
+                topic,
+                value,
+                key,
+                headers,
+                partition,
+                None if timestamp_ms is None else _timestamp(timestamp_ms),
+                on_delivery,
+                lane,
+                int(due or 0),
+            )
         encoded = _NO_HEADERS
         if not self.route_lanes:
             if lane is not None:
@@ -387,8 +439,13 @@ class Producer:
         partition: int | None = None,
         on_delivery: DeliveryCallback | None = None,
         lane: str | None = None,
-    ) -> DeliveryFutures:
+        deliver_at: int | datetime | None = None,
+        deliver_after: float | None = None,
+    ) -> DeliveryFutures | DelayedFutures:
         """Queue many records in one call; returns their ``DeliveryFutures`` at once.
+
+        ``deliver_at`` / ``deliver_after`` delay every record of the call, as ``send``
+        does (a ``DelayedFutures`` then answers, in call order).
 
         Lanes: ``lane`` sends every record to that lane; without it each record goes
         where ``send`` would send it (its ``x-lane`` header, the producer's lane, the
@@ -410,6 +467,9 @@ class Producer:
         """
         if not isinstance(records, list | tuple):
             records = list(records)
+        if deliver_at is not None or deliver_after is not None:
+            due = due_time(deliver_at, deliver_after)
+            return self._scheduler.send_batch(topic, records, partition, on_delivery, lane, due)
         if not self.route_lanes:
             if lane is not None:
                 raise ConfigError("lane= on a producer without lane routing (route_lanes=False)")
@@ -820,6 +880,12 @@ class Producer:
     def partitions_for(self, topic: str) -> list[int]:
         """The partitions of ``topic``."""
         return self._metadata.partitions_for(topic)
+
+    def cancel_delayed(self, delayed_id: str) -> int:
+        """Cancel the scheduled record ``delayed_id`` (``RecordMetadata.delayed_id``);
+        returns when it was due. Raises ``DELAYED_RECORD_NOT_FOUND`` (no such pending
+        record) or ``DELAYED_RECORD_DELIVERED`` (too late); cancelling twice is fine."""
+        return self._delays.cancel(delayed_id)
 
     # -- flushing and closing ------------------------------------------------------------
     def flush(self, timeout: float | None = None) -> None:

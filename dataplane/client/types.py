@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+from dataplane.delays import attempt_of
 from lanes import SEPARATOR
 
 
@@ -15,13 +16,17 @@ class TopicPartition(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class RecordMetadata:
-    """Where an acknowledged record landed (offset -1 with ``acks=0``)."""
+    """Where an acknowledged record landed (offset -1 with ``acks=0``). A record sent
+    with a delay (``deliver_at``/``deliver_after``) has offset -1, ``deliver_at`` (ms
+    since the epoch) and ``delayed_id``, which cancels it (``Producer.cancel_delayed``)."""
 
     topic: str
     partition: int
     offset: int
     timestamp: int
     log_append_time: int = -1
+    delayed_id: str | None = None
+    deliver_at: int = -1
 
 
 class RecordSource(NamedTuple):
@@ -104,6 +109,12 @@ class ConsumerRecord:
         if type(headers) is not tuple:
             headers = self._headers = headers.decode()
         return headers  # type: ignore[no-any-return]
+
+    @property
+    def attempt(self) -> int:
+        """The number of this delivery of the record to its group: 1, or what its
+        ``x-attempt`` header says once retried (``Consumer.retry_later``)."""
+        return attempt_of(self.headers)
 
     @property
     def topic_partition(self) -> TopicPartition:

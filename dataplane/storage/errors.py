@@ -23,6 +23,17 @@ class OffsetOutOfRangeError(StorageError):
         self.log_end_offset = log_end_offset
 
 
+class MarkedRecordsError(Exception):
+    """An append found records carrying the header it was told to watch for (the
+    broker's ``x-deliver-at``): nothing was written, every batch was valid, and the
+    caller takes the append another way. Not a ``StorageError``: nothing failed."""
+
+    def __init__(self, marker: bytes, records: int) -> None:
+        super().__init__(f"{records} records carry a {marker.decode(errors='replace')!r} header")
+        self.marker = marker
+        self.records = records
+
+
 class InvalidOffsetError(StorageError):
     """A batch handed to the log carries offsets the log cannot accept."""
 

@@ -307,6 +307,7 @@ class PartitionLog:
         assign_offsets: bool = True,
         leader_epoch: int | None = None,
         before_write: Callable[[int, list[BatchHeader]], None] | None = None,
+        marker: bytes = b"",
     ) -> AppendInfo:
         """Validate and append one or more concatenated batches.
 
@@ -323,6 +324,10 @@ class PartitionLog:
         known and before any byte is written; whatever it raises aborts this append alone.
         The broker checks producer sequences there, so concurrent appends to one partition
         still share a group commit.
+
+        ``marker`` (with ``assign_offsets``): a record carrying a header of that name
+        makes the append raise ``MarkedRecordsError`` once every batch is validated, with
+        nothing written (the broker diverts records due later this way).
         """
         view = memoryview(data).cast("B") if not isinstance(data, bytes) else memoryview(data)
         limit = self.config.max_batch_bytes
@@ -331,6 +336,7 @@ class PartitionLog:
             max_batch_bytes=limit,
             client=assign_offsets,
             check_max_timestamp=self.config.timestamp_type == TimestampType.CREATE_TIME,
+            marker=marker if assign_offsets else b"",
         )
 
         def write() -> tuple[AppendInfo, int]:  # under the append lock

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataplane import records
 from dataplane.records import BatchHeader, TimestampType, validate_records
 from dataplane.records.errors import CorruptBatchError, OffsetDeltaError
-from dataplane.storage.errors import InvalidOffsetError
+from dataplane.storage.errors import InvalidOffsetError, MarkedRecordsError
 from dataplane.storage.segment_files import PlacedBatch
 
 _INT64 = struct.Struct(">q")
@@ -26,7 +26,12 @@ _EPOCH_AT = records.PARTITION_LEADER_EPOCH_OFFSET
 
 
 def validate_batches(
-    view: memoryview, *, max_batch_bytes: int, client: bool, check_max_timestamp: bool
+    view: memoryview,
+    *,
+    max_batch_bytes: int,
+    client: bool,
+    check_max_timestamp: bool,
+    marker: bytes = b"",
 ) -> list[tuple[int, BatchHeader]]:
     """The position and header of every batch in ``view``, each one validated.
 
@@ -35,24 +40,29 @@ def validate_batches(
     also checks every record (``validation.validate_records``: count, lengths and
     varints, dense offset deltas, timestamps, ``check_max_timestamp`` for a create-time
     log); a follower's copies of its leader's batches skip that. Raises on the first
-    invalid batch, or when there is none.
+    invalid batch, or when there is none. With ``marker`` (client batches only), once
+    every batch has passed, raises ``MarkedRecordsError`` when some record carries a
+    header of that name.
     """
     headers: list[tuple[int, BatchHeader]] = []
     position = 0
+    marked = 0
     while position < len(view):
         header = records.validate_batch(view, position, max_batch_bytes=max_batch_bytes)
         if client:
-            _check_client_batch(view, position, header, check_max_timestamp)
+            marked += _check_client_batch(view, position, header, check_max_timestamp, marker)
         headers.append((position, header))
         position += header.size
     if not headers:
         raise CorruptBatchError("no batch to append", position=0)
+    if marked:
+        raise MarkedRecordsError(marker, marked)
     return headers
 
 
 def _check_client_batch(
-    view: memoryview, position: int, header: BatchHeader, check_max_timestamp: bool
-) -> None:
+    view: memoryview, position: int, header: BatchHeader, check_max_timestamp: bool, marker: bytes
+) -> int:
     # The header alone already refuses a batch claiming more offsets than records
     # (the cheap test first: it needs no scan of the records).
     if header.last_offset_delta != header.record_count - 1:
@@ -63,7 +73,9 @@ def _check_client_batch(
             position=position,
             offset=header.base_offset,
         )
-    validate_records(view, position, header, check_max_timestamp=check_max_timestamp)
+    return validate_records(
+        view, position, header, check_max_timestamp=check_max_timestamp, marker=marker
+    )
 
 
 def check_follower_offsets(headers: list[tuple[int, BatchHeader]], log_end_offset: int) -> None:

@@ -1,7 +1,8 @@
 //! Compiled loops of Meridian's record codec (`dataplane.records`).
 //!
 //! `scan_records` is `dataplane.records.validation._scan` compiled: the same walk over a
-//! batch's records, the same checks in the same order, the same fault reasons.
+//! batch's records, the same checks in the same order, the same fault reasons, and the
+//! same count of records carrying a header named `marker` (the broker's `x-deliver-at`).
 //! `decode_records` (`decode.rs`) is `dataplane.records.decoder._decode` compiled: the
 //! same records, built the same way, and the same errors with the same messages.
 //! `ColumnBuilder` (`columns.rs`) is `dataplane.records.columns.ColumnsReference`
@@ -104,15 +105,18 @@ struct Scan {
     count: u64,
     low: i128,
     high: i128,
+    marked: u64,
 }
 
-fn scan(data: &[u8], mut pos: u64, end: u64) -> Result<Scan, Fault> {
+fn scan(data: &[u8], mut pos: u64, end: u64, marker: &[u8]) -> Result<Scan, Fault> {
     let mut low: i128 = 1 << 64;
     let mut high: i128 = -(1 << 64);
+    let mut marked: u64 = 0;
     let mut expected: u64 = 0; // the raw offset delta of the next record: twice its index
     while pos < end {
         let index = expected >> 1;
-        pos = record(data, pos, end, expected, &mut low, &mut high).map_err(|stop| match stop {
+        let mut bounds = Bounds { low: &mut low, high: &mut high, marked: &mut marked, marker };
+        pos = record(data, pos, end, expected, &mut bounds).map_err(|stop| match stop {
             Stop::Fault(fault) => fault,
             Stop::PastEnd => Fault {
                 index,
@@ -123,7 +127,16 @@ fn scan(data: &[u8], mut pos: u64, end: u64) -> Result<Scan, Fault> {
         })?;
         expected += 2;
     }
-    Ok(Scan { count: expected >> 1, low, high })
+    Ok(Scan { count: expected >> 1, low, high, marked })
+}
+
+/// What the walk gathers across records: the timestamp delta bounds and the records
+/// carrying a header named `marker` (none when `marker` is empty).
+struct Bounds<'a> {
+    low: &'a mut i128,
+    high: &'a mut i128,
+    marked: &'a mut u64,
+    marker: &'a [u8],
 }
 
 /// Past the record at ``pos`` whose raw offset delta must be ``expected``.
@@ -132,8 +145,7 @@ fn record(
     mut pos: u64,
     end: u64,
     expected: u64,
-    low: &mut i128,
-    high: &mut i128,
+    bounds: &mut Bounds<'_>,
 ) -> Result<u64, Stop> {
     let index = expected >> 1;
     let (u, at) = varint32(data, pos)?;
@@ -162,8 +174,8 @@ fn record(
             zigzag(u)
         }
     };
-    *high = (*high).max(i128::from(delta));
-    *low = (*low).min(i128::from(delta));
+    *bounds.high = (*bounds.high).max(i128::from(delta));
+    *bounds.low = (*bounds.low).min(i128::from(delta));
     let (u, at) = varint32(data, pos)?;
     pos = at;
     if u != expected {
@@ -175,7 +187,11 @@ fn record(
     if byte(data, pos)? == 0 {
         pos += 1;
     } else {
-        pos = scan_headers(data, pos, stop, index)?;
+        let (after, marked) = scan_headers(data, pos, stop, index, bounds.marker)?;
+        pos = after;
+        if marked {
+            *bounds.marked += 1;
+        }
     }
     if pos != stop {
         return Err(fault(index, "fields that do not fill its length".to_string()));
@@ -195,7 +211,16 @@ fn skip_bytes(data: &[u8], pos: u64, index: u64, what: &str) -> Result<u64, Stop
     }
 }
 
-fn scan_headers(data: &[u8], mut pos: u64, stop: u64, index: u64) -> Result<u64, Stop> {
+/// Past the headers at `pos`, and whether one of them is named `marker` (never when
+/// `marker` is empty).
+fn scan_headers(
+    data: &[u8],
+    mut pos: u64,
+    stop: u64,
+    index: u64,
+    marker: &[u8],
+) -> Result<(u64, bool), Stop> {
+    let mut marked = false;
     let u = byte(data, pos)?;
     let u = if u < 0x80 {
         pos += 1;
@@ -228,6 +253,7 @@ fn scan_headers(data: &[u8], mut pos: u64, stop: u64, index: u64) -> Result<u64,
         if std::str::from_utf8(key).is_err() {
             return Err(fault(index, "a header key that is not UTF-8".to_string()));
         }
+        marked |= !marker.is_empty() && key == marker;
         pos += u >> 1;
         let u = byte(data, pos)?;
         let u = if u < 0x80 {
@@ -244,7 +270,7 @@ fn scan_headers(data: &[u8], mut pos: u64, stop: u64, index: u64) -> Result<u64,
             return Err(fault(index, format!("header value length {}", zigzag(u))));
         }
     }
-    Ok(pos)
+    Ok((pos, marked))
 }
 
 fn slice(data: &[u8], pos: u64, len: u64) -> &[u8] {
@@ -256,15 +282,24 @@ fn slice(data: &[u8], pos: u64, len: u64) -> &[u8] {
 
 /// Walk the records in `data[pos:end]` as `validation._scan` does.
 ///
-/// Returns `(True, count, lowest, highest timestamp delta)`, or `(False, record index,
-/// reason, offset delta or None)` for the first bad record.
+/// Returns `(True, count, lowest, highest timestamp delta, records with a header named
+/// marker)`, or `(False, record index, reason, offset delta or None)` for the first bad
+/// record.
 #[pyfunction]
+#[pyo3(signature = (data, pos, end, marker=None))]
 #[allow(deprecated)] // into_py: the tuple conversion of pyo3 0.23
-fn scan_records(py: Python<'_>, data: &Bound<'_, PyBytes>, pos: u64, end: u64) -> PyObject {
+fn scan_records(
+    py: Python<'_>,
+    data: &Bound<'_, PyBytes>,
+    pos: u64,
+    end: u64,
+    marker: Option<&Bound<'_, PyBytes>>,
+) -> PyObject {
     let bytes = data.as_bytes();
-    let outcome = py.allow_threads(|| scan(bytes, pos, end));
+    let marker = marker.map_or(&[][..], |m| m.as_bytes());
+    let outcome = py.allow_threads(|| scan(bytes, pos, end, marker));
     match outcome {
-        Ok(done) => (true, done.count, done.low, done.high).into_py(py),
+        Ok(done) => (true, done.count, done.low, done.high, done.marked).into_py(py),
         Err(fault) => (false, fault.index, fault.reason, fault.delta).into_py(py),
     }
 }

@@ -2,8 +2,8 @@
 that a new endpoint is covered the day it is added.
 
 Tenant ``acme`` owns a topic, a topic ACL entry, a service account, a member, a lane,
-a Databus configuration and agent, an export and its run, an index, a mirror link,
-audit events and a quota.
+a Databus configuration and agent, an export and its run, an index, a mirror link, a
+retry policy, audit events and a quota (and names a delayed record's id).
 A tenant-admin of ``beta`` (the strongest tenant role) then calls every operation:
 - no list answer names anything of ``acme``, with or without ``?tenant=acme``;
 - every operation on an ``acme`` object answers exactly as it does for an object that
@@ -37,6 +37,8 @@ from controlplane.lanes.services import snapshot as lane_snapshot
 from controlplane.mirrors import services as mirrors
 from controlplane.mirrors.models import MirrorLink
 from controlplane.quotas.models import Quota
+from controlplane.retries.models import RetryPolicy
+from controlplane.retries.services import create_retry_policy
 from controlplane.tenants.models import Membership
 from controlplane.topics.acls import grant_topic_acl
 from controlplane.topics.models import Topic, TopicAcl
@@ -53,6 +55,7 @@ SECRET_AGENT = "5ec7e7a9-0000-4000-8000-000000000001"
 SECRET_EXPORT = "secret-export"
 SECRET_INDEX = "secret-index"
 SECRET_MIRROR = "secret-mirror"
+SECRET_GROUP = "secret-group"
 # Path parameters: for each, the value of acme's object and one that exists nowhere.
 _PARAM = re.compile(r"\{(\w+)\}")
 
@@ -91,6 +94,7 @@ def world(db: None, local_identity: Any, tmp_path: Any, monkeypatch: Any) -> dic
         acme, name=SECRET_MIRROR, source_region=cluster.region, target_region=west,
         topics=[SECRET_TOPIC], actor=operator,
     )  # fmt: skip
+    create_retry_policy(acme, group=SECRET_GROUP, actor=operator)
     event = AuditEvent.objects.filter(tenant_slug="acme").first()
     assert event is not None
     return {
@@ -108,6 +112,8 @@ def world(db: None, local_identity: Any, tmp_path: Any, monkeypatch: Any) -> dic
             "exports": SECRET_EXPORT,
             "indexes": SECRET_INDEX,
             "mirrors": SECRET_MIRROR,
+            "retry-policies": SECRET_GROUP,
+            "delayed-records": f"{topic.full_name}:0:0",
         },
         "missing_values": {
             "tenants": "zzzz",
@@ -123,6 +129,8 @@ def world(db: None, local_identity: Any, tmp_path: Any, monkeypatch: Any) -> dic
             "exports": "zzzz-export",
             "indexes": "zzzz-index",
             "mirrors": "zzzz-mirror",
+            "retry-policies": "zzzz-group",
+            "delayed-records": "zzzz.nothing:0:0",
         },
         "token": token_for(local_identity, roles={"beta": "tenant-admin"}, username="mallory"),
     }
@@ -171,6 +179,7 @@ def _acme_state() -> Any:
         [snapshot(r) for r in ExportRun.objects.filter(export__tenant__slug="acme")],
         [snapshot(i) for i in Index.objects.filter(tenant__slug="acme")],
         [mirrors.snapshot(m) for m in MirrorLink.objects.filter(tenant__slug="acme")],
+        [snapshot(p) for p in RetryPolicy.objects.filter(tenant__slug="acme")],
         sorted(
             accounts.ServiceAccount.objects.filter(tenant__slug="acme").values_list(
                 "client_id", "role", "secret_hash"
@@ -182,7 +191,7 @@ def _acme_state() -> Any:
 def _leaks(text: str) -> list[str]:
     secrets = (
         "acme", SECRET_TOPIC, SECRET_ACCOUNT, SECRET_MEMBER, SECRET_LANE, SECRET_CONFIG,
-        SECRET_AGENT, SECRET_EXPORT, SECRET_INDEX, SECRET_MIRROR,
+        SECRET_AGENT, SECRET_EXPORT, SECRET_INDEX, SECRET_MIRROR, SECRET_GROUP,
     )  # fmt: skip
     return [s for s in secrets if s in text]
 

@@ -29,7 +29,7 @@ from typing import Any
 
 import grpc
 
-from dataplane._gen.meridian.v1 import admin_pb2, admin_pb2_grpc, common_pb2
+from dataplane._gen.meridian.v1 import admin_pb2, admin_pb2_grpc, common_pb2, delay_pb2
 from tests.support.brokers import BrokerProcess
 
 PUSH_TIMEOUT_S = 1.0
@@ -76,6 +76,7 @@ class TestController:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._channels: dict[int, tuple[str, grpc.Channel]] = {}
+        self.delay: delay_pb2.DelayPush | None = None  # retry policies to push, if any
 
     # -- topics and leadership ----------------------------------------------------------
     def create_topic(
@@ -144,13 +145,14 @@ class TestController:
         if push:
             self.push()
 
-    def set_isr(self, topic: str, partition: int, isr: Iterable[int]) -> None:
+    def set_isr(self, topic: str, partition: int, isr: Iterable[int], *, push: bool = True) -> None:
         with self._lock:
             found = self.topics[topic].partitions[partition]
             found.isr = sorted(isr)
             found.isr_version += 1
             self.proposals.pop((topic, partition), None)
-        self.push()
+        if push:
+            self.push()
 
     def commit(self, topic: str, partition: int = 0) -> list[int]:
         """Commit the pending proposal of a partition (it must exist); returns the ISR."""
@@ -205,6 +207,12 @@ class TestController:
         return answers
 
     def _request(self) -> admin_pb2.UpdateMetadataRequest:
+        request = self._topics_request()
+        if self.delay is not None:
+            request.delay.CopyFrom(self.delay)
+        return request
+
+    def _topics_request(self) -> admin_pb2.UpdateMetadataRequest:
         return admin_pb2.UpdateMetadataRequest(
             controller_id="test-controller",
             controller_epoch=self.epoch,

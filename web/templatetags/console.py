@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from django import template
@@ -42,3 +43,25 @@ def duration_s(seconds: Any) -> str:
 def region_query(topic: Any) -> str:
     """``?region=NAME`` naming a mirror copy on the topic pages; empty for an origin."""
     return topics.region_query(topic)
+
+
+@register.filter
+def ms_time(ms: Any) -> str:
+    """Milliseconds since the epoch as a UTC time (``2026-12-07 08:30:00.123 UTC``)."""
+    if not isinstance(ms, int) or ms < 0:
+        return "—"
+    moment = datetime.fromtimestamp(ms / 1000, UTC)
+    return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{ms % 1000:03d} UTC"
+
+
+@register.filter
+def bytes_text(value: Any) -> str:
+    """A record's key or value as text when it is UTF-8, else its size."""
+    if value is None:
+        return "—"
+    if not isinstance(value, bytes):
+        return str(value)
+    try:
+        return value.decode()
+    except UnicodeDecodeError:
+        return f"<{len(value)} bytes>"

@@ -54,7 +54,7 @@ class TopicViewSet(
     ``mirror_copies_exist``; changing or deleting a copy a mirror link keeps is 409
     ``mirror_copy``."""
 
-    queryset = Topic.objects.select_related(
+    queryset = Topic.objects.tenant_facing().select_related(
         "tenant", "cluster__region", "mirror_of__cluster__region", "mirror_link"
     )
     serializer_class = TopicSerializer

@@ -5,7 +5,11 @@ starts every client topic and, when authentication is on, every group id. A deci
 depends only on the name, the token and the topic's ACL entries — never on whether the
 topic or group exists — so a refusal tells another tenant nothing.
 
-- Internal names (``__…``) and names without a tenant prefix: refused to every client.
+- Internal names (``__…``) and names without a tenant prefix: refused to every client,
+  but for a tenant's timer log ``__delay.<tenant>`` (``dataplane.delays``), which counts
+  as the tenant's: a role that may produce may produce to it (each record is then
+  checked against the topic it is for: ``dataplane.broker.delay``), one that may
+  describe may describe it, and nobody consumes from it.
 - Roles in the name's tenant (the control plane's): ``tenant-admin`` may produce,
   consume and administer; ``developer`` may produce and consume; ``viewer`` may consume.
 - ACLs (the controller's push, ``MetadataTopic.acls``): when a topic has entries, a
@@ -28,6 +32,7 @@ from typing import Any
 
 from dataplane.broker.auth.principal import Principal, current
 from dataplane.client.claims import DEVELOPER, TENANT_ADMIN, VIEWER
+from dataplane.delays import is_timer_topic, tenant_of_timer
 from dataplane.errors import ErrorCode, MeridianError
 from lanes.names import split_topic
 
@@ -44,9 +49,10 @@ AclLookup = Callable[[str], Sequence[Any]]  # topic -> its AclEntry list (may be
 
 
 def tenant_of(name: str) -> str | None:
-    """The tenant a topic or group name belongs to; None for internal or unscoped names."""
+    """The tenant a topic or group name belongs to; None for internal or unscoped names
+    (a timer log is its tenant's)."""
     if name.startswith("__"):
-        return None
+        return tenant_of_timer(name) if is_timer_topic(name) else None
     tenant, dot, rest = name.partition(".")
     return tenant if dot and tenant and rest else None
 
@@ -99,6 +105,8 @@ class Authorizer:
         role = principal.role_in(tenant)
         if role is None or operation not in ROLE_OPERATIONS[role]:
             return False
+        if is_timer_topic(topic):  # its records' own topics' ACLs decide, record by record
+            return operation in (PRODUCE, DESCRIBE)
         if role == TENANT_ADMIN or operation == DESCRIBE:
             return True
         # A lane topic is authorized exactly as its trunk topic: T~L has T's entries.

@@ -58,6 +58,8 @@ _TABLE: dict[int, type[kafka_errors.BrokerResponseError]] = {
     ErrorCode.LANE_TOPIC_PENDING: kafka_errors.LeaderNotAvailableError,
     ErrorCode.HANDOVER_IN_PROGRESS: kafka_errors.UnstableOffsetCommitError,
     ErrorCode.REMOTE_STORAGE_NOT_AVAILABLE: kafka_errors.KafkaStorageError,
+    # A timer log being made on first use: what Kafka answers for a topic it is creating.
+    ErrorCode.TIMER_LOG_PENDING: kafka_errors.LeaderNotAvailableError,
     # -- permanent ----------------------------------------------------------------------
     ErrorCode.INVALID_REQUEST: kafka_errors.InvalidRequestError,
     ErrorCode.CORRUPT_MESSAGE: kafka_errors.CorruptRecordError,
@@ -94,6 +96,13 @@ _TABLE: dict[int, type[kafka_errors.BrokerResponseError]] = {
     ErrorCode.LANE_NOT_FOUND: kafka_errors.InvalidTopicError,
     ErrorCode.REMOTE_SEGMENT_MISSING: kafka_errors.UnknownError,
     ErrorCode.REMOTE_SEGMENT_CORRUPT: kafka_errors.UnknownError,
+    # Delays: a bad x-deliver-at, or one in an idempotent producer's batch, is a record
+    # the topic does not accept. The rest are answered only over gRPC.
+    ErrorCode.INVALID_DELAY: kafka_errors.InvalidRecordError,
+    ErrorCode.DELAY_NOT_IDEMPOTENT: kafka_errors.InvalidRecordError,
+    ErrorCode.DELAYED_RECORD_NOT_FOUND: kafka_errors.UnknownError,
+    ErrorCode.DELAYED_RECORD_DELIVERED: kafka_errors.UnknownError,
+    ErrorCode.RETRY_POLICY_NOT_FOUND: kafka_errors.UnknownError,
 }
 
 

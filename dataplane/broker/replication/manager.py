@@ -49,6 +49,7 @@ from dataplane.broker.partitions import Partition, PartitionRegistry
 from dataplane.broker.producers import ProducerStateTable
 from dataplane.broker.replication.state import FollowerProgress, ReplicaState, Role
 from dataplane.broker.topics import is_internal
+from dataplane.delays import is_timer_topic
 from dataplane.storage.leader_epoch import LeaderEpochCache
 
 log = logging.getLogger(__name__)
@@ -133,7 +134,7 @@ class ReplicaManager:
                 if hosted.replica is None and not hosted.deleted:
                     unreplicated.setdefault(hosted.topic, []).append(hosted)
             for topic in self._current.topics:
-                if is_internal(topic.name):
+                if _unreplicated(topic.name):
                     continue  # __consumer_offsets stays with its static owner, unreplicated
                 min_isr = max(1, topic.min_insync_replicas)
                 for meta in topic.partitions:
@@ -144,7 +145,7 @@ class ReplicaManager:
             if _replicates(self._current):
                 named = {topic.name for topic in self._current.topics}
                 for name, parts in unreplicated.items():
-                    if name not in named and not is_internal(name):
+                    if name not in named and not _unreplicated(name):
                         await self._hold_unpushed(parts)
 
     async def _hold_unnamed(
@@ -379,3 +380,8 @@ def _drop_unstamped(part: Partition) -> None:
 def _replicates(push: admin_pb2.UpdateMetadataRequest) -> bool:
     """Whether ``push`` places any partition on more than one broker."""
     return any(len(set(meta.replicas)) > 1 for topic in push.topics for meta in topic.partitions)
+
+
+def _unreplicated(topic: str) -> bool:
+    """Internal topics are left alone, but for timer logs, replicated as any topic."""
+    return is_internal(topic) and not is_timer_topic(topic)

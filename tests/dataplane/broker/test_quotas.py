@@ -9,6 +9,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from dataplane._gen.meridian.v1 import admin_pb2, broker_pb2, group_pb2
+from dataplane.broker.auth.authorizer import tenant_of
 from dataplane.broker.quotas import (
     FETCH,
     MAX_HOLD_MS,
@@ -16,7 +17,6 @@ from dataplane.broker.quotas import (
     REQUESTS,
     QuotaManager,
     TokenBucket,
-    tenant_of,
 )
 from dataplane.broker.throttling import claims_of, settle, usage_of
 from dataplane.errors import ErrorCode
@@ -103,6 +103,7 @@ def test_a_bucket_needs_a_positive_rate() -> None:
         ("acme.orders~ppe", "acme"),
         ("acme.billing", "acme"),
         ("__consumer_offsets", None),
+        ("__delay.acme", "acme"),  # a tenant's timer log: its delayed records are its
         ("__acme.x", None),
         ("orders", None),
         (".orders", None),
@@ -160,8 +161,9 @@ def test_storage_refusal_names_the_pushed_message_and_counts() -> None:
     assert refusal.message == "acme stores 2 GiB of 1 GiB"
     assert quotas.storage_refusal("other.orders") is None
     assert quotas.storage_refusal("__consumer_offsets") is None
+    assert quotas.storage_refusal("__delay.acme") is not None  # no delaying past the quota
     value = registry.get_sample_value("meridian_broker_quota_refusals_total", {"tenant": "acme"})
-    assert value == 1
+    assert value == 2
 
 
 def test_a_hold_is_capped_but_the_throttle_time_is_reported_whole() -> None:

@@ -1,7 +1,8 @@
 """The compiled loops against their reference, the Python ones. The record scan: same
-counts and timestamp range for good records, same record index, reason and delta for
-bad ones. The record loop, in both its shapes (eager ``Record`` tuples with decoded headers, and
-the SDK's lazy records): same records and skipped count, or the same error and message."""
+counts, timestamp range and records carrying a marked header for good records, same
+record index, reason and delta for bad ones. The record loop, in both its shapes (eager
+``Record`` tuples with decoded headers, and the SDK's lazy records): same records and
+skipped count, or the same error and message."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ pytestmark = pytest.mark.skipif(
 )
 FAST = settings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
 
-HEADER_KEYS = st.sampled_from(["x-lane", "x-trace-id", "é", ""])
+HEADER_KEYS = st.sampled_from(["x-lane", "x-trace-id", "é", "", "x-deliver-at"])
 HEADERS = st.lists(st.tuples(HEADER_KEYS, st.none() | st.binary(max_size=8)), max_size=3)
 RECORDS = st.lists(
     st.tuples(
@@ -54,15 +55,29 @@ def _outcome(scan: object, data: bytes, pos: int, end: int) -> tuple[object, ...
 
 
 def _same(data: bytes, pos: int = 0, end: int | None = None) -> None:
+    """The same outcome, without a marker and counting ``x-deliver-at`` headers."""
     end = len(data) if end is None else end
     expected = _outcome(validation._scan, data, pos, end)
     assert _outcome(validation._scan_compiled, data, pos, end) == expected
+    marked = _outcome(lambda *a: validation._scan(*a, b"x-deliver-at"), data, pos, end)
+    compiled = _outcome(lambda *a: validation._scan_compiled(*a, b"x-deliver-at"), data, pos, end)
+    assert compiled == marked
 
 
 @FAST
 @given(RECORDS)
 def test_good_records_scan_alike(items: list) -> None:
     _same(_records(items))
+
+
+@FAST
+@given(RECORDS)
+def test_the_scan_counts_the_records_carrying_the_marker(items: list) -> None:
+    data = _records(items)
+    expected = sum(any(k == "x-deliver-at" for k, _ in headers) for *_, headers in items)
+    assert validation.SCAN(data, 0, len(data), b"x-deliver-at")[3] == expected
+    assert validation._scan(data, 0, len(data), b"x-deliver-at")[3] == expected
+    assert validation.SCAN(data, 0, len(data), b"")[3] == 0
 
 
 @FAST

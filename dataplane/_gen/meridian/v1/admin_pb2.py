@@ -23,60 +23,61 @@ _sym_db = _symbol_database.Default()
 
 
 from dataplane._gen.meridian.v1 import common_pb2 as meridian_dot_v1_dot_common__pb2
+from dataplane._gen.meridian.v1 import delay_pb2 as meridian_dot_v1_dot_delay__pb2
 from dataplane._gen.meridian.v1 import errors_pb2 as meridian_dot_v1_dot_errors__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17meridian/v1/admin.proto\x12\x0bmeridian.v1\x1a\x18meridian/v1/common.proto\x1a\x18meridian/v1/errors.proto\"_\n\rPartitionSpec\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12,\n\x06\x63onfig\x18\x03 \x01(\x0b\x32\x1c.meridian.v1.PartitionConfig\"`\n\x17\x43reatePartitionsRequest\x12.\n\npartitions\x18\x01 \x03(\x0b\x32\x1a.meridian.v1.PartitionSpec\x12\x15\n\rvalidate_only\x18\x02 \x01(\x08\"~\n\x0b\x41\x64minResult\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12%\n\x05\x65rror\x18\x03 \x01(\x0e\x32\x16.meridian.v1.ErrorCode\x12\x15\n\rerror_message\x18\x04 \x01(\t\x12\x0f\n\x07\x63hanged\x18\x05 \x01(\x08\"E\n\x18\x43reatePartitionsResponse\x12)\n\x07results\x18\x01 \x03(\x0b\x32\x18.meridian.v1.AdminResult\"J\n\x17\x44\x65letePartitionsRequest\x12/\n\npartitions\x18\x01 \x03(\x0b\x32\x1b.meridian.v1.TopicPartition\"E\n\x18\x44\x65letePartitionsResponse\x12)\n\x07results\x18\x01 \x03(\x0b\x32\x18.meridian.v1.AdminResult\"e\n\x1c\x41lterPartitionConfigsRequest\x12.\n\npartitions\x18\x01 \x03(\x0b\x32\x1a.meridian.v1.PartitionSpec\x12\x15\n\rvalidate_only\x18\x02 \x01(\x08\"J\n\x1d\x41lterPartitionConfigsResponse\x12)\n\x07results\x18\x01 \x03(\x0b\x32\x18.meridian.v1.AdminResult\"&\n\x14\x44\x65scribeStateRequest\x12\x0e\n\x06topics\x18\x01 \x03(\t\"\xa2\x03\n\x0ePartitionState\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12,\n\x06\x63onfig\x18\x03 \x01(\x0b\x32\x1c.meridian.v1.PartitionConfig\x12\x18\n\x10log_start_offset\x18\x04 \x01(\x03\x12\x16\n\x0elog_end_offset\x18\x05 \x01(\x03\x12\x16\n\x0ehigh_watermark\x18\x06 \x01(\x03\x12\x12\n\nsize_bytes\x18\x07 \x01(\x03\x12\x10\n\x08segments\x18\x08 \x01(\x05\x12\x14\n\x0cleader_epoch\x18\t \x01(\x05\x12\x0c\n\x04role\x18\n \x01(\t\x12\x0f\n\x07offline\x18\x0b \x01(\x08\x12\x1f\n\x17remote_log_start_offset\x18\x0c \x01(\x03\x12\x19\n\x11remote_end_offset\x18\r \x01(\x03\x12\x14\n\x0cremote_bytes\x18\x0e \x01(\x03\x12\x17\n\x0fremote_segments\x18\x0f \x01(\x05\x12\x15\n\rupload_lag_ms\x18\x10 \x01(\x03\x12\x19\n\x11remote_only_bytes\x18\x11 \x01(\x03\"\xa3\x01\n\x15\x44\x65scribeStateResponse\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x0e\n\x06region\x18\x02 \x01(\t\x12\x12\n\ncluster_id\x18\x03 \x01(\t\x12/\n\npartitions\x18\x04 \x03(\x0b\x32\x1b.meridian.v1.PartitionState\x12\x11\n\tuptime_ms\x18\x05 \x01(\x03\x12\x0f\n\x07version\x18\x06 \x01(\t\"\x82\x03\n\x15UpdateMetadataRequest\x12\x15\n\rcontroller_id\x18\x01 \x01(\t\x12\x18\n\x10\x63ontroller_epoch\x18\x02 \x01(\x03\x12\x12\n\ncluster_id\x18\x03 \x01(\t\x12(\n\x07\x62rokers\x18\x04 \x03(\x0b\x32\x17.meridian.v1.BrokerInfo\x12*\n\x06topics\x18\x05 \x03(\x0b\x32\x1a.meridian.v1.MetadataTopic\x12(\n\x06quotas\x18\x06 \x03(\x0b\x32\x18.meridian.v1.TenantQuota\x12,\n\x07tenants\x18\x07 \x03(\x0b\x32\x1b.meridian.v1.TenantIdentity\x12\x19\n\x11identities_listed\x18\x08 \x01(\x08\x12\x18\n\x10revoked_accounts\x18\t \x03(\t\x12+\n\x05lanes\x18\n \x03(\x0b\x32\x1c.meridian.v1.LaneDeclaration\x12\x14\n\x0clanes_listed\x18\x0b \x01(\x08\"\xaa\x01\n\x0fLaneDeclaration\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x12\n\nall_topics\x18\x03 \x01(\x08\x12\x0e\n\x06topics\x18\x04 \x03(\t\x12\x15\n\rconsume_trunk\x18\x05 \x01(\x08\x12\x15\n\rorphan_policy\x18\x06 \x01(\t\x12\x13\n\x0blive_topics\x18\x07 \x03(\t\x12\x12\n\npartitions\x18\x08 \x01(\x05\"*\n\x0eTenantIdentity\x12\x0c\n\x04slug\x18\x01 \x01(\t\x12\n\n\x02id\x18\x02 \x01(\t\"\xa0\x01\n\x0bTenantQuota\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x1b\n\x13produce_bytes_per_s\x18\x02 \x01(\x03\x12\x19\n\x11\x66\x65tch_bytes_per_s\x18\x03 \x01(\x03\x12\x16\n\x0erequests_per_s\x18\x04 \x01(\x03\x12\x18\n\x10storage_exceeded\x18\x05 \x01(\x08\x12\x17\n\x0fstorage_message\x18\x06 \x01(\t\"1\n\x08\x41\x63lEntry\x12\x11\n\tprincipal\x18\x01 \x01(\t\x12\x12\n\noperations\x18\x02 \x03(\t\"\xb4\x01\n\rMetadataTopic\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x32\n\npartitions\x18\x02 \x03(\x0b\x32\x1e.meridian.v1.MetadataPartition\x12\x1b\n\x13min_insync_replicas\x18\x03 \x01(\x05\x12\x1f\n\x17unclean_leader_election\x18\x04 \x01(\x08\x12#\n\x04\x61\x63ls\x18\x05 \x03(\x0b\x32\x15.meridian.v1.AclEntry\"\x83\x01\n\x11MetadataPartition\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\x11\n\tleader_id\x18\x02 \x01(\x05\x12\x14\n\x0cleader_epoch\x18\x03 \x01(\x05\x12\x10\n\x08replicas\x18\x04 \x03(\x05\x12\x0b\n\x03isr\x18\x05 \x03(\x05\x12\x13\n\x0bisr_version\x18\x06 \x01(\x05\"\x95\x03\n\x16UpdateMetadataResponse\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x0e\n\x06health\x18\x02 \x01(\t\x12\x18\n\x10\x63ontroller_epoch\x18\x03 \x01(\x03\x12\x15\n\rhosted_topics\x18\x04 \x01(\x05\x12\x19\n\x11hosted_partitions\x18\x05 \x01(\x05\x12\x1a\n\x12offline_partitions\x18\x06 \x01(\x05\x12\x14\n\x0chosted_bytes\x18\x07 \x01(\x03\x12\x11\n\tuptime_ms\x18\x08 \x01(\x03\x12\x0f\n\x07version\x18\t \x01(\t\x12/\n\risr_proposals\x18\n \x03(\x0b\x32\x18.meridian.v1.IsrProposal\x12\x1a\n\x12lane_topic_demands\x18\x0b \x03(\t\x12\x32\n\x0elane_consumers\x18\x0c \x03(\x0b\x32\x1a.meridian.v1.LaneConsumers\x12\x35\n\rlane_activity\x18\r \x03(\x0b\x32\x1e.meridian.v1.LaneTopicActivity\"1\n\rLaneConsumers\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x0e\n\x06topics\x18\x02 \x03(\t\"Q\n\x11LaneTopicActivity\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x16\n\x0elast_append_ms\x18\x02 \x01(\x03\x12\x15\n\rlast_fetch_ms\x18\x03 \x01(\x03\"g\n\x0bIsrProposal\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x14\n\x0cleader_epoch\x18\x03 \x01(\x05\x12\x13\n\x0bisr_version\x18\x04 \x01(\x05\x12\x0b\n\x03isr\x18\x05 \x03(\x05\x32\xec\x03\n\x05\x41\x64min\x12_\n\x10\x43reatePartitions\x12$.meridian.v1.CreatePartitionsRequest\x1a%.meridian.v1.CreatePartitionsResponse\x12_\n\x10\x44\x65letePartitions\x12$.meridian.v1.DeletePartitionsRequest\x1a%.meridian.v1.DeletePartitionsResponse\x12n\n\x15\x41lterPartitionConfigs\x12).meridian.v1.AlterPartitionConfigsRequest\x1a*.meridian.v1.AlterPartitionConfigsResponse\x12V\n\rDescribeState\x12!.meridian.v1.DescribeStateRequest\x1a\".meridian.v1.DescribeStateResponse\x12Y\n\x0eUpdateMetadata\x12\".meridian.v1.UpdateMetadataRequest\x1a#.meridian.v1.UpdateMetadataResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17meridian/v1/admin.proto\x12\x0bmeridian.v1\x1a\x18meridian/v1/common.proto\x1a\x17meridian/v1/delay.proto\x1a\x18meridian/v1/errors.proto\"_\n\rPartitionSpec\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12,\n\x06\x63onfig\x18\x03 \x01(\x0b\x32\x1c.meridian.v1.PartitionConfig\"`\n\x17\x43reatePartitionsRequest\x12.\n\npartitions\x18\x01 \x03(\x0b\x32\x1a.meridian.v1.PartitionSpec\x12\x15\n\rvalidate_only\x18\x02 \x01(\x08\"~\n\x0b\x41\x64minResult\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12%\n\x05\x65rror\x18\x03 \x01(\x0e\x32\x16.meridian.v1.ErrorCode\x12\x15\n\rerror_message\x18\x04 \x01(\t\x12\x0f\n\x07\x63hanged\x18\x05 \x01(\x08\"E\n\x18\x43reatePartitionsResponse\x12)\n\x07results\x18\x01 \x03(\x0b\x32\x18.meridian.v1.AdminResult\"J\n\x17\x44\x65letePartitionsRequest\x12/\n\npartitions\x18\x01 \x03(\x0b\x32\x1b.meridian.v1.TopicPartition\"E\n\x18\x44\x65letePartitionsResponse\x12)\n\x07results\x18\x01 \x03(\x0b\x32\x18.meridian.v1.AdminResult\"e\n\x1c\x41lterPartitionConfigsRequest\x12.\n\npartitions\x18\x01 \x03(\x0b\x32\x1a.meridian.v1.PartitionSpec\x12\x15\n\rvalidate_only\x18\x02 \x01(\x08\"J\n\x1d\x41lterPartitionConfigsResponse\x12)\n\x07results\x18\x01 \x03(\x0b\x32\x18.meridian.v1.AdminResult\"&\n\x14\x44\x65scribeStateRequest\x12\x0e\n\x06topics\x18\x01 \x03(\t\"\xa2\x03\n\x0ePartitionState\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12,\n\x06\x63onfig\x18\x03 \x01(\x0b\x32\x1c.meridian.v1.PartitionConfig\x12\x18\n\x10log_start_offset\x18\x04 \x01(\x03\x12\x16\n\x0elog_end_offset\x18\x05 \x01(\x03\x12\x16\n\x0ehigh_watermark\x18\x06 \x01(\x03\x12\x12\n\nsize_bytes\x18\x07 \x01(\x03\x12\x10\n\x08segments\x18\x08 \x01(\x05\x12\x14\n\x0cleader_epoch\x18\t \x01(\x05\x12\x0c\n\x04role\x18\n \x01(\t\x12\x0f\n\x07offline\x18\x0b \x01(\x08\x12\x1f\n\x17remote_log_start_offset\x18\x0c \x01(\x03\x12\x19\n\x11remote_end_offset\x18\r \x01(\x03\x12\x14\n\x0cremote_bytes\x18\x0e \x01(\x03\x12\x17\n\x0fremote_segments\x18\x0f \x01(\x05\x12\x15\n\rupload_lag_ms\x18\x10 \x01(\x03\x12\x19\n\x11remote_only_bytes\x18\x11 \x01(\x03\"\xa3\x01\n\x15\x44\x65scribeStateResponse\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x0e\n\x06region\x18\x02 \x01(\t\x12\x12\n\ncluster_id\x18\x03 \x01(\t\x12/\n\npartitions\x18\x04 \x03(\x0b\x32\x1b.meridian.v1.PartitionState\x12\x11\n\tuptime_ms\x18\x05 \x01(\x03\x12\x0f\n\x07version\x18\x06 \x01(\t\"\xa9\x03\n\x15UpdateMetadataRequest\x12\x15\n\rcontroller_id\x18\x01 \x01(\t\x12\x18\n\x10\x63ontroller_epoch\x18\x02 \x01(\x03\x12\x12\n\ncluster_id\x18\x03 \x01(\t\x12(\n\x07\x62rokers\x18\x04 \x03(\x0b\x32\x17.meridian.v1.BrokerInfo\x12*\n\x06topics\x18\x05 \x03(\x0b\x32\x1a.meridian.v1.MetadataTopic\x12(\n\x06quotas\x18\x06 \x03(\x0b\x32\x18.meridian.v1.TenantQuota\x12,\n\x07tenants\x18\x07 \x03(\x0b\x32\x1b.meridian.v1.TenantIdentity\x12\x19\n\x11identities_listed\x18\x08 \x01(\x08\x12\x18\n\x10revoked_accounts\x18\t \x03(\t\x12+\n\x05lanes\x18\n \x03(\x0b\x32\x1c.meridian.v1.LaneDeclaration\x12\x14\n\x0clanes_listed\x18\x0b \x01(\x08\x12%\n\x05\x64\x65lay\x18\x0c \x01(\x0b\x32\x16.meridian.v1.DelayPush\"\xaa\x01\n\x0fLaneDeclaration\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x12\n\nall_topics\x18\x03 \x01(\x08\x12\x0e\n\x06topics\x18\x04 \x03(\t\x12\x15\n\rconsume_trunk\x18\x05 \x01(\x08\x12\x15\n\rorphan_policy\x18\x06 \x01(\t\x12\x13\n\x0blive_topics\x18\x07 \x03(\t\x12\x12\n\npartitions\x18\x08 \x01(\x05\"*\n\x0eTenantIdentity\x12\x0c\n\x04slug\x18\x01 \x01(\t\x12\n\n\x02id\x18\x02 \x01(\t\"\xa0\x01\n\x0bTenantQuota\x12\x0e\n\x06tenant\x18\x01 \x01(\t\x12\x1b\n\x13produce_bytes_per_s\x18\x02 \x01(\x03\x12\x19\n\x11\x66\x65tch_bytes_per_s\x18\x03 \x01(\x03\x12\x16\n\x0erequests_per_s\x18\x04 \x01(\x03\x12\x18\n\x10storage_exceeded\x18\x05 \x01(\x08\x12\x17\n\x0fstorage_message\x18\x06 \x01(\t\"1\n\x08\x41\x63lEntry\x12\x11\n\tprincipal\x18\x01 \x01(\t\x12\x12\n\noperations\x18\x02 \x03(\t\"\xb4\x01\n\rMetadataTopic\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x32\n\npartitions\x18\x02 \x03(\x0b\x32\x1e.meridian.v1.MetadataPartition\x12\x1b\n\x13min_insync_replicas\x18\x03 \x01(\x05\x12\x1f\n\x17unclean_leader_election\x18\x04 \x01(\x08\x12#\n\x04\x61\x63ls\x18\x05 \x03(\x0b\x32\x15.meridian.v1.AclEntry\"\x83\x01\n\x11MetadataPartition\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12\x11\n\tleader_id\x18\x02 \x01(\x05\x12\x14\n\x0cleader_epoch\x18\x03 \x01(\x05\x12\x10\n\x08replicas\x18\x04 \x03(\x05\x12\x0b\n\x03isr\x18\x05 \x03(\x05\x12\x13\n\x0bisr_version\x18\x06 \x01(\x05\"\xbe\x03\n\x16UpdateMetadataResponse\x12\x11\n\tbroker_id\x18\x01 \x01(\x05\x12\x0e\n\x06health\x18\x02 \x01(\t\x12\x18\n\x10\x63ontroller_epoch\x18\x03 \x01(\x03\x12\x15\n\rhosted_topics\x18\x04 \x01(\x05\x12\x19\n\x11hosted_partitions\x18\x05 \x01(\x05\x12\x1a\n\x12offline_partitions\x18\x06 \x01(\x05\x12\x14\n\x0chosted_bytes\x18\x07 \x01(\x03\x12\x11\n\tuptime_ms\x18\x08 \x01(\x03\x12\x0f\n\x07version\x18\t \x01(\t\x12/\n\risr_proposals\x18\n \x03(\x0b\x32\x18.meridian.v1.IsrProposal\x12\x1a\n\x12lane_topic_demands\x18\x0b \x03(\t\x12\x32\n\x0elane_consumers\x18\x0c \x03(\x0b\x32\x1a.meridian.v1.LaneConsumers\x12\x35\n\rlane_activity\x18\r \x03(\x0b\x32\x1e.meridian.v1.LaneTopicActivity\x12\'\n\x05\x64\x65lay\x18\x0e \x01(\x0b\x32\x18.meridian.v1.DelayReport\"1\n\rLaneConsumers\x12\x10\n\x08group_id\x18\x01 \x01(\t\x12\x0e\n\x06topics\x18\x02 \x03(\t\"Q\n\x11LaneTopicActivity\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x16\n\x0elast_append_ms\x18\x02 \x01(\x03\x12\x15\n\rlast_fetch_ms\x18\x03 \x01(\x03\"g\n\x0bIsrProposal\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x14\n\x0cleader_epoch\x18\x03 \x01(\x05\x12\x13\n\x0bisr_version\x18\x04 \x01(\x05\x12\x0b\n\x03isr\x18\x05 \x03(\x05\x32\xec\x03\n\x05\x41\x64min\x12_\n\x10\x43reatePartitions\x12$.meridian.v1.CreatePartitionsRequest\x1a%.meridian.v1.CreatePartitionsResponse\x12_\n\x10\x44\x65letePartitions\x12$.meridian.v1.DeletePartitionsRequest\x1a%.meridian.v1.DeletePartitionsResponse\x12n\n\x15\x41lterPartitionConfigs\x12).meridian.v1.AlterPartitionConfigsRequest\x1a*.meridian.v1.AlterPartitionConfigsResponse\x12V\n\rDescribeState\x12!.meridian.v1.DescribeStateRequest\x1a\".meridian.v1.DescribeStateResponse\x12Y\n\x0eUpdateMetadata\x12\".meridian.v1.UpdateMetadataRequest\x1a#.meridian.v1.UpdateMetadataResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'meridian.v1.admin_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_PARTITIONSPEC']._serialized_start=92
-  _globals['_PARTITIONSPEC']._serialized_end=187
-  _globals['_CREATEPARTITIONSREQUEST']._serialized_start=189
-  _globals['_CREATEPARTITIONSREQUEST']._serialized_end=285
-  _globals['_ADMINRESULT']._serialized_start=287
-  _globals['_ADMINRESULT']._serialized_end=413
-  _globals['_CREATEPARTITIONSRESPONSE']._serialized_start=415
-  _globals['_CREATEPARTITIONSRESPONSE']._serialized_end=484
-  _globals['_DELETEPARTITIONSREQUEST']._serialized_start=486
-  _globals['_DELETEPARTITIONSREQUEST']._serialized_end=560
-  _globals['_DELETEPARTITIONSRESPONSE']._serialized_start=562
-  _globals['_DELETEPARTITIONSRESPONSE']._serialized_end=631
-  _globals['_ALTERPARTITIONCONFIGSREQUEST']._serialized_start=633
-  _globals['_ALTERPARTITIONCONFIGSREQUEST']._serialized_end=734
-  _globals['_ALTERPARTITIONCONFIGSRESPONSE']._serialized_start=736
-  _globals['_ALTERPARTITIONCONFIGSRESPONSE']._serialized_end=810
-  _globals['_DESCRIBESTATEREQUEST']._serialized_start=812
-  _globals['_DESCRIBESTATEREQUEST']._serialized_end=850
-  _globals['_PARTITIONSTATE']._serialized_start=853
-  _globals['_PARTITIONSTATE']._serialized_end=1271
-  _globals['_DESCRIBESTATERESPONSE']._serialized_start=1274
-  _globals['_DESCRIBESTATERESPONSE']._serialized_end=1437
-  _globals['_UPDATEMETADATAREQUEST']._serialized_start=1440
-  _globals['_UPDATEMETADATAREQUEST']._serialized_end=1826
-  _globals['_LANEDECLARATION']._serialized_start=1829
-  _globals['_LANEDECLARATION']._serialized_end=1999
-  _globals['_TENANTIDENTITY']._serialized_start=2001
-  _globals['_TENANTIDENTITY']._serialized_end=2043
-  _globals['_TENANTQUOTA']._serialized_start=2046
-  _globals['_TENANTQUOTA']._serialized_end=2206
-  _globals['_ACLENTRY']._serialized_start=2208
-  _globals['_ACLENTRY']._serialized_end=2257
-  _globals['_METADATATOPIC']._serialized_start=2260
-  _globals['_METADATATOPIC']._serialized_end=2440
-  _globals['_METADATAPARTITION']._serialized_start=2443
-  _globals['_METADATAPARTITION']._serialized_end=2574
-  _globals['_UPDATEMETADATARESPONSE']._serialized_start=2577
-  _globals['_UPDATEMETADATARESPONSE']._serialized_end=2982
-  _globals['_LANECONSUMERS']._serialized_start=2984
-  _globals['_LANECONSUMERS']._serialized_end=3033
-  _globals['_LANETOPICACTIVITY']._serialized_start=3035
-  _globals['_LANETOPICACTIVITY']._serialized_end=3116
-  _globals['_ISRPROPOSAL']._serialized_start=3118
-  _globals['_ISRPROPOSAL']._serialized_end=3221
-  _globals['_ADMIN']._serialized_start=3224
-  _globals['_ADMIN']._serialized_end=3716
+  _globals['_PARTITIONSPEC']._serialized_start=117
+  _globals['_PARTITIONSPEC']._serialized_end=212
+  _globals['_CREATEPARTITIONSREQUEST']._serialized_start=214
+  _globals['_CREATEPARTITIONSREQUEST']._serialized_end=310
+  _globals['_ADMINRESULT']._serialized_start=312
+  _globals['_ADMINRESULT']._serialized_end=438
+  _globals['_CREATEPARTITIONSRESPONSE']._serialized_start=440
+  _globals['_CREATEPARTITIONSRESPONSE']._serialized_end=509
+  _globals['_DELETEPARTITIONSREQUEST']._serialized_start=511
+  _globals['_DELETEPARTITIONSREQUEST']._serialized_end=585
+  _globals['_DELETEPARTITIONSRESPONSE']._serialized_start=587
+  _globals['_DELETEPARTITIONSRESPONSE']._serialized_end=656
+  _globals['_ALTERPARTITIONCONFIGSREQUEST']._serialized_start=658
+  _globals['_ALTERPARTITIONCONFIGSREQUEST']._serialized_end=759
+  _globals['_ALTERPARTITIONCONFIGSRESPONSE']._serialized_start=761
+  _globals['_ALTERPARTITIONCONFIGSRESPONSE']._serialized_end=835
+  _globals['_DESCRIBESTATEREQUEST']._serialized_start=837
+  _globals['_DESCRIBESTATEREQUEST']._serialized_end=875
+  _globals['_PARTITIONSTATE']._serialized_start=878
+  _globals['_PARTITIONSTATE']._serialized_end=1296
+  _globals['_DESCRIBESTATERESPONSE']._serialized_start=1299
+  _globals['_DESCRIBESTATERESPONSE']._serialized_end=1462
+  _globals['_UPDATEMETADATAREQUEST']._serialized_start=1465
+  _globals['_UPDATEMETADATAREQUEST']._serialized_end=1890
+  _globals['_LANEDECLARATION']._serialized_start=1893
+  _globals['_LANEDECLARATION']._serialized_end=2063
+  _globals['_TENANTIDENTITY']._serialized_start=2065
+  _globals['_TENANTIDENTITY']._serialized_end=2107
+  _globals['_TENANTQUOTA']._serialized_start=2110
+  _globals['_TENANTQUOTA']._serialized_end=2270
+  _globals['_ACLENTRY']._serialized_start=2272
+  _globals['_ACLENTRY']._serialized_end=2321
+  _globals['_METADATATOPIC']._serialized_start=2324
+  _globals['_METADATATOPIC']._serialized_end=2504
+  _globals['_METADATAPARTITION']._serialized_start=2507
+  _globals['_METADATAPARTITION']._serialized_end=2638
+  _globals['_UPDATEMETADATARESPONSE']._serialized_start=2641
+  _globals['_UPDATEMETADATARESPONSE']._serialized_end=3087
+  _globals['_LANECONSUMERS']._serialized_start=3089
+  _globals['_LANECONSUMERS']._serialized_end=3138
+  _globals['_LANETOPICACTIVITY']._serialized_start=3140
+  _globals['_LANETOPICACTIVITY']._serialized_end=3221
+  _globals['_ISRPROPOSAL']._serialized_start=3223
+  _globals['_ISRPROPOSAL']._serialized_end=3326
+  _globals['_ADMIN']._serialized_start=3329
+  _globals['_ADMIN']._serialized_end=3821
 # @@protoc_insertion_point(module_scope)

@@ -8,6 +8,7 @@ from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
 from dataplane._gen.meridian.v1 import common_pb2 as _common_pb2
+from dataplane._gen.meridian.v1 import delay_pb2 as _delay_pb2
 from dataplane._gen.meridian.v1 import errors_pb2 as _errors_pb2
 import builtins as _builtins
 import sys
@@ -364,6 +365,7 @@ class UpdateMetadataRequest(_message.Message):
     REVOKED_ACCOUNTS_FIELD_NUMBER: _builtins.int
     LANES_FIELD_NUMBER: _builtins.int
     LANES_LISTED_FIELD_NUMBER: _builtins.int
+    DELAY_FIELD_NUMBER: _builtins.int
     controller_id: _builtins.str
     controller_epoch: _builtins.int
     cluster_id: _builtins.str
@@ -396,6 +398,10 @@ class UpdateMetadataRequest(_message.Message):
         topics and a missing one is LANE_NOT_FOUND.
         """
 
+    @_builtins.property
+    def delay(self) -> _delay_pb2.DelayPush:
+        """the tenants' retry policies (docs/delay.md)"""
+
     def __init__(
         self,
         *,
@@ -410,10 +416,11 @@ class UpdateMetadataRequest(_message.Message):
         revoked_accounts: _abc.Iterable[_builtins.str] | None = ...,
         lanes: _abc.Iterable[Global___LaneDeclaration] | None = ...,
         lanes_listed: _builtins.bool = ...,
+        delay: _delay_pb2.DelayPush | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["delay", b"delay"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["brokers", b"brokers", "cluster_id", b"cluster_id", "controller_epoch", b"controller_epoch", "controller_id", b"controller_id", "identities_listed", b"identities_listed", "lanes", b"lanes", "lanes_listed", b"lanes_listed", "quotas", b"quotas", "revoked_accounts", b"revoked_accounts", "tenants", b"tenants", "topics", b"topics"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["brokers", b"brokers", "cluster_id", b"cluster_id", "controller_epoch", b"controller_epoch", "controller_id", b"controller_id", "delay", b"delay", "identities_listed", b"identities_listed", "lanes", b"lanes", "lanes_listed", b"lanes_listed", "quotas", b"quotas", "revoked_accounts", b"revoked_accounts", "tenants", b"tenants", "topics", b"topics"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -665,6 +672,7 @@ class UpdateMetadataResponse(_message.Message):
     LANE_TOPIC_DEMANDS_FIELD_NUMBER: _builtins.int
     LANE_CONSUMERS_FIELD_NUMBER: _builtins.int
     LANE_ACTIVITY_FIELD_NUMBER: _builtins.int
+    DELAY_FIELD_NUMBER: _builtins.int
     broker_id: _builtins.int
     health: _builtins.str
     """ok | degraded (some hosted partition is offline)"""
@@ -702,6 +710,10 @@ class UpdateMetadataResponse(_message.Message):
         consumer fetch of any of them (wall-clock ms; 0: not since it started).
         """
 
+    @_builtins.property
+    def delay(self) -> _delay_pb2.DelayReport:
+        """timer logs clients asked for (docs/delay.md)"""
+
     def __init__(
         self,
         *,
@@ -718,10 +730,11 @@ class UpdateMetadataResponse(_message.Message):
         lane_topic_demands: _abc.Iterable[_builtins.str] | None = ...,
         lane_consumers: _abc.Iterable[Global___LaneConsumers] | None = ...,
         lane_activity: _abc.Iterable[Global___LaneTopicActivity] | None = ...,
+        delay: _delay_pb2.DelayReport | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["delay", b"delay"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_id", b"broker_id", "controller_epoch", b"controller_epoch", "health", b"health", "hosted_bytes", b"hosted_bytes", "hosted_partitions", b"hosted_partitions", "hosted_topics", b"hosted_topics", "isr_proposals", b"isr_proposals", "lane_activity", b"lane_activity", "lane_consumers", b"lane_consumers", "lane_topic_demands", b"lane_topic_demands", "offline_partitions", b"offline_partitions", "uptime_ms", b"uptime_ms", "version", b"version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_id", b"broker_id", "controller_epoch", b"controller_epoch", "delay", b"delay", "health", b"health", "hosted_bytes", b"hosted_bytes", "hosted_partitions", b"hosted_partitions", "hosted_topics", b"hosted_topics", "isr_proposals", b"isr_proposals", "lane_activity", b"lane_activity", "lane_consumers", b"lane_consumers", "lane_topic_demands", b"lane_topic_demands", "offline_partitions", b"offline_partitions", "uptime_ms", b"uptime_ms", "version", b"version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

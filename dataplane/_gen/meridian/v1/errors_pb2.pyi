@@ -56,6 +56,10 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     """another group of the family still holds this lane partition: retry"""
     REMOTE_STORAGE_NOT_AVAILABLE: _ErrorCode.ValueType  # 19
     """the offsets are in the remote tier and its object store did not answer: retry"""
+    TIMER_LOG_PENDING: _ErrorCode.ValueType  # 50
+    """-- retriable: delayed delivery (50-69) ------------------------------------------------
+    the tenant's timer log on this cluster is being created on first use: retry shortly
+    """
     INVALID_REQUEST: _ErrorCode.ValueType  # 100
     """-- not retriable ------------------------------------------------------------------"""
     CORRUPT_MESSAGE: _ErrorCode.ValueType  # 101
@@ -103,6 +107,18 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     """a remote segment the manifest lists is gone from the object store"""
     REMOTE_SEGMENT_CORRUPT: _ErrorCode.ValueType  # 133
     """a remote segment fails its checksum or a batch its CRC: no data is served from it"""
+    INVALID_DELAY: _ErrorCode.ValueType  # 180
+    """-- not retriable: delayed delivery, retries, dead letters (180-199) -----------------
+    a delivery time that is not ms since the epoch or lies over 30 days ahead; a delay outside 1 s .. 30 days
+    """
+    DELAYED_RECORD_NOT_FOUND: _ErrorCode.ValueType  # 181
+    """no scheduled record has this id (never, cancelled, or another tenant's)"""
+    DELAYED_RECORD_DELIVERED: _ErrorCode.ValueType  # 182
+    """the scheduled record was already delivered: too late to cancel"""
+    DELAY_NOT_IDEMPOTENT: _ErrorCode.ValueType  # 183
+    """x-deliver-at in an idempotent batch sent to a topic: schedule through the SDK or without idempotence"""
+    RETRY_POLICY_NOT_FOUND: _ErrorCode.ValueType  # 184
+    """the consumer group has no retry policy (no retry or dead-letter topic)"""
 
 class ErrorCode(_ErrorCode, metaclass=_ErrorCodeEnumTypeWrapper):
     """Every failure the data plane reports. Per-partition failures travel in the result's
@@ -146,6 +162,10 @@ HANDOVER_IN_PROGRESS: ErrorCode.ValueType  # 18
 """another group of the family still holds this lane partition: retry"""
 REMOTE_STORAGE_NOT_AVAILABLE: ErrorCode.ValueType  # 19
 """the offsets are in the remote tier and its object store did not answer: retry"""
+TIMER_LOG_PENDING: ErrorCode.ValueType  # 50
+"""-- retriable: delayed delivery (50-69) ------------------------------------------------
+the tenant's timer log on this cluster is being created on first use: retry shortly
+"""
 INVALID_REQUEST: ErrorCode.ValueType  # 100
 """-- not retriable ------------------------------------------------------------------"""
 CORRUPT_MESSAGE: ErrorCode.ValueType  # 101
@@ -193,4 +213,16 @@ REMOTE_SEGMENT_MISSING: ErrorCode.ValueType  # 132
 """a remote segment the manifest lists is gone from the object store"""
 REMOTE_SEGMENT_CORRUPT: ErrorCode.ValueType  # 133
 """a remote segment fails its checksum or a batch its CRC: no data is served from it"""
+INVALID_DELAY: ErrorCode.ValueType  # 180
+"""-- not retriable: delayed delivery, retries, dead letters (180-199) -----------------
+a delivery time that is not ms since the epoch or lies over 30 days ahead; a delay outside 1 s .. 30 days
+"""
+DELAYED_RECORD_NOT_FOUND: ErrorCode.ValueType  # 181
+"""no scheduled record has this id (never, cancelled, or another tenant's)"""
+DELAYED_RECORD_DELIVERED: ErrorCode.ValueType  # 182
+"""the scheduled record was already delivered: too late to cancel"""
+DELAY_NOT_IDEMPOTENT: ErrorCode.ValueType  # 183
+"""x-deliver-at in an idempotent batch sent to a topic: schedule through the SDK or without idempotence"""
+RETRY_POLICY_NOT_FOUND: ErrorCode.ValueType  # 184
+"""the consumer group has no retry policy (no retry or dead-letter topic)"""
 Global___ErrorCode: _TypeAlias = ErrorCode  # noqa: Y015

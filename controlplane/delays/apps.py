@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class DelaysConfig(AppConfig):
+    name = "controlplane.delays"
+    label = "delays"

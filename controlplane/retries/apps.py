@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class RetriesConfig(AppConfig):
+    name = "controlplane.retries"
+    label = "retries"
