@@ -218,6 +218,7 @@ class KubernetesProvisioner:
     """See the module docstring. Thread safety: one caller at a time (the controller)."""
 
     stopped_by_controller = True  # the Kubernetes API is reached from the region only
+    runs_mirror_workers = False
 
     def __init__(self, config: KubernetesConfig | None = None) -> None:
         self.config = config or KubernetesConfig.from_environment()

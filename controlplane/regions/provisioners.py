@@ -100,6 +100,9 @@ class RunningMirrorWorker(Protocol):
 class Provisioner(Protocol):
     # Whether only the region's controller can stop the brokers (the module docstring).
     stopped_by_controller: bool
+    # Whether it runs mirror workers at all (else ensure_mirror_worker refuses, and no
+    # credentials are made for a worker that will not run).
+    runs_mirror_workers: bool
 
     def ensure_broker(self, broker: Broker) -> None:
         """Start ``broker`` unless it runs; on return it serves, and its row holds its
