@@ -37,7 +37,8 @@ resource "kubernetes_manifest" "this" {
 
   # The brokers' StatefulSets name no replicas: the controllers' provisioner owns that
   # field (its scale subresource), and server-side apply leaves what it does not send.
-  computed_fields = ["metadata.labels", "metadata.annotations"]
+  # Planned unknown too, so a scaling between plan and apply is no inconsistent result.
+  computed_fields = each.value.kind == "StatefulSet" ? ["metadata.labels", "metadata.annotations", "spec.replicas"] : ["metadata.labels", "metadata.annotations"]
 
   field_manager {
     name = "meridian-terraform"
