@@ -6,10 +6,12 @@ package provider
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework/datasource"
+	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/provider"
 	"github.com/hashicorp/terraform-plugin-framework/provider/schema"
@@ -143,23 +145,10 @@ func (p *meridianProvider) Configure(ctx context.Context, req provider.Configure
 		cfg.ClientID = config.ClientID.ValueString()
 		cfg.ClientSecret = config.ClientSecret.ValueString()
 	}
-	if !config.RequestTimeoutS.IsNull() {
-		seconds := config.RequestTimeoutS.ValueInt64()
-		if seconds < 1 || seconds > 3600 {
-			resp.Diagnostics.AddAttributeError(path.Root("request_timeout_s"), "Invalid provider setting",
-				"request_timeout_s: from 1 to 3600 seconds")
-			return
-		}
-		cfg.Timeout = time.Duration(seconds) * time.Second
-	}
-	if !config.WaitTimeoutS.IsNull() {
-		seconds := config.WaitTimeoutS.ValueInt64()
-		if seconds < 1 || seconds > 86400 {
-			resp.Diagnostics.AddAttributeError(path.Root("wait_timeout_s"), "Invalid provider setting",
-				"wait_timeout_s: from 1 to 86400 seconds")
-			return
-		}
-		cfg.WaitTimeout = time.Duration(seconds) * time.Second
+	cfg.Timeout = seconds(config.RequestTimeoutS, "request_timeout_s", 3600, &resp.Diagnostics)
+	cfg.WaitTimeout = seconds(config.WaitTimeoutS, "wait_timeout_s", 86400, &resp.Diagnostics)
+	if resp.Diagnostics.HasError() {
+		return
 	}
 	if cfg.Endpoint == "" {
 		resp.Diagnostics.AddAttributeError(path.Root("endpoint"), "Missing endpoint",
@@ -173,6 +162,19 @@ func (p *meridianProvider) Configure(ctx context.Context, req provider.Configure
 	}
 	resp.ResourceData = client
 	resp.DataSourceData = client
+}
+
+// seconds is a setting of 1 to most seconds as a duration (0: not set, the default); an
+// attribute error outside that range.
+func seconds(value types.Int64, name string, most int64, diags *diag.Diagnostics) time.Duration {
+	if value.IsNull() {
+		return 0
+	}
+	if n := value.ValueInt64(); n >= 1 && n <= most {
+		return time.Duration(n) * time.Second
+	}
+	diags.AddAttributeError(path.Root(name), "Invalid provider setting", fmt.Sprintf("%s: from 1 to %d seconds", name, most))
+	return 0
 }
 
 func orEnv(value types.String, name string) string {
