@@ -11,6 +11,8 @@ from keycloak import KeycloakAdmin
 from keycloak.exceptions import KeycloakError
 
 from controlplane.accounts.clients import (
+    BROKER_CLIENT_ID,
+    CONTROLLER_CLIENT_ID,
     INTERNAL_CLIENT_IDS,
     console_client_id,
     console_redirect_uri,
@@ -31,8 +33,10 @@ def bootstrap_realm(realm: str | None = None) -> list[str]:
     ``meridian-console`` (authorization code with PKCE S256 required, the console's
     redirect URIs); the realm role ``settings.INTERNAL_ROLE``
         and the confidential clients ``meridian-controller`` and ``meridian-broker`` whose
-        service accounts hold it (the cluster's own callers, see ``accounts/clients.py``).
-        Returns what it did, step by step."""
+        service accounts hold it (the cluster's own callers, see ``accounts/clients.py``),
+        their secrets those the settings give (``CONTROLLER_CLIENT_SECRET``,
+        ``BROKER_CLIENT_SECRET``; Keycloak's own when unset), so processes given them
+        need no admin access to read them. Returns what it did, step by step."""
     realm = realm or settings.KEYCLOAK_REALM
     done: list[str] = []
     with idp_errors(f"bootstrap realm {realm}"):
@@ -190,6 +194,23 @@ def _ensure_internal_clients(admin: KeycloakAdmin, scope_id: str, done: list[str
         user = admin.get_client_service_account_user(client)
         admin.assign_realm_roles(str(user["id"]), [role])
         done.append(f"client {client_id} (service account with {settings.INTERNAL_ROLE})")
+        if _set_configured_secret(admin, client, client_id):
+            done.append(f"client {client_id} (its secret set from the settings)")
+
+
+def _set_configured_secret(admin: KeycloakAdmin, client: str, client_id: str) -> bool:
+    """Give the internal client the secret the settings name, when they name one and
+    it has another; returns whether it changed."""
+    configured = {
+        CONTROLLER_CLIENT_ID: settings.CONTROLLER_CLIENT_SECRET,
+        BROKER_CLIENT_ID: settings.BROKER_CLIENT_SECRET,
+    }[client_id]
+    if not configured or admin.get_client_secrets(client).get("value") == configured:
+        return False
+    representation = admin.get_client(client)
+    representation["secret"] = configured
+    admin.update_client(client, representation)
+    return True
 
 
 def _internal_client_payload(client_id: str) -> dict[str, Any]:

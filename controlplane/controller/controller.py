@@ -32,7 +32,14 @@ Every ``tick()`` (the process calls it every ``settings.CONTROLLER_TICK_S``):
    restored database, a recreated region), so the controller advances its epoch by
    one per tick until the brokers accept it. Either way the other brokers and
    clusters of the tick are still served.
-4. The region's mirror workers are supervised (``controller.mirrors``): started,
+   A provisioner that cannot reach what runs the brokers (``ClusterProvisioningError``:
+   the Kubernetes API down) blames no broker: the cluster's status reason says why.
+   Brokers left ``stopping`` (a provisioner that stops over several ticks) are asked
+   again each tick.
+4. Clusters being deleted whose provisioner is ``stopped_by_controller`` (Kubernetes)
+   are torn down here, a step per tick (``regions.teardown.tear_down_step``): only this
+   process reaches the Kubernetes API of the region.
+5. The region's mirror workers are supervised (``controller.mirrors``): started,
    restarted on a configuration change, replaced when silent, stopped when their link is
    paused or deleted, their status recorded. That round runs on a thread of its own, so
    it never stretches the tick.
@@ -57,10 +64,15 @@ from controlplane.core.choices import ProvisioningStatus
 from controlplane.core.errors import DomainError
 from controlplane.delays import services as delay_services
 from controlplane.lanes import services as lane_services
-from controlplane.regions import services
+from controlplane.regions import services, teardown
 from controlplane.regions.choices import BrokerPhase
 from controlplane.regions.models import Broker, Cluster, Region
-from controlplane.regions.provisioners import Provisioner, ProvisioningError, get_provisioner
+from controlplane.regions.provisioners import (
+    ClusterProvisioningError,
+    Provisioner,
+    ProvisioningError,
+    get_provisioner,
+)
 from controlplane.retries import services as retry_services
 from controlplane.topics import reassignment
 from controlplane.topics.partitions import (
@@ -108,6 +120,8 @@ class Controller:
         self._live_since: dict[int, datetime] = {}
         # Broker pk -> the uptime it last reported: a smaller one means it restarted.
         self._uptime_ms: dict[int, int] = {}
+        # Cluster pk -> why its provisioner could not act on it this tick.
+        self._provisioning_problems: dict[int, str] = {}
         self.mirrors = MirrorSupervisor(
             region_name, provisioner_for, clock, is_active=lambda: self.active,
             holds_lease=self.holds_region,
@@ -131,6 +145,7 @@ class Controller:
         except DeposedError as exc:
             self.step_down(str(exc))
             return
+        self._tear_down()
         self.mirrors.tick()
 
     def holds_region(self) -> bool:
@@ -177,6 +192,22 @@ class Controller:
             .exclude(status=ProvisioningStatus.DELETING)
             .select_related("region")
         )
+
+    def _tear_down(self) -> None:
+        """A step of deleting each of the region's clusters being deleted whose
+        provisioner only this controller can drive (module docstring, 4)."""
+        deleting = Cluster.objects.filter(
+            region__name=self.region_name, status=ProvisioningStatus.DELETING
+        ).select_related("region")
+        for cluster in deleting:
+            provisioner = self.provisioner_for(cluster)
+            if not provisioner.stopped_by_controller:
+                continue  # the regions.delete_cluster job stops its brokers
+            try:
+                if teardown.tear_down_step(cluster, provisioner, actor=ACTOR):
+                    log.info("cluster %s deleted", cluster)
+            except (ProvisioningError, ClusterProvisioningError) as exc:
+                log.error("deleting cluster %s: %s", cluster, exc)
 
     def _tick_cluster(self, cluster: Cluster) -> None:
         brokers = list(cluster.brokers.select_related("cluster__region"))
@@ -269,11 +300,13 @@ class Controller:
         """Work that must follow a push: deleting partitions from brokers that are no
         longer their replicas, finishing decommissions."""
         reassignment.delete_removed(cluster, live=self._live(brokers))
-        for broker in reassignment.finish_decommissions(cluster, actor=ACTOR):
+        finished = reassignment.finish_decommissions(cluster, actor=ACTOR)
+        stopping = [b for b in brokers if b.phase == BrokerPhase.STOPPING]
+        for broker in [*finished, *stopping]:
             try:
                 self.provisioner_for(cluster).stop_broker(broker)
-            except ProvisioningError as exc:  # it holds nothing: stopping can wait
-                log.error("stopping decommissioned %s: %s", broker, exc)
+            except (ProvisioningError, ClusterProvisioningError) as exc:
+                log.error("stopping %s: %s", broker, exc)  # it holds nothing: it can wait
 
     def _restarted(self, brokers: list[Broker], outcomes: dict[int, PushOutcome]) -> set[int]:
         """Brokers that restarted since their previous answer (a smaller uptime), even
@@ -336,6 +369,7 @@ class Controller:
     def _ensure_running(self, cluster: Cluster, brokers: list[Broker]) -> None:
         provisioner = self.provisioner_for(cluster)
         wanted = [b for b in brokers if b.phase not in NOT_RUN_PHASES]
+        self._provisioning_problems.pop(cluster.pk, None)
         try:
             provisioner.ensure_brokers(wanted)
         except ProvisioningError as exc:
@@ -343,6 +377,9 @@ class Controller:
             services.set_broker_phase(
                 exc.broker, BrokerPhase.UNREACHABLE, actor=ACTOR, reason=exc.message[:2000]
             )
+        except ClusterProvisioningError as exc:  # no broker's fault: the cluster says it
+            log.error("%s", exc)
+            self._provisioning_problems[cluster.pk] = f"provisioner: {exc.message}"[:1000]
         for broker in brokers:  # the provisioner may have recorded a new process
             broker.refresh_from_db()
 
@@ -379,17 +416,20 @@ class Controller:
             for b in brokers
             if b.phase != BrokerPhase.READY and b.phase not in LEAVING_PHASES
         ]
+        problem = self._provisioning_problems.get(cluster.pk, "")
         if not missing:
-            services.set_cluster_status(cluster, ProvisioningStatus.READY, actor=ACTOR)
+            services.set_cluster_status(
+                cluster, ProvisioningStatus.READY, actor=ACTOR, reason=problem
+            )
             return
         names = ", ".join(str(i) for i in missing)
         if cluster.status == ProvisioningStatus.READY:
-            reason = f"not answering: broker {names}"
+            reason = "; ".join(filter(None, [f"not answering: broker {names}", problem]))
             services.set_cluster_status(
                 cluster, ProvisioningStatus.READY, actor=ACTOR, reason=reason
             )
         else:
-            reason = f"waiting for broker {names}"
+            reason = "; ".join(filter(None, [f"waiting for broker {names}", problem]))
             status = ProvisioningStatus.PROVISIONING
             services.set_cluster_status(cluster, status, actor=ACTOR, reason=reason)
 

@@ -190,7 +190,10 @@ class MirrorSupervisor:
         place = MirrorWorkerSpec(self.region_name, worker_name(spec), generation)
         self._started_at[worker.pk] = self.clock()
         try:
-            config, secret = self.config_of(spec, worker.link, generation)
+            if provisioner.runs_mirror_workers:
+                config, secret = self.config_of(spec, worker.link, generation)
+            else:  # it refuses below: no worker credentials are made (or rotated) for it
+                config, secret = {}, None
             if not self.holds_lease():
                 log.warning("mirror worker %s: not started, this controller was deposed", worker)
                 return

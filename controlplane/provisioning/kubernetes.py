@@ -18,10 +18,25 @@ to the highest wanted broker and records each broker's address at once: its DNS 
 known before its pod runs, and the controller's heartbeats say when it serves. It never
 waits for a pod: a pod that cannot run (an image that cannot be pulled, a container in
 a crash loop, a pod failed) is a ``ProvisioningError`` naming Kubernetes' reason, so the
-broker shows it. A StatefulSet removes its highest ordinals first: ``stop_broker`` scales
-down below a broker only when no broker above it is still wanted (a cluster being
-deleted scales to zero), waits until its pod is gone, and otherwise leaves the pod
-running and says why.
+broker shows it. It reads the brokers' phases and the cluster's status again first:
+brokers stopping or stopped, and a cluster being deleted, are not scaled back up by a
+caller that read them before. A StatefulSet removes its highest ordinals first:
+``stop_broker`` scales down below a broker only when no broker above it is still wanted
+(a cluster being deleted scales to zero) and returns: the broker is ``stopping`` until
+its pod is gone, which a later call records (``stopped``); otherwise it leaves the pod
+running and says why. Only the region's controller reaches the Kubernetes API of the
+region's namespace (``stopped_by_controller``): it stops the brokers of a deleted
+cluster on its ticks.
+
+Terraform's module makes the StatefulSet without ``spec.replicas`` (Kubernetes starts it
+at one): the replica count is the control plane's, changed here only. With the
+StatefulSet's ``persistentVolumeClaimRetentionPolicy`` (``Delete`` when scaled down or
+deleted), a broker scaled away loses its volume, so a broker or a cluster made again
+under the same name starts empty.
+
+A failure of the Kubernetes API (unreachable, a timeout while reading an answer, a
+refusal, an answer that is not what the API documents) is a
+``ClusterProvisioningError``: the cluster's problem, never one broker's.
 
 Mirror workers are not run here, as for ``static`` clusters: a worker must be fenced
 (the previous one proven gone before the next starts), which a Deployment's rolling
@@ -40,15 +55,16 @@ in the namespace (the module's Role grants exactly these).
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
-import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import requests
+import urllib3
 
 from controlplane.core.actors import Actor
 from controlplane.core.choices import ProvisioningStatus
@@ -56,6 +72,7 @@ from controlplane.regions import services
 from controlplane.regions.choices import BrokerPhase
 from controlplane.regions.models import Broker, Cluster
 from controlplane.regions.provisioners import (
+    ClusterProvisioningError,
     MirrorWorkerError,
     MirrorWorkerProcess,
     MirrorWorkerSpec,
@@ -64,9 +81,9 @@ from controlplane.regions.provisioners import (
 )
 from controlplane.settings.env import env
 
+T = TypeVar("T")
+
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
-STOP_TIMEOUT_S = 120.0
-POLL_S = 0.5
 # What the API answers is bounded: a pod or a scale object is a few KiB.
 MAX_ANSWER_BYTES = 1 << 20
 # Container states whose reason means the pod will not serve without someone acting.
@@ -74,6 +91,12 @@ FAILING_REASONS = frozenset({
     "CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "InvalidImageName",
     "CreateContainerConfigError", "CreateContainerError", "RunContainerError",
 })  # fmt: skip
+# A call that fails on the way: requests' own errors, and those a streamed body's read
+# raises itself (urllib3's timeouts, protocol and decoding errors; http.client's short
+# reads; sockets' and TLS's OSErrors).
+TRANSPORT_ERRORS = (
+    requests.RequestException, urllib3.exceptions.HTTPError, http.client.HTTPException, OSError,
+)  # fmt: skip
 NO_MIRROR_WORKERS = (
     "the region's clusters run on Kubernetes: the control plane starts no mirror workers "
     "there (a worker must be fenced, its predecessor proven gone, which a Deployment's "
@@ -81,10 +104,12 @@ NO_MIRROR_WORKERS = (
     "provisioner"
 )
 _ACTOR = Actor.system("provisioner")
+_STOPPED_OR_STOPPING = (BrokerPhase.STOPPING, BrokerPhase.STOPPED)
 
 
 class KubernetesError(Exception):
-    """The Kubernetes API refused a call or could not be reached."""
+    """The Kubernetes API refused a call, could not be reached, or answered what it does
+    not answer."""
 
 
 @dataclass(frozen=True)
@@ -120,7 +145,8 @@ class KubernetesConfig:
 
 
 class KubernetesApi:
-    """The few calls of the Kubernetes REST API the provisioner makes."""
+    """The few calls of the Kubernetes REST API the provisioner makes. Every failure of a
+    call, reading its answer included, is a ``KubernetesError``."""
 
     def __init__(self, config: KubernetesConfig) -> None:
         if not config.api_url:
@@ -153,8 +179,8 @@ class KubernetesApi:
                 stream=True, verify=self.verify,
             ) as response:  # fmt: skip
                 raw = response.raw.read(MAX_ANSWER_BYTES + 1, decode_content=True)
-        except requests.RequestException as exc:
-            raise KubernetesError(f"{method} {path}: {exc}") from exc
+        except TRANSPORT_ERRORS as exc:
+            raise KubernetesError(f"{method} {path}: {type(exc).__name__}: {exc}") from exc
         if len(raw) > MAX_ANSWER_BYTES:
             raise KubernetesError(f"{method} {path}: the answer is over {MAX_ANSWER_BYTES} bytes")
         if response.status_code == 404:
@@ -164,7 +190,7 @@ class KubernetesApi:
             raise KubernetesError(f"{method} {path}: {response.status_code} {text}")
         try:
             answer = json.loads(raw) if raw else {}
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise KubernetesError(f"{method} {path}: the answer is not JSON") from exc
         if not isinstance(answer, dict):
             raise KubernetesError(f"{method} {path}: the answer is not a JSON object")
@@ -173,7 +199,7 @@ class KubernetesApi:
     def _token(self) -> str:
         try:
             return self.config.token_file.read_text().strip()
-        except OSError as exc:
+        except (OSError, ValueError) as exc:
             raise KubernetesError(
                 f"the service-account token {self.config.token_file}: {exc}"
             ) from exc
@@ -190,6 +216,9 @@ def pod_name(broker: Broker) -> str:
 
 class KubernetesProvisioner:
     """See the module docstring. Thread safety: one caller at a time (the controller)."""
+
+    stopped_by_controller = True  # the Kubernetes API is reached from the region only
+    runs_mirror_workers = False
 
     def __init__(self, config: KubernetesConfig | None = None) -> None:
         self.config = config or KubernetesConfig.from_environment()
@@ -217,32 +246,34 @@ class KubernetesProvisioner:
             by_cluster.setdefault(broker.cluster_id, []).append(broker)
         for members in by_cluster.values():
             cluster = members[0].cluster
-            try:
-                self._scale_at_least(cluster, max(b.broker_id for b in members))
-            except KubernetesError as exc:
-                raise ProvisioningError(members[0], str(exc)) from exc
+            cluster.refresh_from_db(fields=["status"])
+            if cluster.status == ProvisioningStatus.DELETING:
+                continue  # being deleted since the caller looked: scaled down, not up
             for broker in members:
-                if (problem := self._record(broker)) is not None:
-                    failures.append(problem)
+                broker.refresh_from_db(fields=["phase", "host", "port", "kafka_port"])
+            wanted = [b for b in members if b.phase not in _STOPPED_OR_STOPPING]
+            if not wanted:
+                continue
+            top = max(b.broker_id for b in wanted)
+            self._cluster_call(cluster, self._scale_at_least, cluster, top)
+            failures += [p for b in wanted if (p := self._record(b)) is not None]
         if failures:
             raise failures[0]
 
     def is_running(self, broker: Broker) -> bool:
-        try:
-            pod = self._pod(broker)
-        except KubernetesError as exc:
-            raise ProvisioningError(broker, str(exc)) from exc
-        return pod is not None and _runs(pod)
+        pod = self._cluster_call(broker.cluster, self._pod, broker)
+        return pod is not None and self._cluster_call(broker.cluster, _runs, pod)
 
     def stop_broker(self, broker: Broker) -> None:
-        """Scale below the broker when no broker above it is wanted, then wait until its
-        pod is gone (the module docstring)."""
+        """Scale below the broker when no broker above it is wanted, and return; it is
+        ``stopped`` once its pod is gone (this call or a later one: module docstring)."""
         cluster = broker.cluster
-        keep = (
-            0
-            if cluster.status == ProvisioningStatus.DELETING
-            else _wanted_replicas(cluster, broker)
-        )
+        broker.refresh_from_db(fields=["phase"])
+        cluster.refresh_from_db(fields=["status"])
+        if broker.phase == BrokerPhase.STOPPED:
+            return
+        deleting = cluster.status == ProvisioningStatus.DELETING
+        keep = 0 if deleting else _wanted_replicas(cluster, broker)
         if broker.broker_id <= keep:
             raise ProvisioningError(
                 broker,
@@ -250,13 +281,12 @@ class KubernetesProvisioner:
                 f"ordinals first: its pod {pod_name(broker)} keeps running (holding "
                 "nothing) until they stop",
             )
-        services.set_broker_phase(broker, BrokerPhase.STOPPING, actor=_ACTOR)
-        try:
-            self._scale_down_to(cluster, keep)
-            self._wait_pod_gone(broker)
-        except KubernetesError as exc:
-            raise ProvisioningError(broker, str(exc)) from exc
-        services.set_broker_phase(broker, BrokerPhase.STOPPED, actor=_ACTOR)
+        self._cluster_call(cluster, self._scale_down_to, cluster, keep)
+        if self._cluster_call(cluster, self._pod, broker) is None:
+            services.set_broker_phase(broker, BrokerPhase.STOPPED, actor=_ACTOR)
+        else:
+            reason = f"waiting for its pod {pod_name(broker)} to terminate"
+            services.set_broker_phase(broker, BrokerPhase.STOPPING, actor=_ACTOR, reason=reason)
 
     # -- mirror workers -------------------------------------------------------------------
     def ensure_mirror_worker(
@@ -275,25 +305,45 @@ class KubernetesProvisioner:
         return False
 
     # -- the API --------------------------------------------------------------------------
+    def _cluster_call(self, cluster: Cluster, call: Callable[..., T], *args: Any) -> T:
+        """``call(*args)``, a failure of the Kubernetes API being the cluster's."""
+        try:
+            return call(*args)
+        except KubernetesError as exc:
+            raise ClusterProvisioningError(cluster, str(exc)) from exc
+
     def _scale_path(self, cluster: Cluster) -> str:
         name = statefulset_name(cluster)
         return f"/apis/apps/v1/namespaces/{self.config.namespace}/statefulsets/{name}/scale"
 
-    def _replicas(self, cluster: Cluster) -> int:
+    def _replicas(self, cluster: Cluster) -> int | None:
+        """The StatefulSet's replica count; None when there is no StatefulSet."""
         scale = self.api.get(self._scale_path(cluster))
         if scale is None:
+            return None
+        spec = _field(scale, "spec", dict, "a Scale")
+        if spec is None:
+            raise KubernetesError(f"not a Scale: {str(scale)[:200]}")
+        # A Scale leaves out replicas when they are zero.
+        replicas = _field(spec, "replicas", int, "a Scale's spec") or 0
+        if isinstance(replicas, bool) or replicas < 0:
+            raise KubernetesError(f"a Scale's spec.replicas is {replicas!r}")
+        return replicas
+
+    def _scale_at_least(self, cluster: Cluster, replicas: int) -> None:
+        current = self._replicas(cluster)
+        if current is None:
             raise KubernetesError(
                 f"no StatefulSet {statefulset_name(cluster)} in namespace "
                 f"{self.config.namespace} (terraform/modules/region makes it)"
             )
-        return int(scale.get("spec", {}).get("replicas") or 0)
-
-    def _scale_at_least(self, cluster: Cluster, replicas: int) -> None:
-        if self._replicas(cluster) < replicas:
+        if current < replicas:
             self.api.merge_patch(self._scale_path(cluster), {"spec": {"replicas": replicas}})
 
     def _scale_down_to(self, cluster: Cluster, replicas: int) -> None:
-        if self._replicas(cluster) > replicas:
+        """Down to ``replicas``; without a StatefulSet nothing runs, nothing to do."""
+        current = self._replicas(cluster)
+        if current is not None and current > replicas:
             self.api.merge_patch(self._scale_path(cluster), {"spec": {"replicas": replicas}})
 
     def _pod(self, broker: Broker) -> dict[str, Any] | None:
@@ -307,25 +357,13 @@ class KubernetesProvisioner:
                 broker, host=self.host(broker), port=self.config.broker_port,
                 kafka_port=self.config.kafka_port, pid=None, data_dir="",
             )  # fmt: skip
-        try:
-            pod = self._pod(broker)
-        except KubernetesError as exc:
-            return ProvisioningError(broker, str(exc))
-        reason = _failing(pod) if pod is not None else None
+        pod = self._cluster_call(broker.cluster, self._pod, broker)
+        reason = self._cluster_call(broker.cluster, _failing, pod) if pod is not None else None
         return (
             None
             if reason is None
             else ProvisioningError(broker, f"pod {pod_name(broker)}: {reason}")
         )
-
-    def _wait_pod_gone(self, broker: Broker) -> None:
-        deadline = time.monotonic() + STOP_TIMEOUT_S
-        while self._pod(broker) is not None:
-            if time.monotonic() > deadline:
-                raise KubernetesError(
-                    f"pod {pod_name(broker)} still there after {STOP_TIMEOUT_S} s"
-                )
-            time.sleep(POLL_S)
 
 
 def _wanted_replicas(cluster: Cluster, stopping: Broker) -> int:
@@ -335,21 +373,45 @@ def _wanted_replicas(cluster: Cluster, stopping: Broker) -> int:
     return max(wanted.values_list("broker_id", flat=True), default=0)
 
 
+def _field(obj: Mapping[str, Any], key: str, kind: type[T], what: str) -> T | None:
+    """``obj[key]`` when it is a ``kind``; None when it is absent or null; a
+    ``KubernetesError`` when it is something else (not what the API documents)."""
+    value = obj.get(key)
+    if value is None or isinstance(value, kind):
+        return value
+    raise KubernetesError(f"{what}'s {key} is not a {kind.__name__}: {str(value)[:100]!r}")
+
+
+def _container_states(pod: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """Each container's name and state, from the pod's status."""
+    status = _field(pod, "status", dict, "a pod") or {}
+    found = []
+    for container in _field(status, "containerStatuses", list, "a pod's status") or []:
+        if not isinstance(container, dict):
+            raise KubernetesError(f"a pod's container status is not an object: {container!r}")
+        name = _field(container, "name", str, "a container status") or ""
+        found.append((name, _field(container, "state", dict, "a container status") or {}))
+    return found
+
+
 def _runs(pod: Mapping[str, Any]) -> bool:
-    status = pod.get("status") or {}
-    if pod.get("metadata", {}).get("deletionTimestamp") or status.get("phase") != "Running":
+    metadata = _field(pod, "metadata", dict, "a pod") or {}
+    status = _field(pod, "status", dict, "a pod") or {}
+    states = _container_states(pod)
+    if metadata.get("deletionTimestamp") or status.get("phase") != "Running":
         return False
-    return any("running" in (c.get("state") or {}) for c in status.get("containerStatuses") or [])
+    return any("running" in state for _, state in states)
 
 
 def _failing(pod: Mapping[str, Any]) -> str | None:
     """Why the pod will not serve without someone acting (None: it runs or is starting)."""
-    status = pod.get("status") or {}
+    status = _field(pod, "status", dict, "a pod") or {}
     if status.get("phase") == "Failed":
         return f"failed: {status.get('reason') or ''} {status.get('message') or ''}".strip()
-    for container in status.get("containerStatuses") or []:
-        waiting = (container.get("state") or {}).get("waiting") or {}
-        if waiting.get("reason") in FAILING_REASONS:
-            message = waiting.get("message") or ""
-            return f"container {container.get('name')}: {waiting['reason']} {message}".strip()
+    for name, state in _container_states(pod):
+        waiting = _field(state, "waiting", dict, "a container state") or {}
+        reason = _field(waiting, "reason", str, "a waiting state")
+        if reason in FAILING_REASONS:
+            message = _field(waiting, "message", str, "a waiting state") or ""
+            return f"container {name}: {reason} {message}".strip()
     return None

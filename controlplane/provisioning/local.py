@@ -102,6 +102,9 @@ class MirrorPaths:
 class LocalProvisioner:
     """See the module docstring. Thread safety: one caller at a time (the controller)."""
 
+    stopped_by_controller = False  # processes of this host: the deletion job stops them
+    runs_mirror_workers = True
+
     def __init__(self, data_root: Path | str | None = None) -> None:
         self.data_root = Path(data_root or settings.DATA_DIR).resolve()
         self._children: dict[int, subprocess.Popen[bytes]] = {}  # pid -> process we started

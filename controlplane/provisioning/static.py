@@ -30,6 +30,9 @@ NO_MIRROR_WORKERS = (
 
 
 class StaticProvisioner:
+    stopped_by_controller = False  # nothing to stop
+    runs_mirror_workers = False
+
     def ensure_broker(self, broker: Broker) -> None:
         """Nothing to start; a broker without an address waits for its registration."""
 

@@ -20,6 +20,12 @@ process of the same worker (same ``MirrorWorkerSpec.name``) dead — for the loc
 SIGKILL and wait until the pid is gone — so two processes never write the same target
 partitions, not even for a moment. A provisioner that cannot prove it (the ``static``
 one runs nothing) does not run workers at all.
+
+Where brokers are stopped: a deleted cluster's brokers are stopped by the
+``regions.delete_cluster`` job, in a Celery worker, unless the provisioner is
+``stopped_by_controller``: then only the region's controller can reach what runs them
+(the Kubernetes API, from the region's namespace), and it stops them on its ticks,
+``stop_broker`` returning at once and finishing on a later call.
 """
 
 from __future__ import annotations
@@ -39,6 +45,17 @@ class ProvisioningError(Exception):
     def __init__(self, broker: Broker, message: str) -> None:
         super().__init__(f"{broker}: {message}")
         self.broker = broker
+        self.message = message
+
+
+class ClusterProvisioningError(Exception):
+    """What runs a cluster's brokers (the Kubernetes API) could not be reached, refused a
+    call or answered nonsense: the cluster's problem, not one broker's. The caller tries
+    again later; the message says why."""
+
+    def __init__(self, cluster: Cluster, message: str) -> None:
+        super().__init__(f"cluster {cluster}: {message}")
+        self.cluster = cluster
         self.message = message
 
 
@@ -81,19 +98,29 @@ class RunningMirrorWorker(Protocol):
 
 
 class Provisioner(Protocol):
+    # Whether only the region's controller can stop the brokers (the module docstring).
+    stopped_by_controller: bool
+    # Whether it runs mirror workers at all (else ensure_mirror_worker refuses, and no
+    # credentials are made for a worker that will not run).
+    runs_mirror_workers: bool
+
     def ensure_broker(self, broker: Broker) -> None:
         """Start ``broker`` unless it runs; on return it serves, and its row holds its
         host, port (and, where meaningful, pid and data directory). Raises
-        ``ProvisioningError``."""
+        ``ProvisioningError``, or ``ClusterProvisioningError``."""
         ...
 
     def ensure_brokers(self, brokers: Sequence[Broker]) -> None:
         """``ensure_broker`` for each, started together where the provisioner can;
-        raises the first ``ProvisioningError`` after trying them all."""
+        raises the first ``ProvisioningError`` after trying them all, or
+        ``ClusterProvisioningError`` at once. Brokers found stopping or stopped (a
+        deletion since the caller read them) are left alone."""
         ...
 
     def stop_broker(self, broker: Broker) -> None:
-        """Stop ``broker`` cleanly if it runs (idempotent)."""
+        """Stop ``broker`` cleanly if it runs (idempotent): on return it is ``stopped``,
+        or, for a provisioner ``stopped_by_controller``, ``stopping`` until a later call
+        finds it gone. Raises ``ProvisioningError``, or ``ClusterProvisioningError``."""
         ...
 
     def is_running(self, broker: Broker) -> bool:

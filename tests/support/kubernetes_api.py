@@ -5,8 +5,15 @@ API server answers them: a StatefulSet's ``scale`` subresource (GET, and PATCH w
 merge patch) and pods (GET), requiring the bearer token it was given. It plays the
 StatefulSet controller too: scaling up creates the missing ordinals' pods (in
 ``pod_status`` for their ordinal, running and ready by default), scaling down deletes
-the highest ordinals' pods first; ``pods`` and ``replicas`` may be changed by a test to
-stand for what Kubernetes did meanwhile. Every request is kept in ``requests``.
+the highest ordinals' pods first — at once, or, with ``graceful``, by marking them
+terminating (a ``deletionTimestamp``) until ``finish_terminating()``, as a kubelet
+does once their containers exited; ``pods`` and ``replicas`` may be changed by a test
+to stand for what Kubernetes did meanwhile. Every request is kept in ``requests``.
+
+Faults of a failing or misbehaving API server, for the next requests: ``fault =
+"stall"`` sends the headers and then nothing (until the server stops), ``"truncate"``
+sends half the body announced and closes the connection; ``rewrite(request, body)``
+changes an answer's body before it is sent (shapes the API does not answer).
 
     with FakeKubernetes(namespace="meridian", token="t0k", statefulsets={"broker-main": 0}) as k8s:
         k8s.url                                  # http://127.0.0.1:PORT
@@ -18,7 +25,7 @@ import json
 import re
 import ssl
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -67,8 +74,12 @@ class FakeKubernetes:
     pod_status: dict[int, dict[str, Any]] = field(default_factory=dict)  # ordinal -> status
     pods: dict[str, dict[str, Any]] = field(default_factory=dict)
     requests: list[Request] = field(default_factory=list)
+    graceful: bool = False
+    fault: str | None = None  # "stall" or "truncate" (the module docstring)
+    rewrite: Callable[[Request, Any], Any] | None = None
     url: str = ""
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _stopping: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
         for name, replicas in self.statefulsets.items():
@@ -80,7 +91,10 @@ class FakeKubernetes:
         for name in list(self.pods):
             ordinal = int(name.rsplit("-", 1)[1])
             if name.startswith(statefulset + "-") and ordinal >= replicas:
-                del self.pods[name]
+                if self.graceful:
+                    self.pods[name]["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+                else:
+                    del self.pods[name]
         for ordinal in range(replicas):
             name = f"{statefulset}-{ordinal}"
             if name not in self.pods:
@@ -88,8 +102,19 @@ class FakeKubernetes:
                 self.pods[name] = {"metadata": {"name": name, "namespace": self.namespace},
                                    "status": status}  # fmt: skip
 
+    def finish_terminating(self) -> None:
+        """The pods marked terminating are gone."""
+        with self._lock:
+            for name, pod in list(self.pods.items()):
+                if pod["metadata"].get("deletionTimestamp"):
+                    del self.pods[name]
+
     # -- HTTP -----------------------------------------------------------------------------
     def answer(self, request: Request) -> tuple[int, Any]:
+        code, body = self._answer(request)
+        return (code, self.rewrite(request, body)) if self.rewrite is not None else (code, body)
+
+    def _answer(self, request: Request) -> tuple[int, Any]:
         with self._lock:
             self.requests.append(request)
             if request.authorization != f"Bearer {self.token}":
@@ -133,6 +158,14 @@ class FakeKubernetes:
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(encoded)))
                 self.end_headers()
+                if fake.fault == "stall":
+                    self.wfile.flush()
+                    fake._stopping.wait(30)
+                    return
+                if fake.fault == "truncate":
+                    self.wfile.write(encoded[: len(encoded) // 2])
+                    self.close_connection = True
+                    return
                 self.wfile.write(encoded)
 
             def do_GET(self) -> None:
@@ -155,11 +188,12 @@ class FakeKubernetes:
             server.socket = context.wrap_socket(server.socket, server_side=True)
             scheme = "https"
         self.url = f"{scheme}://127.0.0.1:{server.server_address[1]}"
-        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread = threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True)
         thread.start()
         try:
             yield self
         finally:
+            self._stopping.set()
             server.shutdown()
             server.server_close()
             thread.join(5)

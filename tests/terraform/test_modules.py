@@ -15,19 +15,28 @@ planned or applied; instead:
   listed in ``ACCEPTED`` with the reason each is accepted;
 - what the control plane's Kubernetes provisioner relies on is there: the StatefulSet
   and headless Service names, broker ids from ordinals, the provisioner's settings and
-  the Role that allows its calls and nothing more."""
+  the Role that allows its calls and nothing more; and that the StatefulSets leave their
+  size to it;
+- each process gets the secrets it uses and no more, the NetworkPolicies admit whom
+  they name by what no tenant can set, the API takes the Ingress' scheme (a real
+  waitress, started with the module's flags), and what writes files writes them on
+  volumes (the root filesystems are read-only)."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import re
 import subprocess
+import threading
 from pathlib import Path
 from typing import Any
 
 import hcl2
 import kubernetes_validate
 import pytest
+import waitress
+from waitress.adjustments import Adjustments
 
 from tests.support.brokers import REPO_ROOT
 from tests.support.terraform import TerraformTools, checkov, run_tofu
@@ -40,18 +49,18 @@ REGION_INPUTS: dict[str, dict[str, Any]] = {
     "tls-and-store": {
         "region": "eu-west", "namespace": "meridian-eu-west", "image": IMAGE,
         "control_plane_secret": "meridian", "identity": {"keycloak_url": "https://id.example"},
-        "broker_tls_secret": "broker-tls",
+        "broker_tls_secret": "broker-tls", "monitoring_namespaces": ["monitoring"],
         "clusters": {
-            "main": {"broker_count": 3, "storage_class": "fast-ssd", "storage_size": "500Gi",
+            "main": {"storage_class": "fast-ssd", "storage_size": "500Gi",
                      "remote_store_uri": "s3://tier/eu-west",
                      "remote_store_options_secret": "store"},
-            "bulk": {"broker_count": 5, "broker_cpu": "4", "broker_memory": "16Gi"},
+            "bulk": {"broker_cpu": "4", "broker_memory": "16Gi"},
         },
     },
     "plain": {
         "region": "us-east", "namespace": "meridian", "create_namespace": False, "image": IMAGE,
         "control_plane_secret": "meridian", "identity": {"keycloak_url": "https://id.example"},
-        "clusters": {"main": {"broker_count": 1}},
+        "clusters": {"main": {}},
     },
 }  # fmt: skip
 GLOBAL_INPUTS: dict[str, dict[str, Any]] = {
@@ -61,11 +70,13 @@ GLOBAL_INPUTS: dict[str, dict[str, Any]] = {
         "api": {"host": "meridian.example", "tls_secret": "api-tls", "ingress_class": "nginx"},
         "object_store": {"export_allowed_uris": ["s3://lake/exports/{tenant}/"],
                          "index_root": "s3://lake/indexes"},
-        "postgres": {"storage_class": "fast-ssd"},
+        "postgres": {"storage_class": "fast-ssd"}, "broker_tls_ca_secret": "broker-ca",
+        "region_namespaces": ["meridian-eu-west", "meridian-us-east"],
     },
     "managed-services": {
         "namespace": "meridian", "create_namespace": False, "image": IMAGE,
-        "control_plane_secret": "meridian", "identity": {"keycloak_url": "https://id.example"},
+        "control_plane_secret": "meridian",
+        "identity": {"keycloak_url": "https://login.example/", "realm": "corp"},
         "api": {"host": "meridian.example", "tls_secret": "api-tls"},
         "object_store": {"export_allowed_uris": ["s3://lake/exports/{tenant}/"],
                          "index_root": "s3://lake/indexes"},
@@ -207,6 +218,8 @@ def test_the_root_modules_apply_every_object_with_a_pinned_provider(module: str)
     assert 'if object.kind != "Namespace"' in manifests["this"]["for_each"]
     for each in (manifests["namespace"], manifests["this"]):
         assert "module.manifests.manifests" in each["for_each"]
+    if module == "region":  # the brokers' size, the provisioner's: never planned by Terraform
+        assert '"spec.replicas"' in manifests["this"]["computed_fields"]
     versions = _parsed(MODULES / module / "versions.tf")["terraform"][0]
     kubernetes = versions["required_providers"][0]["kubernetes"]
     assert kubernetes["source"] == "hashicorp/kubernetes"
@@ -289,12 +302,17 @@ def test_the_objects_are_what_the_kubernetes_provisioner_expects(
     ``broker-<cluster>``, broker N the pod of ordinal N-1 at its stable DNS name, the
     provisioner's settings, and a Role allowing its calls only."""
     objects = rendered["region/tls-and-store"]
-    for cluster, count in (("main", 3), ("bulk", 5)):
+    for cluster in ("main", "bulk"):
         statefulset = objects[f"broker_statefulset_{cluster}"]
         service = objects[f"broker_service_{cluster}"]
         assert statefulset["metadata"]["name"] == service["metadata"]["name"] == f"broker-{cluster}"
         assert statefulset["spec"]["serviceName"] == f"broker-{cluster}"
-        assert statefulset["spec"]["replicas"] == count
+        # Its size is the provisioner's alone: an apply neither owns nor resets it.
+        assert "replicas" not in statefulset["spec"]
+        # A broker scaled away, or a cluster removed, leaves no volume behind.
+        assert statefulset["spec"]["persistentVolumeClaimRetentionPolicy"] == {
+            "whenDeleted": "Delete", "whenScaled": "Delete",
+        }  # fmt: skip
         assert service["spec"]["clusterIP"] == "None"
         assert service["spec"]["publishNotReadyAddresses"] is True
         assert statefulset["spec"]["volumeClaimTemplates"][0]["metadata"]["name"] == "data"
@@ -328,3 +346,166 @@ def test_the_objects_are_what_the_kubernetes_provisioner_expects(
     assert "namespace" not in rendered["region/plain"]  # create_namespace = false
     managed = rendered["global/managed-services"]
     assert not {"postgres_statefulset", "redis_statefulset", "keycloak_deployment"} & set(managed)
+
+
+def _env(container: dict[str, Any]) -> dict[str, Any]:
+    """A container's environment: a name's value, or the Secret key it is read from."""
+    return {
+        e["name"]: e.get("value") or "secret:" + e["valueFrom"]["secretKeyRef"]["key"]
+        for e in container.get("env", [])
+    }
+
+
+def _pod(obj: dict[str, Any]) -> dict[str, Any]:
+    pod: dict[str, Any] = obj["spec"]["template"]["spec"]
+    return pod
+
+
+def test_each_process_gets_the_secrets_it_uses_and_no_more(
+    rendered: dict[str, dict[str, Any]],
+) -> None:
+    region = rendered["region/tls-and-store"]
+    controller = _pod(region["controller"])
+    env = _env(controller["containers"][0])
+    assert {n: v for n, v in env.items() if v.startswith("secret:")} == {
+        "MERIDIAN_DATABASE_URL": "secret:database-url",
+        "MERIDIAN_CELERY_BROKER_URL": "secret:celery-broker-url",
+        "MERIDIAN_CONTROLLER_CLIENT_SECRET": "secret:controller-client-secret",
+    }  # no Keycloak admin password, no broker secret, no Django key
+    assert env["MERIDIAN_BROKER_TLS_CA_FILE"] == "/etc/meridian/tls/ca.crt"
+    tls = next(v for v in controller["volumes"] if v["name"] == "tls")
+    assert tls["secret"]["items"] == [{"key": "ca.crt", "path": "ca.crt"}]  # not tls.key
+    broker = _pod(region["broker_statefulset_main"])
+    assert "items" not in next(v for v in broker["volumes"] if v["name"] == "tls")["secret"]
+    client = next(v for v in broker["volumes"] if v["name"] == "client")["secret"]
+    assert client["items"] == [{"key": "broker-client-secret", "path": "secret"}]
+    assert "env" not in broker["containers"][0]
+
+    control = rendered["global/everything-here"]
+    service_keys = {
+        "secret:database-url", "secret:celery-broker-url", "secret:secret-key",
+        "secret:keycloak-admin-password", "secret:controller-client-secret",
+    }  # fmt: skip
+    for name in ("api", "worker", "beat"):
+        pod = _pod(control[f"{name}_deployment"])
+        env = _env(pod["containers"][0])
+        assert {v for v in env.values() if v.startswith("secret:")} == service_keys, name
+        # They call brokers too (the gateway, the reconciler): with the brokers' CA.
+        assert env["MERIDIAN_BROKER_TLS_CA_FILE"] == "/etc/meridian/broker-ca/ca.crt", name
+        ca = next(v for v in pod["volumes"] if v["name"] == "broker-ca")["secret"]
+        assert ca == {"secretName": "broker-ca", "items": [{"key": "ca.crt", "path": "ca.crt"}]}
+    migrate = _env(_pod(control["migrate_job"])["containers"][0])
+    assert {v for v in migrate.values() if v.startswith("secret:")} == (
+        service_keys - {"secret:secret-key"} | {"secret:broker-client-secret"}
+    )
+    managed = rendered["global/managed-services"]
+    assert "MERIDIAN_BROKER_TLS_CA_FILE" not in _env(
+        _pod(managed["api_deployment"])["containers"][0]
+    )
+
+
+def test_the_network_policies_admit_whom_they_name_by_what_no_tenant_can_set(
+    rendered: dict[str, dict[str, Any]],
+) -> None:
+    """Postgres and Redis: the control plane's own pods (no broker) and the regions'
+    controllers, their namespaces by the name Kubernetes sets; brokers' metrics: the
+    monitoring namespaces only."""
+    control = rendered["global/everything-here"]
+    by_name = "kubernetes.io/metadata.name"
+    for name in ("postgres", "redis"):
+        (rule,) = control[f"{name}_network_policy"]["spec"]["ingress"]
+        own, controllers = rule["from"]
+        allowed = own["podSelector"]["matchExpressions"][0]
+        assert allowed["operator"] == "In"
+        assert "namespaceSelector" not in own
+        assert set(allowed["values"]) >= {"meridian-api", "meridian-worker", "meridian-beat"}
+        assert not [v for v in allowed["values"] if v.startswith("broker")]
+        assert ("keycloak" in allowed["values"]) == (name == "postgres")
+        assert controllers == {
+            "namespaceSelector": {"matchExpressions": [
+                {"key": by_name, "operator": "In",
+                 "values": ["meridian-eu-west", "meridian-us-east"]}]},
+            "podSelector": {"matchLabels": {"app.kubernetes.io/name": "meridian-controller"}},
+        }  # fmt: skip
+    region = rendered["region/tls-and-store"]
+    rules = region["broker_network_policy"]["spec"]["ingress"]
+    assert rules == [
+        {"ports": [{"port": 9092, "protocol": "TCP"}, {"port": 9093, "protocol": "TCP"}]},
+        {"from": [{"namespaceSelector": {"matchExpressions": [
+            {"key": by_name, "operator": "In", "values": ["monitoring"]}]}}],
+         "ports": [{"port": 9464, "protocol": "TCP"}]},
+    ]  # fmt: skip
+    plain = rendered["region/plain"]["broker_network_policy"]["spec"]["ingress"]
+    assert [p["port"] for rule in plain for p in rule["ports"]] == [9092, 9093]
+
+
+def test_the_api_takes_the_ingress_scheme(rendered: dict[str, dict[str, Any]]) -> None:
+    """The API's waitress, started here with the module's own flags, sees https when the
+    Ingress (which ends TLS) says so, and drops the forwarding headers it does not
+    trust: Django then checks the console's CSRF origin and builds the sign-in's
+    redirect URI against https://host."""
+    command = _pod(rendered["global/everything-here"]["api_deployment"])["containers"][0]
+    argv = command["command"]
+    assert argv[:3] == ["python", "-m", "waitress"]
+    assert argv[-1] == "controlplane.wsgi:application"
+    kw, _ = Adjustments.parse_args(argv[3:-1])
+    del kw["call"], kw["help"]  # the runner's own, as waitress.runner drops them
+    seen: list[str] = []
+
+    def app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        seen.append(f"{environ['wsgi.url_scheme']} {environ.get('HTTP_X_FORWARDED_FOR')}")
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [b"ok"]
+
+    server = waitress.create_server(app, **{**kw, "port": 0, "host": "127.0.0.1"})
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        for headers in ({"X-Forwarded-Proto": "https", "X-Forwarded-For": "6.6.6.6"}, {}):
+            connection = http.client.HTTPConnection("127.0.0.1", server.effective_port, timeout=10)
+            connection.request("POST", "/console/topics", body=b"", headers=headers)
+            assert connection.getresponse().status == 200
+            connection.close()
+    finally:
+        server.close()
+        thread.join(10)
+    assert seen == ["https None", "http None"]
+
+
+def test_what_writes_files_writes_them_on_volumes(rendered: dict[str, dict[str, Any]]) -> None:
+    """Every root filesystem is read-only: the beat's schedule, Keycloak's build of its
+    own options (lib/quarkus, copied from the image first) are on volumes."""
+    control = rendered["global/everything-here"]
+    beat = _pod(control["beat_deployment"])["containers"][0]
+    schedule = beat["command"][beat["command"].index("--schedule") + 1]
+    assert any(schedule.startswith(m["mountPath"] + "/") for m in beat["volumeMounts"])
+    keycloak = _pod(control["keycloak_deployment"])
+    (copy,) = keycloak["initContainers"]
+    assert copy["image"] == keycloak["containers"][0]["image"]
+    assert copy["command"][-1] == "cp -R /opt/keycloak/lib/quarkus/. /quarkus/"
+    assert {m["mountPath"]: m["name"] for m in copy["volumeMounts"]} == {"/quarkus": "quarkus"}
+    mounts = {m["mountPath"]: m["name"] for m in keycloak["containers"][0]["volumeMounts"]}
+    assert mounts["/opt/keycloak/lib/quarkus"] == "quarkus"
+    assert {"name": "quarkus", "emptyDir": {}} in keycloak["volumes"]
+    for objects in rendered.values():
+        for obj in objects.values():
+            if obj["kind"] in ("Deployment", "StatefulSet", "Job"):
+                pod = _pod(obj)
+                for c in pod["containers"] + pod.get("initContainers", []):
+                    assert c["securityContext"]["readOnlyRootFilesystem"] is True, c["name"]
+    # Browsers and outside clients reach Keycloak at the identity URL's host.
+    ingress = control["keycloak_ingress"]["spec"]
+    assert ingress["rules"][0]["host"] == "id.example"
+    assert ingress["tls"] == [{"hosts": ["id.example"], "secretName": "api-tls"}]
+
+
+def test_the_migration_job_is_named_by_what_it_runs(rendered: dict[str, dict[str, Any]]) -> None:
+    """A Job's template cannot change: a new image or setting is a new Job (Terraform
+    replaces it: its name changed), and with no TTL an unchanged one stays, so a plan
+    a day later does not make it again."""
+    here = rendered["global/everything-here"]["migrate_job"]
+    managed = rendered["global/managed-services"]["migrate_job"]
+    assert "ttlSecondsAfterFinished" not in here["spec"]
+    assert here["spec"]["template"] != managed["spec"]["template"]  # another realm
+    assert here["metadata"]["name"] != managed["metadata"]["name"]
+    assert here["metadata"]["name"].startswith("meridian-migrate-")

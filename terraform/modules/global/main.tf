@@ -2,7 +2,9 @@
 # with TLS, the Celery workers and beat, the database migration, and Postgres, Redis and
 # Keycloak unless managed ones are named. The objects are computed by ./manifests (no
 # provider needed: the tests render them) and applied here. Regions come from
-# modules/region, each in a namespace of its own (in this Kubernetes cluster or another).
+# modules/region, each in a namespace of its own in this same Kubernetes cluster: the
+# control plane reaches brokers at their cluster-local names (.svc), and the region's
+# controllers reach the Postgres deployed here at its ClusterIP.
 #
 # Before applying: the namespace's Secret `control_plane_secret` (see variables.tf) and
 # the API's TLS Secret `api.tls_secret`.
@@ -22,6 +24,8 @@ module "manifests" {
   postgres             = var.postgres
   redis                = var.redis
   keycloak             = var.keycloak
+  broker_tls_ca_secret = var.broker_tls_ca_secret
+  region_namespaces    = var.region_namespaces
   labels               = var.labels
 }
 

@@ -37,16 +37,32 @@ variable "workers" {
 }
 
 variable "control_plane_secret" {
-  description = "The Secret (in the namespace) with the control plane's settings: keys database-url, celery-broker-url, secret-key, keycloak-admin-password, broker-client-secret; with deployed Postgres postgres-password, Redis redis-password, Keycloak keycloak-database-url, keycloak-database-username, keycloak-database-password."
+  description = "The Secret (in the namespace) with the control plane's settings: keys database-url, celery-broker-url, secret-key, keycloak-admin-password, controller-client-secret, broker-client-secret (the internal clients' secrets, which bootstrap_identity gives the realm); with deployed Postgres postgres-password, Redis redis-password, Keycloak keycloak-database-url, keycloak-database-username, keycloak-database-password."
   type        = string
 }
 
+variable "broker_tls_ca_secret" {
+  description = "A Secret (in the namespace) whose key ca.crt is the CA of the brokers' certificates (the regions' broker_tls_secret's ca.crt): the API and Celery processes call brokers over TLS checked with it. null: the brokers speak plaintext."
+  type        = string
+  default     = null
+}
+
+variable "region_namespaces" {
+  description = "The namespaces of the regions (modules/region, in this Kubernetes cluster) whose controllers reach the Postgres and Redis deployed here."
+  type        = list(string)
+  default     = []
+}
+
 variable "identity" {
-  description = "The identity provider: Keycloak's public base URL and realm."
+  description = "The identity provider: Keycloak's public base URL (https://host for one deployed here) and realm."
   type = object({
     keycloak_url = string
     realm        = optional(string, "meridian")
   })
+  validation {
+    condition     = can(regex("^https?://[^/:]+", var.identity.keycloak_url))
+    error_message = "identity.keycloak_url: an http(s):// URL with a host."
+  }
 }
 
 variable "object_store" {
@@ -78,10 +94,11 @@ variable "redis" {
 }
 
 variable "keycloak" {
-  description = "deploy: run Keycloak here (its database given by the Secret's keycloak-database-* keys), else identity.keycloak_url names one run elsewhere."
+  description = "deploy: run Keycloak here (its database given by the Secret's keycloak-database-* keys), served by an Ingress at identity.keycloak_url's host (a host of its own, https://host without a path) with the TLS Secret tls_secret (null: api.tls_secret); else identity.keycloak_url names one run elsewhere."
   type = object({
-    deploy = optional(bool, true)
-    image  = optional(string, "quay.io/keycloak/keycloak:26.4.7")
+    deploy     = optional(bool, true)
+    image      = optional(string, "quay.io/keycloak/keycloak:26.4.7")
+    tls_secret = optional(string)
   })
   default = {}
 }

@@ -4,23 +4,26 @@
 # computed by ./manifests (no provider needed: the tests render them) and applied here.
 #
 # Before applying: the namespace's Secret `control_plane_secret` (see variables.tf), the
-# control plane (modules/global) and, through its API, the region and each cluster with
-# provisioner "kubernetes" and the same name and broker_count (docs/terraform.md).
+# control plane (modules/global, in the same Kubernetes cluster) and, through its API, the
+# region and each cluster with provisioner "kubernetes" and the same name. Remove a
+# cluster here only once the API deleted it: its StatefulSet's volumes go with it
+# (docs/terraform.md).
 
 module "manifests" {
   source = "./manifests"
 
-  region               = var.region
-  namespace            = var.namespace
-  create_namespace     = var.create_namespace
-  image                = var.image
-  image_pull_policy    = var.image_pull_policy
-  controllers          = var.controllers
-  clusters             = var.clusters
-  control_plane_secret = var.control_plane_secret
-  identity             = var.identity
-  broker_tls_secret    = var.broker_tls_secret
-  labels               = var.labels
+  region                = var.region
+  namespace             = var.namespace
+  create_namespace      = var.create_namespace
+  image                 = var.image
+  image_pull_policy     = var.image_pull_policy
+  controllers           = var.controllers
+  clusters              = var.clusters
+  control_plane_secret  = var.control_plane_secret
+  identity              = var.identity
+  broker_tls_secret     = var.broker_tls_secret
+  monitoring_namespaces = var.monitoring_namespaces
+  labels                = var.labels
 }
 
 resource "kubernetes_manifest" "namespace" {
@@ -32,8 +35,9 @@ resource "kubernetes_manifest" "this" {
   for_each = { for key, object in module.manifests.manifests : key => object if object.kind != "Namespace" }
   manifest = each.value
 
-  # The controllers' provisioner sizes the brokers' StatefulSets (its scale subresource):
-  # their replicas are its to change after creation, not drift.
+  # The brokers' StatefulSets name no replicas: the controllers' provisioner owns that
+  # field (its scale subresource), and server-side apply leaves what it does not send.
+  # Planned unknown too, so a scaling between plan and apply is no inconsistent result.
   computed_fields = each.value.kind == "StatefulSet" ? ["metadata.labels", "metadata.annotations", "spec.replicas"] : ["metadata.labels", "metadata.annotations"]
 
   field_manager {

@@ -3,9 +3,9 @@ output "namespace" {
   value       = var.namespace
 }
 
-output "broker_addresses" {
-  description = "Per cluster, its brokers' gRPC addresses (stable DNS names), as the control plane records them."
-  value       = module.manifests.broker_addresses
+output "broker_services" {
+  description = "Per cluster, its brokers' headless Service: broker N answers at broker-<cluster>-<N-1>.<service>, gRPC on 9092 and Kafka on 9093, inside the Kubernetes cluster."
+  value       = module.manifests.broker_services
 }
 
 output "objects" {

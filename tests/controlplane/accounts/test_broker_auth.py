@@ -22,6 +22,7 @@ from django.db import connections
 from controlplane.accounts import internal, services
 from controlplane.accounts.identity import LocalIdentity, get_identity, reset_identity
 from controlplane.accounts.keycloak import internal_client_secret
+from controlplane.accounts.keycloak_setup import bootstrap_realm
 from controlplane.accounts.models import SigningKey
 from controlplane.accounts.tokens import InvalidToken
 from controlplane.core.actors import Actor
@@ -233,6 +234,34 @@ def test_bootstrap_gives_the_internal_clients_the_internal_role(
         claims = get_identity().verify(token)
         assert django_settings.INTERNAL_ROLE in claims["realm_access"]["roles"]
         assert claims["azp"] == client_id
+
+
+def test_bootstrap_sets_the_internal_clients_secrets_the_settings_name(
+    db: None, keycloak: Any, broker_auth: None, settings: Any
+) -> None:
+    """Brokers and controllers deployed by Terraform read their clients' secrets from a
+    Secret the operator wrote (MERIDIAN_BROKER_CLIENT_SECRET, ..._CONTROLLER_...):
+    bootstrap_identity gives the realm's clients those secrets, once."""
+    generated = {c: internal_client_secret(c) for c in internal.INTERNAL_CLIENT_IDS}
+    wanted = {c: f"{c}-{time.time_ns()}" for c in internal.INTERNAL_CLIENT_IDS}
+    settings.CONTROLLER_CLIENT_SECRET = wanted[internal.CONTROLLER_CLIENT_ID]
+    settings.BROKER_CLIENT_SECRET = wanted[internal.BROKER_CLIENT_ID]
+    try:
+        done = bootstrap_realm()
+        assert sum("its secret set from the settings" in step for step in done) == 2, done
+        assert not [step for step in bootstrap_realm() if "secret set" in step]  # once
+        for client_id, secret in wanted.items():
+            token = ClientCredentials(internal.token_url(), client_id, secret).token()
+            claims = get_identity().verify(token)
+            assert django_settings.INTERNAL_ROLE in claims["realm_access"]["roles"]
+            refused = ClientCredentials(internal.token_url(), client_id, generated[client_id])
+            with pytest.raises(MeridianError) as raised:
+                refused.token()
+            assert raised.value.code == ErrorCode.UNAUTHENTICATED
+    finally:  # the realm's other users read the secrets from it: give them theirs back
+        settings.CONTROLLER_CLIENT_SECRET = generated[internal.CONTROLLER_CLIENT_ID]
+        settings.BROKER_CLIENT_SECRET = generated[internal.BROKER_CLIENT_ID]
+        bootstrap_realm()
 
 
 def test_the_control_plane_reaches_tls_brokers_with_the_configured_ca(

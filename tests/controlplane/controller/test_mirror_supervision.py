@@ -15,12 +15,14 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
+from controlplane.accounts.models import ServiceAccount
 from controlplane.controller import mirrors as supervision
 from controlplane.controller.mirrors import MirrorSupervisor
 from controlplane.mirrors import services
 from controlplane.mirrors.choices import WorkerPhase
 from controlplane.mirrors.models import MirrorLink, MirrorWorker
 from controlplane.mirrors.workers import desired_workers
+from controlplane.provisioning import static
 from controlplane.regions.models import Cluster
 from controlplane.regions.provisioners import (
     MirrorWorkerError,
@@ -43,6 +45,8 @@ pytestmark = pytest.mark.django_db
 
 class Recorder:
     """A provisioner that runs nothing and remembers what it was asked."""
+
+    runs_mirror_workers = True
 
     def __init__(self) -> None:
         self.started: list[tuple[MirrorWorkerSpec, dict[str, Any], int | None]] = []
@@ -284,3 +288,23 @@ def test_a_worker_start_failure_is_stored_without_addresses(
     assert worker.phase == WorkerPhase.FAILED
     assert "10.1.2.3" not in worker.phase_reason
     assert "<address>" in worker.phase_reason
+
+
+def test_no_credentials_are_made_for_a_worker_its_provisioner_will_not_run(
+    made: MirrorLink, recorder: Recorder, clock: Clock, settings: Any
+) -> None:
+    """A static (or Kubernetes) target region runs no worker: its controller makes no
+    service account for one (with Keycloak it could not: it holds no admin password)."""
+    settings.BROKER_AUTH = True
+    refuser = static.StaticProvisioner()
+    MirrorSupervisor("west", lambda c: refuser, clock, is_active=lambda: True).supervise()  # type: ignore[arg-type,return-value]
+    assert (the_worker().phase, the_worker().phase_reason) == (
+        WorkerPhase.FAILED, static.NO_MIRROR_WORKERS,
+    )  # fmt: skip
+    assert not ServiceAccount.objects.filter(managed_by_link=made).exists()
+    # Its next try, in a region that runs workers, makes them.
+    runner = MirrorSupervisor("west", lambda c: recorder, clock, is_active=lambda: True)  # type: ignore[arg-type,return-value]
+    clock.now += timedelta(hours=1)
+    runner.supervise()
+    assert ServiceAccount.objects.filter(managed_by_link=made).exists()
+    assert the_worker().phase == WorkerPhase.STARTING

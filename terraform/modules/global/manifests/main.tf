@@ -21,27 +21,49 @@ locals {
     capabilities             = { drop = ["ALL"] }
   }
 
-  env = concat(
-    [for name, value in {
-      MERIDIAN_IDENTITY            = "keycloak"
-      MERIDIAN_KEYCLOAK_URL        = var.identity.keycloak_url
-      MERIDIAN_KEYCLOAK_REALM      = var.identity.realm
-      MERIDIAN_BROKER_AUTH         = "true"
-      MERIDIAN_DATA_DIR            = "/var/lib/meridian"
-      MERIDIAN_ALLOWED_HOSTS       = var.api.host
-      MERIDIAN_API_BASE_URL        = "https://${var.api.host}"
-      MERIDIAN_SECURE_COOKIES      = "true"
-      MERIDIAN_EXPORT_ALLOWED_URIS = join(",", var.object_store.export_allowed_uris)
-      MERIDIAN_INDEX_ROOT          = var.object_store.index_root
-    } : { name = name, value = value }],
-    [for name, key in {
-      MERIDIAN_DATABASE_URL            = "database-url"
-      MERIDIAN_CELERY_BROKER_URL       = "celery-broker-url"
-      MERIDIAN_SECRET_KEY              = "secret-key"
-      MERIDIAN_KEYCLOAK_ADMIN_PASSWORD = "keycloak-admin-password"
-      MERIDIAN_BROKER_CLIENT_SECRET    = "broker-client-secret"
-    } : { name = name, valueFrom = { secretKeyRef = { name = local.secret, key = key } } }],
-  )
+  # Settings every control-plane process reads; then each process's secrets, no more
+  # than it uses.
+  plain_env = [for name, value in merge({
+    MERIDIAN_IDENTITY            = "keycloak"
+    MERIDIAN_KEYCLOAK_URL        = var.identity.keycloak_url
+    MERIDIAN_KEYCLOAK_REALM      = var.identity.realm
+    MERIDIAN_BROKER_AUTH         = "true"
+    MERIDIAN_DATA_DIR            = "/var/lib/meridian"
+    MERIDIAN_ALLOWED_HOSTS       = var.api.host
+    MERIDIAN_API_BASE_URL        = "https://${var.api.host}"
+    MERIDIAN_SECURE_COOKIES      = "true"
+    MERIDIAN_EXPORT_ALLOWED_URIS = join(",", var.object_store.export_allowed_uris)
+    MERIDIAN_INDEX_ROOT          = var.object_store.index_root
+  }, { for k, v in { MERIDIAN_BROKER_TLS_CA_FILE = "/etc/meridian/broker-ca/ca.crt" } : k => v if local.broker_tls }) : { name = name, value = value }]
+  secret_keys = {
+    # The API and the Celery processes: the database, Celery's transport, Django's key
+    # (the console's sessions), Keycloak's admin (tenants, members, service accounts)
+    # and the controller client's secret (their calls to brokers).
+    service = {
+      MERIDIAN_DATABASE_URL             = "database-url"
+      MERIDIAN_CELERY_BROKER_URL        = "celery-broker-url"
+      MERIDIAN_SECRET_KEY               = "secret-key"
+      MERIDIAN_KEYCLOAK_ADMIN_PASSWORD  = "keycloak-admin-password"
+      MERIDIAN_CONTROLLER_CLIENT_SECRET = "controller-client-secret"
+    }
+    # The migration and bootstrap_identity, which gives the realm's internal clients
+    # the secrets the controllers and the brokers are given.
+    migrate = {
+      MERIDIAN_DATABASE_URL             = "database-url"
+      MERIDIAN_CELERY_BROKER_URL        = "celery-broker-url"
+      MERIDIAN_KEYCLOAK_ADMIN_PASSWORD  = "keycloak-admin-password"
+      MERIDIAN_CONTROLLER_CLIENT_SECRET = "controller-client-secret"
+      MERIDIAN_BROKER_CLIENT_SECRET     = "broker-client-secret"
+    }
+  }
+  env = { for role, keys in local.secret_keys : role => concat(local.plain_env, [
+    for name, key in keys : { name = name, valueFrom = { secretKeyRef = { name = local.secret, key = key } } }
+  ]) }
+
+  # The brokers' CA (their certificates are checked on every call to them), alone.
+  broker_tls       = var.broker_tls_ca_secret != null
+  broker_ca_volume = [for v in [{ name = "broker-ca", secret = { secretName = var.broker_tls_ca_secret, items = [{ key = "ca.crt", path = "ca.crt" }] } }] : v if local.broker_tls]
+  broker_ca_mount  = [for m in [{ name = "broker-ca", mountPath = "/etc/meridian/broker-ca", readOnly = true }] : m if local.broker_tls]
 
   namespace = { for key, object in {
     namespace = {
@@ -67,17 +89,22 @@ locals {
   container = {
     image           = var.image
     imagePullPolicy = var.image_pull_policy
-    env             = local.env
+    env             = local.env.service
     securityContext = local.container_security
-    volumeMounts    = [{ name = "data", mountPath = "/var/lib/meridian" }, { name = "tmp", mountPath = "/tmp" }]
+    volumeMounts    = concat([{ name = "data", mountPath = "/var/lib/meridian" }, { name = "tmp", mountPath = "/tmp" }], local.broker_ca_mount)
   }
-  volumes = [{ name = "data", emptyDir = {} }, { name = "tmp", emptyDir = {} }]
+  volumes = concat([{ name = "data", emptyDir = {} }, { name = "tmp", emptyDir = {} }], local.broker_ca_volume)
 
   processes = {
     api = {
       replicas = var.api.replicas
-      command  = ["python", "-m", "waitress", "--port", "8000", "controlplane.wsgi:application"]
-      ports    = [{ name = "http", containerPort = 8000 }]
+      # The Ingress ends TLS: waitress takes its X-Forwarded-Proto (and drops the other
+      # forwarding headers), so Django sees https (the console's CSRF origin check, the
+      # sign-in's redirect URI).
+      command = ["python", "-m", "waitress", "--port", "8000", "--trusted-proxy", "*",
+        "--trusted-proxy-headers", "x-forwarded-proto", "--clear-untrusted-proxy-headers",
+      "controlplane.wsgi:application"]
+      ports = [{ name = "http", containerPort = 8000 }]
       probes = {
         readinessProbe = { tcpSocket = { port = 8000 }, periodSeconds = 5 }
         livenessProbe  = { tcpSocket = { port = 8000 }, periodSeconds = 10, failureThreshold = 6 }
@@ -92,8 +119,9 @@ locals {
       resources = { requests = { cpu = "500m", memory = "1Gi" }, limits = { cpu = "2", memory = "4Gi" } }
     }
     beat = {
-      replicas  = 1 # one schedule: two beats would run every periodic job twice
-      command   = ["celery", "-A", "controlplane", "beat", "--loglevel", "INFO"]
+      replicas = 1 # one schedule: two beats would run every periodic job twice
+      # Its schedule's state file on the data volume: the root filesystem is read-only.
+      command   = ["celery", "-A", "controlplane", "beat", "--loglevel", "INFO", "--schedule", "/var/lib/meridian/celerybeat-schedule"]
       ports     = []
       probes    = {}
       resources = { requests = { cpu = "100m", memory = "256Mi" }, limits = { cpu = "500m", memory = "512Mi" } }
@@ -151,30 +179,31 @@ locals {
         { for k, v in { ingressClassName = var.api.ingress_class } : k => v if v != null },
       )
     }
-    # The schema, before the API serves: a Job per image, so a new image migrates once.
+    # The schema and the realm, before the API serves: a Job named by what it runs (its
+    # pod template), so a new image or setting runs it once more, as a new Job (a Job's
+    # template cannot change), and an unchanged one is left alone (no TTL: a Job
+    # Kubernetes removed would be made again by every plan).
     migrate_job = {
       apiVersion = "batch/v1"
       kind       = "Job"
-      metadata   = { name = "meridian-migrate-${substr(sha256(var.image), 0, 10)}", namespace = var.namespace, labels = local.labels }
-      spec = {
-        backoffLimit            = 6
-        ttlSecondsAfterFinished = 86400
-        template = {
-          metadata = { labels = merge(local.labels, { "app.kubernetes.io/name" = "meridian-migrate" }) }
-          spec = {
-            restartPolicy                = "OnFailure"
-            serviceAccountName           = "meridian"
-            automountServiceAccountToken = false
-            securityContext              = local.pod_security
-            containers = [merge(local.container, {
-              name      = "migrate"
-              command   = ["/bin/sh", "-c", "meridian-control migrate && meridian-control bootstrap_identity"]
-              resources = { requests = { cpu = "250m", memory = "512Mi" }, limits = { cpu = "1", memory = "1Gi" } }
-            })]
-            volumes = local.volumes
-          }
-        }
-      }
+      metadata   = { name = "meridian-migrate-${substr(sha256(jsonencode(local.migrate_template)), 0, 10)}", namespace = var.namespace, labels = local.labels }
+      spec       = { backoffLimit = 6, template = local.migrate_template }
+    }
+  }
+  migrate_template = {
+    metadata = { labels = merge(local.labels, { "app.kubernetes.io/name" = "meridian-migrate" }) }
+    spec = {
+      restartPolicy                = "OnFailure"
+      serviceAccountName           = "meridian"
+      automountServiceAccountToken = false
+      securityContext              = local.pod_security
+      containers = [merge(local.container, {
+        name      = "migrate"
+        env       = local.env.migrate
+        command   = ["/bin/sh", "-c", "meridian-control migrate && meridian-control bootstrap_identity"]
+        resources = { requests = { cpu = "250m", memory = "512Mi" }, limits = { cpu = "1", memory = "1Gi" } }
+      })]
+      volumes = local.volumes
     }
   }
 
@@ -274,6 +303,17 @@ locals {
           spec = {
             automountServiceAccountToken = false
             securityContext              = merge(local.pod_security, { runAsUser = 1000, runAsGroup = 1000, fsGroup = 1000 })
+            # `start` builds Keycloak for its options (Postgres, health) into lib/quarkus
+            # before it serves: that folder is made writable, a copy of the image's.
+            initContainers = [{
+              name            = "quarkus"
+              image           = var.keycloak.image
+              imagePullPolicy = var.image_pull_policy
+              command         = ["/bin/sh", "-c", "cp -R /opt/keycloak/lib/quarkus/. /quarkus/"]
+              resources       = { requests = { cpu = "100m", memory = "128Mi" }, limits = { cpu = "500m", memory = "256Mi" } }
+              securityContext = merge(local.container_security, { runAsUser = 1000 })
+              volumeMounts    = [{ name = "quarkus", mountPath = "/quarkus" }]
+            }]
             containers = [{
               name            = "keycloak"
               image           = var.keycloak.image
@@ -297,17 +337,43 @@ locals {
               livenessProbe   = { httpGet = { path = "/health/live", port = 9000 }, periodSeconds = 10, failureThreshold = 6 }
               resources       = { requests = { cpu = "500m", memory = "1Gi" }, limits = { cpu = "2", memory = "2Gi" } }
               securityContext = merge(local.container_security, { runAsUser = 1000 })
-              volumeMounts    = [{ name = "data", mountPath = "/opt/keycloak/data" }, { name = "tmp", mountPath = "/tmp" }]
+              volumeMounts = [
+                { name = "data", mountPath = "/opt/keycloak/data" }, { name = "tmp", mountPath = "/tmp" },
+                { name = "quarkus", mountPath = "/opt/keycloak/lib/quarkus" },
+              ]
             }]
-            volumes = [{ name = "data", emptyDir = {} }, { name = "tmp", emptyDir = {} }]
+            volumes = [{ name = "data", emptyDir = {} }, { name = "tmp", emptyDir = {} }, { name = "quarkus", emptyDir = {} }]
           }
         }
       }
     }
+    # Browsers sign in there and clients outside the cluster get tokens there: the
+    # identity URL's host, TLS ended at the Ingress.
+    keycloak_ingress = {
+      apiVersion = "networking.k8s.io/v1"
+      kind       = "Ingress"
+      metadata   = { name = "keycloak", namespace = var.namespace, labels = local.labels }
+      spec = merge(
+        {
+          tls = [{ hosts = [local.keycloak_host], secretName = coalesce(var.keycloak.tls_secret, var.api.tls_secret) }]
+          rules = [{
+            host = local.keycloak_host
+            http = { paths = [{ path = "/", pathType = "Prefix", backend = { service = { name = "keycloak", port = { number = 80 } } } }] }
+          }]
+        },
+        { for k, v in { ingressClassName = var.api.ingress_class } : k => v if v != null },
+      )
+    }
   } : key => object if var.keycloak.deploy }
+  keycloak_host = regex("^https?://([^/:]+)", var.identity.keycloak_url)[0]
 
-  # Postgres and Redis take connections from the control plane's pods only (and the
-  # region's controllers, in namespaces labelled part-of meridian).
+  # Postgres and Redis take connections from the control plane's own pods (Keycloak's
+  # too, for Postgres) and the regions' controllers, each namespace named by the name
+  # Kubernetes gives it (a label no one can set): no other pod, no broker.
+  clients = {
+    postgres = concat(["meridian-api", "meridian-worker", "meridian-beat", "meridian-migrate"], var.keycloak.deploy ? ["keycloak"] : [])
+    redis    = ["meridian-api", "meridian-worker", "meridian-beat", "meridian-migrate"]
+  }
   network = { for name, b in local.backing : "${name}_network_policy" => {
     apiVersion = "networking.k8s.io/v1"
     kind       = "NetworkPolicy"
@@ -316,10 +382,13 @@ locals {
       podSelector = { matchLabels = { "app.kubernetes.io/name" = name } }
       policyTypes = ["Ingress"]
       ingress = [{
-        from = [
-          { podSelector = { matchLabels = { "app.kubernetes.io/part-of" = "meridian" } } },
-          { namespaceSelector = { matchLabels = { "app.kubernetes.io/part-of" = "meridian" } } },
-        ]
+        from = concat(
+          [{ podSelector = { matchExpressions = [{ key = "app.kubernetes.io/name", operator = "In", values = local.clients[name] }] } }],
+          [for peer in [{
+            namespaceSelector = { matchExpressions = [{ key = "kubernetes.io/metadata.name", operator = "In", values = var.region_namespaces }] }
+            podSelector       = { matchLabels = { "app.kubernetes.io/name" = "meridian-controller" } }
+          }] : peer if length(var.region_namespaces) > 0],
+        )
         ports = [{ port = b.port, protocol = "TCP" }]
       }]
     }

@@ -26,14 +26,15 @@ locals {
     capabilities             = { drop = ["ALL"] }
   }
 
-  # The control plane's settings, shared with the global module's processes.
+  # What a controller needs of the control plane's settings, and no more: its database,
+  # Celery's transport (it enqueues jobs) and its own client's secret (tokens for the
+  # brokers) — not the identity provider's admin password, the brokers' secret or
+  # Django's key.
   secret_env = [
     for name, key in {
-      MERIDIAN_DATABASE_URL            = "database-url"
-      MERIDIAN_CELERY_BROKER_URL       = "celery-broker-url"
-      MERIDIAN_SECRET_KEY              = "secret-key"
-      MERIDIAN_KEYCLOAK_ADMIN_PASSWORD = "keycloak-admin-password"
-      MERIDIAN_BROKER_CLIENT_SECRET    = "broker-client-secret"
+      MERIDIAN_DATABASE_URL             = "database-url"
+      MERIDIAN_CELERY_BROKER_URL        = "celery-broker-url"
+      MERIDIAN_CONTROLLER_CLIENT_SECRET = "controller-client-secret"
     } : { name = name, valueFrom = { secretKeyRef = { name = var.control_plane_secret, key = key } } }
   ]
   plain_env = [
@@ -49,8 +50,10 @@ locals {
     }, { for k, v in { MERIDIAN_BROKER_TLS_CA_FILE = "/etc/meridian/tls/ca.crt" } : k => v if local.tls }) : { name = name, value = value }
   ]
   # (Conditional parts are for-expressions with an `if`: HCL's ?: wants one type on both sides.)
-  tls_volume = [for v in [{ name = "tls", secret = { secretName = var.broker_tls_secret } }] : v if local.tls]
+  # Brokers mount the whole TLS Secret (their key); controllers its CA certificate only.
+  tls_volume = [for v in [{ name = "tls", secret = { secretName = var.broker_tls_secret, defaultMode = 256 } }] : v if local.tls]
   tls_mount  = [for m in [{ name = "tls", mountPath = "/etc/meridian/tls", readOnly = true }] : m if local.tls]
+  ca_volume  = [for v in [{ name = "tls", secret = { secretName = var.broker_tls_secret, items = [{ key = "ca.crt", path = "ca.crt" }] } }] : v if local.tls]
   tls_args   = local.tls ? "--tls-cert-file /etc/meridian/tls/tls.crt --tls-key-file /etc/meridian/tls/tls.key --tls-ca-file /etc/meridian/tls/ca.crt" : ""
 
   namespace = { for key, object in {
@@ -119,7 +122,7 @@ locals {
               securityContext = local.container_security
               volumeMounts    = concat([{ name = "data", mountPath = "/var/lib/meridian" }, { name = "tmp", mountPath = "/tmp" }], local.tls_mount)
             }]
-            volumes = concat([{ name = "data", emptyDir = {} }, { name = "tmp", emptyDir = {} }], local.tls_volume)
+            volumes = concat([{ name = "data", emptyDir = {} }, { name = "tmp", emptyDir = {} }], local.ca_volume)
           }
         }
       }
@@ -152,15 +155,19 @@ locals {
           selector       = { matchLabels = { "app.kubernetes.io/name" = "broker-${name}" } }
         }
       }
+      # No replicas: the control plane's provisioner sizes it (its scale subresource), and
+      # an apply must neither fight it for the field nor reset it (Kubernetes starts it at
+      # one). A broker scaled away, or the whole set deleted, takes its volume with it: a
+      # cluster or broker made again under the same name never finds old records.
       "broker_statefulset_${name}" = {
         apiVersion = "apps/v1"
         kind       = "StatefulSet"
         metadata   = { name = "broker-${name}", namespace = var.namespace, labels = local.labels }
         spec = {
-          serviceName         = "broker-${name}"
-          replicas            = cluster.broker_count
-          podManagementPolicy = "Parallel"
-          selector            = { matchLabels = { "app.kubernetes.io/name" = "broker-${name}" } }
+          serviceName                          = "broker-${name}"
+          podManagementPolicy                  = "Parallel"
+          persistentVolumeClaimRetentionPolicy = { whenDeleted = "Delete", whenScaled = "Delete" }
+          selector                             = { matchLabels = { "app.kubernetes.io/name" = "broker-${name}" } }
           template = {
             metadata = { labels = merge(local.labels, { "app.kubernetes.io/name" = "broker-${name}", "meridian/cluster" = name }) }
             spec = {
@@ -249,7 +256,8 @@ locals {
   ]...)
 
   # Brokers accept gRPC and Kafka from anywhere in the cluster (clients, peers, the
-  # controllers) and nothing else; the controllers only call out.
+  # controllers, the control plane), and their metrics (named by topic and group) from
+  # the monitoring namespaces only; the controllers only call out.
   network = {
     broker_network_policy = {
       apiVersion = "networking.k8s.io/v1"
@@ -258,11 +266,13 @@ locals {
       spec = {
         podSelector = { matchExpressions = [{ key = "meridian/cluster", operator = "Exists" }] }
         policyTypes = ["Ingress"]
-        ingress = [{ ports = [
-          { port = local.broker_port, protocol = "TCP" },
-          { port = local.kafka_port, protocol = "TCP" },
-          { port = local.metrics_port, protocol = "TCP" },
-        ] }]
+        ingress = concat(
+          [{ ports = [{ port = local.broker_port, protocol = "TCP" }, { port = local.kafka_port, protocol = "TCP" }] }],
+          [for rule in [{
+            from  = [{ namespaceSelector = { matchExpressions = [{ key = "kubernetes.io/metadata.name", operator = "In", values = var.monitoring_namespaces }] } }]
+            ports = [{ port = local.metrics_port, protocol = "TCP" }]
+          }] : rule if length(var.monitoring_namespaces) > 0],
+        )
       }
     }
     controller_network_policy = {

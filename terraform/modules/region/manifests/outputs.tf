@@ -3,11 +3,7 @@ output "manifests" {
   value       = merge(local.namespace, local.rbac, local.controller, local.brokers, local.network)
 }
 
-output "broker_addresses" {
-  description = "Per cluster, its brokers' gRPC addresses (stable DNS names), as the control plane records them."
-  value = {
-    for name, cluster in var.clusters : name => [
-      for ordinal in range(cluster.broker_count) : "broker-${name}-${ordinal}.broker-${name}.${var.namespace}.svc:${local.broker_port}"
-    ]
-  }
+output "broker_services" {
+  description = "Per cluster, its brokers' headless Service: broker N answers at broker-<cluster>-<N-1>.<service>, gRPC on 9092 and Kafka on 9093, inside the Kubernetes cluster."
+  value       = { for name, _ in var.clusters : name => "broker-${name}.${var.namespace}.svc" }
 }

@@ -42,13 +42,13 @@ variable "controllers" {
 variable "clusters" {
   description = <<-EOT
     The region's clusters, by name (the control plane's cluster of provisioner "kubernetes"
-    with the same name): broker_count brokers of broker_cpu / broker_memory, each with a
-    persistent volume of storage_size in storage_class (null: the default class); the object
-    store of tiered storage (remote_store_uri, and the Secret whose key "options.json" holds
-    its fsspec options, e.g. credentials).
+    with the same name, whose broker count the control plane keeps): brokers of broker_cpu /
+    broker_memory, each with a persistent volume of storage_size in storage_class (null: the
+    default class; both fixed once the cluster's StatefulSet exists); the object store of
+    tiered storage (remote_store_uri, and the Secret whose key "options.json" holds its fsspec
+    options, e.g. credentials).
   EOT
   type = map(object({
-    broker_count                = number
     broker_cpu                  = optional(string, "2")
     broker_memory               = optional(string, "4Gi")
     storage_size                = optional(string, "100Gi")
@@ -57,13 +57,13 @@ variable "clusters" {
     remote_store_options_secret = optional(string)
   }))
   validation {
-    condition     = length(var.clusters) > 0 && alltrue([for name, c in var.clusters : can(regex("^[a-z0-9](-?[a-z0-9])*$", name)) && c.broker_count >= 1 && c.broker_count <= 64])
-    error_message = "clusters: names of lowercase letters, digits and hyphens; 1 to 64 brokers each."
+    condition     = length(var.clusters) > 0 && alltrue([for name, c in var.clusters : can(regex("^[a-z0-9](-?[a-z0-9])*$", name))])
+    error_message = "clusters: at least one, named with lowercase letters, digits and hyphens."
   }
 }
 
 variable "control_plane_secret" {
-  description = "The Secret (in the namespace) with the control plane's settings: keys database-url, celery-broker-url, secret-key, keycloak-admin-password, broker-client-secret."
+  description = "The Secret (in the namespace) with the control plane's settings the region needs: keys database-url, celery-broker-url and controller-client-secret (the controllers'), broker-client-secret (the brokers')."
   type        = string
 }
 
@@ -76,9 +76,15 @@ variable "identity" {
 }
 
 variable "broker_tls_secret" {
-  description = "A kubernetes.io/tls Secret (tls.crt, tls.key, ca.crt) the brokers serve gRPC and Kafka with, and the controllers trust; null: plaintext inside the cluster network."
+  description = "A kubernetes.io/tls Secret (tls.crt, tls.key, ca.crt) the brokers serve gRPC and Kafka with; the controllers get its ca.crt only. null: plaintext inside the cluster network. The control plane's module needs the same CA (its broker_tls_ca_secret)."
   type        = string
   default     = null
+}
+
+variable "monitoring_namespaces" {
+  description = "Namespaces whose pods may scrape the brokers' metrics (port 9464; per-topic and per-group series); none: nobody may."
+  type        = list(string)
+  default     = []
 }
 
 variable "labels" {

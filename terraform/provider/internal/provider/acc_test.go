@@ -98,7 +98,7 @@ func (e accEnv) testTenant(t *testing.T) string {
 	if err := client.Post(ctx, "tenants", body, nil); err != nil {
 		t.Fatalf("creating tenant %s: %v", slug, err)
 	}
-	err := waitFor(ctx, "tenant "+slug, func() (bool, string, error) {
+	err := client.waitFor(ctx, "tenant "+slug, func() (bool, string, error) {
 		var tenant tenantJSON
 		err := client.Get(ctx, "tenants/"+slug, nil, &tenant)
 		return err == nil && tenant.Status == "ready", tenant.Status, err

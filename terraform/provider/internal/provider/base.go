@@ -81,3 +81,20 @@ func (s stateSetter) diags() *diag.Diagnostics { return s.d }
 type diagsHolder struct {
 	d *diag.Diagnostics
 }
+
+// addCreateWait reports how a create's wait for the control plane ended (err nil: it
+// finished). A wait that ran out of time or was interrupted is a warning, not an error:
+// an error would taint the object, and the next apply would replace it (a topic's
+// records lost); it stays in the state with the status it had, which makes the next
+// plan update it, and the update waits again. Anything else (status failed, a refusal)
+// is an error.
+func addCreateWait(diags *diag.Diagnostics, what string, err error, attrs map[string]bool) {
+	switch {
+	case err == nil:
+	case IsInterrupted(err):
+		diags.AddWarning(what+" was created but is not ready yet",
+			err.Error()+"\n\nIt stays in the state: the next apply waits for it again.")
+	default:
+		addAPIError(diags, what+" was created but did not become ready", err, attrs)
+	}
+}

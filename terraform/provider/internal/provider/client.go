@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -38,9 +39,14 @@ type Client struct {
 	clientID     string
 	clientSecret string
 
+	waitTimeout time.Duration
+
 	mu        sync.Mutex
 	cached    string
 	expiresAt time.Time
+
+	callerMu sync.Mutex
+	caller   *callerJSON // who the credentials are (GET auth/whoami), read once
 }
 
 // ClientConfig is what the provider block (or the environment) gives.
@@ -52,13 +58,23 @@ type ClientConfig struct {
 	TokenURL     string
 	CACertFile   string
 	Timeout      time.Duration
+	WaitTimeout  time.Duration
 	UserAgent    string
+	// InsecureHTTP allows http:// to a host other than loopback: the credentials then
+	// cross the network in the clear.
+	InsecureHTTP bool
 }
 
-// NewClient checks the configuration (an http(s) endpoint with a host; a token or a
-// client id and secret, not both) and returns a client for it.
+// defaultWaitTimeout bounds how long a create, update or delete waits for the control
+// plane to finish it (a topic's partitions made on the brokers, a tenant's identity, a
+// mirror link's workers stopped). Terraform's interrupt cancels the context sooner.
+const defaultWaitTimeout = 10 * time.Minute
+
+// NewClient checks the configuration (an http(s) endpoint with a host, http:// only to
+// loopback unless InsecureHTTP; a token or a client id and secret, not both) and returns
+// a client for it.
 func NewClient(cfg ClientConfig) (*Client, error) {
-	base, err := checkEndpoint(cfg.Endpoint)
+	base, err := checkEndpoint(cfg.Endpoint, cfg.InsecureHTTP)
 	if err != nil {
 		return nil, err
 	}
@@ -74,7 +90,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	tokenURL := cfg.TokenURL
 	if tokenURL == "" {
 		tokenURL = base + "/api/v1/auth/token"
-	} else if _, err := checkEndpoint(tokenURL); err != nil {
+	} else if _, err := checkEndpoint(tokenURL, cfg.InsecureHTTP); err != nil {
 		return nil, fmt.Errorf("token_url: %w", err)
 	}
 	transport := http.DefaultTransport.(*http.Transport).Clone()
@@ -89,7 +105,12 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	if timeout <= 0 {
 		timeout = 60 * time.Second
 	}
+	waitTimeout := cfg.WaitTimeout
+	if waitTimeout <= 0 {
+		waitTimeout = defaultWaitTimeout
+	}
 	return &Client{
+		waitTimeout:  waitTimeout,
 		baseURL:      base,
 		http:         &http.Client{Transport: transport, Timeout: timeout},
 		userAgent:    cfg.UserAgent,
@@ -101,20 +122,35 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 }
 
 // checkEndpoint returns the URL without a trailing slash or /api/v1: an absolute http or
-// https URL with a host, no query, fragment or credentials.
-func checkEndpoint(raw string) (string, error) {
+// https URL with a host, no query, fragment or credentials; http:// only to a loopback
+// host unless insecureHTTP (tokens and client secrets would cross the network in the
+// clear).
+func checkEndpoint(raw string, insecureHTTP bool) (string, error) {
 	parsed, err := url.Parse(strings.TrimSpace(raw))
 	if err != nil {
 		return "", fmt.Errorf("not a URL: %q", raw)
 	}
-	if (parsed.Scheme != "http" && parsed.Scheme != "https") || parsed.Host == "" {
+	if (parsed.Scheme != "http" && parsed.Scheme != "https") || parsed.Hostname() == "" {
 		return "", fmt.Errorf("must be an http:// or https:// URL with a host, got %q", raw)
 	}
 	if parsed.User != nil || parsed.RawQuery != "" || parsed.Fragment != "" {
 		return "", fmt.Errorf("must have no credentials, query or fragment: %q", raw)
 	}
+	if parsed.Scheme == "http" && !insecureHTTP && !isLoopback(parsed.Hostname()) {
+		return "", fmt.Errorf("http:// sends the credentials in the clear: use https:// for %q "+
+			"(http:// is for loopback hosts, or set insecure_http = true on a network you trust)", raw)
+	}
 	trimmed := strings.TrimRight(parsed.String(), "/")
 	return strings.TrimSuffix(trimmed, "/api/v1"), nil
+}
+
+// isLoopback says whether host is this machine: localhost, or a loopback address.
+func isLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 func loadCA(path string) (*x509.CertPool, error) {
@@ -148,6 +184,65 @@ func (e *APIError) Error() string {
 func IsNotFound(err error) bool {
 	var apiErr *APIError
 	return errors.As(err, &apiErr) && apiErr.Status == http.StatusNotFound
+}
+
+// callerJSON is GET auth/whoami: who the credentials are.
+type callerJSON struct {
+	Name          string `json:"name"`
+	PlatformAdmin bool   `json:"platform_admin"`
+	Tenants       []struct {
+		Slug string `json:"slug"`
+	} `json:"tenants"`
+}
+
+// sees says whether the caller sees tenant's objects ("": its own only tenant).
+func (c *callerJSON) sees(tenant string) bool {
+	if c.PlatformAdmin || tenant == "" {
+		return true
+	}
+	for _, t := range c.Tenants {
+		if t.Slug == tenant {
+			return true
+		}
+	}
+	return false
+}
+
+// whoami is who the credentials are, asked once.
+func (c *Client) whoami(ctx context.Context) (*callerJSON, error) {
+	c.callerMu.Lock()
+	defer c.callerMu.Unlock()
+	if c.caller == nil {
+		var caller callerJSON
+		if err := c.Get(ctx, "auth/whoami", nil, &caller); err != nil {
+			return nil, err
+		}
+		c.caller = &caller
+	}
+	return c.caller, nil
+}
+
+// Gone reads the outcome err of a read or a delete of an object of tenant ("": the
+// caller's only one): true when the API answered 404 and the credentials see that
+// tenant, so the object is gone; an error when they do not, since the API answers 404
+// for another tenant's objects too (run with the wrong credentials, Terraform must not
+// forget what it manages); otherwise err itself.
+func (c *Client) Gone(ctx context.Context, err error, tenant string) (bool, error) {
+	if !IsNotFound(err) {
+		return false, err
+	}
+	// Not wrapped (%v): the diagnostic must say this, not only the API's answer.
+	caller, whoErr := c.whoami(ctx)
+	if whoErr != nil {
+		return false, fmt.Errorf("%v, and who these credentials are could not be read (%v): "+
+			"kept in the state", err, whoErr)
+	}
+	if caller.sees(tenant) {
+		return true, nil
+	}
+	return false, fmt.Errorf("%v: these credentials (%s) are not of tenant %q, whose objects the API "+
+		"answers as missing to them; it stays in the state. Use credentials of tenant %q or of a "+
+		"platform administrator", err, caller.Name, tenant, tenant)
 }
 
 // Get, Post, Patch and Delete call path (relative to /api/v1/) and decode a JSON answer

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/hashicorp/terraform-plugin-testing/helper/resource"
@@ -11,8 +12,14 @@ import (
 	"github.com/hashicorp/terraform-plugin-testing/terraform"
 )
 
-func featuresHCL(env accEnv, tenant string, ttl int, linger int, schedule string, description string) string {
-	return env.adminProvider() + fmt.Sprintf(`
+// featuresHCL names the topic by its full name, or (short) by its name in the tenant,
+// which the API takes too and answers as the full name.
+func featuresHCL(env accEnv, tenant string, ttl int, linger int, schedule string, description string, short bool) string {
+	named := "meridian_topic.history.full_name"
+	if short {
+		named = "meridian_topic.history.name"
+	}
+	return env.adminProvider() + strings.ReplaceAll(fmt.Sprintf(`
 resource "meridian_topic" "history" {
   tenant           = %[1]q
   name             = "history"
@@ -25,7 +32,7 @@ resource "meridian_topic" "history" {
 resource "meridian_lane" "ppe" {
   tenant        = %[1]q
   name          = "ppe"
-  topics        = [meridian_topic.history.full_name]
+  topics        = [TOPIC]
   orphan_policy = "hold"
   ttl_s         = %[2]d
 }
@@ -44,7 +51,7 @@ resource "meridian_databus_config" "app" {
 resource "meridian_export" "parquet" {
   tenant        = %[1]q
   name          = "history-parquet"
-  topic         = meridian_topic.history.full_name
+  topic         = TOPIC
   fields        = [{ name = "user", path = "user", type = "long" }]
   partition_by  = ["date"]
   schedule_kind = %[4]q
@@ -55,10 +62,10 @@ resource "meridian_index" "by_user" {
   tenant      = %[1]q
   name        = "by-user"
   description = %[5]q
-  topic       = meridian_topic.history.full_name
+  topic       = TOPIC
   fields      = [{ name = "user", path = "user", type = "long" }]
 }
-`, tenant, ttl, linger, schedule, description)
+`, tenant, ttl, linger, schedule, description), "TOPIC", named)
 }
 
 // scoped reads a tenant-scoped object by name as the administrator.
@@ -85,9 +92,14 @@ func TestAccTenantFeatures(t *testing.T) {
 		},
 		Steps: []resource.TestStep{
 			{
-				Config: featuresHCL(env, tenant, 3600, 5, "manual", "users"),
+				// The topic named in the tenant: kept so in the state, the API's full name
+				// not an inconsistent result.
+				Config: featuresHCL(env, tenant, 3600, 5, "manual", "users", true),
 				Check: resource.ComposeAggregateTestCheckFunc(
 					resource.TestCheckResourceAttr("meridian_lane.ppe", "all_topics", "false"),
+					resource.TestCheckResourceAttr("meridian_lane.ppe", "topics.0", "history"),
+					resource.TestCheckResourceAttr("meridian_export.parquet", "topic", "history"),
+					resource.TestCheckResourceAttr("meridian_index.by_user", "topic", "history"),
 					resource.TestCheckResourceAttr("meridian_databus_config.app", "version", "1"),
 					resource.TestCheckResourceAttrSet("meridian_export.parquet", "target_uri"),
 					resource.TestCheckResourceAttr("meridian_index.by_user", "fields.0.path", "user"),
@@ -96,7 +108,7 @@ func TestAccTenantFeatures(t *testing.T) {
 						if err := scoped(t, env, "lanes", tenant, "ppe", &lane); err != nil {
 							return err
 						}
-						if lane.TTLs != 3600 || lane.OrphanPolicy != "hold" {
+						if lane.TTLs != 3600 || lane.OrphanPolicy != "hold" || len(lane.Topics) != 1 || lane.Topics[0] != tenant+".history" {
 							return fmt.Errorf("API has lane %+v", lane)
 						}
 						return nil
@@ -104,7 +116,9 @@ func TestAccTenantFeatures(t *testing.T) {
 				),
 			},
 			{
-				Config: featuresHCL(env, tenant, 7200, 20, "interval", "users, by id"),
+				// Named by its full name now: the same topic, so the export and the index
+				// change in place (not replaced).
+				Config: featuresHCL(env, tenant, 7200, 20, "interval", "users, by id", false),
 				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
 					plancheck.ExpectResourceAction("meridian_lane.ppe", plancheck.ResourceActionUpdate),
 					plancheck.ExpectResourceAction("meridian_databus_config.app", plancheck.ResourceActionUpdate),
@@ -141,7 +155,7 @@ func TestAccTenantFeatures(t *testing.T) {
 						t.Fatal(err)
 					}
 				},
-				Config: featuresHCL(env, tenant, 7200, 20, "interval", "users, by id"),
+				Config: featuresHCL(env, tenant, 7200, 20, "interval", "users, by id", false),
 				ConfigPlanChecks: resource.ConfigPlanChecks{PreApply: []plancheck.PlanCheck{
 					plancheck.ExpectResourceAction("meridian_databus_config.app", plancheck.ResourceActionUpdate),
 				}},

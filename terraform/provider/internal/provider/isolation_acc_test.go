@@ -99,3 +99,43 @@ data "meridian_topics" "theirs" {
 		},
 	})
 }
+
+// TestAccWrongCredentialsKeepTheState: the API answers 404 for another tenant's objects,
+// so a run with another tenant's credentials cannot tell them from deleted ones; the
+// provider refuses to forget them rather than drop every resource from the state.
+func TestAccWrongCredentialsKeepTheState(t *testing.T) {
+	env := testAccEnv(t)
+	mine := env.testTenant(t)
+	theirs := env.testTenant(t)
+	clientID, secret := env.serviceAccount(t, theirs, "terraform", "tenant-admin")
+	resources := fmt.Sprintf(`
+resource "meridian_topic" "kept" {
+  tenant     = %[1]q
+  name       = "kept"
+  partitions = 1
+}
+
+resource "meridian_databus_config" "kept" {
+  tenant   = %[1]q
+  name     = "kept"
+  document = jsonencode({ streams = { events = { topic = meridian_topic.kept.full_name } } })
+}
+`, mine)
+	wrong := fmt.Sprintf("provider \"meridian\" {\n  endpoint      = %q\n  client_id     = %q\n  client_secret = %q\n}\n",
+		env.endpoint, clientID, secret)
+	resource.ParallelTest(t, resource.TestCase{
+		ProtoV6ProviderFactories: testAccProviders,
+		CheckDestroy: func(*terraform.State) error {
+			return env.expectGone(t, "topics/"+escape(mine+".kept"), nil)
+		},
+		Steps: []resource.TestStep{
+			{Config: env.adminProvider() + resources},
+			{
+				Config:      wrong + resources,
+				ExpectError: regexp.MustCompile(fmt.Sprintf(`are not of tenant "%s"`, mine)),
+			},
+			// Both are still in the state, unchanged: nothing to create.
+			{Config: env.adminProvider() + resources, PlanOnly: true},
+		},
+	})
+}

@@ -6,10 +6,12 @@ package provider
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"time"
 
 	"github.com/hashicorp/terraform-plugin-framework/datasource"
+	"github.com/hashicorp/terraform-plugin-framework/diag"
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/provider"
 	"github.com/hashicorp/terraform-plugin-framework/provider/schema"
@@ -46,6 +48,8 @@ type providerModel struct {
 	TokenURL        types.String `tfsdk:"token_url"`
 	CACertFile      types.String `tfsdk:"ca_cert_file"`
 	RequestTimeoutS types.Int64  `tfsdk:"request_timeout_s"`
+	WaitTimeoutS    types.Int64  `tfsdk:"wait_timeout_s"`
+	InsecureHTTP    types.Bool   `tfsdk:"insecure_http"`
 }
 
 func (p *meridianProvider) Metadata(_ context.Context, _ provider.MetadataRequest, resp *provider.MetadataResponse) {
@@ -62,7 +66,7 @@ func (p *meridianProvider) Schema(_ context.Context, _ provider.SchemaRequest, r
 		Attributes: map[string]schema.Attribute{
 			"endpoint": schema.StringAttribute{
 				Optional:    true,
-				Description: "The control plane's base URL, e.g. `http://127.0.0.1:8000` (`/api/v1` is added). Default: `$MERIDIAN_API_URL`.",
+				Description: "The control plane's base URL, e.g. `https://meridian.example.net` (`/api/v1` is added); `http://` only to a loopback host (`http://127.0.0.1:8000`) unless `insecure_http`. Default: `$MERIDIAN_API_URL`.",
 			},
 			"token": schema.StringAttribute{
 				Optional:    true,
@@ -90,6 +94,17 @@ func (p *meridianProvider) Schema(_ context.Context, _ provider.SchemaRequest, r
 				Optional:    true,
 				Description: "How long one API request may take, in seconds (default 60).",
 			},
+			"wait_timeout_s": schema.Int64Attribute{
+				Optional: true,
+				Description: "How long a create, update or delete waits for the control plane to finish it (a topic on its brokers, " +
+					"a tenant's identity, a mirror link's copies), in seconds (default 600). A create whose wait ends so (or at an " +
+					"interrupt) keeps the object, with a warning: the next apply waits for it again.",
+			},
+			"insecure_http": schema.BoolAttribute{
+				Optional: true,
+				Description: "Allow an `http://` `endpoint` or `token_url` to a host other than loopback, on a network you trust: " +
+					"the token or client secret then crosses it in the clear. Default false.",
+			},
 		},
 	}
 }
@@ -113,10 +128,11 @@ func (p *meridianProvider) Configure(ctx context.Context, req provider.Configure
 		return
 	}
 	cfg := ClientConfig{
-		Endpoint:   orEnv(config.Endpoint, envEndpoint),
-		TokenURL:   orEnv(config.TokenURL, envTokenURL),
-		CACertFile: orEnv(config.CACertFile, envCACertFile),
-		UserAgent:  "terraform-provider-meridian/" + p.version,
+		Endpoint:     orEnv(config.Endpoint, envEndpoint),
+		TokenURL:     orEnv(config.TokenURL, envTokenURL),
+		CACertFile:   orEnv(config.CACertFile, envCACertFile),
+		UserAgent:    "terraform-provider-meridian/" + p.version,
+		InsecureHTTP: config.InsecureHTTP.ValueBool(),
 	}
 	// The credentials come whole from the block when it names any, else from the
 	// environment: a block with client credentials is not mixed with $MERIDIAN_TOKEN.
@@ -129,14 +145,10 @@ func (p *meridianProvider) Configure(ctx context.Context, req provider.Configure
 		cfg.ClientID = config.ClientID.ValueString()
 		cfg.ClientSecret = config.ClientSecret.ValueString()
 	}
-	if !config.RequestTimeoutS.IsNull() {
-		seconds := config.RequestTimeoutS.ValueInt64()
-		if seconds < 1 || seconds > 3600 {
-			resp.Diagnostics.AddAttributeError(path.Root("request_timeout_s"), "Invalid provider setting",
-				"request_timeout_s: from 1 to 3600 seconds")
-			return
-		}
-		cfg.Timeout = time.Duration(seconds) * time.Second
+	cfg.Timeout = seconds(config.RequestTimeoutS, "request_timeout_s", 3600, &resp.Diagnostics)
+	cfg.WaitTimeout = seconds(config.WaitTimeoutS, "wait_timeout_s", 86400, &resp.Diagnostics)
+	if resp.Diagnostics.HasError() {
+		return
 	}
 	if cfg.Endpoint == "" {
 		resp.Diagnostics.AddAttributeError(path.Root("endpoint"), "Missing endpoint",
@@ -150,6 +162,19 @@ func (p *meridianProvider) Configure(ctx context.Context, req provider.Configure
 	}
 	resp.ResourceData = client
 	resp.DataSourceData = client
+}
+
+// seconds is a setting of 1 to most seconds as a duration (0: not set, the default); an
+// attribute error outside that range.
+func seconds(value types.Int64, name string, most int64, diags *diag.Diagnostics) time.Duration {
+	if value.IsNull() {
+		return 0
+	}
+	if n := value.ValueInt64(); n >= 1 && n <= most {
+		return time.Duration(n) * time.Second
+	}
+	diags.AddAttributeError(path.Root(name), "Invalid provider setting", fmt.Sprintf("%s: from 1 to %d seconds", name, most))
+	return 0
 }
 
 func orEnv(value types.String, name string) string {

@@ -22,18 +22,33 @@ import (
 func TestEndpointIsCheckedAndNormalized(t *testing.T) {
 	for raw, want := range map[string]string{
 		"http://127.0.0.1:8000":           "http://127.0.0.1:8000",
+		"http://localhost:8000/":          "http://localhost:8000",
+		"http://[::1]:8000":               "http://[::1]:8000",
 		"https://meridian.example/":       "https://meridian.example",
 		"https://meridian.example/api/v1": "https://meridian.example",
 	} {
-		got, err := checkEndpoint(raw)
+		got, err := checkEndpoint(raw, false)
 		if err != nil || got != want {
 			t.Errorf("checkEndpoint(%q) = %q, %v; want %q", raw, got, err, want)
 		}
 	}
-	for _, bad := range []string{"", "127.0.0.1:8000", "ftp://host", "http://user:pw@host", "http://host/?q=1", "http://"} {
-		if _, err := checkEndpoint(bad); err == nil {
+	for _, bad := range []string{"", "127.0.0.1:8000", "ftp://host", "http://user:pw@host", "https://host/?q=1", "http://", "https://:443"} {
+		if _, err := checkEndpoint(bad, true); err == nil {
 			t.Errorf("checkEndpoint(%q) accepted", bad)
 		}
+	}
+	// Credentials in the clear over a network: only when asked for.
+	for _, remote := range []string{"http://meridian.example", "http://10.0.0.7:8000", "http://127.0.0.1.example"} {
+		if _, err := checkEndpoint(remote, false); err == nil || !strings.Contains(err.Error(), "in the clear") {
+			t.Errorf("checkEndpoint(%q) = %v; want refused", remote, err)
+		}
+		if _, err := checkEndpoint(remote, true); err != nil {
+			t.Errorf("checkEndpoint(%q, insecure) = %v", remote, err)
+		}
+	}
+	if _, err := NewClient(ClientConfig{Endpoint: "https://meridian.example", ClientID: "a--b", ClientSecret: "s",
+		TokenURL: "http://keycloak.example/realms/meridian/protocol/openid-connect/token"}); err == nil {
+		t.Error("a token_url over http to another host was accepted")
 	}
 }
 

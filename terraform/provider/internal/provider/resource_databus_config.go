@@ -151,7 +151,8 @@ func (r *databusConfigResource) Read(ctx context.Context, req resource.ReadReque
 	tenant, name := splitScopedID(state.ID.ValueString())
 	var config databusConfigJSON
 	err := r.client.Get(ctx, "databus-configs/"+escape(name), tenantQuery(tenant), &config)
-	if IsNotFound(err) {
+	gone, err := r.client.Gone(ctx, err, tenant)
+	if gone {
 		resp.State.RemoveResource(ctx)
 		return
 	}
@@ -196,8 +197,8 @@ func (r *databusConfigResource) Delete(ctx context.Context, req resource.DeleteR
 		return
 	}
 	tenant, name := splitScopedID(state.ID.ValueString())
-	err := r.client.Delete(ctx, "databus-configs/"+escape(name), tenantQuery(tenant))
-	if err != nil && !IsNotFound(err) {
+	_, err := r.client.Gone(ctx, r.client.Delete(ctx, "databus-configs/"+escape(name), tenantQuery(tenant)), tenant)
+	if err != nil {
 		addAPIError(&resp.Diagnostics, "Could not delete the Databus configuration", err, r.attrs())
 	}
 }

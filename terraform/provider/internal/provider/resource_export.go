@@ -7,6 +7,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework-validators/stringvalidator"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 )
@@ -62,8 +63,9 @@ func (r *exportResource) Schema(_ context.Context, _ resource.SchemaRequest, res
 				Description: "The tenant's slug; default: the caller's only tenant."},
 			"name": schema.StringAttribute{Required: true, PlanModifiers: replaceString,
 				Description: "The export's name."},
-			"topic": schema.StringAttribute{Required: true, PlanModifiers: replaceString,
-				Description: "The topic's full name, `<tenant>.<topic>`."},
+			"topic": schema.StringAttribute{Required: true,
+				PlanModifiers: []planmodifier.String{otherTopic("Another topic replaces the export.")},
+				Description:   "The topic: its full name, `<tenant>.<topic>`, or its name in the tenant; naming the same topic the other way changes nothing."},
 			"value_format": schema.StringAttribute{Optional: true, Computed: true, PlanModifiers: keepString,
 				Validators:  []validator.String{stringvalidator.OneOf("json", "raw")},
 				Description: "`json` (default: columns read from JSON values) or `raw` (the bytes)."},
@@ -94,7 +96,7 @@ func (r *exportResource) attrs() map[string]bool {
 	return attrNames(resp.Schema)
 }
 
-func exportState(e exportJSON) exportModel {
+func exportState(e exportJSON, named types.String) exportModel {
 	partitionBy := types.ListNull(types.StringType)
 	if len(e.PartitionBy) > 0 {
 		partitionBy = listOf(e.PartitionBy)
@@ -103,7 +105,7 @@ func exportState(e exportJSON) exportModel {
 		ID:              types.StringValue(e.Tenant + "/" + e.Name),
 		Tenant:          types.StringValue(e.Tenant),
 		Name:            types.StringValue(e.Name),
-		Topic:           types.StringValue(e.Topic),
+		Topic:           topicAsNamed(e.Tenant, e.Topic, named),
 		ValueFormat:     types.StringValue(e.ValueFormat),
 		Fields:          fieldsValue(e.Fields),
 		PartitionBy:     partitionBy,
@@ -149,7 +151,7 @@ func (r *exportResource) Create(ctx context.Context, req resource.CreateRequest,
 		addAPIError(&resp.Diagnostics, "Could not create the export", err, r.attrs())
 		return
 	}
-	resp.Diagnostics.Append(resp.State.Set(ctx, exportState(created))...)
+	resp.Diagnostics.Append(resp.State.Set(ctx, exportState(created, plan.Topic))...)
 }
 
 func (r *exportResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
@@ -161,7 +163,8 @@ func (r *exportResource) Read(ctx context.Context, req resource.ReadRequest, res
 	tenant, name := splitScopedID(state.ID.ValueString())
 	var export exportJSON
 	err := r.client.Get(ctx, "exports/"+escape(name), tenantQuery(tenant), &export)
-	if IsNotFound(err) {
+	gone, err := r.client.Gone(ctx, err, tenant)
+	if gone {
 		resp.State.RemoveResource(ctx)
 		return
 	}
@@ -169,7 +172,7 @@ func (r *exportResource) Read(ctx context.Context, req resource.ReadRequest, res
 		addAPIError(&resp.Diagnostics, "Could not read the export", err, r.attrs())
 		return
 	}
-	resp.Diagnostics.Append(resp.State.Set(ctx, exportState(export))...)
+	resp.Diagnostics.Append(resp.State.Set(ctx, exportState(export, state.Topic))...)
 }
 
 // Update sends every setting: the schedule's fields depend on one another
@@ -189,7 +192,7 @@ func (r *exportResource) Update(ctx context.Context, req resource.UpdateRequest,
 		addAPIError(&resp.Diagnostics, "Could not change the export", err, r.attrs())
 		return
 	}
-	resp.Diagnostics.Append(resp.State.Set(ctx, exportState(export))...)
+	resp.Diagnostics.Append(resp.State.Set(ctx, exportState(export, plan.Topic))...)
 }
 
 func (r *exportResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
@@ -199,8 +202,8 @@ func (r *exportResource) Delete(ctx context.Context, req resource.DeleteRequest,
 		return
 	}
 	tenant, name := splitScopedID(state.ID.ValueString())
-	err := r.client.Delete(ctx, "exports/"+escape(name), tenantQuery(tenant))
-	if err != nil && !IsNotFound(err) {
+	_, err := r.client.Gone(ctx, r.client.Delete(ctx, "exports/"+escape(name), tenantQuery(tenant)), tenant)
+	if err != nil {
 		addAPIError(&resp.Diagnostics, "Could not delete the export", err, r.attrs())
 	}
 }

@@ -55,8 +55,9 @@ func (r *indexResource) Schema(_ context.Context, _ resource.SchemaRequest, resp
 				Description: "The index's name."},
 			"description": schema.StringAttribute{Optional: true, Computed: true, PlanModifiers: keepString,
 				Description: "Free text, at most 500 characters."},
-			"topic": schema.StringAttribute{Required: true, PlanModifiers: replaceString,
-				Description: "The topic's full name, `<tenant>.<topic>`."},
+			"topic": schema.StringAttribute{Required: true,
+				PlanModifiers: []planmodifier.String{otherTopic("Another topic replaces the index.")},
+				Description:   "The topic: its full name, `<tenant>.<topic>`, or its name in the tenant; naming the same topic the other way changes nothing."},
 			"value_format": schema.StringAttribute{Optional: true, Computed: true, PlanModifiers: keepReplString,
 				Validators:  []validator.String{stringvalidator.OneOf("json")},
 				Description: "`json`: the only format indexed."},
@@ -74,13 +75,13 @@ func (r *indexResource) attrs() map[string]bool {
 	return attrNames(resp.Schema)
 }
 
-func indexState(i indexJSON) indexModel {
+func indexState(i indexJSON, named types.String) indexModel {
 	return indexModel{
 		ID:           types.StringValue(i.Tenant + "/" + i.Name),
 		Tenant:       types.StringValue(i.Tenant),
 		Name:         types.StringValue(i.Name),
 		Description:  types.StringValue(i.Description),
-		Topic:        types.StringValue(i.Topic),
+		Topic:        topicAsNamed(i.Tenant, i.Topic, named),
 		ValueFormat:  types.StringValue(i.ValueFormat),
 		Fields:       fieldsValue(i.Fields),
 		IncludeLanes: types.BoolValue(i.IncludeLanes),
@@ -106,7 +107,7 @@ func (r *indexResource) Create(ctx context.Context, req resource.CreateRequest, 
 		addAPIError(&resp.Diagnostics, "Could not create the index", err, r.attrs())
 		return
 	}
-	resp.Diagnostics.Append(resp.State.Set(ctx, indexState(created))...)
+	resp.Diagnostics.Append(resp.State.Set(ctx, indexState(created, plan.Topic))...)
 }
 
 func (r *indexResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
@@ -118,7 +119,8 @@ func (r *indexResource) Read(ctx context.Context, req resource.ReadRequest, resp
 	tenant, name := splitScopedID(state.ID.ValueString())
 	var index indexJSON
 	err := r.client.Get(ctx, "indexes/"+escape(name), tenantQuery(tenant), &index)
-	if IsNotFound(err) {
+	gone, err := r.client.Gone(ctx, err, tenant)
+	if gone {
 		resp.State.RemoveResource(ctx)
 		return
 	}
@@ -126,7 +128,7 @@ func (r *indexResource) Read(ctx context.Context, req resource.ReadRequest, resp
 		addAPIError(&resp.Diagnostics, "Could not read the index", err, r.attrs())
 		return
 	}
-	resp.Diagnostics.Append(resp.State.Set(ctx, indexState(index))...)
+	resp.Diagnostics.Append(resp.State.Set(ctx, indexState(index, state.Topic))...)
 }
 
 func (r *indexResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
@@ -144,7 +146,7 @@ func (r *indexResource) Update(ctx context.Context, req resource.UpdateRequest, 
 		addAPIError(&resp.Diagnostics, "Could not change the index", err, r.attrs())
 		return
 	}
-	resp.Diagnostics.Append(resp.State.Set(ctx, indexState(index))...)
+	resp.Diagnostics.Append(resp.State.Set(ctx, indexState(index, plan.Topic))...)
 }
 
 func (r *indexResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
@@ -154,8 +156,8 @@ func (r *indexResource) Delete(ctx context.Context, req resource.DeleteRequest, 
 		return
 	}
 	tenant, name := splitScopedID(state.ID.ValueString())
-	err := r.client.Delete(ctx, "indexes/"+escape(name), tenantQuery(tenant))
-	if err != nil && !IsNotFound(err) {
+	_, err := r.client.Gone(ctx, r.client.Delete(ctx, "indexes/"+escape(name), tenantQuery(tenant)), tenant)
+	if err != nil {
 		addAPIError(&resp.Diagnostics, "Could not delete the index", err, r.attrs())
 	}
 }

@@ -59,7 +59,7 @@ func (r *laneResource) Schema(_ context.Context, _ resource.SchemaRequest, resp 
 			"all_topics": schema.BoolAttribute{Computed: true,
 				Description: "Whether it covers every topic of the tenant: when `topics` is empty."},
 			"topics": schema.SetAttribute{Optional: true, ElementType: types.StringType,
-				Description: "The trunk topics it covers (full names, `<tenant>.<topic>`); none: every topic of the tenant."},
+				Description: "The trunk topics it covers (full names, `<tenant>.<topic>`, or names in the tenant); none: every topic of the tenant."},
 			"consume_trunk": schema.BoolAttribute{Optional: true, Computed: true, PlanModifiers: keepBool,
 				Description: "The lane's consumers read the trunk topics too."},
 			"orphan_policy": schema.StringAttribute{Optional: true, Computed: true, PlanModifiers: keepString,
@@ -81,13 +81,13 @@ func (r *laneResource) attrs() map[string]bool {
 	return attrNames(resp.Schema)
 }
 
-func laneState(l laneJSON, force types.Bool) laneModel {
+func laneState(ctx context.Context, l laneJSON, force types.Bool, named types.Set) laneModel {
 	return laneModel{
 		ID:           types.StringValue(l.Tenant + "/" + l.Name),
 		Tenant:       types.StringValue(l.Tenant),
 		Name:         types.StringValue(l.Name),
 		AllTopics:    types.BoolValue(l.AllTopics),
-		Topics:       nullIfEmpty(l.Topics),
+		Topics:       topicsAsNamed(ctx, l.Tenant, l.Topics, named),
 		ConsumeTrunk: types.BoolValue(l.ConsumeTrunk),
 		OrphanPolicy: types.StringValue(l.OrphanPolicy),
 		TTLs:         types.Int64Value(l.TTLs),
@@ -115,7 +115,7 @@ func (r *laneResource) Create(ctx context.Context, req resource.CreateRequest, r
 		addAPIError(&resp.Diagnostics, "Could not create the lane", err, r.attrs())
 		return
 	}
-	resp.Diagnostics.Append(resp.State.Set(ctx, laneState(created, plan.ForceDestroy))...)
+	resp.Diagnostics.Append(resp.State.Set(ctx, laneState(ctx, created, plan.ForceDestroy, plan.Topics))...)
 }
 
 func (r *laneResource) Read(ctx context.Context, req resource.ReadRequest, resp *resource.ReadResponse) {
@@ -127,7 +127,8 @@ func (r *laneResource) Read(ctx context.Context, req resource.ReadRequest, resp 
 	tenant, name := splitScopedID(state.ID.ValueString())
 	var lane laneJSON
 	err := r.client.Get(ctx, "lanes/"+escape(name), tenantQuery(tenant), &lane)
-	if IsNotFound(err) {
+	gone, err := r.client.Gone(ctx, err, tenant)
+	if gone {
 		resp.State.RemoveResource(ctx)
 		return
 	}
@@ -135,7 +136,7 @@ func (r *laneResource) Read(ctx context.Context, req resource.ReadRequest, resp 
 		addAPIError(&resp.Diagnostics, "Could not read the lane", err, r.attrs())
 		return
 	}
-	resp.Diagnostics.Append(resp.State.Set(ctx, laneState(lane, state.ForceDestroy))...)
+	resp.Diagnostics.Append(resp.State.Set(ctx, laneState(ctx, lane, state.ForceDestroy, state.Topics))...)
 }
 
 func (r *laneResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
@@ -161,7 +162,7 @@ func (r *laneResource) Update(ctx context.Context, req resource.UpdateRequest, r
 		addAPIError(&resp.Diagnostics, "Could not change the lane", err, r.attrs())
 		return
 	}
-	resp.Diagnostics.Append(resp.State.Set(ctx, laneState(lane, plan.ForceDestroy))...)
+	resp.Diagnostics.Append(resp.State.Set(ctx, laneState(ctx, lane, plan.ForceDestroy, plan.Topics))...)
 }
 
 func (r *laneResource) Delete(ctx context.Context, req resource.DeleteRequest, resp *resource.DeleteResponse) {
@@ -178,8 +179,8 @@ func (r *laneResource) Delete(ctx context.Context, req resource.DeleteRequest, r
 		}
 		query.Set("force", "true")
 	}
-	err := r.client.Delete(ctx, "lanes/"+escape(name), query)
-	if err != nil && !IsNotFound(err) {
+	_, err := r.client.Gone(ctx, r.client.Delete(ctx, "lanes/"+escape(name), query), tenant)
+	if err != nil {
 		addAPIError(&resp.Diagnostics, "Could not delete the lane", err, r.attrs())
 	}
 }

@@ -112,7 +112,8 @@ func (r *memberResource) Read(ctx context.Context, req resource.ReadRequest, res
 	}
 	var member memberJSON
 	err := r.client.Get(ctx, "members/"+escape(state.ID.ValueString()), nil, &member)
-	if IsNotFound(err) {
+	gone, err := r.client.Gone(ctx, err, state.Tenant.ValueString())
+	if gone {
 		resp.State.RemoveResource(ctx)
 		return
 	}
@@ -145,8 +146,8 @@ func (r *memberResource) Delete(ctx context.Context, req resource.DeleteRequest,
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	err := r.client.Delete(ctx, "members/"+escape(state.ID.ValueString()), nil)
-	if err != nil && !IsNotFound(err) {
+	_, err := r.client.Gone(ctx, r.client.Delete(ctx, "members/"+escape(state.ID.ValueString()), nil), state.Tenant.ValueString())
+	if err != nil {
 		addAPIError(&resp.Diagnostics, "Could not remove the member", err, r.attrs())
 	}
 }

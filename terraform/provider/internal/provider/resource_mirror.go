@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/schema/validator"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 )
@@ -77,7 +78,7 @@ func (r *mirrorResource) Schema(_ context.Context, _ resource.SchemaRequest, res
 				Validators:  []validator.String{stringvalidator.OneOf("one-way", "two-way")},
 				Description: "`one-way` (default) or `two-way`."},
 			"topics": schema.SetAttribute{Optional: true, ElementType: types.StringType,
-				Description: "Origin topics of the source region, by short name (without `<tenant>.`). Exactly one of `topics` and `topic_pattern`."},
+				Description: "Origin topics of the source region, by short name (without `<tenant>.`) or full name. Exactly one of `topics` and `topic_pattern`."},
 			"topic_pattern": schema.StringAttribute{Optional: true,
 				Description: "A glob (`*`, `?`, `[...]`) matched against short topic names of origin topics."},
 			"include_lanes": schema.BoolAttribute{Optional: true, Computed: true, PlanModifiers: keepBool,
@@ -94,7 +95,9 @@ func (r *mirrorResource) Schema(_ context.Context, _ resource.SchemaRequest, res
 					"stopped. Default false: the copies stay, as topics no link keeps, and their origins cannot be " +
 					"deleted while they exist (409 mirror_copies_exist)."},
 			"status": schema.StringAttribute{Computed: true,
-				Description: "Provisioning of the copies: `pending`, `ready`, `failed`, `deleting`."},
+				PlanModifiers: []planmodifier.String{settling("pending", "provisioning")},
+				Description: "Provisioning of the copies: `pending`, `provisioning`, `ready`, `failed`, `deleting`. A link not " +
+					"ready (its create's wait ran out or was interrupted) is updated by the next apply, which waits for it."},
 			"health": schema.StringAttribute{Computed: true,
 				Description: "What the workers report: `starting`, `ok`, `degraded` or `paused`."},
 		},
@@ -113,7 +116,7 @@ func (r *mirrorResource) attrs() map[string]bool {
 	return attrNames(resp.Schema)
 }
 
-func mirrorState(m mirrorJSON, deleteCopies types.Bool) mirrorModel {
+func mirrorState(ctx context.Context, m mirrorJSON, deleteCopies types.Bool, named types.Set) mirrorModel {
 	return mirrorModel{
 		DeleteCopies:     deleteCopies,
 		ID:               types.StringValue(m.Tenant + "/" + m.Name),
@@ -122,7 +125,7 @@ func mirrorState(m mirrorJSON, deleteCopies types.Bool) mirrorModel {
 		SourceRegion:     types.StringValue(m.SourceRegion),
 		TargetRegion:     types.StringValue(m.TargetRegion),
 		Direction:        types.StringValue(m.Direction),
-		Topics:           nullIfEmpty(m.Topics),
+		Topics:           topicsAsNamed(ctx, m.Tenant, m.Topics, named),
 		TopicPattern:     emptyAsNull(m.TopicPattern),
 		IncludeLanes:     types.BoolValue(m.IncludeLanes),
 		StartPosition:    types.StringValue(m.StartPosition),
@@ -160,15 +163,13 @@ func (r *mirrorResource) Create(ctx context.Context, req resource.CreateRequest,
 	if link == nil {
 		link = &created
 	}
-	resp.Diagnostics.Append(resp.State.Set(ctx, mirrorState(*link, plan.DeleteCopies))...)
-	if err != nil {
-		addAPIError(&resp.Diagnostics, "The mirror link was created but its copies were not made", err, r.attrs())
-	}
+	resp.Diagnostics.Append(resp.State.Set(ctx, mirrorState(ctx, *link, plan.DeleteCopies, plan.Topics))...)
+	addCreateWait(&resp.Diagnostics, "The mirror link", err, r.attrs())
 }
 
 func (r *mirrorResource) waitReady(ctx context.Context, tenant, name string) (*mirrorJSON, error) {
 	var link mirrorJSON
-	err := waitFor(ctx, "waiting for mirror link "+name, func() (bool, string, error) {
+	err := r.client.waitFor(ctx, "waiting for mirror link "+name, func() (bool, string, error) {
 		if err := r.client.Get(ctx, "mirrors/"+escape(name), tenantQuery(tenant), &link); err != nil {
 			return false, "", err
 		}
@@ -192,7 +193,8 @@ func (r *mirrorResource) Read(ctx context.Context, req resource.ReadRequest, res
 	tenant, name := splitScopedID(state.ID.ValueString())
 	var link mirrorJSON
 	err := r.client.Get(ctx, "mirrors/"+escape(name), tenantQuery(tenant), &link)
-	if IsNotFound(err) {
+	gone, err := r.client.Gone(ctx, err, tenant)
+	if gone {
 		resp.State.RemoveResource(ctx)
 		return
 	}
@@ -200,7 +202,7 @@ func (r *mirrorResource) Read(ctx context.Context, req resource.ReadRequest, res
 		addAPIError(&resp.Diagnostics, "Could not read the mirror link", err, r.attrs())
 		return
 	}
-	resp.Diagnostics.Append(resp.State.Set(ctx, mirrorState(link, state.DeleteCopies))...)
+	resp.Diagnostics.Append(resp.State.Set(ctx, mirrorState(ctx, link, state.DeleteCopies, state.Topics))...)
 }
 
 func (r *mirrorResource) Update(ctx context.Context, req resource.UpdateRequest, resp *resource.UpdateResponse) {
@@ -229,7 +231,7 @@ func (r *mirrorResource) Update(ctx context.Context, req resource.UpdateRequest,
 	}
 	link, err := r.waitReady(ctx, tenant, name)
 	if link != nil {
-		resp.Diagnostics.Append(resp.State.Set(ctx, mirrorState(*link, plan.DeleteCopies))...)
+		resp.Diagnostics.Append(resp.State.Set(ctx, mirrorState(ctx, *link, plan.DeleteCopies, plan.Topics))...)
 	}
 	if err != nil {
 		addAPIError(&resp.Diagnostics, "The mirror link was changed but its copies were not made", err, r.attrs())
@@ -249,7 +251,7 @@ func (r *mirrorResource) Delete(ctx context.Context, req resource.DeleteRequest,
 		return
 	}
 	path := "mirrors/" + escape(name)
-	if err := r.client.Delete(ctx, path, tenantQuery(tenant)); err != nil && !IsNotFound(err) {
+	if _, err := r.client.Gone(ctx, r.client.Delete(ctx, path, tenantQuery(tenant)), tenant); err != nil {
 		addAPIError(&resp.Diagnostics, "Could not delete the mirror link", err, r.attrs())
 		return
 	}
@@ -292,7 +294,7 @@ func (r *mirrorResource) copiesOf(ctx context.Context, state mirrorModel, tenant
 func (r *mirrorResource) deleteCopy(ctx context.Context, copy copyJSON) error {
 	path := "topics/" + escape(copy.FullName)
 	query := url.Values{"region": {copy.Region}}
-	if err := r.client.Delete(ctx, path, query); err != nil && !IsNotFound(err) {
+	if _, err := r.client.Gone(ctx, r.client.Delete(ctx, path, query), topicTenant(types.StringNull(), copy.FullName)); err != nil {
 		return err
 	}
 	return waitGone(ctx, r.client, path, query)

@@ -117,7 +117,8 @@ func (r *quotaResource) Read(ctx context.Context, req resource.ReadRequest, resp
 	}
 	var quota map[string]any
 	err := r.client.Get(ctx, "quotas/"+escape(id.ValueString()), nil, &quota)
-	if IsNotFound(err) {
+	gone, err := r.client.Gone(ctx, err, id.ValueString())
+	if gone {
 		resp.State.RemoveResource(ctx)
 		return
 	}

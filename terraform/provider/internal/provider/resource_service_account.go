@@ -120,7 +120,8 @@ func (r *serviceAccountResource) Read(ctx context.Context, req resource.ReadRequ
 	}
 	var account serviceAccountJSON
 	err := r.client.Get(ctx, "service-accounts/"+escape(state.ID.ValueString()), nil, &account)
-	if IsNotFound(err) {
+	gone, err := r.client.Gone(ctx, err, state.Tenant.ValueString())
+	if gone {
 		resp.State.RemoveResource(ctx)
 		return
 	}
@@ -159,8 +160,8 @@ func (r *serviceAccountResource) Delete(ctx context.Context, req resource.Delete
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	err := r.client.Delete(ctx, "service-accounts/"+escape(state.ID.ValueString()), nil)
-	if err != nil && !IsNotFound(err) {
+	_, err := r.client.Gone(ctx, r.client.Delete(ctx, "service-accounts/"+escape(state.ID.ValueString()), nil), state.Tenant.ValueString())
+	if err != nil {
 		addAPIError(&resp.Diagnostics, "Could not delete the service account", err, r.attrs())
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"github.com/hashicorp/terraform-plugin-framework/path"
 	"github.com/hashicorp/terraform-plugin-framework/resource"
 	"github.com/hashicorp/terraform-plugin-framework/resource/schema"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/planmodifier"
+	"github.com/hashicorp/terraform-plugin-framework/resource/schema/stringplanmodifier"
 	"github.com/hashicorp/terraform-plugin-framework/types"
 )
 
@@ -54,8 +56,10 @@ func (r *tenantResource) Schema(_ context.Context, _ resource.SchemaRequest, res
 				Description: "The region its topics go to by default (null: none)."},
 			"regions": schema.SetAttribute{Optional: true, Computed: true, ElementType: types.StringType, PlanModifiers: keepSet,
 				Description: "The regions it may use besides its home region (mirror links)."},
-			"status": schema.StringAttribute{Computed: true, PlanModifiers: keepString,
-				Description: "`pending`, `provisioning`, `ready`, `failed` or `deleting`."},
+			"status": schema.StringAttribute{Computed: true,
+				PlanModifiers: []planmodifier.String{stringplanmodifier.UseStateForUnknown(), settling("pending", "provisioning")},
+				Description: "`pending`, `provisioning`, `ready`, `failed` or `deleting`. A tenant not ready (its create's wait " +
+					"ran out or was interrupted) is updated by the next apply, which waits for it."},
 			"identity_ref": schema.StringAttribute{Computed: true, PlanModifiers: keepString,
 				Description: "The identity provider's reference to its group."},
 		},
@@ -101,14 +105,12 @@ func (r *tenantResource) Create(ctx context.Context, req resource.CreateRequest,
 		tenant = &created
 	}
 	resp.Diagnostics.Append(resp.State.Set(ctx, tenantState(*tenant))...)
-	if err != nil {
-		addAPIError(&resp.Diagnostics, "The tenant was created but its identity was not provisioned", err, r.attrs())
-	}
+	addCreateWait(&resp.Diagnostics, "The tenant", err, r.attrs())
 }
 
 func (r *tenantResource) waitReady(ctx context.Context, slug string) (*tenantJSON, error) {
 	var tenant tenantJSON
-	err := waitFor(ctx, "waiting for tenant "+slug, func() (bool, string, error) {
+	err := r.client.waitFor(ctx, "waiting for tenant "+slug, func() (bool, string, error) {
 		if err := r.client.Get(ctx, "tenants/"+escape(slug), nil, &tenant); err != nil {
 			return false, "", err
 		}
@@ -131,7 +133,8 @@ func (r *tenantResource) Read(ctx context.Context, req resource.ReadRequest, res
 	}
 	var tenant tenantJSON
 	err := r.client.Get(ctx, "tenants/"+escape(state.ID.ValueString()), nil, &tenant)
-	if IsNotFound(err) {
+	gone, err := r.client.Gone(ctx, err, state.ID.ValueString())
+	if gone {
 		resp.State.RemoveResource(ctx)
 		return
 	}
@@ -164,6 +167,15 @@ func (r *tenantResource) Update(ctx context.Context, req resource.UpdateRequest,
 		addAPIError(&resp.Diagnostics, "Could not change the tenant", err, r.attrs())
 		return
 	}
+	if tenant.Status != "ready" { // its identity not provisioned yet (an interrupted create)
+		ready, err := r.waitReady(ctx, tenant.Slug)
+		if ready != nil {
+			tenant = *ready
+		}
+		if err != nil {
+			addAPIError(&resp.Diagnostics, "The tenant's identity was not provisioned", err, r.attrs())
+		}
+	}
 	resp.Diagnostics.Append(resp.State.Set(ctx, tenantState(tenant))...)
 }
 
@@ -174,7 +186,7 @@ func (r *tenantResource) Delete(ctx context.Context, req resource.DeleteRequest,
 		return
 	}
 	path := "tenants/" + escape(state.ID.ValueString())
-	if err := r.client.Delete(ctx, path, nil); err != nil && !IsNotFound(err) {
+	if _, err := r.client.Gone(ctx, r.client.Delete(ctx, path, nil), state.ID.ValueString()); err != nil {
 		addAPIError(&resp.Diagnostics, "Could not delete the tenant", err, r.attrs())
 		return
 	}

@@ -118,7 +118,9 @@ func (r *topicResource) Schema(_ context.Context, _ resource.SchemaRequest, resp
 			"max_segment_bytes":     optionalInt("A segment is sealed (with remote_storage: uploaded) at this size; 1 MiB to 1 GiB."),
 			"segment_ms":            optionalInt("... or at this age, in ms; 60000 to 30 days."),
 			"status": schema.StringAttribute{Computed: true,
-				Description: "`pending`, `provisioning`, `ready`, `failed` or `deleting`."},
+				PlanModifiers: []planmodifier.String{settling("pending", "provisioning")},
+				Description: "`pending`, `provisioning`, `ready`, `failed` or `deleting`. A topic not ready (its create's wait " +
+					"ran out or was interrupted) is updated by the next apply, which waits for it."},
 		},
 	}
 }
@@ -155,9 +157,7 @@ func (r *topicResource) Create(ctx context.Context, req resource.CreateRequest, 
 		state = topicState(*topic)
 	}
 	resp.Diagnostics.Append(resp.State.Set(ctx, state)...)
-	if err != nil {
-		addAPIError(&resp.Diagnostics, "The topic was created but did not become ready", err, r.attrs())
-	}
+	addCreateWait(&resp.Diagnostics, "The topic", err, r.attrs())
 }
 
 // topicConfig adds the configuration fields the plan sets.
@@ -179,7 +179,7 @@ func topicConfig(b body, plan topicModel) {
 // topic that failed is an error naming the reason.
 func (r *topicResource) waitReady(ctx context.Context, fullName string) (*topicJSON, error) {
 	var topic topicJSON
-	err := waitFor(ctx, "waiting for topic "+fullName, func() (bool, string, error) {
+	err := r.client.waitFor(ctx, "waiting for topic "+fullName, func() (bool, string, error) {
 		if err := r.client.Get(ctx, "topics/"+escape(fullName), nil, &topic); err != nil {
 			return false, "", err
 		}
@@ -228,7 +228,8 @@ func (r *topicResource) Read(ctx context.Context, req resource.ReadRequest, resp
 	}
 	var topic topicJSON
 	err := r.client.Get(ctx, "topics/"+escape(state.ID.ValueString()), nil, &topic)
-	if IsNotFound(err) {
+	gone, err := r.client.Gone(ctx, err, topicTenant(state.Tenant, state.ID.ValueString()))
+	if gone {
 		resp.State.RemoveResource(ctx) // deleted outside Terraform: planned anew
 		return
 	}
@@ -282,7 +283,7 @@ func (r *topicResource) Delete(ctx context.Context, req resource.DeleteRequest, 
 		return
 	}
 	path := "topics/" + escape(state.ID.ValueString())
-	if err := r.client.Delete(ctx, path, nil); err != nil && !IsNotFound(err) {
+	if _, err := r.client.Gone(ctx, r.client.Delete(ctx, path, nil), topicTenant(state.Tenant, state.ID.ValueString())); err != nil {
 		addAPIError(&resp.Diagnostics, "Could not delete the topic", err, r.attrs())
 		return
 	}

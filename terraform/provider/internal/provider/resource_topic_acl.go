@@ -110,7 +110,8 @@ func (r *topicACLResource) Read(ctx context.Context, req resource.ReadRequest, r
 	}
 	var acl topicACLJSON
 	err := r.client.Get(ctx, "topic-acls/"+escape(state.ID.ValueString()), nil, &acl)
-	if IsNotFound(err) {
+	gone, err := r.client.Gone(ctx, err, state.Tenant.ValueString())
+	if gone {
 		resp.State.RemoveResource(ctx)
 		return
 	}
@@ -144,8 +145,8 @@ func (r *topicACLResource) Delete(ctx context.Context, req resource.DeleteReques
 	if resp.Diagnostics.HasError() {
 		return
 	}
-	err := r.client.Delete(ctx, "topic-acls/"+escape(state.ID.ValueString()), nil)
-	if err != nil && !IsNotFound(err) {
+	_, err := r.client.Gone(ctx, r.client.Delete(ctx, "topic-acls/"+escape(state.ID.ValueString()), nil), state.Tenant.ValueString())
+	if err != nil {
 		addAPIError(&resp.Diagnostics, "Could not revoke the topic ACL", err, r.attrs())
 	}
 }

@@ -166,3 +166,52 @@ func emptyAsNull(value string) types.String {
 	}
 	return types.StringValue(value)
 }
+
+// topicTenant is the tenant of a topic: the state's tenant, else (an import, which sets
+// only the id) the slug its full name starts with.
+func topicTenant(tenant types.String, fullName string) string {
+	if known(tenant) {
+		return tenant.ValueString()
+	}
+	slug, _, _ := strings.Cut(fullName, ".")
+	return slug
+}
+
+// fullTopicName is the topic name stands for in tenant's scope, as the API reads it: a
+// name starting with "<tenant>." is a full name, any other a short one.
+func fullTopicName(tenant, name string) string {
+	if strings.HasPrefix(name, tenant+".") {
+		return name
+	}
+	return tenant + "." + name
+}
+
+// topicAsNamed is the topic the API answered, written as named writes it (the
+// configuration, or the state) when they are the same topic: the API takes a short or a
+// full name and answers one form (full names for lanes, exports and indexes, short ones
+// for mirror links), which would otherwise differ from the value configured (an
+// inconsistent result after apply) or show as a change in every plan.
+func topicAsNamed(tenant, answered string, named types.String) types.String {
+	if known(named) && fullTopicName(tenant, named.ValueString()) == fullTopicName(tenant, answered) {
+		return named
+	}
+	return types.StringValue(answered)
+}
+
+// topicsAsNamed is topicAsNamed for a set of topics (null when empty).
+func topicsAsNamed(ctx context.Context, tenant string, answered []string, named types.Set) types.Set {
+	var ignored diag.Diagnostics
+	written := map[string]string{}
+	for _, name := range stringsOf(ctx, named, &ignored) {
+		written[fullTopicName(tenant, name)] = name
+	}
+	out := make([]string, 0, len(answered))
+	for _, topic := range answered {
+		if name, ok := written[fullTopicName(tenant, topic)]; ok {
+			out = append(out, name)
+		} else {
+			out = append(out, topic)
+		}
+	}
+	return nullIfEmpty(out)
+}
