@@ -142,15 +142,19 @@ class Partition:
                 future.set_exception(outcome)
             else:
                 future.set_result(outcome)
+        self.after_append()
+        if self._pending:
+            self._write_next_burst(loop)
+        else:
+            self._writing = False
+
+    def after_append(self) -> None:
+        """Tell waiting readers and replicas that the log grew (on the event loop)."""
         self.notify_append()
         if self.replica is None:
             self.notify()
         elif self.on_leader_append is not None:
             self.on_leader_append(self)  # the HW moves with the ISR: it notifies then
-        if self._pending:
-            self._write_next_burst(loop)
-        else:
-            self._writing = False
 
     # -- appending (blocking) -------------------------------------------------------------
     def append(self, data: bytes) -> AppendInfo:

@@ -732,20 +732,24 @@ class EndHalfRequest(_message.Message):
     PRODUCER_GROUP_FIELD_NUMBER: _builtins.int
     HALF_ID_FIELD_NUMBER: _builtins.int
     OUTCOME_FIELD_NUMBER: _builtins.int
+    BY_OPERATOR_FIELD_NUMBER: _builtins.int
     producer_group: _builtins.str
     half_id: _builtins.str
     outcome: Global___HalfOutcome.ValueType
     """HALF_COMMIT or HALF_ROLLBACK"""
+    by_operator: _builtins.bool
+    """an operator's decision (console, REST API): recorded so"""
     def __init__(
         self,
         *,
         producer_group: _builtins.str = ...,
         half_id: _builtins.str = ...,
         outcome: Global___HalfOutcome.ValueType = ...,
+        by_operator: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["half_id", b"half_id", "outcome", b"outcome", "producer_group", b"producer_group"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["by_operator", b"by_operator", "half_id", b"half_id", "outcome", b"outcome", "producer_group", b"producer_group"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
