@@ -359,15 +359,18 @@ class TransactionsServicer(txn_pb2_grpc.TransactionsServicer, _Instrumented):
             await abort(context, to_error(exc))
         member = self.halves.hub.connect(group, hello.hello.client_id)
         reader = asyncio.ensure_future(self._answers(group, request_iterator))
+        getting: asyncio.Future[txn_pb2.CheckBackRequest] | None = None
         try:
             while not reader.done():
                 getting = asyncio.ensure_future(member.requests.get())
                 done, _ = await asyncio.wait([getting, reader], return_when=asyncio.FIRST_COMPLETED)
                 if getting not in done:
-                    getting.cancel()
                     break
                 yield getting.result()
+                getting = None
         finally:
+            if getting is not None:
+                getting.cancel()
             self.halves.hub.disconnect(member)
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
