@@ -268,11 +268,14 @@ class Admin:
         }
 
     def list_offsets(
-        self, specs: Mapping[TopicPartition, int | str]
+        self, specs: Mapping[TopicPartition, int | str], *, read_committed: bool = False
     ) -> dict[TopicPartition, tuple[int, int]]:
-        """``{tp: (offset, timestamp)}`` for ``"earliest"``, ``"latest"`` or a timestamp."""
+        """``{tp: (offset, timestamp)}`` for ``"earliest"``, ``"latest"`` or a timestamp;
+        ``read_committed``: latest is the last stable offset."""
         wanted = {TopicPartition(*tp): offset_spec(spec) for tp, spec in specs.items()}
-        return list_offsets(self.metadata, wanted, timeout_s=self._timeout_s)
+        return list_offsets(
+            self.metadata, wanted, timeout_s=self._timeout_s, read_committed=read_committed
+        )
 
     def describe_cluster(self) -> ClusterDescription:
         """Every broker the cluster's metadata lists, with what it reports of itself."""

@@ -79,6 +79,7 @@ FATAL = frozenset(
 )
 _RETRIED = frozenset({ErrorCode.CONCURRENT_TRANSACTIONS})
 _QUIET_POLL_S = 0.01
+RETRY_BACKOFF_S = 0.1
 
 
 class TxnState(enum.Enum):
@@ -288,6 +289,8 @@ class TransactionManager:
         except MeridianError as error:
             self._refuse(wanted, error)
             return
+        if any(r.error and MeridianError(r.error).retriable for r in response.results):
+            await asyncio.sleep(RETRY_BACKOFF_S)  # before the sender asks again
         refused: list[tuple[TopicPartition, MeridianError]] = []
         with self._lock:
             for result in response.results:
@@ -300,9 +303,14 @@ class TransactionManager:
             self._refuse([tp], refusal)
 
     def _refuse(self, partitions: list[TopicPartition], error: MeridianError) -> None:
-        """Partitions that could not join the transaction: the transaction can only be
+        """Partitions that could not join the transaction: asked again at a later pass
+        when retriable (a topic created a moment ago); else the transaction can only be
         aborted, and its batches not sent fail (``refusal``); a fatal error ends the
         producer."""
+        if error.retriable:
+            with self._lock:
+                self._to_add.update(partitions)
+            return
         if error.code in FATAL:
             self._fatal(error)
             self._sender.fail_all(error)

@@ -82,7 +82,7 @@ TXN_STATE_LOG_CONFIG = LogConfig(
 # epoch is the partition's.
 SendMarkers = Callable[[TxnMetadata, int], Awaitable[None]]
 # Whether a topic-partition exists in the cluster (None) or why it may not be added.
-CheckPartition = Callable[[str, int], MeridianError | None]
+CheckPartition = Callable[[str, int], Awaitable[MeridianError | None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -322,7 +322,7 @@ class TransactionCoordinator:
         """AddPartitionsToTxn; per-partition outcomes (None: added)."""
         results: dict[TopicPartitionKey, MeridianError | None] = {}
         for topic, partition in dict.fromkeys(partitions):
-            results[(topic, partition)] = self._check_partition(topic, partition)
+            results[(topic, partition)] = await self._check_partition(topic, partition)
         wanted = frozenset(tp for tp, error in results.items() if error is None)
         if wanted:
             await self._add(transactional_id, producer_id, epoch, wanted)

@@ -139,7 +139,7 @@ class HalfMessages:
         checks = max_checks or config.half_max_checks
         kept_headers = tuple((str(k), bytes(v)) for k, v in headers)
         _check_half(interval, checks, key, kept_headers)
-        refused = self._check_partition(topic, partition)
+        refused = await self._check_partition(topic, partition)
         if refused is not None:
             raise refused
         self.core.loaded(group)  # NOT_COORDINATOR before an id is spent

@@ -10,6 +10,8 @@ broker is reached on the broker's peer channels (internal credentials).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor
 
@@ -18,7 +20,7 @@ from prometheus_client import CollectorRegistry
 
 from dataplane._gen.meridian.v1 import common_pb2, txn_pb2, txn_pb2_grpc
 from dataplane.broker.auth import Authorizer
-from dataplane.broker.cluster import ClusterView
+from dataplane.broker.cluster import REFRESH_WAIT_S, ClusterView
 from dataplane.broker.config import BrokerConfig
 from dataplane.broker.groups import GroupCoordinator
 from dataplane.broker.groups.coordinator import OFFSETS_TOPIC
@@ -123,11 +125,17 @@ class TxnServices:
         leader = self.cluster.placement().get(topic, {}).get(partition)
         return None if leader is None or leader < 0 else leader
 
-    def _check_partition(self, topic: str, partition: int) -> MeridianError | None:
+    async def _check_partition(self, topic: str, partition: int) -> MeridianError | None:
+        """None when the cluster knows ``topic``-``partition``: the cluster view, asked
+        again of the peers when it does not yet (a topic created a moment ago)."""
         if is_internal(topic):
             return MeridianError(ErrorCode.INVALID_TOPIC, f"{topic} is internal")
-        known = self.cluster.placement().get(topic) if self.cluster is not None else None
-        if known is None or partition not in known:
+        if self.cluster is None:
+            return MeridianError(ErrorCode.BROKER_NOT_AVAILABLE, "the broker is starting")
+        if partition not in self.cluster.placement().get(topic, {}):
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.cluster.refresh(), REFRESH_WAIT_S)
+        if partition not in self.cluster.placement().get(topic, {}):
             return MeridianError(
                 ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic}-{partition} is not in the cluster"
             )
