@@ -73,7 +73,9 @@ def describe(address: str, transactional_id: str) -> txn_pb2.TransactionDescript
 
 
 def leader_of(brokers: Sequence[BrokerProcess], topic: str, partition: int) -> BrokerProcess:
-    with Admin(brokers[0].address) as admin:
+    """The broker leading ``topic``-``partition``, as the running brokers' metadata says."""
+    with Admin([b.address for b in brokers if b.running]) as admin:
+        admin.metadata.refresh([topic])
         leader = admin.metadata.leader_for(topic, partition)
     return next(b for b in brokers if b.address == leader.address)
 
