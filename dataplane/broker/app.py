@@ -49,6 +49,7 @@ from dataplane.broker.groups import GroupCoordinator, GroupServicer
 from dataplane.broker.kafka import KafkaListener
 from dataplane.broker.kafka.data import DataServices
 from dataplane.broker.kafka.groups import GroupServices
+from dataplane.broker.kafka.txns import TxnServices as KafkaTxnServices
 from dataplane.broker.lanes import BrokerLanes, LaneTable
 from dataplane.broker.metrics import BrokerMetrics
 from dataplane.broker.outbound import peer_channel
@@ -307,6 +308,7 @@ class BrokerApp:
                 GroupServices(groups, self.quotas),
                 self.metrics,
                 self.authenticator,
+                KafkaTxnServices(transactions, self.quotas),
             )
         replica_fetch = ReplicaFetchHandler(
             self.registry, self.replicas, self.executor, config.fetch_max_bytes

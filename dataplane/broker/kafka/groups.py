@@ -14,8 +14,9 @@ assignments are sent as version 0 (the layout is the same in every version). A p
 that does not parse is passed through unchanged. Other protocol types (Connect, ...)
 pass through untouched.
 
-FindCoordinator answers only group keys; the transaction coordinator (key type 1) is
-INVALID_REQUEST: Meridian serves idempotent producers, not transactions yet.
+FindCoordinator answers group keys here; transactional ids (key type 1) are
+``txns.py``'s. OffsetFetch's ``require_stable`` (v7) answers UNSTABLE_OFFSET_COMMIT for an
+offset an open transaction committed, as Kafka's read_committed consumers ask.
 """
 
 from __future__ import annotations
@@ -148,7 +149,7 @@ async def _coordinator(
         return {
             **none,
             "error_code": codes.INVALID_REQUEST,
-            "error_message": "transactions are not served yet: no transaction coordinator",
+            "error_message": f"coordinator key type {key_type}: groups (0) and transactions (1)",
         }
     try:
         pb = group_pb2.FindCoordinatorRequest(group_id=key)
@@ -333,7 +334,8 @@ async def offset_commit(services: GroupServices, req: Request, ctx: CallContext)
 
 async def offset_fetch(services: GroupServices, req: Request, ctx: CallContext) -> Values:
     body = req.body
-    pb = group_pb2.OffsetFetchRequest(group_id=body.group_id)
+    stable = req.version >= 7 and bool(body.require_stable)
+    pb = group_pb2.OffsetFetchRequest(group_id=body.group_id, require_stable=stable)
     for topic in body.topics or []:
         pb.partitions.extend(
             common_pb2.TopicPartition(topic=topic.name, partition=p)
