@@ -169,10 +169,10 @@ class FetchHandler:
         visible = part.visible_end(committed)
         try:
             if limit > 0 or first:
-                data = self._read(part, item.fetch_offset, max(limit, 1), visible)
+                data, remote = self._read(part, item.fetch_offset, max(limit, 1), visible)
                 if first or len(data) <= limit:
                     result.records, size = data, len(data)
-                    _add_aborted(result, part, item.fetch_offset, data, committed)
+                    self._add_aborted(result, part, item.fetch_offset, data, committed, remote)
             elif self._remote(part, item.fetch_offset) is None:
                 log.read(item.fetch_offset, 1, max_offset=item.fetch_offset)  # range check
         except Exception as exc:  # every failure is a typed result
@@ -186,21 +186,50 @@ class FetchHandler:
         result.log_end_offset = log.log_end_offset
         return size
 
-    def _read(self, part: Partition, offset: int, max_bytes: int, visible: int) -> bytes:
-        """Whole batches from ``offset`` below ``visible``: from the remote tier below a
-        tiered partition's local log (whose segments lie below the last stable offset),
-        else from the log (and from the remote tier after all when local retention moved
-        the log start past ``offset`` during the read)."""
+    def _read(
+        self, part: Partition, offset: int, max_bytes: int, visible: int
+    ) -> tuple[bytes, Manifest | None]:
+        """Whole batches from ``offset`` below ``visible``, and the manifest when they
+        came from the remote tier: below a tiered partition's local log (its segments
+        lie below the last stable offset), or when local retention moved the log start
+        past ``offset`` during the read; else from the log."""
         remote = self._remote(part, offset)
         if remote is None:
             try:
-                return part.log.read(offset, max_bytes, max_offset=visible).data
+                return part.log.read(offset, max_bytes, max_offset=visible).data, None
             except OffsetOutOfRangeError:
                 remote = self._remote(part, offset)
                 if remote is None:
                     raise
         assert self._tier is not None
-        return self._tier.read(part, remote, offset, max_bytes)
+        return self._tier.read(part, remote, offset, max_bytes), remote
+
+    def _add_aborted(
+        self,
+        result: broker_pb2.FetchPartitionResult,
+        part: Partition,
+        fetch_offset: int,
+        data: bytes,
+        committed: bool,
+        remote: Manifest | None,
+    ) -> None:
+        """The aborted transactions overlapping ``data`` (read from ``fetch_offset``):
+        all of them for read_committed, the rolled-back half messages for
+        read_uncommitted; from the partition's index, or the remote segment's list."""
+        if not data:
+            return
+        end = _end_offset(data)
+        if remote is not None and self._tier is not None:
+            listed = self._tier.aborted(remote, fetch_offset)
+            found = [(p, f) for p, f, last in listed if last >= fetch_offset and f < end]
+        else:
+            index = part.producers.aborted
+            if index is None or not len(index):
+                return
+            found = [(a.producer_id, a.first_offset) for a in index.collect(fetch_offset, end)]
+        for producer_id, first_offset in found:
+            if committed or is_half_producer(producer_id):
+                result.aborted_transactions.add(producer_id=producer_id, first_offset=first_offset)
 
     def _remote(self, part: Partition, offset: int) -> Manifest | None:
         return self._tier.check_readable(part, offset) if self._tier is not None else None
@@ -230,25 +259,6 @@ def _fail(
     result.high_watermark = result.log_start_offset = result.log_end_offset = -1
     result.last_stable_offset = -1
     return result
-
-
-def _add_aborted(
-    result: broker_pb2.FetchPartitionResult,
-    part: Partition,
-    fetch_offset: int,
-    data: bytes,
-    committed: bool,
-) -> None:
-    """The aborted transactions overlapping ``data`` (read from ``fetch_offset``): all
-    of them for read_committed, the rolled-back half messages for read_uncommitted."""
-    index = part.producers.aborted
-    if not data or index is None or not len(index):
-        return
-    for entry in index.collect(fetch_offset, _end_offset(data)):
-        if committed or is_half_producer(entry.producer_id):
-            result.aborted_transactions.add(
-                producer_id=entry.producer_id, first_offset=entry.first_offset
-            )
 
 
 def _end_offset(data: bytes) -> int:
