@@ -22,6 +22,7 @@ SECTIONS = (
     ("Dashboard", "web:dashboard"),
     ("Topics", "web:topic-list"),
     ("Consumer groups", "web:group-list"),
+    ("Transactions", "web:transaction-list"),
     ("Lanes", "web:lane-list"),
     ("Databus", "web:databus-list"),
     ("Exports", "web:export-list"),

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from dataplane.cli import databus, exports, groups, indexes, lanes, mirrors, topics
+from dataplane.cli import databus, exports, groups, indexes, lanes, mirrors, topics, transactions
 from dataplane.cli.api import DEFAULT_API_URL
 from dataplane.cli.base import DEFAULT_BOOTSTRAP, Settings, credentials_from, fail, reporting
 from dataplane.cli.consume import consume
@@ -18,7 +18,8 @@ from dataplane.errors import MeridianError
 app = typer.Typer(
     name="meridian",
     help=(
-        "Produce, consume and inspect topics and consumer groups of a Meridian cluster; "
+        "Produce, consume and inspect topics, consumer groups and transactions of a Meridian "
+        "cluster; "
         "manage a tenant's lanes, Databus configurations, Parquet exports, indexes and "
         "mirror links."
     ),
@@ -162,6 +163,8 @@ mirrors_app.command("pause")(reporting(mirrors.pause))
 mirrors_app.command("resume")(reporting(mirrors.resume))
 mirrors_app.command("delete")(reporting(mirrors.delete))
 app.add_typer(mirrors_app, name="mirrors")
+app.add_typer(transactions.app, name="transactions")
+app.add_typer(transactions.half_app, name="half-messages")
 
 
 def main(argv: Sequence[str] | None = None) -> None:
