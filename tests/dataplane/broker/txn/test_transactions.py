@@ -6,12 +6,14 @@ typed error and nothing visible that was not committed."""
 from __future__ import annotations
 
 import threading
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
 import pytest
 from kafka.record import MemoryRecords
+from prometheus_client.parser import text_string_to_metric_families
 
 from dataplane._gen.meridian.v1 import broker_pb2, broker_pb2_grpc, txn_pb2, txn_pb2_grpc
 from dataplane.client import Admin, MeridianError, Producer, TopicPartition
@@ -315,5 +317,68 @@ def test_a_raising_check_back_leaves_the_half_message_to_its_default(bootstrap: 
         assert (half.resolved_by, half.checks) == ("default", 3)
         assert asked.is_set()
         assert read_topic(bootstrap, topic, 1, committed=False) == []
+    finally:
+        producer.close()
+
+
+def metric_sum(brokers: list[BrokerProcess], name: str, **labels: str) -> float:
+    """``name`` summed over every broker's /metrics, for the samples with ``labels``."""
+    total = 0.0
+    for broker in brokers:
+        with urllib.request.urlopen(broker.metrics_url, timeout=10) as answer:
+            text = answer.read().decode()
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == name and all(
+                    sample.labels.get(k) == v for k, v in labels.items()
+                ):
+                    total += sample.value
+    return total
+
+
+def test_metrics_count_transactions_markers_and_the_stable_offsets_lag(
+    brokers: list[BrokerProcess], bootstrap: str
+) -> None:
+    topic = topic_of(bootstrap, "acme.txn-metrics")
+    counted = ("meridian_txn_completed_total", "meridian_txn_markers_written_total")
+    before = {
+        (name, outcome): metric_sum(brokers, name, outcome=outcome)
+        for name in counted
+        for outcome in ("commit", "abort")
+    }
+    producer = Producer(bootstrap, transactional_id="acme.metrics", linger_ms=1)
+    try:
+        producer.init_transactions()
+        for commit in (True, False):
+            producer.begin_transaction()
+            send_all(producer, topic, "m")
+            producer.flush()
+            (producer.commit_transaction if commit else producer.abort_transaction)()
+        producer.begin_transaction()
+        send_all(producer, topic, "open")
+        producer.flush()
+        lag = lambda: metric_sum(  # noqa: E731
+            brokers, "meridian_partition_last_stable_offset_lag", topic=topic
+        )
+        assert wait_for(lambda: lag() >= 6, 30)  # the open transaction's records
+        assert metric_sum(brokers, "meridian_txn_open", kind="transaction", state="ongoing") >= 1
+
+        def counted_up() -> bool:
+            after = {key: metric_sum(brokers, key[0], outcome=key[1]) for key in before}
+            completed = [
+                after[("meridian_txn_completed_total", o)]
+                - before[("meridian_txn_completed_total", o)]
+                for o in ("commit", "abort")
+            ]
+            markers = [
+                after[("meridian_txn_markers_written_total", o)]
+                - before[("meridian_txn_markers_written_total", o)]
+                for o in ("commit", "abort")
+            ]
+            return completed == [1, 1] and markers == [3, 3]  # one per partition
+
+        assert wait_for(counted_up, 30)
+        producer.commit_transaction()
+        assert wait_for(lambda: lag() == 0, 30)
     finally:
         producer.close()
