@@ -171,6 +171,7 @@ class ProduceHandler:
     ) -> broker_pb2.ProduceResponse:
         """Ask the coordinator about ``keys`` (joining verifications in progress), then
         start the appends: requests waiting on one verification start in arrival order."""
+        loop = asyncio.get_running_loop()
         waits = []
         for key in keys:
             verification = self._verifying.get(key)
@@ -178,16 +179,24 @@ class ProduceHandler:
                 verification = self._verifying[key] = _Verification()
                 self._keep(asyncio.ensure_future(self._ask(request.transactional_id, key)))
             verification.waiters += 1
-            waits.append((key, verification))
+            before, verification.last = verification.last, loop.create_future()
+            waits.append((key, verification, before, verification.last))
         refused: dict[TopicPartitionKey, MeridianError] = {}
         try:
-            for key, verification in waits:
+            for key, verification, _, _ in waits:
                 error = await asyncio.shield(verification.answer)
                 if error is not None:
                     refused[(key[0], key[1])] = error
+            # Awaiting an answer already given does not yield: without this a request
+            # that joined late could start before earlier ones still waking up.
+            for _, _, before, _ in waits:
+                if before is not None:
+                    await asyncio.shield(before)
             started = self._submit_checked(request, refused)
         finally:
-            for key, verification in waits:
+            for key, verification, _, mine in waits:
+                if not mine.done():
+                    mine.set_result(None)
                 verification.waiters -= 1
                 if not verification.waiters and self._verifying.get(key) is verification:
                     del self._verifying[key]
@@ -319,6 +328,8 @@ class _Verification:
             asyncio.get_running_loop().create_future()
         )
         self.waiters = 0
+        # Set once the request that joined last has started its appends (or given up).
+        self.last: asyncio.Future[None] | None = None
 
 
 def _check_replica(part: Partition, acks: int) -> MeridianError | None:

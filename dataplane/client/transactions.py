@@ -136,6 +136,8 @@ class TransactionManager:
         self._max_block_s = max_block_s
         self._link = coordinator_link(metadata, transactional_id)
         self._lock = threading.Lock()
+        self._adds_done = threading.Condition(self._lock)
+        self._adding = False  # an AddPartitions call is in flight
         self.state = TxnState.UNINITIALIZED
         self.producer_id = -1
         self.epoch = -1
@@ -145,6 +147,7 @@ class TransactionManager:
         self._error: MeridianError | None = None  # why the transaction is abortable / fatal
         self._bump = False
         sender.txn = self
+        accumulator.on_open = self._opened
 
     # -- the application's calls -------------------------------------------------------
     def init_transactions(self, timeout_s: float | None = None) -> None:
@@ -263,6 +266,16 @@ class TransactionManager:
         self._set(TxnState.READY)
 
     # -- the sender's calls ------------------------------------------------------------
+    def _opened(self, tp: TopicPartition) -> None:
+        """A batch was opened for ``tp`` (by ``send``, under the accumulator's lock): a
+        partition new to the transaction is added at once, while its batch fills, not
+        once the batch is ready to go."""
+        with self._lock:
+            if self.state is not TxnState.IN_TRANSACTION or tp in self._added or tp in self._to_add:
+                return
+            self._to_add.add(tp)
+        self._acc.wakeup()
+
     def addable(self, tp: TopicPartition) -> bool:
         with self._lock:
             if tp in self._added:
@@ -273,9 +286,18 @@ class TransactionManager:
 
     async def add(self) -> None:
         with self._lock:
-            wanted, self._to_add = sorted(self._to_add), set()
+            wanted, self._to_add = sorted(self._to_add - self._added), set()
             if not wanted or self.state not in (TxnState.IN_TRANSACTION, TxnState.COMMITTING):
                 return
+            self._adding = True
+        try:
+            await self._add(wanted)
+        finally:
+            with self._adds_done:
+                self._adding = False
+                self._adds_done.notify_all()
+
+    async def _add(self, wanted: list[TopicPartition]) -> None:
         request = txn_pb2.AddPartitionsToTxnRequest(
             transactional_id=self.transactional_id,
             producer_id=self.producer_id,
@@ -346,7 +368,15 @@ class TransactionManager:
         self._sender.set_identity(self.producer_id, self.epoch)
 
     def _end(self, *, commit: bool, timeout_s: float | None) -> None:
-        with self._lock:
+        # An AddPartitions still in flight must land before EndTxn: landing after it, it
+        # would open the next transaction at the coordinator behind the producer's back.
+        with self._adds_done:
+            if not self._adds_done.wait_for(
+                lambda: not self._adding, timeout_s if timeout_s is not None else self._max_block_s
+            ):
+                raise MeridianError(
+                    ErrorCode.REQUEST_TIMED_OUT, "partitions still being added to the transaction"
+                )
             anything = bool(self._added) or self._offsets_added
         if not anything:
             return  # nothing reached the coordinator: nothing to end there

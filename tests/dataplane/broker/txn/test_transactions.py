@@ -102,6 +102,30 @@ def test_read_committed_sees_each_transaction_whole_or_not_at_all(bootstrap: str
         producer.close()
 
 
+def test_back_to_back_transactions_of_pipelined_batches_all_commit(bootstrap: str) -> None:
+    """Small transactions in a row, each several batches in flight on every partition at
+    once: every one commits (the batches waiting for a partition's verification are
+    appended in order; a partition still being added when one transaction ends does not
+    pass for added in the next), and read_committed sees each record once."""
+    topic = topic_of(bootstrap, "acme.txn-back-to-back")
+    producer = Producer(
+        bootstrap, transactional_id="acme.back-to-back", linger_ms=0, batch_bytes=4096
+    )
+    sent: list[bytes] = []
+    try:
+        producer.init_transactions()
+        for t in range(30):
+            producer.begin_transaction()
+            for i in range(300):
+                value = f"t{t}-{i}-".encode().ljust(100, b".")
+                producer.send(topic, value, partition=i % 3)
+                sent.append(value)
+            producer.commit_transaction()
+    finally:
+        producer.close()
+    assert values(read_topic(bootstrap, topic, 3, committed=True)) == sorted(sent)
+
+
 def test_kafka_python_reads_our_transactional_and_control_batches(
     brokers: list[BrokerProcess], bootstrap: str
 ) -> None:
