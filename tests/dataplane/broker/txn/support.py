@@ -4,8 +4,11 @@ coordinator's view of a transactional id, and worker processes to kill."""
 from __future__ import annotations
 
 import os
+import queue
+import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -96,16 +99,29 @@ class Worker:
             env=env,
             cwd=REPO_ROOT,
         )
+        self._lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self._lines.put(line.strip())
+        self._lines.put(None)  # the worker exited
 
     def wait_for(self, line: str, timeout_s: float = TIMEOUT_S) -> None:
         deadline = time.monotonic() + timeout_s
-        assert self.process.stdout is not None
-        while time.monotonic() < deadline:
-            got = self.process.stdout.readline()
-            if got.strip() == line:
-                return
-            if not got and self.process.poll() is not None:
+        while (remaining := deadline - time.monotonic()) > 0:
+            try:
+                got = self._lines.get(timeout=remaining)
+            except queue.Empty:
                 break
+            if got == line:
+                return
+            if got is None:
+                break
+        if self.process.poll() is None:  # its threads' stacks into its log (worker.py)
+            self.process.send_signal(signal.SIGUSR1)
+            time.sleep(1)
         raise AssertionError(
             f"the worker never said {line!r}; its log:\n{self.log_path.read_text()}"
         )

@@ -13,6 +13,8 @@ python -m tests.dataplane.broker.txn.worker half BOOTSTRAP GROUP TOPIC KEY STATE
 
 from __future__ import annotations
 
+import faulthandler
+import signal
 import sys
 import threading
 from pathlib import Path
@@ -85,5 +87,6 @@ def half(bootstrap: str, group: str, topic: str, key: str, state: str) -> None:
 
 
 if __name__ == "__main__":
+    faulthandler.register(signal.SIGUSR1)  # a test that waits in vain asks for the stacks
     modes = {"open-txn": open_txn, "eos": eos, "half": half}
     modes[sys.argv[1]](*sys.argv[2:])
