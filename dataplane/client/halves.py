@@ -263,7 +263,8 @@ class CheckBackStream:
             others = asyncio.all_tasks(loop)
             for task in others:
                 task.cancel()
-            loop.run_until_complete(asyncio.gather(*others, return_exceptions=True))
+            if others:  # (gather of nothing looks for this thread's loop, and finds none)
+                loop.run_until_complete(asyncio.gather(*others, return_exceptions=True))
             loop.close()
 
     async def _forever(self) -> None:

@@ -6,6 +6,7 @@ typed error and nothing visible that was not committed."""
 from __future__ import annotations
 
 import threading
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -307,6 +308,27 @@ def test_half_messages_stay_invisible_until_committed(bootstrap: str) -> None:
             ]
     finally:
         producer.close()
+
+
+def test_a_producer_answering_check_backs_closes_cleanly(bootstrap: str) -> None:
+    """A producer with a check-back stream sends a half message, idles a moment and
+    closes: the stream's thread ends without an error (pytest fails a test whose threads
+    raise). The stream's loop used to fail at its end when nothing was left running on
+    it, which idling makes likely."""
+    topic = topic_of(bootstrap, "acme.half-closing", partitions=1)
+    for _ in range(5):
+        producer = Producer(
+            bootstrap, producer_group="acme.closing", check_back=lambda m: HalfOutcome.COMMIT
+        )
+        try:
+            stream = producer._halves._stream  # type: ignore[union-attr]
+            assert stream is not None
+            assert stream.connected.wait(10)
+            producer.send_half(topic, b"x").commit()
+            time.sleep(0.3)
+        finally:
+            producer.close()
+        assert not stream._thread.is_alive()
 
 
 def test_a_raising_check_back_leaves_the_half_message_to_its_default(bootstrap: str) -> None:
