@@ -74,10 +74,9 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import broker
-import confluent_kafka
 import kafka_protocol
 from benchkit import (
     Cleanup,
@@ -93,23 +92,22 @@ from benchkit import (
     stopwatch,
     verdict,
 )
-from brokerload import MERIDIAN, SDK_BATCH_BYTES, SDK_CONSUMER, SDK_LINGER_MS
-from confluent_kafka import Consumer, Producer, TopicPartition
+from brokerload import MERIDIAN, SDK_BATCH_BYTES, SDK_LINGER_MS, sdk_consume, sdk_produce
+from confluent_kafka import Producer
 from kafkapeer import (
-    CONSUMER_BATCH,
-    CONSUMER_THROUGHPUT,
     KAFKA,
     PRODUCE_CHUNK,
     PRODUCER_THROUGHPUT,
     KafkaError,
-    _consumer_config,
     _produce,
+    kafka_consume,
     kafka_produce,
 )
 
 from dataplane import client
 from dataplane.client.halves import HalfOutcome
 
+T = TypeVar("T", bound=Throughput)
 WORKLOADS = ("sdk-produce", "sdk-fetch", "kafka-produce", "kafka-fetch", "half")
 VALUE_BYTES = 100
 TXN_RECORDS = 10_000  # records per transaction
@@ -201,34 +199,6 @@ def warm_up(server: Server, sizes: Sizes) -> None:
 
 
 # -- the SDK ------------------------------------------------------------------------------
-def sdk_producer(bootstrap: str, **extra: Any) -> client.Producer:
-    return client.Producer(
-        bootstrap, acks="all", linger_ms=SDK_LINGER_MS, batch_bytes=SDK_BATCH_BYTES, **extra
-    )
-
-
-def sdk_idempotent_produce(bootstrap: str, topic: str, records: int, max_s: float) -> int:
-    """``send`` ``records`` values, then ``flush``; returns the records acknowledged."""
-    value = b"x" * VALUE_BYTES
-    producer = sdk_producer(bootstrap)
-    sampled = []
-    sent = 0
-    deadline = time.perf_counter() + max_s
-    try:
-        while sent < records and time.perf_counter() < deadline:
-            chunk = min(TXN_RECORDS, records - sent)
-            for _ in range(chunk):
-                future = producer.send(topic, value)
-            sampled.append(future)
-            sent += chunk
-        producer.flush()
-        for future in sampled:
-            future.result(timeout=RPC_TIMEOUT_S)
-    finally:
-        producer.close()
-    return sent
-
-
 def sdk_txn_produce(
     bootstrap: str,
     topic: str,
@@ -243,8 +213,12 @@ def sdk_txn_produce(
     ``abort_every``-th aborted once its records are stored (0: none); returns (records
     written, records committed)."""
     value = b"x" * VALUE_BYTES
-    producer = sdk_producer(
-        bootstrap, transactional_id=transactional_id, transaction_timeout_ms=TXN_TIMEOUT_MS
+    producer = client.Producer(
+        bootstrap,
+        linger_ms=SDK_LINGER_MS,
+        batch_bytes=SDK_BATCH_BYTES,
+        transactional_id=transactional_id,
+        transaction_timeout_ms=TXN_TIMEOUT_MS,
     )
     sent = committed = 0
     deadline = time.perf_counter() + max_s
@@ -270,20 +244,8 @@ def sdk_txn_produce(
 
 
 def read_sdk(bootstrap: str, topic: str, isolation: str, records: int, max_s: float) -> int:
-    """``Consumer.poll`` from the start of partition 0 until ``records`` arrived; returns
-    the records received."""
-    consumer = client.Consumer(bootstrap, group_id=None, isolation_level=isolation, **SDK_CONSUMER)
-    got = 0
-    try:
-        tp = client.TopicPartition(topic, 0)
-        consumer.assign([tp])
-        consumer.seek_to_beginning([tp])
-        deadline = time.perf_counter() + max_s
-        while got < records and time.perf_counter() < deadline:
-            got += len(consumer.poll(timeout_ms=1000))
-    finally:
-        consumer.close()
-    return got
+    """``brokerload.sdk_consume`` at ``isolation``."""
+    return sdk_consume(bootstrap, topic, records, max_s, isolation_level=isolation)
 
 
 # -- confluent-kafka ----------------------------------------------------------------------
@@ -334,23 +296,8 @@ def kafka_txn_produce(
 def read_kafka(
     bootstrap: str, topic: str, isolation: str, records: int, max_s: float = RPC_TIMEOUT_S
 ) -> int:
-    """``consume()`` from the start of partition 0 until ``records`` arrived; returns the
-    records received."""
-    extra = {**CONSUMER_THROUGHPUT, "isolation.level": isolation}
-    consumer = Consumer(_consumer_config(bootstrap, extra))
-    got = 0
-    try:
-        consumer.assign([TopicPartition(topic, 0, confluent_kafka.OFFSET_BEGINNING)])
-        deadline = time.perf_counter() + max_s
-        while got < records and time.perf_counter() < deadline:
-            messages = consumer.consume(CONSUMER_BATCH, timeout=1.0)
-            bad = next((m.error() for m in messages if m.error() is not None), None)
-            if bad is not None:
-                raise KafkaError(f"consume: {bad}")
-            got += len(messages)
-    finally:
-        consumer.close()
-    return got
+    """``kafkapeer.kafka_consume`` at ``isolation``."""
+    return kafka_consume(bootstrap, topic, records, max_s, {"isolation.level": isolation})
 
 
 # -- results ------------------------------------------------------------------------------
@@ -391,26 +338,17 @@ class Report:
     errors: list[str] = field(default_factory=list)
 
     def produce(self, system: str, client_name: str, mode: str) -> float:
-        found = next(
-            (
-                t
-                for t in self.produces
-                if (t.system, t.workload, t.mode) == (system, client_name, mode)
-            ),
-            None,
-        )
+        found = _find(self.produces, (system, client_name, mode))
         return math.nan if found is None or not found.records else found.records_s
 
     def scan(self, system: str, client_name: str, isolation: str) -> float:
-        found = next(
-            (
-                s
-                for s in self.scans
-                if (s.system, s.workload, s.mode) == (system, client_name, isolation)
-            ),
-            None,
-        )
+        found = _find(self.scans, (system, client_name, isolation))
         return math.nan if found is None or not found.offsets else found.offsets_s
+
+
+def _find(results: Sequence[T], key: tuple[str, str, str]) -> T | None:
+    """The result of (system, client, how) ``key``."""
+    return next((r for r in results if (r.system, r.workload, r.mode) == key), None)
 
 
 def attempt(report: Report, what: str, work: Callable[[], None]) -> None:
@@ -431,7 +369,7 @@ def run_sdk_produce(server: Server, sizes: Sizes, report: Report, run: int) -> N
         (
             "idempotent",
             IDEMPOTENT,
-            lambda topic: sdk_idempotent_produce(server.grpc, topic, n, sizes.max_case_s),
+            lambda topic: sdk_produce(server.grpc, topic, VALUE_BYTES, n, sizes.max_case_s, "all"),
         )
     ]
     for per_txn in (TXN_RECORDS, SMALL_TXN_RECORDS, LARGE_TXN_RECORDS):
@@ -441,13 +379,7 @@ def run_sdk_produce(server: Server, sizes: Sizes, report: Report, run: int) -> N
             return sdk_txn_produce(server.grpc, topic, tid, n, per_txn, max_s=sizes.max_case_s)[0]
 
         cases.append((f"txn-{per_txn}", txn_mode(per_txn), transactional))
-    for slug, mode, produce in cases:
-        topic = server.topic(f"bench.sdk-produce-{slug}-{run}")
-        progress(f"{server.system}: SDK send() {n:,} x 100 B, {mode}")
-        result = Throughput(server.system, SDK, mode, VALUE_BYTES, SETTING)
-        with stopwatch(result):
-            result.records = produce(topic)
-        report.produces.append(result)
+    _produce_cases(server, report, SDK, f"SDK send() {n:,} x 100 B", cases, run)
 
 
 def run_kafka_produce(server: Server, sizes: Sizes, report: Report, run: int) -> None:
@@ -464,10 +396,25 @@ def run_kafka_produce(server: Server, sizes: Sizes, report: Report, run: int) ->
             lambda topic: kafka_txn_produce(bootstrap, topic, f"bench.ck-{run}", n, 0, max_s=limit),
         ),
     ]
+    _produce_cases(
+        server, report, LIBRDKAFKA, f"confluent-kafka produce() {n:,} x 100 B", cases, run
+    )
+
+
+def _produce_cases(
+    server: Server,
+    report: Report,
+    client_name: str,
+    what: str,
+    cases: Sequence[tuple[str, str, Callable[[str], int]]],
+    run: int,
+) -> None:
+    """Each of ``cases`` (topic slug, mode, produce into a topic returning the records
+    written) timed on a topic of its own."""
     for slug, mode, produce in cases:
-        topic = server.topic(f"bench.ck-produce-{slug}-{run}")
-        progress(f"{server.system}: confluent-kafka produce() {n:,} x 100 B, {mode}")
-        result = Throughput(server.system, LIBRDKAFKA, mode, VALUE_BYTES, SETTING)
+        topic = server.topic(f"bench.{client_name.lower()}-produce-{slug}-{run}")
+        progress(f"{server.system}: {what}, {mode}")
+        result = Throughput(server.system, client_name, mode, VALUE_BYTES, SETTING)
         with stopwatch(result):
             result.records = produce(topic)
         report.produces.append(result)

@@ -116,20 +116,26 @@ class Authorizer:
     # -- groups -------------------------------------------------------------------------
     def group_error(self, group_id: str, operation: str) -> MeridianError | None:
         """None when the caller may do ``operation`` on group ``group_id``."""
-        principal = self._caller()
-        if principal is None:
-            return None
-        tenant = tenant_of(group_id)
-        role = principal.role_in(tenant) if tenant is not None else None
-        if role is not None and operation in ROLE_OPERATIONS[role]:
-            return None
-        if tenant is not None and operation == DESCRIBE and principal.platform_admin:
+        if self._may_by_name(group_id, operation):
             return None
         return MeridianError(
             ErrorCode.GROUP_AUTHORIZATION_FAILED,
             f"not authorized to {_GROUP_VERBS.get(operation, operation)} group {group_id!r}"
             " (group ids start with '<tenant>.')",
         )
+
+    def _may_by_name(self, name: str, operation: str) -> bool:
+        """Whether the caller may do ``operation`` on a tenant-scoped name (a group, a
+        transactional id): its role in the tenant the name's prefix names, or a platform
+        admin describing."""
+        principal = self._caller()
+        if principal is None:
+            return True
+        tenant = tenant_of(name)
+        role = principal.role_in(tenant) if tenant is not None else None
+        if role is not None and operation in ROLE_OPERATIONS[role]:
+            return True
+        return tenant is not None and operation == DESCRIBE and principal.platform_admin
 
     def may_describe_group(self, group_id: str) -> bool:
         return self.group_error(group_id, DESCRIBE) is None
@@ -139,14 +145,7 @@ class Authorizer:
         """None when the caller may do ``operation`` (PRODUCE: use, DESCRIBE, ADMIN:
         abort) on transactional id or producer group ``name``; decided by its name
         alone, so the answer is the same whether it exists or not."""
-        principal = self._caller()
-        if principal is None:
-            return None
-        tenant = tenant_of(name)
-        role = principal.role_in(tenant) if tenant is not None else None
-        if role is not None and operation in ROLE_OPERATIONS[role]:
-            return None
-        if tenant is not None and operation == DESCRIBE and principal.platform_admin:
+        if self._may_by_name(name, operation):
             return None
         return MeridianError(
             ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,

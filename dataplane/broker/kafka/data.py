@@ -377,10 +377,16 @@ async def init_producer_id(services: DataServices, req: Request, ctx: CallContex
         producer_id=body.producer_id if req.version >= 3 else -1,
         producer_epoch=body.producer_epoch if req.version >= 3 else -1,
     )
+    return await producer_id_answer(
+        _run(services, pb, lambda r: services.broker.InitProducerId(r, ctx))
+    )
+
+
+async def producer_id_answer(call: Awaitable[tuple[Any, int]]) -> Values:
+    """InitProducerId's answer from a metered call (the broker's, or the transaction
+    coordinator's for a transactional id)."""
     try:
-        response, throttle_ms = await _run(
-            services, pb, lambda r: services.broker.InitProducerId(r, ctx)
-        )
+        response, throttle_ms = await call
     except MeridianError as exc:
         return {"error_code": codes.kafka_code(exc.code), "producer_id": -1, "producer_epoch": -1}
     return {

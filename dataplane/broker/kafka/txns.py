@@ -27,7 +27,7 @@ from dataplane.broker.kafka.wire import Request
 from dataplane.broker.quotas import QuotaManager
 from dataplane.broker.throttling import metered
 from dataplane.broker.txn.servicer import TransactionsServicer
-from dataplane.errors import ErrorCode, MeridianError
+from dataplane.errors import MeridianError
 
 Values = dict[str, Any]
 
@@ -49,39 +49,15 @@ async def find_coordinator(
     services: TxnServices, group_services: groups.GroupServices, req: Request, ctx: CallContext
 ) -> Values:
     """Groups' keys as before (``groups.py``); transactional ids to their coordinator."""
-    body = req.body
-    if body.key_type != groups.TRANSACTION_KEY:
+    if req.body.key_type != groups.TRANSACTION_KEY:
         return await groups.find_coordinator(group_services, req, ctx)
-    keys = list(body.coordinator_keys) if req.version >= 4 else [body.key]
-    found = [await _coordinator(services, key, ctx) for key in keys]
-    if req.version >= 4:
-        return {"coordinators": found}
-    one = found[0]
-    return {key: one[key] for key in ("error_code", "error_message", "node_id", "host", "port")}
+    return await groups.answer_find_coordinator(req, lambda key: _coordinator(services, key, ctx))
 
 
 async def _coordinator(services: TxnServices, key: str, ctx: CallContext) -> Values:
-    none = {"key": key, "node_id": -1, "host": "", "port": -1}
-    try:
-        pb = txn_pb2.FindTxnCoordinatorRequest(transactional_id=key)
-        response, _ = await _call(services, pb, services.transactions.FindCoordinator, ctx)
-    except MeridianError as exc:
-        return {**none, "error_code": codes.kafka_code(exc.code), "error_message": exc.message}
-    broker = response.coordinator
-    if not broker.kafka_port:
-        return {
-            **none,
-            "error_code": codes.kafka_code(ErrorCode.COORDINATOR_NOT_AVAILABLE),
-            "error_message": f"broker {broker.id} coordinates it but serves no Kafka listener",
-        }
-    return {
-        "key": key,
-        "node_id": broker.id,
-        "host": broker.host,
-        "port": broker.kafka_port,
-        "error_code": codes.NONE,
-        "error_message": None,
-    }
+    pb = txn_pb2.FindTxnCoordinatorRequest(transactional_id=key)
+    find = _call(services, pb, services.transactions.FindCoordinator, ctx)
+    return await groups.coordinator_entry(key, find)
 
 
 # -- InitProducerId -----------------------------------------------------------------------
@@ -97,16 +73,9 @@ async def init_producer_id(
         producer_id=body.producer_id if req.version >= 3 else -1,
         producer_epoch=body.producer_epoch if req.version >= 3 else -1,
     )
-    try:
-        response, throttle_ms = await _call(services, pb, services.transactions.InitProducerId, ctx)
-    except MeridianError as exc:
-        return {"error_code": codes.kafka_code(exc.code), "producer_id": -1, "producer_epoch": -1}
-    return {
-        "throttle_time_ms": throttle_ms,
-        "error_code": codes.kafka_code(response.error),
-        "producer_id": response.producer_id,
-        "producer_epoch": response.producer_epoch,
-    }
+    return await data.producer_id_answer(
+        _call(services, pb, services.transactions.InitProducerId, ctx)
+    )
 
 
 # -- AddPartitionsToTxn, AddOffsetsToTxn, EndTxn -------------------------------------------
