@@ -32,6 +32,13 @@ def ends(
     return {tp: offset for tp, (offset, _) in found.items()}
 
 
+def stable(bootstrap: str, topic: str, partitions: int = 3) -> bool:
+    """Whether no transaction holds any partition's last stable offset back (a commit's
+    markers are written after ``commit_transaction`` returns)."""
+    tps = [TopicPartition(topic, p) for p in range(partitions)]
+    return ends(bootstrap, tps, committed=True) == ends(bootstrap, tps, committed=False)
+
+
 def read_topic(
     bootstrap: str, topic: str, partitions: int, *, committed: bool, timeout_s: float = TIMEOUT_S
 ) -> list[ConsumerRecord]:

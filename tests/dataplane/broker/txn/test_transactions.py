@@ -28,6 +28,7 @@ from tests.dataplane.broker.txn.support import (
     ends,
     leader_of,
     read_topic,
+    stable,
     values,
 )
 from tests.dataplane.storage.support import wait_for
@@ -124,6 +125,7 @@ def test_back_to_back_transactions_of_pipelined_batches_all_commit(bootstrap: st
             producer.commit_transaction()
     finally:
         producer.close()
+    assert wait_for(lambda: stable(bootstrap, topic))
     assert values(read_topic(bootstrap, topic, 3, committed=True)) == sorted(sent)
 
 
@@ -143,7 +145,7 @@ def test_kafka_python_reads_our_transactional_and_control_batches(
     finally:
         producer.close()
     leader = leader_of(brokers, topic, 0)
-    assert wait_for(lambda: len(read_topic(bootstrap, topic, 1, committed=False)) == 2)
+    assert wait_for(lambda: stable(bootstrap, topic, 1))
     with leader.channel() as channel:
         request = broker_pb2.FetchRequest(
             max_wait_ms=0,
@@ -186,6 +188,7 @@ def test_a_second_producer_of_an_id_fences_the_first(bootstrap: str) -> None:
         assert late.exception() is not None
         with pytest.raises(MeridianError):  # fatal: the zombie can do nothing more
             zombie.begin_transaction()
+        assert wait_for(lambda: stable(bootstrap, topic))
         visible = values(read_topic(bootstrap, topic, 3, committed=True))
         assert visible == sorted(fresh_sent)
         assert not set(zombie_sent) & set(visible)
@@ -281,6 +284,7 @@ def test_bad_transactional_input_is_refused_and_changes_nothing(
         producer.begin_transaction()
         producer.send(topic, b"kept", partition=0)
         producer.commit_transaction()
+        assert wait_for(lambda: stable(bootstrap, topic, 1))
         assert values(read_topic(bootstrap, topic, 1, committed=True)) == [b"kept", b"x"]
     finally:
         producer.close()
