@@ -287,11 +287,13 @@ def sdk(name: str) -> Any:
     return getattr(importlib.import_module(f"dataplane.client.{name.lower()}"), name)
 
 
-def sdk_produce(bootstrap: str, topic: str, value_bytes: int, records: int, max_s: float) -> int:
+def sdk_produce(
+    bootstrap: str, topic: str, value_bytes: int, records: int, max_s: float, acks: int | str = 1
+) -> int:
     """``Producer.send`` ``records`` values, then ``flush``; returns the records sent."""
     value = b"x" * value_bytes
     producer = sdk("Producer")(
-        bootstrap, acks=1, linger_ms=SDK_LINGER_MS, batch_bytes=SDK_BATCH_BYTES
+        bootstrap, acks=acks, linger_ms=SDK_LINGER_MS, batch_bytes=SDK_BATCH_BYTES
     )
     sampled = []
     sent = 0
@@ -336,9 +338,10 @@ def sdk_produce_batch(
     return sent
 
 
-def sdk_consume(bootstrap: str, topic: str, records: int, max_s: float) -> int:
-    """``Consumer.poll`` from the start of partition 0; returns the records received."""
-    consumer = sdk("Consumer")(bootstrap, group_id=None, **SDK_CONSUMER)
+def sdk_consume(bootstrap: str, topic: str, records: int, max_s: float, **settings: Any) -> int:
+    """``Consumer.poll`` from the start of partition 0 (``settings``: more of the
+    consumer's); returns the records received."""
+    consumer = sdk("Consumer")(bootstrap, group_id=None, **SDK_CONSUMER, **settings)
     got = 0
     try:
         tp = TopicPartition(topic, 0)

@@ -379,9 +379,12 @@ def _produce(producer: Producer, topic: str, value: bytes) -> None:
             producer.poll(0.001)
 
 
-def kafka_consume(bootstrap: str, topic: str, records: int, max_s: float) -> int:
-    """``consume()`` from the start of partition 0; returns the records received."""
-    consumer = Consumer(_consumer_config(bootstrap, CONSUMER_THROUGHPUT))
+def kafka_consume(
+    bootstrap: str, topic: str, records: int, max_s: float, extra: dict[str, Any] | None = None
+) -> int:
+    """``consume()`` from the start of partition 0 (``extra``: more consumer settings);
+    returns the records received."""
+    consumer = Consumer(_consumer_config(bootstrap, {**CONSUMER_THROUGHPUT, **(extra or {})}))
     got = 0
     try:
         consumer.assign([TopicPartition(topic, 0, confluent_kafka.OFFSET_BEGINNING)])

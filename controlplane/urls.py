@@ -20,6 +20,7 @@ urlpatterns = [
     # ".../metrics" for an id.
     path("api/v1/", include("controlplane.metrics.api.urls")),
     path("api/v1/", include("controlplane.groups.api.urls")),
+    path("api/v1/", include("controlplane.transactions.api.urls")),
     path("api/v1/", include("controlplane.quotas.api.urls")),
     path("api/v1/", include("controlplane.accounts.api.urls")),
     path(".well-known/openid-configuration", discovery, name="openid-configuration"),

@@ -24,6 +24,7 @@ SECTIONS = (
     ("Consumer groups", "web:group-list"),
     ("Delayed", "web:delayed-list"),
     ("Retries", "web:retry-list"),
+    ("Transactions", "web:transaction-list"),
     ("Lanes", "web:lane-list"),
     ("Databus", "web:databus-list"),
     ("Exports", "web:export-list"),

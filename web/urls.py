@@ -20,6 +20,7 @@ from web.views import (
     platform,
     service_accounts,
     topics,
+    transactions,
 )
 
 app_name = "web"
@@ -119,5 +120,6 @@ urlpatterns = [
     ),
     # A group id may hold any character, "/" too: GET shows the group, POST resets it.
     path("t/<slug:tenant>/groups/<path:group>/", groups.group_page, name="group-detail"),
+    path("t/<slug:tenant>/transactions/", transactions.transaction_list, name="transaction-list"),
     path("t/<slug:tenant>/audit/", audit.audit_list, name="audit-list"),
 ]

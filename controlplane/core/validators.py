@@ -10,3 +10,10 @@ slug_validator = RegexValidator(
     "3-32 characters: lowercase letters, digits and single '-', starting with a letter "
     "and ending with a letter or digit",
 )
+
+
+def tenant_of_name(name: str) -> str | None:
+    """The tenant slug a broker-kept name names (``<tenant>.<name>``: consumer groups,
+    transactional ids, producer groups), None for none (internal ``__`` names too)."""
+    slug, dot, rest = name.partition(".")
+    return slug if dot and slug and rest and not name.startswith("__") else None

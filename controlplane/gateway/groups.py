@@ -28,7 +28,7 @@ _CLIENT_ID = "meridian-controlplane"
 
 
 @contextmanager
-def _admin(addresses: Sequence[str]) -> Iterator[Admin]:
+def connected_admin(addresses: Sequence[str]) -> Iterator[Admin]:
     """An ``Admin`` on the cluster; its ``MeridianError`` leaves typed (module docstring)."""
     if not addresses:
         raise BrokerUnavailable("", "the cluster has no broker with an address")
@@ -53,19 +53,19 @@ def _admin(addresses: Sequence[str]) -> Iterator[Admin]:
 
 def list_groups(addresses: Sequence[str]) -> list[GroupListing]:
     """Every group of the cluster (each broker lists those it coordinates)."""
-    with _admin(addresses) as admin:
+    with connected_admin(addresses) as admin:
         return admin.list_groups()
 
 
 def describe_group(addresses: Sequence[str], group_id: str) -> GroupDescription:
     """State, members with assignments and committed offsets; ``Dead`` when unknown."""
-    with _admin(addresses) as admin:
+    with connected_admin(addresses) as admin:
         return admin.describe_group(group_id)  # type: ignore[no-any-return]
 
 
 def group_lag(addresses: Sequence[str], group_id: str) -> dict[TopicPartition, PartitionLag]:
     """Per committed partition: committed, end offset, lag in records and in time."""
-    with _admin(addresses) as admin:
+    with connected_admin(addresses) as admin:
         return admin.group_lag(group_id)
 
 
@@ -73,7 +73,7 @@ def list_offsets(
     addresses: Sequence[str], specs: Mapping[TopicPartition, int | str]
 ) -> dict[TopicPartition, tuple[int, int]]:
     """``{tp: (offset, timestamp)}`` for ``"earliest"``, ``"latest"`` or a timestamp."""
-    with _admin(addresses) as admin:
+    with connected_admin(addresses) as admin:
         return admin.list_offsets(specs)
 
 
@@ -81,13 +81,13 @@ def alter_group_offsets(
     addresses: Sequence[str], group_id: str, offsets: Mapping[TopicPartition, int]
 ) -> None:
     """Set the group's committed offsets (refused while it has members)."""
-    with _admin(addresses) as admin:
+    with connected_admin(addresses) as admin:
         admin.alter_group_offsets(group_id, offsets)
 
 
 def delete_group(addresses: Sequence[str], group_id: str) -> None:
     """Delete an empty group and its committed offsets."""
-    with _admin(addresses) as admin:
+    with connected_admin(addresses) as admin:
         error = admin.delete_groups([group_id])[group_id]
         if error is not None:
             raise error

@@ -23,6 +23,7 @@ from django.db import transaction
 from controlplane.core import audit
 from controlplane.core.actors import Actor
 from controlplane.core.errors import Conflict, InvalidRequest, NotFound
+from controlplane.core.validators import tenant_of_name
 from controlplane.gateway import groups as gateway
 from controlplane.gateway.errors import BrokerRefusedError
 from controlplane.groups.choices import STOPPED_STATES, ResetTarget
@@ -124,16 +125,15 @@ class ResetPlan:
 
 def tenant_of_group(group_id: str) -> str | None:
     """The tenant slug a group id names (``<tenant>.<name>``), None for none."""
-    slug, dot, rest = group_id.partition(".")
-    return slug if dot and slug and rest and not group_id.startswith("__") else None
+    return tenant_of_name(group_id)
 
 
 def _clusters(tenant: Tenant) -> list[list[str]]:
     """Broker addresses of each cluster hosting one of the tenant's topics."""
-    return list(_clusters_of([tenant]).values())
+    return list(clusters_of([tenant]).values())
 
 
-def _clusters_of(tenants: Sequence[Tenant]) -> dict[int, list[str]]:
+def clusters_of(tenants: Sequence[Tenant]) -> dict[int, list[str]]:
     """Cluster id -> broker addresses, for the clusters hosting the tenants' topics."""
     cluster_ids = Topic.objects.filter(tenant__in=tenants).values_list("cluster_id", flat=True)
     brokers = Broker.objects.filter(cluster_id__in=set(cluster_ids), phase__in=_SERVING)
@@ -176,7 +176,7 @@ def find_groups(tenants: Sequence[Tenant]) -> list[ListedGroup]:
     call per cluster (whatever the number of tenants on it) and no describe call."""
     by_slug = {tenant.slug: tenant for tenant in tenants}
     found = []
-    for addresses in _clusters_of(tenants).values():
+    for addresses in clusters_of(tenants).values():
         for listed in gateway.list_groups(addresses):
             tenant = by_slug.get(tenant_of_group(listed.group_id) or "")
             if tenant is not None:

@@ -21,6 +21,7 @@ INSTALLED_APPS = [
     "controlplane.accounts",
     "controlplane.provisioning",
     "controlplane.groups",
+    "controlplane.transactions",
     "controlplane.metrics",
     "controlplane.databus",
     "controlplane.exports",

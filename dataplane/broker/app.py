@@ -38,6 +38,7 @@ from dataplane._gen.meridian.v1 import (
     delay_pb2_grpc,
     group_pb2_grpc,
     replication_pb2_grpc,
+    txn_pb2_grpc,
 )
 from dataplane.broker.admin import AdminHandler
 from dataplane.broker.auth import ALLOW_ALL, AuthInterceptor, Authorizer, build_authenticator
@@ -52,6 +53,7 @@ from dataplane.broker.groups import GroupCoordinator, GroupServicer
 from dataplane.broker.kafka import KafkaListener
 from dataplane.broker.kafka.data import DataServices
 from dataplane.broker.kafka.groups import GroupServices
+from dataplane.broker.kafka.txns import TxnServices as KafkaTxnServices
 from dataplane.broker.lanes import BrokerLanes, LaneTable
 from dataplane.broker.metrics import BrokerMetrics
 from dataplane.broker.outbound import peer_channel
@@ -65,6 +67,7 @@ from dataplane.broker.replication.manager import ReplicaManager
 from dataplane.broker.services import AdminServicer, BrokerServicer, Readiness
 from dataplane.broker.throttling import QuotaInterceptor
 from dataplane.broker.tiering import TierManager
+from dataplane.broker.txn.wiring import TxnServices
 from dataplane.client.connection import MAX_MESSAGE_BYTES
 from dataplane.delays import DELIVER_AT
 from dataplane.records import decoder, validation
@@ -86,6 +89,8 @@ SERVICES = (
     "meridian.v1.GroupCoordinator",
     "meridian.v1.Replication",
     "meridian.v1.Delay",
+    "meridian.v1.Transactions",
+    "meridian.v1.TxnMarkers",
 )
 
 
@@ -123,6 +128,17 @@ class BrokerApp:
             num_partitions=config.offsets_topic_partitions,
             clock_ms=wall_clock_ms,
             on_handover_refused=self.metrics.handover_refused,
+        )
+        self.producer_ids = ProducerIdAllocator(config.data_dir, config.broker_id)
+        self.txn = TxnServices(
+            config,
+            manager=self.manager,
+            registry=self.registry,
+            executor=self.executor,
+            groups=self.coordinator,
+            new_producer_id=self.producer_ids.next_id,
+            channel=self._peer_channel,
+            metrics_registry=self.metrics.registry,
         )
         self.pushed = ControllerMetadata(config.data_dir, config.cluster_id)
         self.lanes = BrokerLanes(
@@ -235,7 +251,7 @@ class BrokerApp:
 
     def _add_services(self, server: grpc.aio.Server, cluster: ClusterView) -> None:
         config = self.config
-        producer_ids = ProducerIdAllocator(config.data_dir, config.broker_id)
+        producer_ids = self.producer_ids  # one allocator: ids never repeat
         delay = self.delay = DelayManager(
             self.registry,
             self.executor,
@@ -254,6 +270,7 @@ class BrokerApp:
             on_bytes_in=self.metrics.add_bytes_in,
             refuse=self.quotas.storage_refusal,
             lanes=self.lanes,
+            verify=self.txn.verifier.verify,
             delay=delay,
             on_records_in=delay.appended,
         )
@@ -282,7 +299,7 @@ class BrokerApp:
             fetch,
             offsets,
             cluster,
-            producer_ids,
+            self.producer_ids,
             self.metrics,
             self.readiness,
             max_in_flight=config.produce_max_in_flight,
@@ -306,6 +323,10 @@ class BrokerApp:
         admin_pb2_grpc.add_AdminServicer_to_server(admin_servicer, server)
         groups = GroupServicer(self.coordinator, cluster.locate_offsets_partition, self.authorizer)
         group_pb2_grpc.add_GroupCoordinatorServicer_to_server(groups, server)
+        self.txn.bind(cluster)
+        transactions, markers = self.txn.servicers(self.metrics, self.readiness, self.authorizer)
+        txn_pb2_grpc.add_TransactionsServicer_to_server(transactions, server)
+        txn_pb2_grpc.add_TxnMarkersServicer_to_server(markers, server)
         if config.kafka_listen:
             kafka_data = DataServices(
                 broker,
@@ -323,6 +344,7 @@ class BrokerApp:
                 GroupServices(groups, self.quotas),
                 self.metrics,
                 self.authenticator,
+                KafkaTxnServices(transactions, self.quotas),
             )
         replica_fetch = ReplicaFetchHandler(
             self.registry, self.replicas, self.executor, config.fetch_max_bytes
@@ -370,7 +392,8 @@ class BrokerApp:
             )
         await self.registry.adopt()
         await self.coordinator.start(self.owned_offsets_partitions())
-        await self.registry.adopt()  # the offsets logs the coordinator opened
+        await self.txn.start()
+        await self.registry.adopt()  # the offsets and transaction state logs opened
         # Roles from the last push; replicated leaderships wait for a live one.
         await self.replicas.apply(self.pushed.current, saved=True)
         self.replicas.start()
@@ -445,7 +468,7 @@ class BrokerApp:
         # (NOT_COORDINATOR), which would otherwise hold the whole grace period.
         stopping = [self._server.stop(grace_s)] if self._server is not None else []
         if self._opened:
-            stopping.append(self.coordinator.stop())
+            stopping += [self.coordinator.stop(), self.txn.stop()]
         await asyncio.gather(*stopping)
         if self._produce is not None:
             await self._produce.drain()

@@ -74,6 +74,14 @@ class BrokerConfig:
     control_plane_url: str = ""  # stored; the control plane does not drive brokers yet
     metrics_listen: str = "127.0.0.1:0"  # "" disables the Prometheus endpoint
     offsets_topic_partitions: int = 16
+    # Transactions and half messages (docs/transactions.md): the partitions of
+    # __transaction_state (placed as __consumer_offsets' are), the longest transaction
+    # timeout a producer may ask for, and the check-back defaults of half messages.
+    txn_state_partitions: int = 16
+    transaction_max_timeout_ms: int = 900_000
+    half_check_interval_ms: int = 60_000
+    half_max_checks: int = 15
+    half_default_outcome: str = "rollback"  # or "commit": after half_max_checks unanswered
     log: LogConfig = field(default_factory=LogConfig)
     max_request_bytes: int = 64 * MiB  # records of one produce request, all partitions
     fetch_max_bytes: int = 64 * MiB  # cap of a fetch response's max_bytes
@@ -133,6 +141,11 @@ class BrokerConfig:
             _check(peer_id != self.broker_id, "peers", f"{peer_id} is this broker's own id")
             parse_address(address, f"peers.{peer_id}", port_zero=False)
         _check(self.offsets_topic_partitions >= 1, "offsets_topic_partitions", "must be >= 1")
+        _check(
+            self.half_default_outcome in ("commit", "rollback"),
+            "half_default_outcome",
+            "must be commit or rollback",
+        )
         for name in ("max_request_bytes", "fetch_max_bytes", "produce_max_in_flight"):
             _check(getattr(self, name) >= 1, name, "must be >= 1")
         for name in (
@@ -146,6 +159,10 @@ class BrokerConfig:
             "kafka_max_connections",
             "kafka_max_connections_per_ip",
             "kafka_auth_timeout_ms",
+            "txn_state_partitions",
+            "transaction_max_timeout_ms",
+            "half_check_interval_ms",
+            "half_max_checks",
         ):
             _check(getattr(self, name) >= 1, name, "must be >= 1")
         _check(self.fetch_max_wait_ms >= 0, "fetch_max_wait_ms", "must be >= 0")

@@ -8,6 +8,14 @@ watermark of one of its partitions moves (``Partition.changed``, armed *before* 
 so a change during it is not missed),
 then reads again. Every read is bounded: by ``partition_max_bytes`` and by what is left
 of ``max_bytes`` (the first batch of the response is sent whole, as Kafka does).
+
+Isolation (``docs/transactions.md``): a ``READ_COMMITTED`` fetch reads up to the last
+stable offset (the first offset of the oldest open transaction, or the high watermark)
+and gets the aborted transactions overlapping what it returns, from the partition's
+aborted-transaction index; a ``READ_UNCOMMITTED`` fetch reads up to the high watermark
+but never past the oldest open half message, and gets the rolled-back half messages
+among what it returns: so no consumer ever sees a half message before its commit.
+Every answer carries the last stable offset.
 """
 
 from __future__ import annotations
@@ -22,8 +30,10 @@ from dataplane._gen.meridian.v1 import broker_pb2
 from dataplane.broker.errors import to_error
 from dataplane.broker.lag import record_age, timestamp_at
 from dataplane.broker.partitions import Partition, PartitionRegistry
+from dataplane.broker.producers import is_half_producer
 from dataplane.broker.tiering import TierManager
 from dataplane.errors import ErrorCode, MeridianError
+from dataplane.records import HEADER_STRUCT, LOG_OVERHEAD
 from dataplane.storage.errors import OffsetOutOfRangeError
 from dataplane.storage.log import PartitionLog
 from dataplane.tiered.layout import Manifest
@@ -127,9 +137,11 @@ class FetchHandler:
         response = broker_pb2.FetchResponse()
         sizes: list[int] = []
         failed = False
+        committed = request.isolation_level == broker_pb2.READ_COMMITTED
         for item in request.partitions:
             result = response.results.add(topic=item.topic, partition=item.partition)
-            sizes.append(self._read_one(result, item, max_bytes - sum(sizes), first=not sum(sizes)))
+            budget, first = max_bytes - sum(sizes), not sum(sizes)
+            sizes.append(self._read_one(result, item, budget, first=first, committed=committed))
             failed = failed or result.error != ErrorCode.NONE
         return response, sizes, failed
 
@@ -140,6 +152,7 @@ class FetchHandler:
         budget: int,
         *,
         first: bool,
+        committed: bool = False,
     ) -> int:
         """Fill ``result`` for ``item``; returns the bytes of records put in it."""
         part = self.registry.get(item.topic, item.partition)
@@ -153,16 +166,19 @@ class FetchHandler:
         log = part.log
         limit = min(item.partition_max_bytes or DEFAULT_PARTITION_MAX_BYTES, max(budget, 0))
         size = 0
+        visible = part.visible_end(committed)
         try:
             if limit > 0 or first:
-                data = self._read(part, item.fetch_offset, max(limit, 1))
+                data, remote = self._read(part, item.fetch_offset, max(limit, 1), visible)
                 if first or len(data) <= limit:
                     result.records, size = data, len(data)
+                    self._add_aborted(result, part, item.fetch_offset, data, committed, remote)
             elif self._remote(part, item.fetch_offset) is None:
                 log.read(item.fetch_offset, 1, max_offset=item.fetch_offset)  # range check
         except Exception as exc:  # every failure is a typed result
             error = to_error(exc)
             _fail(result, error.code, error.message)
+        result.last_stable_offset = part.last_stable_offset()
         result.high_watermark = log.high_watermark
         result.log_start_offset = (
             self._tier.log_start_offset(part) if self._tier else log.log_start_offset
@@ -170,20 +186,50 @@ class FetchHandler:
         result.log_end_offset = log.log_end_offset
         return size
 
-    def _read(self, part: Partition, offset: int, max_bytes: int) -> bytes:
-        """Whole batches from ``offset``: from the remote tier below a tiered partition's
-        local log, else from the log (and from the remote tier after all when local
-        retention moved the log start past ``offset`` during the read)."""
+    def _read(
+        self, part: Partition, offset: int, max_bytes: int, visible: int
+    ) -> tuple[bytes, Manifest | None]:
+        """Whole batches from ``offset`` below ``visible``, and the manifest when they
+        came from the remote tier: below a tiered partition's local log (its segments
+        lie below the last stable offset), or when local retention moved the log start
+        past ``offset`` during the read; else from the log."""
         remote = self._remote(part, offset)
         if remote is None:
             try:
-                return part.log.read(offset, max_bytes).data
+                return part.log.read(offset, max_bytes, max_offset=visible).data, None
             except OffsetOutOfRangeError:
                 remote = self._remote(part, offset)
                 if remote is None:
                     raise
         assert self._tier is not None
-        return self._tier.read(part, remote, offset, max_bytes)
+        return self._tier.read(part, remote, offset, max_bytes), remote
+
+    def _add_aborted(
+        self,
+        result: broker_pb2.FetchPartitionResult,
+        part: Partition,
+        fetch_offset: int,
+        data: bytes,
+        committed: bool,
+        remote: Manifest | None,
+    ) -> None:
+        """The aborted transactions overlapping ``data`` (read from ``fetch_offset``):
+        all of them for read_committed, the rolled-back half messages for
+        read_uncommitted; from the partition's index, or the remote segment's list."""
+        if not data:
+            return
+        end = _end_offset(data)
+        if remote is not None and self._tier is not None:
+            listed = self._tier.aborted(remote, fetch_offset)
+            found = [(p, f) for p, f, last in listed if last >= fetch_offset and f < end]
+        else:
+            index = part.producers.aborted
+            if index is None or not len(index):
+                return
+            found = [(a.producer_id, a.first_offset) for a in index.collect(fetch_offset, end)]
+        for producer_id, first_offset in found:
+            if committed or is_half_producer(producer_id):
+                result.aborted_transactions.add(producer_id=producer_id, first_offset=first_offset)
 
     def _remote(self, part: Partition, offset: int) -> Manifest | None:
         return self._tier.check_readable(part, offset) if self._tier is not None else None
@@ -211,11 +257,26 @@ def _fail(
     result.error = code  # type: ignore[assignment]
     result.error_message = message
     result.high_watermark = result.log_start_offset = result.log_end_offset = -1
+    result.last_stable_offset = -1
     return result
 
 
+def _end_offset(data: bytes) -> int:
+    """The offset after the last whole batch of ``data`` (walking the batch lengths)."""
+    position, end, last = 0, len(data), 0
+    while position + HEADER_STRUCT.size <= end:
+        fields = HEADER_STRUCT.unpack_from(data, position)
+        length = fields[1] + LOG_OVERHEAD
+        if position + length > end:
+            break
+        last = fields[0] + fields[6] + 1
+        position += length
+    return last
+
+
 class OffsetsHandler:
-    """ListOffsets: latest (the high watermark), earliest, or the first at a time; with
+    """ListOffsets: latest (the high watermark; for ``READ_COMMITTED`` the last stable
+    offset; never past an open half message), earliest, or the first at a time; with
     ``record_at``, also the age of the record there (``lag``: a group's lag in time)."""
 
     def __init__(
@@ -235,9 +296,12 @@ class OffsetsHandler:
     def _lookup_all(
         self, request: broker_pb2.ListOffsetsRequest
     ) -> list[broker_pb2.ListOffsetsResult]:
-        return [self._lookup(item) for item in request.partitions]
+        committed = request.isolation_level == broker_pb2.READ_COMMITTED
+        return [self._lookup(item, committed) for item in request.partitions]
 
-    def _lookup(self, item: broker_pb2.ListOffsetsPartition) -> broker_pb2.ListOffsetsResult:
+    def _lookup(
+        self, item: broker_pb2.ListOffsetsPartition, committed: bool = False
+    ) -> broker_pb2.ListOffsetsResult:
         result = broker_pb2.ListOffsetsResult(
             topic=item.topic,
             partition=item.partition,
@@ -257,6 +321,8 @@ class OffsetsHandler:
         try:
             if not self._find_remote(part, item, result):
                 self._find(part.log, item, result)
+            if item.timestamp == LATEST:  # what a consumer of this isolation may read
+                result.offset = part.visible_end(committed)
         except Exception as exc:  # every failure is a typed result
             error = to_error(exc)
             result.error, result.error_message = error.code, error.message  # type: ignore[assignment]

@@ -37,6 +37,7 @@ from dataplane.broker.replication.state import ReplicaState, Role
 from dataplane.broker.topics import is_internal
 from dataplane.errors import ErrorCode, MeridianError
 from dataplane.records import BatchHeader
+from dataplane.records.control import Marker, build_marker
 from dataplane.records.errors import CorruptBatchError
 from dataplane.storage.config import LogConfig
 from dataplane.storage.errors import LogClosedError, MarkedRecordsError
@@ -57,13 +58,15 @@ class _BurstRefused(Exception):  # noqa: N818 - internal control flow
 
 
 def check_client_batches(headers: list[BatchHeader]) -> None:
-    """Refuse batches only the broker may write (control markers, transactions)."""
+    """Refuse batches only the broker may write (control markers) and transactional
+    batches without a producer id and sequence (the producer table checks the rest)."""
     for header in headers:
         if header.is_control:
             raise MeridianError(ErrorCode.INVALID_RECORD, "clients cannot write control batches")
-        if header.is_transactional:
+        if header.is_transactional and (header.producer_id < 0 or header.base_sequence < 0):
             raise MeridianError(
-                ErrorCode.INVALID_RECORD, "transactional batches are not supported yet"
+                ErrorCode.INVALID_RECORD,
+                "a transactional batch needs a producer id, epoch and sequence",
             )
 
 
@@ -146,15 +149,19 @@ class Partition:
                 future.set_exception(outcome)
             else:
                 future.set_result(outcome)
+        self.after_append()
+        if self._pending:
+            self._write_next_burst(loop)
+        else:
+            self._writing = False
+
+    def after_append(self) -> None:
+        """Tell waiting readers and replicas that the log grew (on the event loop)."""
         self.notify_append()
         if self.replica is None:
             self.notify()
         elif self.on_leader_append is not None:
             self.on_leader_append(self)  # the HW moves with the ISR: it notifies then
-        if self._pending:
-            self._write_next_burst(loop)
-        else:
-            self._writing = False
 
     # -- appending (blocking) -------------------------------------------------------------
     def append(self, data: bytes) -> AppendInfo:
@@ -172,6 +179,40 @@ class Partition:
         # check_leader passed at ``epoch`` under the append lock: the epoch these
         # offsets hold, which an acks=all wait must still see (``produce``).
         return dataclasses.replace(info, leader_epoch=epoch)
+
+    def append_marker(self, marker: Marker) -> AppendInfo:
+        """Append a transaction marker as the leader (blocking): its control batch, after
+        the producer table applied it under the append lock (``apply_marker``: a fenced
+        marker raises and nothing is written)."""
+
+        def before_write(base_offset: int, headers: list[BatchHeader]) -> None:
+            self.check_leader(epoch)
+            self.producers.apply_marker(base_offset, marker)
+
+        data = build_marker(
+            marker.producer_id,
+            marker.producer_epoch,
+            commit=marker.commit,
+            coordinator_epoch=marker.coordinator_epoch,
+        )
+        epoch = self.leader_epoch_to_stamp()
+        info = self.log.append(data, leader_epoch=epoch, before_write=before_write)
+        return dataclasses.replace(info, leader_epoch=epoch)
+
+    def last_stable_offset(self) -> int:
+        """Where read_committed readers stop: the oldest open transaction's first offset,
+        or the high watermark."""
+        return self.producers.last_stable_offset(self.log.high_watermark)
+
+    def visible_end(self, read_committed: bool) -> int:
+        """The end of what a consumer may read: the last stable offset for
+        read_committed; for read_uncommitted the high watermark, but never past the
+        oldest open half message (half messages are invisible until committed)."""
+        high_watermark = self.log.high_watermark
+        if read_committed:
+            return self.producers.last_stable_offset(high_watermark)
+        half = self.producers.first_unstable_half_offset()
+        return high_watermark if half is None else min(half, high_watermark)
 
     def leader_epoch_to_stamp(self) -> int | None:
         """The epoch a leader stamps into the batches it appends (None: unreplicated)."""
@@ -352,6 +393,8 @@ class PartitionRegistry:
             found.deleted = True
             found.notify()
             found.notify_append()
+            if found.producers.aborted is not None:
+                found.producers.aborted.close()
             return await self._run(lambda: self.manager.delete_log(topic, partition))
 
     def snapshot_producers(self, *, only_dirty: bool, final: bool = False) -> None:
@@ -363,6 +406,10 @@ class PartitionRegistry:
             covered = part.log.log_end_offset if final else None
             try:
                 part.producers.snapshot(part.log.directory, covered)
+                if part.producers.aborted is not None:
+                    part.producers.aborted.trim_before(part.log.log_start_offset)
+                    if final:
+                        part.producers.aborted.close()
             except OSError:
                 continue  # the next snapshot, or a full scan at start, covers it
 

@@ -28,6 +28,16 @@ Delays (``delay``, a ``DelayManager``): a client's records for a timer log
 (``timer_produce_refusal``); a request to a topic whose log finds records with
 ``x-deliver-at`` in it (``MarkedRecordsError``, nothing written) is diverted: those
 records are scheduled and the others appended (``divert``), its answer that append's.
+
+Transactions: a request naming a ``transactional_id`` whose partition's first batch is
+transactional and would open a transaction there (its producer has no open transaction
+on the partition) is held until the transaction coordinator confirms the partition is
+in that producer's open transaction (``verify``); the answer is recorded as the
+partition's verification guard (``producers.py``) and the appends start then, in the
+order the requests came (a later request for a partition being verified waits behind
+it). A partition the coordinator does not confirm gets its answer
+(``INVALID_TXN_STATE``, ``PRODUCER_FENCED``, a retriable coordinator error) and nothing
+is appended; without a ``transactional_id`` the producer table refuses the batch.
 """
 
 from __future__ import annotations
@@ -46,6 +56,8 @@ from dataplane.broker.replication.state import ReplicaState
 from dataplane.broker.topics import is_internal
 from dataplane.delays import is_timer_topic
 from dataplane.errors import ErrorCode, MeridianError
+from dataplane.records import read_header
+from dataplane.records.errors import CorruptBatchError
 from dataplane.storage.config import Durability
 from dataplane.storage.errors import MarkedRecordsError
 from dataplane.storage.log import AppendInfo
@@ -56,6 +68,14 @@ if TYPE_CHECKING:
 
 DEFAULT_TIMEOUT_MS = 30_000
 ACKS_ALL = -1
+
+TopicPartitionKey = tuple[str, int]
+# (transactional id, producer id, epoch, partitions) -> per partition: None or why not
+Verify = Callable[
+    [str, int, int, list[TopicPartitionKey]],
+    Awaitable[dict[TopicPartitionKey, MeridianError | None]],
+]
+_VerifyKey = tuple[str, int, int, int]  # topic, partition, producer id, epoch
 
 
 class ProduceHandler:
@@ -69,13 +89,14 @@ class ProduceHandler:
         lanes: BrokerLanes | None = None,
         delay: DelayManager | None = None,
         on_records_in: Callable[[str, int], None] | None = None,
+        verify: Verify | None = None,
     ) -> None:
         """``refuse(topic)``: an error refusing appends to ``topic`` (the tenant's storage
         quota, see ``quotas.QuotaManager.storage_refusal``), or None; ``lanes`` answers
         for lane topics and records their appends (None: lane topics are plain topics);
         ``delay`` takes records due later (None: timer logs are internal topics, and
         ``x-deliver-at`` a header like any); ``on_records_in(topic, count)`` counts the
-        records appended."""
+        records appended; ``verify`` asks the transaction coordinator (module docstring)."""
         self.registry = registry
         self._max_request_bytes = max_request_bytes
         self._on_bytes_in = on_bytes_in  # Callable[[str, int], None] | None
@@ -83,6 +104,8 @@ class ProduceHandler:
         self._refuse = refuse
         self._lanes = lanes
         self._delay = delay
+        self.verify = verify
+        self._verifying: dict[_VerifyKey, _Verification] = {}
         self._background: set[asyncio.Future[Any]] = set()
 
     def check_request(self, request: broker_pb2.ProduceRequest) -> None:
@@ -108,9 +131,21 @@ class ProduceHandler:
             )
 
     def submit(self, request: broker_pb2.ProduceRequest) -> Awaitable[broker_pb2.ProduceResponse]:
-        """Check ``request`` (raising ``MeridianError``) and start its appends now."""
+        """Check ``request`` (raising ``MeridianError``) and start its appends now (a
+        transaction's first batch of a partition: once verified)."""
         self.check_request(request)
-        jobs = [self._start(item, request.acks) for item in request.partitions]
+        if request.transactional_id and self.verify is not None:
+            unverified = self._unverified(request)
+            if unverified:
+                return asyncio.ensure_future(self._verified(request, unverified))
+        return self._submit_checked(request)
+
+    def _submit_checked(
+        self,
+        request: broker_pb2.ProduceRequest,
+        refused: dict[TopicPartitionKey, MeridianError] | None = None,
+    ) -> Awaitable[broker_pb2.ProduceResponse]:
+        jobs = [self._start(item, request.acks, refused) for item in request.partitions]
         if request.acks == 0:
             for job in jobs:
                 if isinstance(job, asyncio.Future):
@@ -129,9 +164,83 @@ class ProduceHandler:
     async def produce(self, request: broker_pb2.ProduceRequest) -> broker_pb2.ProduceResponse:
         return await self.submit(request)
 
+    def _unverified(self, request: broker_pb2.ProduceRequest) -> list[_VerifyKey]:
+        """The (topic, partition, producer id, epoch) of the request's partitions whose
+        first batch would open a transaction not verified yet (or being verified)."""
+        found = []
+        for item in request.partitions:
+            part = self.registry.get(item.topic, item.partition)
+            if part is None:
+                continue
+            try:
+                header = read_header(item.records)
+            except CorruptBatchError:
+                continue  # the log's validation answers it
+            if not header.is_transactional or header.producer_id < 0:
+                continue
+            key = (item.topic, item.partition, header.producer_id, header.producer_epoch)
+            if key in self._verifying or not part.producers.in_transaction(*key[2:]):
+                found.append(key)
+        return found
+
+    async def _verified(
+        self, request: broker_pb2.ProduceRequest, keys: list[_VerifyKey]
+    ) -> broker_pb2.ProduceResponse:
+        """Ask the coordinator about ``keys`` (joining verifications in progress), then
+        start the appends: requests waiting on one verification start in arrival order."""
+        loop = asyncio.get_running_loop()
+        waits = []
+        for key in keys:
+            verification = self._verifying.get(key)
+            if verification is None:
+                verification = self._verifying[key] = _Verification()
+                self._keep(asyncio.ensure_future(self._ask(request.transactional_id, key)))
+            verification.waiters += 1
+            before, verification.last = verification.last, loop.create_future()
+            waits.append((key, verification, before, verification.last))
+        refused: dict[TopicPartitionKey, MeridianError] = {}
+        try:
+            for key, verification, _, _ in waits:
+                error = await asyncio.shield(verification.answer)
+                if error is not None:
+                    refused[(key[0], key[1])] = error
+            # Awaiting an answer already given does not yield: without this a request
+            # that joined late could start before earlier ones still waking up.
+            for _, _, before, _ in waits:
+                if before is not None:
+                    await asyncio.shield(before)
+            started = self._submit_checked(request, refused)
+        finally:
+            for key, verification, _, mine in waits:
+                if not mine.done():
+                    mine.set_result(None)
+                verification.waiters -= 1
+                if not verification.waiters and self._verifying.get(key) is verification:
+                    del self._verifying[key]
+        return await started
+
+    async def _ask(self, transactional_id: str, key: _VerifyKey) -> None:
+        topic, partition, producer_id, epoch = key
+        verification = self._verifying[key]
+        assert self.verify is not None
+        try:
+            answers = await self.verify(transactional_id, producer_id, epoch, [(topic, partition)])
+            error = answers.get((topic, partition))
+        except Exception as exc:  # the coordinator's failure is the partition's answer
+            error = to_error(exc)
+        part = self.registry.get(topic, partition)
+        if error is None and part is not None:
+            part.producers.verified(producer_id, epoch)
+        verification.answer.set_result(error)
+
     def _start(
-        self, item: broker_pb2.PartitionRecords, acks: int
+        self,
+        item: broker_pb2.PartitionRecords,
+        acks: int,
+        unverified: dict[TopicPartitionKey, MeridianError] | None = None,
     ) -> asyncio.Future[AppendInfo] | broker_pb2.PartitionProduceResult:
+        if unverified and (item.topic, item.partition) in unverified:
+            return _failed(item, unverified[(item.topic, item.partition)])
         part = self.registry.get(item.topic, item.partition)
         lanes = self._lanes if SEPARATOR in item.topic else None
         lane_refusal = lanes.produce_refusal(item.topic, hosted=part is not None) if lanes else None
@@ -224,7 +333,7 @@ class ProduceHandler:
             if part is not None and request.acks == ACKS_ALL:
                 # The epoch the append was stamped with, not the current one: the
                 # offsets may have been truncated and reused under a later epoch.
-                error = await _wait_for_isr(part, info.last_offset, info.leader_epoch, deadline)
+                error = await wait_for_isr(part, info.last_offset, info.leader_epoch, deadline)
                 if error is not None:
                     results.append(_failed(item, error))
                     continue
@@ -255,7 +364,7 @@ class ProduceHandler:
             return _failed(item, MeridianError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "deleted"))
         if acks == ACKS_ALL or part.log.config.durability is Durability.ALWAYS:
             epoch = part.leader_epoch_to_stamp()
-            error = await _wait_for_isr(
+            error = await wait_for_isr(
                 part, dup.last_offset, epoch, deadline, enforce_min_isr=acks == ACKS_ALL
             )
             if error is not None:
@@ -263,6 +372,18 @@ class ProduceHandler:
         result = _result(item, dup.base_offset, -1, part.log.log_start_offset)
         result.duplicate = True
         return result
+
+
+class _Verification:
+    """A partition's verification in progress and the requests waiting for it."""
+
+    def __init__(self) -> None:
+        self.answer: asyncio.Future[MeridianError | None] = (
+            asyncio.get_running_loop().create_future()
+        )
+        self.waiters = 0
+        # Set once the request that joined last has started its appends (or given up).
+        self.last: asyncio.Future[None] | None = None
 
 
 def _check_replica(part: Partition, acks: int) -> MeridianError | None:
@@ -286,7 +407,7 @@ def _check_replica(part: Partition, acks: int) -> MeridianError | None:
     return None
 
 
-async def _wait_for_isr(
+async def wait_for_isr(
     part: Partition,
     last_offset: int,
     epoch: int | None,

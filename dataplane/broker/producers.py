@@ -1,4 +1,4 @@
-"""Idempotent producers: the per-partition table of producer sequences.
+"""Idempotent and transactional producers: the per-partition table of producer state.
 
 For each producer id a partition remembers its epoch and its last ``CACHED_BATCHES``
 batches as (first sequence, last sequence, base offset, last offset). An append is
@@ -14,11 +14,39 @@ checked against it under the log's append lock (``PartitionLog.append``'s
   ``OUT_OF_ORDER_SEQUENCE_NUMBER``; an unknown producer must start at 0, else
   ``UNKNOWN_PRODUCER_ID`` (its state was lost, e.g. to retention: it must re-initialise).
 
+Transactions (Kafka's ``ProducerStateManager``; ``docs/transactions.md``). An entry
+also holds the first offset of the producer's open transaction on this partition
+(``txn_first_offset``, -1: none) and the last coordinator epoch of its markers:
+
+- a transactional batch of a producer with an open transaction (same epoch) joins it;
+  one that would open a transaction needs a *verification guard* for its producer id
+  and epoch (``verified``, set once the transaction coordinator confirmed the partition
+  is in that producer's open transaction, dropped by the next marker), else
+  ``INVALID_TXN_STATE``, so nothing opens a transaction no marker will ever close; a
+  batch of a newer epoch while an older epoch's transaction is open waits for its marker
+  (``CONCURRENT_TRANSACTIONS``); a non-transactional batch of a producer with an open
+  transaction is ``INVALID_TXN_STATE``;
+- a marker (``apply_marker``: a control batch written by this partition's leader for
+  the coordinator) of an older epoch is ``INVALID_PRODUCER_EPOCH``, of an older
+  coordinator epoch ``TRANSACTION_COORDINATOR_FENCED``; it closes the open transaction,
+  and a newer epoch in it restarts the producer's sequences at 0. An abort that closes
+  an open transaction is recorded in the partition's ``AbortedTxnIndex``
+  (``dataplane.storage.txn_index``) with the last stable offset after it.
+- the open transactions give the *first unstable offset* (the oldest one's first
+  offset): the last stable offset is ``min(it, high watermark)``. Producer ids with
+  ``HALF_PRODUCER_BIT`` set belong to half messages (one transaction each, never
+  reused): their entry is dropped once their marker closes it, and their open
+  transactions also bound what ``read_uncommitted`` readers see
+  (``first_unstable_half_offset``).
+
 Persistence: ``snapshot`` writes ``producer-state.json`` into the partition directory
 (whole and durably, ``dataplane.files.replace_file``), recording the offset it covers;
 ``rebuild`` loads it and reads the batch headers (never the records) from that offset to
 the log end through ``PartitionLog.batch_headers`` — the whole log without a usable
-snapshot. So the table survives clean and unclean restarts.
+snapshot — reading the record of each marker that closes a transaction whose abort the
+index may lack. So the table and the index survive clean and unclean restarts;
+``rebuild`` first cuts index entries past the log end (a marker torn off by a crash, or
+a truncation). Before a snapshot is written the index is synced.
 
 Thread safety: every method takes the table's lock; ``check_and_record`` is meant to run
 under the log's append lock, which orders it with the write.
@@ -35,12 +63,21 @@ from pathlib import Path
 from dataplane.errors import ErrorCode, MeridianError
 from dataplane.files import replace_file
 from dataplane.records import BatchHeader
+from dataplane.records.control import Marker, marker_of
 from dataplane.storage.log import PartitionLog
+from dataplane.storage.txn_index import AbortedTxn, AbortedTxnIndex
 
 CACHED_BATCHES = 5
 SNAPSHOT_FILE = "producer-state.json"
-_SNAPSHOT_VERSION = 1
+_SNAPSHOT_VERSION = 2
+_READABLE_VERSIONS = (1, 2)
 _INT32_MAX = 2**31 - 1
+HALF_PRODUCER_BIT = 1 << 62  # producer ids of half messages (never given to producers)
+_MARKER_READ_BYTES = 4096
+
+
+def is_half_producer(producer_id: int) -> bool:
+    return producer_id >= 0 and bool(producer_id & HALF_PRODUCER_BIT)
 
 
 class DuplicateBatch(Exception):  # noqa: N818 - an outcome, not a failure
@@ -64,6 +101,8 @@ class CachedBatch:
 class ProducerEntry:
     epoch: int
     batches: deque[CachedBatch] = field(default_factory=lambda: deque(maxlen=CACHED_BATCHES))
+    txn_first_offset: int = -1  # the open transaction's first offset here; -1: none
+    coordinator_epoch: int = -1  # of the last marker
 
     @property
     def last_seq(self) -> int:
@@ -75,11 +114,16 @@ def next_sequence(seq: int) -> int:
 
 
 class ProducerStateTable:
-    """The producer sequences of one partition; see the module docstring."""
+    """The producer state of one partition; see the module docstring. ``aborted`` is
+    the partition's aborted-transaction index (None: aborts are not indexed, as for a
+    table describing one segment)."""
 
-    def __init__(self) -> None:
+    def __init__(self, aborted: AbortedTxnIndex | None = None) -> None:
         self._lock = threading.Lock()
         self._producers: dict[int, ProducerEntry] = {}
+        self._open: dict[int, int] = {}  # producer id -> first offset of its open txn
+        self._verified: dict[int, int] = {}  # producer id -> epoch verified to open one
+        self.aborted = aborted
         self.covered_offset = 0  # the table reflects every batch below this offset
         self.dirty = False
 
@@ -90,12 +134,51 @@ class ProducerStateTable:
         with self._lock:
             return self._producers.get(producer_id)
 
+    # -- transactions: queries ------------------------------------------------------
+    def open_transactions(self) -> dict[int, int]:
+        """Producer id -> first offset of each transaction open on this partition."""
+        with self._lock:
+            return dict(self._open)
+
+    def first_unstable_offset(self) -> int | None:
+        """The first offset of the oldest open transaction (None: none is open)."""
+        with self._lock:
+            return min(self._open.values(), default=None)
+
+    def first_unstable_half_offset(self) -> int | None:
+        """The first offset of the oldest open half message (None: none is open)."""
+        with self._lock:
+            return min(
+                (first for pid, first in self._open.items() if is_half_producer(pid)),
+                default=None,
+            )
+
+    def last_stable_offset(self, high_watermark: int) -> int:
+        first = self.first_unstable_offset()
+        return high_watermark if first is None else min(first, high_watermark)
+
+    def in_transaction(self, producer_id: int, epoch: int) -> bool:
+        """Whether a transactional batch of (``producer_id``, ``epoch``) may be appended
+        without asking the coordinator: its transaction is open here, or verified."""
+        with self._lock:
+            entry = self._producers.get(producer_id)
+            if entry is not None and entry.epoch == epoch and entry.txn_first_offset >= 0:
+                return True
+            return self._verified.get(producer_id) == epoch
+
+    def verified(self, producer_id: int, epoch: int) -> None:
+        """The coordinator confirmed this partition is in the open transaction of
+        (``producer_id``, ``epoch``): its first batch here may open it."""
+        with self._lock:
+            self._verified[producer_id] = epoch
+
+    # -- appends --------------------------------------------------------------------
     def check_and_record(self, base_offset: int, headers: list[BatchHeader]) -> None:
         """Check an append's batches (which will land at ``base_offset``) and record them.
 
-        Raises ``MeridianError`` for a sequence or epoch violation and ``DuplicateBatch``
-        when every idempotent batch is a retry of one already written; either way the
-        table is unchanged. Batches without a producer id pass.
+        Raises ``MeridianError`` for a sequence, epoch or transaction violation and
+        ``DuplicateBatch`` when every idempotent batch is a retry of one already written;
+        either way the table is unchanged. Batches without a producer id pass.
         """
         staged: dict[int, ProducerEntry] = {}
         self.commit(staged, self.stage(base_offset, headers, staged))
@@ -131,7 +214,10 @@ class ProducerStateTable:
     def commit(self, staged: dict[int, ProducerEntry], end_offset: int) -> None:
         """Record what ``stage`` checked; the table then covers offsets below ``end_offset``."""
         with self._lock:
-            self._producers.update(staged)
+            for pid, entry in staged.items():
+                self._producers[pid] = entry
+                if entry.txn_first_offset >= 0:
+                    self._open.setdefault(pid, entry.txn_first_offset)
             self.covered_offset = max(self.covered_offset, end_offset)
             self.dirty = self.dirty or bool(staged)
 
@@ -164,55 +250,154 @@ class ProducerStateTable:
             raise MeridianError(
                 code, f"producer {pid} epoch {epoch} must start at sequence 0, sent {seq}"
             )
+        txn_first = self._transaction_of(header, entry, base)
         updated = ProducerEntry(
             epoch,
             deque(entry.batches if entry and entry.epoch == epoch else (), maxlen=CACHED_BATCHES),
+            txn_first,
+            entry.coordinator_epoch if entry is not None else -1,
         )
         updated.batches.append(CachedBatch(seq, header.last_sequence, base, last))
         staged[pid] = updated
         return None
 
-    def record_replicated(self, headers: list[BatchHeader]) -> None:
+    def _transaction_of(self, header: BatchHeader, entry: ProducerEntry | None, base: int) -> int:
+        """The first offset of the transaction ``header``'s batch belongs to (-1: none);
+        raises when it may not be appended (module docstring)."""
+        pid, epoch = header.producer_id, header.producer_epoch
+        open_first = entry.txn_first_offset if entry is not None else -1
+        if open_first >= 0 and entry is not None and epoch != entry.epoch:
+            raise MeridianError(
+                ErrorCode.CONCURRENT_TRANSACTIONS,
+                f"producer {pid}: the transaction of epoch {entry.epoch} awaits its marker",
+            )
+        if not header.is_transactional:
+            if open_first >= 0:
+                raise MeridianError(
+                    ErrorCode.INVALID_TXN_STATE,
+                    f"producer {pid} has a transaction open here: its batches must be "
+                    "transactional until it ends",
+                )
+            return -1
+        if open_first >= 0:
+            return open_first
+        if self._verified.get(pid) != epoch:
+            raise MeridianError(
+                ErrorCode.INVALID_TXN_STATE,
+                f"producer {pid} epoch {epoch} has no open transaction holding this "
+                "partition: add the partition to the transaction first",
+            )
+        return base
+
+    def apply_marker(self, offset: int, marker: Marker, *, check: bool = True) -> AbortedTxn | None:
+        """Apply the marker written at ``offset`` (under the log's append lock, before
+        its bytes are written): close the producer's open transaction, and index it when
+        aborted. ``check`` (a leader): refuse a fenced marker, leaving the table as it
+        was. Returns the aborted transaction indexed, if any."""
+        with self._lock:
+            pid = marker.producer_id
+            entry = self._producers.get(pid)
+            if check and entry is not None:
+                if marker.producer_epoch < entry.epoch:
+                    raise MeridianError(
+                        ErrorCode.INVALID_PRODUCER_EPOCH,
+                        f"a marker of producer {pid} epoch {marker.producer_epoch} is fenced "
+                        f"by epoch {entry.epoch}",
+                    )
+                if marker.coordinator_epoch < entry.coordinator_epoch:
+                    raise MeridianError(
+                        ErrorCode.TRANSACTION_COORDINATOR_FENCED,
+                        f"a marker of coordinator epoch {marker.coordinator_epoch} for "
+                        f"producer {pid}: epoch {entry.coordinator_epoch} was seen",
+                    )
+            self._verified.pop(pid, None)
+            first = self._open.pop(pid, -1)
+            aborted = None
+            if first >= 0 and not marker.commit:
+                stable = min(self._open.values(), default=offset + 1)
+                aborted = AbortedTxn(pid, first, offset, stable)
+            self._close(pid, entry, marker)
+            self.covered_offset = max(self.covered_offset, offset + 1)
+            self.dirty = True
+        if aborted is not None and self.aborted is not None and self.aborted.last_offset < offset:
+            self.aborted.append(aborted)
+        return aborted
+
+    def _close(self, pid: int, entry: ProducerEntry | None, marker: Marker) -> None:
+        """The entry after its marker (under the lock)."""
+        if is_half_producer(pid):
+            self._producers.pop(pid, None)  # a half message's id writes nothing more
+            return
+        if entry is None or marker.producer_epoch > entry.epoch:
+            entry = ProducerEntry(marker.producer_epoch)  # a new epoch restarts at 0
+        entry.txn_first_offset = -1
+        entry.coordinator_epoch = max(entry.coordinator_epoch, marker.coordinator_epoch)
+        self._producers[pid] = entry
+
+    def record_replicated(
+        self, headers: list[BatchHeader], markers: dict[int, Marker] | None = None
+    ) -> None:
         """Record a follower's copied batches (their offsets are the leader's), without
-        checks: the leader checked them. A follower that becomes leader then knows every
-        producer's last sequences and answers a retry as a duplicate."""
+        checks: the leader checked them. ``markers``: the transaction markers among them,
+        by base offset. A follower that becomes leader then knows every producer's last
+        sequences and open transactions, and has indexed every abort."""
         for header in headers:
-            self.replay(header.base_offset, header)
+            marker = (markers or {}).get(header.base_offset) if header.is_control else None
+            self.replay(header.base_offset, header, marker)
         self.dirty = self.dirty or any(h.producer_id >= 0 for h in headers)
 
-    def replay(self, base_offset: int, header: BatchHeader) -> None:
-        """Apply a batch already in the log (rebuilding), without checks."""
+    def replay(self, base_offset: int, header: BatchHeader, marker: Marker | None = None) -> None:
+        """Apply a batch already in the log (rebuilding), without checks. A control batch
+        closes its producer's transaction; with its ``marker`` an abort is indexed too."""
+        if header.is_control and header.producer_id >= 0:
+            if marker is None:
+                marker = Marker(header.producer_id, header.producer_epoch, True, -1)
+            self.apply_marker(base_offset, marker, check=False)
+            return
         with self._lock:
             last = base_offset + header.last_offset_delta
             if header.producer_id >= 0 and header.base_sequence >= 0:
                 entry = self._producers.get(header.producer_id)
                 if entry is None or header.producer_epoch > entry.epoch:
                     entry = self._producers[header.producer_id] = ProducerEntry(
-                        header.producer_epoch
+                        header.producer_epoch,
+                        coordinator_epoch=entry.coordinator_epoch if entry else -1,
                     )
                 if header.producer_epoch == entry.epoch:
                     entry.batches.append(
                         CachedBatch(header.base_sequence, header.last_sequence, base_offset, last)
                     )
+                    if header.is_transactional and entry.txn_first_offset < 0:
+                        entry.txn_first_offset = base_offset
+                        self._open[header.producer_id] = base_offset
             self.covered_offset = max(self.covered_offset, last + 1)
 
     # -- persistence --------------------------------------------------------------------
     def snapshot(self, directory: Path, covered_offset: int | None = None) -> None:
-        """Write the table, and the offset it covers, to ``directory`` atomically."""
+        """Write the table, and the offset it covers, to ``directory`` atomically (the
+        aborted index synced first: every abort below the snapshot is then durable)."""
+        if self.aborted is not None:
+            self.aborted.flush()
         data = self.to_json(covered_offset)
         self.dirty = False
         replace_file(directory / SNAPSHOT_FILE, data)
 
     def to_json(self, covered_offset: int | None = None) -> bytes:
         """The snapshot's bytes: ``{"version", "offset" (covered), "producers": {id:
-        {"epoch", "batches": [[first_seq, last_seq, base_offset, last_offset], ...]}}}``."""
+        {"epoch", "batches": [[first_seq, last_seq, base_offset, last_offset], ...],
+        "txn_first_offset", "coordinator_epoch"}}}``."""
         with self._lock:
             covered = self.covered_offset if covered_offset is None else covered_offset
             data = {
                 "version": _SNAPSHOT_VERSION,
                 "offset": covered,
                 "producers": {
-                    str(pid): {"epoch": e.epoch, "batches": [_batch_list(b) for b in e.batches]}
+                    str(pid): {
+                        "epoch": e.epoch,
+                        "batches": [_batch_list(b) for b in e.batches],
+                        "txn_first_offset": e.txn_first_offset,
+                        "coordinator_epoch": e.coordinator_epoch,
+                    }
                     for pid, e in self._producers.items()
                 },
             }
@@ -220,40 +405,62 @@ class ProducerStateTable:
 
     @classmethod
     def rebuild(cls, log: PartitionLog) -> ProducerStateTable:
-        """The table of ``log``: its snapshot (if usable) plus a header scan to the end."""
-        table = cls()
+        """The table of ``log``: its snapshot (if usable) plus a header scan to the end,
+        with the partition's aborted-transaction index."""
+        aborted = AbortedTxnIndex.load(log.directory)
+        aborted.truncate_from(log.log_end_offset)
+        table = cls(aborted)
         start = table._load(log.directory / SNAPSHOT_FILE, log.log_end_offset)
         start = max(start, log.log_start_offset)
         for base_offset, header in log.batch_headers(start):
-            table.replay(base_offset, header)
+            table.replay(base_offset, header, table._missing_abort(log, base_offset, header))
         table.covered_offset = max(table.covered_offset, log.log_end_offset)
+        aborted.trim_before(log.log_start_offset)
         return table
+
+    def _missing_abort(self, log: PartitionLog, offset: int, header: BatchHeader) -> Marker | None:
+        """The marker at ``offset`` when it may be an abort the index lacks (it closes an
+        open transaction past the index's last entry): read from the log."""
+        if not header.is_control or self.aborted is None or self.aborted.last_offset >= offset:
+            return None
+        if header.producer_id not in self._open:
+            return None
+        data = log.read(offset, _MARKER_READ_BYTES, max_offset=offset + 1).data
+        return marker_of(data) if data else None
 
     def _load(self, path: Path, log_end_offset: int) -> int:
         """Load a snapshot; the offset to scan from (0 when there is none usable)."""
         try:
             data = json.loads(path.read_bytes())
-            if data["version"] != _SNAPSHOT_VERSION:
+            if data["version"] not in _READABLE_VERSIONS:
                 return 0  # from another version: rescan
             if int(data["offset"]) > log_end_offset:
                 # The log was truncated below it: it describes batches that are gone, and
                 # once the log grows past its offset again it would look valid.
                 path.unlink(missing_ok=True)
                 return 0
-            producers = {
-                int(pid): ProducerEntry(
-                    int(e["epoch"]),
-                    deque((CachedBatch(*map(int, b)) for b in e["batches"]), maxlen=CACHED_BATCHES),
-                )
-                for pid, e in data["producers"].items()
-            }
+            producers = {int(pid): _entry(e) for pid, e in data["producers"].items()}
         except FileNotFoundError:
             return 0
         except (ValueError, KeyError, TypeError):
             return 0  # a damaged snapshot is only a slower start
         self._producers = producers
+        self._open = {
+            pid: e.txn_first_offset for pid, e in producers.items() if e.txn_first_offset >= 0
+        }
         self.covered_offset = int(data["offset"])
         return self.covered_offset
+
+
+def _entry(data: dict[str, object]) -> ProducerEntry:
+    batches = data["batches"]
+    assert isinstance(batches, list)
+    return ProducerEntry(
+        int(data["epoch"]),  # type: ignore[call-overload]
+        deque((CachedBatch(*map(int, b)) for b in batches), maxlen=CACHED_BATCHES),
+        int(data.get("txn_first_offset", -1)),  # type: ignore[call-overload]
+        int(data.get("coordinator_epoch", -1)),  # type: ignore[call-overload]
+    )
 
 
 def _batch_list(batch: CachedBatch) -> list[int]:

@@ -40,6 +40,7 @@ Thread safety: tending runs on the manager's one thread; the event loop reads
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
 import time
@@ -243,7 +244,10 @@ class TierManager:
     ) -> None:
         log_ = part.log
         assert state.manifest is not None
-        for segment in next_to_upload(state.manifest, log_.segments, log_.high_watermark):
+        # Below the last stable offset: every transaction of an uploaded segment has
+        # ended, so its aborted ones can be listed with it (``_sidecars``).
+        stable = part.last_stable_offset()
+        for segment in next_to_upload(state.manifest, log_.segments, stable):
             if self._stopping.is_set() or _leader_epoch(part) != epoch:
                 return
             if time.monotonic() > deadline:
@@ -277,9 +281,13 @@ class TierManager:
         with segment.pin():
             for header in segment.batch_headers(segment.base_offset, segment.size_bytes):
                 producers.replay(header.base_offset, header)
+        state = json.loads(producers.to_json(segment.next_offset))
+        index = part.producers.aborted
+        aborted = index.collect(segment.base_offset, segment.next_offset) if index else []
+        state["aborted"] = [[a.producer_id, a.first_offset, a.last_offset] for a in aborted]
         return {
             "epochs": epochs_json(entries, start, segment.next_offset),
-            "producers": producers.to_json(segment.next_offset),
+            "producers": json.dumps(state).encode(),
         }
 
     def _commit(
@@ -420,6 +428,11 @@ class TierManager:
         if manifest is None or manifest.is_empty or offset < manifest.log_start_offset:
             return None  # below everything kept: the local read answers out of range
         return manifest
+
+    def aborted(self, manifest: Manifest, offset: int) -> list[tuple[int, int, int]]:
+        """The aborted transactions with a record in the remote segment serving
+        ``offset``: (producer id, first offset, last offset) (blocking)."""
+        return self.reader.aborted(manifest, offset)
 
     def read(self, part: Partition, manifest: Manifest, offset: int, max_bytes: int) -> bytes:
         """Whole batches from the remote segment serving ``offset`` (blocking). At most

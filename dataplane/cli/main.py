@@ -7,7 +7,17 @@ from typing import Annotated
 
 import typer
 
-from dataplane.cli import databus, delays, exports, groups, indexes, lanes, mirrors, topics
+from dataplane.cli import (
+    databus,
+    delays,
+    exports,
+    groups,
+    indexes,
+    lanes,
+    mirrors,
+    topics,
+    transactions,
+)
 from dataplane.cli.api import DEFAULT_API_URL
 from dataplane.cli.base import DEFAULT_BOOTSTRAP, Settings, credentials_from, fail, reporting
 from dataplane.cli.consume import consume
@@ -18,7 +28,8 @@ from dataplane.errors import MeridianError
 app = typer.Typer(
     name="meridian",
     help=(
-        "Produce, consume and inspect topics and consumer groups of a Meridian cluster; "
+        "Produce, consume and inspect topics, consumer groups and transactions of a Meridian "
+        "cluster; "
         "manage a tenant's lanes, Databus configurations, Parquet exports, indexes and "
         "mirror links."
     ),
@@ -185,6 +196,8 @@ retry_policies_app.command("create")(reporting(delays.create_policy))
 retry_policies_app.command("describe")(reporting(delays.describe_policy))
 retry_policies_app.command("delete")(reporting(delays.delete_policy))
 app.add_typer(retry_policies_app, name="retry-policies")
+app.add_typer(transactions.app, name="transactions")
+app.add_typer(transactions.half_app, name="half-messages")
 
 
 def main(argv: Sequence[str] | None = None) -> None:

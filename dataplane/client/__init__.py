@@ -11,6 +11,7 @@ from dataplane.client.producer import Producer, ProducerRecord
 from dataplane.client.types import (
     ORIGIN_OFFSET,
     ORIGIN_REGION,
+    ConsumerGroupMetadata,
     ConsumerRecord,
     CopiedBatch,
     PolledBatch,
@@ -28,6 +29,7 @@ __all__ = [
     "BufferFullError",
     "ConfigError",
     "Consumer",
+    "ConsumerGroupMetadata",
     "ConsumerRecord",
     "CopiedBatch",
     "DeliveryFuture",

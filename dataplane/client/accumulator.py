@@ -108,6 +108,8 @@ class RecordAccumulator:
         self.closed = False
         self.refusal: MeridianError | None = None  # why appends fail: closed, or fatal
         self.wakeup: Callable[[], None] = lambda: None
+        # Told of each batch opened (under ``lock``): a transaction adds its partition then.
+        self.on_open: Callable[[TopicPartition], None] | None = None
         self.sender_thread: threading.Thread | None = None
 
     # -- the send path -------------------------------------------------------------------
@@ -373,6 +375,8 @@ class RecordAccumulator:
         queue.append(batch)
         self._nonempty[batch.tp] = queue
         self.incomplete.add(batch)
+        if self.on_open is not None:
+            self.on_open(batch.tp)
 
     def _wait_for_space(self, hint: int) -> None:
         if not self._block_on_full or threading.current_thread() is self.sender_thread:

@@ -26,10 +26,12 @@ from typing import Any
 import grpc
 
 from dataplane._gen.meridian.v1 import admin_pb2, common_pb2
+from dataplane.client import txn_admin
 from dataplane.client.auth import Credentials
 from dataplane.client.connection import ChannelSecurity, ConnectionPool, Tls
 from dataplane.client.metadata import BrokerAddress, ClusterMetadata
 from dataplane.client.offsets import LATEST, ends_and_ages, list_offsets, offset_spec
+from dataplane.client.txn_admin import HalfMessageListing, TransactionListing
 from dataplane.client.types import TopicPartition
 from dataplane.errors import ErrorCode, MeridianError, error_from_rpc
 from dataplane.hashing import murmur2
@@ -268,11 +270,14 @@ class Admin:
         }
 
     def list_offsets(
-        self, specs: Mapping[TopicPartition, int | str]
+        self, specs: Mapping[TopicPartition, int | str], *, read_committed: bool = False
     ) -> dict[TopicPartition, tuple[int, int]]:
-        """``{tp: (offset, timestamp)}`` for ``"earliest"``, ``"latest"`` or a timestamp."""
+        """``{tp: (offset, timestamp)}`` for ``"earliest"``, ``"latest"`` or a timestamp;
+        ``read_committed``: latest is the last stable offset."""
         wanted = {TopicPartition(*tp): offset_spec(spec) for tp, spec in specs.items()}
-        return list_offsets(self.metadata, wanted, timeout_s=self._timeout_s)
+        return list_offsets(
+            self.metadata, wanted, timeout_s=self._timeout_s, read_committed=read_committed
+        )
 
     def describe_cluster(self) -> ClusterDescription:
         """Every broker the cluster's metadata lists, with what it reports of itself."""
@@ -311,6 +316,25 @@ class Admin:
         from dataplane.client import group
 
         return group.describe_group(self.metadata, group_id)
+
+    # -- transactions and half messages (txn_admin.py) -----------------------------------
+    def list_transactions(self, states: Iterable[str] = ()) -> list[TransactionListing]:
+        """Every transactional id the caller may describe, in ``states`` (all: none)."""
+        return txn_admin.list_transactions(self.metadata, states)
+
+    def describe_transaction(self, transactional_id: str) -> TransactionListing:
+        return txn_admin.describe_transaction(self.metadata, transactional_id)
+
+    def abort_transaction(self, transactional_id: str) -> TransactionListing:
+        """Abort an open (hanging) transaction, fencing its producer; the state after."""
+        return txn_admin.abort_transaction(self.metadata, transactional_id)
+
+    def list_half_messages(self, producer_group: str | None = None) -> list[HalfMessageListing]:
+        return txn_admin.list_half_messages(self.metadata, producer_group)
+
+    def resolve_half_message(self, producer_group: str, half_id: str, *, commit: bool) -> str:
+        """Commit or roll back a half message as an operator; its state after."""
+        return txn_admin.resolve_half_message(self.metadata, producer_group, half_id, commit=commit)
 
     def delete_groups(self, group_ids: Iterable[str]) -> dict[str, MeridianError | None]:
         """Delete empty groups and their committed offsets: group -> error or None

@@ -25,7 +25,13 @@ from dataplane.client.types import RecordSource, TopicPartition
 from dataplane.records.builder import encode_batch, encode_record
 from dataplane.records.compression import Compression
 from dataplane.records.decoder import FetchedBatch, LazyHeaders
-from dataplane.records.layout import HEADER_SIZE, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE
+from dataplane.records.layout import (
+    HEADER_SIZE,
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
+    TRANSACTIONAL_MASK,
+)
 
 
 class ProducerBatch:
@@ -79,8 +85,11 @@ class ProducerBatch:
         producer_id: int = NO_PRODUCER_ID,
         producer_epoch: int = NO_PRODUCER_EPOCH,
         base_sequence: int = NO_SEQUENCE,
+        *,
+        transactional: bool = False,
     ) -> bytes:
-        """The batch as sent: ``records`` compressed once, header and CRC written."""
+        """The batch as sent: ``records`` compressed once, header and CRC written (the
+        transactional attribute bit set for a transactional producer's)."""
         self.base_sequence = base_sequence
         self.sealed = encode_batch(
             self.records,
@@ -88,6 +97,7 @@ class ProducerBatch:
             self.base_timestamp,
             self.max_timestamp,
             compression=compression,
+            flags=TRANSACTIONAL_MASK if transactional else 0,
             producer_id=producer_id,
             producer_epoch=producer_epoch,
             base_sequence=base_sequence,

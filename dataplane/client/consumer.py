@@ -38,6 +38,16 @@ its starting offset; and a lane-topic partition neither group of the family comm
 starts at its earliest record whatever ``auto_offset_reset`` says (a lane topic holds
 only the lane's records, all of them waiting for a consumer).
 
+Transactions (``isolation_level``): ``read_uncommitted`` (the default, as Kafka's)
+reads up to the high watermark, the records of open and aborted transactions included;
+``read_committed`` reads up to the last stable offset and skips aborted transactions'
+records, and a partition an open transaction committed an offset of
+(``UNSTABLE_OFFSET_COMMIT``) is not read until that transaction ends, so a
+consume-transform-produce loop restarting elsewhere never reads from a position a
+transaction may still move. Control batches (transaction markers) are never returned;
+no consumer ever sees a half message before its commit, nor one rolled back.
+``group_metadata()`` is what ``Producer.send_offsets_to_transaction`` takes.
+
 Records keep their topic's name (``acme.orders~ppe``); ``record.lane`` is their lane
 (None on the trunk). While the application handles a lane record, the lane is in effect
 (``lanes.current_lane``), so what it produces goes to the same lane: iterating over the
@@ -79,12 +89,18 @@ from dataplane.client.fetcher import FetchConfig, Fetcher, FetchState, Partition
 from dataplane.client.metadata import NO_LANE_INFO, ClusterMetadata
 from dataplane.client.offsets import EARLIEST, LATEST, list_offsets
 from dataplane.client.retries import Retrier, check_retry_delay, lane_refusal
-from dataplane.client.types import ConsumerRecord, PolledBatch, TopicPartition
+from dataplane.client.types import (
+    ConsumerGroupMetadata,
+    ConsumerRecord,
+    PolledBatch,
+    TopicPartition,
+)
 from dataplane.errors import ErrorCode, MeridianError
 
 log = logging.getLogger(__name__)
 
 _RESETS = ("earliest", "latest", "none")
+_ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 # Fetched data a partition may have waiting for poll, in max_partition_fetch_bytes: enough
 # that the next fetch is under way while poll decodes (the whole buffer stays under
 # fetch_max_bytes).
@@ -138,8 +154,15 @@ class Consumer:
         tls: Tls = None,
         lane: str | None = None,
         lane_refresh_ms: float = 1_000,
+        isolation_level: str = "read_uncommitted",
     ) -> None:
         self.lane = None if lane is None else lanes.check_lane_name(lane)
+        if isolation_level not in _ISOLATION_LEVELS:
+            raise ConfigError(
+                f"isolation_level must be one of {_ISOLATION_LEVELS}, not {isolation_level!r}"
+            )
+        self.isolation_level = isolation_level
+        self._read_committed = isolation_level == "read_committed"
         if self.lane is not None and group_id is None:
             raise ConfigError("a lane consumer needs a group_id", ErrorCode.INVALID_GROUP_ID)
         if auto_offset_reset not in _RESETS:
@@ -199,6 +222,7 @@ class Consumer:
                 request_timeout_s=self._request_timeout_s,
                 retry_backoff_s=retry_backoff_ms / 1000,
                 check_crcs=check_crcs,
+                read_committed=self._read_committed,
             ),
             client_id,
         )
@@ -550,15 +574,16 @@ class Consumer:
     def _committed_or_held(
         self, tps: list[TopicPartition]
     ) -> tuple[dict[TopicPartition, int | None], set[TopicPartition]]:
+        stable = self._read_committed
         if self._member is not None:
             result: tuple[dict[TopicPartition, int | None], set[TopicPartition]]
-            result = self._member.committed_or_held(tps)
+            result = self._member.committed_or_held(tps, require_stable=stable)
             return result
         from dataplane.client import group
 
         assert self.group_id is not None
         return group.offset_fetch_handover(
-            group.CoordinatorLink(self._metadata, self.group_id), tps
+            group.CoordinatorLink(self._metadata, self.group_id), tps, require_stable=stable
         )
 
     def _hold(self, asked: list[TopicPartition], held: set[TopicPartition]) -> None:
@@ -573,7 +598,12 @@ class Consumer:
             delay = min(HANDOVER_BACKOFF_S * 2 ** (attempts - 1), HANDOVER_BACKOFF_MAX_S)
             self._held[tp] = (now + delay, attempts)
             if attempts == 1:
-                log.info("%s/%s: waiting for its hand-over to group %s", *tp, self.group_id)
+                log.info(
+                    "%s/%s: waiting for group %s's offset (a hand-over, or an open "
+                    "transaction's commit)",
+                    *tp,
+                    self.group_id,
+                )
 
     def held(self) -> set[TopicPartition]:
         """Assigned lane-topic partitions not read yet: another group of the family
@@ -606,7 +636,12 @@ class Consumer:
     def _list_offsets(
         self, specs: dict[TopicPartition, int]
     ) -> dict[TopicPartition, tuple[int, int]]:
-        return list_offsets(self._metadata, specs, timeout_s=self._request_timeout_s)
+        return list_offsets(
+            self._metadata,
+            specs,
+            timeout_s=self._request_timeout_s,
+            read_committed=self._read_committed,
+        )
 
     def _seek_many(self, positions: Mapping[TopicPartition, int]) -> None:
         with self._state.lock:
@@ -776,6 +811,17 @@ class Consumer:
         from dataplane.client import group
 
         return dict(group.fetch_committed(self._metadata, self.group_id, tps))
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """The consumer's group, generation and member id now, for
+        ``Producer.send_offsets_to_transaction``."""
+        if self.group_id is None:
+            raise ConfigError("group_metadata needs a group_id", ErrorCode.INVALID_GROUP_ID)
+        if self._member is None:
+            return ConsumerGroupMetadata(self.group_id)
+        generation, member_id = self._member.generation()
+        instance = self._group_settings["group_instance_id"] or ""
+        return ConsumerGroupMetadata(self.group_id, generation, member_id, instance)
 
     # -- closing -------------------------------------------------------------------------
     def close(self, *, commit: bool | None = None) -> None:

@@ -69,11 +69,27 @@ class CoordinatorLink:
     ``call`` retries coordinator errors (module docstring) and
     ``COORDINATOR_LOAD_IN_PROGRESS`` with backoff until ``api_timeout_s`` passes, then
     raises the last error; any other error is raised at once. Thread-safe.
+
+    ``service`` and ``find`` make it a link to another kind of coordinator: the stub of a
+    connection the calls go to, and how the coordinator's address is found (the
+    transaction coordinator's, ``dataplane.client.transactions``); ``retry`` adds codes
+    worth retrying as they are.
     """
 
-    def __init__(self, metadata: ClusterMetadata, group_id: str) -> None:
+    def __init__(
+        self,
+        metadata: ClusterMetadata,
+        group_id: str,
+        *,
+        service: Callable[[Connection], Any] | None = None,
+        find: Callable[[Connection, str], str] | None = None,
+        retry: frozenset[int] = frozenset(),
+    ) -> None:
         self.metadata = metadata
         self.group_id = group_id
+        self._service = service or (lambda conn: conn.group)
+        self._find_on = find or _find_group_coordinator
+        self._retry = retry
         self._lock = threading.Lock()
         self._address: str | None = None
 
@@ -109,7 +125,7 @@ class CoordinatorLink:
     def _call_once(self, rpc: str, request: Any, timeout_s: float) -> Any:
         conn = self.coordinator()
         try:
-            response = getattr(conn.group, rpc)(request, timeout=timeout_s)
+            response = getattr(self._service(conn), rpc)(request, timeout=timeout_s)
         except grpc.RpcError as exc:
             raise error_from_rpc(exc) from exc
         except ValueError as exc:  # another thread closed the channel after a failure
@@ -125,7 +141,7 @@ class CoordinatorLink:
         if error.code in COORDINATOR_ERRORS:
             self.forget(transport=error.code == ErrorCode.BROKER_NOT_AVAILABLE)
             return True
-        return error.code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS
+        return error.code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS or error.code in self._retry
 
     def coordinator(self) -> Connection:
         """The coordinator's connection, found with FindCoordinator if not known."""
@@ -139,17 +155,13 @@ class CoordinatorLink:
 
     def _find(self) -> str:
         conn = self.metadata.any_connection()
-        request = group_pb2.FindCoordinatorRequest(group_id=self.group_id)
         try:
-            response = conn.group.FindCoordinator(request, timeout=REQUEST_TIMEOUT_S)
+            return self._find_on(conn, self.group_id)
         except grpc.RpcError as exc:
             self.metadata.pool.forget(conn.address)
             raise error_from_rpc(exc) from exc
         except ValueError as exc:
             raise _ChannelClosedError(ErrorCode.BROKER_NOT_AVAILABLE, str(exc)) from exc
-        if response.error:
-            raise MeridianError(response.error, response.error_message)
-        return f"{response.coordinator.host}:{response.coordinator.port}"
 
     def forget(self, *, transport: bool = False) -> None:
         """Find the coordinator again next time (and drop its channel after a transport error)."""
@@ -160,6 +172,14 @@ class CoordinatorLink:
 
 
 # -- membership calls -------------------------------------------------------------------
+
+
+def _find_group_coordinator(conn: Connection, group_id: str) -> str:
+    request = group_pb2.FindCoordinatorRequest(group_id=group_id)
+    response = conn.group.FindCoordinator(request, timeout=REQUEST_TIMEOUT_S)
+    if response.error:
+        raise MeridianError(response.error, response.error_message)
+    return f"{response.coordinator.host}:{response.coordinator.port}"
 
 
 class JoinRound:
@@ -312,24 +332,27 @@ def offset_fetch(
 
 
 def offset_fetch_handover(
-    link: CoordinatorLink, partitions: Iterable[TopicPartition]
+    link: CoordinatorLink, partitions: Iterable[TopicPartition], *, require_stable: bool = False
 ) -> tuple[dict[TopicPartition, int | None], set[TopicPartition]]:
     """Committed offsets of ``partitions`` (None where none), and the lane-topic
-    partitions another group of the family still holds (``HANDOVER_IN_PROGRESS``): these
-    have no answer yet and must not be read until one comes."""
+    partitions another group of the family still holds (``HANDOVER_IN_PROGRESS``) or,
+    with ``require_stable``, an open transaction committed an offset of
+    (``UNSTABLE_OFFSET_COMMIT``): these have no answer yet and must not be read until one
+    comes."""
     wanted = list(partitions)
     if not wanted:
         return {}, set()
     request = group_pb2.OffsetFetchRequest(
         group_id=link.group_id,
         partitions=[common_pb2.TopicPartition(topic=t, partition=p) for t, p in wanted],
+        require_stable=require_stable,
     )
     response = link.call("OffsetFetch", request)
     offsets: dict[TopicPartition, int | None] = {}
     held: set[TopicPartition] = set()
     for r in response.results:
         tp = TopicPartition(r.topic, r.partition)
-        if r.error == ErrorCode.HANDOVER_IN_PROGRESS:
+        if r.error in (ErrorCode.HANDOVER_IN_PROGRESS, ErrorCode.UNSTABLE_OFFSET_COMMIT):
             held.add(tp)
         else:
             offsets[tp] = r.offset if r.offset >= 0 else None

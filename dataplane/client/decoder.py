@@ -6,6 +6,9 @@ Two steps, so the expensive one runs only for records the application takes:
   checks length, magic and CRC-32C, skips batches wholly before the fetch offset and
   decompresses the others; an uncompressed batch is not copied (its records are read in
   place from the response bytes).
+- ``drop_aborted`` (fetcher thread): the batches of aborted transactions (Kafka's
+  read_committed rules, from the broker's list of aborted transactions) become empty
+  control batches, so ``poll`` steps over them as over a marker.
 - ``decode_records`` (``poll``): the codec's lazy loop (``dataplane.records.decoder.
   decode_lazy``) builds ``ConsumerRecord`` s: keys and values sliced once, headers kept
   as a lazy reader decoded on first access, records below the consumer's position
@@ -17,6 +20,8 @@ records equal ``decoder.decode_batch`` and kafka-python's on every codec.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from crc32c import crc32c
 
 from dataplane.client.types import ConsumerRecord, Headers, RecordSource
@@ -27,11 +32,13 @@ from dataplane.records.errors import CorruptBatchError, RecordCountMismatchError
 from dataplane.records.layout import (
     ATTRIBUTES_OFFSET,
     COMPRESSION_MASK,
+    CONTROL_MASK,
     HEADER_SIZE,
     HEADER_STRUCT,
     LOG_OVERHEAD,
     MAGIC,
     MAX_UNCOMPRESSED_BYTES,
+    TRANSACTIONAL_MASK,
 )
 
 
@@ -76,8 +83,8 @@ def _batch(
     tp: tuple[str, int],
     fields: tuple[int, ...],
 ) -> FetchedBatch:
-    base, epoch, attributes, delta, base_ts, max_ts, count = (
-        fields[0], fields[2], fields[5], fields[6], fields[7], fields[8], fields[12]
+    base, epoch, attributes, delta, base_ts, max_ts, pid, count = (
+        fields[0], fields[2], fields[5], fields[6], fields[7], fields[8], fields[9], fields[12]
     )  # fmt: skip
     codec = attributes & COMPRESSION_MASK
     if codec != Compression.NONE:
@@ -89,8 +96,35 @@ def _batch(
             raise corrupt(tp, base, f"does not decompress: {err}") from None
         start, end = 0, len(data)
     return FetchedBatch(
-        base, base + delta, base_ts, max_ts, attributes, epoch, count, data, start, end
+        base, base + delta, base_ts, max_ts, attributes, epoch, count, data, start, end, pid
     )
+
+
+def drop_aborted(
+    batches: list[FetchedBatch], aborted: Iterable[tuple[int, int]]
+) -> list[FetchedBatch]:
+    """``batches`` with those of aborted transactions (``aborted``: (producer id, first
+    offset) pairs, as the broker lists them) replaced by empty control batches, Kafka's
+    read_committed rule: a producer's transaction counts as aborted from its first
+    offset on, and its batches are skipped until its next control batch."""
+    pending = sorted(aborted, key=lambda entry: entry[1], reverse=True)
+    if not pending:
+        return batches
+    skipping: set[int] = set()
+    kept: list[FetchedBatch] = []
+    for batch in batches:
+        while pending and pending[-1][1] <= batch.last_offset:
+            skipping.add(pending.pop()[0])
+        if batch.attributes & CONTROL_MASK:
+            skipping.discard(batch.producer_id)
+        elif batch.attributes & TRANSACTIONAL_MASK and batch.producer_id in skipping:
+            batch = FetchedBatch(
+                batch.base_offset, batch.last_offset, batch.base_timestamp,
+                batch.max_timestamp, batch.attributes | CONTROL_MASK, batch.leader_epoch, 0,
+                b"", 0, 0, batch.producer_id,
+            )  # fmt: skip
+        kept.append(batch)
+    return kept
 
 
 def decode_records(

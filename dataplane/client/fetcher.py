@@ -17,6 +17,10 @@ A response's ``throttle_ms`` (the broker held it for the tenant's fetch quota) k
 the next fetch from that broker until ``throttle_ms`` after the request was sent: a
 broker that held the whole time costs no further wait.
 
+Isolation: ``read_committed`` fetches end at the last stable offset; the batches of
+aborted transactions the broker lists (and, at either level, of rolled-back half
+messages) are skipped as control batches are (``decoder.drop_aborted``).
+
 Errors: ``OFFSET_OUT_OF_RANGE`` marks the partition for its reset policy (applied by
 ``poll``); a retriable code or a transport failure refreshes the metadata and retries
 the partition after a backoff; any other code is kept and raised by the next ``poll``.
@@ -39,7 +43,7 @@ from typing import Any
 import grpc
 
 from dataplane._gen.meridian.v1 import broker_pb2
-from dataplane.client.decoder import decode_records, split_batches
+from dataplane.client.decoder import decode_records, drop_aborted, split_batches
 from dataplane.client.metadata import ClusterMetadata
 from dataplane.client.types import ConsumerRecord, PolledBatch, RecordSource, TopicPartition
 from dataplane.errors import ErrorCode, MeridianError, error_from_rpc
@@ -60,6 +64,7 @@ class FetchConfig:
     request_timeout_s: float
     retry_backoff_s: float
     check_crcs: bool = True
+    read_committed: bool = False
 
 
 @dataclass(eq=False)
@@ -292,6 +297,11 @@ class Fetcher:
                 min_bytes=self._config.min_bytes,
                 max_bytes=self._config.max_bytes,
                 replica_id=-1,
+                isolation_level=(
+                    broker_pb2.READ_COMMITTED
+                    if self._config.read_committed
+                    else broker_pb2.READ_UNCOMMITTED
+                ),
                 partitions=[
                     broker_pb2.FetchPartition(
                         topic=state.tp.topic,
@@ -399,6 +409,9 @@ class Fetcher:
                 batches = split_batches(
                     result.records, offset, state.tp, verify_crc=self._config.check_crcs
                 )
+                if result.aborted_transactions:
+                    aborted = [(a.producer_id, a.first_offset) for a in result.aborted_transactions]
+                    batches = drop_aborted(batches, aborted)
             except MeridianError as corrupt:
                 error = corrupt
         with self._state.lock:

@@ -247,11 +247,12 @@ class GroupMember:
         return offset_fetch(self.link, partitions)
 
     def committed_or_held(
-        self, partitions: Iterable[TopicPartition]
+        self, partitions: Iterable[TopicPartition], *, require_stable: bool = False
     ) -> tuple[dict[TopicPartition, int | None], set[TopicPartition]]:
-        """``committed``, and the lane-topic partitions another group of the family still
-        holds (see ``coordinator.offset_fetch_handover``)."""
-        return offset_fetch_handover(self.link, partitions)
+        """``committed``, and the partitions without an answer yet: a lane-topic partition
+        another group of the family still holds, or (``require_stable``) one an open
+        transaction committed (see ``coordinator.offset_fetch_handover``)."""
+        return offset_fetch_handover(self.link, partitions, require_stable=require_stable)
 
     def request_rejoin(self) -> None:
         """Rejoin at the next ``poll()`` (what the group reads changed underneath it)."""

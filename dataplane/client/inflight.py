@@ -34,6 +34,7 @@ class SenderConfig:
     max_request_bytes: int
     client_id: str
     close_gaps: bool = True
+    transactional_id: str = ""  # a transactional producer's (dataplane.client.transactions)
 
 
 class PartitionState:

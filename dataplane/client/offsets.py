@@ -58,14 +58,17 @@ def list_offsets(
     *,
     timeout_s: float = 30.0,
     backoff_s: float = 0.1,
+    read_committed: bool = False,
 ) -> dict[TopicPartition, tuple[int, int]]:
-    """``{tp: (offset, timestamp)}`` for each spec (see the module docstring).
+    """``{tp: (offset, timestamp)}`` for each spec (see the module docstring); with
+    ``read_committed`` the latest offset is the last stable offset.
 
     Retriable failures (a moved leader, an unreachable broker) refresh the metadata and
     retry a few times; others raise the partition's ``MeridianError``.
     """
     asked = {tp: _item(tp, spec) for tp, spec in specs.items()}
-    found = _query(metadata, asked, timeout_s, backoff_s)
+    isolation = broker_pb2.READ_COMMITTED if read_committed else broker_pb2.READ_UNCOMMITTED
+    found = _query(metadata, asked, timeout_s, backoff_s, isolation)
     return {tp: (r.offset, r.timestamp) for tp, r in found.items()}
 
 
@@ -97,6 +100,7 @@ def _query(
     items: Mapping[TopicPartition, broker_pb2.ListOffsetsPartition],
     timeout_s: float,
     backoff_s: float,
+    isolation: broker_pb2.IsolationLevel.ValueType = broker_pb2.READ_UNCOMMITTED,
 ) -> dict[TopicPartition, broker_pb2.ListOffsetsResult]:
     """Each item's result from its partition's leader (see ``list_offsets``)."""
     pending = dict(items)
@@ -108,7 +112,7 @@ def _query(
             metadata.refresh({tp.topic for tp in pending})
         for address, group in _by_leader(metadata, pending).items():
             try:
-                found.update(_ask(metadata, address, group, timeout_s))
+                found.update(_ask(metadata, address, group, timeout_s, isolation))
             except MeridianError as error:
                 if not error.retriable:
                     raise
@@ -140,8 +144,11 @@ def _ask(
     address: str,
     specs: dict[TopicPartition, broker_pb2.ListOffsetsPartition],
     timeout_s: float,
+    isolation: broker_pb2.IsolationLevel.ValueType = broker_pb2.READ_UNCOMMITTED,
 ) -> dict[TopicPartition, broker_pb2.ListOffsetsResult]:
-    request = broker_pb2.ListOffsetsRequest(partitions=list(specs.values()))
+    request = broker_pb2.ListOffsetsRequest(
+        partitions=list(specs.values()), isolation_level=isolation
+    )
     try:
         response = metadata.pool.get(address).broker.ListOffsets(request, timeout=timeout_s)
     except grpc.RpcError as exc:

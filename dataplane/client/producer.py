@@ -42,10 +42,18 @@ later batch unless ``max_in_flight`` is 1, as in Kafka.
 Delays: ``send(..., deliver_after=60)`` / ``deliver_at=`` (or an ``x-deliver-at``
 header) schedule a record in the tenant's timer log instead, to be delivered to its
 topic and partition when due; ``cancel_delayed(id)`` cancels one (``delayed.py``).
+
+Transactions: ``Producer(transactional_id="acme.loader")`` writes in transactions
+(``transactions.py``): ``init_transactions()`` once, then ``begin_transaction()``,
+``send``..., ``send_offsets_to_transaction(offsets, consumer.group_metadata())``, and
+``commit_transaction()`` or ``abort_transaction()``; read_committed consumers see all of
+a transaction or nothing of it. Half messages (RocketMQ's): ``send_half`` with a
+``producer_group`` (``halves.py``).
 """
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -72,14 +80,23 @@ from dataplane.client.future import (
     ProduceResult,
     Segment,
 )
+from dataplane.client.halves import CheckBack, HalfMessage, HalfMessages, HalfOutcome
 from dataplane.client.inflight import SenderConfig
 from dataplane.client.lanetopics import PendingLaneTopics, lane_error
 from dataplane.client.metadata import ClusterMetadata
 from dataplane.client.partitioner import Partitioner, PartitionerFn, make_partitioner
 from dataplane.client.sender import Sender
-from dataplane.client.types import CopiedBatch, PolledBatch, Provenance
+from dataplane.client.transactions import TransactionManager
+from dataplane.client.types import (
+    ConsumerGroupMetadata,
+    CopiedBatch,
+    PolledBatch,
+    Provenance,
+    TopicPartition,
+)
 from dataplane.delays import DELIVER_AT
 from dataplane.errors import ErrorCode, MeridianError
+from dataplane.hashing import partition_for_key
 from dataplane.records import (
     HEADER_SIZE,
     Compression,
@@ -229,6 +246,15 @@ class Producer:
     after records that failed (a copier that resumes from the last record written, such
     as the mirror worker, must not jump over them). Make a new producer to write to the
     partition again.
+    ``transactional_id`` (``<tenant>.<id>``) makes it transactional (module docstring;
+    idempotent, with ``acks="all"`` whatever ``acks`` says, ``acks=0`` refused);
+    ``transaction_timeout_ms`` is how long a transaction may stay open before its
+    coordinator aborts it (and fences this producer).
+    ``producer_group`` (``<tenant>.<group>``) lets it send half messages (``send_half``,
+    ``halves.py``); with ``check_back`` (a callable given a ``HalfMessage``, returning a
+    ``HalfOutcome``) it answers the group's check-backs. ``half_check_interval_ms``,
+    ``half_max_checks`` and ``half_default_outcome`` (``"commit"`` or ``"rollback"``)
+    set them for its half messages (0 / None: the brokers' defaults).
     """
 
     def __init__(
@@ -258,12 +284,24 @@ class Producer:
         lane_confirm_ms: float = 3_000,
         route_lanes: bool = True,
         close_gaps: bool = True,
+        transactional_id: str | None = None,
+        transaction_timeout_ms: int = 60_000,
+        producer_group: str | None = None,
+        check_back: CheckBack | None = None,
+        half_check_interval_ms: int = 0,
+        half_max_checks: int = 0,
+        half_default_outcome: str | None = None,
     ) -> None:
         self.lane = None if lane is None else lanes.check_lane_name(lane)
         if not route_lanes and lane is not None:
             raise ConfigError("a producer without lane routing (route_lanes=False) has no lane")
         self.route_lanes = bool(route_lanes)
         ack_level = _acks(acks)
+        if transactional_id is not None:
+            if not enable_idempotence or ack_level == 0:
+                raise ConfigError("a transactional producer is idempotent, with acks='all'")
+            ack_level = -1
+            _positive(transaction_timeout_ms=transaction_timeout_ms)
         codec = _CODECS.get(str(compression).lower())
         if codec is None:
             raise ConfigError(f"unknown compression {compression!r}: use one of {list(_CODECS)}")
@@ -313,8 +351,21 @@ class Producer:
             max_request_bytes=max_request_bytes,
             client_id=client_id,
             close_gaps=bool(close_gaps),
+            transactional_id=transactional_id or "",
         )
         self._sender = Sender(self._acc, self._metadata, config, self._on_metadata)
+        self._txn = (
+            TransactionManager(
+                transactional_id,
+                int(transaction_timeout_ms),
+                self._metadata,
+                self._sender,
+                self._acc,
+                max_block_s=self._max_block_s,
+            )
+            if transactional_id is not None
+            else None
+        )
         self._topics = self._acc.topics
         self._append = self._acc.append
         self._topic_lock = threading.Lock()
@@ -334,8 +385,18 @@ class Producer:
         self._lane_refused_since: dict[str, float] = {}  # the sender's thread only
         self._scheduler = Scheduler(self)
         self._delays = DelayClient(self._metadata, timeout_s=request_timeout_ms / 1000)
+        self._halves = self._half_messages(
+            producer_group,
+            check_back,
+            half_check_interval_ms,
+            half_max_checks,
+            half_default_outcome,
+            request_timeout_ms,
+        )
         self._closed = False
         self._sender.start()
+        if self._halves is not None:
+            self._halves.start()
 
     # -- sending -------------------------------------------------------------------------
     def send(
@@ -368,8 +429,11 @@ class Producer:
         ``UNKNOWN_TOPIC_OR_PARTITION`` when the topic is not found within
         ``max_block_ms``; ``INVALID_PARTITIONS`` for a partition the topic still lacks
         after ``max_block_ms``;
-        ``BufferFull``; and the producer's fatal error once it has one.
+        ``BufferFull``; the producer's fatal error once it has one; and, for a
+        transactional producer, ``INVALID_TXN_STATE`` outside a transaction.
         """
+        if self._txn is not None:
+            self._txn.check_sending()
         if type(value) is not bytes and value is not None:
             value = as_bytes(value, "value")
         if key is not None and type(key) is not bytes:
@@ -465,6 +529,8 @@ class Producer:
         This is the fast way to produce: the records are encoded into their batches by
         the compiled codec a batch at a time, not by Python record by record.
         """
+        if self._txn is not None:
+            self._txn.check_sending()
         if not isinstance(records, list | tuple):
             records = list(records)
         if deliver_at is not None or deliver_after is not None:
@@ -887,6 +953,111 @@ class Producer:
         record) or ``DELAYED_RECORD_DELIVERED`` (too late); cancelling twice is fine."""
         return self._delays.cancel(delayed_id)
 
+    # -- half messages -------------------------------------------------------------------
+    def _half_messages(
+        self,
+        group: str | None,
+        check_back: CheckBack | None,
+        interval_ms: int,
+        max_checks: int,
+        default: str | None,
+        request_timeout_ms: float,
+    ) -> HalfMessages | None:
+        if group is None:
+            if check_back is not None:
+                raise ConfigError("check_back needs a producer_group")
+            return None
+        outcomes = {"commit": HalfOutcome.COMMIT, "rollback": HalfOutcome.ROLLBACK, None: None}
+        if default not in outcomes:
+            raise ConfigError(
+                f"half_default_outcome must be 'commit' or 'rollback', not {default!r}"
+            )
+        _not_negative(half_check_interval_ms=interval_ms, half_max_checks=max_checks)
+        return HalfMessages(
+            self._metadata,
+            group,
+            client_id=self.client_id,
+            request_timeout_s=request_timeout_ms / 1000,
+            max_block_s=self._max_block_s,
+            check_interval_ms=int(interval_ms),
+            max_checks=int(max_checks),
+            default_outcome=outcomes[default],
+            check_back=check_back,
+        )
+
+    def send_half(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        headers: HeadersLike | None = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+    ) -> HalfMessage:
+        """Store a half message and return its handle once stored (blocking): invisible
+        to every consumer until ``commit()``, never visible after ``rollback()``; checked
+        back with the producer group when neither comes (``halves.py``). It goes to the
+        topic named (no lane routing), to ``partition`` or its key's (murmur2), else to a
+        random one."""
+        if self._halves is None:
+            raise ConfigError("send_half needs Producer(producer_group=...)")
+        if type(value) is not bytes and value is not None:
+            value = as_bytes(value, "value")
+        if key is not None and type(key) is not bytes:
+            key = as_bytes(key, "key")
+        pairs = [(name, as_bytes(data, "a header value")) for name, data in _header_items(headers)]
+        partitions = self._wait_for_topic(topic)
+        if partition is None:
+            partition = (
+                partition_for_key(key, len(partitions))
+                if key is not None
+                else random.choice(partitions)
+            )
+        elif partition not in partitions:
+            self._check_partition(topic, partition)
+        stamp = time.time_ns() // 1_000_000 if timestamp_ms is None else _timestamp(timestamp_ms)
+        return self._halves.send(topic, partition, value, key, pairs, stamp)
+
+    # -- transactions --------------------------------------------------------------------
+    def _transactions(self, call: str) -> TransactionManager:
+        if self._txn is None:
+            raise ConfigError(f"{call} needs Producer(transactional_id=...)")
+        self._not_from_a_callback(call)
+        return self._txn
+
+    def init_transactions(self, timeout: float | None = None) -> None:
+        """Take the transactional id's producer id and a new epoch (fencing every older
+        producer of it, whose open transaction is aborted). Once, before the first
+        transaction; ``timeout`` seconds (default ``max_block_ms``)."""
+        self._transactions("init_transactions").init_transactions(timeout)
+
+    def begin_transaction(self) -> None:
+        """Open a transaction: what is sent until it ends belongs to it."""
+        self._transactions("begin_transaction").begin_transaction()
+
+    def send_offsets_to_transaction(
+        self,
+        offsets: Mapping[TopicPartition, int],
+        group_metadata: ConsumerGroupMetadata,
+        timeout: float | None = None,
+    ) -> None:
+        """Commit a consumer group's ``offsets`` (the next offsets to read) inside the
+        transaction: they count only if it commits. ``group_metadata`` is
+        ``Consumer.group_metadata()``: a consumer of an older generation is refused."""
+        self._transactions("send_offsets_to_transaction").send_offsets(
+            offsets, group_metadata, timeout
+        )
+
+    def commit_transaction(self, timeout: float | None = None) -> None:
+        """Deliver everything sent in the transaction, then commit it. Raises when it
+        cannot commit (a record failed): abort it then."""
+        self._transactions("commit_transaction").commit_transaction(self.flush, timeout)
+
+    def abort_transaction(self, timeout: float | None = None) -> None:
+        """Abort the transaction: what was not sent is dropped (its futures fail), what
+        was is never visible to read_committed consumers."""
+        self._transactions("abort_transaction").abort_transaction(timeout)
+
     # -- flushing and closing ------------------------------------------------------------
     def flush(self, timeout: float | None = None) -> None:
         """Send everything queued now, without lingering, and wait until it is delivered.
@@ -933,6 +1104,8 @@ class Producer:
                 ErrorCode.REQUEST_TIMED_OUT, "the producer closed before its lane topic existed"
             ),
         )
+        if self._halves is not None:
+            self._halves.close()
         self._acc.close()
         self._sender.wakeup()
         if not self._sender.join(timeout):

@@ -36,18 +36,29 @@ abandons the stream (as at a request timeout: the outcome is unknown) and resend
 batches, in order and with the same producer id, epoch and sequences, to the new
 leader, which answers a batch the old one had replicated as a duplicate. So writes
 resume about when the controller moves the leadership, not when the broker wakes.
+
+A transactional producer (``config.transactional_id``; ``transactions.py``). Its id and
+epoch come from the transaction manager (``init_transactions``), never from the sender.
+A batch is placed only once its partition is in the open transaction
+(``TxnHooks.addable``): partitions met for the first time are added in the background,
+all those of one pass in one AddPartitionsToTxn (``TxnHooks.add``), and their batches go
+at the next pass after. Batches are sealed transactional and requests name the
+transactional id. A batch that fails for good, or whose outcome is unknown, makes the
+transaction abortable (``TxnHooks.failed``) instead of asking for a new epoch: the
+abort does that. ``PRODUCER_FENCED`` is fatal, as ``INVALID_PRODUCER_EPOCH`` is.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
 import random
 import threading
 import time
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, Protocol
 
 from dataplane._gen.meridian.v1 import broker_pb2
 from dataplane.client.accumulator import RecordAccumulator
@@ -84,6 +95,26 @@ _REFRESH_CODES = frozenset(
 )
 
 
+class TxnHooks(Protocol):
+    """What the sender asks of a transactional producer's transaction manager."""
+
+    def addable(self, tp: TopicPartition) -> bool:
+        """Whether ``tp`` is in the open transaction (else it is noted to be added)."""
+        ...
+
+    def refusal(self) -> MeridianError | None:
+        """Why no batch can join the transaction now (it failed), or None."""
+        ...
+
+    async def add(self) -> None:
+        """Add the partitions noted since the last call (on the sender's loop)."""
+        ...
+
+    def failed(self, error: MeridianError) -> None:
+        """A batch of the transaction failed for good: it can only be aborted."""
+        ...
+
+
 class Sender:
     def __init__(
         self,
@@ -101,6 +132,8 @@ class Sender:
         self._resend: set[PartitionState] = set()
         self._links: dict[str, BrokerLink] = {}
         self._identity = ProducerIdentity()
+        self.txn: TxnHooks | None = None  # a transactional producer's manager
+        self._adding: asyncio.Task[None] | None = None
         self._bump_wanted = False
         self._pid_task: asyncio.Task[None] | None = None
         self._refresh_wanted = False
@@ -174,7 +207,7 @@ class Sender:
     async def _shutdown(self) -> None:
         """End every task on this loop before it closes: a task destroyed while pending,
         or whose exception nobody retrieved, is printed on the application's stderr."""
-        for task in (self._pid_task, self._refresh_task):
+        for task in (self._pid_task, self._refresh_task, self._adding):
             if task is not None:
                 task.cancel()
         for link in self._links.values():
@@ -222,7 +255,8 @@ class Sender:
             self._refresh_wanted = False
             self._refresh_task = self._spawn(self._refresh())
         pid_wanted = self._identity.producer_id < 0 or (self._bump_wanted and self._quiet())
-        if config.idempotent and self._pid_task is None and pid_wanted:
+        own_pid = config.idempotent and not config.transactional_id
+        if own_pid and self._pid_task is None and pid_wanted:
             self._pid_task = self._spawn(self._init_producer_id())
         for link in self._links.values():
             if link.inflight and now - link.inflight[0].sent_at > config.request_timeout_s:
@@ -265,6 +299,54 @@ class Sender:
             return True
         return self._identity.producer_id >= 0 and self._pid_task is None
 
+    def set_identity(self, producer_id: int, epoch: int) -> None:
+        """A transactional producer's id and epoch (from its transaction manager, while
+        nothing is in flight): every partition's sequences restart at 0."""
+
+        def install() -> None:
+            self._identity.producer_id, self._identity.epoch = producer_id, epoch
+            for state in self._states.values():
+                state.next_sequence = 0
+            self._poke()
+
+        self.call_on_loop(install)
+
+    def call_on_loop(self, fn: Callable[[], Any]) -> Any:
+        """Run ``fn`` on the sender's thread and return what it returns (blocking)."""
+        loop = self._loop
+        if loop is None:
+            return fn()
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+        def run() -> None:
+            try:
+                future.set_result(fn())
+            except BaseException as exc:  # handed to the caller
+                future.set_exception(exc)
+
+        loop.call_soon_threadsafe(run)
+        return future.result()
+
+    def in_flight(self) -> int:
+        """Batches sent and not answered yet, and batches waiting to be sent again."""
+        return sum(len(state.pending) for state in self._states.values())
+
+    def drop_unsent(self, error: MeridianError) -> bool:
+        """Fail every batch not in flight (queued, or waiting to be sent again) with
+        ``error`` (an aborted transaction's); True when one of them had a sequence (the
+        producer's sequences then need a new epoch). Runs on the sender's thread."""
+        stamped = False
+        for state in self._states.values():
+            for batch in [b for b in state.pending if not b.in_flight]:
+                stamped = True
+                state.pending.remove(batch)
+                self._acc.complete(batch, -1, error=error)
+            if not state.pending:
+                self._resend.discard(state)
+        for batch in self._acc.take_all():
+            self._acc.complete(batch, -1, error=error)
+        return stamped
+
     def _quiet(self) -> bool:
         return not any(state.pending for state in self._states.values())
 
@@ -281,24 +363,38 @@ class Sender:
     # -- sending -------------------------------------------------------------------------
     def _send(self, now: float) -> None:
         planner = Planner(self._metadata.snapshot(), self._link, self._config, now)
+        txn = self.txn
         for state in list(self._resend):
             self._plan_resend(state, now, planner)
         if not self._bump_wanted:
+            refused = txn.refusal() if txn is not None else None
 
             def take(tp: TopicPartition, batch: ProducerBatch) -> bool:
-                return tp in self._stopped or self._place(tp, batch, planner)
+                if tp in self._stopped or refused is not None:
+                    return True
+                if txn is not None and not txn.addable(tp):
+                    return False
+                return self._place(tp, batch, planner)
 
             for batch in self._acc.drain(now, take):
-                stopped = self._stopped.get(batch.tp)
+                stopped = self._stopped.get(batch.tp) or refused
                 if stopped is not None:
                     self._acc.complete(batch, -1, error=stopped)
                 else:
                     self._stamp(batch)
         self._refresh_wanted |= planner.leaderless
+        if txn is not None and (self._adding is None or self._adding.done()):
+            self._adding = self._spawn(self._add_partitions(txn))
         for plan in planner.plans.values():
             for batches in plan.requests:
                 if batches:
                     self._send_request(plan.link, batches)
+
+    async def _add_partitions(self, txn: TxnHooks) -> None:
+        try:
+            await txn.add()
+        finally:
+            self._poke()
 
     def _plan_resend(self, state: PartitionState, now: float, planner: Planner) -> None:
         if now < state.retry_at or state.in_flight():
@@ -347,7 +443,11 @@ class Sender:
         batch.resequenced = False
         if self._config.idempotent:
             batch.seal(
-                self._config.compression, self._identity.producer_id, self._identity.epoch, sequence
+                self._config.compression,
+                self._identity.producer_id,
+                self._identity.epoch,
+                sequence,
+                transactional=bool(self._config.transactional_id),
             )
         else:
             batch.seal(self._config.compression)
@@ -370,6 +470,7 @@ class Sender:
             timeout_ms=int(self._config.request_timeout_s * 1000),
             partitions=partitions,
             correlation_id=self._correlation,
+            transactional_id=self._config.transactional_id,
         )
         link.send(request, InFlight(self._correlation, dict(batches)))
 
@@ -439,7 +540,7 @@ class Sender:
             gap = not (batch.resequenced or state.pending.index(batch) > 0)
             retriable = True
             self._refresh_wanted = True
-        elif code == ErrorCode.INVALID_PRODUCER_EPOCH:
+        elif code in (ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.PRODUCER_FENCED):
             self._fatal(error)
             return
         elif code == ErrorCode.UNKNOWN_PRODUCER_ID and self._config.idempotent:
@@ -449,7 +550,7 @@ class Sender:
                 # producer. Expected, as OUT_OF_ORDER is above: retried in order.
                 retriable = True
             else:
-                self._bump_wanted = True  # the leader lost this producer's state
+                self._want_bump(error)  # the leader lost this producer's state
         elif code == ErrorCode.MESSAGE_TOO_LARGE and batch.count > 1:
             self._split(state, batch)
             return
@@ -488,7 +589,7 @@ class Sender:
             if waiting and self._config.idempotent:
                 # Their sequences were given out: a new epoch restarts them (once
                 # nothing is in flight), as after any batch failed for good.
-                self._bump_wanted = True
+                self._want_bump(error)
 
     def _split(self, state: PartitionState, batch: ProducerBatch) -> None:
         """The broker refused the batch as too large: send its halves instead, in its
@@ -507,6 +608,8 @@ class Sender:
         lands after the failed records, for the rest of the producer's life."""
         later = state.remove(batch)
         self._acc.complete(batch, -1, error=error)
+        if self.txn is not None:
+            self.txn.failed(error)
         reason = MeridianError(error.code, f"{error.message} (an earlier batch failed)")
         stop = not self._config.close_gaps
         if stop:
@@ -521,6 +624,14 @@ class Sender:
             self._acc.complete(other, -1, error=reason)
         self._resend.discard(state)
         if self._config.idempotent and unknown:
+            self._want_bump(error)
+
+    def _want_bump(self, error: MeridianError) -> None:
+        """The sequences need a new epoch: asked for here, or, in a transaction, by its
+        abort (the transaction can only be aborted now)."""
+        if self.txn is not None:
+            self.txn.failed(error)
+        else:
             self._bump_wanted = True
 
     def _expire(self, now: float) -> None:
@@ -540,6 +651,10 @@ class Sender:
                     f"not acknowledged within delivery_timeout_ms ({timeout * 1000:.0f} ms)",
                 )
                 self._give_up(state, waiting[0], error, unknown=waiting[0].attempts > 0)
+
+    def fail_all(self, error: MeridianError) -> None:
+        """A fatal error (on the sender's thread): everything fails, and every later send."""
+        self._fatal(error)
 
     def _fatal(self, error: MeridianError) -> None:
         self.fatal = error

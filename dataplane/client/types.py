@@ -202,3 +202,16 @@ class CopiedBatch:
     last_offset: int
     payload_bytes: int
     first_timestamp: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerGroupMetadata:
+    """A consumer's place in its group, for ``Producer.send_offsets_to_transaction``: the
+    group coordinator refuses a transactional commit of an older generation (a zombie
+    that lost its partitions). Generation -1 and no member: a consumer outside group
+    membership (``assign``)."""
+
+    group_id: str
+    generation_id: int = -1
+    member_id: str = ""
+    group_instance_id: str = ""

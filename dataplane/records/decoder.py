@@ -287,6 +287,7 @@ class FetchedBatch:
     data: bytes
     start: int
     end: int
+    producer_id: int = -1
 
     @property
     def is_control(self) -> bool:

@@ -10,7 +10,8 @@ This module is the specification another program reads a topic from the store by
                                      <base>-<id>.index      its offset index
                                      <base>-<id>.timeindex  its time index
                                      <base>-<id>.epochs     its leader epochs (JSON)
-                                     <base>-<id>.producers  its producers' state (JSON)
+                                     <base>-<id>.producers  its producers' state and
+                                                            aborted transactions (JSON)
 
 ``<version>`` and ``<base>`` (the segment's base offset) are zero-padded to 20 digits, so
 keys sort as numbers; ``<id>`` is 16 random hex digits, fresh for every upload, so two

@@ -14,7 +14,12 @@ that passed the checks of ``segment_objects``: a segment read from its start is 
 whole and must match the size and CRC-32C its manifest lists; one read from an offset
 inside it is fetched from the position its ``.index`` gives; either way every batch is
 validated (CRC included) and its offsets continue densely. Each segment contributes the
-records of ``[start_offset, end_offset)`` it serves, so no offset comes twice. Failures:
+records of ``[start_offset, end_offset)`` it serves, so no offset comes twice. Records
+of aborted transactions (and rolled-back half messages) are left out, as a
+read_committed consumer leaves them out (the segment's list of them,
+``segment_objects.aborted_transactions``); control batches reach ``segment_batches``'
+caller, which skips them as consumers do, and never ``records`` nor
+``segment_columns``. Failures:
 ``TopicNotInStoreError``, ``RemoteSegmentMissingError``, ``RemoteSegmentCorruptError``,
 ``layout.ManifestError`` and the store's ``RemoteStoreUnavailableError``.
 
@@ -109,9 +114,11 @@ class TopicStoreReader:
         start_offset: int | None = None,
         end_offset: int | None = None,
     ) -> Iterator[Record]:
-        """The records ``segment`` serves within ``[start_offset, end_offset)``."""
-        for _header, batch in self.segment_batches(manifest, segment, start_offset, end_offset):
-            yield from batch
+        """The records ``segment`` serves within ``[start_offset, end_offset)`` (control
+        batches' left out)."""
+        for header, batch in self.segment_batches(manifest, segment, start_offset, end_offset):
+            if not header.is_control:
+                yield from batch
 
     def segment_batches(
         self,
@@ -147,7 +154,8 @@ class TopicStoreReader:
         walk: _Walk | None = None
         held = 0
         for walk, at, header in self._walk(manifest, segment, start_offset, end_offset):
-            if run and held + header.record_count > max_records:
+            after_a_gap = run and at != run[-1][0] + run[-1][1].size  # a batch left out
+            if run and (after_a_gap or held + header.record_count > max_records):
                 yield from _columns(walk, run, pick_header)
                 run, held = [], 0
             run.append((at, header))
@@ -170,12 +178,14 @@ class TopicStoreReader:
         if low >= high:
             return
         objects = SegmentObjects.of(manifest, segment)
+        aborted = segment_objects.aborted_transactions(self.store, objects, low)
         data, position, expected = self._log_bytes(objects, low)
         walk = _Walk(memoryview(data), position, objects, low, high)
         view = walk.view
-        for at, header in segment_objects.batches(
+        walked = segment_objects.batches(
             lambda s, e: view[s - position : e - position], position, expected, objects
-        ):
+        )
+        for at, header in segment_objects.skip_aborted(walked, aborted):
             if header.last_offset < low:
                 continue
             if header.base_offset >= high:

@@ -203,6 +203,20 @@ class RemoteLogReader:
                 return
         raise objects.corrupt("log", f"no batch holds offset {offset}", offset)
 
+    def aborted(self, manifest: Manifest, offset: int) -> list[tuple[int, int, int]]:
+        """The aborted transactions with a record in the segment serving ``offset``
+        (``segment_objects.aborted_transactions``: (producer id, first offset, last
+        offset)), its ``producers`` object cached whole."""
+        segment = manifest.segment_for(offset)
+        if segment is None or "producers" not in segment.files:
+            return []
+        objects = SegmentObjects.of(manifest, segment)
+        data = self._cache.get(
+            (objects.key("producers"), _WHOLE),
+            lambda: segment_objects.fetch(self.store, objects, "producers", offset),
+        )
+        return segment_objects.parse_aborted(objects, data, offset)
+
     def _index(self, objects: SegmentObjects, kind: str, offset: int) -> bytes:
         return self._cache.get(
             (objects.key(kind), _WHOLE),

@@ -10,6 +10,11 @@ wrong byte is ever returned as data:
   (``check_whole``);
 - an index has whole entries (``load_index``), and lookups in it are the local index's
   own binary search over the same entry layout (``dataplane.storage.index``);
+- the aborted transactions of a segment (``aborted_transactions``) come from its
+  ``.producers`` object, which the uploader writes with every aborted transaction having
+  a record in the segment (segments are uploaded only once below the last stable offset,
+  so every transaction in them has ended); ``skip_aborted`` leaves their batches out, as
+  a read_committed consumer does;
 - walking the ``.log`` (``batches``): every batch header is a RecordBatch v2 one whose
   length fits the object, and batches continue the offsets densely from the one the
   index or the segment's base offset names; with ``verify`` every batch passes the
@@ -26,7 +31,8 @@ Thread safety: pure functions over their arguments, and a frozen ``SegmentObject
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import json
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 import crc32c
@@ -112,6 +118,46 @@ def check_whole(objects: SegmentObjects, kind: str, data: bytes, offset: int) ->
     if crc is not None and (computed := crc32c.crc32c(data)) != crc:
         reason = f"CRC-32C 0x{computed:08x}, the manifest lists 0x{crc:08x}"
         raise objects.corrupt(kind, reason, offset)
+
+
+def aborted_transactions(
+    store: ObjectStore, objects: SegmentObjects, offset: int
+) -> list[tuple[int, int, int]]:
+    """The aborted transactions with a record in the segment, ``(producer id, first
+    offset, last offset)`` from its ``producers`` object (its ``"aborted"`` list; a
+    segment uploaded before transactions existed lists none)."""
+    if "producers" not in objects.segment.files:
+        return []
+    return parse_aborted(objects, fetch(store, objects, "producers", offset), offset)
+
+
+def parse_aborted(objects: SegmentObjects, data: bytes, offset: int) -> list[tuple[int, int, int]]:
+    """The ``"aborted"`` list of a (checked) ``producers`` object."""
+    try:
+        listed = json.loads(data).get("aborted", [])
+        return [(int(pid), int(first), int(last)) for pid, first, last in listed]
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise objects.corrupt(
+            "producers", f"unreadable aborted transactions: {exc}", offset
+        ) from exc
+
+
+def skip_aborted(
+    headers: Iterable[tuple[int, BatchHeader]], aborted: Iterable[tuple[int, int, int]]
+) -> Iterator[tuple[int, BatchHeader]]:
+    """``(position, header)`` of the batches, less those of aborted transactions (Kafka's
+    read_committed rule: a producer's transaction counts as aborted from its first
+    offset on, until its next control batch, which is kept)."""
+    pending = sorted(((first, pid) for pid, first, _ in aborted), reverse=True)
+    skipping: set[int] = set()
+    for position, header in headers:
+        while pending and pending[-1][0] <= header.last_offset:
+            skipping.add(pending.pop()[1])
+        if header.is_control:
+            skipping.discard(header.producer_id)
+        elif header.is_transactional and header.producer_id in skipping:
+            continue
+        yield position, header
 
 
 # -- indexes ----------------------------------------------------------------------------

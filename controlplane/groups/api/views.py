@@ -7,15 +7,13 @@ from __future__ import annotations
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
-from rest_framework import status, viewsets
+from rest_framework import status
 from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from controlplane.core.actors import Actor
 from controlplane.core.api.pagination import Pagination
 from controlplane.core.choices import Role
-from controlplane.core.errors import NotFound, PermissionDenied
 from controlplane.groups import services
 from controlplane.groups.api.serializers import (
     GroupDetailSerializer,
@@ -23,12 +21,13 @@ from controlplane.groups.api.serializers import (
     ResetOffsetsSerializer,
     ResetPlanSerializer,
 )
+from controlplane.tenants.api.scoped import TenantNamedViewSet
 from controlplane.tenants.models import Tenant
 
 GROUP = OpenApiParameter("group", OpenApiTypes.STR, OpenApiParameter.PATH, description="group id")
 
 
-class GroupViewSet(viewsets.ViewSet):
+class GroupViewSet(TenantNamedViewSet):
     lookup_field = "group"
     # Any group id, '/' included (sent as %2F or as is): the reset action's route and
     # the metrics route are tried first (api/urls.py, controlplane/urls.py), so ids
@@ -37,37 +36,14 @@ class GroupViewSet(viewsets.ViewSet):
     pagination_class = Pagination
     read_role = Role.VIEWER
     write_role = Role.DEVELOPER
-
-    @property
-    def actor(self) -> Actor:
-        user = self.request.user
-        assert isinstance(user, Actor)
-        return user
+    kind = "group"
+    name_field = "group"
 
     def _tenant(self, group_id: str, needed: str) -> Tenant:
-        """The tenant the group id names, if the caller may see it (else 404) and holds
-        ``needed`` there (else 403)."""
-        slug = services.tenant_of_group(group_id)
-        actor = self.actor
-        visible = slug is not None and (actor.platform_admin or actor.role_in(slug) is not None)
-        tenant = Tenant.objects.filter(slug=slug).first() if visible else None
-        if tenant is None:
-            raise NotFound(f"group {group_id!r} not found", group=group_id)
-        if not actor.can(tenant.slug, needed):
-            raise PermissionDenied(
-                f"your role in tenant {tenant.slug!r} does not allow this",
-                needed_role=needed,
-                role=actor.role_in(tenant.slug),
-            )
-        return tenant
+        return self.named_tenant(group_id, needed)
 
     def _listed_tenants(self) -> list[Tenant]:
-        wanted = self.request.query_params.get("tenant")
-        actor = self.actor
-        tenants = Tenant.objects.order_by("slug")
-        if not actor.platform_admin:
-            tenants = tenants.filter(slug__in=actor.tenant_slugs)
-        return list(tenants.filter(slug=wanted) if wanted else tenants)
+        return self.listed_tenants()
 
     @extend_schema(
         parameters=[OpenApiParameter("tenant", OpenApiTypes.STR, description="tenant slug")],

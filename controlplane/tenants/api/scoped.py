@@ -1,16 +1,21 @@
-"""The base viewset of every tenant-owned resource: isolation at the queryset, once."""
+"""The base viewsets of tenant-owned resources: isolation at the queryset, once
+(``TenantScopedViewSet``), or by the name's prefix for what the brokers keep
+(``TenantNamedViewSet``)."""
 
 from __future__ import annotations
 
 from typing import Any, TypeVar
 
 from django.db.models import Model, QuerySet
+from rest_framework import viewsets
 from rest_framework.permissions import SAFE_METHODS
 from rest_framework.request import Request
 
+from controlplane.core.actors import Actor
 from controlplane.core.api.views import ServiceViewSet
 from controlplane.core.choices import Role
 from controlplane.core.errors import InvalidRequest, NotFound, PermissionDenied
+from controlplane.core.validators import tenant_of_name
 from controlplane.tenants.models import Tenant
 
 M = TypeVar("M", bound=Model)
@@ -100,3 +105,47 @@ class NamedInTenant:
                     tenant=["name the tenant"],
                 )
         return super().get_object()  # type: ignore[misc]
+
+
+class TenantNamedViewSet(viewsets.ViewSet):
+    """For objects the brokers keep and name ``<tenant>.<name>`` (consumer groups,
+    transactional ids): a name's tenant is its prefix, and a caller without a role there
+    sees nothing of it (404, as for a missing one); a role too weak is a 403."""
+
+    read_role: str = Role.VIEWER
+    write_role: str = Role.DEVELOPER
+    kind = "object"  # in messages: "group 'acme.x' not found"
+    name_field = "name"  # the 404's detail naming it
+
+    @property
+    def actor(self) -> Actor:
+        user = self.request.user
+        assert isinstance(user, Actor)
+        return user
+
+    def named_tenant(self, name: str, needed: str) -> Tenant:
+        """The tenant ``name`` names, if the caller may see it (else 404) and holds
+        ``needed`` there (else 403)."""
+        slug = tenant_of_name(name)
+        actor = self.actor
+        visible = slug is not None and (actor.platform_admin or actor.role_in(slug) is not None)
+        tenant = Tenant.objects.filter(slug=slug).first() if visible else None
+        if tenant is None:
+            raise NotFound(f"{self.kind} {name!r} not found", **{self.name_field: name})
+        if not actor.can(tenant.slug, needed):
+            raise PermissionDenied(
+                f"your role in tenant {tenant.slug!r} does not allow this",
+                needed_role=needed,
+                role=actor.role_in(tenant.slug),
+            )
+        return tenant
+
+    def listed_tenants(self) -> list[Tenant]:
+        """The caller's tenants (every one for a platform admin), or the one ``?tenant=``
+        names among them."""
+        wanted = self.request.query_params.get("tenant")
+        actor = self.actor
+        tenants = Tenant.objects.order_by("slug")
+        if not actor.platform_admin:
+            tenants = tenants.filter(slug__in=actor.tenant_slugs)
+        return list(tenants.filter(slug=wanted) if wanted else tenants)

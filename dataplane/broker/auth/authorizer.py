@@ -16,6 +16,10 @@ topic or group exists — so a refusal tells another tenant nothing.
   caller other than a tenant-admin gets only the operations of the entries naming its
   client id (``azp``) or subject — within what its role allows. No entry: none. A lane
   topic ``T~L`` is decided by the entries of its trunk topic ``T`` (its own are ignored).
+- Transactional ids and producer groups (half messages) are ``<tenant>.<id>`` too:
+  using one (a transaction, a half message, its check-backs) needs a role that may
+  produce in the tenant, describing one any role, aborting another producer's
+  transaction ``tenant-admin``; so one tenant's producers can never fence another's.
 - Describing (Metadata, DescribeGroups, ListGroups) needs any role in the tenant; a
   platform admin may describe every tenant's topics and groups, and nothing more.
 - Internal calls (Admin, Replication, peer Metadata) need the internal role; the
@@ -44,6 +48,7 @@ ROLE_OPERATIONS = {
 }
 _VERBS = {PRODUCE: "produce to", CONSUME: "consume from", ADMIN: "administer", DESCRIBE: "describe"}
 _GROUP_VERBS = {CONSUME: "use", ADMIN: "delete", DESCRIBE: "describe"}
+_TXN_VERBS = {PRODUCE: "use", ADMIN: "abort the transaction of", DESCRIBE: "describe"}
 
 AclLookup = Callable[[str], Sequence[Any]]  # topic -> its AclEntry list (may be empty)
 
@@ -119,14 +124,7 @@ class Authorizer:
     # -- groups -------------------------------------------------------------------------
     def group_error(self, group_id: str, operation: str) -> MeridianError | None:
         """None when the caller may do ``operation`` on group ``group_id``."""
-        principal = self._caller()
-        if principal is None:
-            return None
-        tenant = tenant_of(group_id)
-        role = principal.role_in(tenant) if tenant is not None else None
-        if role is not None and operation in ROLE_OPERATIONS[role]:
-            return None
-        if tenant is not None and operation == DESCRIBE and principal.platform_admin:
+        if self._may_by_name(group_id, operation):
             return None
         return MeridianError(
             ErrorCode.GROUP_AUTHORIZATION_FAILED,
@@ -134,8 +132,34 @@ class Authorizer:
             " (group ids start with '<tenant>.')",
         )
 
+    def _may_by_name(self, name: str, operation: str) -> bool:
+        """Whether the caller may do ``operation`` on a tenant-scoped name (a group, a
+        transactional id): its role in the tenant the name's prefix names, or a platform
+        admin describing."""
+        principal = self._caller()
+        if principal is None:
+            return True
+        tenant = tenant_of(name)
+        role = principal.role_in(tenant) if tenant is not None else None
+        if role is not None and operation in ROLE_OPERATIONS[role]:
+            return True
+        return tenant is not None and operation == DESCRIBE and principal.platform_admin
+
     def may_describe_group(self, group_id: str) -> bool:
         return self.group_error(group_id, DESCRIBE) is None
+
+    # -- transactional ids and producer groups ------------------------------------------
+    def transactional_id_error(self, name: str, operation: str) -> MeridianError | None:
+        """None when the caller may do ``operation`` (PRODUCE: use, DESCRIBE, ADMIN:
+        abort) on transactional id or producer group ``name``; decided by its name
+        alone, so the answer is the same whether it exists or not."""
+        if self._may_by_name(name, operation):
+            return None
+        return MeridianError(
+            ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+            f"not authorized to {_TXN_VERBS.get(operation, operation)} {name!r}"
+            " (transactional ids and producer groups start with '<tenant>.')",
+        )
 
     # -- the cluster --------------------------------------------------------------------
     def check_internal(self, what: str) -> None:

@@ -5,9 +5,9 @@ metadata. The token is verified (``TokenVerifier``: cached tokens on the event l
 ones in a thread of their own) and the call runs with its ``Principal`` as
 ``principal.current()``. A missing, malformed, expired, forged or foreign token ends the
 call with UNAUTHENTICATED (``meridian-error: UNAUTHENTICATED``) and a message saying
-why. The internal services (``INTERNAL_SERVICES``: Admin, Replication) also require the
-internal role: anyone else gets CLUSTER_AUTHORIZATION_FAILED, whatever their tenant
-roles — only the control plane and the brokers call them; the one exception is
+why. The internal services (``INTERNAL_SERVICES``: Admin, Replication, TxnMarkers) also
+require the internal role: anyone else gets CLUSTER_AUTHORIZATION_FAILED, whatever their
+tenant roles — only the control plane and the brokers call them; the one exception is
 ``Admin.DescribeState`` (``CLIENT_ADMIN_METHODS``), which answers a client about the
 topics it may describe and nothing else.
 """
@@ -33,7 +33,11 @@ from dataplane.errors import ErrorCode, MeridianError
 log = logging.getLogger(__name__)
 
 OPEN_SERVICES = ("/grpc.health.v1.Health/",)
-INTERNAL_SERVICES = ("/meridian.v1.Admin/", "/meridian.v1.Replication/")
+INTERNAL_SERVICES = (
+    "/meridian.v1.Admin/",
+    "/meridian.v1.Replication/",
+    "/meridian.v1.TxnMarkers/",
+)
 # Calls of the internal services a client may make too: the servicer answers a client
 # only about the topics it may describe (``guard.describe_state``).
 CLIENT_ADMIN_METHODS = ("/meridian.v1.Admin/DescribeState",)

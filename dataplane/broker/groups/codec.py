@@ -17,6 +17,15 @@ version (0 today; a reader skips versions it does not know)::
     member          member_id str | group_instance_id str | client_id str
                     | client_host str | session_timeout_ms int32
                     | rebalance_timeout_ms int32 | assignment bytes
+    txn offset key  0x03 | producer_id int64 | producer_epoch int16 | group str
+                    | topic str | partition int32
+    txn offset value  as an offset value
+    txn end key     0x04 | producer_id int64
+    txn end value   0x00 | producer_epoch int16 | commit int8
+
+A txn offset record is an offset committed inside a transaction (TxnOffsetCommit): it is
+pending until a txn end record of its producer (the transaction's marker, written by the
+transaction coordinator) applies it (commit) or drops it (abort).
 
 A group value records the group as its last completed rebalance left it (an Empty group
 has no members); members' subscriptions are not kept, they are sent again on rejoin.
@@ -29,6 +38,8 @@ from dataclasses import dataclass, field
 
 OFFSET_KEY = 1
 GROUP_KEY = 2
+TXN_OFFSET_KEY = 3
+TXN_END_KEY = 4
 VALUE_VERSION = 0
 MAX_STRING_BYTES = 0xFFFF
 
@@ -36,6 +47,9 @@ _U16 = struct.Struct(">H")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
 _OFFSET_VALUE = struct.Struct(">bqiq")
+_TXN_KEY = struct.Struct(">qh")
+_TXN_END_KEY = struct.Struct(">bq")
+_TXN_END_VALUE = struct.Struct(">bhb")
 
 
 class CodecError(ValueError):
@@ -89,7 +103,31 @@ class GroupKey:
     group_id: str
 
 
-Key = OffsetKey | GroupKey
+@dataclass(frozen=True, slots=True)
+class TxnOffsetKey:
+    """An offset commit of a transaction, pending until the transaction ends."""
+
+    producer_id: int
+    producer_epoch: int
+    group_id: str
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class TxnEndKey:
+    producer_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class TxnEnd:
+    """How a transaction ended, for its pending offset commits."""
+
+    producer_epoch: int
+    commit: bool
+
+
+Key = OffsetKey | GroupKey | TxnOffsetKey | TxnEndKey
 
 
 # -- writing ---------------------------------------------------------------------------
@@ -111,7 +149,23 @@ def encode_key(key: Key) -> bytes:
         return b"".join(
             (bytes((OFFSET_KEY,)), _str(key.group_id), _str(key.topic), _I32.pack(key.partition))
         )
+    if isinstance(key, TxnOffsetKey):
+        return b"".join(
+            (
+                bytes((TXN_OFFSET_KEY,)),
+                _TXN_KEY.pack(key.producer_id, key.producer_epoch),
+                _str(key.group_id),
+                _str(key.topic),
+                _I32.pack(key.partition),
+            )
+        )
+    if isinstance(key, TxnEndKey):
+        return _TXN_END_KEY.pack(TXN_END_KEY, key.producer_id)
     return bytes((GROUP_KEY,)) + _str(key.group_id)
+
+
+def encode_txn_end(value: TxnEnd) -> bytes:
+    return _TXN_END_VALUE.pack(VALUE_VERSION, value.producer_epoch, int(value.commit))
 
 
 def encode_offset(value: OffsetAndMetadata) -> bytes:
@@ -191,6 +245,12 @@ def decode_key(data: bytes) -> Key:
         key: Key = OffsetKey(reader.text(), reader.text(), reader.unpack(_I32))
     elif kind == GROUP_KEY:
         key = GroupKey(reader.text())
+    elif kind == TXN_OFFSET_KEY:
+        pid = reader.unpack(_I64)
+        epoch = int(struct.unpack(">h", reader.take(2))[0])
+        key = TxnOffsetKey(pid, epoch, reader.text(), reader.text(), reader.unpack(_I32))
+    elif kind == TXN_END_KEY:
+        key = TxnEndKey(reader.unpack(_I64))
     else:
         raise CodecError(f"unknown key type {kind}")
     reader.done()
@@ -201,6 +261,15 @@ def _check_version(reader: _Reader) -> None:
     version = reader.take(1)[0]
     if version != VALUE_VERSION:
         raise CodecError(f"unknown value version {version}")
+
+
+def decode_txn_end(data: bytes) -> TxnEnd:
+    reader = _Reader(data)
+    _check_version(reader)
+    epoch = int(struct.unpack(">h", reader.take(2))[0])
+    commit = reader.take(1)[0]
+    reader.done()
+    return TxnEnd(epoch, bool(commit))
 
 
 def decode_offset(data: bytes) -> OffsetAndMetadata:

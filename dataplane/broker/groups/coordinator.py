@@ -24,6 +24,15 @@ Offset commits (``commit_offsets``):
   ``max_metadata_bytes``) and fails alone; the rest are appended as one write to the
   group's offsets partition, synced, before the answer.
 
+Transactional offset commits (``txn_offset_commit``, KIP-447): checked as a member's
+commit (generation and member id, so a zombie of an older generation is fenced), then
+per producer: an epoch below that of the producer's pending commits is
+``PRODUCER_FENCED``; the first commit of a transaction asks the transaction coordinator
+(``verify``) that this ``__consumer_offsets`` partition is in the producer's open
+transaction (``AddOffsetsToTxn``), else ``INVALID_TXN_STATE``. The offsets are pending
+until ``complete_txn`` (the transaction's marker) applies or drops them; meanwhile a
+fetch with ``require_stable`` answers their partitions ``UNSTABLE_OFFSET_COMMIT``.
+
 Offset fetches (``fetch_offsets``) and the lane hand-over fence. For a partition
 ``T~L``-p of a lane topic asked by group A, the *family peer* P is ``G~L`` when A is the
 trunk group ``G``, and ``G`` when A is ``G~L``; a group of another lane (``G~M``) has no
@@ -66,11 +75,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from dataplane.broker.groups import family
-from dataplane.broker.groups.codec import GroupKey, GroupRecord, OffsetAndMetadata, OffsetKey
+from dataplane.broker.groups.codec import (
+    GroupKey,
+    GroupRecord,
+    OffsetAndMetadata,
+    OffsetKey,
+    TxnEnd,
+    TxnEndKey,
+    TxnOffsetKey,
+)
 from dataplane.broker.groups.group import Group, GroupState, JoinResult, SyncResult
 from dataplane.broker.groups.membership import JoinRequest, Membership, SessionBounds
 from dataplane.broker.groups.store import Entry, OffsetsPartition, TopicPartitionKey
@@ -90,6 +107,9 @@ from lanes.names import (
 )
 
 log = logging.getLogger(__name__)
+
+# (transactional id, producer id, epoch, offsets partition) -> why not in its transaction
+TxnVerify = Callable[[str, int, int, int], Awaitable[MeridianError | None]]
 
 OFFSETS_TOPIC = "__consumer_offsets"
 MAX_GROUP_ID_CHARS = 255
@@ -171,7 +191,12 @@ class GroupCoordinator:
         clock_ms: Callable[[], int] = wall_clock_ms,
         config: GroupConfig | None = None,
         on_handover_refused: Callable[[], None] | None = None,
+        verify: TxnVerify | None = None,
     ) -> None:
+        """``verify(transactional_id, producer_id, epoch, partition)``: None when
+        ``__consumer_offsets`` partition ``partition`` is in the producer's open
+        transaction, else why not (the transaction coordinator answers; set by the
+        broker once its transaction coordinator exists)."""
         if num_partitions < 1:
             raise ValueError(f"num_partitions must be at least 1, got {num_partitions}")
         self.broker_id = broker_id
@@ -180,6 +205,7 @@ class GroupCoordinator:
         self.config = config or GroupConfig()
         self._clock_ms = clock_ms
         self._on_handover_refused = on_handover_refused
+        self.verify = verify
         self._loaded: dict[int, _Loaded] = {}
         self._loading: set[int] = set()
         self._failed: dict[int, str] = {}
@@ -375,14 +401,95 @@ class GroupCoordinator:
         return None
 
     async def fetch_offsets(
-        self, group_id: str, partitions: Iterable[TopicPartitionKey] | None = None
+        self,
+        group_id: str,
+        partitions: Iterable[TopicPartitionKey] | None = None,
+        *,
+        require_stable: bool = False,
     ) -> dict[TopicPartitionKey, OffsetAndMetadata | MeridianError | None]:
         """Committed offsets of ``partitions`` (None: every one committed), None where
-        none is; lane-topic partitions follow the hand-over fence (module docstring)."""
+        none is; lane-topic partitions follow the hand-over fence, and with
+        ``require_stable`` those an open transaction committed are
+        ``UNSTABLE_OFFSET_COMMIT`` (module docstring)."""
         loaded = self._partition(group_id)
         offsets = loaded.store.offsets_of(group_id)
         wanted = list(offsets) if partitions is None else list(partitions)
-        return {tp: self._fenced(loaded, group_id, tp, offsets.get(tp)) for tp in wanted}
+        unstable = loaded.store.pending_partitions(group_id) if require_stable else set()
+        return {
+            tp: _unstable(tp)
+            if tp in unstable
+            else self._fenced(loaded, group_id, tp, offsets.get(tp))
+            for tp in wanted
+        }
+
+    # -- transactions ------------------------------------------------------------------
+    async def txn_offset_commit(
+        self,
+        transactional_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        group_id: str,
+        generation_id: int,
+        member_id: str,
+        commits: Sequence[OffsetCommit],
+    ) -> dict[TopicPartitionKey, MeridianError | None]:
+        """Offsets committed inside a transaction (module docstring): pending until it
+        ends. Per-partition outcomes, None for success."""
+        loaded = self._partition(group_id)
+        self.membership.check_commit(loaded.groups.get(group_id), generation_id, member_id)
+        pending = loaded.store.pending_epoch(producer_id)
+        if pending is not None and producer_epoch < pending:
+            raise MeridianError(
+                ErrorCode.PRODUCER_FENCED,
+                f"producer {producer_id} epoch {producer_epoch} is fenced by epoch {pending}",
+            )
+        if pending != producer_epoch:
+            await self._verify_txn(transactional_id, producer_id, producer_epoch, group_id)
+        results: dict[TopicPartitionKey, MeridianError | None] = {}
+        entries: list[Entry] = []
+        now = self._clock_ms()
+        for commit in commits:
+            tp = (commit.topic, commit.partition)
+            results[tp] = error = self._check_commit(commit)
+            if error is None:
+                key = TxnOffsetKey(
+                    producer_id, producer_epoch, group_id, commit.topic, commit.partition
+                )
+                value = OffsetAndMetadata(commit.offset, commit.metadata, commit.leader_epoch, now)
+                entries.append((key, value))
+        await loaded.store.write(entries)
+        if entries and group_id not in loaded.groups:
+            loaded.groups[group_id] = Group(group_id)
+        return results
+
+    async def _verify_txn(
+        self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str
+    ) -> None:
+        if self.verify is None:
+            raise MeridianError(
+                ErrorCode.COORDINATOR_NOT_AVAILABLE, "no transaction coordinator runs here yet"
+            )
+        partition = self.partition_for(group_id)
+        error = await self.verify(transactional_id, producer_id, producer_epoch, partition)
+        if error is not None:
+            raise error
+
+    async def complete_txn(
+        self, partition: int, producer_id: int, producer_epoch: int, commit: bool
+    ) -> None:
+        """A transaction's marker for ``__consumer_offsets`` partition ``partition``: its
+        producer's pending offsets there are applied (commit) or dropped, durably."""
+        if partition in self._loading or not self._started:
+            raise MeridianError(
+                ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, f"loading partition {partition}"
+            )
+        loaded = self._loaded.get(partition)
+        if loaded is None:
+            raise MeridianError(
+                ErrorCode.NOT_COORDINATOR,
+                f"broker {self.broker_id} does not host {OFFSETS_TOPIC} partition {partition}",
+            )
+        await loaded.store.write([(TxnEndKey(producer_id), TxnEnd(producer_epoch, commit))])
 
     def _fenced(
         self,
@@ -536,6 +643,13 @@ class GroupCoordinator:
             group.state = GroupState.EMPTY
             loaded.groups.setdefault(group_id, group)
             raise
+
+
+def _unstable(tp: TopicPartitionKey) -> MeridianError:
+    return MeridianError(
+        ErrorCode.UNSTABLE_OFFSET_COMMIT,
+        f"{tp[0]}-{tp[1]}: a transaction that committed an offset has not ended yet",
+    )
 
 
 def _unlisted_lane_topic(topic: str, lane_topics: frozenset[str]) -> bool:

@@ -185,7 +185,10 @@ class GroupServicer(group_pb2_grpc.GroupCoordinatorServicer):
     ) -> group_pb2.OffsetFetchResponse:
         await self._authorize(context, request.group_id)
         wanted = [(tp.topic, tp.partition) for tp in request.partitions] or None
-        offsets = await _answer(context, self.coordinator.fetch_offsets(request.group_id, wanted))
+        fetching = self.coordinator.fetch_offsets(
+            request.group_id, wanted, require_stable=request.require_stable
+        )
+        offsets = await _answer(context, fetching)
         # Offsets of topics the caller may not read are not shown (as if none were stored).
         refused = self._refused_topics(offsets)
         shown: dict[tuple[str, int], OffsetAndMetadata | MeridianError | None] = {

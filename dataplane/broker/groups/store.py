@@ -1,23 +1,19 @@
 """One partition of ``__consumer_offsets``: its log and the state replayed from it.
 
 The state of a partition is, for every group whose id hashes to it, the committed
-offsets (``(topic, partition) -> OffsetAndMetadata``) and the last group metadata record
-(``codec.GroupRecord``). It is rebuilt at load by replaying the log from its start; the
-latest record of a key wins and a tombstone removes the key (``codec.py``).
+offsets (``(topic, partition) -> OffsetAndMetadata``), the last group metadata record
+(``codec.GroupRecord``), and the offsets committed inside transactions that have not
+ended (``TxnOffsetCommit``: pending per producer id until a txn end record, the marker
+of the transaction, applies or drops them). It is rebuilt at load by replaying the log
+from its start; the latest record of a key wins and a tombstone removes the key
+(``codec.py``).
 
-Writes: ``write(entries)`` encodes one request's entries as record batches and queues
-them; one writer task appends everything queued meanwhile in a single call (the log is
-``durability=always``, so one sync covers them all), in arrival order, and only then
-applies them to the state. So the state always equals what a replay of the log would
-build. A write that the caller stops waiting for (a cancelled RPC) still completes and
-is applied. A failed append fails every write it held.
-
-Compaction keeps the log bounded: once the records in the log reach
-``max(compact_min_records, 2 x live keys)``, a snapshot of the live state is appended at
-the start of a fresh segment and the log start offset is advanced to it, which deletes
-every older segment. A crash in the middle leaves the old start in place, and replaying
-the old records followed by a partial snapshot (which repeats values already current)
-gives the same state. So the log holds at most about twice the live keys plus
+Writes and compaction are ``dataplane.broker.statelog``'s: ``write(entries)`` encodes
+one request's entries as record batches and appends them durably, in arrival order,
+before applying them, so the state always equals what a replay of the log would build;
+the snapshot of a compaction holds the live offsets, group records and pending
+transactional offsets (a txn end record is an event, not state: nothing of it is left
+to snapshot once applied). So the log holds at most about twice the live keys plus
 ``compact_min_records`` records.
 
 Thread safety: coroutines run on the coordinator's event loop; ``committed_offsets``
@@ -26,10 +22,10 @@ may be called from any thread.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import TypeAlias
 
 from dataplane.broker.groups.codec import (
@@ -39,28 +35,39 @@ from dataplane.broker.groups.codec import (
     Key,
     OffsetAndMetadata,
     OffsetKey,
+    TxnEnd,
+    TxnEndKey,
+    TxnOffsetKey,
     decode_group,
     decode_key,
     decode_offset,
+    decode_txn_end,
     encode_group,
     encode_key,
     encode_offset,
+    encode_txn_end,
 )
+from dataplane.broker.statelog import StateLog, encode_records, read_records
 from dataplane.errors import ErrorCode, MeridianError
-from dataplane.records import BatchBuilder, Record, decode_batch, iter_batches
-from dataplane.records.errors import CorruptBatchError
-from dataplane.storage.errors import StorageError
+from dataplane.records import Record
 from dataplane.storage.log import PartitionLog
 
 log = logging.getLogger(__name__)
 
-Value: TypeAlias = OffsetAndMetadata | GroupRecord | None
+Value: TypeAlias = OffsetAndMetadata | GroupRecord | TxnEnd | None
 Entry: TypeAlias = tuple[Key, Value]
 TopicPartitionKey: TypeAlias = tuple[str, int]
+GroupPartitionKey: TypeAlias = tuple[str, str, int]  # group, topic, partition
 
-READ_BYTES = 4 * 1024 * 1024
 BATCH_BYTES = 512 * 1024  # a batch is closed once its records pass this size
-APPEND_BYTES = 8 * 1024 * 1024  # a snapshot is appended in calls of about this size
+
+
+@dataclass
+class PendingTxn:
+    """The offsets a producer's open transaction committed, by (group, topic, partition)."""
+
+    producer_epoch: int
+    offsets: dict[GroupPartitionKey, OffsetAndMetadata] = field(default_factory=dict)
 
 
 class OffsetsPartition:
@@ -77,15 +84,17 @@ class OffsetsPartition:
         self.partition = partition
         self.log = partition_log
         self._clock_ms = clock_ms
-        self.compact_min_records = compact_min_records
         self._offsets: dict[str, dict[TopicPartitionKey, OffsetAndMetadata]] = {}
         self._groups: dict[str, GroupRecord] = {}
+        self._pending: dict[int, PendingTxn] = {}
         self._state_lock = threading.Lock()
-        self._write_lock = asyncio.Lock()
-        self._queue: list[_Pending] = []
-        self._writer: asyncio.Task[None] | None = None
-        self._records_in_log = 0
-        self._compaction: asyncio.Task[int] | None = None
+        self._state_log = StateLog(
+            partition_log,
+            f"offsets partition {partition}",
+            compact_min_records=compact_min_records,
+            live_count=lambda: self.live_keys,
+            snapshot=self._snapshot,
+        )
 
     # -- reading the state -----------------------------------------------------------
     def offsets_of(self, group_id: str) -> dict[TopicPartitionKey, OffsetAndMetadata]:
@@ -116,10 +125,28 @@ class OffsetsPartition:
                 if topic_filter(topic)
             ]
 
+    def pending_partitions(self, group_id: str) -> set[TopicPartitionKey]:
+        """The partitions of ``group_id`` with an offset committed by a transaction that
+        has not ended (UNSTABLE_OFFSET_COMMIT for readers asking for stable offsets)."""
+        with self._state_lock:
+            return {
+                (topic, partition)
+                for txn in self._pending.values()
+                for group, topic, partition in txn.offsets
+                if group == group_id
+            }
+
+    def pending_epoch(self, producer_id: int) -> int | None:
+        """The epoch of ``producer_id``'s pending offset commits (None: it has none)."""
+        with self._state_lock:
+            txn = self._pending.get(producer_id)
+            return txn.producer_epoch if txn is not None else None
+
     @property
     def live_keys(self) -> int:
         with self._state_lock:
-            return len(self._groups) + sum(len(o) for o in self._offsets.values())
+            pending = sum(len(t.offsets) for t in self._pending.values())
+            return len(self._groups) + sum(len(o) for o in self._offsets.values()) + pending
 
     # -- replay ----------------------------------------------------------------------
     def replay(self) -> int:
@@ -127,19 +154,11 @@ class OffsetsPartition:
 
         Returns the number of records read.
         """
-        offset, end = self.log.log_start_offset, self.log.log_end_offset
         count = 0
-        while offset < end:
-            result = self.log.read(offset, READ_BYTES, max_offset=end)
-            if not result.data:
-                break
-            for position, _ in iter_batches(result.data, validate=False):
-                for record in decode_batch(result.data, position)[1]:
-                    if record.offset >= offset:
-                        self._replay_record(record)
-                        count += 1
-            offset = result.next_offset
-        self._records_in_log = count
+        for record in read_records(self.log):
+            self._replay_record(record)
+            count += 1
+        self._state_log.records_in_log = count
         return count
 
     def _replay_record(self, record: Record) -> None:
@@ -150,8 +169,7 @@ class OffsetsPartition:
             key = decode_key(record.key)
             value: Value = None
             if record.value is not None:
-                decode = decode_offset if isinstance(key, OffsetKey) else decode_group
-                value = decode(record.value)
+                value = _decode_value(key, record.value)
         except CodecError as exc:
             log.warning(
                 "offsets partition %d: record %d skipped: %s", self.partition, record.offset, exc
@@ -162,22 +180,40 @@ class OffsetsPartition:
     def _apply(self, key: Key, value: Value) -> None:
         with self._state_lock:
             if isinstance(key, OffsetKey):
-                self._apply_offset(key, value)
+                self._apply_offset(key.group_id, (key.topic, key.partition), value)
+            elif isinstance(key, TxnOffsetKey):
+                self._apply_txn_offset(key, value)
+            elif isinstance(key, TxnEndKey):
+                self._apply_txn_end(key.producer_id, value)
             elif isinstance(value, GroupRecord):
                 self._groups[key.group_id] = value
             else:
                 self._groups.pop(key.group_id, None)
 
-    def _apply_offset(self, key: OffsetKey, value: Value) -> None:
-        tp = (key.topic, key.partition)
+    def _apply_offset(self, group_id: str, tp: TopicPartitionKey, value: Value) -> None:
         if isinstance(value, OffsetAndMetadata):
-            self._offsets.setdefault(key.group_id, {})[tp] = value
+            self._offsets.setdefault(group_id, {})[tp] = value
             return
-        offsets = self._offsets.get(key.group_id)
+        offsets = self._offsets.get(group_id)
         if offsets is not None:
             offsets.pop(tp, None)
             if not offsets:
-                del self._offsets[key.group_id]
+                del self._offsets[group_id]
+
+    def _apply_txn_offset(self, key: TxnOffsetKey, value: Value) -> None:
+        if not isinstance(value, OffsetAndMetadata):
+            return
+        txn = self._pending.get(key.producer_id)
+        if txn is None or key.producer_epoch > txn.producer_epoch:
+            txn = self._pending[key.producer_id] = PendingTxn(key.producer_epoch)
+        txn.offsets[(key.group_id, key.topic, key.partition)] = value
+
+    def _apply_txn_end(self, producer_id: int, value: Value) -> None:
+        txn = self._pending.pop(producer_id, None)
+        if txn is None or not isinstance(value, TxnEnd) or not value.commit:
+            return
+        for (group, topic, partition), offset in txn.offsets.items():
+            self._apply_offset(group, (topic, partition), offset)
 
     # -- writing ---------------------------------------------------------------------
     async def write(self, entries: Sequence[Entry]) -> None:
@@ -185,124 +221,59 @@ class OffsetsPartition:
         ``INVALID_REQUEST`` if they cannot be encoded or make a batch the log refuses."""
         if not entries:
             return
-        pending = _Pending(list(entries), self._encode_checked(entries))
-        self._queue.append(pending)
-        if self._writer is None or self._writer.done():
-            self._writer = asyncio.ensure_future(self._drain())
-        outcome = await asyncio.shield(pending.done)
-        if outcome is not None:
-            raise outcome
-        self._maybe_compact()
+        kept = list(entries)
+        data = self._encode_checked(kept)
+
+        def apply() -> None:
+            for key, value in kept:
+                self._apply(key, value)
+
+        await self._state_log.write(data, len(kept), apply)
 
     def _encode_checked(self, entries: Iterable[Entry]) -> bytes:
         try:
             batches = self._encode(entries)
         except CodecError as exc:
             raise MeridianError(ErrorCode.INVALID_REQUEST, str(exc)) from exc
-        limit = self.log.config.max_batch_bytes
-        if any(len(batch) > limit for batch in batches):
-            raise MeridianError(ErrorCode.INVALID_REQUEST, f"a record exceeds {limit} bytes")
-        return b"".join(batches)
-
-    async def _drain(self) -> None:
-        """Append everything queued meanwhile as one write (one sync), in arrival order."""
-        while self._queue:
-            group, self._queue = self._queue, []
-            async with self._write_lock:
-                outcome = await self._append(b"".join(p.data for p in group))
-                if outcome is None:
-                    for pending in group:
-                        for key, value in pending.entries:
-                            self._apply(key, value)
-                        self._records_in_log += len(pending.entries)
-            for pending in group:
-                pending.done.set_result(outcome)
-
-    async def _append(self, data: bytes) -> MeridianError | None:
-        try:
-            await asyncio.to_thread(self.log.append, data)
-        except CorruptBatchError as exc:  # refused before any byte was written
-            return MeridianError(ErrorCode.INVALID_REQUEST, str(exc))
-        except StorageError as exc:
-            return MeridianError(
-                ErrorCode.STORAGE_ERROR, f"offsets partition {self.partition}: {exc}"
-            )
-        return None
+        return self._state_log.check_size(batches)
 
     def _encode(self, entries: Iterable[Entry]) -> list[bytes]:
         """Record batches holding ``entries`` in order, each closed past ``BATCH_BYTES``."""
-        now = self._clock_ms()
-        batches: list[bytes] = []
-        builder = BatchBuilder()
-        for key, value in entries:
-            builder.append(_encode_value(value), key=encode_key(key), timestamp=now)
-            if builder.estimated_size() >= BATCH_BYTES:
-                batches.append(builder.build())
-                builder = BatchBuilder()
-        if len(builder):
-            batches.append(builder.build())
-        return batches
+        records = ((encode_key(key), _encode_value(value)) for key, value in entries)
+        return encode_records(records, self._clock_ms(), BATCH_BYTES)
 
     # -- compaction ------------------------------------------------------------------
-    def _maybe_compact(self) -> None:
-        due = self._records_in_log >= max(self.compact_min_records, 2 * self.live_keys)
-        if due and (self._compaction is None or self._compaction.done()):
-            self._compaction = asyncio.ensure_future(self.compact())
-            self._compaction.add_done_callback(self._compaction_done)
-
-    def _compaction_done(self, task: asyncio.Task[int]) -> None:
-        if not task.cancelled() and task.exception() is not None:
-            log.error(
-                "offsets partition %d: compaction failed", self.partition, exc_info=task.exception()
-            )
-
     async def compact(self) -> int:
         """Write a snapshot of the live state and drop the log before it; returns its start."""
-        async with self._write_lock:
-            entries = self._live_entries()
-            batches = self._encode(entries)
-            start = await asyncio.to_thread(self._write_snapshot, batches)
-            self._records_in_log = len(entries)
-            return start
+        return await self._state_log.compact()
+
+    def _snapshot(self) -> tuple[list[bytes], int]:
+        entries = self._live_entries()
+        return self._encode(entries), len(entries)
 
     def _live_entries(self) -> list[Entry]:
         with self._state_lock:
             entries: list[Entry] = [(GroupKey(g), rec) for g, rec in self._groups.items()]
             for group, offsets in self._offsets.items():
                 entries += ((OffsetKey(group, t, p), v) for (t, p), v in offsets.items())
+            for pid, txn in self._pending.items():
+                entries += (
+                    (TxnOffsetKey(pid, txn.producer_epoch, g, t, p), v)
+                    for (g, t, p), v in txn.offsets.items()
+                )
         return entries
-
-    def _write_snapshot(self, batches: list[bytes]) -> int:
-        self.log.roll()
-        start = self.log.log_end_offset  # only this object appends to the log
-        chunk: list[bytes] = []
-        size = 0
-        for batch in batches:
-            chunk.append(batch)
-            size += len(batch)
-            if size >= APPEND_BYTES:
-                self.log.append(b"".join(chunk))
-                chunk, size = [], 0
-        if chunk:
-            self.log.append(b"".join(chunk))
-        return self.log.advance_log_start_offset(start)
 
     async def close(self) -> None:
         """Wait for the writes and the compaction in flight (a snapshot is never cut short)."""
-        for task in (self._writer, self._compaction):
-            if task is not None:
-                await asyncio.wait([task])
-        async with self._write_lock:
-            pass
+        await self._state_log.close()
 
 
-class _Pending:
-    """A write waiting for the writer task: its entries, their batches, its outcome."""
-
-    def __init__(self, entries: list[Entry], data: bytes) -> None:
-        self.entries = entries
-        self.data = data
-        self.done: asyncio.Future[MeridianError | None] = asyncio.get_running_loop().create_future()
+def _decode_value(key: Key, data: bytes) -> Value:
+    if isinstance(key, OffsetKey | TxnOffsetKey):
+        return decode_offset(data)
+    if isinstance(key, TxnEndKey):
+        return decode_txn_end(data)
+    return decode_group(data)
 
 
 def _encode_value(value: Value) -> bytes | None:
@@ -310,4 +281,6 @@ def _encode_value(value: Value) -> bytes | None:
         return None
     if isinstance(value, OffsetAndMetadata):
         return encode_offset(value)
+    if isinstance(value, TxnEnd):
+        return encode_txn_end(value)
     return encode_group(value)

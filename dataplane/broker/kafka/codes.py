@@ -58,6 +58,8 @@ _TABLE: dict[int, type[kafka_errors.BrokerResponseError]] = {
     ErrorCode.LANE_TOPIC_PENDING: kafka_errors.LeaderNotAvailableError,
     ErrorCode.HANDOVER_IN_PROGRESS: kafka_errors.UnstableOffsetCommitError,
     ErrorCode.REMOTE_STORAGE_NOT_AVAILABLE: kafka_errors.KafkaStorageError,
+    ErrorCode.CONCURRENT_TRANSACTIONS: kafka_errors.ConcurrentTransactionsError,
+    ErrorCode.UNSTABLE_OFFSET_COMMIT: kafka_errors.UnstableOffsetCommitError,
     # A timer log being made on first use: what Kafka answers for a topic it is creating.
     ErrorCode.TIMER_LOG_PENDING: kafka_errors.LeaderNotAvailableError,
     # -- permanent ----------------------------------------------------------------------
@@ -96,6 +98,17 @@ _TABLE: dict[int, type[kafka_errors.BrokerResponseError]] = {
     ErrorCode.LANE_NOT_FOUND: kafka_errors.InvalidTopicError,
     ErrorCode.REMOTE_SEGMENT_MISSING: kafka_errors.UnknownError,
     ErrorCode.REMOTE_SEGMENT_CORRUPT: kafka_errors.UnknownError,
+    ErrorCode.INVALID_TXN_STATE: kafka_errors.InvalidTxnStateError,
+    ErrorCode.PRODUCER_FENCED: kafka_errors.ProducerFencedError,
+    ErrorCode.INVALID_TRANSACTION_TIMEOUT: kafka_errors.InvalidTransactionTimeoutError,
+    ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: (
+        kafka_errors.TransactionalIdAuthorizationFailedError
+    ),
+    ErrorCode.INVALID_PRODUCER_ID_MAPPING: kafka_errors.InvalidProducerIdMappingError,
+    ErrorCode.TRANSACTION_COORDINATOR_FENCED: kafka_errors.TransactionCoordinatorFencedError,
+    ErrorCode.TRANSACTIONAL_ID_NOT_FOUND: kafka_errors.TransactionalIdNotFoundError,
+    ErrorCode.INVALID_TRANSACTIONAL_ID: kafka_errors.InvalidRequestError,
+    ErrorCode.HALF_MESSAGE_NOT_FOUND: kafka_errors.UnknownError,  # no Kafka API has them
     # Delays: a bad x-deliver-at, or one in an idempotent producer's batch, is a record
     # the topic does not accept. The rest are answered only over gRPC.
     ErrorCode.INVALID_DELAY: kafka_errors.InvalidRecordError,

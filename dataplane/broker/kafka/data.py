@@ -9,15 +9,20 @@ through the broker's servicer (``calls``), and turns the answer back, field by f
   Kafka does not answer it, and one refused in any partition raises ``AcksZeroRefused``
   (the connection is then closed, as Kafka closes it, so the client refreshes its
   metadata instead of writing on into nothing). An idempotent retry's duplicate is
-  answered with its original's offset and no error, as Kafka answers it.
+  answered with its original's offset and no error, as Kafka answers it. A
+  transactional producer's ``transactional_id`` goes with the request, so the leader
+  verifies its partitions with the transaction coordinator (``txns.py``).
 - **Fetch** (v4-12): sessionless (``session_id`` 0 in every answer, so clients send full
   requests; an incremental request naming a session is FETCH_SESSION_ID_NOT_FOUND); a
   ``current_leader_epoch`` below the partition's is FENCED_LEADER_EPOCH, above it
-  UNKNOWN_LEADER_EPOCH; the last stable offset is the high watermark (no transactions
-  exist), so ``read_committed`` and ``read_uncommitted`` read the same; follower fetches
-  (``replica_id`` >= 0) are refused: replicas use gRPC's ReplicaFetch.
-- **ListOffsets** (v1-6): -1 the high watermark, -2 the log start, else the first offset
-  at or after the timestamp (-1 and timestamp -1 when none).
+  UNKNOWN_LEADER_EPOCH; ``isolation_level`` 1 (read_committed) reads up to the last
+  stable offset and gets the aborted transactions overlapping what it reads (both levels
+  get the last stable offset; read_uncommitted stops before an open half message, and
+  lists no aborted transaction, as Kafka's does not); follower fetches (``replica_id`` >=
+  0) are refused: replicas use gRPC's ReplicaFetch.
+- **ListOffsets** (v1-6): -1 the high watermark (with ``isolation_level`` 1, v2+: the
+  last stable offset), -2 the log start, else the first offset at or after the timestamp
+  (-1 and timestamp -1 when none).
 - **Metadata** (v0-12): the brokers with their Kafka listener, and the topics the caller
   may describe, with leaders, epochs, replicas and ISR as gRPC's Metadata gives them; a
   topic named that the caller may not describe is TOPIC_AUTHORIZATION_FAILED whether it
@@ -25,7 +30,8 @@ through the broker's servicer (``calls``), and turns the answer back, field by f
   ignored: topics come from the control plane). A broker that cannot answer yet (still
   loading its logs) answers each asked topic with the error, or no topics.
 - **InitProducerId** (v0-4): an idempotent producer's id and epoch, or the bump of a
-  known one's epoch (v3+); a ``transactional_id`` is refused (INVALID_REQUEST).
+  known one's epoch (v3+); with a ``transactional_id``, the transaction coordinator's
+  (``txns.py``).
 - **DescribeConfigs** (v1-4): a topic's effective configuration under Kafka's names, read
   from a broker hosting it (this one, or its leader through the Admin service); broker
   resources answer the broker's defaults for new partitions.
@@ -106,7 +112,9 @@ async def start_produce(
     being written and replicated, as a Kafka broker pipelines a producer's in-flight
     requests."""
     body = req.body
-    pb = broker_pb2.ProduceRequest(acks=body.acks, timeout_ms=body.timeout_ms)
+    pb = broker_pb2.ProduceRequest(
+        acks=body.acks, timeout_ms=body.timeout_ms, transactional_id=body.transactional_id or ""
+    )
     for topic in body.topic_data:
         for part in topic.partition_data:
             pb.partitions.add(topic=topic.name, partition=part.index, records=part.records or b"")
@@ -192,10 +200,12 @@ async def fetch(services: DataServices, req: Request, ctx: CallContext) -> Value
         )
         return {"error_code": code, "session_id": 0, "responses": []}
     refused: list[tuple[str, int, int]] = []
+    committed = body.isolation_level == 1
     pb = broker_pb2.FetchRequest(
         max_wait_ms=max(0, body.max_wait_ms),
         min_bytes=max(0, body.min_bytes),
         max_bytes=max(0, body.max_bytes),
+        isolation_level=broker_pb2.READ_COMMITTED if committed else broker_pb2.READ_UNCOMMITTED,
     )
     for topic in body.topics:
         for part in topic.partitions:
@@ -217,7 +227,7 @@ async def fetch(services: DataServices, req: Request, ctx: CallContext) -> Value
             response, throttle_ms = await _run(
                 services, pb, lambda r: services.broker.Fetch(r, ctx)
             )
-            results = [(r.topic, _fetch_result(r)) for r in response.results]
+            results = [(r.topic, _fetch_result(r, committed)) for r in response.results]
         except MeridianError as exc:
             results = [
                 (p.topic, _fetch_error(p.partition, codes.kafka_code(exc.code)))
@@ -252,14 +262,18 @@ def _epoch_refusal(services: DataServices, topic: str, partition: int, epoch: in
     return codes.NONE
 
 
-def _fetch_result(r: Any) -> Values:
+def _fetch_result(r: Any, committed: bool) -> Values:
+    aborted = [
+        {"producer_id": a.producer_id, "first_offset": a.first_offset}
+        for a in r.aborted_transactions
+    ]
     return {
         "partition_index": r.partition,
         "error_code": codes.kafka_code(r.error),
         "high_watermark": r.high_watermark,
-        "last_stable_offset": r.high_watermark,
+        "last_stable_offset": r.last_stable_offset,
         "log_start_offset": r.log_start_offset,
-        "aborted_transactions": None,
+        "aborted_transactions": aborted if committed else None,
         "preferred_read_replica": -1,
         # Never null on an error: librdkafka refuses a null record set (Kafka's brokers
         # send an empty one).
@@ -282,7 +296,10 @@ def _fetch_error(partition: int, code: int) -> Values:
 
 # -- ListOffsets --------------------------------------------------------------------------
 async def list_offsets(services: DataServices, req: Request, ctx: CallContext) -> Values:
-    pb = broker_pb2.ListOffsetsRequest()
+    committed = req.version >= 2 and req.body.isolation_level == 1
+    pb = broker_pb2.ListOffsetsRequest(
+        isolation_level=broker_pb2.READ_COMMITTED if committed else broker_pb2.READ_UNCOMMITTED
+    )
     for topic in req.body.topics:
         for part in topic.partitions:
             pb.partitions.add(
@@ -385,10 +402,16 @@ async def init_producer_id(services: DataServices, req: Request, ctx: CallContex
         producer_id=body.producer_id if req.version >= 3 else -1,
         producer_epoch=body.producer_epoch if req.version >= 3 else -1,
     )
+    return await producer_id_answer(
+        _run(services, pb, lambda r: services.broker.InitProducerId(r, ctx))
+    )
+
+
+async def producer_id_answer(call: Awaitable[tuple[Any, int]]) -> Values:
+    """InitProducerId's answer from a metered call (the broker's, or the transaction
+    coordinator's for a transactional id)."""
     try:
-        response, throttle_ms = await _run(
-            services, pb, lambda r: services.broker.InitProducerId(r, ctx)
-        )
+        response, throttle_ms = await call
     except MeridianError as exc:
         return {"error_code": codes.kafka_code(exc.code), "producer_id": -1, "producer_epoch": -1}
     return {

@@ -14,14 +14,15 @@ assignments are sent as version 0 (the layout is the same in every version). A p
 that does not parse is passed through unchanged. Other protocol types (Connect, ...)
 pass through untouched.
 
-FindCoordinator answers only group keys; the transaction coordinator (key type 1) is
-INVALID_REQUEST: Meridian serves idempotent producers, not transactions yet.
+FindCoordinator answers group keys here; transactional ids (key type 1) are
+``txns.py``'s. OffsetFetch's ``require_stable`` (v7) answers UNSTABLE_OFFSET_COMMIT for an
+offset an open transaction committed, as Kafka's read_committed consumers ask.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -125,40 +126,52 @@ def _grouped(partitions: Iterable[common_pb2.TopicPartition]) -> list[Values]:
 
 # -- FindCoordinator ----------------------------------------------------------------------
 async def find_coordinator(services: GroupServices, req: Request, ctx: CallContext) -> Values:
+    kind = req.body.key_type
+    return await answer_find_coordinator(req, lambda key: _coordinator(services, key, kind, ctx))
+
+
+async def answer_find_coordinator(
+    req: Request, entry: Callable[[str], Awaitable[Values]]
+) -> Values:
+    """FindCoordinator's answer from ``entry(key)`` for each key (many from v4, one
+    before)."""
     body = req.body
     keys = list(body.coordinator_keys) if req.version >= 4 else [body.key]
-    found = [await _coordinator(services, key, body.key_type, ctx) for key in keys]
+    found = [await entry(key) for key in keys]
     if req.version >= 4:
         return {"coordinators": found}
     one = found[0]
-    return {
-        "error_code": one["error_code"],
-        "error_message": one["error_message"],
-        "node_id": one["node_id"],
-        "host": one["host"],
-        "port": one["port"],
-    }
+    return {key: one[key] for key in ("error_code", "error_message", "node_id", "host", "port")}
 
 
 async def _coordinator(
     services: GroupServices, key: str, key_type: int, ctx: CallContext
 ) -> Values:
-    none = {"key": key, "node_id": -1, "host": "", "port": -1}
     if key_type != GROUP_KEY:
         return {
-            **none,
+            **_no_coordinator(key),
             "error_code": codes.INVALID_REQUEST,
-            "error_message": "transactions are not served yet: no transaction coordinator",
+            "error_message": f"coordinator key type {key_type}: groups (0) and transactions (1)",
         }
+    pb = group_pb2.FindCoordinatorRequest(group_id=key)
+    return await coordinator_entry(key, _call(services, pb, services.groups.FindCoordinator, ctx))
+
+
+async def coordinator_entry(key: str, find: Awaitable[tuple[Any, int]]) -> Values:
+    """One key's entry: the broker ``find`` (a metered FindCoordinator call) names, at
+    its Kafka listener's port."""
     try:
-        pb = group_pb2.FindCoordinatorRequest(group_id=key)
-        response, _ = await _call(services, pb, services.groups.FindCoordinator, ctx)
+        response, _ = await find
     except MeridianError as exc:
-        return {**none, "error_code": codes.group_code(exc.code), "error_message": exc.message}
+        return {
+            **_no_coordinator(key),
+            "error_code": codes.group_code(exc.code),
+            "error_message": exc.message,
+        }
     broker = response.coordinator
     if not broker.kafka_port:
         return {
-            **none,
+            **_no_coordinator(key),
             "error_code": codes.group_code(ErrorCode.COORDINATOR_NOT_AVAILABLE),
             "error_message": f"broker {broker.id} coordinates it but serves no Kafka listener",
         }
@@ -170,6 +183,10 @@ async def _coordinator(
         "error_code": codes.NONE,
         "error_message": None,
     }
+
+
+def _no_coordinator(key: str) -> Values:
+    return {"key": key, "node_id": -1, "host": "", "port": -1}
 
 
 # -- membership ---------------------------------------------------------------------------
@@ -357,7 +374,8 @@ async def offset_commit(services: GroupServices, req: Request, ctx: CallContext)
 
 async def offset_fetch(services: GroupServices, req: Request, ctx: CallContext) -> Values:
     body = req.body
-    pb = group_pb2.OffsetFetchRequest(group_id=body.group_id)
+    stable = req.version >= 7 and bool(body.require_stable)
+    pb = group_pb2.OffsetFetchRequest(group_id=body.group_id, require_stable=stable)
     for topic in body.topics or []:
         pb.partitions.extend(
             common_pb2.TopicPartition(topic=topic.name, partition=p)

@@ -49,7 +49,7 @@ from typing import Any
 from dataplane.broker.auth import Authenticator, Principal
 from dataplane.broker.auth.principal import reset_current, set_current
 from dataplane.broker.config import BrokerConfig, parse_address
-from dataplane.broker.kafka import codes, data, groups, sasl, wire
+from dataplane.broker.kafka import codes, data, groups, sasl, txns, wire
 from dataplane.broker.kafka.calls import CallContext, grpc_peer
 from dataplane.broker.metrics import BrokerMetrics
 from dataplane.errors import ErrorCode, MeridianError
@@ -79,6 +79,7 @@ class KafkaListener:
         group_services: groups.GroupServices,
         metrics: BrokerMetrics,
         authenticator: Authenticator | None,
+        txn_services: txns.TxnServices,
     ) -> None:
         self.config = config
         self.data = data_services
@@ -90,7 +91,7 @@ class KafkaListener:
         self._server: asyncio.AbstractServer | None = None
         self._connections: set[asyncio.Task[None]] = set()
         self._per_ip: dict[str, int] = {}
-        d, g = data_services, group_services
+        d, g, t = data_services, group_services, txn_services
         self.handlers: dict[int, Handler] = {
             0: lambda r, c: data.produce(d, r, c),
             1: lambda r, c: data.fetch(d, r, c),
@@ -98,7 +99,7 @@ class KafkaListener:
             3: lambda r, c: data.metadata(d, r, c),
             8: lambda r, c: groups.offset_commit(g, r, c),
             9: lambda r, c: groups.offset_fetch(g, r, c),
-            10: lambda r, c: groups.find_coordinator(g, r, c),
+            10: lambda r, c: txns.find_coordinator(t, g, r, c),
             11: lambda r, c: groups.join_group(g, r, c),
             12: lambda r, c: groups.heartbeat(g, r, c),
             13: lambda r, c: groups.leave_group(g, r, c),
@@ -108,7 +109,11 @@ class KafkaListener:
             18: self._api_versions,
             19: lambda r, c: data.create_topics(d, r, c),
             20: lambda r, c: data.delete_topics(d, r, c),
-            22: lambda r, c: data.init_producer_id(d, r, c),
+            22: lambda r, c: txns.init_producer_id(t, d, r, c),
+            24: lambda r, c: txns.add_partitions(t, r, c),
+            25: lambda r, c: txns.add_offsets(t, r, c),
+            26: lambda r, c: txns.end_txn(t, r, c),
+            28: lambda r, c: txns.txn_offset_commit(t, r, c),
             32: lambda r, c: data.describe_configs(d, r, c),
             42: lambda r, c: groups.delete_groups(g, r, c),
         }

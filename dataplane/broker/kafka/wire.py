@@ -64,10 +64,18 @@ from kafka.protocol.metadata import (
     MetadataResponse,
 )
 from kafka.protocol.producer import (
+    AddOffsetsToTxnRequest,
+    AddOffsetsToTxnResponse,
+    AddPartitionsToTxnRequest,
+    AddPartitionsToTxnResponse,
+    EndTxnRequest,
+    EndTxnResponse,
     InitProducerIdRequest,
     InitProducerIdResponse,
     ProduceRequest,
     ProduceResponse,
+    TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse,
 )
 from kafka.protocol.sasl import (
     SaslAuthenticateRequest,
@@ -103,7 +111,9 @@ def _api(request: Any, response: Any, low: int, high: int) -> Api:
 
 # The versions: from what Kafka 4's clients require at least (KIP-896) up to the last
 # version whose fields Meridian fills faithfully; a later version would need topic ids in
-# place of names (Produce 13, Fetch 13), transactions' fields or KIP-848's groups.
+# place of names (Produce 13, Fetch 13), KIP-890's second transaction protocol
+# (AddPartitionsToTxn 4+ is Kafka's broker-to-broker batch, EndTxn 5 and TxnOffsetCommit 5
+# transaction version 2) or KIP-848's groups.
 APIS: dict[int, Api] = {
     api.key: api
     for api in (
@@ -128,6 +138,10 @@ APIS: dict[int, Api] = {
         _api(DescribeConfigsRequest, DescribeConfigsResponse, 1, 4),
         _api(SaslAuthenticateRequest, SaslAuthenticateResponse, 0, 2),
         _api(DeleteGroupsRequest, DeleteGroupsResponse, 0, 2),
+        _api(AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, 0, 3),
+        _api(AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, 0, 3),
+        _api(EndTxnRequest, EndTxnResponse, 0, 3),
+        _api(TxnOffsetCommitRequest, TxnOffsetCommitResponse, 0, 3),
     )
 }
 API_VERSIONS_KEY = int(ApiVersionsRequest.API_KEY)

@@ -39,6 +39,7 @@ from dataplane.broker.replication.manager import rebuild_producers
 from dataplane.broker.replication.state import Role
 from dataplane.errors import ErrorCode
 from dataplane.records import BatchHeader
+from dataplane.records.control import markers_in
 from dataplane.storage.errors import LogClosedError
 
 log = logging.getLogger(__name__)
@@ -259,7 +260,8 @@ def _append(part: Partition, records: bytes) -> None:
             if header.partition_leader_epoch > latest:
                 latest = header.partition_leader_epoch
                 state.epochs.assign(latest, header.base_offset)
-        part.producers.record_replicated(headers)
+        markers = dict(markers_in(records)) if any(h.is_control for h in headers) else None
+        part.producers.record_replicated(headers, markers)
 
     part.log.append(records, assign_offsets=False, before_write=before_write)
 

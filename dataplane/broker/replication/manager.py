@@ -357,6 +357,8 @@ def _load_epochs(part: Partition) -> LeaderEpochCache:
 
 def rebuild_producers(part: Partition) -> None:
     """After a truncation: the producer table from what is left of the log (blocking)."""
+    if part.producers.aborted is not None:
+        part.producers.aborted.close()
     part.producers = ProducerStateTable.rebuild(part.log)
 
 

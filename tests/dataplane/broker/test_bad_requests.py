@@ -70,11 +70,11 @@ CASES = {
     "unknown codec": (_unknown_codec(), ErrorCode.UNSUPPORTED_COMPRESSION_TYPE),
     "sparse offsets": (_sparse_offsets(), ErrorCode.INVALID_RECORD),
     "control batch": (build_batch([b"m"], is_control=True), ErrorCode.INVALID_RECORD),
-    "transactional batch": (
+    "transactional batch outside a transaction": (
         build_batch(
             [b"t"], producer_id=7, producer_epoch=0, base_sequence=0, is_transactional=True
         ),
-        ErrorCode.INVALID_RECORD,
+        ErrorCode.INVALID_TXN_STATE,  # no coordinator opened one for producer 7 here
     ),
     "good batch then a corrupt one": (
         values_batch([b"fine"]) + _flipped_crc(),

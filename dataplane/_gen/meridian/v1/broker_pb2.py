@@ -26,49 +26,53 @@ from dataplane._gen.meridian.v1 import common_pb2 as meridian_dot_v1_dot_common_
 from dataplane._gen.meridian.v1 import errors_pb2 as meridian_dot_v1_dot_errors__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18meridian/v1/broker.proto\x12\x0bmeridian.v1\x1a\x18meridian/v1/common.proto\x1a\x18meridian/v1/errors.proto\"}\n\x0eProduceRequest\x12\x0c\n\x04\x61\x63ks\x18\x01 \x01(\x05\x12\x12\n\ntimeout_ms\x18\x02 \x01(\x05\x12\x31\n\npartitions\x18\x03 \x03(\x0b\x32\x1d.meridian.v1.PartitionRecords\x12\x16\n\x0e\x63orrelation_id\x18\x04 \x01(\x04\"E\n\x10PartitionRecords\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x0f\n\x07records\x18\x03 \x01(\x0c\"t\n\x0fProduceResponse\x12\x16\n\x0e\x63orrelation_id\x18\x01 \x01(\x04\x12\x34\n\x07results\x18\x02 \x03(\x0b\x32#.meridian.v1.PartitionProduceResult\x12\x13\n\x0bthrottle_ms\x18\x03 \x01(\x05\"\xd6\x01\n\x16PartitionProduceResult\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12%\n\x05\x65rror\x18\x03 \x01(\x0e\x32\x16.meridian.v1.ErrorCode\x12\x15\n\rerror_message\x18\x04 \x01(\t\x12\x13\n\x0b\x62\x61se_offset\x18\x05 \x01(\x03\x12\x1a\n\x12log_append_time_ms\x18\x06 \x01(\x03\x12\x18\n\x10log_start_offset\x18\x07 \x01(\x03\x12\x11\n\tduplicate\x18\x08 \x01(\x08\"\x8e\x01\n\x0c\x46\x65tchRequest\x12\x13\n\x0bmax_wait_ms\x18\x01 \x01(\x05\x12\x11\n\tmin_bytes\x18\x02 \x01(\x05\x12\x11\n\tmax_bytes\x18\x03 \x01(\x05\x12/\n\npartitions\x18\x04 \x03(\x0b\x32\x1b.meridian.v1.FetchPartition\x12\x12\n\nreplica_id\x18\x05 \x01(\x05\"e\n\x0e\x46\x65tchPartition\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x14\n\x0c\x66\x65tch_offset\x18\x03 \x01(\x03\x12\x1b\n\x13partition_max_bytes\x18\x04 \x01(\x05\"X\n\rFetchResponse\x12\x32\n\x07results\x18\x01 \x03(\x0b\x32!.meridian.v1.FetchPartitionResult\x12\x13\n\x0bthrottle_ms\x18\x02 \x01(\x05\"\xd1\x01\n\x14\x46\x65tchPartitionResult\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12%\n\x05\x65rror\x18\x03 \x01(\x0e\x32\x16.meridian.v1.ErrorCode\x12\x15\n\rerror_message\x18\x04 \x01(\t\x12\x16\n\x0ehigh_watermark\x18\x05 \x01(\x03\x12\x18\n\x10log_start_offset\x18\x06 \x01(\x03\x12\x16\n\x0elog_end_offset\x18\x07 \x01(\x03\x12\x0f\n\x07records\x18\x08 \x01(\x0c\"K\n\x12ListOffsetsRequest\x12\x35\n\npartitions\x18\x01 \x03(\x0b\x32!.meridian.v1.ListOffsetsPartition\"q\n\x14ListOffsetsPartition\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x11\n\ttimestamp\x18\x03 \x01(\x03\x12\x16\n\trecord_at\x18\x04 \x01(\x03H\x00\x88\x01\x01\x42\x0c\n\n_record_at\"F\n\x13ListOffsetsResponse\x12/\n\x07results\x18\x01 \x03(\x0b\x32\x1e.meridian.v1.ListOffsetsResult\"\xc7\x01\n\x11ListOffsetsResult\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12%\n\x05\x65rror\x18\x03 \x01(\x0e\x32\x16.meridian.v1.ErrorCode\x12\x15\n\rerror_message\x18\x04 \x01(\t\x12\x0e\n\x06offset\x18\x05 \x01(\x03\x12\x11\n\ttimestamp\x18\x06 \x01(\x03\x12\x18\n\x10record_timestamp\x18\x07 \x01(\x03\x12\x15\n\rrecord_age_ms\x18\x08 \x01(\x03\"5\n\x0fMetadataRequest\x12\x0e\n\x06topics\x18\x01 \x03(\t\x12\x12\n\nlocal_only\x18\x02 \x01(\x08\"\x8f\x01\n\x10MetadataResponse\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x11\n\tbroker_id\x18\x02 \x01(\x05\x12(\n\x07\x62rokers\x18\x03 \x03(\x0b\x32\x17.meridian.v1.BrokerInfo\x12*\n\x06topics\x18\x04 \x03(\x0b\x32\x1a.meridian.v1.TopicMetadata\"\xfd\x01\n\rTopicMetadata\x12\x0c\n\x04name\x18\x01 \x01(\t\x12%\n\x05\x65rror\x18\x02 \x01(\x0e\x32\x16.meridian.v1.ErrorCode\x12\x15\n\rerror_message\x18\x03 \x01(\t\x12\x32\n\npartitions\x18\x04 \x03(\x0b\x32\x1e.meridian.v1.PartitionMetadata\x12\x10\n\x08internal\x18\x05 \x01(\x08\x12\r\n\x05trunk\x18\x06 \x01(\t\x12\x15\n\rconsume_trunk\x18\x07 \x01(\x08\x12\x1c\n\x14orphaned_lane_topics\x18\x08 \x03(\t\x12\x16\n\x0elanes_declared\x18\t \x01(\x08\"\x95\x01\n\x11PartitionMetadata\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12%\n\x05\x65rror\x18\x02 \x01(\x0e\x32\x16.meridian.v1.ErrorCode\x12\x11\n\tleader_id\x18\x03 \x01(\x05\x12\x14\n\x0cleader_epoch\x18\x04 \x01(\x05\x12\x10\n\x08replicas\x18\x05 \x03(\x05\x12\x0b\n\x03isr\x18\x06 \x03(\x05\"D\n\x15InitProducerIdRequest\x12\x13\n\x0bproducer_id\x18\x01 \x01(\x03\x12\x16\n\x0eproducer_epoch\x18\x02 \x01(\x05\"\x83\x01\n\x16InitProducerIdResponse\x12%\n\x05\x65rror\x18\x01 \x01(\x0e\x32\x16.meridian.v1.ErrorCode\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12\x13\n\x0bproducer_id\x18\x03 \x01(\x03\x12\x16\n\x0eproducer_epoch\x18\x04 \x01(\x05\x32\xd4\x03\n\x06\x42roker\x12\x44\n\x07Produce\x12\x1b.meridian.v1.ProduceRequest\x1a\x1c.meridian.v1.ProduceResponse\x12N\n\rProduceStream\x12\x1b.meridian.v1.ProduceRequest\x1a\x1c.meridian.v1.ProduceResponse(\x01\x30\x01\x12>\n\x05\x46\x65tch\x12\x19.meridian.v1.FetchRequest\x1a\x1a.meridian.v1.FetchResponse\x12P\n\x0bListOffsets\x12\x1f.meridian.v1.ListOffsetsRequest\x1a .meridian.v1.ListOffsetsResponse\x12G\n\x08Metadata\x12\x1c.meridian.v1.MetadataRequest\x1a\x1d.meridian.v1.MetadataResponse\x12Y\n\x0eInitProducerId\x12\".meridian.v1.InitProducerIdRequest\x1a#.meridian.v1.InitProducerIdResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18meridian/v1/broker.proto\x12\x0bmeridian.v1\x1a\x18meridian/v1/common.proto\x1a\x18meridian/v1/errors.proto\"\x97\x01\n\x0eProduceRequest\x12\x0c\n\x04\x61\x63ks\x18\x01 \x01(\x05\x12\x12\n\ntimeout_ms\x18\x02 \x01(\x05\x12\x31\n\npartitions\x18\x03 \x03(\x0b\x32\x1d.meridian.v1.PartitionRecords\x12\x16\n\x0e\x63orrelation_id\x18\x04 \x01(\x04\x12\x18\n\x10transactional_id\x18\x05 \x01(\t\"E\n\x10PartitionRecords\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x0f\n\x07records\x18\x03 \x01(\x0c\"t\n\x0fProduceResponse\x12\x16\n\x0e\x63orrelation_id\x18\x01 \x01(\x04\x12\x34\n\x07results\x18\x02 \x03(\x0b\x32#.meridian.v1.PartitionProduceResult\x12\x13\n\x0bthrottle_ms\x18\x03 \x01(\x05\"\xd6\x01\n\x16PartitionProduceResult\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12%\n\x05\x65rror\x18\x03 \x01(\x0e\x32\x16.meridian.v1.ErrorCode\x12\x15\n\rerror_message\x18\x04 \x01(\t\x12\x13\n\x0b\x62\x61se_offset\x18\x05 \x01(\x03\x12\x1a\n\x12log_append_time_ms\x18\x06 \x01(\x03\x12\x18\n\x10log_start_offset\x18\x07 \x01(\x03\x12\x11\n\tduplicate\x18\x08 \x01(\x08\"\xc4\x01\n\x0c\x46\x65tchRequest\x12\x13\n\x0bmax_wait_ms\x18\x01 \x01(\x05\x12\x11\n\tmin_bytes\x18\x02 \x01(\x05\x12\x11\n\tmax_bytes\x18\x03 \x01(\x05\x12/\n\npartitions\x18\x04 \x03(\x0b\x32\x1b.meridian.v1.FetchPartition\x12\x12\n\nreplica_id\x18\x05 \x01(\x05\x12\x34\n\x0fisolation_level\x18\x06 \x01(\x0e\x32\x1b.meridian.v1.IsolationLevel\"?\n\x12\x41\x62ortedTransaction\x12\x13\n\x0bproducer_id\x18\x01 \x01(\x03\x12\x14\n\x0c\x66irst_offset\x18\x02 \x01(\x03\"e\n\x0e\x46\x65tchPartition\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x14\n\x0c\x66\x65tch_offset\x18\x03 \x01(\x03\x12\x1b\n\x13partition_max_bytes\x18\x04 \x01(\x05\"X\n\rFetchResponse\x12\x32\n\x07results\x18\x01 \x03(\x0b\x32!.meridian.v1.FetchPartitionResult\x12\x13\n\x0bthrottle_ms\x18\x02 \x01(\x05\"\xac\x02\n\x14\x46\x65tchPartitionResult\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12%\n\x05\x65rror\x18\x03 \x01(\x0e\x32\x16.meridian.v1.ErrorCode\x12\x15\n\rerror_message\x18\x04 \x01(\t\x12\x16\n\x0ehigh_watermark\x18\x05 \x01(\x03\x12\x18\n\x10log_start_offset\x18\x06 \x01(\x03\x12\x16\n\x0elog_end_offset\x18\x07 \x01(\x03\x12\x0f\n\x07records\x18\x08 \x01(\x0c\x12\x1a\n\x12last_stable_offset\x18\t \x01(\x03\x12=\n\x14\x61\x62orted_transactions\x18\n \x03(\x0b\x32\x1f.meridian.v1.AbortedTransaction\"\x81\x01\n\x12ListOffsetsRequest\x12\x35\n\npartitions\x18\x01 \x03(\x0b\x32!.meridian.v1.ListOffsetsPartition\x12\x34\n\x0fisolation_level\x18\x02 \x01(\x0e\x32\x1b.meridian.v1.IsolationLevel\"q\n\x14ListOffsetsPartition\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12\x11\n\ttimestamp\x18\x03 \x01(\x03\x12\x16\n\trecord_at\x18\x04 \x01(\x03H\x00\x88\x01\x01\x42\x0c\n\n_record_at\"F\n\x13ListOffsetsResponse\x12/\n\x07results\x18\x01 \x03(\x0b\x32\x1e.meridian.v1.ListOffsetsResult\"\xc7\x01\n\x11ListOffsetsResult\x12\r\n\x05topic\x18\x01 \x01(\t\x12\x11\n\tpartition\x18\x02 \x01(\x05\x12%\n\x05\x65rror\x18\x03 \x01(\x0e\x32\x16.meridian.v1.ErrorCode\x12\x15\n\rerror_message\x18\x04 \x01(\t\x12\x0e\n\x06offset\x18\x05 \x01(\x03\x12\x11\n\ttimestamp\x18\x06 \x01(\x03\x12\x18\n\x10record_timestamp\x18\x07 \x01(\x03\x12\x15\n\rrecord_age_ms\x18\x08 \x01(\x03\"5\n\x0fMetadataRequest\x12\x0e\n\x06topics\x18\x01 \x03(\t\x12\x12\n\nlocal_only\x18\x02 \x01(\x08\"\x8f\x01\n\x10MetadataResponse\x12\x12\n\ncluster_id\x18\x01 \x01(\t\x12\x11\n\tbroker_id\x18\x02 \x01(\x05\x12(\n\x07\x62rokers\x18\x03 \x03(\x0b\x32\x17.meridian.v1.BrokerInfo\x12*\n\x06topics\x18\x04 \x03(\x0b\x32\x1a.meridian.v1.TopicMetadata\"\xfd\x01\n\rTopicMetadata\x12\x0c\n\x04name\x18\x01 \x01(\t\x12%\n\x05\x65rror\x18\x02 \x01(\x0e\x32\x16.meridian.v1.ErrorCode\x12\x15\n\rerror_message\x18\x03 \x01(\t\x12\x32\n\npartitions\x18\x04 \x03(\x0b\x32\x1e.meridian.v1.PartitionMetadata\x12\x10\n\x08internal\x18\x05 \x01(\x08\x12\r\n\x05trunk\x18\x06 \x01(\t\x12\x15\n\rconsume_trunk\x18\x07 \x01(\x08\x12\x1c\n\x14orphaned_lane_topics\x18\x08 \x03(\t\x12\x16\n\x0elanes_declared\x18\t \x01(\x08\"\x95\x01\n\x11PartitionMetadata\x12\x11\n\tpartition\x18\x01 \x01(\x05\x12%\n\x05\x65rror\x18\x02 \x01(\x0e\x32\x16.meridian.v1.ErrorCode\x12\x11\n\tleader_id\x18\x03 \x01(\x05\x12\x14\n\x0cleader_epoch\x18\x04 \x01(\x05\x12\x10\n\x08replicas\x18\x05 \x03(\x05\x12\x0b\n\x03isr\x18\x06 \x03(\x05\"D\n\x15InitProducerIdRequest\x12\x13\n\x0bproducer_id\x18\x01 \x01(\x03\x12\x16\n\x0eproducer_epoch\x18\x02 \x01(\x05\"\x83\x01\n\x16InitProducerIdResponse\x12%\n\x05\x65rror\x18\x01 \x01(\x0e\x32\x16.meridian.v1.ErrorCode\x12\x15\n\rerror_message\x18\x02 \x01(\t\x12\x13\n\x0bproducer_id\x18\x03 \x01(\x03\x12\x16\n\x0eproducer_epoch\x18\x04 \x01(\x05*:\n\x0eIsolationLevel\x12\x14\n\x10READ_UNCOMMITTED\x10\x00\x12\x12\n\x0eREAD_COMMITTED\x10\x01\x32\xd4\x03\n\x06\x42roker\x12\x44\n\x07Produce\x12\x1b.meridian.v1.ProduceRequest\x1a\x1c.meridian.v1.ProduceResponse\x12N\n\rProduceStream\x12\x1b.meridian.v1.ProduceRequest\x1a\x1c.meridian.v1.ProduceResponse(\x01\x30\x01\x12>\n\x05\x46\x65tch\x12\x19.meridian.v1.FetchRequest\x1a\x1a.meridian.v1.FetchResponse\x12P\n\x0bListOffsets\x12\x1f.meridian.v1.ListOffsetsRequest\x1a .meridian.v1.ListOffsetsResponse\x12G\n\x08Metadata\x12\x1c.meridian.v1.MetadataRequest\x1a\x1d.meridian.v1.MetadataResponse\x12Y\n\x0eInitProducerId\x12\".meridian.v1.InitProducerIdRequest\x1a#.meridian.v1.InitProducerIdResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'meridian.v1.broker_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_PRODUCEREQUEST']._serialized_start=93
-  _globals['_PRODUCEREQUEST']._serialized_end=218
-  _globals['_PARTITIONRECORDS']._serialized_start=220
-  _globals['_PARTITIONRECORDS']._serialized_end=289
-  _globals['_PRODUCERESPONSE']._serialized_start=291
-  _globals['_PRODUCERESPONSE']._serialized_end=407
-  _globals['_PARTITIONPRODUCERESULT']._serialized_start=410
-  _globals['_PARTITIONPRODUCERESULT']._serialized_end=624
-  _globals['_FETCHREQUEST']._serialized_start=627
-  _globals['_FETCHREQUEST']._serialized_end=769
-  _globals['_FETCHPARTITION']._serialized_start=771
-  _globals['_FETCHPARTITION']._serialized_end=872
-  _globals['_FETCHRESPONSE']._serialized_start=874
-  _globals['_FETCHRESPONSE']._serialized_end=962
-  _globals['_FETCHPARTITIONRESULT']._serialized_start=965
-  _globals['_FETCHPARTITIONRESULT']._serialized_end=1174
-  _globals['_LISTOFFSETSREQUEST']._serialized_start=1176
-  _globals['_LISTOFFSETSREQUEST']._serialized_end=1251
-  _globals['_LISTOFFSETSPARTITION']._serialized_start=1253
-  _globals['_LISTOFFSETSPARTITION']._serialized_end=1366
-  _globals['_LISTOFFSETSRESPONSE']._serialized_start=1368
-  _globals['_LISTOFFSETSRESPONSE']._serialized_end=1438
-  _globals['_LISTOFFSETSRESULT']._serialized_start=1441
-  _globals['_LISTOFFSETSRESULT']._serialized_end=1640
-  _globals['_METADATAREQUEST']._serialized_start=1642
-  _globals['_METADATAREQUEST']._serialized_end=1695
-  _globals['_METADATARESPONSE']._serialized_start=1698
-  _globals['_METADATARESPONSE']._serialized_end=1841
-  _globals['_TOPICMETADATA']._serialized_start=1844
-  _globals['_TOPICMETADATA']._serialized_end=2097
-  _globals['_PARTITIONMETADATA']._serialized_start=2100
-  _globals['_PARTITIONMETADATA']._serialized_end=2249
-  _globals['_INITPRODUCERIDREQUEST']._serialized_start=2251
-  _globals['_INITPRODUCERIDREQUEST']._serialized_end=2319
-  _globals['_INITPRODUCERIDRESPONSE']._serialized_start=2322
-  _globals['_INITPRODUCERIDRESPONSE']._serialized_end=2453
-  _globals['_BROKER']._serialized_start=2456
-  _globals['_BROKER']._serialized_end=2924
+  _globals['_ISOLATIONLEVEL']._serialized_start=2747
+  _globals['_ISOLATIONLEVEL']._serialized_end=2805
+  _globals['_PRODUCEREQUEST']._serialized_start=94
+  _globals['_PRODUCEREQUEST']._serialized_end=245
+  _globals['_PARTITIONRECORDS']._serialized_start=247
+  _globals['_PARTITIONRECORDS']._serialized_end=316
+  _globals['_PRODUCERESPONSE']._serialized_start=318
+  _globals['_PRODUCERESPONSE']._serialized_end=434
+  _globals['_PARTITIONPRODUCERESULT']._serialized_start=437
+  _globals['_PARTITIONPRODUCERESULT']._serialized_end=651
+  _globals['_FETCHREQUEST']._serialized_start=654
+  _globals['_FETCHREQUEST']._serialized_end=850
+  _globals['_ABORTEDTRANSACTION']._serialized_start=852
+  _globals['_ABORTEDTRANSACTION']._serialized_end=915
+  _globals['_FETCHPARTITION']._serialized_start=917
+  _globals['_FETCHPARTITION']._serialized_end=1018
+  _globals['_FETCHRESPONSE']._serialized_start=1020
+  _globals['_FETCHRESPONSE']._serialized_end=1108
+  _globals['_FETCHPARTITIONRESULT']._serialized_start=1111
+  _globals['_FETCHPARTITIONRESULT']._serialized_end=1411
+  _globals['_LISTOFFSETSREQUEST']._serialized_start=1414
+  _globals['_LISTOFFSETSREQUEST']._serialized_end=1543
+  _globals['_LISTOFFSETSPARTITION']._serialized_start=1545
+  _globals['_LISTOFFSETSPARTITION']._serialized_end=1658
+  _globals['_LISTOFFSETSRESPONSE']._serialized_start=1660
+  _globals['_LISTOFFSETSRESPONSE']._serialized_end=1730
+  _globals['_LISTOFFSETSRESULT']._serialized_start=1733
+  _globals['_LISTOFFSETSRESULT']._serialized_end=1932
+  _globals['_METADATAREQUEST']._serialized_start=1934
+  _globals['_METADATAREQUEST']._serialized_end=1987
+  _globals['_METADATARESPONSE']._serialized_start=1990
+  _globals['_METADATARESPONSE']._serialized_end=2133
+  _globals['_TOPICMETADATA']._serialized_start=2136
+  _globals['_TOPICMETADATA']._serialized_end=2389
+  _globals['_PARTITIONMETADATA']._serialized_start=2392
+  _globals['_PARTITIONMETADATA']._serialized_end=2541
+  _globals['_INITPRODUCERIDREQUEST']._serialized_start=2543
+  _globals['_INITPRODUCERIDREQUEST']._serialized_end=2611
+  _globals['_INITPRODUCERIDRESPONSE']._serialized_start=2614
+  _globals['_INITPRODUCERIDRESPONSE']._serialized_end=2745
+  _globals['_BROKER']._serialized_start=2808
+  _globals['_BROKER']._serialized_end=3276
 # @@protoc_insertion_point(module_scope)

@@ -7,6 +7,7 @@ from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from dataplane._gen.meridian.v1 import common_pb2 as _common_pb2
 from dataplane._gen.meridian.v1 import errors_pb2 as _errors_pb2
 import builtins as _builtins
@@ -20,6 +21,28 @@ else:
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class _IsolationLevel:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _IsolationLevelEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_IsolationLevel.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    READ_UNCOMMITTED: _IsolationLevel.ValueType  # 0
+    """Up to the high watermark, with the records of open and aborted transactions."""
+    READ_COMMITTED: _IsolationLevel.ValueType  # 1
+    """Up to the last stable offset, with the aborted transactions to skip."""
+
+class IsolationLevel(_IsolationLevel, metaclass=_IsolationLevelEnumTypeWrapper):
+    """What a consumer reads (txn.proto: transactions and half messages). Both never see a
+    half message before its commit, nor one rolled back.
+    """
+
+READ_UNCOMMITTED: IsolationLevel.ValueType  # 0
+"""Up to the high watermark, with the records of open and aborted transactions."""
+READ_COMMITTED: IsolationLevel.ValueType  # 1
+"""Up to the last stable offset, with the aborted transactions to skip."""
+Global___IsolationLevel: _TypeAlias = IsolationLevel  # noqa: Y015
+
 @_typing.final
 class ProduceRequest(_message.Message):
     """-- produce ---------------------------------------------------------------------------"""
@@ -30,12 +53,18 @@ class ProduceRequest(_message.Message):
     TIMEOUT_MS_FIELD_NUMBER: _builtins.int
     PARTITIONS_FIELD_NUMBER: _builtins.int
     CORRELATION_ID_FIELD_NUMBER: _builtins.int
+    TRANSACTIONAL_ID_FIELD_NUMBER: _builtins.int
     acks: _builtins.int
     """0: answered once accepted, before the append; 1: after the"""
     timeout_ms: _builtins.int
     """leader's append; -1 (all): once every in-sync replica has it"""
     correlation_id: _builtins.int
     """echoed in the response"""
+    transactional_id: _builtins.str
+    """Set when the records are transactional (txn.proto): the leader checks with the
+    transactional id's coordinator that each partition is in the producer's open
+    transaction before the first transactional batch of it is appended.
+    """
     @_builtins.property
     def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartitionRecords]: ...
     def __init__(
@@ -45,10 +74,11 @@ class ProduceRequest(_message.Message):
         timeout_ms: _builtins.int = ...,
         partitions: _abc.Iterable[Global___PartitionRecords] | None = ...,
         correlation_id: _builtins.int = ...,
+        transactional_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["acks", b"acks", "correlation_id", b"correlation_id", "partitions", b"partitions", "timeout_ms", b"timeout_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acks", b"acks", "correlation_id", b"correlation_id", "partitions", b"partitions", "timeout_ms", b"timeout_ms", "transactional_id", b"transactional_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -160,6 +190,7 @@ class FetchRequest(_message.Message):
     MAX_BYTES_FIELD_NUMBER: _builtins.int
     PARTITIONS_FIELD_NUMBER: _builtins.int
     REPLICA_ID_FIELD_NUMBER: _builtins.int
+    ISOLATION_LEVEL_FIELD_NUMBER: _builtins.int
     max_wait_ms: _builtins.int
     """long-poll bound while fewer than min_bytes are ready"""
     min_bytes: _builtins.int
@@ -167,6 +198,7 @@ class FetchRequest(_message.Message):
     """bound of the whole response (at least one batch is sent)"""
     replica_id: _builtins.int
     """-1 for consumers (replicas use Replication.ReplicaFetch)"""
+    isolation_level: Global___IsolationLevel.ValueType
     @_builtins.property
     def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___FetchPartition]: ...
     def __init__(
@@ -177,14 +209,41 @@ class FetchRequest(_message.Message):
         max_bytes: _builtins.int = ...,
         partitions: _abc.Iterable[Global___FetchPartition] | None = ...,
         replica_id: _builtins.int = ...,
+        isolation_level: Global___IsolationLevel.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_bytes", b"max_bytes", "max_wait_ms", b"max_wait_ms", "min_bytes", b"min_bytes", "partitions", b"partitions", "replica_id", b"replica_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["isolation_level", b"isolation_level", "max_bytes", b"max_bytes", "max_wait_ms", b"max_wait_ms", "min_bytes", b"min_bytes", "partitions", b"partitions", "replica_id", b"replica_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___FetchRequest: _TypeAlias = FetchRequest  # noqa: Y015
+
+@_typing.final
+class AbortedTransaction(_message.Message):
+    """An aborted transaction in the answer to a fetch: skip the transactional batches of
+    producer_id from first_offset on, until that producer's next control batch.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PRODUCER_ID_FIELD_NUMBER: _builtins.int
+    FIRST_OFFSET_FIELD_NUMBER: _builtins.int
+    producer_id: _builtins.int
+    first_offset: _builtins.int
+    def __init__(
+        self,
+        *,
+        producer_id: _builtins.int = ...,
+        first_offset: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["first_offset", b"first_offset", "producer_id", b"producer_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AbortedTransaction: _TypeAlias = AbortedTransaction  # noqa: Y015
 
 @_typing.final
 class FetchPartition(_message.Message):
@@ -249,6 +308,8 @@ class FetchPartitionResult(_message.Message):
     LOG_START_OFFSET_FIELD_NUMBER: _builtins.int
     LOG_END_OFFSET_FIELD_NUMBER: _builtins.int
     RECORDS_FIELD_NUMBER: _builtins.int
+    LAST_STABLE_OFFSET_FIELD_NUMBER: _builtins.int
+    ABORTED_TRANSACTIONS_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     partition: _builtins.int
     error: _errors_pb2.ErrorCode.ValueType
@@ -258,6 +319,16 @@ class FetchPartitionResult(_message.Message):
     log_end_offset: _builtins.int
     records: _builtins.bytes
     """whole batches as stored; the first may start before fetch_offset"""
+    last_stable_offset: _builtins.int
+    """The first offset of the oldest open transaction, or the high watermark when none is
+    open: read_committed fetches end there. -1 on error.
+    """
+    @_builtins.property
+    def aborted_transactions(self) -> _containers.RepeatedCompositeFieldContainer[Global___AbortedTransaction]:
+        """The aborted transactions overlapping the records returned (read_committed), and the
+        rolled-back half messages among them (both isolation levels).
+        """
+
     def __init__(
         self,
         *,
@@ -269,10 +340,12 @@ class FetchPartitionResult(_message.Message):
         log_start_offset: _builtins.int = ...,
         log_end_offset: _builtins.int = ...,
         records: _builtins.bytes = ...,
+        last_stable_offset: _builtins.int = ...,
+        aborted_transactions: _abc.Iterable[Global___AbortedTransaction] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "error_message", b"error_message", "high_watermark", b"high_watermark", "log_end_offset", b"log_end_offset", "log_start_offset", b"log_start_offset", "partition", b"partition", "records", b"records", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["aborted_transactions", b"aborted_transactions", "error", b"error", "error_message", b"error_message", "high_watermark", b"high_watermark", "last_stable_offset", b"last_stable_offset", "log_end_offset", b"log_end_offset", "log_start_offset", b"log_start_offset", "partition", b"partition", "records", b"records", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -285,16 +358,20 @@ class ListOffsetsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     PARTITIONS_FIELD_NUMBER: _builtins.int
+    ISOLATION_LEVEL_FIELD_NUMBER: _builtins.int
+    isolation_level: Global___IsolationLevel.ValueType
+    """READ_COMMITTED: latest (-1) is the last stable offset instead of the high watermark."""
     @_builtins.property
     def partitions(self) -> _containers.RepeatedCompositeFieldContainer[Global___ListOffsetsPartition]: ...
     def __init__(
         self,
         *,
         partitions: _abc.Iterable[Global___ListOffsetsPartition] | None = ...,
+        isolation_level: Global___IsolationLevel.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["partitions", b"partitions"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["isolation_level", b"isolation_level", "partitions", b"partitions"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -56,6 +56,12 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     """another group of the family still holds this lane partition: retry"""
     REMOTE_STORAGE_NOT_AVAILABLE: _ErrorCode.ValueType  # 19
     """the offsets are in the remote tier and its object store did not answer: retry"""
+    CONCURRENT_TRANSACTIONS: _ErrorCode.ValueType  # 30
+    """Transactions and half messages (30-49).
+    the transactional id's last transaction is still being completed: retry
+    """
+    UNSTABLE_OFFSET_COMMIT: _ErrorCode.ValueType  # 31
+    """an open transaction holds an offset commit for this partition: ask again"""
     TIMER_LOG_PENDING: _ErrorCode.ValueType  # 50
     """-- retriable: delayed delivery (50-69) ------------------------------------------------
     the tenant's timer log on this cluster is being created on first use: retry shortly
@@ -107,6 +113,26 @@ class _ErrorCodeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ErrorCode.V
     """a remote segment the manifest lists is gone from the object store"""
     REMOTE_SEGMENT_CORRUPT: _ErrorCode.ValueType  # 133
     """a remote segment fails its checksum or a batch its CRC: no data is served from it"""
+    INVALID_TXN_STATE: _ErrorCode.ValueType  # 150
+    """Transactions and half messages (150-179).
+    not allowed in the transaction's state (committing an aborted one, writing outside one)
+    """
+    PRODUCER_FENCED: _ErrorCode.ValueType  # 151
+    """a newer producer of this transactional id (or its timeout) fenced this one"""
+    INVALID_TRANSACTION_TIMEOUT: _ErrorCode.ValueType  # 152
+    """transaction_timeout_ms outside [1, the brokers' transaction_max_timeout_ms]"""
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED: _ErrorCode.ValueType  # 153
+    """the caller may not use this transactional id or producer group (or it is another tenant's)"""
+    INVALID_PRODUCER_ID_MAPPING: _ErrorCode.ValueType  # 154
+    """the producer id is not the transactional id's"""
+    TRANSACTION_COORDINATOR_FENCED: _ErrorCode.ValueType  # 155
+    """a marker from an older coordinator epoch than the partition has seen"""
+    TRANSACTIONAL_ID_NOT_FOUND: _ErrorCode.ValueType  # 156
+    """no such transactional id"""
+    HALF_MESSAGE_NOT_FOUND: _ErrorCode.ValueType  # 157
+    """no such half message in the producer group (or its outcome was forgotten)"""
+    INVALID_TRANSACTIONAL_ID: _ErrorCode.ValueType  # 158
+    """empty, too long, or not of the form <tenant>.<id>"""
     INVALID_DELAY: _ErrorCode.ValueType  # 180
     """-- not retriable: delayed delivery, retries, dead letters (180-199) -----------------
     a delivery time that is not ms since the epoch or lies over 30 days ahead; a delay outside 1 s .. 30 days
@@ -162,6 +188,12 @@ HANDOVER_IN_PROGRESS: ErrorCode.ValueType  # 18
 """another group of the family still holds this lane partition: retry"""
 REMOTE_STORAGE_NOT_AVAILABLE: ErrorCode.ValueType  # 19
 """the offsets are in the remote tier and its object store did not answer: retry"""
+CONCURRENT_TRANSACTIONS: ErrorCode.ValueType  # 30
+"""Transactions and half messages (30-49).
+the transactional id's last transaction is still being completed: retry
+"""
+UNSTABLE_OFFSET_COMMIT: ErrorCode.ValueType  # 31
+"""an open transaction holds an offset commit for this partition: ask again"""
 TIMER_LOG_PENDING: ErrorCode.ValueType  # 50
 """-- retriable: delayed delivery (50-69) ------------------------------------------------
 the tenant's timer log on this cluster is being created on first use: retry shortly
@@ -213,6 +245,26 @@ REMOTE_SEGMENT_MISSING: ErrorCode.ValueType  # 132
 """a remote segment the manifest lists is gone from the object store"""
 REMOTE_SEGMENT_CORRUPT: ErrorCode.ValueType  # 133
 """a remote segment fails its checksum or a batch its CRC: no data is served from it"""
+INVALID_TXN_STATE: ErrorCode.ValueType  # 150
+"""Transactions and half messages (150-179).
+not allowed in the transaction's state (committing an aborted one, writing outside one)
+"""
+PRODUCER_FENCED: ErrorCode.ValueType  # 151
+"""a newer producer of this transactional id (or its timeout) fenced this one"""
+INVALID_TRANSACTION_TIMEOUT: ErrorCode.ValueType  # 152
+"""transaction_timeout_ms outside [1, the brokers' transaction_max_timeout_ms]"""
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED: ErrorCode.ValueType  # 153
+"""the caller may not use this transactional id or producer group (or it is another tenant's)"""
+INVALID_PRODUCER_ID_MAPPING: ErrorCode.ValueType  # 154
+"""the producer id is not the transactional id's"""
+TRANSACTION_COORDINATOR_FENCED: ErrorCode.ValueType  # 155
+"""a marker from an older coordinator epoch than the partition has seen"""
+TRANSACTIONAL_ID_NOT_FOUND: ErrorCode.ValueType  # 156
+"""no such transactional id"""
+HALF_MESSAGE_NOT_FOUND: ErrorCode.ValueType  # 157
+"""no such half message in the producer group (or its outcome was forgotten)"""
+INVALID_TRANSACTIONAL_ID: ErrorCode.ValueType  # 158
+"""empty, too long, or not of the form <tenant>.<id>"""
 INVALID_DELAY: ErrorCode.ValueType  # 180
 """-- not retriable: delayed delivery, retries, dead letters (180-199) -----------------
 a delivery time that is not ms since the epoch or lies over 30 days ahead; a delay outside 1 s .. 30 days

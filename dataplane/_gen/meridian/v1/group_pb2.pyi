@@ -491,7 +491,12 @@ class OffsetFetchRequest(_message.Message):
 
     GROUP_ID_FIELD_NUMBER: _builtins.int
     PARTITIONS_FIELD_NUMBER: _builtins.int
+    REQUIRE_STABLE_FIELD_NUMBER: _builtins.int
     group_id: _builtins.str
+    require_stable: _builtins.bool
+    """A partition with an offset committed by a transaction that has not ended answers
+    UNSTABLE_OFFSET_COMMIT (ask again): read_committed consumers ask so (KIP-447).
+    """
     @_builtins.property
     def partitions(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.TopicPartition]:
         """empty: every committed partition"""
@@ -501,10 +506,11 @@ class OffsetFetchRequest(_message.Message):
         *,
         group_id: _builtins.str = ...,
         partitions: _abc.Iterable[_common_pb2.TopicPartition] | None = ...,
+        require_stable: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["group_id", b"group_id", "partitions", b"partitions"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["group_id", b"group_id", "partitions", b"partitions", "require_stable", b"require_stable"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

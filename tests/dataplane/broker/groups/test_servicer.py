@@ -17,7 +17,7 @@ from .support import CoordinatorServer, call
 
 
 def failing_fetch(error: BaseException) -> Any:
-    async def fetch_offsets(*_args: Any) -> Any:
+    async def fetch_offsets(*_args: Any, **_kwargs: Any) -> Any:
         raise error
 
     return fetch_offsets

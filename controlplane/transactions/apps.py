@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class TransactionsConfig(AppConfig):
+    name = "controlplane.transactions"
+    label = "transactions"

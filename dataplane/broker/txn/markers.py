@@ -1,0 +1,239 @@
+"""Transaction markers: the coordinator's sender and the partition leader's writer
+(Kafka's WriteTxnMarkers).
+
+``MarkerSender.send(meta, coordinator_epoch)`` writes the commit or abort marker of a
+decided transaction to every partition of it. Partitions are grouped by the broker that
+leads them now (``leader_of``: the cluster's metadata; for ``__consumer_offsets``, the
+partition's static owner) and sent in one ``TxnMarkers.WriteTxnMarkers`` call per
+broker (this broker's own through ``MarkerWriter`` directly). A partition whose marker
+is refused with a retriable error (a leader moved, fewer in-sync replicas than the
+minimum, a broker down) is sent again, to whoever leads it then, after a backoff (100 ms
+doubling to 2 s), until written: so a marker reaches a partition across leader
+changes. A marker refused as fenced (``INVALID_PRODUCER_EPOCH``: a newer epoch's marker
+is already there; ``TRANSACTION_COORDINATOR_FENCED``) has nothing left to do. A topic the
+cluster has not known for ``unknown_topic_ms`` (deleted) is given up, with a warning.
+``send`` returns once every partition is done; it is cancelled when the coordinator
+stops (a restart sends again what its log says is decided).
+
+``MarkerWriter.write(request)`` appends markers as the leader of each partition
+(``Partition.append_marker``: the producer table applies it under the append lock, so a
+fenced marker is refused and nothing written) and answers once the marker is below the
+high watermark with the committed ISR at ``min_insync_replicas`` (acks=all, as Kafka
+appends markers); for a ``__consumer_offsets`` partition the group coordinator applies
+or drops the producer's pending offset commits (``complete_txn``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Executor
+
+import grpc
+
+from dataplane._gen.meridian.v1 import common_pb2, txn_pb2
+from dataplane.broker.errors import to_error
+from dataplane.broker.fetch import not_leader
+from dataplane.broker.groups.coordinator import OFFSETS_TOPIC, GroupCoordinator
+from dataplane.broker.partitions import PartitionRegistry
+from dataplane.broker.produce import wait_for_isr
+from dataplane.broker.txn.metrics import TxnMetrics
+from dataplane.broker.txn.state import TopicPartitionKey, TxnMetadata, TxnState
+from dataplane.errors import ErrorCode, MeridianError, error_from_rpc
+from dataplane.records.control import Marker
+
+log = logging.getLogger(__name__)
+
+FIRST_BACKOFF_S = 0.1
+MAX_BACKOFF_S = 2.0
+DEFAULT_TIMEOUT_MS = 30_000
+_DONE_CODES = frozenset(
+    {ErrorCode.INVALID_PRODUCER_EPOCH, ErrorCode.TRANSACTION_COORDINATOR_FENCED}
+)
+
+# (topic, partition) -> the id of the broker leading it now; None: not known (yet)
+LeaderOf = Callable[[str, int], int | None]
+# broker id -> WriteTxnMarkers on that broker
+RemoteWrite = Callable[
+    [int, txn_pb2.WriteTxnMarkersRequest], Awaitable[txn_pb2.WriteTxnMarkersResponse]
+]
+
+
+class MarkerWriter:
+    """Appends markers on the partitions this broker leads (module docstring)."""
+
+    def __init__(
+        self,
+        registry: PartitionRegistry,
+        executor: Executor,
+        groups: GroupCoordinator,
+        metrics: TxnMetrics,
+    ) -> None:
+        self._registry = registry
+        self._executor = executor
+        self._groups = groups
+        self._metrics = metrics
+
+    async def write(
+        self, request: txn_pb2.WriteTxnMarkersRequest
+    ) -> txn_pb2.WriteTxnMarkersResponse:
+        deadline = time.monotonic() + (request.timeout_ms or DEFAULT_TIMEOUT_MS) / 1000
+        response = txn_pb2.WriteTxnMarkersResponse()
+        for marker in request.markers:
+            ends = Marker(
+                marker.producer_id, marker.producer_epoch, marker.commit, marker.coordinator_epoch
+            )
+            outcomes = await asyncio.gather(
+                *(
+                    self._write_one(ends, tp.topic, tp.partition, deadline)
+                    for tp in marker.partitions
+                )
+            )
+            result = response.markers.add(producer_id=marker.producer_id)
+            for tp, error in zip(marker.partitions, outcomes, strict=True):
+                entry = result.results.add(topic=tp.topic, partition=tp.partition)
+                if error is not None:
+                    entry.error, entry.error_message = error.code, error.message  # type: ignore[assignment]
+        return response
+
+    async def _write_one(
+        self, marker: Marker, topic: str, partition: int, deadline: float
+    ) -> MeridianError | None:
+        try:
+            if topic == OFFSETS_TOPIC:
+                await self._groups.complete_txn(
+                    partition, marker.producer_id, marker.producer_epoch, marker.commit
+                )
+                self._metrics.marker_written(marker.commit)
+                return None
+            return await self._append(marker, topic, partition, deadline)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # every failure is a typed result
+            return to_error(exc)
+
+    async def _append(
+        self, marker: Marker, topic: str, partition: int, deadline: float
+    ) -> MeridianError | None:
+        part = self._registry.get(topic, partition)
+        if part is None:
+            return MeridianError(
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic}-{partition} is not hosted here"
+            )
+        refused = not_leader(part)
+        if refused is not None:
+            return refused
+        loop = asyncio.get_running_loop()
+        info = await loop.run_in_executor(self._executor, part.append_marker, marker)
+        part.after_append()
+        error = await wait_for_isr(part, info.last_offset, info.leader_epoch, deadline)
+        if error is None:
+            self._metrics.marker_written(marker.commit)
+        return error
+
+
+class MarkerSender:
+    """Writes the markers of decided transactions (module docstring)."""
+
+    def __init__(
+        self,
+        broker_id: int,
+        leader_of: LeaderOf,
+        local: MarkerWriter,
+        remote: RemoteWrite,
+        *,
+        timeout_ms: int = DEFAULT_TIMEOUT_MS,
+        unknown_topic_ms: int = 60_000,
+    ) -> None:
+        self._broker_id = broker_id
+        self._leader_of = leader_of
+        self._local = local
+        self._remote = remote
+        self._timeout_ms = timeout_ms
+        self._unknown_topic_s = unknown_topic_ms / 1000
+
+    async def send(self, meta: TxnMetadata, coordinator_epoch: int) -> None:
+        commit = meta.state in (TxnState.PREPARE_COMMIT, TxnState.COMPLETE_COMMIT)
+        remaining = set(meta.partitions)
+        unknown_since: dict[TopicPartitionKey, float] = {}
+        backoff = FIRST_BACKOFF_S
+        while remaining:
+            by_broker: dict[int, list[TopicPartitionKey]] = {}
+            now = time.monotonic()
+            for tp in sorted(remaining):
+                leader = self._leader_of(*tp)
+                if leader is None:
+                    since = unknown_since.setdefault(tp, now)
+                    if now - since > self._unknown_topic_s:
+                        log.warning(
+                            "%r: giving up the marker of %s-%d: the cluster has not known it "
+                            "for %.0f s (deleted?)",
+                            meta.transactional_id,
+                            tp[0],
+                            tp[1],
+                            now - since,
+                        )
+                        remaining.discard(tp)
+                    continue
+                unknown_since.pop(tp, None)
+                by_broker.setdefault(leader, []).append(tp)
+            sent = await asyncio.gather(
+                *(
+                    self._send_to(b, tps, meta, commit, coordinator_epoch)
+                    for b, tps in by_broker.items()
+                )
+            )
+            for results in sent:
+                for tp, error in results.items():
+                    if error is None or error.code in _DONE_CODES:
+                        remaining.discard(tp)
+                    else:
+                        log.debug(
+                            "%r: marker of %s-%d: %s", meta.transactional_id, tp[0], tp[1], error
+                        )
+            if remaining:
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, MAX_BACKOFF_S)
+
+    async def _send_to(
+        self,
+        broker_id: int,
+        partitions: list[TopicPartitionKey],
+        meta: TxnMetadata,
+        commit: bool,
+        coordinator_epoch: int,
+    ) -> dict[TopicPartitionKey, MeridianError | None]:
+        request = txn_pb2.WriteTxnMarkersRequest(
+            timeout_ms=self._timeout_ms,
+            markers=[
+                txn_pb2.TxnMarker(
+                    producer_id=meta.producer_id,
+                    producer_epoch=meta.producer_epoch,
+                    coordinator_epoch=coordinator_epoch,
+                    commit=commit,
+                    transactional_id=meta.transactional_id,
+                    partitions=[
+                        common_pb2.TopicPartition(topic=t, partition=p) for t, p in partitions
+                    ],
+                )
+            ],
+        )
+        try:
+            if broker_id == self._broker_id:
+                response = await self._local.write(request)
+            else:
+                response = await self._remote(broker_id, request)
+        except grpc.RpcError as exc:
+            error = error_from_rpc(exc)
+            return dict.fromkeys(partitions, error)
+        except MeridianError as error:
+            return dict.fromkeys(partitions, error)
+        found: dict[TopicPartitionKey, MeridianError | None] = {}
+        for result in response.markers:
+            for entry in result.results:
+                tp = (entry.topic, entry.partition)
+                found[tp] = MeridianError(entry.error, entry.error_message) if entry.error else None
+        missing = MeridianError(ErrorCode.UNKNOWN_SERVER_ERROR, "not answered")
+        return {tp: found.get(tp, missing) for tp in partitions}

@@ -1,0 +1,337 @@
+"""The transaction coordinator in process (no broker): its state machine, its log across
+restarts, fencing, timeouts, verification, and half messages with their check-backs.
+The markers are what a fake sender records (the real one is tested on brokers); the
+clock is the test's."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dataplane._gen.meridian.v1 import txn_pb2
+from dataplane.broker.producers import HALF_PRODUCER_BIT
+from dataplane.broker.txn.coordinator import TransactionCoordinator, TxnConfig
+from dataplane.broker.txn.halves import CheckBackHub, HalfMessages
+from dataplane.broker.txn.state import TxnState
+from dataplane.errors import ErrorCode, MeridianError
+from dataplane.storage.manager import LogManager
+
+TID = "acme.loader"
+TP = ("acme.orders", 0)
+OTHER = ("acme.orders", 1)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000
+
+    def __call__(self) -> int:
+        return self.now
+
+
+class Markers:
+    """A fake marker sender: records each decided transaction, and may hold them."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, TxnState, frozenset[tuple[str, int]], int, int]] = []
+        self.gate = asyncio.Event()
+        self.gate.set()
+
+    async def send(self, meta: Any, coordinator_epoch: int) -> None:
+        await self.gate.wait()
+        self.sent.append(
+            (
+                meta.transactional_id,
+                meta.state,
+                meta.partitions,
+                meta.producer_epoch,
+                coordinator_epoch,
+            )
+        )
+
+
+async def known(topic: str, partition: int) -> MeridianError | None:
+    if topic == "acme.orders" and partition < 4:
+        return None
+    return MeridianError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic}-{partition}")
+
+
+@asynccontextmanager
+async def coordinator(
+    directory: Path, clock: Clock, markers: Markers, **config: Any
+) -> AsyncIterator[tuple[TransactionCoordinator, HalfMessages, CheckBackHub]]:
+    manager = LogManager(directory)
+    manager.open()
+    ids = itertools.count(100)
+    core = TransactionCoordinator(
+        broker_id=1,
+        manager=manager,
+        num_partitions=4,
+        new_producer_id=lambda: next(ids),
+        send_markers=markers.send,
+        check_partition=known,
+        clock_ms=clock,
+        config=TxnConfig(tick_interval_ms=10, complete_wait_ms=2_000, **config),
+    )
+    hub = CheckBackHub()
+    halves = HalfMessages(core, hub, lambda: next(ids), known)
+    await core.start(range(4))
+    try:
+        yield core, halves, hub
+    finally:
+        await core.stop()
+        manager.close()
+
+
+def run(test: Callable[[], Awaitable[None]]) -> None:
+    asyncio.run(test())
+
+
+async def code_of(call: Awaitable[Any]) -> int:
+    with pytest.raises(MeridianError) as caught:
+        await call
+    return caught.value.code
+
+
+async def settle(core: TransactionCoordinator, tid: str = TID) -> None:
+    await core.wait_completed(tid)
+
+
+def test_a_transaction_commits_then_a_new_one_opens(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        clock, markers = Clock(), Markers()
+        async with coordinator(tmp_path, clock, markers) as (core, _, _):
+            pid, epoch = await core.init_producer_id(TID, 60_000)
+            added = await core.add_partitions(TID, pid, epoch, [TP, ("acme.orders", 9)])
+            assert added[TP] is None
+            assert added[("acme.orders", 9)].code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            verified = core.verify(TID, pid, epoch, [TP, OTHER])
+            assert verified[TP] is None
+            assert verified[OTHER].code == ErrorCode.INVALID_TXN_STATE
+            await core.end_txn(TID, pid, epoch, commit=True)
+            await core.end_txn(TID, pid, epoch, commit=True)  # a retry is answered alike
+            await settle(core)
+            assert markers.sent == [(TID, TxnState.PREPARE_COMMIT, frozenset({TP}), epoch, 1)]
+            assert core.describe(TID).state is TxnState.COMPLETE_COMMIT
+            await core.add_partitions(TID, pid, epoch, [OTHER])
+            assert core.describe(TID).partitions == frozenset({OTHER})
+
+    run(scenario)
+
+
+def test_ending_a_transaction_the_wrong_way_is_refused(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        clock, markers = Clock(), Markers()
+        async with coordinator(tmp_path, clock, markers) as (core, _, _):
+            pid, epoch = await core.init_producer_id(TID, 60_000)
+            assert await code_of(core.end_txn(TID, pid, epoch, commit=True)) == (
+                ErrorCode.INVALID_TXN_STATE  # nothing open
+            )
+            await core.add_partitions(TID, pid, epoch, [TP])
+            await core.end_txn(TID, pid, epoch, commit=False)
+            await settle(core)
+            assert await code_of(core.end_txn(TID, pid, epoch, commit=True)) == (
+                ErrorCode.INVALID_TXN_STATE  # committing an aborted transaction
+            )
+            assert await code_of(core.add_partitions(TID, pid + 1, epoch, [TP])) == (
+                ErrorCode.INVALID_PRODUCER_ID_MAPPING
+            )
+            assert await code_of(core.init_producer_id(TID, 10**9)) == (
+                ErrorCode.INVALID_TRANSACTION_TIMEOUT
+            )
+            assert await code_of(core.init_producer_id("", 1000)) == (
+                ErrorCode.INVALID_TRANSACTIONAL_ID
+            )
+
+    run(scenario)
+
+
+def test_a_new_producer_aborts_the_open_transaction_and_fences_the_old_one(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        clock, markers = Clock(), Markers()
+        async with coordinator(tmp_path, clock, markers) as (core, _, _):
+            pid, old = await core.init_producer_id(TID, 60_000)
+            await core.add_partitions(TID, pid, old, [TP, OTHER])
+            same, new = await core.init_producer_id(TID, 60_000)
+            assert same == pid
+            assert new == old + 2  # one bump for the abort's markers, one for the producer
+            assert markers.sent == [
+                (TID, TxnState.PREPARE_ABORT, frozenset({TP, OTHER}), old + 1, 1)
+            ]
+            assert await code_of(core.end_txn(TID, pid, old, commit=True)) == (
+                ErrorCode.PRODUCER_FENCED
+            )
+            assert core.verify(TID, pid, old, [TP])[TP].code == ErrorCode.PRODUCER_FENCED
+
+    run(scenario)
+
+
+def test_a_transaction_open_past_its_timeout_is_aborted(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        clock, markers = Clock(), Markers()
+        async with coordinator(tmp_path, clock, markers) as (core, _, _):
+            pid, epoch = await core.init_producer_id(TID, 5_000)
+            await core.add_partitions(TID, pid, epoch, [TP])
+            clock.now += 5_001
+            while core.describe(TID).state is not TxnState.COMPLETE_ABORT:
+                await asyncio.sleep(0.01)
+            assert markers.sent[-1][1:4] == (TxnState.PREPARE_ABORT, frozenset({TP}), epoch + 1)
+            assert await code_of(core.add_partitions(TID, pid, epoch, [TP])) == (
+                ErrorCode.PRODUCER_FENCED
+            )
+
+    run(scenario)
+
+
+def test_a_decided_transaction_is_completed_after_a_restart(tmp_path: Path) -> None:
+    """The coordinator died between deciding and writing the markers: its log says
+    PREPARE_COMMIT, so the next load writes them, with a newer coordinator epoch."""
+
+    async def scenario() -> None:
+        clock, markers = Clock(), Markers()
+        markers.gate.clear()  # the markers never get through before the "crash"
+        async with coordinator(tmp_path, clock, markers) as (core, _, _):
+            pid, epoch = await core.init_producer_id(TID, 60_000)
+            await core.add_partitions(TID, pid, epoch, [TP, OTHER])
+            await core.end_txn(TID, pid, epoch, commit=True)
+            assert await code_of(core.add_partitions(TID, pid, epoch, [TP])) == (
+                ErrorCode.CONCURRENT_TRANSACTIONS
+            )
+        again = Markers()
+        async with coordinator(tmp_path, clock, again) as (core, _, _):
+            await settle(core)
+            assert again.sent == [(TID, TxnState.PREPARE_COMMIT, frozenset({TP, OTHER}), epoch, 2)]
+            assert core.describe(TID).state is TxnState.COMPLETE_COMMIT
+            await core.add_partitions(TID, pid, epoch, [TP])  # the producer goes on
+
+    run(scenario)
+
+
+def test_an_operator_aborts_a_hanging_transaction(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        clock, markers = Clock(), Markers()
+        async with coordinator(tmp_path, clock, markers) as (core, _, _):
+            pid, epoch = await core.init_producer_id(TID, 600_000)
+            assert await code_of(core.abort(TID)) == ErrorCode.INVALID_TXN_STATE
+            await core.add_partitions(TID, pid, epoch, [TP])
+            after = await core.abort(TID)
+            assert (after.state, after.producer_epoch) == (TxnState.COMPLETE_ABORT, epoch + 1)
+            assert await code_of(core.abort("acme.unknown")) == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
+
+    run(scenario)
+
+
+def test_half_messages_are_decided_by_their_producer_and_remembered(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        clock, markers = Clock(), Markers()
+        async with coordinator(tmp_path, clock, markers) as (core, halves, _):
+            first = await halves.begin(
+                "acme.payments", *TP, key=b"order-1", check_interval_ms=60_000
+            )
+            second = await halves.begin("acme.payments", *TP, check_interval_ms=60_000)
+            assert first.producer_id & HALF_PRODUCER_BIT
+            assert first.producer_id != second.producer_id
+            assert core.verify(first.transactional_id, first.producer_id, 0, [TP]) == {TP: None}
+            assert first.half is not None
+            assert second.half is not None
+            done = await halves.end("acme.payments", first.half.half_id, True)
+            assert done.state is TxnState.COMPLETE_COMMIT
+            await halves.end("acme.payments", first.half.half_id, True)  # again: alike
+            await halves.end("acme.payments", second.half.half_id, False)
+            assert await code_of(halves.end("acme.payments", second.half.half_id, True)) == (
+                ErrorCode.INVALID_TXN_STATE
+            )
+            assert await code_of(halves.end("acme.payments", "nope", True)) == (
+                ErrorCode.HALF_MESSAGE_NOT_FOUND
+            )
+            assert [s[1] for s in markers.sent] == [TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT]
+            assert [m.half.resolved_by for m in halves.list("acme.payments") if m.half] == [
+                "producer",
+                "producer",
+            ]
+
+    run(scenario)
+
+
+def test_an_unanswered_half_message_is_checked_back_then_given_its_default(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        clock, markers = Clock(), Markers()
+        async with coordinator(tmp_path, clock, markers) as (core, halves, hub):
+            member = hub.connect("acme.payments", "producer-2")
+            meta = await halves.begin(
+                "acme.payments", *TP, key=b"k", check_interval_ms=1_000, max_checks=2,
+                default_commit=True,
+            )  # fmt: skip
+            assert meta.half is not None
+            half_id = meta.half.half_id
+            clock.now += 1_000
+            asked = await asyncio.wait_for(member.requests.get(), 5)
+            assert (asked.half_message.half_id, asked.half_message.key, asked.check_number) == (
+                half_id,
+                b"k",
+                1,
+            )
+            hub.disconnect(member)  # the second check finds no producer: it counts anyway
+            while halves.list()[0].state is TxnState.ONGOING:
+                clock.now += 100
+                await asyncio.sleep(0.01)
+            await core.wait_completed(meta.transactional_id)
+            (done,) = halves.list()
+            assert done.half is not None
+            assert (done.state, done.half.resolved_by, done.half.checks) == (
+                TxnState.COMPLETE_COMMIT,
+                "default",
+                2,
+            )
+
+    run(scenario)
+
+
+def test_a_check_back_answer_decides_and_an_unknown_one_waits(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        clock, markers = Clock(), Markers()
+        async with coordinator(tmp_path, clock, markers) as (_core, halves, hub):
+            hub.connect("acme.payments", "p")
+            meta = await halves.begin("acme.payments", *TP, check_interval_ms=1_000, max_checks=5)
+            assert meta.half is not None
+            unknown = txn_pb2.CheckBackAnswer(
+                half_id=meta.half.half_id, outcome=txn_pb2.HALF_UNKNOWN
+            )
+            await halves.answer("acme.payments", unknown)
+            raised = txn_pb2.CheckBackAnswer(half_id=meta.half.half_id, error_message="boom")
+            await halves.answer("acme.payments", raised)
+            assert halves.list()[0].state is TxnState.ONGOING
+            rollback = txn_pb2.CheckBackAnswer(
+                half_id=meta.half.half_id, outcome=txn_pb2.HALF_ROLLBACK
+            )
+            await halves.answer("acme.payments", rollback)
+            (done,) = halves.list()
+            assert done.half is not None
+            assert (done.state, done.half.resolved_by) == (TxnState.COMPLETE_ABORT, "check-back")
+
+    run(scenario)
+
+
+def test_half_messages_and_their_checks_survive_a_restart(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        clock, markers = Clock(), Markers()
+        async with coordinator(tmp_path, clock, markers) as (_, halves, hub):
+            hub.connect("acme.payments", "p")
+            meta = await halves.begin("acme.payments", *TP, check_interval_ms=1_000, max_checks=3)
+            clock.now += 1_000
+            while halves.list()[0].half.checks < 1:  # type: ignore[union-attr]
+                await asyncio.sleep(0.01)
+        async with coordinator(tmp_path, clock, markers) as (_, halves, _):
+            (found,) = halves.list("acme.payments")
+            assert found.transactional_id == meta.transactional_id
+            assert found.state is TxnState.ONGOING
+            assert found.half is not None
+            assert found.half.checks == 1
+
+    run(scenario)
