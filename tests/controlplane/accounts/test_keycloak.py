@@ -49,6 +49,8 @@ def keycloak_realm() -> Iterator[str]:
             f"Keycloak is not answering at {django_settings.KEYCLOAK_URL}: ./dev services up"
         )
     realm = f"meridian-test-{uuid.uuid4().hex[:8]}"
+    # Keycloak only while bootstrapping: the tests after this one use the local issuer
+    # unless they ask for Keycloak (the ``keycloak`` fixture).
     with override_settings(IDENTITY_PROVIDER="keycloak", KEYCLOAK_REALM=realm):
         call_command("bootstrap_identity")
         call_command("bootstrap_identity")  # idempotent: a second run changes nothing
@@ -57,10 +59,10 @@ def keycloak_realm() -> Iterator[str]:
             "create_platform_admin", username=username, password=password,
             email="operator@example.com",
         )  # fmt: skip
-        try:
-            yield realm
-        finally:
-            delete_realm(realm)
+    try:
+        yield realm
+    finally:
+        delete_realm(realm)
 
 
 @pytest.fixture
