@@ -6,7 +6,7 @@ and hands the read end to every process it starts, naming the descriptor in
 provisioner starts brokers) passes the same descriptor on with ``pass_fds()``. Only the
 supervisor holds the write end (pipes are close-on-exec), so when it exits for any
 reason, SIGKILL included, the kernel closes it and every holder of the read end reads
-end-of-file. ``watch()`` waits for that on a daemon thread and sends its own process
+end-of-file. ``watch()`` waits for that on a daemon thread and sends its own main thread
 SIGTERM, the clean stop every Meridian process already handles.
 
 Nothing ever writes to the pipe; without ``MERIDIAN_LIFELINE_FD`` (tests, a broker run by
@@ -84,7 +84,14 @@ def _wait_for_cut(fd: int) -> None:
     with contextlib.suppress(OSError):
         while os.read(fd, 1):
             pass  # nobody writes; only end-of-file (or an error) ends the wait
-    os.kill(os.getpid(), signal.SIGTERM)
+    # To the main thread: its blocking wait (an Event's, a lock's) is interrupted so
+    # Python runs the handler; a signal the kernel gave this thread instead would leave
+    # the main thread asleep with the handler never run.
+    main = threading.main_thread().ident
+    if main is None:
+        os.kill(os.getpid(), signal.SIGTERM)
+    else:
+        signal.pthread_kill(main, signal.SIGTERM)
 
 
 def run_module(argv: list[str]) -> None:

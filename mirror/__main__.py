@@ -6,7 +6,8 @@ Reads the configuration (``mirror.config``; refused when group- or world-readabl
 serves ``/status`` and ``/metrics`` on ``--status-listen``, writes the ready file
 (``{"pid", "status_port", "generation"}``) once serving, and copies until SIGTERM or
 SIGINT, which flush what is in flight (up to ``copier.CLOSE_TIMEOUT_S``) and exit 0
-within ``STOP_TIMEOUT_S``. Under a supervisor holding a lifeline
+within ``STOP_TIMEOUT_S`` (and ``EXIT_GRACE_S`` for the rest of the exit, whatever still
+runs). Under a supervisor holding a lifeline
 (``dataplane.lifeline``) the worker also stops when the supervisor dies.
 """
 
@@ -31,6 +32,7 @@ log = logging.getLogger("mirror")
 # SIGTERM to exit, at most: a request under way (5 s), the flush (10 s), the clients'
 # closing; past it the worker exits anyway (the next one resumes exactly).
 STOP_TIMEOUT_S = 20.0
+EXIT_GRACE_S = 5.0  # then the rest of the exit, at most
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -81,15 +83,26 @@ def main(argv: list[str] | None = None) -> int:
         "mirror %s (generation %d) %s -> %s: status on port %d",
         config.link, config.generation, config.from_region, config.to_region, server.port,
     )  # fmt: skip
-    stopping.wait()
+    while not stopping.wait(1.0):  # woken now and then: a signal's handler runs promptly
+        pass
     log.info("stopping: flushing what is in flight")
+    # Past the deadline the worker exits whatever still runs: the status server's
+    # shutdown, a client's thread or the interpreter's exit joining an executor's threads
+    # blocked on brokers that are gone (the next worker resumes exactly).
+    deadline = threading.Timer(STOP_TIMEOUT_S + EXIT_GRACE_S, _exit_now, args=("its exit",))
+    deadline.daemon = True
+    deadline.start()
     copying.join(STOP_TIMEOUT_S)
-    server.shutdown()
     if copying.is_alive():
-        log.warning("not stopped within %.0f s: exiting anyway", STOP_TIMEOUT_S)
-        logging.shutdown()
-        os._exit(0)  # the clients' threads are left behind; the next worker resumes
+        _exit_now("copying")
+    server.shutdown()
     return 0
+
+
+def _exit_now(what: str) -> None:
+    log.warning("%s not done within %.0f s of the stop: exiting anyway", what, STOP_TIMEOUT_S)
+    logging.shutdown()
+    os._exit(0)  # the clients' threads are left behind; the next worker resumes
 
 
 if __name__ == "__main__":
