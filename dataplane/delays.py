@@ -34,18 +34,26 @@ DELIVER_AT = "x-deliver-at"
 DELAY_TOPIC = "x-delay-topic"
 DELAY_PARTITION = "x-delay-partition"
 DELAYED_FROM = "x-delayed-from"
-# Records the leader of a timer partition writes into it (moves, cancellations); a client
-# record carrying it is refused.
+# Records the leader of a timer partition writes into it (moves, requeues, cancellations);
+# a client record carrying it is refused.
 DELAY_MARKER = "x-delay-marker"
+# A scheduled record the leader carried forward to the end of its timer partition: the
+# offset its id names (where it was first scheduled). The leader's own: refused from clients.
+DELAY_ORIGIN = "x-delay-origin"
+BROKER_HEADERS = frozenset({DELAY_MARKER, DELAY_ORIGIN})
 SCHEDULING_HEADERS = frozenset({DELIVER_AT, DELAY_TOPIC, DELAY_PARTITION})
+NOT_DELIVERED = SCHEDULING_HEADERS | {DELAY_ORIGIN}  # what a delivered record loses
 
 ATTEMPT = "x-attempt"
 RETRY_TOPIC = "x-retry-topic"
 RETRY_PARTITION = "x-retry-partition"
 RETRY_OFFSET = "x-retry-offset"
 RETRY_REASON = "x-retry-reason"
+RETRY_GROUP = "x-retry-group"
 DLQ_REASON = "x-dlq-reason"
-RETRY_HEADERS = frozenset({ATTEMPT, RETRY_TOPIC, RETRY_PARTITION, RETRY_OFFSET, RETRY_REASON})
+RETRY_HEADERS = frozenset(
+    {ATTEMPT, RETRY_TOPIC, RETRY_PARTITION, RETRY_OFFSET, RETRY_REASON, RETRY_GROUP}
+)
 
 SECOND_MS = 1000
 MIN_DELAY_MS = SECOND_MS
@@ -122,6 +130,20 @@ def parse_deliver_at(value: bytes | None) -> int:
             f"{DELIVER_AT} is {shown}: it must be a delivery time in ms since the epoch",
         )
     return int(value)
+
+
+def deliver_at_in(headers: Iterable[tuple[str, bytes | None]]) -> int | None:
+    """The delivery time a record's ``x-deliver-at`` header names (None: it has none);
+    ``INVALID_DELAY`` for a malformed value or for more than one such header (which one
+    would count is anybody's guess, so neither does)."""
+    found: list[bytes | None] = [value for key, value in headers if key == DELIVER_AT]
+    if not found:
+        return None
+    if len(found) > 1:
+        raise MeridianError(
+            ErrorCode.INVALID_DELAY, f"a record carries {len(found)} {DELIVER_AT} headers: one"
+        )
+    return parse_deliver_at(found[0])
 
 
 def check_deliver_at(deliver_at: int, now_ms: int) -> int:

@@ -126,7 +126,15 @@ def delete_retry_policy(policy: RetryPolicy, *, actor: Actor) -> None:
 
 def delay_push(cluster: Cluster) -> delay_pb2.DelayPush:
     """The retry policies whose topics are on ``cluster``, for its brokers (the complete
-    set: ``policies_listed``), ordered so an unchanged push encodes the same bytes."""
+    set: ``policies_listed``), ordered so an unchanged push encodes the same bytes; and
+    the ``max_message_bytes`` of each of the cluster's topics (timer logs' movers deliver
+    to topics their broker may not host)."""
+    limits = (
+        Topic.objects.filter(cluster=cluster)
+        .exclude(status=TopicStatus.DELETING)
+        .order_by("full_name")
+        .values_list("full_name", "max_message_bytes")
+    )
     policies = (
         RetryPolicy.objects.filter(retry_topic__cluster=cluster, dead_letter_topic__isnull=False)
         .exclude(tenant__status=TopicStatus.DELETING)
@@ -148,6 +156,7 @@ def delay_push(cluster: Cluster) -> delay_pb2.DelayPush:
             for p in policies
             if p.retry_topic is not None and p.dead_letter_topic is not None
         ],
+        max_message_bytes=dict(limits),
     )
 
 
