@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import threading
 from collections.abc import Iterator
@@ -35,7 +34,6 @@ from grpc_health.v1.health import aio as health_aio
 from dataplane._gen.meridian.v1 import (
     admin_pb2,
     admin_pb2_grpc,
-    broker_pb2,
     broker_pb2_grpc,
     delay_pb2_grpc,
     group_pb2_grpc,
@@ -65,7 +63,7 @@ from dataplane.broker.replication.follower import FollowerFetchers
 from dataplane.broker.replication.leader import ReplicaFetchHandler, ReplicationServicer
 from dataplane.broker.replication.manager import ReplicaManager
 from dataplane.broker.services import AdminServicer, BrokerServicer, Readiness
-from dataplane.broker.throttling import QuotaInterceptor, metered
+from dataplane.broker.throttling import QuotaInterceptor
 from dataplane.broker.tiering import TierManager
 from dataplane.client.connection import MAX_MESSAGE_BYTES
 from dataplane.delays import DELIVER_AT
@@ -227,12 +225,6 @@ class BrokerApp:
         if not (decoder.COMPILED and validation.COMPILED):  # ~10x slower validation
             log.warning("the record codec runs in pure Python (native/ was not built)")
 
-    async def _metered_produce(
-        self, produce: ProduceHandler, request: broker_pb2.ProduceRequest
-    ) -> broker_pb2.ProduceResponse:
-        response, _ = await metered(self.quotas, request, produce.produce)
-        return response  # type: ignore[no-any-return]
-
     def _bind(self, server: grpc.aio.Server) -> int:
         if not self.config.tls_enabled:
             return int(server.add_insecure_port(self.config.listen))
@@ -266,11 +258,10 @@ class BrokerApp:
         )
         delay.writer = TargetWriter(
             config.broker_id,
-            # Deliveries here are charged and held at the tenant's produce rate, as those
-            # a peer's mover sends through the interceptor are.
-            functools.partial(self._metered_produce, produce),
+            produce.submit,
             lambda topic, partition: cluster.placement().get(topic, {}).get(partition),
             self._peer_stub_of,
+            quotas=self.quotas,
         )
         cluster.missing_timer_log = delay.missing_timer_log
         delay_pb2_grpc.add_DelayServicer_to_server(

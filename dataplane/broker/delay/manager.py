@@ -228,10 +228,10 @@ class DelayManager:
             )
         except MeridianError as exc:
             return exc
-        except Exception as exc:  # bytes the checks cannot read are never stored unchecked
+        except Exception as exc:  # what the checks cannot read is never stored unchecked
             error = to_error(exc)
             if error.code == ErrorCode.UNKNOWN_SERVER_ERROR:
-                error = MeridianError(ErrorCode.CORRUPT_MESSAGE, f"unreadable batch: {exc}")
+                error = MeridianError(ErrorCode.INVALID_RECORD, f"records not checked: {exc}")
             return error
         placement = self._placement()
         for where in {(s.topic, s.partition) for s in scheduled}:

@@ -4,7 +4,12 @@ clients' records: pure functions, no broker."""
 from __future__ import annotations
 
 import pytest
+from prometheus_client import CollectorRegistry
 
+from dataplane._gen.meridian.v1 import broker_pb2
+from dataplane.broker.auth import ALLOW_ALL
+from dataplane.broker.delay import manager as manager_module
+from dataplane.broker.delay.manager import DelayManager
 from dataplane.broker.delay.markers import (
     CANCEL,
     MOVE,
@@ -32,6 +37,7 @@ from dataplane.delays import (
 )
 from dataplane.errors import ErrorCode, MeridianError
 from dataplane.records import BatchBuilder, Compression, Record, decode_batches
+from dataplane.records.errors import CorruptBatchError
 from dataplane.records.header import read_header
 
 NOW = 1_700_000_000_000
@@ -228,3 +234,33 @@ def test_every_record_of_a_timer_batch_is_checked_against_its_own_topic() -> Non
     with pytest.raises(MeridianError) as foreign:
         check_timer_batches(data, "other", NOW, lambda t: None)
     assert foreign.value.code == ErrorCode.INVALID_RECORD
+
+
+def test_a_timer_batch_the_checks_cannot_read_is_refused_not_stored_unchecked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Whatever the record checks fail with, the batch is refused: a decoding fault as
+    the codec names it, anything else as INVALID_RECORD."""
+    manager = DelayManager(
+        None,  # type: ignore[arg-type]
+        None,  # type: ignore[arg-type]
+        broker_id=1,
+        authorizer=ALLOW_ALL,
+        push=lambda: None,
+        placement=dict,
+        metrics=CollectorRegistry(),
+        clock_ms=lambda: NOW,
+    )
+    item = broker_pb2.PartitionRecords(topic="__delay.acme", partition=0, records=b"")
+    for raised, code in [
+        (CorruptBatchError("a batch that does not decode"), ErrorCode.CORRUPT_MESSAGE),
+        (ValueError("something unforeseen"), ErrorCode.INVALID_RECORD),
+    ]:
+
+        def failing(*args: object, error: Exception = raised) -> None:
+            raise error
+
+        monkeypatch.setattr(manager_module, "check_timer_batches", failing)
+        refusal = manager.timer_produce_refusal(item)
+        assert refusal is not None
+        assert refusal.code == code

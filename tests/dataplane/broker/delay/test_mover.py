@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from dataplane._gen.meridian.v1 import broker_pb2
+from dataplane._gen.meridian.v1 import admin_pb2, broker_pb2
 from dataplane.broker.delay import mover as mover_module
 from dataplane.broker.delay.mover import (
     MOVER_PRODUCER_ID,
@@ -32,6 +32,7 @@ from dataplane.broker.delay.targets import TargetWriter
 from dataplane.broker.partitions import Partition
 from dataplane.broker.produce import ProduceHandler
 from dataplane.broker.producers import ProducerStateTable
+from dataplane.broker.quotas import QuotaManager
 from dataplane.broker.replication.state import ReplicaState, Role
 from dataplane.delays import (
     DELAY_PARTITION,
@@ -68,7 +69,7 @@ class Cluster:
     """One timer partition and the target partitions, all led "here" (broker 1), written
     through a real ``ProduceHandler``; ``faults`` see every answer the movers get."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, quotas: QuotaManager | None = None) -> None:
         self.root = root
         self.pool = ThreadPoolExecutor(4)
         self.parts: dict[tuple[str, int], Partition] = {}
@@ -87,6 +88,7 @@ class Cluster:
             self.handler.produce,
             lambda t, p: 1 if (t, p) in self.parts else None,
             lambda b: None,
+            quotas=quotas,
         )
 
     # -- what the produce handler and the mover ask ---------------------------------------
@@ -504,3 +506,33 @@ def test_mover_producer_ids_are_above_clients_and_never_repeat(tmp_path: Path) -
         cluster.close()
 
     asyncio.run(main())
+
+
+def test_deliveries_are_charged_at_the_tenants_produce_rate(tmp_path: Path) -> None:
+    """Records due at once that a mover delivers to a topic led on its own broker are
+    charged to the tenant's produce rate and held while it is in debt, as those sent to
+    a peer are by its interceptor: 20 KB at 2 KB/s are held for seconds in all."""
+    push = admin_pb2.UpdateMetadataRequest(
+        quotas=[admin_pb2.TenantQuota(tenant="acme", produce_bytes_per_s=2000)]
+    )
+    held: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        held.append(seconds)
+
+    quotas = QuotaManager(lambda: push, sleep=sleep)
+
+    async def main() -> None:
+        cluster = Cluster(tmp_path, quotas)
+        cluster.target()
+        ids = await cluster.schedule(_values(20))
+        mover = cluster.mover()
+        task = asyncio.create_task(mover.run())
+        await until(lambda: len(cluster.delivered()) >= 20 and mover.pending == 0, "the records")
+        await stop(task)
+        assert cluster.delivered_ids() == Counter(ids)
+        cluster.close()
+
+    asyncio.run(main())
+    assert sum(held) > 5
+    assert quotas.metrics.throttled.labels("acme", "produce")._value.get() > 0
