@@ -16,10 +16,13 @@ clock) is refused, and one in the past, or under a second ahead, is due at once:
 record is delivered by the next pass of the mover. Both refusals are ``INVALID_DELAY``.
 
 Retries: a consumer group's records retried by ``Consumer.retry_later`` come back on the
-group's retry topic ``<group>.retry`` with ``x-attempt`` (the number of this delivery,
-the first being 1) and the original's place (``x-retry-topic``, ``-partition``,
-``-offset``); past the group's ``max_attempts`` they go to its dead-letter topic
-``<group>.dlq`` with ``x-dlq-reason``.
+group's retry topic ``<group>.retry`` with ``x-retry-group`` (the group), ``x-attempt``
+(the number of this delivery, the first being 1) and the original's place
+(``x-retry-topic``, ``-partition``, ``-offset``); past the group's ``max_attempts`` they
+go to its dead-letter topic ``<group>.dlq`` with ``x-dlq-reason``. Those headers are
+anyone's to write, so they count only on a record read from the retry topic of the
+group ``x-retry-group`` names (``retried_by``): anywhere else a record is a first
+delivery, whatever it carries.
 """
 
 from __future__ import annotations
@@ -200,9 +203,27 @@ def dead_letter_topic(group_id: str) -> str:
     return group_id + DEAD_LETTER_SUFFIX
 
 
+def retried_by(topic: str, headers: Iterable[tuple[str, bytes | None]]) -> str | None:
+    """The group a record read from ``topic`` was retried by: the one ``x-retry-group``
+    names, when ``topic`` is that group's retry topic; else None (its retry headers then
+    say nothing)."""
+    group = header(headers, RETRY_GROUP)
+    if group is None or not group.isascii():
+        return None
+    name = group.decode()
+    return name if retry_topic(name) == topic else None
+
+
+def attempt_in(topic: str, headers: Iterable[tuple[str, bytes | None]]) -> int:
+    """The delivery number of a record read from ``topic``: what ``x-attempt`` says on a
+    retried record (``retried_by``), else 1."""
+    headers = tuple(headers)
+    return attempt_of(headers) if retried_by(topic, headers) is not None else 1
+
+
 def attempt_of(headers: Iterable[tuple[str, bytes | None]]) -> int:
     """The delivery number a record carries (``x-attempt``; 1 without it or when it is
-    not a positive number)."""
+    not a positive number), whoever wrote it (see ``attempt_in``)."""
     value = header(headers, ATTEMPT)
     if value is None or not value.isdigit() or not 0 < len(value) <= 9:
         return 1
