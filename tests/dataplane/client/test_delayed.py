@@ -246,3 +246,14 @@ def test_a_revocation_commit_tried_again_never_passes_a_failed_retry() -> None:
     finally:
         consumer._retrier = None
         consumer.close()
+
+
+def test_a_record_with_two_delivery_times_is_refused() -> None:
+    twice = [(DELIVER_AT, b"%d" % (_now_ms() + 5000)), (DELIVER_AT, b"%d" % (_now_ms() + 9000))]
+    with pytest.raises(MeridianError) as refused:
+        header_deliver_at(twice)
+    assert refused.value.code == ErrorCode.INVALID_DELAY
+    with pytest.raises(MeridianError) as null:
+        header_deliver_at([(DELIVER_AT, None)])
+    assert null.value.code == ErrorCode.INVALID_DELAY
+    assert header_deliver_at([("x-other", b"1")]) is None

@@ -269,9 +269,12 @@ def test_a_kafka_client_delays_with_the_x_deliver_at_header(delays: Delays) -> N
 
     kafka = ",".join(f"127.0.0.1:{b.kafka_port}" for b in delays.brokers.values())
     reader = Reader(delays.bootstrap)
+    scheduled_before = _scheduled_total(delays)
     try:
         due = _now_ms() + 1500
-        plain = KafkaProducer({"bootstrap.servers": kafka, "enable.idempotence": False})
+        plain = KafkaProducer(
+            {"bootstrap.servers": kafka, "enable.idempotence": False, "compression.type": "lz4"}
+        )
         for i in range(3):
             plain.produce(ORDERS, b"now%d" % i, key=b"c", partition=1)
         plain.produce(ORDERS, b"later", key=b"c", partition=1,
@@ -283,6 +286,7 @@ def test_a_kafka_client_delays_with_the_x_deliver_at_header(delays: Delays) -> N
         assert values[3] == b"later"
         assert reader.arrived[3][1] >= due
         assert reader.arrived[3][2].partition == 1
+        assert _scheduled_total(delays) - scheduled_before == 1  # counted once, when stored
         errors: list[object] = []
         strict = KafkaProducer({"bootstrap.servers": kafka, "enable.idempotence": True})
         strict.produce(ORDERS, b"refused", headers=[(DELIVER_AT, str(due).encode())],
@@ -293,6 +297,17 @@ def test_a_kafka_client_delays_with_the_x_deliver_at_header(delays: Delays) -> N
         assert "INVALID_RECORD" in str(errors[0])
     finally:
         reader.close()
+
+
+def _scheduled_total(delays: Delays) -> float:
+    """meridian_delay_scheduled_records_total of tenant acme, summed over the brokers."""
+    total = 0.0
+    for broker in delays.brokers.values():
+        with urllib.request.urlopen(broker.metrics_url, timeout=10) as answer:
+            for line in answer.read().decode().splitlines():
+                if line.startswith('meridian_delay_scheduled_records_total{tenant="acme"}'):
+                    total += float(line.split()[-1])
+    return total
 
 
 def _end_of(delays: Delays, topic: str, partition: int) -> int:
