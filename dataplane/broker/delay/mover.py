@@ -81,9 +81,12 @@ and a round exclude each other, so a record is either cancelled or moved. Cancel
 record moved or cancelled answers so while the offset table still covers it; once the
 log start passed it, its id names no pending record (``DELAYED_RECORD_NOT_FOUND``).
 
-**Space**: the log start follows the first pending offset (every record below it is moved
-or cancelled), never past the records of the last intent, so space is given back segment
-by segment (a timer log has no retention of its own). A record pending long would hold
+**Space**: every ``TRIM_INTERVAL_S``, between two rounds however busy the mover is, the
+log start follows the first pending offset (every record below it is moved or
+cancelled), so space is given back segment by segment (a timer log has no retention of
+its own). It passes the records of the last intent only once a requeue after it says it
+was settled (when nothing else does, a requeue naming no record: a new leader rebuilt
+from past them has nothing to resend). A record pending long would hold
 the log start back, and with it every record after it (disk, the offset table, what a
 new leader reads); so when more than ``CARRY_SPAN`` offsets lie between the first
 pending record and the end and at most one in ``CARRY_DENSITY`` of them is pending, the
@@ -152,6 +155,7 @@ RETRY_BACKOFF_S = (0.05, 2.0)
 LIST_YIELD_EVERY = 2048  # a listing gives the loop back after this many entries
 CARRY_SPAN = 1 << 20
 CARRY_DENSITY = 16
+CARRY_PASSES = 8  # of ROUND_RECORDS / ROUND_BYTES each, at most, between two rounds
 # Refusals a mover waits out rather than drops: the records stay pending (and counted).
 WAIT_OUT = frozenset({ErrorCode.QUOTA_EXCEEDED})
 # Refusals saying the target does not follow the producer's sequence as the mover does.
@@ -287,7 +291,6 @@ class Mover:
         self._carried: dict[int, int] = {}  # id offset -> where a carried record is now
         self._missing_since: dict[tuple[str, int], float] = {}
         self._last_trim = time.monotonic()
-        self._next_carry = 0.0
 
     # -- running ---------------------------------------------------------------------------
     async def run(self) -> None:
@@ -318,17 +321,16 @@ class Mover:
         await self._ingest_new()
         while self._unsettled:
             await self._resolve(self._unsettled.pop(0))
+        if time.monotonic() - self._last_trim >= TRIM_INTERVAL_S:  # between rounds, however busy
+            passes = 0
+            while passes < CARRY_PASSES and await self._carry():
+                passes += 1
+            await self._trim()
         now = self._clock_ms()
         due = self.index.pop_due(now, ROUND_RECORDS)
         if due:
             await self._round(due)
             return
-        if time.monotonic() >= self._next_carry:
-            if await self._carry():
-                return
-            self._next_carry = time.monotonic() + TRIM_INTERVAL_S
-        if time.monotonic() - self._last_trim >= TRIM_INTERVAL_S:
-            await self._trim()
         upcoming = self.index.next_due()
         wait = IDLE_WAIT_S if upcoming is None else (upcoming - now) / 1000
         await asyncio.wait([self.part.changed()], timeout=min(IDLE_WAIT_S, max(0.001, wait)))
@@ -393,7 +395,9 @@ class Mover:
             elif kind == REQUEUE:
                 for entry in decode_requeue(record.value or b""):
                     self._unfinish(entry)
-                self._last_intent = None  # a requeue follows a settled intent
+                # A requeue (none at all: a mark) follows a settled intent.
+                self._last_intent = None
+                self._round_floor = None
             elif kind == CANCEL:
                 for offset in decode_cancel(record.value or b""):
                     self._finish(offset, cancelled=True)
@@ -812,8 +816,14 @@ class Mover:
             if now_at < table.base or (table.covers(now_at) and table.done(now_at)):
                 del self._carried[origin]
         floor = table.low_water()
-        if self._round_floor is not None:
-            floor = min(floor, self._round_floor)
+        if self._round_floor is not None and self._round_floor < floor:
+            # The last intent's records are what holds the log start back: its round is
+            # settled (rounds run between trims), so say so in the log, and a new leader
+            # has nothing to resend and needs them no more.
+            async with self._lock:
+                await self._append_marker(REQUEUE, encode_requeue([]))
+                self._round_floor = None
+                self._last_intent = None
         log_ = self.part.log
         if floor <= log_.log_start_offset:
             return

@@ -536,3 +536,44 @@ def test_deliveries_are_charged_at_the_tenants_produce_rate(tmp_path: Path) -> N
     asyncio.run(main())
     assert sum(held) > 5
     assert quotas.metrics.throttled.labels("acme", "produce")._value.get() > 0
+
+
+def test_the_log_start_moves_on_however_busy_and_past_the_last_intent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rounds of four records, forty due at once: the log start moves on while rounds
+    follow each other (not only when the mover is idle), and once everything is moved it
+    passes the last intent's records too (a requeue naming nothing says that intent is
+    settled). A new leader rebuilt from what is left resends nothing."""
+    monkeypatch.setattr(mover_module, "ROUND_RECORDS", 4)
+    monkeypatch.setattr(mover_module, "TRIM_INTERVAL_S", 0.0)
+
+    async def main() -> None:
+        cluster = Cluster(tmp_path)
+        cluster.target()
+        log = cluster.timer.log
+        ids = []
+        for chunk in range(10):
+            ids += await cluster.schedule(_values(4, size=10, start=4 * chunk))
+        last = DelayedId.parse(ids[-1]).offset
+        first = cluster.mover()
+        starts_while_busy: list[int] = []
+        cluster.faults.append(
+            lambda parts, results: (
+                starts_while_busy.append(log.log_start_offset) if first.pending else None
+            )
+        )
+        task = asyncio.create_task(first.run())
+        await until(lambda: len(cluster.delivered()) >= 40, "the records")
+        await until(lambda: log.log_start_offset > last, "the log start past the last intent")
+        await stop(task)
+        assert max(starts_while_busy) > 0
+        second = cluster.mover()
+        task = asyncio.create_task(second.run())
+        await until(second.ready.is_set, "the rebuild")
+        await stop(task)
+        assert second.pending == 0
+        assert cluster.delivered_ids() == Counter(ids)
+        cluster.close()
+
+    asyncio.run(main())
