@@ -92,9 +92,11 @@ new leader reads); so when more than ``CARRY_SPAN`` offsets lie between the firs
 pending record and the end and at most one in ``CARRY_DENSITY`` of them is pending, the
 pending records at the start are *carried forward*: appended again at the end with
 ``x-delay-origin`` naming the offset their id names (ids do not change). A carried copy
-replaces its original from the moment it is committed (the original is done from then
-on; a copy whose original was moved or cancelled meanwhile is void), so a record and its
-copy are never both pending, across failover too. The table then spans at most
+replaces its original when it is read, committed (the original is done from then on; a
+copy whose original was moved or cancelled meanwhile is void): by the mover that carried
+it before it lets a round, cancel or listing see the records, and by a new leader's
+rebuild the same way. So a record and its copy are never both pending, nor neither,
+across failover too. The table then spans at most
 ``CARRY_SPAN`` offsets, or ``CARRY_DENSITY`` per pending record.
 
 Thread safety: event-loop only.
@@ -435,7 +437,7 @@ class Mover:
         indexed = False
         if origin is not None:
             replaced = self._current(origin)
-            if replaced != record.offset:  # read back: a copy carried by another leadership
+            if replaced != record.offset:  # a copy, carried by this leadership or another
                 if self.table.covers(replaced) and self.table.done(replaced):
                     self.table.finish(record.offset)  # void: its original was moved meanwhile
                     return
@@ -444,7 +446,7 @@ class Mover:
                     self._finish(replaced)
                 self._carried[origin] = record.offset
             else:
-                indexed = True  # carried here: the index holds its entry already
+                indexed = True  # read twice: never expected; the index holds its entry
         size = _size(record)
         self.table.record(record.offset, scheduled.topic, size)
         if not indexed:
@@ -798,10 +800,10 @@ class Mover:
             if not copies:
                 return False
             info = await self._append_own(_carried_batches(copies))
-            for at, record in enumerate(copies):
-                origin = origin_of(record)
-                self._finish(record.offset)
-                self._carried[record.offset if origin is None else origin] = info.base_offset + at
+            # The copies take over as a new leader's rebuild would have them do, when read
+            # (``_ingest_scheduled``): each in one step, so no listing, count or cancel
+            # ever finds the record neither here nor there.
+            await self._ingest_new()
             self.counts.carried += len(copies)
         log.info("timer %s-%d: %d records carried forward from %d to %d",
                  self.part.topic, self.part.index, len(copies), copies[0].offset,

@@ -461,6 +461,10 @@ def test_a_long_pending_record_is_carried_forward_keeping_its_id(
         log = cluster.timer.log
         await until(lambda: len(cluster.delivered()) >= 600, "the short ones")
         await until(lambda: log.log_start_offset > origin + 1, "the log start past the long ones")
+        # Pending and listed all along: a copy takes over as it is read, in one step.
+        assert first.pending == 2
+        listed = await first.scheduled(ORDERS, (-1, -1), 10, 100, lambda topic: True)
+        assert [r.id for r in listed] == [kept, cancelled]
         await stop(task)
         assert first.counts.carried >= 2
         second = cluster.mover()
