@@ -20,6 +20,11 @@ transactions' part): what a delay costs and how well it keeps time.
 5. **Retry round trip** (a retry policy pushed by a test-side controller): a consumer
    of the group retries each record with a 1 s delay; the time from ``retry_later``
    until the group holds it again, minus the delay, p50/p99.
+6. **A long delay among short ones** (a second tenant's timer log, one partition, 16 MiB
+   segments): one record due in 30 days, then a stream of records due a second later;
+   once they are delivered, where the timer partition's log starts and ends (without
+   carrying the long record forward, the log would start at it and hold everything
+   after it), its size on disk, and the long record still pending under its id.
 
 Kafka has no delayed delivery or retries (applications build them with extra topics and
 their own schedulers), so there is no peer to run beside; RocketMQ has them but does not
@@ -47,6 +52,7 @@ from benchkit import Cleanup, num, percentile, print_table, proc_status_kib, pro
 from brokerload import MeridianBroker
 
 from dataplane._gen.meridian.v1 import delay_pb2
+from dataplane.broker.delay.mover import CARRY_SPAN
 from dataplane.client import Consumer, Producer, TopicPartition
 from dataplane.delays import DELIVER_AT
 from dataplane.errors import MeridianError
@@ -257,11 +263,101 @@ def retry_round_trip(broker: MeridianBroker, records: int) -> list[int]:
     return sorted(trips)
 
 
+# -- 6. a long delay among short ones --------------------------------------------------------
+LONG_TENANT = "benchlong"
+LONG_TOPIC = f"{LONG_TENANT}.orders"
+LONG_TIMER = f"__delay.{LONG_TENANT}"
+
+
+def long_among_short(broker: MeridianBroker, count: int) -> list[list[str]]:
+    """One record due in 30 days, then ``count`` due at once; rows of what the timer
+    partition holds once the short ones are delivered."""
+    from dataplane.client.connection import ConnectionPool
+    from dataplane.client.delayed import DelayClient
+    from dataplane.client.metadata import ClusterMetadata
+
+    broker.create_topic(LONG_TOPIC, 1)
+    broker.create_topic(LONG_TIMER, 1, retention_ms=-1, retention_bytes=-1,
+                        max_segment_bytes=16 << 20)  # fmt: skip
+    started = time.perf_counter()
+    with Producer(broker.address, acks=1, linger_ms=20, batch_bytes=1024 * 1024) as producer:
+        long = producer.send(LONG_TOPIC, b"long", partition=0, deliver_after=30 * 86400)
+        long_id = long.result(30).delayed_id
+        pending = []
+        for first in range(0, count, 5000):
+            due = _now_ms() + 1000
+            pending.append(producer.send_batch(LONG_TOPIC, [(None, VALUE)] * 5000,
+                                               partition=0, deliver_at=due))  # fmt: skip
+            if len(pending) > 20:
+                pending.pop(0).wait()
+            if first % 200_000 == 0:
+                progress(f"long among short: {first:,} scheduled")
+        producer.flush()
+    pool = ConnectionPool(broker.address)
+    client = DelayClient(ClusterMetadata(pool))
+    try:
+        while True:
+            (state,) = client.pending(LONG_TENANT)
+            if state.pending_records == 1 and broker.end_offset(LONG_TOPIC) >= count:
+                break
+            time.sleep(0.5)
+        moved_s = time.perf_counter() - started
+        # The mover carries and trims every few seconds: wait until the log start has
+        # caught up with the end (when there is enough to carry), at most a minute.
+        start, end = _start_offset(broker, LONG_TIMER), broker.end_offset(LONG_TIMER)
+        while (count > CARRY_SPAN and end - start > 1000
+               and time.perf_counter() - started < moved_s + 60):  # fmt: skip
+            time.sleep(0.5)
+            start, end = _start_offset(broker, LONG_TIMER), broker.end_offset(LONG_TIMER)
+        listed = [r.id for r in client.scheduled(LONG_TENANT, topic=LONG_TOPIC)]
+    finally:
+        pool.close()
+    # Blocks allocated: the active segment's index files are sparse, preallocated.
+    disk = sum(f.stat().st_blocks * 512 for f in broker.data_dir.rglob("*")
+               if LONG_TIMER in str(f) and f.is_file())  # fmt: skip
+    return [
+        ["records due at once after the long one", num(count)],
+        ["s from the first send until all delivered", num(moved_s, 1)],
+        ["timer log end offset", num(end)],
+        ["timer log start offset", num(start)],
+        ["offsets held (end - start)", num(end - start)],
+        ["timer log on disk (MiB allocated)", num(disk / (1 << 20), 1)],
+        ["the long record listed under its id", "yes" if listed == [long_id] else str(listed)],
+    ]
+
+
+def _start_offset(broker: MeridianBroker, topic: str) -> int:
+    from dataplane._gen.meridian.v1 import broker_pb2
+
+    request = broker_pb2.ListOffsetsRequest(
+        partitions=[broker_pb2.ListOffsetsPartition(topic=topic, partition=0, timestamp=-2)]
+    )
+    return int(broker.broker.ListOffsets(request, timeout=30).results[0].offset)
+
+
+def _long_table(broker: MeridianBroker, count: int) -> None:
+    print_table(
+        "6. One record due in 30 days, then records due at once (another tenant's "
+        "timer log, 1 partition)",
+        ["measure", "value"],
+        long_among_short(broker, count),
+    )
+
+
+def _long_only(count: int) -> int:
+    with Cleanup(Path(tempfile.gettempdir())) as cleanup:
+        _long_table(MeridianBroker(cleanup, cleanup.mkdtemp("delay-bench")), count)
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run")
     parser.add_argument("--pending", type=int, default=1_000_000, help="records kept pending")
+    parser.add_argument("--long-only", action="store_true", help="part 6 alone")
     args = parser.parse_args(argv)
+    if args.long_only:
+        return _long_only(1_500_000)
     pending = 50_000 if args.quick else args.pending
     burst_count = 5_000 if args.quick else 50_000
     spread_count = 2_000 if args.quick else 20_000
@@ -321,6 +417,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             ["measure", "ms"],
             [["p50", num(percentile(trips, 0.5))], ["p99", num(percentile(trips, 0.99))]],
         )
+        _long_table(broker, 100_000 if args.quick else 1_500_000)
     return 0
 
 

@@ -16,10 +16,13 @@ clock) is refused, and one in the past, or under a second ahead, is due at once:
 record is delivered by the next pass of the mover. Both refusals are ``INVALID_DELAY``.
 
 Retries: a consumer group's records retried by ``Consumer.retry_later`` come back on the
-group's retry topic ``<group>.retry`` with ``x-attempt`` (the number of this delivery,
-the first being 1) and the original's place (``x-retry-topic``, ``-partition``,
-``-offset``); past the group's ``max_attempts`` they go to its dead-letter topic
-``<group>.dlq`` with ``x-dlq-reason``.
+group's retry topic ``<group>.retry`` with ``x-retry-group`` (the group), ``x-attempt``
+(the number of this delivery, the first being 1) and the original's place
+(``x-retry-topic``, ``-partition``, ``-offset``); past the group's ``max_attempts`` they
+go to its dead-letter topic ``<group>.dlq`` with ``x-dlq-reason``. Those headers are
+anyone's to write, so they count only on a record read from the retry topic of the
+group ``x-retry-group`` names (``retried_by``): anywhere else a record is a first
+delivery, whatever it carries.
 """
 
 from __future__ import annotations
@@ -34,18 +37,26 @@ DELIVER_AT = "x-deliver-at"
 DELAY_TOPIC = "x-delay-topic"
 DELAY_PARTITION = "x-delay-partition"
 DELAYED_FROM = "x-delayed-from"
-# Records the leader of a timer partition writes into it (moves, cancellations); a client
-# record carrying it is refused.
+# Records the leader of a timer partition writes into it (moves, requeues, cancellations);
+# a client record carrying it is refused.
 DELAY_MARKER = "x-delay-marker"
+# A scheduled record the leader carried forward to the end of its timer partition: the
+# offset its id names (where it was first scheduled). The leader's own: refused from clients.
+DELAY_ORIGIN = "x-delay-origin"
+BROKER_HEADERS = frozenset({DELAY_MARKER, DELAY_ORIGIN})
 SCHEDULING_HEADERS = frozenset({DELIVER_AT, DELAY_TOPIC, DELAY_PARTITION})
+NOT_DELIVERED = SCHEDULING_HEADERS | {DELAY_ORIGIN}  # what a delivered record loses
 
 ATTEMPT = "x-attempt"
 RETRY_TOPIC = "x-retry-topic"
 RETRY_PARTITION = "x-retry-partition"
 RETRY_OFFSET = "x-retry-offset"
 RETRY_REASON = "x-retry-reason"
+RETRY_GROUP = "x-retry-group"
 DLQ_REASON = "x-dlq-reason"
-RETRY_HEADERS = frozenset({ATTEMPT, RETRY_TOPIC, RETRY_PARTITION, RETRY_OFFSET, RETRY_REASON})
+RETRY_HEADERS = frozenset(
+    {ATTEMPT, RETRY_TOPIC, RETRY_PARTITION, RETRY_OFFSET, RETRY_REASON, RETRY_GROUP}
+)
 
 SECOND_MS = 1000
 MIN_DELAY_MS = SECOND_MS
@@ -124,6 +135,20 @@ def parse_deliver_at(value: bytes | None) -> int:
     return int(value)
 
 
+def deliver_at_in(headers: Iterable[tuple[str, bytes | None]]) -> int | None:
+    """The delivery time a record's ``x-deliver-at`` header names (None: it has none);
+    ``INVALID_DELAY`` for a malformed value or for more than one such header (which one
+    would count is anybody's guess, so neither does)."""
+    found: list[bytes | None] = [value for key, value in headers if key == DELIVER_AT]
+    if not found:
+        return None
+    if len(found) > 1:
+        raise MeridianError(
+            ErrorCode.INVALID_DELAY, f"a record carries {len(found)} {DELIVER_AT} headers: one"
+        )
+    return parse_deliver_at(found[0])
+
+
 def check_deliver_at(deliver_at: int, now_ms: int) -> int:
     """``deliver_at`` when it is at most 30 days ahead of ``now_ms`` (and the sender's
     clock skew); ``INVALID_DELAY`` otherwise. A time in the past is due at once."""
@@ -178,9 +203,27 @@ def dead_letter_topic(group_id: str) -> str:
     return group_id + DEAD_LETTER_SUFFIX
 
 
+def retried_by(topic: str, headers: Iterable[tuple[str, bytes | None]]) -> str | None:
+    """The group a record read from ``topic`` was retried by: the one ``x-retry-group``
+    names, when ``topic`` is that group's retry topic; else None (its retry headers then
+    say nothing)."""
+    group = header(headers, RETRY_GROUP)
+    if group is None or not group.isascii():
+        return None
+    name = group.decode()
+    return name if retry_topic(name) == topic else None
+
+
+def attempt_in(topic: str, headers: Iterable[tuple[str, bytes | None]]) -> int:
+    """The delivery number of a record read from ``topic``: what ``x-attempt`` says on a
+    retried record (``retried_by``), else 1."""
+    headers = tuple(headers)
+    return attempt_of(headers) if retried_by(topic, headers) is not None else 1
+
+
 def attempt_of(headers: Iterable[tuple[str, bytes | None]]) -> int:
     """The delivery number a record carries (``x-attempt``; 1 without it or when it is
-    not a positive number)."""
+    not a positive number), whoever wrote it (see ``attempt_in``)."""
     value = header(headers, ATTEMPT)
     if value is None or not value.isdigit() or not 0 < len(value) <= 9:
         return 1

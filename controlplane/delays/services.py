@@ -174,23 +174,26 @@ def _describe(timer: Topic) -> dict[int, delay_pb2.TimerPartitionState]:
 
 
 # -- listing and cancelling -----------------------------------------------------------------
-@dataclass(frozen=True)
+@dataclass(frozen=True, order=True)
 class Cursor:
-    """Where a listing stopped: the last record's due time, timer partition and offset."""
+    """Where a listing stopped: the last record's due time, its timer log's cluster (a
+    tenant has a timer log per cluster, each with partitions 0..n), timer partition and
+    offset; records are listed in that order."""
 
     deliver_at_ms: int
+    cluster: int
     partition: int
     offset: int
 
     def __str__(self) -> str:
-        return f"{self.deliver_at_ms}.{self.partition}.{self.offset}"
+        return f"{self.deliver_at_ms}.{self.cluster}.{self.partition}.{self.offset}"
 
     @classmethod
     def parse(cls, text: str) -> Cursor:
         parts = text.split(".")
-        if len(parts) != 3 or not all(p.isdigit() and len(p) <= 19 for p in parts):
+        if len(parts) != 4 or not all(p.isdigit() and len(p) <= 19 for p in parts):
             raise InvalidRequest(f"after: {text[:100]!r} is not a cursor", after=["not a cursor"])
-        return cls(int(parts[0]), int(parts[1]), int(parts[2]))
+        return cls(*map(int, parts))
 
 
 @dataclass
@@ -219,31 +222,32 @@ def scheduled(
         timers = [t for t in [found and timer_log(tenant, found.cluster_id)] if t is not None]
     else:
         timers = _timer_logs(tenant)
-    merged: list[tuple[tuple[int, int, int], delay_pb2.DelayedRecord]] = []
+    merged: list[tuple[Cursor, delay_pb2.DelayedRecord]] = []
     for timer in timers:
         for partition, address in _leaders(timer).items():
             request = delay_pb2.ListDelayedRequest(
                 tenant=tenant.slug, partition=partition, topic=topic or "", limit=limit,
-                value_bytes=256, **_after(after, partition),
+                value_bytes=256, **_after(after, timer.cluster_id, partition),
             )  # fmt: skip
             for record in gateway.list_delayed(address, request):
                 place = DelayedId.parse(record.id)
-                merged.append(((record.deliver_at_ms, place.partition, place.offset), record))
+                at = Cursor(record.deliver_at_ms, timer.cluster_id, place.partition, place.offset)
+                merged.append((at, record))
     merged.sort(key=lambda item: item[0])
     page = merged[:limit]
     more = len(merged) > limit or len(page) == limit
-    cursor = str(Cursor(*page[-1][0])) if page and more else None
+    cursor = str(page[-1][0]) if page and more else None
     return ScheduledPage([record for _, record in page], cursor)
 
 
-def _after(after: Cursor | None, partition: int) -> dict[str, int]:
+def _after(after: Cursor | None, cluster: int, partition: int) -> dict[str, int]:
     """A timer partition's own cursor for a page after ``after`` (ordered by due time,
-    then partition, then offset)."""
+    then cluster, partition and offset)."""
     if after is None:
         return {"after_deliver_at_ms": -1, "after_offset": -1}
-    if partition < after.partition:
+    if (cluster, partition) < (after.cluster, after.partition):
         return {"after_deliver_at_ms": after.deliver_at_ms, "after_offset": 2**62}
-    if partition > after.partition:
+    if (cluster, partition) > (after.cluster, after.partition):
         return {"after_deliver_at_ms": after.deliver_at_ms, "after_offset": -1}
     return {"after_deliver_at_ms": after.deliver_at_ms, "after_offset": after.offset}
 

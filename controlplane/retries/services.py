@@ -9,9 +9,13 @@ its brokers (``delay_push``), which answer consumers' ``GetRetryPolicy``.
 Dead letters are records of the dead-letter topic, read through its leader
 (``dead_letters``, ``dead_letter``). ``replay_dead_letters`` copies chosen ones (or a
 range) back to the topic each came from (``x-retry-topic``, ``x-retry-partition``): key,
-value and own headers, without the retry headers, plus ``x-replayed-from``; audited. A
-record whose original topic is not one of the tenant's is skipped and said so. Another
-tenant's policy answers as a missing one (the API's queryset).
+value and own headers, without the retry headers, plus ``x-replayed-from``; audited with
+what was done, also when it stops part-way (a broker down). A record's origin counts
+only when the group's own retries wrote it (``x-retry-group`` names the group: the
+headers are anyone's to write); a record without one, whose original topic is not one
+of the tenant's, or whose topic the acting person may not produce to (its role and the
+topic's ACLs, as the brokers decide) is skipped and said so. Another tenant's policy
+answers as a missing one (the API's queryset).
 """
 
 from __future__ import annotations
@@ -33,16 +37,19 @@ from controlplane.retries.models import RetryPolicy
 from controlplane.tenants.models import Tenant
 from controlplane.tenants.services import lock_open_tenant
 from controlplane.topics import services as topic_services
-from controlplane.topics.choices import TopicStatus
+from controlplane.topics.acls import actor_may
+from controlplane.topics.choices import AclOperation, TopicStatus
 from controlplane.topics.models import Topic
 from dataplane._gen.meridian.v1 import delay_pb2
 from dataplane.delays import (
     DEAD_LETTER_SUFFIX,
     DLQ_REASON,
+    RETRY_GROUP,
     RETRY_HEADERS,
     RETRY_PARTITION,
     RETRY_SUFFIX,
     RETRY_TOPIC,
+    attempt_of,
     header,
 )
 from dataplane.hashing import partition_for_key
@@ -126,7 +133,15 @@ def delete_retry_policy(policy: RetryPolicy, *, actor: Actor) -> None:
 
 def delay_push(cluster: Cluster) -> delay_pb2.DelayPush:
     """The retry policies whose topics are on ``cluster``, for its brokers (the complete
-    set: ``policies_listed``), ordered so an unchanged push encodes the same bytes."""
+    set: ``policies_listed``), ordered so an unchanged push encodes the same bytes; and
+    the ``max_message_bytes`` of each of the cluster's topics (timer logs' movers deliver
+    to topics their broker may not host)."""
+    limits = (
+        Topic.objects.filter(cluster=cluster)
+        .exclude(status=TopicStatus.DELETING)
+        .order_by("full_name")
+        .values_list("full_name", "max_message_bytes")
+    )
     policies = (
         RetryPolicy.objects.filter(retry_topic__cluster=cluster, dead_letter_topic__isnull=False)
         .exclude(tenant__status=TopicStatus.DELETING)
@@ -148,6 +163,7 @@ def delay_push(cluster: Cluster) -> delay_pb2.DelayPush:
             for p in policies
             if p.retry_topic is not None and p.dead_letter_topic is not None
         ],
+        max_message_bytes=dict(limits),
     )
 
 
@@ -160,6 +176,7 @@ class DeadLetter:
     key: bytes | None
     value: bytes | None
     headers: tuple[tuple[str, bytes | None], ...]
+    group: str = ""  # the group whose dead-letter topic holds it
 
     @property
     def reason(self) -> str:
@@ -167,12 +184,24 @@ class DeadLetter:
         return found.decode(errors="replace") if found else ""
 
     @property
+    def by_group(self) -> bool:
+        """Whether the group's own retries wrote it (its retry headers count)."""
+        return bool(self.group) and header(self.headers, RETRY_GROUP) == self.group.encode()
+
+    @property
     def origin(self) -> tuple[str, int | None]:
-        """The topic (and partition) the record was first delivered on."""
+        """The topic (and partition) the record was first delivered on ("" when not
+        written by the group's retries)."""
+        if not self.by_group:
+            return ("", None)
         topic = header(self.headers, RETRY_TOPIC)
         partition = header(self.headers, RETRY_PARTITION)
         number = int(partition) if partition and partition.isdigit() else None
         return (topic.decode(errors="replace") if topic else "", number)
+
+    @property
+    def attempts(self) -> int:
+        return attempt_of(self.headers) if self.by_group else 1
 
 
 @dataclass
@@ -200,10 +229,11 @@ def _leader(topic: Topic, partition: int) -> str:
     return found.leader.address
 
 
-def _letter(partition: int, record: Record) -> DeadLetter:
+def _letter(policy: RetryPolicy, partition: int, record: Record) -> DeadLetter:
     return DeadLetter(
-        partition, record.offset, record.timestamp, record.key, record.value, record.headers
-    )
+        partition, record.offset, record.timestamp, record.key, record.value, record.headers,
+        policy.group_id,
+    )  # fmt: skip
 
 
 def dead_letters(
@@ -219,7 +249,7 @@ def dead_letters(
         start = result.log_start_offset
         if offset is None and start > 0:
             records, result = gateway.read(address, topic.full_name, partition, start)
-    page = [_letter(partition, r) for r in records[:limit]]
+    page = [_letter(policy, partition, r) for r in records[:limit]]
     following = page[-1].offset + 1 if page else None
     more = following is not None and following < result.high_watermark
     return DeadLetterPage(
@@ -241,7 +271,7 @@ def dead_letter(policy: RetryPolicy, partition: int, offset: int) -> DeadLetter:
         raise NotFound(
             f"no dead letter at {partition}:{offset}", partition=partition, offset=offset
         )
-    return _letter(partition, records[0])
+    return _letter(policy, partition, records[0])
 
 
 @dataclass
@@ -276,22 +306,25 @@ def replay_dead_letters(
     chosen = _chosen(policy, records, partition, from_offset, to_offset)
     outcome = ReplayOutcome()
     tenant = policy.tenant
-    for letter in chosen:
-        outcome.records.append(_replay_one(tenant, policy, letter))
-    outcome.replayed = sum(1 for r in outcome.records if not r.skipped)
-    outcome.skipped = len(outcome.records) - outcome.replayed
-    with transaction.atomic():
-        audit.record(
-            actor,
-            "dead_letter.replay",
-            policy,
-            after={
-                "replayed": outcome.replayed,
-                "skipped": outcome.skipped,
-                "records": [vars(r) for r in outcome.records],
-            },
-            tenant=tenant,
-        )
+    stopped = ""
+    try:
+        for letter in chosen:
+            outcome.records.append(_replay_one(tenant, policy, letter, actor))
+    except BaseException as exc:  # what was written before it is audited all the same
+        stopped = f"stopped after {len(outcome.records)} of {len(chosen)}: {exc}"
+        raise
+    finally:
+        outcome.replayed = sum(1 for r in outcome.records if not r.skipped)
+        outcome.skipped = len(outcome.records) - outcome.replayed
+        after: dict[str, Any] = {
+            "replayed": outcome.replayed,
+            "skipped": outcome.skipped,
+            "records": [vars(r) for r in outcome.records],
+        }
+        if stopped:
+            after["stopped"] = stopped
+        with transaction.atomic():
+            audit.record(actor, "dead_letter.replay", policy, after=after, tenant=tenant)
     return outcome
 
 
@@ -335,12 +368,18 @@ def _range(policy: RetryPolicy, partition: int, first: int, last: int) -> Iterab
         offset = page.next_offset
 
 
-def _replay_one(tenant: Tenant, policy: RetryPolicy, letter: DeadLetter) -> Replayed:
+def _replay_one(tenant: Tenant, policy: RetryPolicy, letter: DeadLetter, actor: Actor) -> Replayed:
     done = Replayed(letter.partition, letter.offset)
+    if not letter.by_group:
+        done.skipped = f"not written by the retries of {policy.group_id} (no origin to trust)"
+        return done
     name, wanted = letter.origin
     topic = Topic.objects.filter(tenant=tenant).named(name).first() if name else None
     if topic is None or topic.status == TopicStatus.DELETING:
         done.skipped = f"its topic {name!r} is not one of the tenant's" if name else "no origin"
+        return done
+    if not actor_may(actor, topic, AclOperation.PRODUCE):
+        done.skipped = f"{actor.name} may not produce to {topic.full_name}"
         return done
     if wanted is None or wanted >= topic.partitions:
         wanted = partition_for_key(letter.key, topic.partitions) if letter.key else 0

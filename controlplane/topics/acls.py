@@ -14,6 +14,10 @@ topic without entries, which would widen it to every role at once (the deleted
 account's tokens included, until they expire). An account created later under the same
 name is named by them again; revoke them first when that is not wanted.
 
+``actor_may`` answers, as the brokers would for the actor's token, whether an actor may
+do an operation on a topic: what the control plane does for someone on the brokers
+(replaying dead letters) asks it first.
+
 Mirror copies carry their origin's entries (``sync_copy_acls``): a topic restricted in
 its origin region is restricted the same way wherever it is copied. Entries are
 changed on the origin (a change there is applied to its copies at once, and the mirror
@@ -31,11 +35,39 @@ from controlplane.accounts.models import ServiceAccount
 from controlplane.accounts.services import CLIENT_ID_SEPARATOR
 from controlplane.core import audit
 from controlplane.core.actors import Actor
+from controlplane.core.choices import Role
 from controlplane.core.errors import Conflict, InvalidRequest, NotFound
 from controlplane.tenants.models import Tenant
 from controlplane.tenants.services import lock_open_tenant
 from controlplane.topics.choices import AclOperation, TopicStatus
 from controlplane.topics.models import Topic, TopicAcl
+
+# What each tenant role may do to a topic before its ACL entries (the brokers' rule).
+_ROLE_OPERATIONS: dict[str, frozenset[str]] = {
+    Role.TENANT_ADMIN: frozenset({AclOperation.PRODUCE, AclOperation.CONSUME, AclOperation.ADMIN}),
+    Role.DEVELOPER: frozenset({AclOperation.PRODUCE, AclOperation.CONSUME}),
+    Role.VIEWER: frozenset({AclOperation.CONSUME}),
+}
+
+
+def actor_may(actor: Actor, topic: Topic, operation: str) -> bool:
+    """Whether ``actor`` may do ``operation`` (an ``AclOperation``) on ``topic``: its role
+    in the topic's tenant allows it and, when the topic (a lane topic: its trunk) has ACL
+    entries and the actor is no tenant admin, an entry naming its client id or subject
+    allows it. The platform's own actors may do anything."""
+    if actor.kind == "system":
+        return True
+    role = actor.role_in(topic.tenant.slug)
+    if role is None or operation not in _ROLE_OPERATIONS.get(role, frozenset()):
+        return False
+    if role == Role.TENANT_ADMIN:
+        return True
+    entries = list(TopicAcl.objects.filter(topic_id=topic.trunk_id or topic.pk))
+    if not entries:
+        return True
+    claims = actor.claims
+    names = {actor.subject, str(claims.get("azp") or claims.get("client_id") or "")} - {""}
+    return any(e.principal in names and operation in e.operations for e in entries)
 
 
 @transaction.atomic

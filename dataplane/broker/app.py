@@ -259,7 +259,6 @@ class BrokerApp:
             authorizer=self.authorizer,
             push=lambda: self.pushed.current,
             placement=cluster.placement,
-            producer_ids=producer_ids,
             metrics=self.metrics.registry,
             clock_ms=wall_clock_ms,
             refuse=self.quotas.storage_refusal,
@@ -279,6 +278,7 @@ class BrokerApp:
             produce.submit,
             lambda topic, partition: cluster.placement().get(topic, {}).get(partition),
             self._peer_stub_of,
+            quotas=self.quotas,
         )
         cluster.missing_timer_log = delay.missing_timer_log
         delay_pb2_grpc.add_DelayServicer_to_server(

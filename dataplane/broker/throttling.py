@@ -1,8 +1,9 @@
 """``QuotaInterceptor``: where the broker charges tenants' rate quotas and holds responses.
 
 A gRPC server interceptor wraps the handlers of the client-facing services
-(``meridian.v1.Broker`` and ``meridian.v1.GroupCoordinator``); every other service
-(Admin, Replication, health) passes through untouched. Before a wrapped call runs, it is
+(``meridian.v1.Broker``, ``meridian.v1.GroupCoordinator`` and ``meridian.v1.Delay``, whose
+calls name a tenant's timer log or a scheduled record's id); every other service (Admin,
+Replication, health) passes through untouched. Before a wrapped call runs, it is
 held while a bucket of a tenant it names (and the caller acts for) is in debt
 (``claims_of``, ``QuotaManager.admit``), so a tenant's many concurrent calls do their
 work at its rate, not only get their answers late. Once it has its response, what it
@@ -34,8 +35,13 @@ from dataplane.broker.quotas import (
     QuotaManager,
     Throttle,
 )
+from dataplane.delays import timer_topic
 
-THROTTLED_SERVICES = ("/meridian.v1.Broker/", "/meridian.v1.GroupCoordinator/")
+THROTTLED_SERVICES = (
+    "/meridian.v1.Broker/",
+    "/meridian.v1.GroupCoordinator/",
+    "/meridian.v1.Delay/",
+)
 Usage = dict[tuple[str, str], int]
 Sizes = dict[tuple[str, int], int]
 
@@ -97,7 +103,7 @@ def usage_of(request: Any, response: Any) -> Usage:
     if results is not None and name != "OffsetCommitResponse" and name != "OffsetFetchResponse":
         named = [r for r in results if not getattr(r, "error", 0)]
         return _requests(usage, {tenant_of(_name_of(r)) for r in named})
-    return _requests(usage, {tenant_of(g) for g in _groups(request)})
+    return _requests(usage, {tenant_of(g) for g in [*_groups(request), *_delay_names(request)]})
 
 
 def claims_of(request: Any) -> Usage:
@@ -121,7 +127,8 @@ def claims_of(request: Any) -> Usage:
     else:
         fields = request.DESCRIPTOR.fields_by_name
         topics = [p.topic for p in request.partitions] if "partitions" in fields else []
-        tenants = {tenant_of(n) for n in [*_groups(request), *topics] if isinstance(n, str)}
+        names = [*_groups(request), *topics, *_delay_names(request)]
+        tenants = {tenant_of(n) for n in names if isinstance(n, str)}
     claims = _requests(claims, tenants)
     caller = principal.current()
     if caller is None or caller.internal:
@@ -131,6 +138,19 @@ def claims_of(request: Any) -> Usage:
 
 def _name_of(result: Any) -> str:
     return str(getattr(result, "topic", "") or getattr(result, "group_id", ""))
+
+
+def _delay_names(request: Any) -> list[str]:
+    """What a Delay call names: timer logs (``tenant``, ``tenants``) or the topic of a
+    scheduled record's ``id``."""
+    fields = request.DESCRIPTOR.fields_by_name
+    if "tenants" in fields:
+        return [timer_topic(t) for t in request.tenants]
+    if "tenant" in fields:
+        return [timer_topic(request.tenant)]
+    if "id" in fields:
+        return [request.id.partition(":")[0]]
+    return []
 
 
 def _groups(request: Any) -> list[str]:

@@ -61,6 +61,7 @@ class TopicQueues:
     queues: list[deque[ProducerBatch]] = field(default_factory=list)
     tps: list[TopicPartition] = field(default_factory=list)
     sticky: int = -1  # the sticky partition, -1 until chosen
+    scheduled_bytes: int = 0  # delayed records sent for the sticky partition since chosen
 
     def __post_init__(self) -> None:
         self.resize(self.count, self.available)
@@ -282,11 +283,20 @@ class RecordAccumulator:
         self.wakeup()
         return segments, copied, dropped, last, payload
 
-    def choose_partition(self, topic: TopicQueues, key: bytes | None) -> int:
-        """The partition ``append`` would give a record with ``key`` now."""
+    def choose_partition(self, topic: TopicQueues, key: bytes | None, size: int = 0) -> int:
+        """The partition ``append`` would give a record with ``key`` now. ``size``: the
+        record goes elsewhere (scheduled for later, ``delayed``) and counts against the
+        sticky partition it is given as it would in a batch there: a batch's worth of
+        them moves the sticky partition, as a full batch does."""
         with self.lock:
             if self._sticky_all or (key is None and self._sticky_keyless):
-                return self._sticky(topic)
+                partition = self._sticky(topic)
+                if size:
+                    topic.scheduled_bytes += size
+                    if topic.scheduled_bytes > self._batch_limit and topic.count > 1:
+                        topic.sticky = choose_sticky(topic.available, topic.count, partition)
+                        topic.scheduled_bytes = 0
+                return partition
             return self._partitioner.partition(
                 topic.name, _key_bytes(key), topic.available, topic.count
             )

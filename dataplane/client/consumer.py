@@ -88,7 +88,7 @@ from dataplane.client.errors import ConfigError
 from dataplane.client.fetcher import FetchConfig, Fetcher, FetchState, PartitionState, take_batches
 from dataplane.client.metadata import NO_LANE_INFO, ClusterMetadata
 from dataplane.client.offsets import EARLIEST, LATEST, list_offsets
-from dataplane.client.retries import Retrier, check_retry_delay, lane_refusal
+from dataplane.client.retries import Retrier, RetryFailedError, check_retry_delay, lane_refusal
 from dataplane.client.types import (
     ConsumerGroupMetadata,
     ConsumerRecord,
@@ -458,9 +458,12 @@ class Consumer:
         self._fetcher.wakeup()
 
     def _remove(self, tps: Iterable[TopicPartition]) -> None:
+        tps = list(tps)
         with self._state.lock:
             for tp in tps:
                 self._forget(tp)
+        if self._retrier is not None:
+            self._retrier.forget(tps)
 
     # -- polling -------------------------------------------------------------------------
     def poll(self, timeout_ms: float = 0) -> list[ConsumerRecord]:
@@ -768,6 +771,8 @@ class Consumer:
                 if tp in self._state.partitions:
                     self.seek(tp, offset)
         self._commit_offsets(offsets)
+        if self._retrier is not None:
+            self._retrier.committed(offsets)
         if failure is not None:
             raise failure
 
@@ -790,10 +795,14 @@ class Consumer:
         tried again a few times, as the commit is where the next owner starts (for a
         lane partition, the family's other group). Failures are logged."""
         self._next_auto_commit = time.monotonic() + self._auto_commit_s
-        positions = self._positions(tps)
+        tps = None if tps is None else list(tps)
         for attempt in range(1, REVOKE_COMMIT_ATTEMPTS + 1):
             try:
-                self._commit(positions)
+                # Read each time: a failed retry rewinds its partition below the record.
+                self._commit(self._positions(tps))
+                return
+            except RetryFailedError as error:  # committed, capped below the record
+                log.warning("auto commit of group %s: %s", self.group_id, error)
                 return
             except MeridianError as error:
                 if not (error.retriable and retry) or attempt == REVOKE_COMMIT_ATTEMPTS:

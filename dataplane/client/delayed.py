@@ -40,8 +40,8 @@ from dataplane.delays import (
     DelayedId,
     check_deliver_at,
     deliver_at_after,
+    deliver_at_in,
     encode_deliver_at,
-    parse_deliver_at,
     tenant_of_topic,
     timer_partition,
     timer_topic,
@@ -79,18 +79,18 @@ def due_time(deliver_at: int | float | datetime | None, deliver_after: float | N
 
 
 def header_deliver_at(headers: Any) -> int | None:
-    """The ``x-deliver-at`` a record's headers carry (checked), or None."""
+    """The ``x-deliver-at`` a record's headers carry (checked: ``INVALID_DELAY`` for a
+    malformed one, or more than one), or None."""
     if not headers:
         return None
     items = headers.items() if isinstance(headers, Mapping) else headers
-    found = None
-    for key, value in items:
-        if key == DELIVER_AT:
-            found = value
-    if found is None:
-        return None
-    due = parse_deliver_at(found if isinstance(found, bytes) else str(found).encode())
-    return check_deliver_at(due, time.time_ns() // 1_000_000)
+    found = [
+        (key, value if value is None or isinstance(value, bytes) else str(value).encode())
+        for key, value in items
+        if key == DELIVER_AT
+    ]
+    due = deliver_at_in(found)
+    return None if due is None else check_deliver_at(due, time.time_ns() // 1_000_000)
 
 
 def scheduled_headers(
@@ -232,14 +232,14 @@ class Scheduler:
         items = list(headers.items()) if isinstance(headers, Mapping) else list(headers or ())
         return topic, items
 
-    def _partition_of(self, topic: str, key: bytes | None, partition: int | None) -> int:
+    def _partition_of(self, topic: str, key: bytes | None, partition: int | None, size: int) -> int:
         producer = self._producer
         queues = producer._topics.get(topic) or producer._prepare(topic)
         if partition is not None:
             if not (type(partition) is int and 0 <= partition < queues.count):
                 queues = producer._check_partition(topic, partition)
             return partition
-        return producer._acc.choose_partition(queues, key)
+        return producer._acc.choose_partition(queues, key, max(1, size))
 
     def _timer(self, topic: str, partition: int) -> tuple[str, int, Any]:
         producer = self._producer
@@ -266,7 +266,7 @@ class Scheduler:
         deliver_at: int,
     ) -> DelayedFuture:
         target, items = self._target(topic, lane, headers)
-        chosen = self._partition_of(target, key, partition)
+        chosen = self._partition_of(target, key, partition, _size(key, value))
         _, timer_part, queues = self._timer(target, chosen)
         encoded = encode_headers(scheduled_headers(items, deliver_at, target, chosen))
         stamp = time.time_ns() // 1_000_000 if timestamp_ms is None else timestamp_ms
@@ -296,7 +296,7 @@ class Scheduler:
         for index, record in enumerate(records):
             key, value, headers, stamp = _fields(record, index)
             target, items = self._target(topic, lane, headers)
-            chosen = self._partition_of(target, key, partition)
+            chosen = self._partition_of(target, key, partition, _size(key, value))
             timed.append((key, value, items, now if stamp is None else stamp))
             plain = plain and not items
             groups.setdefault((target, chosen), []).append(index)
@@ -320,6 +320,10 @@ class Scheduler:
             for delayed in futures:
                 delayed.add_delivery_callback(on_delivery)
         return futures
+
+
+def _size(key: Any, value: Any) -> int:
+    return len(key or b"") + len(value or b"")
 
 
 def _no_lane_in_effect() -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from dataplane.delays import attempt_of
+from dataplane.delays import attempt_in
 from lanes import SEPARATOR
 
 
@@ -113,8 +113,10 @@ class ConsumerRecord:
     @property
     def attempt(self) -> int:
         """The number of this delivery of the record to its group: 1, or what its
-        ``x-attempt`` header says once retried (``Consumer.retry_later``)."""
-        return attempt_of(self.headers)
+        ``x-attempt`` header says when it was read from the retry topic of the group its
+        ``x-retry-group`` names (``Consumer.retry_later``); the headers of a record read
+        anywhere else count for nothing."""
+        return attempt_in(self._source.topic, self.headers)
 
     @property
     def topic_partition(self) -> TopicPartition:

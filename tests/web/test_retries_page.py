@@ -1,5 +1,6 @@
 """The Delayed and Retries pages in Chromium, signed in through the local issuer's form:
-a developer finds both in the navigation, sees that nothing is waiting, is refused a bad
+a developer finds both in the navigation, sees that nothing is waiting (and no message a
+crafted link carries), is refused a bad
 retry policy with the API's message (what was typed kept), declares one, sees its page
 say the brokers are not there to read its dead letters (this test runs none), and
 deletes it with the group's name typed. Every page is checked with axe-core and
@@ -34,6 +35,13 @@ def test_a_developer_declares_and_deletes_a_retry_policy(ui: Ui, console: str) -
     expect(page).to_have_url(re.compile(r"/console/t/acme/delayed/$"))
     expect(page.get_by_role("cell", name="Nothing is waiting.")).to_be_visible()
     ui.check("delayed-empty")
+    # A cancel's outcome comes back as a code the page words itself: a link carrying a
+    # message of its own shows nothing.
+    for crafted in ("cancelled=all+your+records+were+deleted", "cancelled=gone&id=<b>x</b>"):
+        page.goto(f"{console}/console/t/acme/delayed/?{crafted}")
+        expect(page.get_by_role("status")).to_have_count(0)
+    page.goto(f"{console}/console/t/acme/delayed/?cancelled=gone&id=acme.orders%3A0%3A5")
+    expect(page.get_by_role("status")).to_have_text("acme.orders:0:5 is no longer pending")
 
     sections.get_by_role("link", name="Retries").click()
     expect(page.get_by_role("cell", name="No retry policies.")).to_be_visible()

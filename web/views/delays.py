@@ -16,17 +16,20 @@ tenant's is a 404 like a missing one; brokers that do not answer make the page s
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlencode
 
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 
-from controlplane.core.errors import DomainError, NotFound, Unavailable
+from controlplane.core.errors import DomainError, InvalidRequest, NotFound, Unavailable
 from controlplane.delays import services as delays
 from controlplane.retries import services as retries
 from controlplane.retries.api.serializers import RetryPolicyCreateSerializer
 from controlplane.retries.api.views import RetryPolicyViewSet
 from controlplane.retries.models import RetryPolicy
+from dataplane.delays import DelayedId
+from dataplane.errors import MeridianError
 from web.access import Console, console_of, tenant_page
 from web.forms import NON_FIELD, FormState, submit, typed_confirmation
 from web.views.topics import check_form_tenant
@@ -35,6 +38,29 @@ CREATE_FIELDS = ("group", "max_attempts", "backoff_initial_ms", "backoff_multipl
                  "backoff_max_ms", "partitions")  # fmt: skip
 CHANGE = RetryPolicyViewSet.write_role
 BROKERS_DOWN = "the brokers did not answer; nothing was changed"
+
+
+# What a cancel came to, by the code its redirect carries (the page says it in its own
+# words: nothing typed into a link is shown back).
+CANCEL_OUTCOMES = {
+    "done": "cancelled {id}",
+    "gone": "{id} is no longer pending",
+    "delivered": "{id} was already delivered",
+    "down": BROKERS_DOWN,
+}
+
+
+def _cancel_outcome(query: Any) -> str:
+    """The message for a cancel's redirect (``cancelled``: a code of ``CANCEL_OUTCOMES``,
+    ``id``: a scheduled record's id); "" for anything else."""
+    template = CANCEL_OUTCOMES.get(query.get("cancelled", ""))
+    if template is None:
+        return ""
+    try:
+        delayed_id = str(DelayedId.parse(query.get("id", "")))
+    except MeridianError:
+        return BROKERS_DOWN if template == BROKERS_DOWN else ""
+    return template.format(id=delayed_id)
 
 
 def _int(raw: str | None, default: int) -> int:
@@ -58,7 +84,7 @@ def delayed_list(request: HttpRequest) -> HttpResponse:
         "summary": summary,
         "page": page,
         "topic": topic or "",
-        "cancelled": request.GET.get("cancelled", ""),
+        "cancelled": _cancel_outcome(request.GET),
     }
     return render(request, "web/delays/list.html", context)
 
@@ -73,15 +99,15 @@ def delayed_cancel(request: HttpRequest) -> HttpResponse:
     delayed_id = request.POST.get("id", "")
     try:
         delays.cancel(console.tenant, delayed_id, actor=console.actor)
-        outcome = f"cancelled {delayed_id}"
-    except NotFound:
-        outcome = f"{delayed_id} is no longer pending"
+        outcome = "done"
+    except (NotFound, InvalidRequest):
+        outcome = "gone"
     except delays.DelayedRecordDelivered:
-        outcome = f"{delayed_id} was already delivered"
+        outcome = "delivered"
     except DomainError:
-        outcome = BROKERS_DOWN
+        outcome = "down"
     url = reverse("web:delayed-list", kwargs={"tenant": console.tenant.slug})
-    return redirect(f"{url}?cancelled={outcome}")
+    return redirect(f"{url}?{urlencode({'cancelled': outcome, 'id': delayed_id[:300]})}")
 
 
 def tenant_policies(console: Console) -> Any:

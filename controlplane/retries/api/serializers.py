@@ -111,9 +111,7 @@ class DeadLetterSerializer(serializers.Serializer[DeadLetter]):
         return letter.origin[1]
 
     def get_attempts(self, letter: DeadLetter) -> int:
-        from dataplane.delays import attempt_of
-
-        return attempt_of(letter.headers)
+        return letter.attempts
 
     def get_key(self, letter: DeadLetter) -> str | None:
         return _bytes(letter.key)

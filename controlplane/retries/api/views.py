@@ -132,7 +132,9 @@ class RetryPolicyViewSet(
     def replay(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         """Copy chosen dead letters (``records``), or a range of one partition, back to
         the topics they came from; audited. Each answer says where it went, or why it was
-        skipped (its topic is not the tenant's any more)."""
+        skipped (not written by the group's retries, its topic not the tenant's any more,
+        or one the caller may not produce to). A broker not answering stops the replay
+        (503): what was copied before it is audited."""
         policy = self.get_object()
         data = self.validated_input()
         places = [(r["partition"], r["offset"]) for r in data.pop("records", [])]

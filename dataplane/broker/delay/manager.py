@@ -5,14 +5,21 @@
   from the log) and stopped when it loses it; one that ends by an error is started
   again after ``RESTART_BACKOFF_S``.
 - **The produce path**: a client's records for a timer log are checked record by record
-  (``timer_produce_refusal``, see ``schedule``); a request to a topic holding records
-  with ``x-deliver-at`` is diverted (``divert``).
+  (``timer_produce_refusal``, see ``schedule``; a batch the checks cannot read is refused,
+  never stored unchecked); a request to a topic holding records with ``x-deliver-at`` is
+  diverted (``divert``). Scheduled records are counted once, when a timer partition's
+  leader appended them (``appended``).
 - **Timer logs made on first use**: a client asking for a tenant's timer log that the
   cluster does not have gets ``TIMER_LOG_PENDING`` (retriable) when a controller manages
   the cluster, and the tenant becomes a *demand*, reported in every heartbeat
   (``UpdateMetadataResponse.delay``) until a push names the timer log; the controller
   creates it as desired state. Without a controller it is ``UNKNOWN_TOPIC_OR_PARTITION``.
-- **Retry policies**: the push's ``delay.retry_policies``, answered by ``retry_policy``.
+- **Retry policies**: the push's ``delay.retry_policies``, answered by ``retry_policy``;
+  and the topics' ``max_message_bytes`` (``delay.max_message_bytes``; a broker without a
+  push knows those of the partitions it hosts), which scheduling checks records against
+  and the movers size their batches by.
+- **Listing** (``scheduled``) shows records' keys, values and headers: only of topics the
+  caller may consume from, at most ``MAX_VALUE_BYTES`` of each value.
 - **Metrics** (the broker's registry): ``meridian_delay_scheduled_records_total{tenant}``,
   ``meridian_delay_moved_records_total{tenant}``,
   ``meridian_delay_cancelled_records_total{tenant}``,
@@ -43,17 +50,12 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from dataplane._gen.meridian.v1 import admin_pb2, broker_pb2, delay_pb2
-from dataplane.broker.auth.authorizer import DESCRIBE, PRODUCE, Authorizer
+from dataplane.broker.auth.authorizer import CONSUME, DESCRIBE, PRODUCE, Authorizer
 from dataplane.broker.delay.mover import Mover, MoverHooks
-from dataplane.broker.delay.schedule import (
-    build_batches,
-    check_timer_batches,
-    rebuild_batch,
-    split_marked,
-)
+from dataplane.broker.delay.schedule import build_batches, check_timer_batches, split_marked
 from dataplane.broker.delay.targets import TargetWriter
+from dataplane.broker.errors import to_error
 from dataplane.broker.partitions import Partition, PartitionRegistry
-from dataplane.broker.producer_ids import ProducerIdAllocator
 from dataplane.delays import (
     DelayedId,
     is_timer_topic,
@@ -72,6 +74,7 @@ SYNC_INTERVAL_S = 0.2
 RESTART_BACKOFF_S = 1.0
 MAX_DEMANDS = 1024
 MAX_LIST = 500
+MAX_VALUE_BYTES = 4096
 LATENESS_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300, 3600)
 
 PushSource = Callable[[], admin_pb2.UpdateMetadataRequest | None]
@@ -92,7 +95,6 @@ class DelayManager:
         authorizer: Authorizer,
         push: PushSource,
         placement: Placement,
-        producer_ids: ProducerIdAllocator,
         metrics: CollectorRegistry,
         clock_ms: Callable[[], int],
         refuse: Callable[[str], MeridianError | None] | None = None,
@@ -103,7 +105,6 @@ class DelayManager:
         self._authz = authorizer
         self._push = push
         self._placement = placement
-        self._producer_ids = producer_ids
         self._clock_ms = clock_ms
         self._refuse = refuse
         self.writer: TargetWriter | None = None  # set once the produce handler exists
@@ -117,6 +118,7 @@ class DelayManager:
             {},
         )
         self._retry_topics: dict[str, str] = {}
+        self._limits: tuple[Any, dict[str, int]] = (None, {})
         self._metrics = _Metrics(metrics, self)
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -178,7 +180,7 @@ class DelayManager:
                 moved=self._moved,
                 dropped=self._metrics.dropped,
                 known_partitions=self._known_partitions,
-                new_producer_id=self._new_producer_id,
+                message_limit=self.message_limit,
             ),
             clock_ms=self._clock_ms,
         )
@@ -203,9 +205,6 @@ class DelayManager:
     def _run(self, fn: Callable[[], Any]) -> Awaitable[Any]:
         return asyncio.get_running_loop().run_in_executor(self._executor, fn)
 
-    async def _new_producer_id(self) -> int:
-        return int(await self._run(self._producer_ids.next_id))
-
     def _known_partitions(self, topic: str) -> set[int] | None:
         found = self._placement().get(topic)
         return None if found is None else set(found)
@@ -225,12 +224,15 @@ class DelayManager:
                 tenant,
                 self._clock_ms(),
                 lambda topic: self._authz.topic_error(topic, PRODUCE),
+                self.message_limit,
             )
         except MeridianError as exc:
             return exc
-        except Exception as exc:  # the log validates the bytes again and names the fault
-            log.debug("timer batch left to the log's checks: %s", exc)
-            return None
+        except Exception as exc:  # what the checks cannot read is never stored unchecked
+            error = to_error(exc)
+            if error.code == ErrorCode.UNKNOWN_SERVER_ERROR:
+                error = MeridianError(ErrorCode.INVALID_RECORD, f"records not checked: {exc}")
+            return error
         placement = self._placement()
         for where in {(s.topic, s.partition) for s in scheduled}:
             if where[1] not in placement.get(where[0], {}) and not is_lane_topic(where[0]):
@@ -238,7 +240,6 @@ class DelayManager:
                     ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                     f"{where[0]}-{where[1]} is not known to the cluster",
                 )
-        self._metrics.scheduled(tenant, len(scheduled))
         return None
 
     def _storage_refusal(self, topic: str) -> MeridianError | None:
@@ -251,12 +252,17 @@ class DelayManager:
         the others (see ``schedule``): the ``AppendInfo`` of what was appended (none: a
         result without an offset); raises what refused the request, nothing stored (the
         produce handler answers it as the partition's error)."""
-        split = split_marked(item.records, item.topic, item.partition, self._clock_ms())
+        split = split_marked(
+            item.records,
+            item.topic,
+            item.partition,
+            self._clock_ms(),
+            part.log.config.max_batch_bytes,
+        )
         refusal = self._storage_refusal(item.topic)
         if refusal is not None:
             raise refusal
         await self._schedule(item.topic, item.partition, split.timer_records)
-        self._metrics.scheduled(tenant_of_topic(item.topic), len(split.timer_records))
         if not split.immediate:
             return broker_pb2.PartitionProduceResult(
                 topic=item.topic,
@@ -265,7 +271,7 @@ class DelayManager:
                 log_append_time_ms=-1,
                 log_start_offset=part.log.log_start_offset,
             )
-        return await part.submit(rebuild_batch(split.immediate))
+        return await part.submit(b"".join(split.immediate))
 
     async def _schedule(self, topic: str, partition: int, records: list[Any]) -> None:
         """Store ``records`` (timer records) in the timer partition of ``topic``-
@@ -301,7 +307,11 @@ class DelayManager:
         )
 
     def appended(self, topic: str, records: int) -> None:
-        """Count records appended to a group's dead-letter topic."""
+        """Count records appended to a timer log (scheduled) or to a group's dead-letter
+        topic."""
+        if is_timer_topic(topic):
+            self._metrics.scheduled(tenant_of_timer(topic), records)
+            return
         group = self._policy_index()[2].get(topic)
         if group is not None:
             self._metrics.dead_letters(group, records)
@@ -340,6 +350,19 @@ class DelayManager:
                 error_message=f"group {group_id!r} has no retry policy",
             )
         return delay_pb2.GetRetryPolicyResponse(policy=policy)
+
+    def message_limit(self, topic: str, partition: int) -> int | None:
+        """The largest batch ``topic`` stores (its ``max_message_bytes``): the push's, else
+        the hosted partition's; None when not known here."""
+        push = self._push()
+        if push is not None:
+            if self._limits[0] is not push:
+                self._limits = (push, dict(push.delay.max_message_bytes))
+            found = self._limits[1].get(topic)
+            if found:
+                return found
+        part = self.registry.get(topic, partition)
+        return part.log.config.max_batch_bytes if part is not None else None
 
     def retry_group_of(self, topic: str) -> str | None:
         self._policy_index()
@@ -381,13 +404,22 @@ class DelayManager:
     async def scheduled(
         self, request: delay_pb2.ListDelayedRequest
     ) -> delay_pb2.ListDelayedResponse:
-        self._check_tenant(request.tenant, request.topic)
+        """Records' contents: only of topics the caller may consume from (a topic named
+        that it may not is refused; the others are left out of the page)."""
+        self._check_tenant(request.tenant, request.topic, CONSUME if request.topic else DESCRIBE)
         if request.topic and tenant_of_topic(request.topic) != request.tenant:
             raise MeridianError(ErrorCode.INVALID_REQUEST, "topic is not of the tenant named")
         mover = self._mover_of(request.tenant, request.partition)
         limit = min(MAX_LIST, request.limit or 100)
         after = (request.after_deliver_at_ms, request.after_offset)
-        records = await mover.scheduled(request.topic, after, limit, max(0, request.value_bytes))
+        value_bytes = min(MAX_VALUE_BYTES, max(0, request.value_bytes))
+        records = await mover.scheduled(
+            request.topic,
+            after,
+            limit,
+            value_bytes,
+            lambda topic: self._authz.topic_error(topic, CONSUME) is None,
+        )
         return delay_pb2.ListDelayedResponse(records=records)
 
     def describe(self, request: delay_pb2.DescribeDelayRequest) -> delay_pb2.DescribeDelayResponse:

@@ -1,7 +1,8 @@
-"""What the leader of a timer partition writes into it: move intents and cancellations.
+"""What the leader of a timer partition writes into it: move intents, requeues and
+cancellations.
 
 A marker is a record of its own batch (no producer id) with the header
-``x-delay-marker: move`` or ``x-delay-marker: cancel``, a null key and a binary value.
+``x-delay-marker: move``, ``requeue`` or ``cancel``, a null key and a binary value.
 Clients cannot write one: the schedule path refuses any record carrying the header.
 
 A **move intent** (``MoveIntent``) is written, and committed (below the high watermark),
@@ -18,6 +19,12 @@ per target: u16 topic length | topic (UTF-8) | i32 partition | i32 base sequence
             | u16 batches | u32 records per batch ... | i64 timer offset per record ...
 ```
 
+A **requeue** names records of the last intent that a target refused without storing
+them (a batch too large, a producer sequence the target no longer follows) and that
+are to be moved again: pending from then on, with their due time and the offset their
+id names (their first offset, when carried forward):
+``u8 version (1) | u32 count | (i64 offset, i64 due ms, i64 id offset) ...``.
+
 A **cancellation** lists the timer offsets it cancels:
 ``u8 version (1) | u32 count | i64 offset ...``.
 """
@@ -33,6 +40,7 @@ from dataplane.delays import DELAY_MARKER
 from dataplane.records import BatchBuilder, Record
 
 MOVE = b"move"
+REQUEUE = b"requeue"
 CANCEL = b"cancel"
 _VERSION = 1
 _MOVE_HEAD = struct.Struct(">BqhI")
@@ -122,6 +130,30 @@ def decode_cancel(value: bytes) -> list[int]:
     return list(_offsets(value, _COUNT.size, count))
 
 
+@dataclass(frozen=True, slots=True)
+class Requeued:
+    offset: int
+    due: int
+    id_offset: int
+
+
+def encode_requeue(entries: Sequence[Requeued]) -> bytes:
+    data = array("q", [n for e in entries for n in (e.offset, e.due, e.id_offset)])
+    data.byteswap()
+    return _COUNT.pack(_VERSION, len(entries)) + data.tobytes()
+
+
+def decode_requeue(value: bytes) -> list[Requeued]:
+    try:
+        version, count = _COUNT.unpack_from(value, 0)
+    except struct.error as exc:
+        raise MarkerError(f"a requeue that does not parse: {exc}") from None
+    if version != _VERSION or len(value) != _COUNT.size + 24 * count:
+        raise MarkerError(f"a requeue of version {version} and {len(value)} bytes")
+    numbers = _offsets(value, _COUNT.size, 3 * count)
+    return [Requeued(*numbers[i : i + 3]) for i in range(0, len(numbers), 3)]
+
+
 def _offsets(value: bytes, at: int, count: int) -> array[int]:
     if at + 8 * count > len(value):
         raise MarkerError("a marker shorter than its offsets")
@@ -131,7 +163,7 @@ def _offsets(value: bytes, at: int, count: int) -> array[int]:
 
 
 def marker_batch(kind: bytes, value: bytes, timestamp_ms: int) -> bytes:
-    """A batch holding one marker record of ``kind`` (``MOVE`` or ``CANCEL``)."""
+    """A batch holding one marker record of ``kind`` (``MOVE``, ``REQUEUE``, ``CANCEL``)."""
     builder = BatchBuilder()
     builder.append(value, timestamp=timestamp_ms, headers=[(DELAY_MARKER, kind)])
     return builder.build()

@@ -9,6 +9,11 @@ code ``error_from_rpc`` gives it (``BROKER_NOT_AVAILABLE``, ``REQUEST_TIMED_OUT`
 Callers retry retriable answers with the same bytes: batches with a producer id are then
 deduplicated by the leader, wherever the leadership went meanwhile.
 
+What is written is charged to its tenants' produce rate quotas and held while they are
+in debt (``throttling.metered``) on the leader: a peer's interceptor does it for a
+request sent there, and the writer itself for one its own broker leads, so records
+delivered late all at once go out at the tenant's rate wherever their topic is led.
+
 Thread safety: event-loop only.
 """
 
@@ -20,6 +25,8 @@ from collections.abc import Awaitable, Callable, Mapping
 import grpc
 
 from dataplane._gen.meridian.v1 import broker_pb2, broker_pb2_grpc
+from dataplane.broker.quotas import QuotaManager
+from dataplane.broker.throttling import metered
 from dataplane.errors import ErrorCode, MeridianError, error_from_rpc
 
 TopicPartitionKey = tuple[str, int]
@@ -29,7 +36,8 @@ LocalProduce = Callable[[broker_pb2.ProduceRequest], Awaitable[broker_pb2.Produc
 class TargetWriter:
     """``leader_of(topic, partition)``: the leader's broker id (None: unknown);
     ``stub_for(broker id)``: a Broker stub to it (None: its address is unknown);
-    ``local``: this broker's produce handler (its ``submit``)."""
+    ``local``: this broker's produce handler (its ``submit``); ``quotas``: this broker's
+    rate quotas, charged for what ``local`` writes (None: no quotas)."""
 
     def __init__(
         self,
@@ -39,9 +47,11 @@ class TargetWriter:
         stub_for: Callable[[int], broker_pb2_grpc.BrokerStub | None],
         *,
         timeout_ms: int = 10_000,
+        quotas: QuotaManager | None = None,
     ) -> None:
         self.broker_id = broker_id
         self._local = local
+        self._quotas = quotas
         self._leader_of = leader_of
         self._stub_for = stub_for
         self._timeout_ms = timeout_ms
@@ -82,7 +92,9 @@ class TargetWriter:
             ],
         )
         try:
-            if leader == self.broker_id:
+            if leader == self.broker_id and self._quotas is not None:
+                response, _ = await metered(self._quotas, request, self._local)
+            elif leader == self.broker_id:
                 response = await self._local(request)
             else:
                 stub = self._stub_for(leader)

@@ -156,4 +156,6 @@ def _leaders_pushed(cluster: Cluster, topic: str) -> bool:
         (found,) = response.topics
         if len(found.partitions) != PARTITIONS:
             return False
+        if any(p.error or p.leader_id < 0 for p in found.partitions):
+            return False
     return True

@@ -30,7 +30,8 @@ from controlplane.core.models import AuditEvent
 from controlplane.lanes import services as lane_services
 from controlplane.regions import services as regions
 from controlplane.tenants.models import Tenant
-from controlplane.topics.models import Topic
+from controlplane.topics.acls import grant_topic_acl
+from controlplane.topics.models import PartitionAssignment, Topic, TopicAcl
 from controlplane.topics.services import create_topic
 from dataplane.cli import app
 from dataplane.client import Consumer, Producer, TopicPartition
@@ -277,3 +278,35 @@ def test_retries_end_in_dead_letters_the_api_lists_shows_and_replays(world: Worl
     ):
         assert_error(world.client.post(f"{url}/replay", bad, format="json"), 400, "invalid")
     assert AuditEvent.objects.filter(action="dead_letter.replay").count() == 2
+
+    # Retry headers are anyone's to write: a dead letter the group's retries did not write
+    # names no origin to replay to, and a topic the acting person may not produce to (its
+    # ACL names someone else) is skipped.
+    secret = create_topic(world.tenant, name="secret", partitions=1, actor=ADMIN)
+    forged_origin = [("x-retry-topic", b"acme.orders"), ("x-retry-partition", b"0")]
+    to_secret = [("x-retry-group", b"acme.billing"), ("x-retry-topic", b"acme.secret"),
+                 ("x-retry-partition", b"0")]  # fmt: skip
+    to_orders = [("x-retry-group", b"acme.billing"), ("x-retry-topic", b"acme.orders"),
+                 ("x-retry-partition", b"0")]  # fmt: skip
+    with Producer(world.bootstrap, acks="all") as producer:
+        forged, secreted, fine = (
+            producer.send("acme.billing.dlq", b"x", headers=h, partition=0).result(20).offset
+            for h in (forged_origin, to_secret, to_orders)
+        )
+    grant_topic_acl(secret, principal="someone-else", operations=["produce"], actor=ADMIN)
+    body = {"records": [{"partition": 0, "offset": forged}, {"partition": 0, "offset": secreted}]}
+    answer = world.client.post(f"{url}/replay", body, format="json").json()
+    assert answer["replayed"] == 0
+    skipped = [r["skipped"] for r in answer["records"]]
+    assert "not written by the retries of acme.billing" in skipped[0]
+    assert "may not produce to acme.secret" in skipped[1]
+    # A replay cut short (acme.secret has no leader now) is audited with what it did.
+    TopicAcl.objects.filter(topic=secret).delete()
+    PartitionAssignment.objects.filter(topic=secret).update(leader=None)
+    body = {"records": [{"partition": 0, "offset": fine}, {"partition": 0, "offset": secreted}]}
+    cut = world.client.post(f"{url}/replay", body, format="json")
+    assert cut.status_code == 503, cut.content
+    event = AuditEvent.objects.filter(action="dead_letter.replay").latest("pk")
+    assert event.after["replayed"] == 1
+    assert [r["offset"] for r in event.after["records"]] == [fine]
+    assert event.after["stopped"].startswith("stopped after 1 of 2")

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from controlplane.core.actors import Actor
+from controlplane.core.errors import InvalidRequest
 from controlplane.delays import services
 from controlplane.quotas.models import Quota
 from controlplane.quotas.services import quota_usage as usage_of
@@ -53,3 +56,24 @@ def test_a_timer_log_is_hidden_from_lists_and_counted_for_storage_only(
     Quota.objects.filter(tenant=acme).update(max_storage_bytes=10_000)
     (quota,) = [q for q in tenant_quotas(cluster) if q.tenant == "acme"]
     assert quota.storage_exceeded  # delayed records count: 12,000 > 10,000
+
+
+def test_a_listing_cursor_names_the_cluster_of_its_timer_log() -> None:
+    """A tenant's timer logs on two clusters both have a partition 0: the cursor after
+    cluster 1's record at (due 100, partition 0, offset 5) resumes cluster 1's partition 0
+    after offset 5, lists cluster 2's partition 0 from due 100 on, and skips what is due
+    at 100 in partitions ordered before it."""
+    cursor = services.Cursor.parse(str(services.Cursor(100, 1, 0, 5)))
+    assert cursor == services.Cursor(100, 1, 0, 5)
+    assert services._after(cursor, 1, 0) == {"after_deliver_at_ms": 100, "after_offset": 5}
+    assert services._after(cursor, 2, 0) == {"after_deliver_at_ms": 100, "after_offset": -1}
+    assert services._after(cursor, 1, 1)["after_offset"] == -1
+    assert services._after(cursor, 0, 3)["after_offset"] == 2**62
+    assert sorted([services.Cursor(100, 2, 0, 1), cursor, services.Cursor(99, 3, 0, 9)]) == [
+        services.Cursor(99, 3, 0, 9),
+        cursor,
+        services.Cursor(100, 2, 0, 1),
+    ]
+    for bad in ("100.0.5", "a.1.0.5", "1.2.3.4.5"):
+        with pytest.raises(InvalidRequest):
+            services.Cursor.parse(bad)

@@ -64,6 +64,10 @@ class TestRetryPolicyAPI(TenantScopedAPIContract):
         (declared,) = push.retry_policies
         assert (declared.group_id, declared.backoff_initial_ms) == ("acme.billing", 5000)
         assert declared.dead_letter_topic == "acme.billing.dlq"
+        assert dict(push.max_message_bytes) == {
+            "acme.billing.dlq": 1_048_576,
+            "acme.billing.retry": 1_048_576,
+        }
 
     def test_deleting_a_policy_deletes_its_topics(self) -> None:
         group = self.make_object(self.tenant)

@@ -8,7 +8,7 @@ import asyncio
 import pytest
 from prometheus_client import CollectorRegistry
 
-from dataplane._gen.meridian.v1 import admin_pb2, broker_pb2, group_pb2
+from dataplane._gen.meridian.v1 import admin_pb2, broker_pb2, delay_pb2, group_pb2
 from dataplane.broker.auth.authorizer import tenant_of
 from dataplane.broker.quotas import (
     FETCH,
@@ -302,6 +302,21 @@ def test_claims_name_the_produce_bytes_and_a_request_of_each_tenant() -> None:
     assert claims_of(fetch) == {("acme", FETCH): 0, ("acme", REQUESTS): 1}
     join = group_pb2.JoinGroupRequest(group_id="globex.g")
     assert claims_of(join) == {("globex", REQUESTS): 1}
+
+
+def test_delay_calls_claim_and_are_charged_a_request_of_their_tenant() -> None:
+    for call in (
+        delay_pb2.ListDelayedRequest(tenant="acme", partition=0),
+        delay_pb2.CancelDelayedRequest(id="acme.orders:0:5"),
+        delay_pb2.DescribeDelayRequest(tenants=["acme"]),
+        delay_pb2.GetRetryPolicyRequest(group_id="acme.billing"),
+    ):
+        assert claims_of(call) == {("acme", REQUESTS): 1}, type(call).__name__
+    listed = usage_of(delay_pb2.ListDelayedRequest(tenant="acme"), delay_pb2.ListDelayedResponse())
+    assert listed == {("acme", REQUESTS): 1}
+    refused = delay_pb2.CancelDelayedResponse(error=ErrorCode.DELAYED_RECORD_NOT_FOUND)
+    assert usage_of(delay_pb2.CancelDelayedRequest(id="acme.orders:0:5"), refused) == {}
+    assert claims_of(delay_pb2.DescribeDelayRequest()) == {}  # every tenant: internal only
 
 
 def test_a_call_of_a_tenant_in_debt_waits_before_running_and_calls_queue_at_the_rate() -> None:

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from dataplane.client.delayed import due_time, header_deliver_at, scheduled_headers
+from dataplane.client import Consumer
+from dataplane.client.delayed import RetryPolicy, due_time, header_deliver_at, scheduled_headers
 from dataplane.client.retries import Retrier, RetryFailedError, _retry_headers, check_retry_delay
 from dataplane.client.types import ConsumerRecord, TopicPartition
 from dataplane.delays import (
@@ -17,6 +18,8 @@ from dataplane.delays import (
     DELAY_PARTITION,
     DELAY_TOPIC,
     DELIVER_AT,
+    DLQ_REASON,
+    RETRY_GROUP,
     RETRY_OFFSET,
     RETRY_PARTITION,
     RETRY_REASON,
@@ -24,6 +27,7 @@ from dataplane.delays import (
     DelayedId,
     attempt_of,
     backoff_ms,
+    header,
     timer_partition,
 )
 from dataplane.errors import ErrorCode, MeridianError
@@ -95,9 +99,10 @@ def _record(headers: tuple[tuple[str, bytes | None], ...] = (), offset: int = 7)
 
 
 def test_a_retried_copy_keeps_its_first_place_and_counts_attempts() -> None:
-    first = _retry_headers(_record((("x-trace-id", b"t"),)), 2, "down")
+    first = _retry_headers(_record((("x-trace-id", b"t"),)), 2, "down", "acme.g", own=False)
     assert first == [
         ("x-trace-id", b"t"),
+        (RETRY_GROUP, b"acme.g"),
         (ATTEMPT, b"2"),
         (RETRY_TOPIC, b"acme.orders"),
         (RETRY_PARTITION, b"1"),
@@ -106,7 +111,7 @@ def test_a_retried_copy_keeps_its_first_place_and_counts_attempts() -> None:
     ]
     again = ConsumerRecord("acme.g.retry", 0, 3, 0, 0, b"k", b"v", tuple(first))
     assert again.attempt == 2
-    second = _retry_headers(again, 3, None)
+    second = _retry_headers(again, 3, None, "acme.g", own=True)
     assert [h for h in second if h[0] in (RETRY_TOPIC, RETRY_OFFSET, ATTEMPT)] == [
         (ATTEMPT, b"3"),
         (RETRY_TOPIC, b"acme.orders"),
@@ -117,6 +122,57 @@ def test_a_retried_copy_keeps_its_first_place_and_counts_attempts() -> None:
         with pytest.raises((MeridianError, TypeError)):
             check_retry_delay(bad)
     check_retry_delay(0)
+
+
+class _Sent:
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, list[tuple[str, bytes | None]]]] = []
+
+    def send(self, topic: str, value: Any, key: Any = None, headers: Any = None, **_: Any) -> Any:
+        self.sent.append((topic, list(headers)))
+        return None
+
+
+class _Policies:
+    def retry_policy(self, group_id: str) -> RetryPolicy:
+        return RetryPolicy(group_id, 3, 1000, 2.0, 60_000, f"{group_id}.retry", f"{group_id}.dlq")
+
+
+def test_retry_headers_count_only_on_the_groups_own_retry_topic() -> None:
+    """A record carrying x-attempt and x-retry-* read from a topic (anyone may write
+    them), or from another group's retry topic, is a first delivery from where it was
+    read: its attempt is 1, its retry goes to attempt 2 with its own place, and a dead
+    letter can name no topic its producer chose."""
+    forged = (
+        (ATTEMPT, b"99"),
+        (RETRY_GROUP, b"acme.g"),
+        (RETRY_TOPIC, b"acme.payments"),
+        (RETRY_PARTITION, b"0"),
+        (RETRY_OFFSET, b"1"),
+        (DLQ_REASON, b"made up"),
+    )
+    producer = _Sent()
+    retrier = Retrier("acme.g", _Policies(), lambda: producer)  # type: ignore[arg-type]
+    on_topic = _record(forged)
+    assert on_topic.attempt == 1
+    theirs = ConsumerRecord("acme.other.retry", 0, 5, 0, 0, b"k", b"v", forged)
+    assert theirs.attempt == 1  # x-retry-group names acme.g, not the group of this topic
+    mine = ConsumerRecord("acme.g.retry", 0, 5, 0, 0, b"k", b"v", forged)
+    assert mine.attempt == 99
+    for record in (on_topic, theirs):
+        retrier.retry_later(record, 0, None)
+        topic, headers = producer.sent.pop()
+        assert topic == "acme.g.retry"
+        assert header(headers, ATTEMPT) == b"2"
+        assert header(headers, RETRY_TOPIC) == record.topic.encode()
+        assert header(headers, RETRY_OFFSET) == str(record.offset).encode()
+        assert [k for k, _ in headers].count(RETRY_TOPIC) == 1
+        assert header(headers, DLQ_REASON) is None
+    retrier.retry_later(mine, 0, "again")  # past max_attempts 3: a dead letter
+    topic, headers = producer.sent.pop()
+    assert topic == "acme.g.dlq"
+    assert header(headers, RETRY_TOPIC) == b"acme.payments"  # the group's own retry: kept
+    assert header(headers, DLQ_REASON) == b"3 attempts: again"
 
 
 class _Done:
@@ -141,4 +197,63 @@ def test_a_failed_retry_holds_its_partition_commit_below_the_record() -> None:
     assert failed == {a: 6}
     assert isinstance(first, RetryFailedError)
     assert first.record == ("acme.orders", 0, 6)
-    assert retrier.settle({a: 12}) == ({a: 12}, {}, None)  # settled ones are forgotten
+    retrier.committed(capped)
+    assert retrier.settle({a: 12}) == ({a: 12}, {}, None)  # settled and committed: forgotten
+
+
+def test_a_cap_holds_until_a_commit_honouring_it_succeeds() -> None:
+    """A failed retry caps its partition's commits at the record until a commit at or
+    below it succeeds: a commit tried again (the coordinator moved) is capped too, and
+    the partition given up forgets it."""
+    retrier = Retrier("acme.g", delays=None, make_producer=lambda: None)  # type: ignore[arg-type]
+    a = TopicPartition("acme.orders", 0)
+    failure = MeridianError(ErrorCode.REQUEST_TIMED_OUT, "slow")
+    retrier._pending = {a: [(6, _Done(failure))]}
+    assert retrier.settle({a: 12})[0] == {a: 6}
+    assert retrier.settle({a: 12}) == ({a: 6}, {}, None)  # that commit did not succeed
+    retrier.committed({a: 6})
+    assert retrier.settle({a: 12}) == ({a: 12}, {}, None)
+    retrier._pending = {a: [(14, _Done(failure))]}
+    assert retrier.settle({a: 20})[0] == {a: 14}
+    retrier.forget([a])
+    assert retrier.settle({a: 20})[0] == {a: 20}
+
+
+def test_a_revocation_commit_tried_again_never_passes_a_failed_retry() -> None:
+    """Giving partitions up: the commit waits on a retry that failed (retriable), commits
+    below the record, is refused by a moving coordinator and tried again: every attempt
+    stays below the record, and the consumer is rewound to it."""
+    consumer = Consumer(["127.0.0.1:1"], group_id="acme.g", enable_auto_commit=False)
+    tp = TopicPartition("acme.orders", 0)
+    consumer.assign([tp])
+    consumer.seek(tp, 12)
+    retrier = Retrier("acme.g", delays=None, make_producer=lambda: None)  # type: ignore[arg-type]
+    retrier._pending = {tp: [(6, _Done(MeridianError(ErrorCode.REQUEST_TIMED_OUT, "slow")))]}
+    consumer._retrier = retrier
+    committed: list[dict[TopicPartition, int]] = []
+
+    def commit_offsets(offsets: dict[TopicPartition, int]) -> None:
+        committed.append(dict(offsets))
+        if len(committed) == 1:
+            raise MeridianError(ErrorCode.NOT_COORDINATOR, "the coordinator moved")
+
+    consumer._commit_offsets = commit_offsets  # type: ignore[method-assign]
+    consumer._retry_backoff_s = 0.001
+    try:
+        consumer._commit_quietly([tp], retry=True)
+        assert committed == [{tp: 6}, {tp: 6}]
+        assert consumer.position(tp) == 6
+    finally:
+        consumer._retrier = None
+        consumer.close()
+
+
+def test_a_record_with_two_delivery_times_is_refused() -> None:
+    twice = [(DELIVER_AT, b"%d" % (_now_ms() + 5000)), (DELIVER_AT, b"%d" % (_now_ms() + 9000))]
+    with pytest.raises(MeridianError) as refused:
+        header_deliver_at(twice)
+    assert refused.value.code == ErrorCode.INVALID_DELAY
+    with pytest.raises(MeridianError) as null:
+        header_deliver_at([(DELIVER_AT, None)])
+    assert null.value.code == ErrorCode.INVALID_DELAY
+    assert header_deliver_at([("x-other", b"1")]) is None

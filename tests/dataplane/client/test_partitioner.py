@@ -77,6 +77,17 @@ def test_keyless_records_stick_until_the_batch_fills() -> None:
     assert sorted(b.count for b in drain_all(acc)) == [2, 5, 5]
 
 
+def test_keyless_delayed_records_move_the_sticky_partition_as_a_batch_would() -> None:
+    """Records scheduled for later take the sticky partition without entering its batch:
+    each batch's worth of them moves it, so keyless delays spread as sends do."""
+    acc, topic = accumulator(partitions=4, batch_bytes=61 + 500)
+    chosen = [acc.choose_partition(topic, None, 90) for _ in range(24)]
+    runs = [(p, len(list(group))) for p, group in itertools.groupby(chosen)]
+    assert [length for _, length in runs] == [6, 6, 6, 6], chosen
+    keyed = {acc.choose_partition(topic, b"same", 90) for _ in range(24)}
+    assert keyed == {(kafka_murmur2(b"same") & 0x7FFFFFFF) % 4}
+
+
 def test_keyed_records_ignore_the_sticky_choice() -> None:
     acc, topic = accumulator(partitions=5, batch_bytes=61 + 300)
     futures = append_specs(acc, topic, [(b"same", b"x" * 90, NOW, [])] * 10, partition=None)

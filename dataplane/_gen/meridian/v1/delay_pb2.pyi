@@ -436,25 +436,52 @@ Global___RetryPolicy: _TypeAlias = RetryPolicy  # noqa: Y015
 @_typing.final
 class DelayPush(_message.Message):
     """In the controller's push (UpdateMetadataRequest.delay): the retry policies of every live
-    tenant, the complete set when policies_listed.
+    tenant, the complete set when policies_listed; and the max_message_bytes of every topic
+    of the cluster (the largest batch it stores), so that the leader of a timer partition
+    refuses at scheduling a record its topic could not take, and delivers in batches it
+    takes, wherever the topic is hosted.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class MaxMessageBytesEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     POLICIES_LISTED_FIELD_NUMBER: _builtins.int
     RETRY_POLICIES_FIELD_NUMBER: _builtins.int
+    MAX_MESSAGE_BYTES_FIELD_NUMBER: _builtins.int
     policies_listed: _builtins.bool
     @_builtins.property
     def retry_policies(self) -> _containers.RepeatedCompositeFieldContainer[Global___RetryPolicy]: ...
+    @_builtins.property
+    def max_message_bytes(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]: ...
     def __init__(
         self,
         *,
         policies_listed: _builtins.bool = ...,
         retry_policies: _abc.Iterable[Global___RetryPolicy] | None = ...,
+        max_message_bytes: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["policies_listed", b"policies_listed", "retry_policies", b"retry_policies"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["max_message_bytes", b"max_message_bytes", "policies_listed", b"policies_listed", "retry_policies", b"retry_policies"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

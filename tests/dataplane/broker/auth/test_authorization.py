@@ -3,23 +3,31 @@ internal calls only with the internal role."""
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
+import grpc
 import pytest
 
 from dataplane._gen.meridian.v1 import (
     admin_pb2,
     broker_pb2,
     common_pb2,
+    delay_pb2,
+    delay_pb2_grpc,
     replication_pb2,
     replication_pb2_grpc,
 )
-from dataplane.errors import ErrorCode
-from dataplane.records import build_batch
+from dataplane.delays import DELAY_PARTITION, DELAY_TOPIC, DELIVER_AT
+from dataplane.errors import ErrorCode, error_from_rpc
+from dataplane.records import BatchBuilder, build_batch
 from tests.support.brokers import BrokerProcess
 from tests.support.issuer import TestIssuer
 
 from .support import (
     NAMES,
     caller,
+    create_topic,
     errors_by_topic,
     fetch_request,
     list_offsets_request,
@@ -28,6 +36,7 @@ from .support import (
 )
 
 TOPIC_DENIED = "TOPIC_AUTHORIZATION_FAILED"
+TIMER = "__delay.acme"
 
 
 def test_a_developer_produces_and_consumes_its_tenants_topic(
@@ -118,7 +127,15 @@ def test_a_platform_admin_reads_every_tenants_metadata_but_not_records(
         assert errors_by_topic(fetched.results) == {"beta.secret": TOPIC_DENIED}
 
 
-def _push_acls(secured_broker: BrokerProcess, issuer: TestIssuer, epoch: int, acls: list) -> None:
+def _push_acls(
+    secured_broker: BrokerProcess,
+    issuer: TestIssuer,
+    epoch: int,
+    acls: list,
+    also: tuple[str, ...] = (),
+) -> None:
+    """Push ``acme.orders`` (2 partitions) with ``acls``, and the one-partition topics
+    ``also``, all led by broker 1."""
     request = admin_pb2.UpdateMetadataRequest(
         controller_id="test",
         controller_epoch=epoch,
@@ -126,15 +143,16 @@ def _push_acls(secured_broker: BrokerProcess, issuer: TestIssuer, epoch: int, ac
         brokers=[common_pb2.BrokerInfo(id=1, host="127.0.0.1", port=secured_broker.port)],
         topics=[
             admin_pb2.MetadataTopic(
-                name="acme.orders",
+                name=name,
                 partitions=[
                     admin_pb2.MetadataPartition(
                         partition=p, leader_id=1, leader_epoch=0, replicas=[1], isr=[1]
                     )
-                    for p in range(2)
+                    for p in range(2 if name == "acme.orders" else 1)
                 ],
-                acls=acls,
+                acls=acls if name == "acme.orders" else [],
             )
+            for name in ["acme.orders", *also]
         ],
     )
     with caller(secured_broker.address, issuer.internal_token()) as internal:
@@ -283,3 +301,49 @@ def test_the_produce_stream_is_authorized_request_by_request(
         {"acme.audit": "NONE"},
         {"beta.secret": TOPIC_DENIED},
     ]
+
+
+def test_listing_scheduled_records_needs_the_consume_right_on_their_topics(
+    secured_broker: BrokerProcess, issuer: TestIssuer
+) -> None:
+    """A timer log's listing shows keys, values and headers: only of the topics the
+    caller may consume from (the rest are left out; a topic named that it may not is
+    refused), each value cut at 4 KiB whatever is asked."""
+    with caller(secured_broker.address, issuer.internal_token()) as internal:
+        create_topic(internal, TIMER, 1)
+    acls = [admin_pb2.AclEntry(principal="acme--writer", operations=["produce", "consume"])]
+    _push_acls(secured_broker, issuer, 10, acls, also=(TIMER,))
+    try:
+        due = b"%d" % (time.time_ns() // 1_000_000 + 3_600_000)
+        builder = BatchBuilder()
+        for topic in ("acme.orders", "acme.audit"):
+            headers = [(DELIVER_AT, due), (DELAY_TOPIC, topic.encode()), (DELAY_PARTITION, b"0")]
+            builder.append(b"v" * 10_000, key=topic.encode(), headers=headers)
+        writer = issuer.token(tenants={"acme": "developer"}, client_id="acme--writer")
+        with caller(secured_broker.address, writer) as c:
+            produced = c.broker.Produce(produce_request(TIMER, 0, builder.build()), timeout=10)
+            assert errors_by_topic(produced.results) == {TIMER: "NONE"}
+            assert _listed(c, "") == [("acme.orders", 4096), ("acme.audit", 4096)]
+        other = issuer.token(tenants={"acme": "developer"}, client_id="acme--other")
+        with caller(secured_broker.address, other) as c:
+            assert _listed(c, "") == [("acme.audit", 4096)]
+            request = delay_pb2.ListDelayedRequest(tenant="acme", topic="acme.orders")
+            error = refusal(delay_pb2_grpc.DelayStub(c.channel).ListDelayed, request)
+            assert error.code == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    finally:
+        _push_acls(secured_broker, issuer, 11, [])
+
+
+def _listed(c: Any, topic: str) -> list[tuple[str, int]]:
+    """(topic, value bytes shown) of what ListDelayed shows, once the mover is ready."""
+    stub = delay_pb2_grpc.DelayStub(c.channel)
+    request = delay_pb2.ListDelayedRequest(tenant="acme", topic=topic, value_bytes=1_000_000)
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            response = stub.ListDelayed(request, timeout=10)
+            return [(r.topic, len(r.value)) for r in response.records]
+        except grpc.RpcError as exc:
+            if time.monotonic() > deadline or not error_from_rpc(exc).retriable:
+                raise
+            time.sleep(0.1)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import tracemalloc
 
+import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
+from dataplane.broker.delay import index as index_module
 from dataplane.broker.delay.index import FAR_MS, DueIndex, OffsetTable
 
 START = 1_700_000_000_000
@@ -49,6 +51,11 @@ class IndexMachine(RuleBasedStateMachine):
     def holds_what_the_oracle_holds(self) -> None:
         assert len(self.index) == len(self.oracle)
         assert list(self.index.entries()) == sorted(self.oracle)
+        if self.oracle:
+            middle = sorted(self.oracle)[len(self.oracle) // 2]
+            assert list(self.index.entries(middle)) == [
+                e for e in sorted(self.oracle) if e > middle
+            ]
         expected = min(self.oracle)[0] if self.oracle else None
         assert self.index.next_due() == expected
 
@@ -72,6 +79,33 @@ def test_a_far_bucket_poured_in_pops_in_order() -> None:
     ]
     assert len(index) == 0
     assert index.next_due() is None
+
+
+def test_entries_due_at_once_are_sorted_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Draining entries all due at once, a round at a time, sorts their bucket once (not
+    once per round); what is added meanwhile comes out first when it is due earliest."""
+    sorts = []
+
+    def counting(items, **kwargs):  # type: ignore[no-untyped-def]
+        sorts.append(len(items))
+        return sorted(items, **kwargs)
+
+    monkeypatch.setattr(index_module, "sorted", counting, raising=False)
+    index = DueIndex(START)
+    count = 100_000
+    for offset in range(count):
+        index.add(START - 100 + offset % 50, offset)
+    popped = []
+    while len(index):
+        popped += index.pop_due(START, 4000)
+        if len(popped) == 40_000:
+            index.add(START - 100, count)  # due at once, added while draining
+    assert len(sorts) == 1
+    assert popped[0] == (START - 100, 0)
+    assert popped[40_000] == (START - 100, count)  # before what was left, all due later
+    rest = popped[:40_000] + popped[40_001:]
+    assert rest == sorted(rest)
+    assert len(popped) == count + 1
 
 
 def test_pending_entries_hold_no_object_each() -> None:
