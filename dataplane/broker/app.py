@@ -251,7 +251,6 @@ class BrokerApp:
 
     def _add_services(self, server: grpc.aio.Server, cluster: ClusterView) -> None:
         config = self.config
-        producer_ids = self.producer_ids  # one allocator: ids never repeat
         delay = self.delay = DelayManager(
             self.registry,
             self.executor,
