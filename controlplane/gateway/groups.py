@@ -38,6 +38,8 @@ def connected_admin(addresses: Sequence[str]) -> Iterator[Admin]:
             list(addresses),
             client_id=_CLIENT_ID,
             request_timeout_ms=settings.BROKER_RPC_TIMEOUT_S * 1000,
+            # An API request waits for a region's brokers a little, never a minute.
+            api_timeout_ms=settings.BROKER_RPC_TIMEOUT_S * 2000,
             credentials=tokens,
             tls=settings.BROKER_TLS_CA_FILE or None,
         ) as admin:

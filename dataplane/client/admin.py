@@ -29,7 +29,7 @@ from dataplane._gen.meridian.v1 import admin_pb2, common_pb2
 from dataplane.client import txn_admin
 from dataplane.client.auth import Credentials
 from dataplane.client.connection import ChannelSecurity, ConnectionPool, Tls
-from dataplane.client.metadata import BrokerAddress, ClusterMetadata
+from dataplane.client.metadata import API_TIMEOUT_S, BrokerAddress, ClusterMetadata
 from dataplane.client.offsets import LATEST, ends_and_ages, list_offsets, offset_spec
 from dataplane.client.txn_admin import HalfMessageListing, TransactionListing
 from dataplane.client.types import TopicPartition
@@ -148,6 +148,7 @@ class Admin:
         *,
         client_id: str = "meridian-admin",
         request_timeout_ms: float = 30_000,
+        api_timeout_ms: float = API_TIMEOUT_S * 1000,
         credentials: Credentials = None,
         tls: Tls = None,
     ) -> None:
@@ -155,7 +156,9 @@ class Admin:
         self._pool = ConnectionPool(
             bootstrap, client_id=client_id, security=ChannelSecurity.of(credentials, tls)
         )
-        self.metadata = ClusterMetadata(self._pool, timeout_s=self._timeout_s)
+        self.metadata = ClusterMetadata(
+            self._pool, timeout_s=self._timeout_s, api_timeout_s=api_timeout_ms / 1000
+        )
 
     # -- topics --------------------------------------------------------------------------
     def create_topic(

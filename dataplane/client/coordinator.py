@@ -36,7 +36,6 @@ from dataplane.errors import ErrorCode, MeridianError, error_from_rpc
 log = logging.getLogger(__name__)
 
 REQUEST_TIMEOUT_S = 30.0
-API_TIMEOUT_S = 60.0
 RETRY_BACKOFF_S = 0.1
 MAX_BACKOFF_S = 1.0
 # Answers that mean "find the coordinator again".
@@ -99,13 +98,16 @@ class CoordinatorLink:
         request: Any,
         *,
         timeout_s: float = REQUEST_TIMEOUT_S,
-        api_timeout_s: float = API_TIMEOUT_S,
+        api_timeout_s: float | None = None,
         check: Callable[[Any], None] | None = None,
         stop: threading.Event | None = None,
     ) -> Any:
         """Send ``request`` to the coordinator's ``rpc``; ``check`` raises errors found in
         the response, which are retried like request-level ones. Setting ``stop`` ends
-        the retries (the last error is raised)."""
+        the retries (the last error is raised). ``api_timeout_s`` bounds the retries
+        (None: the metadata's ``api_timeout_s``)."""
+        if api_timeout_s is None:
+            api_timeout_s = self.metadata.api_timeout_s
         deadline = time.monotonic() + api_timeout_s
         pause = stop or threading.Event()
         for attempt in itertools.count():

@@ -66,6 +66,9 @@ class ClusterSnapshot:
 
 # One broker's Metadata answer takes milliseconds (at most ~0.5 s while it asks its
 # peers); a hung broker must not hold a failover for the whole refresh timeout.
+# How long an operation that finds its broker (a group's coordinator, ...) may retry,
+# by default: Kafka's ``default.api.timeout.ms``.
+API_TIMEOUT_S = 60.0
 ATTEMPT_TIMEOUT_S = 2.0
 # A broker's answer waits up to 0.5 s for a round of its static peers (one of which may
 # hang): past this, another broker is asked as well.
@@ -81,11 +84,17 @@ class ClusterMetadata:
     """Thread-safe metadata cache over a ``ConnectionPool``."""
 
     def __init__(
-        self, pool: ConnectionPool, *, max_age_s: float = 30.0, timeout_s: float = 10.0
+        self,
+        pool: ConnectionPool,
+        *,
+        max_age_s: float = 30.0,
+        timeout_s: float = 10.0,
+        api_timeout_s: float = API_TIMEOUT_S,
     ) -> None:
         self.pool = pool
         self.max_age_s = max_age_s
-        self.timeout_s = timeout_s
+        self.timeout_s = timeout_s  # one request's
+        self.api_timeout_s = api_timeout_s  # an operation's, retries included
         self._lock = threading.Lock()
         self._snapshot = ClusterSnapshot()
         self._silent: set[str] = set()  # left the last refresh unanswered
