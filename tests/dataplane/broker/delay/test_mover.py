@@ -423,7 +423,10 @@ def test_batches_fit_the_target_and_only_an_oversized_record_is_dropped(
         )  # fmt: skip
         mover = cluster.mover()
         task = asyncio.create_task(mover.run())
-        await until(lambda: len(cluster.delivered()) >= 20 and mover.pending == 0, "the records")
+        await until(
+            lambda: len(cluster.delivered()) >= 20 and mover.pending == 0 and bool(cluster.dropped),
+            "the records delivered and the oversized one dropped",
+        )
         await stop(task)
         assert cluster.delivered_ids() == Counter(ids)
         assert big[0] not in cluster.delivered_ids()
