@@ -288,12 +288,11 @@ class TransactionCoordinator:
                 meta = TxnMetadata(transactional_id, new_id, 0, timeout_ms, last_update_ms=now)
                 await self.change(loaded, meta)
                 return meta.producer_id, meta.producer_epoch
-            if producer_id >= 0:
-                rules.check_producer(meta, producer_id, epoch)
             rules.check_not_completing(meta)
+            if rules.is_init_retry(meta, producer_id, epoch):
+                return meta.producer_id, meta.producer_epoch
             if meta.open:
-                fenced = rules.fence(meta, await self._next_epoch(meta), now)
-                await self.change(loaded, fenced)
+                await self.change(loaded, rules.fence(meta, now))
                 self.metrics.fenced("init")
         await self._await_completion(transactional_id)
         async with self.locked(transactional_id) as loaded:
@@ -301,16 +300,12 @@ class TransactionCoordinator:
             if meta is None:
                 raise MeridianError(ErrorCode.CONCURRENT_TRANSACTIONS, "expired meanwhile: retry")
             rules.check_not_completing(meta)
-            bumped = rules.init_producer(
-                meta, timeout_ms, await self._next_epoch(meta), self._clock_ms()
-            )
+            new_id = -1
+            if rules.epoch_exhausted(meta.producer_epoch):
+                new_id = await asyncio.to_thread(self._new_producer_id)
+            bumped = rules.init_producer(meta, timeout_ms, new_id, self._clock_ms())
             await self.change(loaded, bumped)
             return bumped.producer_id, bumped.producer_epoch
-
-    async def _next_epoch(self, meta: TxnMetadata) -> tuple[int, int]:
-        if meta.producer_epoch >= rules.MAX_EPOCH - 1:
-            return await asyncio.to_thread(self._new_producer_id), 0
-        return meta.producer_id, meta.producer_epoch + 1
 
     async def add_partitions(
         self,
@@ -410,8 +405,7 @@ class TransactionCoordinator:
                     f"transactional id {transactional_id!r} has no open transaction "
                     f"({meta.state.label})",
                 )
-            fenced = rules.fence(meta, await self._next_epoch(meta), self._clock_ms())
-            await self.change(loaded, fenced)
+            await self.change(loaded, rules.fence(meta, self._clock_ms()))
             self.metrics.fenced("operator")
         return await self.settled(transactional_id)
 
@@ -509,9 +503,7 @@ class TransactionCoordinator:
                     now - current.start_ms,
                     current.timeout_ms,
                 )
-                await self.change(
-                    loaded, rules.fence(current, await self._next_epoch(current), now)
-                )
+                await self.change(loaded, rules.fence(current, now))
                 self.metrics.fenced("timeout")
 
     async def _expire(self, now: int) -> None:

@@ -40,11 +40,13 @@ class Markers:
 
     def __init__(self) -> None:
         self.sent: list[tuple[str, TxnState, frozenset[tuple[str, int]], int, int]] = []
+        self.producer_ids: list[int] = []
         self.gate = asyncio.Event()
         self.gate.set()
 
     async def send(self, meta: Any, coordinator_epoch: int) -> None:
         await self.gate.wait()
+        self.producer_ids.append(meta.producer_id)
         self.sent.append(
             (
                 meta.transactional_id,
@@ -168,6 +170,84 @@ def test_a_new_producer_aborts_the_open_transaction_and_fences_the_old_one(tmp_p
                 ErrorCode.PRODUCER_FENCED
             )
             assert core.verify(TID, pid, old, [TP])[TP].code == ErrorCode.PRODUCER_FENCED
+
+    run(scenario)
+
+
+async def at_epoch(core: TransactionCoordinator, epoch: int) -> None:
+    """Move ``TID``'s producer to ``epoch`` (as ~32,000 InitProducerIds would)."""
+    async with core.locked(TID) as loaded:
+        meta = loaded.store.get(TID)
+        assert meta is not None
+        await core.change(loaded, meta.replace(producer_epoch=epoch))
+
+
+def test_an_exhausted_producer_is_fenced_under_its_own_id_then_given_a_new_one(
+    tmp_path: Path,
+) -> None:
+    """At the last epoch a producer may hold (32766), a new producer's fence still aborts
+    with the same producer id (epoch 32767): a marker of another id would close nothing
+    on the partitions, and their last stable offset would stay behind the open
+    transaction for ever. Only the InitProducerId that follows hands out a new id."""
+
+    async def scenario() -> None:
+        clock, markers = Clock(), Markers()
+        async with coordinator(tmp_path, clock, markers) as (core, _, _):
+            pid, _ = await core.init_producer_id(TID, 60_000)
+            await at_epoch(core, 32766)
+            await core.add_partitions(TID, pid, 32766, [TP])
+            new_pid, epoch = await core.init_producer_id(TID, 60_000)
+            assert markers.producer_ids == [pid]
+            assert markers.sent == [(TID, TxnState.PREPARE_ABORT, frozenset({TP}), 32767, 1)]
+            assert new_pid != pid
+            assert epoch == 0
+            assert await code_of(core.end_txn(TID, pid, 32766, commit=True)) == (
+                ErrorCode.INVALID_PRODUCER_ID_MAPPING
+            )
+            # A transaction timing out at the last epoch is aborted under its own id too.
+            await at_epoch(core, 32766)
+            await core.add_partitions(TID, new_pid, 32766, [OTHER])
+            clock.now += 60_001
+            while core.describe(TID).state is not TxnState.COMPLETE_ABORT:
+                await asyncio.sleep(0.01)
+            assert markers.producer_ids == [pid, new_pid]
+            assert markers.sent[-1][3] == 32767
+
+    run(scenario)
+
+
+def test_a_retried_init_producer_id_gets_the_answer_it_lost(tmp_path: Path) -> None:
+    """KIP-360: a producer bumping its own epoch whose answer was lost asks again with
+    the epoch it had, and gets the epoch it was given (not PRODUCER_FENCED); so does
+    one whose exhausted id was replaced by a new one, across a restart of the
+    coordinator. An older epoch is fenced; an id the transactional id never had is
+    INVALID_PRODUCER_ID_MAPPING."""
+
+    async def scenario() -> None:
+        clock, markers = Clock(), Markers()
+        async with coordinator(tmp_path, clock, markers) as (core, _, _):
+            pid, _ = await core.init_producer_id(TID, 60_000)
+            assert await core.init_producer_id(TID, 60_000, pid, 0) == (pid, 1)
+            assert await core.init_producer_id(TID, 60_000, pid, 0) == (pid, 1)  # retried
+            assert await core.init_producer_id(TID, 60_000, pid, 1) == (pid, 2)
+            assert await code_of(core.init_producer_id(TID, 60_000, pid, 0)) == (
+                ErrorCode.PRODUCER_FENCED
+            )
+            assert await code_of(core.init_producer_id(TID, 60_000, pid + 7, 2)) == (
+                ErrorCode.INVALID_PRODUCER_ID_MAPPING
+            )
+            await at_epoch(core, 32766)
+            rotated, epoch = await core.init_producer_id(TID, 60_000, pid, 32766)
+            assert rotated != pid
+            assert epoch == 0
+        async with coordinator(tmp_path, clock, markers) as (core, _, _):
+            assert await core.init_producer_id(TID, 60_000, pid, 32766) == (rotated, 0)
+            # Once the new id began a transaction, the old one's retry is stale.
+            await core.add_partitions(TID, rotated, 0, [TP])
+            assert await code_of(core.init_producer_id(TID, 60_000, pid, 32766)) == (
+                ErrorCode.PRODUCER_FENCED
+            )
+            assert core.describe(TID).state is TxnState.ONGOING
 
     run(scenario)
 
