@@ -31,7 +31,12 @@ also holds the first offset of the producer's open transaction on this partition
   coordinator epoch ``TRANSACTION_COORDINATOR_FENCED``; it closes the open transaction,
   and a newer epoch in it restarts the producer's sequences at 0. An abort that closes
   an open transaction is recorded in the partition's ``AbortedTxnIndex``
-  (``dataplane.storage.txn_index``) with the last stable offset after it.
+  (``dataplane.storage.txn_index``) with the last stable offset after it, under the
+  table's lock *before* the transaction leaves the open ones: a reader never sees the
+  last stable offset past an aborted transaction without its entry. A marker is applied
+  under the append lock before its bytes are written; an append failing after that
+  takes the log offline (every I/O failure does, ``PartitionLog``), so a table and index
+  ahead of the log serve no further append, and the restart rebuilds both from the log.
 - the open transactions give the *first unstable offset* (the oldest one's first
   offset): the last stable offset is ``min(it, high watermark)``. Producer ids with
   ``HALF_PRODUCER_BIT`` set belong to half messages (one transaction each, never
@@ -310,17 +315,22 @@ class ProducerStateTable:
                         f"a marker of coordinator epoch {marker.coordinator_epoch} for "
                         f"producer {pid}: epoch {entry.coordinator_epoch} was seen",
                     )
-            self._verified.pop(pid, None)
-            first = self._open.pop(pid, -1)
+            first = self._open.get(pid, -1)
             aborted = None
             if first >= 0 and not marker.commit:
-                stable = min(self._open.values(), default=offset + 1)
+                stable = min((f for p, f in self._open.items() if p != pid), default=offset + 1)
                 aborted = AbortedTxn(pid, first, offset, stable)
+                # Indexed before the transaction leaves ``_open`` (both under the lock):
+                # a read_committed reader never finds the last stable offset past its
+                # records without the entry that tells it to skip them. An index that
+                # cannot be written fails the marker with the table unchanged.
+                if self.aborted is not None and self.aborted.last_offset < offset:
+                    self.aborted.append(aborted)
+            self._verified.pop(pid, None)
+            self._open.pop(pid, None)
             self._close(pid, entry, marker)
             self.covered_offset = max(self.covered_offset, offset + 1)
             self.dirty = True
-        if aborted is not None and self.aborted is not None and self.aborted.last_offset < offset:
-            self.aborted.append(aborted)
         return aborted
 
     def _close(self, pid: int, entry: ProducerEntry | None, marker: Marker) -> None:
