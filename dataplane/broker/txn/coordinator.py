@@ -399,23 +399,33 @@ class TransactionCoordinator:
         self.describe(transactional_id)
         async with self.locked(transactional_id) as loaded:
             meta = _existing(loaded, transactional_id)
-            if not meta.open:
+            if meta.state is TxnState.PREPARE_ABORT:
+                pass  # being aborted (this call retried, or its producer's): wait for it
+            elif not meta.open:
                 raise MeridianError(
                     ErrorCode.INVALID_TXN_STATE,
                     f"transactional id {transactional_id!r} has no open transaction "
                     f"({meta.state.label})",
                 )
-            await self.change(loaded, rules.fence(meta, self._clock_ms()))
-            self.metrics.fenced("operator")
+            else:
+                await self.change(loaded, rules.fence(meta, self._clock_ms()))
+                self.metrics.fenced("operator")
         return await self.settled(transactional_id)
 
     async def settled(self, transactional_id: str) -> TxnMetadata:
-        """The metadata once its markers are written, or as it is after waiting
-        ``complete_wait_ms``."""
-        with contextlib.suppress(MeridianError):
-            await self._await_completion(transactional_id)
+        """The metadata once the decided transaction's markers are written: what it
+        decided is visible then. ``CONCURRENT_TRANSACTIONS`` (retriable) while they are
+        still being written after ``complete_wait_ms``: the same call again waits again
+        (an operator's abort, a half message's end: both join a decision already made)."""
+        await self._await_completion(transactional_id)
         meta = self.loaded(transactional_id).store.get(transactional_id)
         assert meta is not None
+        if meta.state.preparing:
+            raise MeridianError(
+                ErrorCode.CONCURRENT_TRANSACTIONS,
+                f"transactional id {transactional_id!r}: decided ({meta.state.label}), its "
+                "markers are still being written",
+            )
         return meta
 
     def open_counts(self) -> dict[tuple[str, str], int]:

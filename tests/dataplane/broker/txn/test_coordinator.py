@@ -79,7 +79,7 @@ async def coordinator(
         send_markers=markers.send,
         check_partition=known,
         clock_ms=clock,
-        config=TxnConfig(tick_interval_ms=10, complete_wait_ms=2_000, **config),
+        config=TxnConfig(**{"tick_interval_ms": 10, "complete_wait_ms": 2_000, **config}),
     )
     hub = CheckBackHub()
     halves = HalfMessages(core, hub, lambda: next(ids), known)
@@ -335,6 +335,42 @@ def test_half_messages_are_decided_by_their_producer_and_remembered(tmp_path: Pa
                 "producer",
                 "producer",
             ]
+
+    run(scenario)
+
+
+def test_ending_a_half_message_or_aborting_returns_only_once_it_is_visible(
+    tmp_path: Path,
+) -> None:
+    """A half message's commit, and an operator's abort, answer once the markers are
+    written (what was decided is visible then); while they are still being written
+    after ``complete_wait_ms``, ``CONCURRENT_TRANSACTIONS`` (retriable), and the same
+    call again joins the decision already made."""
+
+    async def scenario() -> None:
+        clock, markers = Clock(), Markers()
+        async with coordinator(tmp_path, clock, markers, complete_wait_ms=50) as (
+            core,
+            halves,
+            _,
+        ):
+            meta = await halves.begin("acme.payments", *TP, check_interval_ms=60_000)
+            assert meta.half is not None
+            pid, epoch = await core.init_producer_id(TID, 60_000)
+            await core.add_partitions(TID, pid, epoch, [TP])
+            markers.gate.clear()  # a partition's leader is away
+            assert await code_of(halves.end("acme.payments", meta.half.half_id, True)) == (
+                ErrorCode.CONCURRENT_TRANSACTIONS
+            )
+            assert await code_of(core.abort(TID)) == ErrorCode.CONCURRENT_TRANSACTIONS
+            assert await code_of(core.abort(TID)) == ErrorCode.CONCURRENT_TRANSACTIONS
+            markers.gate.set()
+            done = await halves.end("acme.payments", meta.half.half_id, True)
+            assert done.state is TxnState.COMPLETE_COMMIT
+            await settle(core)
+            aborted = core.describe(TID)
+            assert (aborted.state, aborted.producer_epoch) == (TxnState.COMPLETE_ABORT, epoch + 1)
+            assert [s[1] for s in markers.sent] == [TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT]
 
     run(scenario)
 
