@@ -436,7 +436,9 @@ class GroupCoordinator:
         """Offsets committed inside a transaction (module docstring): pending until it
         ends. Per-partition outcomes, None for success."""
         loaded = self._partition(group_id)
-        self.membership.check_commit(loaded.groups.get(group_id), generation_id, member_id)
+        self.membership.check_commit(
+            loaded.groups.get(group_id), generation_id, member_id, transactional=True
+        )
         pending = loaded.store.pending_epoch(producer_id)
         if pending is not None and producer_epoch < pending:
             raise MeridianError(
