@@ -60,7 +60,14 @@ class TxnServices:
         self._channel = channel
         self.metrics = TxnMetrics(metrics_registry)
         self.writer = MarkerWriter(registry, executor, groups, self.metrics)
-        sender = MarkerSender(config.broker_id, self._leader_of, self.writer, self._remote_write)
+        sender = MarkerSender(
+            config.broker_id,
+            self._leader_of,
+            self.writer,
+            self._remote_write,
+            is_deleted=self._is_deleted,
+            metrics=self.metrics,
+        )
         self.coordinator = TransactionCoordinator(
             broker_id=config.broker_id,
             manager=manager,
@@ -84,7 +91,7 @@ class TxnServices:
         )
         groups.verify = self.verifier.offsets
         self.groups = groups
-        self.metrics.watch(self.coordinator.open_counts, self._stable_lags)
+        self.metrics.watch(self.coordinator.open_counts, self._stable_lags, sender.oldest_pending_s)
 
     def bind(self, cluster: ClusterView) -> None:
         self.cluster = cluster
@@ -124,6 +131,20 @@ class TxnServices:
             return self.cluster.offsets_owner(partition)
         leader = self.cluster.placement().get(topic, {}).get(partition)
         return None if leader is None or leader < 0 else leader
+
+    def _is_deleted(self, topic: str, partition: int) -> bool:
+        """Whether the cluster knows ``topic``-``partition`` deleted, not merely without
+        a leader: no placement names it, and either a controller pushes the topics (its
+        push no longer names it) or every peer answers and none hosts it (a silent
+        peer's partitions leave the placement too, so then nothing is known)."""
+        cluster = self.cluster
+        if cluster is None or topic == OFFSETS_TOPIC:
+            return False
+        if partition in cluster.placement().get(topic, {}):
+            return False
+        if cluster.pushed.leaders():
+            return True
+        return all(cluster.is_alive(peer) for peer in cluster.peers.values())
 
     async def _check_partition(self, topic: str, partition: int) -> MeridianError | None:
         """None when the cluster knows ``topic``-``partition``: the cluster view, asked
