@@ -225,14 +225,24 @@ class ProduceHandler:
         topic, partition, producer_id, epoch = key
         verification = self._verifying[key]
         assert self.verify is not None
+        part = self.registry.get(topic, partition)
+        # Before asking: a marker landing before the answer drops it (``producers.py``).
+        token = part.producers.verifying(producer_id, epoch) if part is not None else None
         try:
             answers = await self.verify(transactional_id, producer_id, epoch, [(topic, partition)])
             error = answers.get((topic, partition))
         except Exception as exc:  # the coordinator's failure is the partition's answer
             error = to_error(exc)
-        part = self.registry.get(topic, partition)
-        if error is None and part is not None:
-            part.producers.verified(producer_id, epoch)
+        if (
+            error is None
+            and part is not None
+            and not part.producers.verified(producer_id, epoch, token)
+        ):
+            error = MeridianError(
+                ErrorCode.INVALID_TXN_STATE,
+                f"{topic}-{partition}: the transaction of producer {producer_id} epoch "
+                f"{epoch} ended while it was being verified",
+            )
         verification.answer.set_result(error)
 
     def _start(

@@ -21,7 +21,9 @@ also holds the first offset of the producer's open transaction on this partition
 - a transactional batch of a producer with an open transaction (same epoch) joins it;
   one that would open a transaction needs a *verification guard* for its producer id
   and epoch (``verified``, set once the transaction coordinator confirmed the partition
-  is in that producer's open transaction, dropped by the next marker), else
+  is in that producer's open transaction, dropped by the next marker; as in Kafka a
+  sentinel is installed before the coordinator is asked, ``verifying``, and the answer
+  sets the guard only if no marker dropped the sentinel meanwhile), else
   ``INVALID_TXN_STATE``, so nothing opens a transaction no marker will ever close; a
   batch of a newer epoch while an older epoch's transaction is open waits for its marker
   (``CONCURRENT_TRANSACTIONS``); a non-transactional batch of a producer with an open
@@ -59,6 +61,7 @@ under the log's append lock, which orders it with the write.
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 from collections import deque
@@ -128,6 +131,9 @@ class ProducerStateTable:
         self._producers: dict[int, ProducerEntry] = {}
         self._open: dict[int, int] = {}  # producer id -> first offset of its open txn
         self._verified: dict[int, int] = {}  # producer id -> epoch verified to open one
+        # producer id -> (epoch, token) of a verification asked of the coordinator
+        self._verifying: dict[int, tuple[int, int]] = {}
+        self._tokens = itertools.count(1)
         self.aborted = aborted
         self.covered_offset = 0  # the table reflects every batch below this offset
         self.dirty = False
@@ -171,11 +177,28 @@ class ProducerStateTable:
                 return True
             return self._verified.get(producer_id) == epoch
 
-    def verified(self, producer_id: int, epoch: int) -> None:
-        """The coordinator confirmed this partition is in the open transaction of
-        (``producer_id``, ``epoch``): its first batch here may open it."""
+    def verifying(self, producer_id: int, epoch: int) -> int:
+        """Install the sentinel of a verification about to be asked of the coordinator
+        (KIP-890): a token for ``verified``. A marker of the producer arriving before
+        the answer drops it, so an answer given before that marker cannot let a batch
+        open a transaction the marker already closed."""
         with self._lock:
+            token = next(self._tokens)
+            self._verifying[producer_id] = (epoch, token)
+            return token
+
+    def verified(self, producer_id: int, epoch: int, token: int | None = None) -> bool:
+        """The coordinator confirmed this partition is in the open transaction of
+        (``producer_id``, ``epoch``): its first batch here may open it. With the
+        ``token`` of ``verifying``, only while that sentinel is still in place (no
+        marker came since, nor a newer verification); False when it is not."""
+        with self._lock:
+            if token is not None:
+                if self._verifying.get(producer_id) != (epoch, token):
+                    return False
+                del self._verifying[producer_id]
             self._verified[producer_id] = epoch
+            return True
 
     # -- appends --------------------------------------------------------------------
     def check_and_record(self, base_offset: int, headers: list[BatchHeader]) -> None:
@@ -327,6 +350,7 @@ class ProducerStateTable:
                 if self.aborted is not None and self.aborted.last_offset < offset:
                     self.aborted.append(aborted)
             self._verified.pop(pid, None)
+            self._verifying.pop(pid, None)
             self._open.pop(pid, None)
             self._close(pid, entry, marker)
             self.covered_offset = max(self.covered_offset, offset + 1)
