@@ -518,9 +518,12 @@ class TransactionCoordinator:
 
     async def _expire(self, now: int) -> None:
         for loaded in list(self._loaded.values()):
-            gone = [m for m in loaded.store.transactions() if self._expired(m, now)]
-            if gone:
-                await loaded.store.write([(m.transactional_id, None) for m in gone])
+            for meta in [m for m in loaded.store.transactions() if self._expired(m, now)]:
+                # Under the id's lock, checked again: a request may have used it since.
+                async with self.locked(meta.transactional_id) as current_loaded:
+                    current = current_loaded.store.get(meta.transactional_id)
+                    if current is not None and self._expired(current, now):
+                        await current_loaded.store.write([(meta.transactional_id, None)])
 
     def _expired(self, meta: TxnMetadata, now: int) -> bool:
         if meta.half is not None:

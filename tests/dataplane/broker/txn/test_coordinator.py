@@ -252,6 +252,31 @@ def test_a_retried_init_producer_id_gets_the_answer_it_lost(tmp_path: Path) -> N
     run(scenario)
 
 
+def test_an_id_used_while_it_expires_is_kept(tmp_path: Path) -> None:
+    """The expiry of idle transactional ids takes each id's lock and checks again: a
+    request holding the id (here, bumping it) is never undone by a tombstone."""
+
+    async def scenario() -> None:
+        clock, markers = Clock(), Markers()
+        async with coordinator(tmp_path, clock, markers, id_expiration_ms=1_000) as (
+            core,
+            _,
+            _,
+        ):
+            pid, _ = await core.init_producer_id(TID, 60_000)
+            async with core.locked(TID) as loaded:
+                clock.now += 2_000  # idle past its expiration: the timer will see it
+                while loaded.store.get(TID) is not None and core._locks[TID].users < 2:
+                    await asyncio.sleep(0.01)  # the timer wants the id (or took it)
+                meta = loaded.store.get(TID)
+                assert meta is not None, "expired under a request holding the id"
+                await core.change(loaded, meta.replace(last_update_ms=clock.now))
+            await asyncio.sleep(0.05)
+            assert core.describe(TID).producer_id == pid
+
+    run(scenario)
+
+
 def test_a_transaction_open_past_its_timeout_is_aborted(tmp_path: Path) -> None:
     async def scenario() -> None:
         clock, markers = Clock(), Markers()
