@@ -409,11 +409,13 @@ class ProducerStateTable:
     # -- persistence --------------------------------------------------------------------
     def snapshot(self, directory: Path, covered_offset: int | None = None) -> None:
         """Write the table, and the offset it covers, to ``directory`` atomically (the
-        aborted index synced first: every abort below the snapshot is then durable)."""
-        if self.aborted is not None:
-            self.aborted.flush()
+        aborted index synced first: every abort below the snapshot is then durable).
+        The table is read before the index is synced, so an abort indexed in between
+        lies above the offset the snapshot covers, or is synced with the rest."""
         data = self.to_json(covered_offset)
         self.dirty = False
+        if self.aborted is not None:
+            self.aborted.flush()
         replace_file(directory / SNAPSHOT_FILE, data)
 
     def to_json(self, covered_offset: int | None = None) -> bytes:
