@@ -318,6 +318,10 @@ class TransactionsServicer(txn_pb2_grpc.TransactionsServicer, _Instrumented):
                 ErrorCode.INVALID_REQUEST, "a half message ends in HALF_COMMIT or HALF_ROLLBACK"
             )
         commit = request.outcome == txn_pb2.HALF_COMMIT
+        if request.by_operator:
+            # Recorded as an operator's decision only for a caller that administers the
+            # group (a tenant admin, the control plane), never on a producer's say-so.
+            self._check(request.producer_group, ADMIN)
         by = "operator" if request.by_operator else "producer"
         meta = await self.halves.end(request.producer_group, request.half_id, commit, by=by)
         return txn_pb2.EndHalfResponse(state=int(meta.state))  # type: ignore[arg-type]

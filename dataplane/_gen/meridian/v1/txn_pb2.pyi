@@ -738,7 +738,7 @@ class EndHalfRequest(_message.Message):
     outcome: Global___HalfOutcome.ValueType
     """HALF_COMMIT or HALF_ROLLBACK"""
     by_operator: _builtins.bool
-    """an operator's decision (console, REST API): recorded so"""
+    """an operator's decision (console, REST API): recorded so;"""
     def __init__(
         self,
         *,

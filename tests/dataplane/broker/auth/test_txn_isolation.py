@@ -177,3 +177,21 @@ def test_markers_and_verification_are_internal(
         assert refusal(markers.VerifyTxn, txn_pb2.VerifyTxnRequest()).code == (
             ErrorCode.CLUSTER_AUTHORIZATION_FAILED
         )
+
+
+def test_only_an_administrator_of_the_group_resolves_a_half_message_as_operator(
+    secured_broker: BrokerProcess, issuer: TestIssuer
+) -> None:
+    """A producer (developer) of the group ends its half messages, but cannot have its
+    decision recorded as an operator's (metrics, console)."""
+    token = issuer.token(tenants={"acme": "developer"})
+    with ChannelSecurity.of(token).channel(secured_broker.address) as channel:
+        stub = txn_pb2_grpc.TransactionsStub(channel)
+        request = txn_pb2.EndHalfRequest(
+            producer_group="acme.payments", half_id="1", outcome=txn_pb2.HALF_COMMIT
+        )
+        assert refusal(stub.EndHalf, request).code == ErrorCode.HALF_MESSAGE_NOT_FOUND
+        request.by_operator = True
+        assert refusal(stub.EndHalf, request).code == (
+            ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        )
