@@ -98,6 +98,7 @@ class TxnConfig:
     half_max_checks: int = 15  # RocketMQ's transactionCheckMax
     half_default_commit: bool = False  # RocketMQ discards what is never confirmed
     half_retention_ms: int = 3_600_000  # a decided half message is remembered this long
+    half_max_lifetime_ms: int = 900_000  # undecided past this, the default outcome applies
     state_log_config: LogConfig = TXN_STATE_LOG_CONFIG
 
 

@@ -15,7 +15,9 @@ robin over the connected producers, any of which may answer: the one that sent i
 be dead), and again every ``check_interval_ms``: a producer answers COMMIT or ROLLBACK
 (decided), or UNKNOWN (its callback could not tell, or raised: asked again later). Each
 check counts, also one due while no producer is connected; after ``max_checks`` the
-half message gets its ``default_outcome``. Every check is written to the coordinator's
+half message gets its ``default_outcome``; so does one still undecided
+``half_max_lifetime_ms`` after it began (a broker setting: a producer's interval and
+checks cannot hold its partition's readers back longer). Every check is written to the coordinator's
 log before it is sent, so a restarted coordinator goes on counting where it was.
 
 Decisions: by the producer (``end``), a check-back answer, the default, or an operator
@@ -215,15 +217,23 @@ class HalfMessages:
     async def tick(self, now: int) -> None:
         for meta in self.core.transactions([TxnState.ONGOING], halves=True):
             assert meta.half is not None
-            if meta.half.next_check_ms <= now:
+            if meta.half.next_check_ms <= now or self._outlived(meta, now):
                 await self._check(meta.transactional_id, now)
+
+    def _outlived(self, meta: TxnMetadata, now: int) -> bool:
+        """Undecided for the broker's ``half_max_lifetime_ms``: whatever its producer asked
+        (interval and checks), it gets its default outcome now."""
+        return now - meta.start_ms >= self.core.config.half_max_lifetime_ms
 
     async def _check(self, transactional_id: str, now: int) -> None:
         async with self.core.locked(transactional_id) as loaded:
             meta = loaded.store.get(transactional_id)
-            if meta is None or meta.half is None or not meta.open or meta.half.next_check_ms > now:
+            if meta is None or meta.half is None or not meta.open:
                 return
-            if meta.half.checks >= meta.half.max_checks:
+            outlived = self._outlived(meta, now)
+            if meta.half.next_check_ms > now and not outlived:
+                return
+            if meta.half.checks >= meta.half.max_checks or outlived:
                 commit = meta.half.default_commit
                 await self.core.change(loaded, rules.decide_half(meta, commit, "default", now))
                 self.core.metrics.resolved(commit, "default")

@@ -80,6 +80,7 @@ class TxnServices:
                 max_timeout_ms=config.transaction_max_timeout_ms,
                 half_check_interval_ms=config.half_check_interval_ms,
                 half_max_checks=config.half_max_checks,
+                half_max_lifetime_ms=config.half_max_lifetime_ms,
                 half_default_commit=config.half_default_outcome == "commit",
             ),
         )

@@ -364,6 +364,36 @@ def test_half_messages_are_decided_by_their_producer_and_remembered(tmp_path: Pa
     run(scenario)
 
 
+def test_a_half_message_outliving_the_brokers_limit_gets_its_default(tmp_path: Path) -> None:
+    """Its producer asked for a check a day, a thousand times; the broker's
+    ``half_max_lifetime_ms`` decides: its default outcome applies once it is that old,
+    so it holds its partition's readers back no longer."""
+
+    async def scenario() -> None:
+        clock, markers = Clock(), Markers()
+        async with coordinator(tmp_path, clock, markers, half_max_lifetime_ms=60_000) as (
+            _,
+            halves,
+            _,
+        ):
+            meta = await halves.begin(
+                "acme.payments", *TP, check_interval_ms=24 * 3600 * 1000, max_checks=1000
+            )
+            assert meta.half is not None
+            clock.now += 60_000
+            for _ in range(1000):  # the timer ticks every 10 ms
+                if markers.sent:
+                    break
+                await asyncio.sleep(0.01)
+            assert markers.sent, "still undecided past the broker's limit"
+            assert markers.sent[0][1] is TxnState.PREPARE_ABORT  # the default: roll back
+            (decided,) = halves.list("acme.payments")
+            assert decided.half is not None
+            assert decided.half.resolved_by == "default"
+
+    run(scenario)
+
+
 def test_ending_a_half_message_or_aborting_returns_only_once_it_is_visible(
     tmp_path: Path,
 ) -> None:
