@@ -145,6 +145,11 @@ class ProducerStateTable:
         with self._lock:
             return self._producers.get(producer_id)
 
+    def entries(self) -> dict[int, ProducerEntry]:
+        """Every producer id's entry (a copy of the table, not of the entries)."""
+        with self._lock:
+            return dict(self._producers)
+
     # -- transactions: queries ------------------------------------------------------
     def open_transactions(self) -> dict[int, int]:
         """Producer id -> first offset of each transaction open on this partition."""

@@ -46,7 +46,7 @@ from dataplane._gen.meridian.v1 import common_pb2, txn_pb2
 from dataplane.broker.errors import to_error
 from dataplane.broker.fetch import not_leader
 from dataplane.broker.groups.coordinator import OFFSETS_TOPIC, GroupCoordinator
-from dataplane.broker.partitions import PartitionRegistry
+from dataplane.broker.partitions import Partition, PartitionRegistry
 from dataplane.broker.produce import wait_for_isr
 from dataplane.broker.txn.metrics import TxnMetrics
 from dataplane.broker.txn.state import TopicPartitionKey, TxnMetadata, TxnState
@@ -143,6 +143,62 @@ class MarkerWriter:
         if error is None:
             self._metrics.marker_written(marker.commit)
         return error
+
+    # -- an operator's view and abort of one partition's producers -------------------
+    def describe_producers(self, topic: str, partition: int) -> list[txn_pb2.PartitionProducer]:
+        """The producers of a partition this broker leads, with their open transactions."""
+        part = self._led(topic, partition)
+        return [
+            txn_pb2.PartitionProducer(
+                producer_id=pid,
+                producer_epoch=entry.epoch,
+                last_sequence=entry.last_seq,
+                txn_first_offset=entry.txn_first_offset,
+                coordinator_epoch=entry.coordinator_epoch,
+            )
+            for pid, entry in sorted(part.producers.entries().items())
+        ]
+
+    async def abort_producer(
+        self, topic: str, partition: int, producer_id: int, timeout_ms: int = DEFAULT_TIMEOUT_MS
+    ) -> int:
+        """An operator's abort marker for ``producer_id``'s transaction open on the
+        partition (Kafka's ``kafka-transactions --abort``), at the producer's epoch and
+        last coordinator epoch there, so the partition takes it; the transaction's first
+        offset. ``INVALID_TXN_STATE`` when none is open. A marker its coordinator sends
+        later for the same transaction closes nothing more."""
+        part = self._led(topic, partition)
+        entry = part.producers.get(producer_id)
+        first = part.producers.open_transactions().get(producer_id)
+        if entry is None or first is None:
+            raise MeridianError(
+                ErrorCode.INVALID_TXN_STATE,
+                f"producer {producer_id} has no transaction open on {topic}-{partition}",
+            )
+        marker = Marker(producer_id, entry.epoch, False, max(entry.coordinator_epoch, 0))
+        deadline = time.monotonic() + timeout_ms / 1000
+        error = await self._append(marker, topic, partition, deadline)
+        if error is not None:
+            raise error
+        log.warning(
+            "%s-%d: an operator aborted producer %d's transaction open from offset %d",
+            topic,
+            partition,
+            producer_id,
+            first,
+        )
+        return first
+
+    def _led(self, topic: str, partition: int) -> Partition:
+        part = self._registry.get(topic, partition)
+        if part is None or topic == OFFSETS_TOPIC:
+            raise MeridianError(
+                ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic}-{partition} is not hosted here"
+            )
+        refused = not_leader(part)
+        if refused is not None:
+            raise refused
+        return part
 
 
 class MarkerSender:

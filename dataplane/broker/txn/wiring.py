@@ -101,7 +101,14 @@ class TxnServices:
         self, metrics: BrokerMetrics, readiness: Readiness, authorizer: Authorizer
     ) -> tuple[TransactionsServicer, TxnMarkersServicer]:
         client = TransactionsServicer(
-            self.coordinator, self.halves, self.groups, self._locate, metrics, readiness, authorizer
+            self.coordinator,
+            self.halves,
+            self.groups,
+            self._locate,
+            metrics,
+            readiness,
+            authorizer,
+            self.writer,
         )
         internal = TxnMarkersServicer(self.writer, self.coordinator, metrics, readiness, authorizer)
         return client, internal
