@@ -99,6 +99,8 @@ class TxnConfig:
     half_default_commit: bool = False  # RocketMQ discards what is never confirmed
     half_retention_ms: int = 3_600_000  # a decided half message is remembered this long
     half_max_lifetime_ms: int = 900_000  # undecided past this, the default outcome applies
+    max_partitions: int = 10_000  # of one transaction
+    half_max_open_per_tenant: int = 100_000  # undecided half messages here, per tenant
     state_log_config: LogConfig = TXN_STATE_LOG_CONFIG
 
 
@@ -342,7 +344,9 @@ class TransactionCoordinator:
         await self._await_completion(transactional_id)
         async with self.locked(transactional_id) as loaded:
             meta = _existing(loaded, transactional_id)
-            changed = rules.add_partitions(meta, producer_id, epoch, wanted, self._clock_ms())
+            changed = rules.add_partitions(
+                meta, producer_id, epoch, wanted, self._clock_ms(), self.config.max_partitions
+            )
             if changed is not meta:
                 await self.change(loaded, changed)
 

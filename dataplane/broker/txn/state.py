@@ -226,10 +226,20 @@ def add_partitions(
     epoch: int,
     partitions: frozenset[TopicPartitionKey],
     now_ms: int,
+    max_partitions: int = 2**31,
 ) -> TxnMetadata:
-    """AddPartitionsToTxn (and AddOffsetsToTxn): open a transaction, or add to it."""
+    """AddPartitionsToTxn (and AddOffsetsToTxn): open a transaction, or add to it; a
+    transaction of more than ``max_partitions`` partitions is ``QUOTA_EXCEEDED`` (its
+    partitions are kept in the coordinator's memory and each gets a marker)."""
     check_producer(meta, producer_id, epoch)
     check_not_completing(meta)
+    total = len(meta.partitions | partitions) if meta.open else len(partitions)
+    if total > max_partitions:
+        raise MeridianError(
+            ErrorCode.QUOTA_EXCEEDED,
+            f"transactional id {meta.transactional_id!r}: a transaction may hold at most "
+            f"{max_partitions} partitions (the brokers' txn_max_partitions), not {total}",
+        )
     if meta.open:
         if partitions <= meta.partitions:
             return meta

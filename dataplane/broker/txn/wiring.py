@@ -81,6 +81,8 @@ class TxnServices:
                 half_check_interval_ms=config.half_check_interval_ms,
                 half_max_checks=config.half_max_checks,
                 half_max_lifetime_ms=config.half_max_lifetime_ms,
+                max_partitions=config.txn_max_partitions,
+                half_max_open_per_tenant=config.half_max_open_per_tenant,
                 half_default_commit=config.half_default_outcome == "commit",
             ),
         )

@@ -394,6 +394,41 @@ def test_a_half_message_outliving_the_brokers_limit_gets_its_default(tmp_path: P
     run(scenario)
 
 
+def test_a_tenants_share_of_a_coordinator_is_bounded(tmp_path: Path) -> None:
+    """A transaction of more partitions than ``max_partitions``, and more undecided half
+    messages of one tenant than ``half_max_open_per_tenant``, are QUOTA_EXCEEDED, with
+    nothing changed; another tenant is not held back, and deciding one makes room."""
+
+    async def scenario() -> None:
+        clock, markers = Clock(), Markers()
+        limits = {"max_partitions": 2, "half_max_open_per_tenant": 2}
+        async with coordinator(tmp_path, clock, markers, **limits) as (core, halves, _):
+            pid, epoch = await core.init_producer_id(TID, 60_000)
+            await core.add_partitions(TID, pid, epoch, [TP, OTHER])
+            assert await code_of(core.add_partitions(TID, pid, epoch, [("acme.orders", 2)])) == (
+                ErrorCode.QUOTA_EXCEEDED
+            )
+            assert core.describe(TID).partitions == frozenset({TP, OTHER})
+            first = await halves.begin("acme.payments", *TP)
+            await halves.begin("acme.refunds", *TP)
+            assert await code_of(halves.begin("acme.payments", *TP)) == ErrorCode.QUOTA_EXCEEDED
+            await halves.begin("globex.payments", *TP)  # another tenant's own share
+            assert first.half is not None
+            await halves.end("acme.payments", first.half.half_id, False)
+            for _ in range(1000):  # the next tick counts what is still undecided
+                try:
+                    await halves.begin("acme.payments", *TP)
+                    break
+                except MeridianError as error:
+                    if error.code != ErrorCode.QUOTA_EXCEEDED:
+                        raise
+                    await asyncio.sleep(0.01)
+            else:
+                raise AssertionError("no room after a half message was decided")
+
+    run(scenario)
+
+
 def test_ending_a_half_message_or_aborting_returns_only_once_it_is_visible(
     tmp_path: Path,
 ) -> None:
