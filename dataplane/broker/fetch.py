@@ -255,8 +255,9 @@ def high_watermark_unknown(part: Partition) -> MeridianError | None:
     """A new leader whose high watermark is still behind the start of its epoch
     (LEADER_NOT_AVAILABLE, retriable; Kafka's OFFSET_NOT_AVAILABLE of KIP-207): it took
     the HW it knew as a follower, which may lag the previous leader's until its
-    followers fetch from it, so the offsets it would list (latest, the last stable
-    offset) could lie below what the previous leader answered for the same records."""
+    followers fetch from it, so the latest offset it would list (the HW, the last
+    stable offset) could lie below what the previous leader answered for the same
+    records. Earliest offsets and offsets by time do not depend on the HW: answered."""
     state = part.replica
     if state is None or not state.is_leader:
         return None
@@ -334,7 +335,9 @@ class OffsetsHandler:
             result.error = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             result.error_message = "not hosted here"
             return result
-        refused = not_leader(part) or high_watermark_unknown(part)
+        refused = not_leader(part)
+        if refused is None and item.timestamp == LATEST:
+            refused = high_watermark_unknown(part)
         if refused is not None:
             result.error, result.error_message = refused.code, refused.message  # type: ignore[assignment]
             return result

@@ -1,4 +1,4 @@
-"""A new leader lists no offsets until its high watermark reaches the start of its
+"""A new leader lists no latest offset until its high watermark reaches the start of its
 epoch: it took the HW it knew as a follower, and the previous leader may have answered
 a higher one (latest, the last stable offset). Real partition logs and the broker's
 ``OffsetsHandler``, without broker processes."""
@@ -53,9 +53,11 @@ def new_leader(tmp_path: Path) -> Iterator[Partition]:
         executor.shutdown()
 
 
-def _latest(handler: OffsetsHandler, committed: bool) -> broker_pb2.ListOffsetsResult:
+def _latest(
+    handler: OffsetsHandler, committed: bool, spec: int = -1
+) -> broker_pb2.ListOffsetsResult:
     request = broker_pb2.ListOffsetsRequest(
-        partitions=[broker_pb2.ListOffsetsPartition(topic="t", partition=0, timestamp=-1)],
+        partitions=[broker_pb2.ListOffsetsPartition(topic="t", partition=0, timestamp=spec)],
         isolation_level=broker_pb2.READ_COMMITTED if committed else broker_pb2.READ_UNCOMMITTED,
     )
     (result,) = handler._lookup_all(request)
@@ -71,6 +73,8 @@ def test_latest_is_refused_until_the_high_watermark_reaches_the_epoch_start(
         assert refused.error == ErrorCode.LEADER_NOT_AVAILABLE, "HW 2 would go backwards"
         assert refused.offset == -1
         assert "behind the start of its leader epoch" in refused.error_message
+    earliest = _latest(handler, False, spec=-2)  # the log start does not hang on the HW
+    assert (earliest.error, earliest.offset) == (ErrorCode.NONE, 0)
     new_leader.log.update_high_watermark(3)  # the follower fetched from the new leader
     for committed in (False, True):
         answered = _latest(handler, committed)
