@@ -1,6 +1,7 @@
 """The transaction calls the control plane makes to one cluster's brokers: listing and
 describing transactional ids and half messages, aborting a hanging transaction, deciding
-a half message as an operator. Through the SDK's ``Admin`` on the control plane's own
+a half message as an operator; a partition's producers and an operator's abort marker
+for one of them. Through the SDK's ``Admin`` on the control plane's own
 channel security (its internal token may act on every tenant's); failures leave as the
 gateway's typed errors (``groups.connected_admin``)."""
 
@@ -9,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from controlplane.gateway.groups import connected_admin
-from dataplane.client.txn_admin import HalfMessageListing, TransactionListing
+from dataplane.client import TopicPartition
+from dataplane.client.txn_admin import HalfMessageListing, ProducerListing, TransactionListing
 
 
 def list_transactions(
@@ -41,3 +43,13 @@ def resolve_half_message(
 ) -> str:
     with connected_admin(addresses) as admin:
         return admin.resolve_half_message(producer_group, half_id, commit=commit)
+
+
+def describe_producers(addresses: Sequence[str], tp: TopicPartition) -> list[ProducerListing]:
+    with connected_admin(addresses) as admin:
+        return admin.describe_producers(tp)
+
+
+def abort_producer(addresses: Sequence[str], tp: TopicPartition, producer_id: int) -> int:
+    with connected_admin(addresses) as admin:
+        return admin.abort_producer(tp, producer_id)

@@ -13,6 +13,13 @@ message commits or rolls it back for a producer that cannot. Both are audited
 (``transaction.abort``, ``half_message.commit`` / ``half_message.rollback``) in a
 transaction around the brokers' call, so a refused call leaves no audit event; a
 transaction or half message no longer open is ``Conflict``.
+
+A partition's producers (``list_partition_producers``) are read at its leader, with
+where their open transaction began there; ``abort_partition_producer`` writes an abort
+marker for one of them (Kafka's ``kafka-transactions --abort``: a transaction hanging on
+that partition which its coordinator cannot end), audited as
+``transaction.abort_producer``. A topic of another tenant is ``NotFound``, as a missing
+one.
 """
 
 from __future__ import annotations
@@ -31,10 +38,17 @@ from controlplane.gateway import transactions as gateway
 from controlplane.gateway.errors import BrokerRefusedError
 from controlplane.groups.services import clusters_of
 from controlplane.tenants.models import Tenant
+from controlplane.topics.models import Topic
 from dataplane.client import TopicPartition
-from dataplane.client.txn_admin import STATES, HalfMessageListing, TransactionListing
+from dataplane.client.txn_admin import (
+    STATES,
+    HalfMessageListing,
+    ProducerListing,
+    TransactionListing,
+)
 
 OBJECT_TYPE = "transactions.transaction"
+PARTITION_OBJECT_TYPE = "topics.partition"
 HALF_OBJECT_TYPE = "transactions.half_message"
 _NOT_OPEN = frozenset({"INVALID_TXN_STATE"})
 _GONE = frozenset({"TRANSACTIONAL_ID_NOT_FOUND", "HALF_MESSAGE_NOT_FOUND"})
@@ -260,3 +274,48 @@ def _half_not_found(group: str, half_id: str) -> NotFound:
     return NotFound(
         f"half message {half_id!r} of {group!r} not found", producer_group=group, half_id=half_id
     )
+
+
+# -- a partition's producers -------------------------------------------------------------
+def _partition(tenant: Tenant, topic: str, partition: int) -> tuple[list[str], TopicPartition]:
+    """The brokers of the cluster holding the tenant's ``topic``, or ``NotFound`` (for
+    another tenant's topic alike)."""
+    found = Topic.objects.filter(tenant=tenant, full_name=topic).first()
+    if found is None or not 0 <= partition < found.partitions:
+        raise NotFound(f"partition {topic}/{partition} not found", topic=topic, partition=partition)
+    return clusters_of([tenant]).get(found.cluster_id, []), TopicPartition(topic, partition)
+
+
+def list_partition_producers(tenant: Tenant, topic: str, partition: int) -> list[ProducerListing]:
+    """The partition's producers at its leader, with their open transactions there."""
+    addresses, tp = _partition(tenant, topic, partition)
+    return gateway.describe_producers(addresses, tp)
+
+
+def abort_partition_producer(
+    tenant: Tenant, topic: str, partition: int, producer_id: int, *, actor: Actor
+) -> int:
+    """Write an abort marker for ``producer_id``'s transaction open on the partition;
+    where it began. ``TransactionNotOpen`` when none is open there."""
+    addresses, tp = _partition(tenant, topic, partition)
+    name = f"{topic}/{partition}"
+    with transaction.atomic():
+        audit.record_about(
+            actor,
+            "transaction.abort_producer",
+            object_type=PARTITION_OBJECT_TYPE,
+            object_id=name,
+            before={"producer_id": producer_id},
+            tenant=tenant,
+        )
+        try:
+            return gateway.abort_producer(addresses, tp, producer_id)
+        except BrokerRefusedError as refused:
+            if refused.details.get("error") in _NOT_OPEN:
+                raise TransactionNotOpen(
+                    f"producer {producer_id} has no transaction open on {name}",
+                    topic=topic,
+                    partition=partition,
+                    producer_id=producer_id,
+                ) from refused
+            raise

@@ -82,6 +82,13 @@ class BrokerConfig:
     half_check_interval_ms: int = 60_000
     half_max_checks: int = 15
     half_default_outcome: str = "rollback"  # or "commit": after half_max_checks unanswered
+    # the longest a half message stays undecided, whatever its producer asked: then its
+    # default outcome applies (it holds back every reader of its partition until then)
+    half_max_lifetime_ms: int = 900_000
+    # bounds on what one tenant keeps in a coordinator's memory: the partitions of one
+    # transaction, and the undecided half messages a coordinator holds per tenant
+    txn_max_partitions: int = 10_000
+    half_max_open_per_tenant: int = 100_000
     log: LogConfig = field(default_factory=LogConfig)
     max_request_bytes: int = 64 * MiB  # records of one produce request, all partitions
     fetch_max_bytes: int = 64 * MiB  # cap of a fetch response's max_bytes
@@ -163,6 +170,9 @@ class BrokerConfig:
             "transaction_max_timeout_ms",
             "half_check_interval_ms",
             "half_max_checks",
+            "half_max_lifetime_ms",
+            "txn_max_partitions",
+            "half_max_open_per_tenant",
         ):
             _check(getattr(self, name) >= 1, name, "must be >= 1")
         _check(self.fetch_max_wait_ms >= 0, "fetch_max_wait_ms", "must be >= 0")

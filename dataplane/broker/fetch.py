@@ -251,6 +251,27 @@ def not_leader(part: Partition) -> MeridianError | None:
     )
 
 
+def high_watermark_unknown(part: Partition) -> MeridianError | None:
+    """A new leader whose high watermark is still behind the start of its epoch
+    (LEADER_NOT_AVAILABLE, retriable; Kafka's OFFSET_NOT_AVAILABLE of KIP-207): it took
+    the HW it knew as a follower, which may lag the previous leader's until its
+    followers fetch from it, so the latest offset it would list (the HW, the last
+    stable offset) could lie below what the previous leader answered for the same
+    records. Earliest offsets and offsets by time do not depend on the HW: answered."""
+    state = part.replica
+    if state is None or not state.is_leader:
+        return None
+    start = state.epochs.start_offset_of(state.leader_epoch)
+    high_watermark = part.log.high_watermark
+    if start is None or high_watermark >= start:
+        return None
+    return MeridianError(
+        ErrorCode.LEADER_NOT_AVAILABLE,
+        f"{part.topic}-{part.index}: the new leader's high watermark ({high_watermark}) "
+        f"is behind the start of its leader epoch ({start}): retry",
+    )
+
+
 def _fail(
     result: broker_pb2.FetchPartitionResult, code: int, message: str
 ) -> broker_pb2.FetchPartitionResult:
@@ -315,6 +336,8 @@ class OffsetsHandler:
             result.error_message = "not hosted here"
             return result
         refused = not_leader(part)
+        if refused is None and item.timestamp == LATEST:
+            refused = high_watermark_unknown(part)
         if refused is not None:
             result.error, result.error_message = refused.code, refused.message  # type: ignore[assignment]
             return result

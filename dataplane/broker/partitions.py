@@ -201,18 +201,23 @@ class Partition:
 
     def last_stable_offset(self) -> int:
         """Where read_committed readers stop: the oldest open transaction's first offset,
-        or the high watermark."""
-        return self.producers.last_stable_offset(self.log.high_watermark)
+        or the high watermark; never below the log start (an open transaction whose
+        first records retention or DeleteRecords removed holds back nothing below it, as
+        in Kafka: a reader listing the latest offset would loop on OFFSET_OUT_OF_RANGE)."""
+        log = self.log
+        return max(log.log_start_offset, self.producers.last_stable_offset(log.high_watermark))
 
     def visible_end(self, read_committed: bool) -> int:
         """The end of what a consumer may read: the last stable offset for
         read_committed; for read_uncommitted the high watermark, but never past the
-        oldest open half message (half messages are invisible until committed)."""
-        high_watermark = self.log.high_watermark
+        oldest open half message (half messages are invisible until committed); never
+        below the log start."""
         if read_committed:
-            return self.producers.last_stable_offset(high_watermark)
+            return self.last_stable_offset()
+        high_watermark = self.log.high_watermark
         half = self.producers.first_unstable_half_offset()
-        return high_watermark if half is None else min(half, high_watermark)
+        end = high_watermark if half is None else min(half, high_watermark)
+        return max(self.log.log_start_offset, end)
 
     def leader_epoch_to_stamp(self) -> int | None:
         """The epoch a leader stamps into the batches it appends (None: unreplicated)."""

@@ -28,6 +28,8 @@ Delays (``delay``, a ``DelayManager``): a client's records for a timer log
 (``timer_produce_refusal``); a request to a topic whose log finds records with
 ``x-deliver-at`` in it (``MarkedRecordsError``, nothing written) is diverted: those
 records are scheduled and the others appended (``divert``), its answer that append's.
+Such records in a transactional batch are refused (``INVALID_RECORD``, nothing written):
+the timer log is outside the transaction.
 
 Transactions: a request naming a ``transactional_id`` whose partition's first batch is
 transactional and would open a transaction there (its producer has no open transaction
@@ -54,7 +56,7 @@ from dataplane.broker.partitions import Partition, PartitionRegistry
 from dataplane.broker.producers import DuplicateBatch
 from dataplane.broker.replication.state import ReplicaState
 from dataplane.broker.topics import is_internal
-from dataplane.delays import is_timer_topic
+from dataplane.delays import DELIVER_AT, is_timer_topic
 from dataplane.errors import ErrorCode, MeridianError
 from dataplane.records import read_header
 from dataplane.records.errors import CorruptBatchError
@@ -223,14 +225,24 @@ class ProduceHandler:
         topic, partition, producer_id, epoch = key
         verification = self._verifying[key]
         assert self.verify is not None
+        part = self.registry.get(topic, partition)
+        # Before asking: a marker landing before the answer drops it (``producers.py``).
+        token = part.producers.verifying(producer_id, epoch) if part is not None else None
         try:
             answers = await self.verify(transactional_id, producer_id, epoch, [(topic, partition)])
             error = answers.get((topic, partition))
         except Exception as exc:  # the coordinator's failure is the partition's answer
             error = to_error(exc)
-        part = self.registry.get(topic, partition)
-        if error is None and part is not None:
-            part.producers.verified(producer_id, epoch)
+        if (
+            error is None
+            and part is not None
+            and not part.producers.verified(producer_id, epoch, token)
+        ):
+            error = MeridianError(
+                ErrorCode.INVALID_TXN_STATE,
+                f"{topic}-{partition}: the transaction of producer {producer_id} epoch "
+                f"{epoch} ended while it was being verified",
+            )
         verification.answer.set_result(error)
 
     def _start(
@@ -344,7 +356,11 @@ class ProduceHandler:
     async def _diverted(
         self, part: Partition | None, item: broker_pb2.PartitionRecords
     ) -> AppendInfo | broker_pb2.PartitionProduceResult:
-        """A request holding records due later, scheduled and appended (``delay``)."""
+        """A request holding records due later, scheduled and appended (``delay``); in
+        a transactional batch refused (``_in_transaction``)."""
+        refusal = _in_transaction(item)
+        if refusal is not None:
+            return _failed(item, refusal)
         if self._delay is None or part is None:
             return _failed(item, MeridianError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "deleted"))
         try:
@@ -372,6 +388,24 @@ class ProduceHandler:
         result = _result(item, dup.base_offset, -1, part.log.log_start_offset)
         result.duplicate = True
         return result
+
+
+def _in_transaction(item: broker_pb2.PartitionRecords) -> MeridianError | None:
+    """Records due later in a transactional batch: refused whole, nothing written. The
+    timer log that would keep them is outside the transaction, so they would be
+    delivered whether it commits or aborts."""
+    try:
+        transactional = read_header(item.records).is_transactional
+    except CorruptBatchError:
+        return None  # the log validated it: not reached
+    if not transactional:
+        return None
+    return MeridianError(
+        ErrorCode.INVALID_RECORD,
+        f"{item.topic}-{item.partition}: records with {DELIVER_AT} cannot be sent in a "
+        "transaction (their delivery would not follow its commit or abort): send them "
+        "outside it",
+    )
 
 
 class _Verification:

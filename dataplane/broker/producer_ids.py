@@ -4,7 +4,12 @@ An id is ``broker_id << COUNTER_BITS | counter``: the broker id in the high bits
 brokers apart without coordination. Counters are reserved in blocks of ``BLOCK_SIZE``;
 the end of the reserved block is written durably to ``<data dir>/producer-ids.json``
 before any id of it is handed out, so after a crash the next block starts past every id
-that may have been given.
+that may have been given. A data directory without that file (a new broker, or one
+whose volume was lost) starts its counter at the milliseconds since ``COUNTER_EPOCH_MS``
+(2025-01-01), not at 0: so a broker that lost its volume hands out none of the ids its
+earlier life gave — as long as that life gave fewer than one id a millisecond on
+average — and no producer state left on the partitions mistakes a new producer for an
+old one. The counter's 40 bits last until 2059.
 
 Thread safety: ``next_id`` may be called from any thread.
 """
@@ -13,21 +18,27 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from dataplane.errors import ErrorCode, MeridianError
 from dataplane.files import replace_file
+from dataplane.storage.log import wall_clock_ms
 
 COUNTER_BITS = 40
+COUNTER_EPOCH_MS = 1_735_689_600_000  # 2025-01-01T00:00:00Z
 BLOCK_SIZE = 1000
 STATE_FILE = "producer-ids.json"
 MAX_EPOCH = 2**15 - 1
 
 
 class ProducerIdAllocator:
-    def __init__(self, data_dir: Path, broker_id: int) -> None:
+    def __init__(
+        self, data_dir: Path, broker_id: int, clock_ms: Callable[[], int] = wall_clock_ms
+    ) -> None:
         self._path = Path(data_dir) / STATE_FILE
         self._broker_id = broker_id
+        self._clock_ms = clock_ms
         self._lock = threading.Lock()
         self._next = self._reserved_end = self._load()
 
@@ -35,7 +46,7 @@ class ProducerIdAllocator:
         try:
             return int(json.loads(self._path.read_bytes())["next_block"])
         except FileNotFoundError:
-            return 0
+            return max(0, self._clock_ms() - COUNTER_EPOCH_MS)  # see the module docstring
         except (ValueError, KeyError, TypeError) as exc:
             # Guessing could hand out an id twice: refuse to start instead.
             raise MeridianError(

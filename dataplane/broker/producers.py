@@ -21,7 +21,9 @@ also holds the first offset of the producer's open transaction on this partition
 - a transactional batch of a producer with an open transaction (same epoch) joins it;
   one that would open a transaction needs a *verification guard* for its producer id
   and epoch (``verified``, set once the transaction coordinator confirmed the partition
-  is in that producer's open transaction, dropped by the next marker), else
+  is in that producer's open transaction, dropped by the next marker; as in Kafka a
+  sentinel is installed before the coordinator is asked, ``verifying``, and the answer
+  sets the guard only if no marker dropped the sentinel meanwhile), else
   ``INVALID_TXN_STATE``, so nothing opens a transaction no marker will ever close; a
   batch of a newer epoch while an older epoch's transaction is open waits for its marker
   (``CONCURRENT_TRANSACTIONS``); a non-transactional batch of a producer with an open
@@ -31,7 +33,12 @@ also holds the first offset of the producer's open transaction on this partition
   coordinator epoch ``TRANSACTION_COORDINATOR_FENCED``; it closes the open transaction,
   and a newer epoch in it restarts the producer's sequences at 0. An abort that closes
   an open transaction is recorded in the partition's ``AbortedTxnIndex``
-  (``dataplane.storage.txn_index``) with the last stable offset after it.
+  (``dataplane.storage.txn_index``) with the last stable offset after it, under the
+  table's lock *before* the transaction leaves the open ones: a reader never sees the
+  last stable offset past an aborted transaction without its entry. A marker is applied
+  under the append lock before its bytes are written; an append failing after that
+  takes the log offline (every I/O failure does, ``PartitionLog``), so a table and index
+  ahead of the log serve no further append, and the restart rebuilds both from the log.
 - the open transactions give the *first unstable offset* (the oldest one's first
   offset): the last stable offset is ``min(it, high watermark)``. Producer ids with
   ``HALF_PRODUCER_BIT`` set belong to half messages (one transaction each, never
@@ -54,6 +61,7 @@ under the log's append lock, which orders it with the write.
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 from collections import deque
@@ -123,6 +131,9 @@ class ProducerStateTable:
         self._producers: dict[int, ProducerEntry] = {}
         self._open: dict[int, int] = {}  # producer id -> first offset of its open txn
         self._verified: dict[int, int] = {}  # producer id -> epoch verified to open one
+        # producer id -> (epoch, token) of a verification asked of the coordinator
+        self._verifying: dict[int, tuple[int, int]] = {}
+        self._tokens = itertools.count(1)
         self.aborted = aborted
         self.covered_offset = 0  # the table reflects every batch below this offset
         self.dirty = False
@@ -133,6 +144,11 @@ class ProducerStateTable:
     def get(self, producer_id: int) -> ProducerEntry | None:
         with self._lock:
             return self._producers.get(producer_id)
+
+    def entries(self) -> dict[int, ProducerEntry]:
+        """Every producer id's entry (a copy of the table, not of the entries)."""
+        with self._lock:
+            return dict(self._producers)
 
     # -- transactions: queries ------------------------------------------------------
     def open_transactions(self) -> dict[int, int]:
@@ -166,11 +182,28 @@ class ProducerStateTable:
                 return True
             return self._verified.get(producer_id) == epoch
 
-    def verified(self, producer_id: int, epoch: int) -> None:
-        """The coordinator confirmed this partition is in the open transaction of
-        (``producer_id``, ``epoch``): its first batch here may open it."""
+    def verifying(self, producer_id: int, epoch: int) -> int:
+        """Install the sentinel of a verification about to be asked of the coordinator
+        (KIP-890): a token for ``verified``. A marker of the producer arriving before
+        the answer drops it, so an answer given before that marker cannot let a batch
+        open a transaction the marker already closed."""
         with self._lock:
+            token = next(self._tokens)
+            self._verifying[producer_id] = (epoch, token)
+            return token
+
+    def verified(self, producer_id: int, epoch: int, token: int | None = None) -> bool:
+        """The coordinator confirmed this partition is in the open transaction of
+        (``producer_id``, ``epoch``): its first batch here may open it. With the
+        ``token`` of ``verifying``, only while that sentinel is still in place (no
+        marker came since, nor a newer verification); False when it is not."""
+        with self._lock:
+            if token is not None:
+                if self._verifying.get(producer_id) != (epoch, token):
+                    return False
+                del self._verifying[producer_id]
             self._verified[producer_id] = epoch
+            return True
 
     # -- appends --------------------------------------------------------------------
     def check_and_record(self, base_offset: int, headers: list[BatchHeader]) -> None:
@@ -310,17 +343,23 @@ class ProducerStateTable:
                         f"a marker of coordinator epoch {marker.coordinator_epoch} for "
                         f"producer {pid}: epoch {entry.coordinator_epoch} was seen",
                     )
-            self._verified.pop(pid, None)
-            first = self._open.pop(pid, -1)
+            first = self._open.get(pid, -1)
             aborted = None
             if first >= 0 and not marker.commit:
-                stable = min(self._open.values(), default=offset + 1)
+                stable = min((f for p, f in self._open.items() if p != pid), default=offset + 1)
                 aborted = AbortedTxn(pid, first, offset, stable)
+                # Indexed before the transaction leaves ``_open`` (both under the lock):
+                # a read_committed reader never finds the last stable offset past its
+                # records without the entry that tells it to skip them. An index that
+                # cannot be written fails the marker with the table unchanged.
+                if self.aborted is not None and self.aborted.last_offset < offset:
+                    self.aborted.append(aborted)
+            self._verified.pop(pid, None)
+            self._verifying.pop(pid, None)
+            self._open.pop(pid, None)
             self._close(pid, entry, marker)
             self.covered_offset = max(self.covered_offset, offset + 1)
             self.dirty = True
-        if aborted is not None and self.aborted is not None and self.aborted.last_offset < offset:
-            self.aborted.append(aborted)
         return aborted
 
     def _close(self, pid: int, entry: ProducerEntry | None, marker: Marker) -> None:
@@ -375,11 +414,13 @@ class ProducerStateTable:
     # -- persistence --------------------------------------------------------------------
     def snapshot(self, directory: Path, covered_offset: int | None = None) -> None:
         """Write the table, and the offset it covers, to ``directory`` atomically (the
-        aborted index synced first: every abort below the snapshot is then durable)."""
-        if self.aborted is not None:
-            self.aborted.flush()
+        aborted index synced first: every abort below the snapshot is then durable).
+        The table is read before the index is synced, so an abort indexed in between
+        lies above the offset the snapshot covers, or is synced with the rest."""
         data = self.to_json(covered_offset)
         self.dirty = False
+        if self.aborted is not None:
+            self.aborted.flush()
         replace_file(directory / SNAPSHOT_FILE, data)
 
     def to_json(self, covered_offset: int | None = None) -> bytes:

@@ -4,6 +4,8 @@ and half messages at the brokers' transaction coordinators.
     meridian transactions list [--state ongoing]      # state, partitions, age
     meridian transactions describe acme.loader
     meridian transactions abort acme.loader           # a hanging one; fences its producer
+    meridian transactions producers acme.orders 0     # a partition's producers, open txns
+    meridian transactions abort-producer acme.orders 0 4711  # an abort marker there
     meridian half-messages list [--group acme.payments]
     meridian half-messages commit acme.payments 3e8    # decide one as an operator
     meridian half-messages rollback acme.payments 3e8
@@ -19,6 +21,7 @@ import typer
 from dataplane.cli.base import reporting, settings, stdout, table
 from dataplane.client import Admin
 from dataplane.client.txn_admin import STATES, TransactionListing
+from dataplane.client.types import TopicPartition
 
 app = typer.Typer(
     help="List and describe transactional ids and their open transactions; abort a "
@@ -99,6 +102,50 @@ def abort(
         after = admin.abort_transaction(transactional_id)
     stdout().print(
         f"{after.transactional_id}: {after.state}, producer epoch {after.producer_epoch}"
+    )
+
+
+@app.command("producers")
+@reporting
+def producers(
+    ctx: typer.Context,
+    topic: Annotated[str, typer.Argument(help="Topic.")],
+    partition: Annotated[int, typer.Argument(help="Partition.", min=0)],
+) -> None:
+    """List a partition's producers at its leader, with where their open transaction
+    there began (Kafka's kafka-transactions describe-producers)."""
+    with _admin(ctx) as admin:
+        found = admin.describe_producers(TopicPartition(topic, partition))
+    rows = [
+        [
+            p.producer_id,
+            p.producer_epoch,
+            p.last_sequence,
+            "-" if p.txn_first_offset < 0 else p.txn_first_offset,
+            p.coordinator_epoch,
+        ]
+        for p in found
+    ]
+    headers = ["producer id", "epoch", "last sequence", "open txn from", "coordinator epoch"]
+    stdout().print(table(None, headers, rows))
+
+
+@app.command("abort-producer")
+@reporting
+def abort_producer(
+    ctx: typer.Context,
+    topic: Annotated[str, typer.Argument(help="Topic.")],
+    partition: Annotated[int, typer.Argument(help="Partition.", min=0)],
+    producer_id: Annotated[int, typer.Argument(help="Producer id (see producers).", min=0)],
+) -> None:
+    """Write an abort marker for a producer's transaction hanging on one partition, one
+    its coordinator cannot end (Kafka's kafka-transactions --abort): its records there
+    are never read by read_committed consumers, and the partition's last stable offset
+    moves on."""
+    with _admin(ctx) as admin:
+        first = admin.abort_producer(TopicPartition(topic, partition), producer_id)
+    stdout().print(
+        f"{topic}/{partition}: aborted producer {producer_id}'s transaction from offset {first}"
     )
 
 

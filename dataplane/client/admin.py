@@ -339,6 +339,15 @@ class Admin:
         """Commit or roll back a half message as an operator; its state after."""
         return txn_admin.resolve_half_message(self.metadata, producer_group, half_id, commit=commit)
 
+    def describe_producers(self, tp: TopicPartition) -> list[txn_admin.ProducerListing]:
+        """The producers of a partition at its leader, with their open transactions."""
+        return txn_admin.describe_producers(self.metadata, TopicPartition(*tp))
+
+    def abort_producer(self, tp: TopicPartition, producer_id: int) -> int:
+        """An operator's abort marker for ``producer_id``'s transaction hanging on ``tp``
+        (Kafka's ``kafka-transactions --abort``); where that transaction began."""
+        return txn_admin.abort_producer(self.metadata, TopicPartition(*tp), producer_id)
+
     def delete_groups(self, group_ids: Iterable[str]) -> dict[str, MeridianError | None]:
         """Delete empty groups and their committed offsets: group -> error or None
         (``NON_EMPTY_GROUP`` while members remain, ``GROUP_ID_NOT_FOUND``)."""

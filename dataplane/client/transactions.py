@@ -144,6 +144,9 @@ class TransactionManager:
         self._added: set[TopicPartition] = set()
         self._to_add: set[TopicPartition] = set()
         self._offsets_added = False
+        # an AddPartitions or AddOffsets was sent: it may have landed though its answer
+        # did not, so the coordinator may hold the transaction open
+        self._add_sent = False
         self._error: MeridianError | None = None  # why the transaction is abortable / fatal
         self._bump = False
         sender.txn = self
@@ -161,6 +164,7 @@ class TransactionManager:
             self._added.clear()
             self._to_add.clear()
             self._offsets_added = False
+            self._add_sent = False
             self._error = None
             self.state = TxnState.IN_TRANSACTION
 
@@ -193,6 +197,7 @@ class TransactionManager:
                 producer_epoch=self.epoch,
                 group_id=group.group_id,
             )
+            self._add_sent = True
             self._coordinator_call("AddOffsets", request, timeout_s)
             self._offsets_added = True
         commit = txn_pb2.TxnOffsetCommitRequest(
@@ -290,6 +295,7 @@ class TransactionManager:
             if not wanted or self.state not in (TxnState.IN_TRANSACTION, TxnState.COMMITTING):
                 return
             self._adding = True
+            self._add_sent = True
         try:
             await self._add(wanted)
         finally:
@@ -377,16 +383,23 @@ class TransactionManager:
                 raise MeridianError(
                     ErrorCode.REQUEST_TIMED_OUT, "partitions still being added to the transaction"
                 )
-            anything = bool(self._added) or self._offsets_added
-        if not anything:
-            return  # nothing reached the coordinator: nothing to end there
+            confirmed = bool(self._added) or self._offsets_added
+            sent = self._add_sent
+        if not sent:
+            return  # nothing was asked of the coordinator: nothing to end there
         request = txn_pb2.EndTxnRequest(
             transactional_id=self.transactional_id,
             producer_id=self.producer_id,
             producer_epoch=self.epoch,
             commit=commit,
         )
-        self._coordinator_call("EndTxn", request, timeout_s)
+        try:
+            self._coordinator_call("EndTxn", request, timeout_s)
+        except MeridianError as error:
+            # An add whose answer was lost may have opened the transaction there (so
+            # EndTxn goes out), or not: then the coordinator has nothing to end.
+            if error.code != ErrorCode.INVALID_TXN_STATE or confirmed:
+                raise
 
     def _coordinator_call(self, rpc: str, request: Any, timeout_s: float | None) -> Any:
         return self._call(self._link, rpc, request, timeout_s)

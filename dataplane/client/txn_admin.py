@@ -8,12 +8,19 @@ and found again after it moves, as ``transactions.coordinator_link`` does).
 ``abort_transaction`` aborts a transactional id's open transaction and fences its
 producer (a hanging transaction: its producer is gone and its timeout far); a half
 message an operator resolves is recorded as resolved by an operator.
+
+``describe_producers`` and ``abort_producer`` go to a partition's leader instead (found
+again after it moves): its producers with their open transactions there, and an
+operator's abort marker for one of them (Kafka's ``kafka-transactions --abort``), for a
+transaction hanging on that partition that its coordinator cannot end.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 
@@ -99,6 +106,67 @@ def _half(h: txn_pb2.HalfMessage) -> HalfMessageListing:
         h.client_id,
         h.resolved_by,
     )
+
+
+@dataclass(frozen=True)
+class ProducerListing:
+    """A producer of a partition at its leader: ``txn_first_offset`` is where its open
+    transaction there began (-1: none open)."""
+
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int
+    txn_first_offset: int
+    coordinator_epoch: int
+
+
+_LEADER_ATTEMPTS = 5
+
+
+def _at_leader(metadata: ClusterMetadata, tp: TopicPartition, rpc: str, request: object) -> Any:
+    """``rpc`` at ``tp``'s leader, found again (a few times) when it moved."""
+    last: MeridianError | None = None
+    for attempt in range(_LEADER_ATTEMPTS):
+        if attempt:
+            time.sleep(0.1 * 2 ** (attempt - 1))
+            metadata.refresh([tp.topic])
+        try:
+            address = metadata.leader_for(tp.topic, tp.partition).address
+            stub = txn_pb2_grpc.TransactionsStub(metadata.pool.get(address).channel)
+            return getattr(stub, rpc)(request, timeout=REQUEST_TIMEOUT_S)
+        except grpc.RpcError as exc:
+            last = error_from_rpc(exc)
+        except MeridianError as error:
+            last = error
+        if not last.retriable:
+            raise last
+    assert last is not None
+    raise last
+
+
+def describe_producers(metadata: ClusterMetadata, tp: TopicPartition) -> list[ProducerListing]:
+    """The producers of ``tp`` at its leader, with their open transactions there."""
+    request = txn_pb2.DescribeProducersRequest(topic=tp.topic, partition=tp.partition)
+    response = _at_leader(metadata, tp, "DescribeProducers", request)
+    return [
+        ProducerListing(
+            p.producer_id,
+            p.producer_epoch,
+            p.last_sequence,
+            p.txn_first_offset,
+            p.coordinator_epoch,
+        )
+        for p in response.producers
+    ]
+
+
+def abort_producer(metadata: ClusterMetadata, tp: TopicPartition, producer_id: int) -> int:
+    """Write an abort marker for ``producer_id``'s transaction open on ``tp``; the offset
+    where that transaction began. ``INVALID_TXN_STATE`` when none is open there."""
+    request = txn_pb2.AbortProducerRequest(
+        topic=tp.topic, partition=tp.partition, producer_id=producer_id
+    )
+    return int(_at_leader(metadata, tp, "AbortProducer", request).txn_first_offset)
 
 
 def _every_broker(metadata: ClusterMetadata, rpc: str, request: object) -> list[object]:

@@ -52,3 +52,17 @@ class HalfMessageSerializer(serializers.Serializer[Any]):
 
 class ResolveHalfMessageSerializer(serializers.Serializer[Any]):
     outcome = serializers.ChoiceField(choices=["commit", "rollback"])
+
+
+class PartitionProducerSerializer(serializers.Serializer[Any]):
+    producer_id = serializers.IntegerField()
+    producer_epoch = serializers.IntegerField()
+    last_sequence = serializers.IntegerField(help_text="-1: none kept")
+    txn_first_offset = serializers.IntegerField(
+        help_text="Where its open transaction on the partition began; -1: none open."
+    )
+    coordinator_epoch = serializers.IntegerField(help_text="Of its last marker there.")
+
+
+class AbortedProducerSerializer(serializers.Serializer[Any]):
+    txn_first_offset = serializers.IntegerField(help_text="Where the aborted transaction began.")

@@ -17,7 +17,9 @@ from controlplane.core.choices import Role
 from controlplane.tenants.api.scoped import TenantNamedViewSet
 from controlplane.transactions import services
 from controlplane.transactions.api.serializers import (
+    AbortedProducerSerializer,
     HalfMessageSerializer,
+    PartitionProducerSerializer,
     ResolveHalfMessageSerializer,
     TransactionSerializer,
 )
@@ -30,6 +32,9 @@ GROUP = OpenApiParameter(
     "group", OpenApiTypes.STR, OpenApiParameter.PATH, description="producer group"
 )
 HALF_ID = OpenApiParameter("half_id", OpenApiTypes.STR, OpenApiParameter.PATH)
+TOPIC = OpenApiParameter("topic", OpenApiTypes.STR, OpenApiParameter.PATH, description="topic")
+PARTITION = OpenApiParameter("partition", OpenApiTypes.INT, OpenApiParameter.PATH)
+PRODUCER_ID = OpenApiParameter("producer_id", OpenApiTypes.INT, OpenApiParameter.PATH)
 
 
 class TransactionViewSet(TenantNamedViewSet):
@@ -120,3 +125,36 @@ class HalfMessageViewSet(TenantNamedViewSet):
             tenant, group, half_id, commit=commit, actor=self.actor
         )
         return Response(HalfMessageSerializer(after).data)
+
+
+class PartitionProducerViewSet(TenantNamedViewSet):
+    """A partition's producers at its leader, and an operator's abort marker for a
+    transaction hanging there (Kafka's ``kafka-transactions --abort``)."""
+
+    read_role = Role.VIEWER
+    write_role = Role.TENANT_ADMIN
+    kind = "topic"
+    name_field = "topic"
+
+    @extend_schema(parameters=[TOPIC, PARTITION], responses=PartitionProducerSerializer(many=True))
+    def list(self, request: Request, topic: str, partition: int) -> Response:
+        """The partition's producers, with where their open transaction there began."""
+        tenant = self.named_tenant(topic, self.read_role)
+        found = services.list_partition_producers(tenant, topic, int(partition))
+        return Response(PartitionProducerSerializer(found, many=True).data)
+
+    @extend_schema(
+        parameters=[TOPIC, PARTITION, PRODUCER_ID],
+        request=None,
+        responses=AbortedProducerSerializer,
+    )
+    def abort(self, request: Request, topic: str, partition: int, producer_id: int) -> Response:
+        """Write an abort marker for the producer's transaction open on the partition, one
+        its coordinator cannot end: its records there are never read at read_committed,
+        and the partition's last stable offset moves on. 409 (``transaction_not_open``)
+        when none is open there. Audited (``transaction.abort_producer``)."""
+        tenant = self.named_tenant(topic, self.write_role)
+        first = services.abort_partition_producer(
+            tenant, topic, int(partition), int(producer_id), actor=self.actor
+        )
+        return Response(AbortedProducerSerializer({"txn_first_offset": first}).data)

@@ -4,8 +4,11 @@ Each guard splits a request into the partitions the caller may touch and those i
 not; the handler sees only the former, and the latter come back as results carrying
 TOPIC_AUTHORIZATION_FAILED (no offsets, no records). A request with nothing allowed
 never reaches the handler, so a refusal is answered at once and the same way whether
-the topic exists or not. Metadata answers list only topics the caller may describe; a
-topic asked for by name that it may not describe is answered TOPIC_AUTHORIZATION_FAILED.
+the topic exists or not. A transactional produce whose ``transactional_id`` the caller
+may not use is refused whole (TRANSACTIONAL_ID_AUTHORIZATION_FAILED, decided by the
+name alone, so the same whether the id exists or not). Metadata answers list only
+topics the caller may describe; a topic asked for by name that it may not describe is
+answered TOPIC_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
@@ -37,7 +40,19 @@ def _split(authz: Authorizer, items: Any, operation: str) -> tuple[list[Any], li
 def _produce_split(
     authz: Authorizer, request: broker_pb2.ProduceRequest
 ) -> tuple[broker_pb2.ProduceRequest, list[broker_pb2.PartitionProduceResult]]:
-    allowed, refused = _split(authz, request.partitions, PRODUCE)
+    refusal = (
+        authz.transactional_id_error(request.transactional_id, PRODUCE)
+        if request.transactional_id
+        else None
+    )
+    allowed: list[Any]
+    refused: list[Any]
+    if refusal is not None:
+        # Before anything reaches the coordinator: its answers (the id's producer, epoch
+        # and state) are for the id's own tenant.
+        allowed, refused = [], [(p, refusal) for p in request.partitions]
+    else:
+        allowed, refused = _split(authz, request.partitions, PRODUCE)
     if not refused:
         return request, []
     trimmed = broker_pb2.ProduceRequest()

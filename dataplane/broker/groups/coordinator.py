@@ -29,7 +29,13 @@ commit (generation and member id, so a zombie of an older generation is fenced),
 per producer: an epoch below that of the producer's pending commits is
 ``PRODUCER_FENCED``; the first commit of a transaction asks the transaction coordinator
 (``verify``) that this ``__consumer_offsets`` partition is in the producer's open
-transaction (``AddOffsetsToTxn``), else ``INVALID_TXN_STATE``. The offsets are pending
+transaction (``AddOffsetsToTxn``), else ``INVALID_TXN_STATE``. The answer is remembered
+for that transactional id, producer id and epoch until the producer's next marker here
+(``complete_txn``), which every later transaction's first commit verifies again; a
+marker arriving while the coordinator answers refuses the commit
+(``INVALID_TXN_STATE``), so no offsets of an ended transaction stay pending to join the
+next one, and another transactional id never joins a producer's pending commits
+unverified. The offsets are pending
 until ``complete_txn`` (the transaction's marker) applies or drops them; meanwhile a
 fetch with ``require_stable`` answers their partitions ``UNSTABLE_OFFSET_COMMIT``.
 
@@ -177,6 +183,11 @@ class GroupListing:
 class _Loaded:
     store: OffsetsPartition
     groups: dict[str, Group]
+    # producer id -> how many transaction ends were taken for it (counted when the
+    # marker arrives, before its record is written)
+    txn_ends: dict[int, int] = field(default_factory=dict)
+    # producer id -> (transactional id, epoch, txn_ends) its last verification confirmed
+    txn_verified: dict[int, tuple[str, int, int]] = field(default_factory=dict)
 
 
 class GroupCoordinator:
@@ -436,15 +447,30 @@ class GroupCoordinator:
         """Offsets committed inside a transaction (module docstring): pending until it
         ends. Per-partition outcomes, None for success."""
         loaded = self._partition(group_id)
-        self.membership.check_commit(loaded.groups.get(group_id), generation_id, member_id)
+        self.membership.check_commit(
+            loaded.groups.get(group_id), generation_id, member_id, transactional=True
+        )
         pending = loaded.store.pending_epoch(producer_id)
         if pending is not None and producer_epoch < pending:
             raise MeridianError(
                 ErrorCode.PRODUCER_FENCED,
                 f"producer {producer_id} epoch {producer_epoch} is fenced by epoch {pending}",
             )
-        if pending != producer_epoch:
+        ends = loaded.txn_ends.get(producer_id, 0)
+        confirmed = (transactional_id, producer_epoch, ends)
+        if loaded.txn_verified.get(producer_id) != confirmed:
             await self._verify_txn(transactional_id, producer_id, producer_epoch, group_id)
+            if loaded.txn_ends.get(producer_id, 0) != ends:
+                # The transaction's marker came while the coordinator answered: these
+                # offsets would outlive it, and join the producer's next transaction.
+                raise MeridianError(
+                    ErrorCode.INVALID_TXN_STATE,
+                    f"the transaction of producer {producer_id} epoch {producer_epoch} "
+                    "ended while its offsets were being verified",
+                )
+            loaded.txn_verified[producer_id] = confirmed
+        # No await from the checks to the write's enqueueing: a marker arriving now is
+        # written after these offsets, and ends them.
         results: dict[TopicPartitionKey, MeridianError | None] = {}
         entries: list[Entry] = []
         now = self._clock_ms()
@@ -489,6 +515,8 @@ class GroupCoordinator:
                 ErrorCode.NOT_COORDINATOR,
                 f"broker {self.broker_id} does not host {OFFSETS_TOPIC} partition {partition}",
             )
+        loaded.txn_ends[producer_id] = loaded.txn_ends.get(producer_id, 0) + 1
+        loaded.txn_verified.pop(producer_id, None)
         await loaded.store.write([(TxnEndKey(producer_id), TxnEnd(producer_epoch, commit))])
 
     def _fenced(

@@ -300,10 +300,22 @@ class Membership:
         group, member = self._current_member(group, member_id)
         self._remove(group, member, _error(ErrorCode.UNKNOWN_MEMBER_ID, "the member left"))
 
-    def check_commit(self, group: Group | None, generation_id: int, member_id: str) -> None:
+    def check_commit(
+        self,
+        group: Group | None,
+        generation_id: int,
+        member_id: str,
+        *,
+        transactional: bool = False,
+    ) -> None:
         """Refuse a commit the group's membership does not allow (module docstring of
-        ``coordinator.py``); a member's commit counts as a heartbeat."""
+        ``coordinator.py``); a member's commit counts as a heartbeat. A transactional
+        commit without a generation and member id (TxnOffsetCommit v0-2, Java's
+        ``sendOffsetsToTransaction(offsets, groupId)``) is accepted whatever the group's
+        state, as in Kafka: its transaction's producer fencing guards it instead."""
         if generation_id < 0 and not member_id:
+            if transactional:
+                return
             if group is not None and group.members:
                 raise _error(
                     ErrorCode.UNKNOWN_MEMBER_ID,

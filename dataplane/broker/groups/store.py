@@ -209,8 +209,13 @@ class OffsetsPartition:
         txn.offsets[(key.group_id, key.topic, key.partition)] = value
 
     def _apply_txn_end(self, producer_id: int, value: Value) -> None:
-        txn = self._pending.pop(producer_id, None)
-        if txn is None or not isinstance(value, TxnEnd) or not value.commit:
+        txn = self._pending.get(producer_id)
+        if txn is None or not isinstance(value, TxnEnd):
+            return
+        if value.producer_epoch < txn.producer_epoch:
+            return  # an older epoch's marker: a newer transaction's commits stay pending
+        del self._pending[producer_id]
+        if not value.commit:
             return
         for (group, topic, partition), offset in txn.offsets.items():
             self._apply_offset(group, (topic, partition), offset)

@@ -11,7 +11,10 @@ Fetch and ListOffsets carry the isolation level, and read_committed fetches get 
 stable offset and the aborted transactions (``data.py``); OffsetFetch's ``require_stable``
 answers UNSTABLE_OFFSET_COMMIT for an offset an open transaction committed
 (``groups.py``). Kafka's clients see every answer under Kafka's error codes
-(``codes.py``): PRODUCER_FENCED, CONCURRENT_TRANSACTIONS, INVALID_TXN_STATE, ...
+(``codes.py``): PRODUCER_FENCED, CONCURRENT_TRANSACTIONS, INVALID_TXN_STATE, ...;
+PRODUCER_FENCED as INVALID_PRODUCER_EPOCH to the versions before it (InitProducerId
+< v4, AddPartitionsToTxn, AddOffsetsToTxn and EndTxn < v2, TxnOffsetCommit < v3), as
+Kafka's brokers answer them.
 """
 
 from __future__ import annotations
@@ -27,9 +30,21 @@ from dataplane.broker.kafka.wire import Request
 from dataplane.broker.quotas import QuotaManager
 from dataplane.broker.throttling import metered
 from dataplane.broker.txn.servicer import TransactionsServicer
-from dataplane.errors import MeridianError
+from dataplane.errors import ErrorCode, MeridianError
 
 Values = dict[str, Any]
+
+_FENCED = codes.kafka_code(ErrorCode.PRODUCER_FENCED)
+_OLD_FENCED = codes.kafka_code(ErrorCode.INVALID_PRODUCER_EPOCH)
+# The first version of each API whose clients know PRODUCER_FENCED (Kafka's brokers
+# answer the older ones INVALID_PRODUCER_EPOCH instead).
+_FENCED_FROM = {"InitProducerId": 4, "AddPartitions": 2, "AddOffsets": 2, "EndTxn": 2}
+_FENCED_FROM_TXN_OFFSET_COMMIT = 3
+
+
+def _for_version(code: int, version: int, first: int) -> int:
+    """``code`` as a client of ``version`` knows it (PRODUCER_FENCED from ``first`` on)."""
+    return _OLD_FENCED if code == _FENCED and version < first else code
 
 
 @dataclass
@@ -73,9 +88,13 @@ async def init_producer_id(
         producer_id=body.producer_id if req.version >= 3 else -1,
         producer_epoch=body.producer_epoch if req.version >= 3 else -1,
     )
-    return await data.producer_id_answer(
+    answer = await data.producer_id_answer(
         _call(services, pb, services.transactions.InitProducerId, ctx)
     )
+    answer["error_code"] = _for_version(
+        answer["error_code"], req.version, _FENCED_FROM["InitProducerId"]
+    )
+    return answer
 
 
 # -- AddPartitionsToTxn, AddOffsetsToTxn, EndTxn -------------------------------------------
@@ -97,10 +116,14 @@ async def add_partitions(services: TxnServices, req: Request, ctx: CallContext) 
     except MeridianError as exc:
         code = codes.kafka_code(exc.code)
         outcomes = [(tp.topic, tp.partition, code) for tp in pb.partitions]
+    first = _FENCED_FROM["AddPartitions"]
     topics: dict[str, list[Values]] = {}
     for topic, partition, code in outcomes:
         topics.setdefault(topic, []).append(
-            {"partition_index": partition, "partition_error_code": code}
+            {
+                "partition_index": partition,
+                "partition_error_code": _for_version(code, req.version, first),
+            }
         )
     return {
         "throttle_time_ms": throttle_ms,
@@ -118,7 +141,11 @@ async def add_offsets(services: TxnServices, req: Request, ctx: CallContext) -> 
         producer_epoch=body.producer_epoch,
         group_id=body.group_id,
     )
-    return await _error_only(services, pb, services.transactions.AddOffsets, ctx)
+    answer = await _error_only(services, pb, services.transactions.AddOffsets, ctx)
+    answer["error_code"] = _for_version(
+        answer["error_code"], req.version, _FENCED_FROM["AddOffsets"]
+    )
+    return answer
 
 
 async def end_txn(services: TxnServices, req: Request, ctx: CallContext) -> Values:
@@ -129,7 +156,9 @@ async def end_txn(services: TxnServices, req: Request, ctx: CallContext) -> Valu
         producer_epoch=body.producer_epoch,
         commit=bool(body.committed),
     )
-    return await _error_only(services, pb, services.transactions.EndTxn, ctx)
+    answer = await _error_only(services, pb, services.transactions.EndTxn, ctx)
+    answer["error_code"] = _for_version(answer["error_code"], req.version, _FENCED_FROM["EndTxn"])
+    return answer
 
 
 async def _error_only(
@@ -174,6 +203,7 @@ async def txn_offset_commit(services: TxnServices, req: Request, ctx: CallContex
         outcomes = [(o.topic, o.partition, code) for o in pb.offsets]
     topics: dict[str, list[Values]] = {}
     for topic, partition, code in outcomes:
+        code = _for_version(code, req.version, _FENCED_FROM_TXN_OFFSET_COMMIT)
         topics.setdefault(topic, []).append({"partition_index": partition, "error_code": code})
     return {
         "throttle_time_ms": throttle_ms,

@@ -12,7 +12,9 @@ only at load)::
                         "last_update_ms", "half": null | {"group", "id", "key" (base64 or
                         null), "headers": [[name, base64], ...], "interval_ms",
                         "max_checks", "default_commit", "client_id", "checks",
-                        "next_check_ms", "resolved_by"}}
+                        "next_check_ms", "resolved_by"}, "prev_pid", "last_epoch"}
+                       (``prev_pid`` and ``last_epoch``: KIP-360's previous producer
+                       id and last epoch, -1 when absent)
     epoch key          0x00
     epoch value        {"v": 0, "coordinator_epoch": N}: bumped each time the partition
                        is loaded, so markers of an earlier load are told apart
@@ -91,6 +93,8 @@ def encode_txn(meta: TxnMetadata) -> bytes:
         "start_ms": meta.start_ms,
         "last_update_ms": meta.last_update_ms,
         "half": _encode_half(meta.half) if meta.half is not None else None,
+        "prev_pid": meta.previous_producer_id,
+        "last_epoch": meta.last_producer_epoch,
     }
     return json.dumps(value, separators=(",", ":")).encode()
 
@@ -109,6 +113,8 @@ def decode_txn(transactional_id: str, data: bytes) -> TxnMetadata:
             start_ms=int(value["start_ms"]),
             last_update_ms=int(value["last_update_ms"]),
             half=_decode_half(half) if half is not None else None,
+            previous_producer_id=int(value.get("prev_pid", -1)),
+            last_producer_epoch=int(value.get("last_epoch", -1)),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise CodecError(f"bad transaction record for {transactional_id!r}: {exc}") from exc

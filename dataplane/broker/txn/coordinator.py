@@ -98,6 +98,9 @@ class TxnConfig:
     half_max_checks: int = 15  # RocketMQ's transactionCheckMax
     half_default_commit: bool = False  # RocketMQ discards what is never confirmed
     half_retention_ms: int = 3_600_000  # a decided half message is remembered this long
+    half_max_lifetime_ms: int = 900_000  # undecided past this, the default outcome applies
+    max_partitions: int = 10_000  # of one transaction
+    half_max_open_per_tenant: int = 100_000  # undecided half messages here, per tenant
     state_log_config: LogConfig = TXN_STATE_LOG_CONFIG
 
 
@@ -288,12 +291,11 @@ class TransactionCoordinator:
                 meta = TxnMetadata(transactional_id, new_id, 0, timeout_ms, last_update_ms=now)
                 await self.change(loaded, meta)
                 return meta.producer_id, meta.producer_epoch
-            if producer_id >= 0:
-                rules.check_producer(meta, producer_id, epoch)
             rules.check_not_completing(meta)
+            if rules.is_init_retry(meta, producer_id, epoch):
+                return meta.producer_id, meta.producer_epoch
             if meta.open:
-                fenced = rules.fence(meta, await self._next_epoch(meta), now)
-                await self.change(loaded, fenced)
+                await self.change(loaded, rules.fence(meta, now))
                 self.metrics.fenced("init")
         await self._await_completion(transactional_id)
         async with self.locked(transactional_id) as loaded:
@@ -301,16 +303,12 @@ class TransactionCoordinator:
             if meta is None:
                 raise MeridianError(ErrorCode.CONCURRENT_TRANSACTIONS, "expired meanwhile: retry")
             rules.check_not_completing(meta)
-            bumped = rules.init_producer(
-                meta, timeout_ms, await self._next_epoch(meta), self._clock_ms()
-            )
+            new_id = -1
+            if rules.epoch_exhausted(meta.producer_epoch):
+                new_id = await asyncio.to_thread(self._new_producer_id)
+            bumped = rules.init_producer(meta, timeout_ms, new_id, self._clock_ms())
             await self.change(loaded, bumped)
             return bumped.producer_id, bumped.producer_epoch
-
-    async def _next_epoch(self, meta: TxnMetadata) -> tuple[int, int]:
-        if meta.producer_epoch >= rules.MAX_EPOCH - 1:
-            return await asyncio.to_thread(self._new_producer_id), 0
-        return meta.producer_id, meta.producer_epoch + 1
 
     async def add_partitions(
         self,
@@ -346,7 +344,9 @@ class TransactionCoordinator:
         await self._await_completion(transactional_id)
         async with self.locked(transactional_id) as loaded:
             meta = _existing(loaded, transactional_id)
-            changed = rules.add_partitions(meta, producer_id, epoch, wanted, self._clock_ms())
+            changed = rules.add_partitions(
+                meta, producer_id, epoch, wanted, self._clock_ms(), self.config.max_partitions
+            )
             if changed is not meta:
                 await self.change(loaded, changed)
 
@@ -404,24 +404,33 @@ class TransactionCoordinator:
         self.describe(transactional_id)
         async with self.locked(transactional_id) as loaded:
             meta = _existing(loaded, transactional_id)
-            if not meta.open:
+            if meta.state is TxnState.PREPARE_ABORT:
+                pass  # being aborted (this call retried, or its producer's): wait for it
+            elif not meta.open:
                 raise MeridianError(
                     ErrorCode.INVALID_TXN_STATE,
                     f"transactional id {transactional_id!r} has no open transaction "
                     f"({meta.state.label})",
                 )
-            fenced = rules.fence(meta, await self._next_epoch(meta), self._clock_ms())
-            await self.change(loaded, fenced)
-            self.metrics.fenced("operator")
+            else:
+                await self.change(loaded, rules.fence(meta, self._clock_ms()))
+                self.metrics.fenced("operator")
         return await self.settled(transactional_id)
 
     async def settled(self, transactional_id: str) -> TxnMetadata:
-        """The metadata once its markers are written, or as it is after waiting
-        ``complete_wait_ms``."""
-        with contextlib.suppress(MeridianError):
-            await self._await_completion(transactional_id)
+        """The metadata once the decided transaction's markers are written: what it
+        decided is visible then. ``CONCURRENT_TRANSACTIONS`` (retriable) while they are
+        still being written after ``complete_wait_ms``: the same call again waits again
+        (an operator's abort, a half message's end: both join a decision already made)."""
+        await self._await_completion(transactional_id)
         meta = self.loaded(transactional_id).store.get(transactional_id)
         assert meta is not None
+        if meta.state.preparing:
+            raise MeridianError(
+                ErrorCode.CONCURRENT_TRANSACTIONS,
+                f"transactional id {transactional_id!r}: decided ({meta.state.label}), its "
+                "markers are still being written",
+            )
         return meta
 
     def open_counts(self) -> dict[tuple[str, str], int]:
@@ -509,16 +518,17 @@ class TransactionCoordinator:
                     now - current.start_ms,
                     current.timeout_ms,
                 )
-                await self.change(
-                    loaded, rules.fence(current, await self._next_epoch(current), now)
-                )
+                await self.change(loaded, rules.fence(current, now))
                 self.metrics.fenced("timeout")
 
     async def _expire(self, now: int) -> None:
         for loaded in list(self._loaded.values()):
-            gone = [m for m in loaded.store.transactions() if self._expired(m, now)]
-            if gone:
-                await loaded.store.write([(m.transactional_id, None) for m in gone])
+            for meta in [m for m in loaded.store.transactions() if self._expired(m, now)]:
+                # Under the id's lock, checked again: a request may have used it since.
+                async with self.locked(meta.transactional_id) as current_loaded:
+                    current = current_loaded.store.get(meta.transactional_id)
+                    if current is not None and self._expired(current, now):
+                        await current_loaded.store.write([(meta.transactional_id, None)])
 
     def _expired(self, meta: TxnMetadata, now: int) -> bool:
         if meta.half is not None:

@@ -15,7 +15,9 @@ robin over the connected producers, any of which may answer: the one that sent i
 be dead), and again every ``check_interval_ms``: a producer answers COMMIT or ROLLBACK
 (decided), or UNKNOWN (its callback could not tell, or raised: asked again later). Each
 check counts, also one due while no producer is connected; after ``max_checks`` the
-half message gets its ``default_outcome``. Every check is written to the coordinator's
+half message gets its ``default_outcome``; so does one still undecided
+``half_max_lifetime_ms`` after it began (a broker setting: a producer's interval and
+checks cannot hold its partition's readers back longer). Every check is written to the coordinator's
 log before it is sent, so a restarted coordinator goes on counting where it was.
 
 Decisions: by the producer (``end``), a check-back answer, the default, or an operator
@@ -35,6 +37,7 @@ import logging
 from collections.abc import Callable, Iterable
 
 from dataplane._gen.meridian.v1 import txn_pb2
+from dataplane.broker.auth.authorizer import tenant_of
 from dataplane.broker.producers import HALF_PRODUCER_BIT
 from dataplane.broker.txn import state as rules
 from dataplane.broker.txn.codec import half_transactional_id
@@ -118,6 +121,9 @@ class HalfMessages:
         self._check_partition = check_partition
         self._clock_ms = core.clock_ms
         core.on_tick = self.tick
+        # tenant -> undecided half messages here: counted at each tick, plus those begun
+        # since (``half_max_open_per_tenant``)
+        self._open: dict[str, int] = {}
 
     async def begin(
         self,
@@ -139,6 +145,14 @@ class HalfMessages:
         checks = max_checks or config.half_max_checks
         kept_headers = tuple((str(k), bytes(v)) for k, v in headers)
         _check_half(interval, checks, key, kept_headers)
+        tenant = tenant_of(group) or ""
+        if self._open.get(tenant, 0) >= config.half_max_open_per_tenant:
+            raise MeridianError(
+                ErrorCode.QUOTA_EXCEEDED,
+                f"tenant {tenant!r} has {config.half_max_open_per_tenant} undecided half "
+                "messages at this coordinator (the brokers' half_max_open_per_tenant): "
+                "decide some first",
+            )
         refused = await self._check_partition(topic, partition)
         if refused is not None:
             raise refused
@@ -165,7 +179,9 @@ class HalfMessages:
             half=half,
         )
         async with self.core.locked(transactional_id) as loaded:
-            return await self.core.change(loaded, meta)
+            changed = await self.core.change(loaded, meta)
+        self._open[tenant] = self._open.get(tenant, 0) + 1
+        return changed
 
     async def end(
         self, group: str, half_id: str, commit: bool, *, by: str = "producer"
@@ -213,17 +229,32 @@ class HalfMessages:
 
     # -- the schedule ------------------------------------------------------------------
     async def tick(self, now: int) -> None:
-        for meta in self.core.transactions([TxnState.ONGOING], halves=True):
+        undecided = self.core.transactions([TxnState.ONGOING], halves=True)
+        counts: dict[str, int] = {}
+        for meta in undecided:
             assert meta.half is not None
-            if meta.half.next_check_ms <= now:
+            tenant = tenant_of(meta.half.group) or ""
+            counts[tenant] = counts.get(tenant, 0) + 1
+        self._open = counts
+        for meta in undecided:
+            assert meta.half is not None
+            if meta.half.next_check_ms <= now or self._outlived(meta, now):
                 await self._check(meta.transactional_id, now)
+
+    def _outlived(self, meta: TxnMetadata, now: int) -> bool:
+        """Undecided for the broker's ``half_max_lifetime_ms``: whatever its producer asked
+        (interval and checks), it gets its default outcome now."""
+        return now - meta.start_ms >= self.core.config.half_max_lifetime_ms
 
     async def _check(self, transactional_id: str, now: int) -> None:
         async with self.core.locked(transactional_id) as loaded:
             meta = loaded.store.get(transactional_id)
-            if meta is None or meta.half is None or not meta.open or meta.half.next_check_ms > now:
+            if meta is None or meta.half is None or not meta.open:
                 return
-            if meta.half.checks >= meta.half.max_checks:
+            outlived = self._outlived(meta, now)
+            if meta.half.next_check_ms > now and not outlived:
+                return
+            if meta.half.checks >= meta.half.max_checks or outlived:
                 commit = meta.half.default_commit
                 await self.core.change(loaded, rules.decide_half(meta, commit, "default", now))
                 self.core.metrics.resolved(commit, "default")

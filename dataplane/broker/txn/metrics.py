@@ -10,6 +10,10 @@ Counters (updated as things happen):
   ``timeout`` (open past ``transaction_timeout_ms``: the timed-out aborts), ``operator``;
 - ``meridian_txn_markers_written_total{outcome}``: markers this broker appended as a
   partition's leader (or a ``__consumer_offsets`` partition's coordinator);
+- ``meridian_txn_markers_fenced_total{code}``: markers this coordinator sent that a
+  partition refused as fenced (``INVALID_PRODUCER_EPOCH``,
+  ``TRANSACTION_COORDINATOR_FENCED``), so never written: expected only when a newer
+  epoch got there first; otherwise worth an alert;
 - ``meridian_half_checks_total{outcome}``: check-backs of half messages: ``commit``,
   ``rollback``, ``unknown`` (answered so, or the callback raised: ``error``),
   ``no_producer`` (no producer of the group was connected);
@@ -21,7 +25,10 @@ Gauges read at scrape time:
 - ``meridian_txn_open{kind,state}``: the transactions and half messages this broker
   coordinates, by state (``ongoing``, ``prepare_commit``, ...);
 - ``meridian_partition_last_stable_offset_lag{topic,partition}``: high watermark minus
-  last stable offset of each partition led here (what read_committed readers wait for).
+  last stable offset of each partition led here (what read_committed readers wait for);
+- ``meridian_txn_marker_oldest_pending_seconds``: how long the oldest decided transaction
+  of this coordinator has been waiting for its markers (0: none); a partition without a
+  leader keeps it growing until the partition is back.
 """
 
 from __future__ import annotations
@@ -61,6 +68,12 @@ class TxnMetrics:
             ["outcome"],
             registry=self.registry,
         )
+        self._markers_fenced = Counter(
+            "meridian_txn_markers_fenced",
+            "Markers sent by this coordinator that a partition refused as fenced",
+            ["code"],
+            registry=self.registry,
+        )
         self._checks = Counter(
             "meridian_half_checks",
             "Check-backs of half messages, by outcome",
@@ -85,23 +98,38 @@ class TxnMetrics:
     def marker_written(self, commit: bool) -> None:
         self._markers.labels("commit" if commit else "abort").inc()
 
+    def marker_fenced(self, code: str) -> None:
+        self._markers_fenced.labels(code).inc()
+
     def checked(self, outcome: str) -> None:
         self._checks.labels(outcome).inc()
 
     def resolved(self, commit: bool, by: str) -> None:
         self._resolved.labels("commit" if commit else "rollback", by).inc()
 
-    def watch(self, open_counts: OpenCounts, stable_lags: StableLags) -> None:
-        """Report the coordinator's transactions and the partitions' LSO lag at scrape."""
+    def watch(
+        self,
+        open_counts: OpenCounts,
+        stable_lags: StableLags,
+        oldest_pending_s: Callable[[], float] = lambda: 0.0,
+    ) -> None:
+        """Report the coordinator's transactions, the partitions' LSO lag and the age of
+        the oldest markers pending at scrape."""
         if self._collector is None:
-            self._collector = _Gauges(open_counts, stable_lags)
+            self._collector = _Gauges(open_counts, stable_lags, oldest_pending_s)
             self.registry.register(self._collector)
 
 
 class _Gauges(Collector):
-    def __init__(self, open_counts: OpenCounts, stable_lags: StableLags) -> None:
+    def __init__(
+        self,
+        open_counts: OpenCounts,
+        stable_lags: StableLags,
+        oldest_pending_s: Callable[[], float],
+    ) -> None:
         self._open_counts = open_counts
         self._stable_lags = stable_lags
+        self._oldest_pending_s = oldest_pending_s
 
     def collect(self) -> Iterator[Metric]:
         opened = GaugeMetricFamily(
@@ -120,3 +148,8 @@ class _Gauges(Collector):
         for topic, partition, records in self._stable_lags():
             lag.add_metric([topic, str(partition)], records)
         yield lag
+        yield GaugeMetricFamily(
+            "meridian_txn_marker_oldest_pending_seconds",
+            "Age of the oldest decided transaction still waiting for its markers here",
+            value=self._oldest_pending_s(),
+        )

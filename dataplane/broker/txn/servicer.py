@@ -10,8 +10,9 @@ and producer groups are ``<tenant>.<id>`` names decided as groups are, by name a
 (``transactional_id_error``): PRODUCE to use one, DESCRIBE to see it, ADMIN to abort
 another producer's transaction; the topics of AddPartitions and BeginHalf need PRODUCE,
 those of TxnOffsetCommit CONSUME, refused per partition with
-``TOPIC_AUTHORIZATION_FAILED``. A list shows only what the caller may describe.
-``TxnMarkers`` is internal to the cluster.
+``TOPIC_AUTHORIZATION_FAILED``; DescribeProducers needs DESCRIBE on its topic and
+AbortProducer ADMIN (a tenant admin), decided as for any topic. A list shows only what
+the caller may describe. ``TxnMarkers`` is internal to the cluster.
 """
 
 from __future__ import annotations
@@ -82,13 +83,17 @@ class TransactionsServicer(txn_pb2_grpc.TransactionsServicer, _Instrumented):
         metrics: BrokerMetrics,
         readiness: Readiness,
         authorizer: Authorizer = ALLOW_ALL,
+        writer: MarkerWriter | None = None,
     ) -> None:
+        """``writer``: this broker's marker writer, for the partition-leader calls
+        (DescribeProducers, AbortProducer)."""
         super().__init__(metrics, readiness)
         self.coordinator = coordinator
         self.halves = halves
         self.groups = groups
         self.locate = locate
         self.authz = authorizer
+        self.writer = writer
 
     def _check(self, name: str, operation: str) -> None:
         error = self.authz.transactional_id_error(name, operation)
@@ -277,6 +282,41 @@ class TransactionsServicer(txn_pb2_grpc.TransactionsServicer, _Instrumented):
             producer_epoch=meta.producer_epoch,
         )
 
+    # -- a partition's producers (at its leader) ------------------------------------------
+    async def DescribeProducers(
+        self, request: txn_pb2.DescribeProducersRequest, context: Any
+    ) -> Any:
+        return await self._call("DescribeProducers", context, self._producers(request))
+
+    async def _producers(
+        self, request: txn_pb2.DescribeProducersRequest
+    ) -> txn_pb2.DescribeProducersResponse:
+        self._check_topic(request.topic, DESCRIBE)
+        found = self._writer().describe_producers(request.topic, request.partition)
+        return txn_pb2.DescribeProducersResponse(producers=found)
+
+    async def AbortProducer(self, request: txn_pb2.AbortProducerRequest, context: Any) -> Any:
+        return await self._call("AbortProducer", context, self._abort_producer(request))
+
+    async def _abort_producer(
+        self, request: txn_pb2.AbortProducerRequest
+    ) -> txn_pb2.AbortProducerResponse:
+        self._check_topic(request.topic, ADMIN)
+        first = await self._writer().abort_producer(
+            request.topic, request.partition, request.producer_id
+        )
+        return txn_pb2.AbortProducerResponse(txn_first_offset=first)
+
+    def _check_topic(self, topic: str, operation: str) -> None:
+        error = self.authz.topic_error(topic, operation)
+        if error is not None:
+            raise error
+
+    def _writer(self) -> MarkerWriter:
+        if self.writer is None:
+            raise MeridianError(ErrorCode.BROKER_NOT_AVAILABLE, "no marker writer here")
+        return self.writer
+
     # -- half messages -----------------------------------------------------------------
     async def BeginHalf(self, request: txn_pb2.BeginHalfRequest, context: Any) -> Any:
         return await self._call("BeginHalf", context, self._begin_half(request))
@@ -318,6 +358,10 @@ class TransactionsServicer(txn_pb2_grpc.TransactionsServicer, _Instrumented):
                 ErrorCode.INVALID_REQUEST, "a half message ends in HALF_COMMIT or HALF_ROLLBACK"
             )
         commit = request.outcome == txn_pb2.HALF_COMMIT
+        if request.by_operator:
+            # Recorded as an operator's decision only for a caller that administers the
+            # group (a tenant admin, the control plane), never on a producer's say-so.
+            self._check(request.producer_group, ADMIN)
         by = "operator" if request.by_operator else "producer"
         meta = await self.halves.end(request.producer_group, request.half_id, commit, by=by)
         return txn_pb2.EndHalfResponse(state=int(meta.state))  # type: ignore[arg-type]

@@ -12,6 +12,13 @@ The states and what moves between them::
     PREPARE_X --every partition's marker written--> COMPLETE_X
     ONGOING --InitProducerId, timeout, operator abort--> PREPARE_ABORT (epoch + 1: fenced)
 
+Producer ids and epochs (Kafka's, with KIP-360): a fence bumps the epoch of the same
+producer id (up to ``MAX_EPOCH``), so its markers close what the fenced producer
+opened; InitProducerId bumps it too, and once the epochs are exhausted hands out a new
+producer id, keeping the old one as ``previous_producer_id``; ``last_producer_epoch``
+is the epoch before the last InitProducerId, so a retry whose answer was lost gets the
+same answer instead of being fenced.
+
 Each function here checks a request against a ``TxnMetadata`` and returns the new one
 (never changing its argument) or raises the typed error the request gets; the
 coordinator writes the new one to its log, and only once it is durable makes it
@@ -96,6 +103,8 @@ class TxnMetadata:
     start_ms: int = -1  # when the open (or last) transaction began
     last_update_ms: int = -1
     half: HalfInfo | None = None
+    previous_producer_id: int = -1  # before the last rotation (epochs exhausted)
+    last_producer_epoch: int = -1  # before the last InitProducerId bump
 
     def replace(self, **changes: object) -> TxnMetadata:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
@@ -132,25 +141,62 @@ def check_not_completing(meta: TxnMetadata) -> None:
 
 
 # -- transitions ---------------------------------------------------------------------
-def next_epoch(meta: TxnMetadata, new_producer_id: int) -> tuple[int, int]:
-    """(producer id, epoch) after a bump: the next epoch, or a new id once they run out."""
-    if meta.producer_epoch >= MAX_EPOCH - 1:
-        return new_producer_id, 0
-    return meta.producer_id, meta.producer_epoch + 1
+def epoch_exhausted(epoch: int) -> bool:
+    """A producer at this epoch cannot be bumped again: the next InitProducerId gives a
+    new producer id (Kafka's ``isEpochExhausted``). A fence may still use the last
+    epoch, ``MAX_EPOCH``, for its markers."""
+    return epoch >= MAX_EPOCH - 1
+
+
+def is_init_retry(meta: TxnMetadata, producer_id: int, epoch: int) -> bool:
+    """InitProducerId with the caller's (``producer_id``, ``epoch``) (KIP-360; -1: a new
+    producer): True when it is the retry of a bump already made, to be answered with
+    the current id and epoch; False when the producer is to be bumped. Raises
+    ``PRODUCER_FENCED`` for an older epoch, ``INVALID_PRODUCER_ID_MAPPING`` for an id
+    that is neither the current nor the previous one."""
+    if producer_id < 0:
+        return False
+    idle = meta.state is TxnState.EMPTY
+    if producer_id == meta.producer_id:
+        if epoch == meta.producer_epoch:
+            return False
+        if epoch >= 0 and epoch == meta.last_producer_epoch and idle:
+            return True  # the answer to this bump was lost
+    elif producer_id == meta.previous_producer_id and epoch_exhausted(epoch):
+        if epoch == meta.last_producer_epoch and idle:
+            return True  # the answer to the rotation was lost
+    else:
+        raise MeridianError(
+            ErrorCode.INVALID_PRODUCER_ID_MAPPING,
+            f"producer id {producer_id} is not transactional id {meta.transactional_id!r}'s",
+        )
+    raise MeridianError(
+        ErrorCode.PRODUCER_FENCED,
+        f"transactional id {meta.transactional_id!r}: epoch {epoch} is fenced by epoch "
+        f"{meta.producer_epoch} (a newer producer, the transaction's timeout or an "
+        "operator's abort)",
+    )
 
 
 def init_producer(
-    meta: TxnMetadata, timeout_ms: int, bump_to: tuple[int, int], now_ms: int
+    meta: TxnMetadata, timeout_ms: int, new_producer_id: int, now_ms: int
 ) -> TxnMetadata:
-    """InitProducerId on a transactional id with no open transaction: the new epoch
-    (``bump_to``, from ``next_epoch``) and timeout."""
+    """InitProducerId on a transactional id with no open transaction: the next epoch
+    and the new timeout; once its epochs run out (``epoch_exhausted``),
+    ``new_producer_id`` at epoch 0, the old id kept as ``previous_producer_id``."""
     check_not_completing(meta)
     if meta.open:
         raise AssertionError("an open transaction is aborted (fence) before a new producer")
-    producer_id, epoch = bump_to
+    if epoch_exhausted(meta.producer_epoch):
+        producer_id, epoch, previous = new_producer_id, 0, meta.producer_id
+    else:
+        producer_id, epoch = meta.producer_id, meta.producer_epoch + 1
+        previous = meta.previous_producer_id
     return meta.replace(
         producer_id=producer_id,
         producer_epoch=epoch,
+        previous_producer_id=previous,
+        last_producer_epoch=meta.producer_epoch,
         timeout_ms=timeout_ms,
         state=TxnState.EMPTY,
         partitions=frozenset(),
@@ -158,14 +204,17 @@ def init_producer(
     )
 
 
-def fence(meta: TxnMetadata, bump_to: tuple[int, int], now_ms: int) -> TxnMetadata:
-    """Abort the open transaction with a new epoch (InitProducerId of a new producer, a
-    timeout, an operator): the markers carry it, so the old producer is fenced on every
-    partition of the transaction."""
-    producer_id, epoch = bump_to
+def fence(meta: TxnMetadata, now_ms: int) -> TxnMetadata:
+    """Abort the open transaction with the next epoch of the same producer id
+    (InitProducerId of a new producer, a timeout, an operator): the markers carry it, so
+    the old producer is fenced on every partition of the transaction and its open
+    transaction there closed (a marker of another id would close nothing). A producer's
+    epoch is below ``MAX_EPOCH``, so the fence's fits."""
+    if meta.producer_epoch >= MAX_EPOCH:
+        raise AssertionError("no producer holds the last epoch: nothing is open at it")
     return meta.replace(
-        producer_id=producer_id,
-        producer_epoch=epoch,
+        producer_epoch=meta.producer_epoch + 1,
+        last_producer_epoch=-1,
         state=TxnState.PREPARE_ABORT,
         last_update_ms=now_ms,
     )
@@ -177,10 +226,20 @@ def add_partitions(
     epoch: int,
     partitions: frozenset[TopicPartitionKey],
     now_ms: int,
+    max_partitions: int = 2**31,
 ) -> TxnMetadata:
-    """AddPartitionsToTxn (and AddOffsetsToTxn): open a transaction, or add to it."""
+    """AddPartitionsToTxn (and AddOffsetsToTxn): open a transaction, or add to it; a
+    transaction of more than ``max_partitions`` partitions is ``QUOTA_EXCEEDED`` (its
+    partitions are kept in the coordinator's memory and each gets a marker)."""
     check_producer(meta, producer_id, epoch)
     check_not_completing(meta)
+    total = len(meta.partitions | partitions) if meta.open else len(partitions)
+    if total > max_partitions:
+        raise MeridianError(
+            ErrorCode.QUOTA_EXCEEDED,
+            f"transactional id {meta.transactional_id!r}: a transaction may hold at most "
+            f"{max_partitions} partitions (the brokers' txn_max_partitions), not {total}",
+        )
     if meta.open:
         if partitions <= meta.partitions:
             return meta

@@ -40,6 +40,8 @@ from dataplane.storage.log import PartitionLog
 log = logging.getLogger(__name__)
 
 BATCH_BYTES = 256 * 1024
+EPOCH_CLOCK_MS = 1_735_689_600_000  # 2025-01-01T00:00:00Z
+_MAX_INT32 = 2**31 - 1
 Change = tuple[str, TxnMetadata | None]  # transactional id, new metadata or None (delete)
 
 
@@ -111,8 +113,13 @@ class TxnStatePartition:
 
     # -- writing ---------------------------------------------------------------------
     async def bump_epoch(self) -> int:
-        """The coordinator epoch of this load: one past the last, written durably."""
-        epoch = self.coordinator_epoch + 1
+        """The coordinator epoch of this load: one past the last, written durably, and
+        never below the seconds since ``EPOCH_CLOCK_MS`` (2025-01-01): a partition whose
+        log was lost with its broker's volume starts past the epochs its earlier life
+        stamped on markers (unless it was loaded more than once a second on average),
+        so the partitions take its markers instead of refusing them as fenced."""
+        since = (self._clock_ms() - EPOCH_CLOCK_MS) // 1000
+        epoch = max(self.coordinator_epoch + 1, min(since, _MAX_INT32))
         data = self._state_log.check_size(
             encode_records([(EPOCH_RECORD_KEY, encode_epoch(epoch))], self._clock_ms(), BATCH_BYTES)
         )

@@ -60,7 +60,14 @@ class TxnServices:
         self._channel = channel
         self.metrics = TxnMetrics(metrics_registry)
         self.writer = MarkerWriter(registry, executor, groups, self.metrics)
-        sender = MarkerSender(config.broker_id, self._leader_of, self.writer, self._remote_write)
+        sender = MarkerSender(
+            config.broker_id,
+            self._leader_of,
+            self.writer,
+            self._remote_write,
+            is_deleted=self._is_deleted,
+            metrics=self.metrics,
+        )
         self.coordinator = TransactionCoordinator(
             broker_id=config.broker_id,
             manager=manager,
@@ -73,6 +80,9 @@ class TxnServices:
                 max_timeout_ms=config.transaction_max_timeout_ms,
                 half_check_interval_ms=config.half_check_interval_ms,
                 half_max_checks=config.half_max_checks,
+                half_max_lifetime_ms=config.half_max_lifetime_ms,
+                max_partitions=config.txn_max_partitions,
+                half_max_open_per_tenant=config.half_max_open_per_tenant,
                 half_default_commit=config.half_default_outcome == "commit",
             ),
         )
@@ -84,7 +94,7 @@ class TxnServices:
         )
         groups.verify = self.verifier.offsets
         self.groups = groups
-        self.metrics.watch(self.coordinator.open_counts, self._stable_lags)
+        self.metrics.watch(self.coordinator.open_counts, self._stable_lags, sender.oldest_pending_s)
 
     def bind(self, cluster: ClusterView) -> None:
         self.cluster = cluster
@@ -93,7 +103,14 @@ class TxnServices:
         self, metrics: BrokerMetrics, readiness: Readiness, authorizer: Authorizer
     ) -> tuple[TransactionsServicer, TxnMarkersServicer]:
         client = TransactionsServicer(
-            self.coordinator, self.halves, self.groups, self._locate, metrics, readiness, authorizer
+            self.coordinator,
+            self.halves,
+            self.groups,
+            self._locate,
+            metrics,
+            readiness,
+            authorizer,
+            self.writer,
         )
         internal = TxnMarkersServicer(self.writer, self.coordinator, metrics, readiness, authorizer)
         return client, internal
@@ -124,6 +141,20 @@ class TxnServices:
             return self.cluster.offsets_owner(partition)
         leader = self.cluster.placement().get(topic, {}).get(partition)
         return None if leader is None or leader < 0 else leader
+
+    def _is_deleted(self, topic: str, partition: int) -> bool:
+        """Whether the cluster knows ``topic``-``partition`` deleted, not merely without
+        a leader: no placement names it, and either a controller pushes the topics (its
+        push no longer names it) or every peer answers and none hosts it (a silent
+        peer's partitions leave the placement too, so then nothing is known)."""
+        cluster = self.cluster
+        if cluster is None or topic == OFFSETS_TOPIC:
+            return False
+        if partition in cluster.placement().get(topic, {}):
+            return False
+        if cluster.pushed.leaders():
+            return True
+        return all(cluster.is_alive(peer) for peer in cluster.peers.values())
 
     async def _check_partition(self, topic: str, partition: int) -> MeridianError | None:
         """None when the cluster knows ``topic``-``partition``: the cluster view, asked

@@ -126,3 +126,32 @@ def test_an_operator_decides_a_pending_half_message(
     )
     other = client_for(roles={"globex": "tenant-admin"})
     assert_error(other.post(url, {"outcome": "rollback"}, format="json"), 404, "not_found")
+
+
+def test_a_tenant_admin_aborts_a_producers_transaction_on_one_partition(
+    hanging: Producer, broker: BrokerProcess, client_for: Callable[..., APIClient]
+) -> None:
+    """Kafka's kafka-transactions --abort: the partition's producers are listed at its
+    leader; a tenant admin writes an abort marker for the one hanging there (audited),
+    and the partition's last stable offset moves past it; another tenant's partition
+    answers as a missing one."""
+    url = f"/api/v1/partition-producers/{TOPIC}/0"
+    viewer = client_for(roles={"acme": "viewer"})
+    listed = viewer.get(url)
+    assert listed.status_code == 200, listed.content
+    (open_one,) = [p for p in listed.json() if p["txn_first_offset"] >= 0]
+    assert_error(viewer.get("/api/v1/partition-producers/globex.orders/0"), 404, "not_found")
+    assert_error(viewer.get("/api/v1/partition-producers/acme.never/0"), 404, "not_found")
+    abort = f"{url}/{open_one['producer_id']}/abort"
+    assert_error(viewer.post(abort), 403, "permission_denied")
+    admin = client_for(roles={"acme": "tenant-admin"})
+    done = admin.post(abort)
+    assert done.status_code == 200, done.content
+    assert done.json()["txn_first_offset"] == open_one["txn_first_offset"]
+    event = AuditEvent.objects.get(action="transaction.abort_producer")
+    assert (event.object_id, event.tenant_slug) == (f"{TOPIC}/0", "acme")
+    tp = TopicPartition(TOPIC, 0)
+    with Admin(broker.address) as reader:
+        stable = reader.list_offsets({tp: "latest"}, read_committed=True)[tp][0]
+        assert stable == reader.list_offsets({tp: "latest"})[tp][0]
+    assert_error(admin.post(abort), 409, "transaction_not_open")

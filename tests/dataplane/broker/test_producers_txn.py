@@ -3,8 +3,12 @@ the aborted index, half messages, and rebuilding all of it from a real log."""
 
 from __future__ import annotations
 
+import json
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
 
+from dataplane.broker.partitions import Partition
 from dataplane.broker.producers import (
     HALF_PRODUCER_BIT,
     ProducerStateTable,
@@ -14,6 +18,7 @@ from dataplane.records import build_batch, read_header
 from dataplane.records.control import Marker, build_marker
 from dataplane.storage.config import Durability, LogConfig
 from dataplane.storage.log import PartitionLog
+from dataplane.storage.manager import TopicPartition
 from dataplane.storage.txn_index import AbortedTxn, AbortedTxnIndex
 
 PID = 42
@@ -210,3 +215,60 @@ def test_a_truncation_cuts_index_entries_and_reopens_transactions(log):
     assert rebuilt.open_transactions() == {3: 3}
     assert rebuilt.aborted.entries == [AbortedTxn(1, 0, 2, 1)]
     assert AbortedTxnIndex.load(log.directory).entries == [AbortedTxn(1, 0, 2, 1)]
+
+
+class _FailingIndex(AbortedTxnIndex):
+    def append(self, entry):
+        raise OSError("disk gone")
+
+
+def test_an_abort_is_indexed_before_the_last_stable_offset_passes_it(tmp_path):
+    """The index entry comes before the transaction leaves the open ones: a reader never
+    finds the last stable offset past an aborted transaction's records without the entry
+    telling it to skip them. An index that cannot be written fails the marker and leaves
+    the transaction open (its records still held back)."""
+    table = ProducerStateTable(_FailingIndex(tmp_path))
+    table.verified(PID, 0)
+    table.check_and_record(0, [txn_header(0, 3)])
+    with pytest.raises(OSError, match="disk gone"):
+        table.apply_marker(3, Marker(PID, 0, False, 0))
+    assert table.open_transactions() == {PID: 0}
+    assert table.last_stable_offset(high_watermark=4) == 0
+
+
+def test_the_last_stable_offset_is_never_below_the_log_start(log):
+    """An open transaction whose first records were deleted (DeleteRecords, retention)
+    holds back nothing below the log start: the latest offset a read_committed reader
+    lists is one it can fetch from (below it, OFFSET_OUT_OF_RANGE, for ever)."""
+    table = ProducerStateTable.rebuild(log)
+    write(log, table, 1, 0)  # 0: left open
+    for value in (b"a", b"b", b"c"):
+        log.append(build_batch([value]))
+    with ThreadPoolExecutor(1) as pool:
+        part = Partition(TopicPartition("acme.t", 0), log, table, pool)
+        assert part.last_stable_offset() == 0
+        log.advance_log_start_offset(3)
+        assert part.last_stable_offset() == 3
+        assert part.visible_end(read_committed=True) == 3
+        assert part.visible_end(read_committed=False) == 4
+
+
+def test_a_snapshot_never_covers_an_abort_its_index_sync_missed(tmp_path):
+    """An abort marker applied while a snapshot syncs the index may miss that sync: the
+    snapshot must not cover its offset then, or a crash would lose the entry for good
+    (a rebuild scans only past the snapshot)."""
+    late: list[object] = []
+
+    class _Index(AbortedTxnIndex):
+        def flush(self):
+            super().flush()
+            while late:
+                late.pop()()  # a marker applied just after the sync
+
+    table = ProducerStateTable(_Index(tmp_path))
+    table.verified(PID, 0)
+    table.check_and_record(0, [txn_header(0)])
+    late.append(lambda: table.apply_marker(1, Marker(PID, 0, False, 0)))
+    table.snapshot(tmp_path)
+    covered = json.loads((tmp_path / "producer-state.json").read_bytes())["offset"]
+    assert covered <= 1, "the snapshot covers the abort at 1, whose entry was not synced"

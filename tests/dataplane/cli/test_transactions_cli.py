@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from dataplane.client import MeridianError, Producer
+from dataplane.client import MeridianError, Producer, TopicPartition
 from dataplane.errors import ErrorCode
+from tests.dataplane.broker.txn.support import ends, read_topic
 from tests.dataplane.cli.conftest import Cli
 
 
@@ -60,3 +61,32 @@ def test_a_pending_half_message_is_listed_and_committed(cli: Cli, topic: str) ->
     assert refused.stderr.startswith("error: INVALID_TXN_STATE: ")
     unknown = cli("half-messages", "commit", "cli.payments", "f00")
     assert unknown.stderr.startswith("error: HALF_MESSAGE_NOT_FOUND: ")
+
+
+def test_a_transaction_hanging_on_a_partition_is_aborted_there(cli: Cli, topic: str) -> None:
+    """Kafka's kafka-transactions --abort: the partition's producers are listed with the
+    offset their open transaction began at, and an abort marker written for one moves
+    the partition's last stable offset past it; its records stay unread at
+    read_committed."""
+    producer = Producer(cli.bootstrap, transactional_id="cli.stuck", linger_ms=1)
+    tp = TopicPartition(topic, 1)
+    try:
+        producer.init_transactions()
+        producer.begin_transaction()
+        first = producer.send(topic, b"stuck", partition=1).result(30).offset
+        listed = rows(cli.ok("transactions", "producers", topic, "1").stdout)
+        row = next(r for r in listed[1:] if r[3] != "-")
+        producer_id = int(row[0])
+        assert int(row[3]) == first
+        assert ends(cli.bootstrap, [tp], committed=True)[tp] == first  # held back
+        done = cli.ok("transactions", "abort-producer", topic, "1", str(producer_id)).stdout
+        assert f"from offset {first}" in done
+        assert ends(cli.bootstrap, [tp], committed=True) == ends(
+            cli.bootstrap, [tp], committed=False
+        )
+        read = read_topic(cli.bootstrap, topic, 2, committed=True)
+        assert b"stuck" not in [r.value for r in read]
+        again = cli("transactions", "abort-producer", topic, "1", str(producer_id))
+        assert again.stderr.startswith("error: INVALID_TXN_STATE: ")
+    finally:
+        producer.close(1)

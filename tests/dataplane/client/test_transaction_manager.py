@@ -17,6 +17,7 @@ import pytest
 from dataplane._gen.meridian.v1 import txn_pb2
 from dataplane.client.transactions import TransactionManager
 from dataplane.client.types import TopicPartition
+from dataplane.errors import ErrorCode, MeridianError
 
 TP = TopicPartition("acme.t", 0)
 
@@ -126,3 +127,38 @@ def test_a_batch_opened_in_a_transaction_adds_its_partition_at_once(state: str) 
     asyncio.run(manager.add())
     added = coordinator.events.count("AddPartitions start")
     assert added == (1 if state == "IN_TRANSACTION" else 0)
+
+
+def test_an_add_whose_answer_was_lost_is_still_ended() -> None:
+    """AddPartitions reached the coordinator (the transaction is open there) but its
+    answer was lost: the abort still sends EndTxn, or the transaction would stay open
+    at the coordinator until its timeout, holding back its partitions' readers. Had the
+    add not landed, the coordinator's INVALID_TXN_STATE is nothing to end."""
+    manager, coordinator = _manager()
+    lost = MeridianError(ErrorCode.REQUEST_TIMED_OUT, "the answer was lost")
+    real_call = coordinator.call
+
+    def call(rpc: str, request: Any, api_timeout_s: float) -> Any:
+        answer = real_call(rpc, request, api_timeout_s)
+        if rpc == "AddPartitions":
+            raise lost
+        if rpc == "EndTxn" and landed == [False]:
+            raise MeridianError(ErrorCode.INVALID_TXN_STATE, "no open transaction")
+        return answer
+
+    coordinator.call = call  # type: ignore[method-assign]
+    manager._sender = SimpleNamespace(  # type: ignore[assignment]
+        call_on_loop=lambda f: f(),
+        drop_unsent=lambda error: False,
+        in_flight=lambda: False,
+        set_identity=lambda pid, epoch: None,
+        fail_all=lambda error: None,
+    )
+    landed: list[bool] = []
+    for add_landed in (True, False):
+        landed[:] = [add_landed]
+        manager.begin_transaction()
+        assert not manager.addable(TP)
+        asyncio.run(manager.add())
+        manager.abort_transaction()
+    assert coordinator.events.count("EndTxn start") == 2

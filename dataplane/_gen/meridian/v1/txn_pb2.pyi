@@ -619,6 +619,139 @@ class AbortTransactionResponse(_message.Message):
 Global___AbortTransactionResponse: _TypeAlias = AbortTransactionResponse  # noqa: Y015
 
 @_typing.final
+class DescribeProducersRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    partition: _builtins.int
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["partition", b"partition", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeProducersRequest: _TypeAlias = DescribeProducersRequest  # noqa: Y015
+
+@_typing.final
+class PartitionProducer(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PRODUCER_ID_FIELD_NUMBER: _builtins.int
+    PRODUCER_EPOCH_FIELD_NUMBER: _builtins.int
+    LAST_SEQUENCE_FIELD_NUMBER: _builtins.int
+    TXN_FIRST_OFFSET_FIELD_NUMBER: _builtins.int
+    COORDINATOR_EPOCH_FIELD_NUMBER: _builtins.int
+    producer_id: _builtins.int
+    producer_epoch: _builtins.int
+    last_sequence: _builtins.int
+    """-1: none kept"""
+    txn_first_offset: _builtins.int
+    """the open transaction's first offset here; -1: none"""
+    coordinator_epoch: _builtins.int
+    """of its last marker here; -1: none"""
+    def __init__(
+        self,
+        *,
+        producer_id: _builtins.int = ...,
+        producer_epoch: _builtins.int = ...,
+        last_sequence: _builtins.int = ...,
+        txn_first_offset: _builtins.int = ...,
+        coordinator_epoch: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["coordinator_epoch", b"coordinator_epoch", "last_sequence", b"last_sequence", "producer_epoch", b"producer_epoch", "producer_id", b"producer_id", "txn_first_offset", b"txn_first_offset"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PartitionProducer: _TypeAlias = PartitionProducer  # noqa: Y015
+
+@_typing.final
+class DescribeProducersResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    PRODUCERS_FIELD_NUMBER: _builtins.int
+    error: _errors_pb2.ErrorCode.ValueType
+    error_message: _builtins.str
+    @_builtins.property
+    def producers(self) -> _containers.RepeatedCompositeFieldContainer[Global___PartitionProducer]: ...
+    def __init__(
+        self,
+        *,
+        error: _errors_pb2.ErrorCode.ValueType = ...,
+        error_message: _builtins.str = ...,
+        producers: _abc.Iterable[Global___PartitionProducer] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "error_message", b"error_message", "producers", b"producers"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeProducersResponse: _TypeAlias = DescribeProducersResponse  # noqa: Y015
+
+@_typing.final
+class AbortProducerRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOPIC_FIELD_NUMBER: _builtins.int
+    PARTITION_FIELD_NUMBER: _builtins.int
+    PRODUCER_ID_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    partition: _builtins.int
+    producer_id: _builtins.int
+    def __init__(
+        self,
+        *,
+        topic: _builtins.str = ...,
+        partition: _builtins.int = ...,
+        producer_id: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["partition", b"partition", "producer_id", b"producer_id", "topic", b"topic"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AbortProducerRequest: _TypeAlias = AbortProducerRequest  # noqa: Y015
+
+@_typing.final
+class AbortProducerResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ERROR_FIELD_NUMBER: _builtins.int
+    ERROR_MESSAGE_FIELD_NUMBER: _builtins.int
+    TXN_FIRST_OFFSET_FIELD_NUMBER: _builtins.int
+    error: _errors_pb2.ErrorCode.ValueType
+    error_message: _builtins.str
+    txn_first_offset: _builtins.int
+    """where the aborted transaction began"""
+    def __init__(
+        self,
+        *,
+        error: _errors_pb2.ErrorCode.ValueType = ...,
+        error_message: _builtins.str = ...,
+        txn_first_offset: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "error_message", b"error_message", "txn_first_offset", b"txn_first_offset"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AbortProducerResponse: _TypeAlias = AbortProducerResponse  # noqa: Y015
+
+@_typing.final
 class HalfHeader(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -738,7 +871,7 @@ class EndHalfRequest(_message.Message):
     outcome: Global___HalfOutcome.ValueType
     """HALF_COMMIT or HALF_ROLLBACK"""
     by_operator: _builtins.bool
-    """an operator's decision (console, REST API): recorded so"""
+    """an operator's decision (console, REST API): recorded so;"""
     def __init__(
         self,
         *,

@@ -34,7 +34,8 @@ class TransactionsStub:
     hosting that partition coordinates it (FindCoordinator). Every other call of this
     service goes to that broker; any other answers NOT_COORDINATOR, except
     TxnOffsetCommit, which goes to the group's coordinator (GroupCoordinator's
-    FindCoordinator), as an offset commit does.
+    FindCoordinator), as an offset commit does, and DescribeProducers and AbortProducer,
+    which go to the partition's leader.
     """
 
     def __init__(self, channel):
@@ -88,6 +89,16 @@ class TransactionsStub:
                 request_serializer=meridian_dot_v1_dot_txn__pb2.AbortTransactionRequest.SerializeToString,
                 response_deserializer=meridian_dot_v1_dot_txn__pb2.AbortTransactionResponse.FromString,
                 _registered_method=True)
+        self.DescribeProducers = channel.unary_unary(
+                '/meridian.v1.Transactions/DescribeProducers',
+                request_serializer=meridian_dot_v1_dot_txn__pb2.DescribeProducersRequest.SerializeToString,
+                response_deserializer=meridian_dot_v1_dot_txn__pb2.DescribeProducersResponse.FromString,
+                _registered_method=True)
+        self.AbortProducer = channel.unary_unary(
+                '/meridian.v1.Transactions/AbortProducer',
+                request_serializer=meridian_dot_v1_dot_txn__pb2.AbortProducerRequest.SerializeToString,
+                response_deserializer=meridian_dot_v1_dot_txn__pb2.AbortProducerResponse.FromString,
+                _registered_method=True)
         self.BeginHalf = channel.unary_unary(
                 '/meridian.v1.Transactions/BeginHalf',
                 request_serializer=meridian_dot_v1_dot_txn__pb2.BeginHalfRequest.SerializeToString,
@@ -119,7 +130,8 @@ class TransactionsServicer:
     hosting that partition coordinates it (FindCoordinator). Every other call of this
     service goes to that broker; any other answers NOT_COORDINATOR, except
     TxnOffsetCommit, which goes to the group's coordinator (GroupCoordinator's
-    FindCoordinator), as an offset commit does.
+    FindCoordinator), as an offset commit does, and DescribeProducers and AbortProducer,
+    which go to the partition's leader.
     """
 
     def FindCoordinator(self, request, context):
@@ -178,6 +190,25 @@ class TransactionsServicer:
 
     def AbortTransaction(self, request, context):
         """Abort a transactional id's open transaction (a hanging one) and fence its producer.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeProducers(self, request, context):
+        """A partition's producers and their open transactions there (Kafka's
+        DescribeProducers). Served by the partition's leader (NOT_LEADER_OR_FOLLOWER
+        elsewhere), not the coordinator; DESCRIBE on the topic.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AbortProducer(self, request, context):
+        """An operator's abort marker for a producer's transaction open on one partition
+        (Kafka's kafka-transactions --abort): for a transaction hanging there that its
+        coordinator cannot end. Served by the partition's leader; ADMIN on the topic.
+        INVALID_TXN_STATE when the producer has no transaction open there.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -261,6 +292,16 @@ def add_TransactionsServicer_to_server(servicer, server):
                     request_deserializer=meridian_dot_v1_dot_txn__pb2.AbortTransactionRequest.FromString,
                     response_serializer=meridian_dot_v1_dot_txn__pb2.AbortTransactionResponse.SerializeToString,
             ),
+            'DescribeProducers': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeProducers,
+                    request_deserializer=meridian_dot_v1_dot_txn__pb2.DescribeProducersRequest.FromString,
+                    response_serializer=meridian_dot_v1_dot_txn__pb2.DescribeProducersResponse.SerializeToString,
+            ),
+            'AbortProducer': grpc.unary_unary_rpc_method_handler(
+                    servicer.AbortProducer,
+                    request_deserializer=meridian_dot_v1_dot_txn__pb2.AbortProducerRequest.FromString,
+                    response_serializer=meridian_dot_v1_dot_txn__pb2.AbortProducerResponse.SerializeToString,
+            ),
             'BeginHalf': grpc.unary_unary_rpc_method_handler(
                     servicer.BeginHalf,
                     request_deserializer=meridian_dot_v1_dot_txn__pb2.BeginHalfRequest.FromString,
@@ -298,7 +339,8 @@ class Transactions:
     hosting that partition coordinates it (FindCoordinator). Every other call of this
     service goes to that broker; any other answers NOT_COORDINATOR, except
     TxnOffsetCommit, which goes to the group's coordinator (GroupCoordinator's
-    FindCoordinator), as an offset commit does.
+    FindCoordinator), as an offset commit does, and DescribeProducers and AbortProducer,
+    which go to the partition's leader.
     """
 
     @staticmethod
@@ -534,6 +576,60 @@ class Transactions:
             '/meridian.v1.Transactions/AbortTransaction',
             meridian_dot_v1_dot_txn__pb2.AbortTransactionRequest.SerializeToString,
             meridian_dot_v1_dot_txn__pb2.AbortTransactionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeProducers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/meridian.v1.Transactions/DescribeProducers',
+            meridian_dot_v1_dot_txn__pb2.DescribeProducersRequest.SerializeToString,
+            meridian_dot_v1_dot_txn__pb2.DescribeProducersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AbortProducer(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/meridian.v1.Transactions/AbortProducer',
+            meridian_dot_v1_dot_txn__pb2.AbortProducerRequest.SerializeToString,
+            meridian_dot_v1_dot_txn__pb2.AbortProducerResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -35,7 +35,8 @@ class TransactionsStub:
     hosting that partition coordinates it (FindCoordinator). Every other call of this
     service goes to that broker; any other answers NOT_COORDINATOR, except
     TxnOffsetCommit, which goes to the group's coordinator (GroupCoordinator's
-    FindCoordinator), as an offset commit does.
+    FindCoordinator), as an offset commit does, and DescribeProducers and AbortProducer,
+    which go to the partition's leader.
     """
 
     @_typing.overload
@@ -60,6 +61,17 @@ class TransactionsStub:
     """The transactions this broker coordinates that the caller may describe."""
     AbortTransaction: _grpc.UnaryUnaryMultiCallable[_txn_pb2.AbortTransactionRequest, _txn_pb2.AbortTransactionResponse]
     """Abort a transactional id's open transaction (a hanging one) and fence its producer."""
+    DescribeProducers: _grpc.UnaryUnaryMultiCallable[_txn_pb2.DescribeProducersRequest, _txn_pb2.DescribeProducersResponse]
+    """A partition's producers and their open transactions there (Kafka's
+    DescribeProducers). Served by the partition's leader (NOT_LEADER_OR_FOLLOWER
+    elsewhere), not the coordinator; DESCRIBE on the topic.
+    """
+    AbortProducer: _grpc.UnaryUnaryMultiCallable[_txn_pb2.AbortProducerRequest, _txn_pb2.AbortProducerResponse]
+    """An operator's abort marker for a producer's transaction open on one partition
+    (Kafka's kafka-transactions --abort): for a transaction hanging there that its
+    coordinator cannot end. Served by the partition's leader; ADMIN on the topic.
+    INVALID_TXN_STATE when the producer has no transaction open there.
+    """
     BeginHalf: _grpc.UnaryUnaryMultiCallable[_txn_pb2.BeginHalfRequest, _txn_pb2.BeginHalfResponse]
     """Half messages of a producer group: BeginHalf, then produce the record as a
     transactional batch with the answer's producer id, epoch and transactional_id, then
@@ -83,7 +95,8 @@ class TransactionsAsyncStub(TransactionsStub):
     hosting that partition coordinates it (FindCoordinator). Every other call of this
     service goes to that broker; any other answers NOT_COORDINATOR, except
     TxnOffsetCommit, which goes to the group's coordinator (GroupCoordinator's
-    FindCoordinator), as an offset commit does.
+    FindCoordinator), as an offset commit does, and DescribeProducers and AbortProducer,
+    which go to the partition's leader.
     """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
@@ -105,6 +118,17 @@ class TransactionsAsyncStub(TransactionsStub):
     """The transactions this broker coordinates that the caller may describe."""
     AbortTransaction: _aio.UnaryUnaryMultiCallable[_txn_pb2.AbortTransactionRequest, _txn_pb2.AbortTransactionResponse]  # type: ignore[assignment]
     """Abort a transactional id's open transaction (a hanging one) and fence its producer."""
+    DescribeProducers: _aio.UnaryUnaryMultiCallable[_txn_pb2.DescribeProducersRequest, _txn_pb2.DescribeProducersResponse]  # type: ignore[assignment]
+    """A partition's producers and their open transactions there (Kafka's
+    DescribeProducers). Served by the partition's leader (NOT_LEADER_OR_FOLLOWER
+    elsewhere), not the coordinator; DESCRIBE on the topic.
+    """
+    AbortProducer: _aio.UnaryUnaryMultiCallable[_txn_pb2.AbortProducerRequest, _txn_pb2.AbortProducerResponse]  # type: ignore[assignment]
+    """An operator's abort marker for a producer's transaction open on one partition
+    (Kafka's kafka-transactions --abort): for a transaction hanging there that its
+    coordinator cannot end. Served by the partition's leader; ADMIN on the topic.
+    INVALID_TXN_STATE when the producer has no transaction open there.
+    """
     BeginHalf: _aio.UnaryUnaryMultiCallable[_txn_pb2.BeginHalfRequest, _txn_pb2.BeginHalfResponse]  # type: ignore[assignment]
     """Half messages of a producer group: BeginHalf, then produce the record as a
     transactional batch with the answer's producer id, epoch and transactional_id, then
@@ -127,7 +151,8 @@ class TransactionsServicer(metaclass=_abc_1.ABCMeta):
     hosting that partition coordinates it (FindCoordinator). Every other call of this
     service goes to that broker; any other answers NOT_COORDINATOR, except
     TxnOffsetCommit, which goes to the group's coordinator (GroupCoordinator's
-    FindCoordinator), as an offset commit does.
+    FindCoordinator), as an offset commit does, and DescribeProducers and AbortProducer,
+    which go to the partition's leader.
     """
 
     @_abc_1.abstractmethod
@@ -201,6 +226,29 @@ class TransactionsServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_txn_pb2.AbortTransactionResponse, _abc.Awaitable[_txn_pb2.AbortTransactionResponse]]:
         """Abort a transactional id's open transaction (a hanging one) and fence its producer."""
+
+    @_abc_1.abstractmethod
+    def DescribeProducers(
+        self,
+        request: _txn_pb2.DescribeProducersRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_txn_pb2.DescribeProducersResponse, _abc.Awaitable[_txn_pb2.DescribeProducersResponse]]:
+        """A partition's producers and their open transactions there (Kafka's
+        DescribeProducers). Served by the partition's leader (NOT_LEADER_OR_FOLLOWER
+        elsewhere), not the coordinator; DESCRIBE on the topic.
+        """
+
+    @_abc_1.abstractmethod
+    def AbortProducer(
+        self,
+        request: _txn_pb2.AbortProducerRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_txn_pb2.AbortProducerResponse, _abc.Awaitable[_txn_pb2.AbortProducerResponse]]:
+        """An operator's abort marker for a producer's transaction open on one partition
+        (Kafka's kafka-transactions --abort): for a transaction hanging there that its
+        coordinator cannot end. Served by the partition's leader; ADMIN on the topic.
+        INVALID_TXN_STATE when the producer has no transaction open there.
+        """
 
     @_abc_1.abstractmethod
     def BeginHalf(

@@ -15,10 +15,11 @@ from dataplane._gen.meridian.v1 import common_pb2, txn_pb2, txn_pb2_grpc
 from dataplane.client import Producer
 from dataplane.client.connection import ChannelSecurity
 from dataplane.errors import ErrorCode
+from dataplane.records import build_batch
 from tests.support.brokers import BrokerProcess
 from tests.support.issuer import TestIssuer
 
-from .support import outcome, refusal
+from .support import caller, outcome, produce_request, refusal
 
 BETA_TXN = "beta.loader"  # exists: beta's producer has a transaction open
 BETA_GROUP = "beta.payments"  # exists: a half message of it waits
@@ -126,6 +127,44 @@ def test_a_tenant_cannot_add_another_tenants_topic_nor_fence_its_producer(
     assert beta.producer_epoch == 0
 
 
+def test_a_produce_naming_another_tenants_transactional_id_learns_nothing_of_it(
+    beta_work: None,
+    secured_broker: BrokerProcess,
+    issuer: TestIssuer,
+    acme: txn_pb2_grpc.TransactionsStub,
+) -> None:
+    """A transactional batch to acme's own topic under beta's transactional id, with
+    beta's very producer id and epoch, is answered as one under an id that never
+    existed: refused by the name before the coordinator is asked, so its answers (the
+    id's producer, epoch, state) reach no other tenant. (The Kafka listener's Produce
+    goes through the same guard.)"""
+    internal = issuer.internal_token()
+    with ChannelSecurity.of(internal).channel(secured_broker.address) as channel:
+        stub = txn_pb2_grpc.TransactionsStub(channel)
+        request = txn_pb2.DescribeTransactionsRequest(transactional_ids=[BETA_TXN])
+        (beta,) = stub.DescribeTransactions(request, timeout=10).transactions
+    token = issuer.token(tenants={"acme": "tenant-admin"})
+    answers = []
+    with caller(secured_broker.address, token) as acme_broker:
+        for name, pid, epoch in (
+            (BETA_TXN, beta.producer_id, beta.producer_epoch),
+            ("beta.never", beta.producer_id + 1000, 0),
+        ):
+            batch = build_batch(
+                [b"x"],
+                producer_id=pid,
+                producer_epoch=epoch,
+                base_sequence=0,
+                is_transactional=True,
+            )
+            request = produce_request("acme.orders", 0, batch)
+            request.transactional_id = name
+            (result,) = acme_broker.broker.Produce(request, timeout=10).results
+            assert result.error == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, result
+            answers.append(result.error_message.replace(name, "X"))
+    assert answers[0] == answers[1]
+
+
 def test_markers_and_verification_are_internal(
     secured_broker: BrokerProcess, acme: txn_pb2_grpc.TransactionsStub, issuer: TestIssuer
 ) -> None:
@@ -137,4 +176,22 @@ def test_markers_and_verification_are_internal(
             markers.WriteTxnMarkers(write, timeout=10)
         assert refusal(markers.VerifyTxn, txn_pb2.VerifyTxnRequest()).code == (
             ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        )
+
+
+def test_only_an_administrator_of_the_group_resolves_a_half_message_as_operator(
+    secured_broker: BrokerProcess, issuer: TestIssuer
+) -> None:
+    """A producer (developer) of the group ends its half messages, but cannot have its
+    decision recorded as an operator's (metrics, console)."""
+    token = issuer.token(tenants={"acme": "developer"})
+    with ChannelSecurity.of(token).channel(secured_broker.address) as channel:
+        stub = txn_pb2_grpc.TransactionsStub(channel)
+        request = txn_pb2.EndHalfRequest(
+            producer_group="acme.payments", half_id="1", outcome=txn_pb2.HALF_COMMIT
+        )
+        assert refusal(stub.EndHalf, request).code == ErrorCode.HALF_MESSAGE_NOT_FOUND
+        request.by_operator = True
+        assert refusal(stub.EndHalf, request).code == (
+            ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
         )

@@ -8,6 +8,8 @@ import grpc
 import pytest
 
 from dataplane._gen.meridian.v1 import group_pb2, group_pb2_grpc
+from dataplane.broker.groups.group import Group, GroupState, Member
+from dataplane.broker.groups.membership import Membership
 from dataplane.errors import ERROR_METADATA_KEY, ErrorCode, MeridianError
 
 from .support import CoordinatorServer, ManualClock, RawMember, call, wait_for
@@ -309,3 +311,22 @@ def test_find_coordinator_names_the_broker(
     stub = group_pb2_grpc.GroupCoordinatorStub(channel)
     found = call(stub.FindCoordinator, group_pb2.FindCoordinatorRequest(group_id=GROUP))
     assert (found.coordinator.host, found.coordinator.port) == ("127.0.0.1", server.port)
+
+
+def test_a_transactional_commit_without_generation_is_taken_while_the_group_has_members() -> None:
+    """Kafka accepts TxnOffsetCommit with generation -1 and no member id whatever the
+    group's state (v0-2 carry neither; Java's ``sendOffsetsToTransaction(offsets,
+    groupId)``): the transaction's producer fencing guards it. A plain commit so made is
+    still refused while members are active."""
+
+    async def persist(group_id: str, record: object) -> None:
+        raise AssertionError("nothing to persist")
+
+    membership = Membership(clock_ms=lambda: 0, persist=persist)  # type: ignore[arg-type]
+    member = Member("m-1", "", "c", "h", 10_000, 10_000, "consumer", [("range", b"")])
+    group = Group(GROUP, GroupState.STABLE, "consumer", "range", 3, "m-1", {"m-1": member})
+    membership.check_commit(group, -1, "", transactional=True)
+    assert error_of(lambda: membership.check_commit(group, -1, "")) == ErrorCode.UNKNOWN_MEMBER_ID
+    assert error_of(lambda: membership.check_commit(group, 2, "m-1", transactional=True)) == (
+        ErrorCode.ILLEGAL_GENERATION
+    )

@@ -40,11 +40,13 @@ class Markers:
 
     def __init__(self) -> None:
         self.sent: list[tuple[str, TxnState, frozenset[tuple[str, int]], int, int]] = []
+        self.producer_ids: list[int] = []
         self.gate = asyncio.Event()
         self.gate.set()
 
     async def send(self, meta: Any, coordinator_epoch: int) -> None:
         await self.gate.wait()
+        self.producer_ids.append(meta.producer_id)
         self.sent.append(
             (
                 meta.transactional_id,
@@ -77,7 +79,7 @@ async def coordinator(
         send_markers=markers.send,
         check_partition=known,
         clock_ms=clock,
-        config=TxnConfig(tick_interval_ms=10, complete_wait_ms=2_000, **config),
+        config=TxnConfig(**{"tick_interval_ms": 10, "complete_wait_ms": 2_000, **config}),
     )
     hub = CheckBackHub()
     halves = HalfMessages(core, hub, lambda: next(ids), known)
@@ -172,6 +174,109 @@ def test_a_new_producer_aborts_the_open_transaction_and_fences_the_old_one(tmp_p
     run(scenario)
 
 
+async def at_epoch(core: TransactionCoordinator, epoch: int) -> None:
+    """Move ``TID``'s producer to ``epoch`` (as ~32,000 InitProducerIds would)."""
+    async with core.locked(TID) as loaded:
+        meta = loaded.store.get(TID)
+        assert meta is not None
+        await core.change(loaded, meta.replace(producer_epoch=epoch))
+
+
+def test_an_exhausted_producer_is_fenced_under_its_own_id_then_given_a_new_one(
+    tmp_path: Path,
+) -> None:
+    """At the last epoch a producer may hold (32766), a new producer's fence still aborts
+    with the same producer id (epoch 32767): a marker of another id would close nothing
+    on the partitions, and their last stable offset would stay behind the open
+    transaction for ever. Only the InitProducerId that follows hands out a new id."""
+
+    async def scenario() -> None:
+        clock, markers = Clock(), Markers()
+        async with coordinator(tmp_path, clock, markers) as (core, _, _):
+            pid, _ = await core.init_producer_id(TID, 60_000)
+            await at_epoch(core, 32766)
+            await core.add_partitions(TID, pid, 32766, [TP])
+            new_pid, epoch = await core.init_producer_id(TID, 60_000)
+            assert markers.producer_ids == [pid]
+            assert markers.sent == [(TID, TxnState.PREPARE_ABORT, frozenset({TP}), 32767, 1)]
+            assert new_pid != pid
+            assert epoch == 0
+            assert await code_of(core.end_txn(TID, pid, 32766, commit=True)) == (
+                ErrorCode.INVALID_PRODUCER_ID_MAPPING
+            )
+            # A transaction timing out at the last epoch is aborted under its own id too.
+            await at_epoch(core, 32766)
+            await core.add_partitions(TID, new_pid, 32766, [OTHER])
+            clock.now += 60_001
+            while core.describe(TID).state is not TxnState.COMPLETE_ABORT:
+                await asyncio.sleep(0.01)
+            assert markers.producer_ids == [pid, new_pid]
+            assert markers.sent[-1][3] == 32767
+
+    run(scenario)
+
+
+def test_a_retried_init_producer_id_gets_the_answer_it_lost(tmp_path: Path) -> None:
+    """KIP-360: a producer bumping its own epoch whose answer was lost asks again with
+    the epoch it had, and gets the epoch it was given (not PRODUCER_FENCED); so does
+    one whose exhausted id was replaced by a new one, across a restart of the
+    coordinator. An older epoch is fenced; an id the transactional id never had is
+    INVALID_PRODUCER_ID_MAPPING."""
+
+    async def scenario() -> None:
+        clock, markers = Clock(), Markers()
+        async with coordinator(tmp_path, clock, markers) as (core, _, _):
+            pid, _ = await core.init_producer_id(TID, 60_000)
+            assert await core.init_producer_id(TID, 60_000, pid, 0) == (pid, 1)
+            assert await core.init_producer_id(TID, 60_000, pid, 0) == (pid, 1)  # retried
+            assert await core.init_producer_id(TID, 60_000, pid, 1) == (pid, 2)
+            assert await code_of(core.init_producer_id(TID, 60_000, pid, 0)) == (
+                ErrorCode.PRODUCER_FENCED
+            )
+            assert await code_of(core.init_producer_id(TID, 60_000, pid + 7, 2)) == (
+                ErrorCode.INVALID_PRODUCER_ID_MAPPING
+            )
+            await at_epoch(core, 32766)
+            rotated, epoch = await core.init_producer_id(TID, 60_000, pid, 32766)
+            assert rotated != pid
+            assert epoch == 0
+        async with coordinator(tmp_path, clock, markers) as (core, _, _):
+            assert await core.init_producer_id(TID, 60_000, pid, 32766) == (rotated, 0)
+            # Once the new id began a transaction, the old one's retry is stale.
+            await core.add_partitions(TID, rotated, 0, [TP])
+            assert await code_of(core.init_producer_id(TID, 60_000, pid, 32766)) == (
+                ErrorCode.PRODUCER_FENCED
+            )
+            assert core.describe(TID).state is TxnState.ONGOING
+
+    run(scenario)
+
+
+def test_an_id_used_while_it_expires_is_kept(tmp_path: Path) -> None:
+    """The expiry of idle transactional ids takes each id's lock and checks again: a
+    request holding the id (here, bumping it) is never undone by a tombstone."""
+
+    async def scenario() -> None:
+        clock, markers = Clock(), Markers()
+        async with coordinator(tmp_path, clock, markers, id_expiration_ms=1_000) as (
+            core,
+            _,
+            _,
+        ):
+            pid, _ = await core.init_producer_id(TID, 60_000)
+            async with core.locked(TID) as loaded:
+                clock.now += 2_000  # idle past its expiration: the timer will see it
+                while loaded.store.get(TID) is not None and core._locks[TID].users < 2:
+                    await asyncio.sleep(0.01)  # the timer wants the id (or took it)
+                meta = loaded.store.get(TID)
+                assert meta is not None, "expired under a request holding the id"
+                await core.change(loaded, meta.replace(last_update_ms=clock.now))
+            await asyncio.sleep(0.05)
+            assert core.describe(TID).producer_id == pid
+
+    run(scenario)
+
+
 def test_a_transaction_open_past_its_timeout_is_aborted(tmp_path: Path) -> None:
     async def scenario() -> None:
         clock, markers = Clock(), Markers()
@@ -255,6 +360,107 @@ def test_half_messages_are_decided_by_their_producer_and_remembered(tmp_path: Pa
                 "producer",
                 "producer",
             ]
+
+    run(scenario)
+
+
+def test_a_half_message_outliving_the_brokers_limit_gets_its_default(tmp_path: Path) -> None:
+    """Its producer asked for a check a day, a thousand times; the broker's
+    ``half_max_lifetime_ms`` decides: its default outcome applies once it is that old,
+    so it holds its partition's readers back no longer."""
+
+    async def scenario() -> None:
+        clock, markers = Clock(), Markers()
+        async with coordinator(tmp_path, clock, markers, half_max_lifetime_ms=60_000) as (
+            _,
+            halves,
+            _,
+        ):
+            meta = await halves.begin(
+                "acme.payments", *TP, check_interval_ms=24 * 3600 * 1000, max_checks=1000
+            )
+            assert meta.half is not None
+            clock.now += 60_000
+            for _ in range(1000):  # the timer ticks every 10 ms
+                if markers.sent:
+                    break
+                await asyncio.sleep(0.01)
+            assert markers.sent, "still undecided past the broker's limit"
+            assert markers.sent[0][1] is TxnState.PREPARE_ABORT  # the default: roll back
+            (decided,) = halves.list("acme.payments")
+            assert decided.half is not None
+            assert decided.half.resolved_by == "default"
+
+    run(scenario)
+
+
+def test_a_tenants_share_of_a_coordinator_is_bounded(tmp_path: Path) -> None:
+    """A transaction of more partitions than ``max_partitions``, and more undecided half
+    messages of one tenant than ``half_max_open_per_tenant``, are QUOTA_EXCEEDED, with
+    nothing changed; another tenant is not held back, and deciding one makes room."""
+
+    async def scenario() -> None:
+        clock, markers = Clock(), Markers()
+        limits = {"max_partitions": 2, "half_max_open_per_tenant": 2}
+        async with coordinator(tmp_path, clock, markers, **limits) as (core, halves, _):
+            pid, epoch = await core.init_producer_id(TID, 60_000)
+            await core.add_partitions(TID, pid, epoch, [TP, OTHER])
+            assert await code_of(core.add_partitions(TID, pid, epoch, [("acme.orders", 2)])) == (
+                ErrorCode.QUOTA_EXCEEDED
+            )
+            assert core.describe(TID).partitions == frozenset({TP, OTHER})
+            first = await halves.begin("acme.payments", *TP)
+            await halves.begin("acme.refunds", *TP)
+            assert await code_of(halves.begin("acme.payments", *TP)) == ErrorCode.QUOTA_EXCEEDED
+            await halves.begin("globex.payments", *TP)  # another tenant's own share
+            assert first.half is not None
+            await halves.end("acme.payments", first.half.half_id, False)
+            for _ in range(1000):  # the next tick counts what is still undecided
+                try:
+                    await halves.begin("acme.payments", *TP)
+                    break
+                except MeridianError as error:
+                    if error.code != ErrorCode.QUOTA_EXCEEDED:
+                        raise
+                    await asyncio.sleep(0.01)
+            else:
+                raise AssertionError("no room after a half message was decided")
+
+    run(scenario)
+
+
+def test_ending_a_half_message_or_aborting_returns_only_once_it_is_visible(
+    tmp_path: Path,
+) -> None:
+    """A half message's commit, and an operator's abort, answer once the markers are
+    written (what was decided is visible then); while they are still being written
+    after ``complete_wait_ms``, ``CONCURRENT_TRANSACTIONS`` (retriable), and the same
+    call again joins the decision already made."""
+
+    async def scenario() -> None:
+        clock, markers = Clock(), Markers()
+        async with coordinator(tmp_path, clock, markers, complete_wait_ms=50) as (
+            core,
+            halves,
+            _,
+        ):
+            meta = await halves.begin("acme.payments", *TP, check_interval_ms=60_000)
+            assert meta.half is not None
+            pid, epoch = await core.init_producer_id(TID, 60_000)
+            await core.add_partitions(TID, pid, epoch, [TP])
+            markers.gate.clear()  # a partition's leader is away
+            assert await code_of(halves.end("acme.payments", meta.half.half_id, True)) == (
+                ErrorCode.CONCURRENT_TRANSACTIONS
+            )
+            assert await code_of(core.abort(TID)) == ErrorCode.CONCURRENT_TRANSACTIONS
+            assert await code_of(core.abort(TID)) == ErrorCode.CONCURRENT_TRANSACTIONS
+            markers.gate.set()
+            done = await halves.end("acme.payments", meta.half.half_id, True)
+            assert done.state is TxnState.COMPLETE_COMMIT
+            await settle(core)
+            aborted = core.describe(TID)
+            assert (aborted.state, aborted.producer_epoch) == (TxnState.COMPLETE_ABORT, epoch + 1)
+            assert [s[1] for s in markers.sent] == [TxnState.PREPARE_COMMIT, TxnState.PREPARE_ABORT]
 
     run(scenario)
 

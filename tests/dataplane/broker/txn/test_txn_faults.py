@@ -11,6 +11,7 @@ from pathlib import Path
 
 from dataplane.client import Admin, Producer, TopicPartition
 from dataplane.client.halves import HalfMessage, HalfOutcome
+from dataplane.errors import ErrorCode, MeridianError
 from tests.dataplane.broker.txn.support import (
     Worker,
     coordinator_of,
@@ -23,6 +24,16 @@ from tests.dataplane.broker.txn.support import (
 from tests.dataplane.storage.support import wait_for
 from tests.support.brokers import BrokerProcess
 from tests.support.replication import TestController, pause, resume
+
+
+def lists_offsets(bootstrap: str, tps: list[TopicPartition]) -> bool:
+    try:
+        ends(bootstrap, tps, committed=False)
+    except MeridianError as error:
+        if error.code != ErrorCode.LEADER_NOT_AVAILABLE:
+            raise
+        return False
+    return True
 
 
 def create(bootstrap: str, topic: str, partitions: int = 3) -> None:
@@ -213,6 +224,11 @@ def test_a_new_leader_serves_the_same_stable_offset_and_aborted_transactions(
             )
             reachable = others[1].address
             assert wait_for(lambda: leader_of(others, topic, 0) is others[0], 30)
+            # Until the other follower fetches from it, the new leader's high watermark
+            # may be the one it knew as a follower, below the record of the open
+            # transaction: it lists no offsets until then (it would answer an LSO that a
+            # marker cannot move past that HW).
+            assert wait_for(lambda: lists_offsets(reachable, tp), 30)
             assert values(read_topic(reachable, topic, 1, committed=True)) == [
                 b"commit",
                 b"commit",

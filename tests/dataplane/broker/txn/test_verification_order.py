@@ -18,6 +18,7 @@ from dataplane.broker.produce import ProduceHandler
 from dataplane.broker.producers import ProducerStateTable
 from dataplane.errors import ErrorCode, MeridianError
 from dataplane.records import build_batch
+from dataplane.records.control import Marker
 from dataplane.storage.log import PartitionLog
 from dataplane.storage.manager import TopicPartition
 
@@ -115,4 +116,31 @@ def test_a_refused_verification_refuses_every_waiting_request_and_appends_nothin
     responses = asyncio.run(scenario())
     assert [r.results[0].error for r in responses] == [ErrorCode.INVALID_TXN_STATE] * 2
     assert part.log.log_end_offset == 0
+    assert not part.producers.in_transaction(PID, EPOCH)
+
+
+def test_a_marker_landing_while_the_coordinator_answers_leaves_nothing_open(
+    part: Partition,
+) -> None:
+    """KIP-890's sentinel: the coordinator confirms the partition, but before its answer
+    arrives the client has aborted and the abort marker reaches the partition. The late
+    answer must not let the batch open a transaction that marker already closed (no
+    marker would ever close it: its records could join the producer's next
+    transaction)."""
+
+    async def scenario() -> broker_pb2.ProduceResponse:
+        async def verify(tid: str, pid: int, epoch: int, keys: list[Key]) -> dict[Key, None]:
+            # the abort's marker, written while the answer is on its way
+            await asyncio.get_running_loop().run_in_executor(
+                None, part.append_marker, Marker(PID, EPOCH, False, 0)
+            )
+            return dict.fromkeys(keys)
+
+        handler = ProduceHandler(_Registry(part), max_request_bytes=1 << 20, verify=verify)  # type: ignore[arg-type]
+        return await asyncio.wait_for(handler.submit(_request(0, 5)), 10)
+
+    (result,) = asyncio.run(scenario()).results
+    assert result.error == ErrorCode.INVALID_TXN_STATE
+    assert part.producers.open_transactions() == {}
+    assert part.log.log_end_offset == 1  # the marker alone
     assert not part.producers.in_transaction(PID, EPOCH)
