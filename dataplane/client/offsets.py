@@ -11,6 +11,7 @@ unconsumed record: its lag in time), which the leader finds through its offset i
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections import defaultdict
 from collections.abc import Mapping
@@ -27,7 +28,11 @@ from dataplane.errors import ErrorCode, MeridianError, error_from_rpc
 LATEST: Final = -1
 EARLIEST: Final = -2
 _SPEC_NAMES: Final = {"latest": LATEST, "earliest": EARLIEST}
-_ATTEMPTS: Final = 5
+# Retriable failures are retried this long (a leader moving; a new leader whose high
+# watermark has not reached its epoch's start answers LEADER_NOT_AVAILABLE meanwhile),
+# the pause doubling up to a second.
+_RETRY_FOR_S: Final = 10.0
+_MAX_BACKOFF_S: Final = 1.0
 
 
 def offset_spec(spec: int | str) -> int:
@@ -64,7 +69,7 @@ def list_offsets(
     ``read_committed`` the latest offset is the last stable offset.
 
     Retriable failures (a moved leader, an unreachable broker) refresh the metadata and
-    retry a few times; others raise the partition's ``MeridianError``.
+    are retried for up to ten seconds; others raise the partition's ``MeridianError``.
     """
     asked = {tp: _item(tp, spec) for tp, spec in specs.items()}
     isolation = broker_pb2.READ_COMMITTED if read_committed else broker_pb2.READ_UNCOMMITTED
@@ -106,9 +111,13 @@ def _query(
     pending = dict(items)
     found: dict[TopicPartition, broker_pb2.ListOffsetsResult] = {}
     last: MeridianError | None = None
-    for attempt in range(_ATTEMPTS):
+    deadline = time.monotonic() + _RETRY_FOR_S
+    for attempt in itertools.count():
         if attempt:
-            time.sleep(backoff_s * 2 ** (attempt - 1))
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            time.sleep(min(backoff_s * 2 ** (attempt - 1), _MAX_BACKOFF_S, left))
             metadata.refresh({tp.topic for tp in pending})
         for address, group in _by_leader(metadata, pending).items():
             try:
