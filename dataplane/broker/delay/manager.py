@@ -283,7 +283,8 @@ class DelayManager:
         key = (timer, timer_partition(topic, partition, len(partitions)))
         assert self.writer is not None
         for batch in build_batches(records):
-            result = (await self.writer.produce({key: batch}, acks=-1))[key]
+            # Not metered again: the client's request holding these records already is.
+            result = (await self.writer.produce({key: batch}, acks=-1, charge=False))[key]
             if result.error:
                 raise MeridianError(result.error, f"{timer}-{key[1]}: {result.error_message}")
 

@@ -1021,7 +1021,9 @@ def _read_from(log_: PartitionLog, start: int, max_bytes: int) -> tuple[int, lis
 
 def _read_at(log_: PartitionLog, wanted: list[int]) -> list[tuple[int, Record]]:
     """The committed records at the sorted offsets ``wanted``: each batch holding one is
-    read once, alone (blocking)."""
+    read once, alone (blocking), and only its wanted records are kept, so what a call
+    holds is the records asked for, not every batch they sit in."""
+    asked = set(wanted)
     found: dict[int, Record] = {}
     for offset in wanted:
         if offset in found:
@@ -1033,7 +1035,8 @@ def _read_at(log_: PartitionLog, wanted: list[int]) -> list[tuple[int, Record]]:
         if result.next_offset <= offset:
             continue
         for record in decode_batches(result.data):
-            found[record.offset] = record
+            if record.offset in asked:
+                found[record.offset] = record
     return [(offset, found[offset]) for offset in wanted if offset in found]
 
 

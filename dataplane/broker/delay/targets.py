@@ -13,6 +13,8 @@ What is written is charged to its tenants' produce rate quotas and held while th
 in debt (``throttling.metered``) on the leader: a peer's interceptor does it for a
 request sent there, and the writer itself for one its own broker leads, so records
 delivered late all at once go out at the tenant's rate wherever their topic is led.
+``produce(..., charge=False)`` skips the writer's own charge, for records a client's
+request already paid for (a diverted request's timer records).
 
 Thread safety: event-loop only.
 """
@@ -57,7 +59,7 @@ class TargetWriter:
         self._timeout_ms = timeout_ms
 
     async def produce(
-        self, parts: Mapping[TopicPartitionKey, bytes], acks: int = -1
+        self, parts: Mapping[TopicPartitionKey, bytes], acks: int = -1, *, charge: bool = True
     ) -> dict[TopicPartitionKey, broker_pb2.PartitionProduceResult]:
         by_leader: dict[int, list[TopicPartitionKey]] = {}
         results: dict[TopicPartitionKey, broker_pb2.PartitionProduceResult] = {}
@@ -70,7 +72,7 @@ class TargetWriter:
             else:
                 by_leader.setdefault(leader, []).append(tp)
         answers = await asyncio.gather(
-            *(self._send(leader, tps, parts, acks) for leader, tps in by_leader.items())
+            *(self._send(leader, tps, parts, acks, charge) for leader, tps in by_leader.items())
         )
         for answer in answers:
             results.update(answer)
@@ -82,6 +84,7 @@ class TargetWriter:
         tps: list[TopicPartitionKey],
         parts: Mapping[TopicPartitionKey, bytes],
         acks: int,
+        charge: bool = True,
     ) -> dict[TopicPartitionKey, broker_pb2.PartitionProduceResult]:
         request = broker_pb2.ProduceRequest(
             acks=acks,
@@ -92,7 +95,7 @@ class TargetWriter:
             ],
         )
         try:
-            if leader == self.broker_id and self._quotas is not None:
+            if leader == self.broker_id and self._quotas is not None and charge:
                 response, _ = await metered(self._quotas, request, self._local)
             elif leader == self.broker_id:
                 response = await self._local(request)
