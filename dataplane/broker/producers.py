@@ -189,7 +189,11 @@ class ProducerStateTable:
         open a transaction the marker already closed."""
         with self._lock:
             token = next(self._tokens)
-            self._verifying[producer_id] = (epoch, token)
+            current = self._verifying.get(producer_id)
+            if current is None or current[0] <= epoch:
+                # An older epoch (a fenced producer retrying) never displaces a newer
+                # one's sentinel: its own verification then fails, as it should.
+                self._verifying[producer_id] = (epoch, token)
             return token
 
     def verified(self, producer_id: int, epoch: int, token: int | None = None) -> bool:

@@ -102,11 +102,14 @@ def _find_txn_coordinator(conn: Connection, transactional_id: str) -> str:
     return f"{response.coordinator.host}:{response.coordinator.port}"
 
 
-def coordinator_link(metadata: ClusterMetadata, key: str) -> CoordinatorLink:
+def coordinator_link(
+    metadata: ClusterMetadata, key: str, *, retry: frozenset[int] = _RETRIED
+) -> CoordinatorLink:
     """A link to the transaction coordinator of ``key`` (a transactional id or a
-    producer group), retrying what is retriable."""
+    producer group), retrying what is retriable (and ``retry``: by default
+    ``CONCURRENT_TRANSACTIONS``)."""
     return CoordinatorLink(
-        metadata, key, service=_transactions, find=_find_txn_coordinator, retry=_RETRIED
+        metadata, key, service=_transactions, find=_find_txn_coordinator, retry=retry
     )
 
 

@@ -29,7 +29,7 @@ from dataplane.client.coordinator import REQUEST_TIMEOUT_S
 from dataplane.client.metadata import ClusterMetadata
 from dataplane.client.transactions import coordinator_link
 from dataplane.client.types import TopicPartition
-from dataplane.errors import MeridianError, error_from_rpc
+from dataplane.errors import ErrorCode, MeridianError, error_from_rpc
 
 STATES = {value: name.removeprefix("TXN_").lower() for name, value in txn_pb2.TxnState.items()}
 OUTCOMES = {
@@ -121,6 +121,7 @@ class ProducerListing:
 
 
 _LEADER_ATTEMPTS = 5
+_SETTLE_POLL_S = 0.1  # how often an abort's state is looked at while its markers are written
 
 
 def _at_leader(metadata: ClusterMetadata, tp: TopicPartition, rpc: str, request: object) -> Any:
@@ -214,12 +215,26 @@ def describe_transaction(metadata: ClusterMetadata, transactional_id: str) -> Tr
 def abort_transaction(metadata: ClusterMetadata, transactional_id: str) -> TransactionListing:
     """Abort the transactional id's open transaction, fencing its producer; the state
     after (``complete_abort`` once its markers are written). ``INVALID_TXN_STATE`` when
-    none is open."""
-    link = coordinator_link(metadata, transactional_id)
-    link.call(
-        "AbortTransaction", txn_pb2.AbortTransactionRequest(transactional_id=transactional_id)
-    )
-    return describe_transaction(metadata, transactional_id)
+    none is open.
+
+    The abort is asked once: asked again after it was recorded, it would find the
+    transaction no longer open. ``CONCURRENT_TRANSACTIONS`` (its markers still being
+    written, or another end under way) is not retried: the state is watched instead, for
+    up to the metadata's ``api_timeout_s``, and answered as it is then
+    (``prepare_abort`` while markers are still pending)."""
+    link = coordinator_link(metadata, transactional_id, retry=frozenset())
+    request = txn_pb2.AbortTransactionRequest(transactional_id=transactional_id)
+    try:
+        link.call("AbortTransaction", request)
+    except MeridianError as error:
+        if error.code != ErrorCode.CONCURRENT_TRANSACTIONS:
+            raise
+    deadline = time.monotonic() + metadata.api_timeout_s
+    while True:
+        listing = describe_transaction(metadata, transactional_id)
+        if not listing.state.startswith("prepare_") or time.monotonic() >= deadline:
+            return listing
+        time.sleep(_SETTLE_POLL_S)
 
 
 def list_half_messages(

@@ -272,3 +272,13 @@ def test_a_snapshot_never_covers_an_abort_its_index_sync_missed(tmp_path):
     table.snapshot(tmp_path)
     covered = json.loads((tmp_path / "producer-state.json").read_bytes())["offset"]
     assert covered <= 1, "the snapshot covers the abort at 1, whose entry was not synced"
+
+
+def test_a_fenced_epochs_verification_never_displaces_the_live_ones(tmp_path):
+    """A zombie (epoch 3) verifying after the live producer (epoch 4) asked: the live
+    producer's answer still opens its transaction; the zombie's does not."""
+    table = ProducerStateTable(AbortedTxnIndex(tmp_path))
+    live = table.verifying(PID, 4)
+    zombie = table.verifying(PID, 3)
+    assert not table.verified(PID, 3, zombie)
+    assert table.verified(PID, 4, live)
