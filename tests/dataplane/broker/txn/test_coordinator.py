@@ -253,8 +253,10 @@ def test_a_retried_init_producer_id_gets_the_answer_it_lost(tmp_path: Path) -> N
 
 
 def test_an_id_used_while_it_expires_is_kept(tmp_path: Path) -> None:
-    """The expiry of idle transactional ids takes each id's lock and checks again: a
-    request holding the id (here, bumping it) is never undone by a tombstone."""
+    """The expiry of idle transactional ids leaves out the ids a request holds and checks
+    each again right before its tombstone is queued: a request holding the id (here,
+    bumping it) is never undone by a tombstone, and the expiry never waits for it; the
+    idle ones expire, written together."""
 
     async def scenario() -> None:
         clock, markers = Clock(), Markers()
@@ -264,15 +266,20 @@ def test_an_id_used_while_it_expires_is_kept(tmp_path: Path) -> None:
             _,
         ):
             pid, _ = await core.init_producer_id(TID, 60_000)
+            idle = [f"acme.idle-{n}" for n in range(5)]
+            for transactional_id in idle:
+                await core.init_producer_id(transactional_id, 60_000)
             async with core.locked(TID) as loaded:
-                clock.now += 2_000  # idle past its expiration: the timer will see it
-                while loaded.store.get(TID) is not None and core._locks[TID].users < 2:
-                    await asyncio.sleep(0.01)  # the timer wants the id (or took it)
+                clock.now += 2_000  # every id idle past its expiration
+                await asyncio.wait_for(core._expire(clock.now), 10)
                 meta = loaded.store.get(TID)
                 assert meta is not None, "expired under a request holding the id"
                 await core.change(loaded, meta.replace(last_update_ms=clock.now))
-            await asyncio.sleep(0.05)
             assert core.describe(TID).producer_id == pid
+            for transactional_id in idle:
+                with pytest.raises(MeridianError) as caught:
+                    core.describe(transactional_id)
+                assert caught.value.code == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
 
     run(scenario)
 
