@@ -57,7 +57,7 @@ def update_tenant(
     """Rename the tenant, move its home region (``None`` clears it) or set the regions
     it may use besides it (``regions``, replacing them; mirror links already between
     regions it loses stay). The slug never changes: it is in every topic name."""
-    tenant = Tenant.objects.select_for_update().get(pk=tenant.pk)
+    tenant = Tenant.objects.select_for_update(no_key=True).get(pk=tenant.pk)  # see below
     _check_not_deleting(tenant)
     before = audit.snapshot(tenant)
     if name is not None:
@@ -105,8 +105,11 @@ def lock_open_tenant(tenant: Tenant) -> Tenant:
     """The tenant's row, locked until the transaction ends; a ``Conflict`` if it is
     being deleted, ``NotFound`` if it is gone. Every create of a tenant-owned object
     calls it first, in the transaction that writes the object: ``delete_tenant`` takes
-    the same lock, so a create and a delete of the tenant never interleave."""
-    locked = Tenant.objects.select_for_update().filter(pk=tenant.pk).first()
+    the same lock, so a create and a delete of the tenant never interleave. The lock
+    is Postgres' ``FOR NO KEY UPDATE``: rows written meanwhile that refer to the tenant
+    (an audit event of a reconciler holding a topic's row) do not wait for it, so they
+    never deadlock with a create waiting for that topic."""
+    locked = Tenant.objects.select_for_update(no_key=True).filter(pk=tenant.pk).first()
     if locked is None:
         raise NotFound(f"tenant {tenant.slug!r} not found")
     _check_not_deleting(locked)

@@ -197,7 +197,8 @@ def test_every_tenant_owned_create_locks_the_tenant_row_first(
         locks = [
             i
             for i, q in enumerate(queries)
-            if 'FROM "tenants_tenant"' in q["sql"] and q["sql"].endswith("FOR UPDATE")
+            if 'FROM "tenants_tenant"' in q["sql"]
+            and q["sql"].endswith(("FOR UPDATE", "FOR NO KEY UPDATE"))
         ]
         assert locks, what
         assert locks[0] < writes[0], what
