@@ -84,8 +84,6 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kafkapeer import (
     CLIENT_NOTE,
     CONSUME_MODE,
-    CONSUMER_BATCH,
-    CONSUMER_THROUGHPUT,
     DEFAULT,
     KAFKA,
     KAFKA_FSYNC,
@@ -94,6 +92,7 @@ from kafkapeer import (
     RPC_TIMEOUT_S,
     KafkaServer,
     _consumer_config,
+    kafka_consume,
     kafka_paced_producer,
     kafka_produce,
     produce_mode,
@@ -275,23 +274,8 @@ def warm_up(target: Target, sizes: Sizes) -> None:
 
 # -- the client ---------------------------------------------------------------------------
 def read_all(bootstrap: str, topic: str, partitions: int, records: int, max_s: float) -> int:
-    """``kafkapeer.kafka_consume`` over every partition: ``consume()`` from the start of
-    each; returns the records received."""
-    consumer = Consumer(_consumer_config(bootstrap, CONSUMER_THROUGHPUT))
-    got = 0
-    try:
-        start = confluent_kafka.OFFSET_BEGINNING
-        consumer.assign([TopicPartition(topic, p, start) for p in range(partitions)])
-        deadline = time.perf_counter() + max_s
-        while got < records and time.perf_counter() < deadline:
-            messages = consumer.consume(CONSUMER_BATCH, timeout=1.0)
-            bad = next((m.error() for m in messages if m.error() is not None), None)
-            if bad is not None:
-                raise RuntimeError(f"consume: {bad}")
-            got += len(messages)
-    finally:
-        consumer.close()
-    return got
+    """``consume()`` from the start of every partition; returns the records received."""
+    return kafka_consume(bootstrap, topic, records, max_s, partitions=partitions)
 
 
 def latency(target: Target, cleanup: Cleanup, plan: Plan, topic: str) -> Latency:

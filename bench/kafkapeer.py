@@ -380,14 +380,21 @@ def _produce(producer: Producer, topic: str, value: bytes) -> None:
 
 
 def kafka_consume(
-    bootstrap: str, topic: str, records: int, max_s: float, extra: dict[str, Any] | None = None
+    bootstrap: str,
+    topic: str,
+    records: int,
+    max_s: float,
+    extra: dict[str, Any] | None = None,
+    *,
+    partitions: int = 1,
 ) -> int:
-    """``consume()`` from the start of partition 0 (``extra``: more consumer settings);
-    returns the records received."""
+    """``consume()`` from the start of partitions 0 to ``partitions - 1`` (``extra``: more
+    consumer settings); returns the records received."""
     consumer = Consumer(_consumer_config(bootstrap, {**CONSUMER_THROUGHPUT, **(extra or {})}))
     got = 0
     try:
-        consumer.assign([TopicPartition(topic, 0, confluent_kafka.OFFSET_BEGINNING)])
+        start = confluent_kafka.OFFSET_BEGINNING
+        consumer.assign([TopicPartition(topic, p, start) for p in range(partitions)])
         deadline = time.perf_counter() + max_s
         while got < records and time.perf_counter() < deadline:
             messages = consumer.consume(CONSUMER_BATCH, timeout=1.0)
